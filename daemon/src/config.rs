@@ -1,0 +1,87 @@
+//! The daemon's settings: every one a flag with an environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::bail;
+use clap::Parser;
+
+use crate::dispatcher::Durability;
+
+/// Most connections served at once; more are refused at the handshake.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// musterd: a durable task dispatcher for swarms of long-running agents.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "musterd", version, about)]
+pub struct Config {
+    /// Data directory: the store, and the certificate if none is given.
+    #[arg(long, env = "MUSTER_DATA", default_value_os_t = default_data_dir())]
+    pub data: PathBuf,
+
+    /// Address to listen on (UDP). Loopback by default.
+    #[arg(long, env = "MUSTER_LISTEN", default_value_t = default_listen())]
+    pub listen: SocketAddr,
+
+    /// `sync`: every reply waits for fsync. `buffered`: faster, but a power loss loses
+    /// the last moments of acknowledged work.
+    #[arg(long, env = "MUSTER_DURABILITY", value_enum, default_value_t = Durability::Sync)]
+    pub durability: Durability,
+
+    /// Log format.
+    #[arg(long, env = "MUSTER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// PEM certificate chain to serve instead of the self-signed one (with --key).
+    #[arg(long, env = "MUSTER_CERT")]
+    pub cert: Option<PathBuf>,
+
+    /// PEM private key of --cert.
+    #[arg(long, env = "MUSTER_KEY")]
+    pub key: Option<PathBuf>,
+
+    /// Allow listening on a non-loopback address without tokens.
+    #[arg(long, env = "MUSTER_INSECURE")]
+    pub insecure: bool,
+
+    /// Most connections served at once.
+    #[arg(long, env = "MUSTER_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+}
+
+impl Config {
+    /// Refuses settings that are unsafe or contradictory.
+    pub fn check(&self) -> anyhow::Result<()> {
+        if !self.listen.ip().is_loopback() && !self.insecure {
+            bail!(
+                "refusing to listen on {}: it is not a loopback address and no tokens are configured; \
+                 anyone who can reach it could take and settle tasks (pass --insecure to do it anyway)",
+                self.listen
+            );
+        }
+        if self.max_connections == 0 {
+            bail!("--max-connections must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+/// The per-user data directory shared with the CLI.
+pub fn default_data_dir() -> PathBuf {
+    dirs::data_dir()
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join(muster_protocol::DATA_DIR_NAME)
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], muster_protocol::DEFAULT_PORT))
+}

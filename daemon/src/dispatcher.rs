@@ -1,0 +1,227 @@
+//! The dispatcher thread: the engine's only caller, and where group commit happens.
+//!
+//! Connection tasks send [`Command`]s over a bounded channel. The thread takes every
+//! command waiting (up to [`MAX_ROUND`]), applies each to the engine (each commits its
+//! own atomic fjall batch, unsynced), runs the timers, then persists the journal once
+//! and only then releases the round's replies. Concurrent requests therefore share one
+//! fsync, and a reply never leaves before its change is durable. A lone request still
+//! gets its fsync at once: the thread never waits for company.
+//!
+//! fjall blocks (fsync, write stalls), which is why this is an OS thread and not a tokio task.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use fjall::PersistMode;
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tracing::{debug, info};
+
+use muster_protocol::{ErrorBody, Request};
+
+use crate::engine::{Engine, Now, Reply, Waiter};
+use crate::store::{Store, StoreError};
+
+/// Most commands applied in one round. Bounds the latency a round adds to its first
+/// request and the replies held back at once.
+pub const MAX_ROUND: usize = 4096;
+
+/// Commands the channel holds before senders wait: backpressure on the connections.
+pub const CHANNEL_CAPACITY: usize = 16 * 1024;
+
+/// Longest the thread sleeps with no timer due, so it notices a dropped channel.
+const IDLE_WAKE: Duration = Duration::from_secs(1);
+
+/// Whether replies wait for fsync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Durability {
+    /// fsync (fdatasync) every round before its replies leave: nothing acknowledged is lost.
+    Sync,
+    /// Hand the journal to the OS every round without fsync: survives a daemon crash,
+    /// but a power loss or kernel crash loses the last moments of acknowledged work.
+    Buffered,
+}
+
+/// A message from a connection to the dispatcher thread.
+pub enum Command {
+    /// A decoded request and where its reply goes.
+    Request(Request, Responder),
+    /// Persist, then stop.
+    Shutdown,
+}
+
+/// A frame for a stream's writer.
+pub enum Outgoing {
+    /// A reply to the request with this id.
+    Reply(u64, Result<Reply, ErrorBody>),
+    /// An error reply to a request whose id could not be read.
+    Unreadable(ErrorBody),
+}
+
+/// Where a request's reply goes: its stream's writer, with a slot of the connection's
+/// in-flight limit that is freed when the reply is sent (or dropped).
+pub struct Responder {
+    out: mpsc::UnboundedSender<Outgoing>,
+    id: u64,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Responder {
+    /// A responder for request `id` writing to `out`.
+    pub fn new(
+        out: mpsc::UnboundedSender<Outgoing>,
+        id: u64,
+        permit: OwnedSemaphorePermit,
+    ) -> Self {
+        Responder {
+            out,
+            id,
+            _permit: permit,
+        }
+    }
+
+    fn send(self, result: Result<Reply, ErrorBody>) {
+        // The stream may be gone; its client then never sees the reply, as after a crash.
+        let _ = self.out.send(Outgoing::Reply(self.id, result));
+    }
+}
+
+impl Waiter for Responder {
+    fn is_closed(&self) -> bool {
+        self.out.is_closed()
+    }
+}
+
+/// Counters of the group commit, read by logs and stats.
+#[derive(Debug, Default)]
+pub struct CommitStats {
+    /// Rounds that persisted.
+    pub syncs: AtomicU64,
+    /// Requests applied in rounds that persisted.
+    pub synced_requests: AtomicU64,
+}
+
+/// The running dispatcher: a channel in, a thread behind it.
+pub struct Dispatcher {
+    /// Where connections send commands.
+    pub tx: flume::Sender<Command>,
+    /// The group-commit counters.
+    pub stats: Arc<CommitStats>,
+    thread: JoinHandle<Result<(), StoreError>>,
+}
+
+impl Dispatcher {
+    /// Opens the engine over the store (rebuilding its state) and starts the thread.
+    pub fn start(store: Store, durability: Durability) -> Result<Dispatcher, StoreError> {
+        let clock = Clock::new();
+        let started = Instant::now();
+        let engine = Engine::open(store, clock.now(), rand::random())?;
+        info!(
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "engine state rebuilt from the store"
+        );
+        let (tx, rx) = flume::bounded(CHANNEL_CAPACITY);
+        let stats = Arc::new(CommitStats::default());
+        let thread_stats = Arc::clone(&stats);
+        let thread = std::thread::Builder::new()
+            .name("muster-dispatch".into())
+            .spawn(move || run(engine, rx, durability, clock, &thread_stats))
+            .map_err(|e| StoreError::Fjall(fjall::Error::Io(e)))?;
+        Ok(Dispatcher { tx, stats, thread })
+    }
+
+    /// Asks the thread to persist and stop, and waits for it.
+    pub fn stop(self) -> Result<(), StoreError> {
+        // If the thread already ended, its result below says why.
+        let _ = self.tx.send(Command::Shutdown);
+        drop(self.tx);
+        self.thread.join().unwrap_or_else(|_| {
+            Err(StoreError::Corrupt {
+                what: "dispatcher".into(),
+                detail: "thread panicked".into(),
+            })
+        })
+    }
+
+    /// True once the thread has ended (it only ends on shutdown or a store failure).
+    pub fn is_finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+}
+
+/// The real clock: wall time for users, a monotonic clock for leases.
+struct Clock {
+    origin: Instant,
+}
+
+impl Clock {
+    fn new() -> Clock {
+        Clock {
+            origin: Instant::now(),
+        }
+    }
+
+    fn now(&self) -> Now {
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        Now {
+            wall_ms: wall,
+            mono_ms: self.origin.elapsed().as_millis() as u64,
+        }
+    }
+}
+
+fn run(
+    mut engine: Engine<Responder>,
+    rx: flume::Receiver<Command>,
+    durability: Durability,
+    clock: Clock,
+    stats: &CommitStats,
+) -> Result<(), StoreError> {
+    let mode = match durability {
+        Durability::Sync => PersistMode::SyncData,
+        Durability::Buffered => PersistMode::Buffer,
+    };
+    let mut round = Vec::with_capacity(MAX_ROUND);
+    let mut stopping = false;
+    while !stopping {
+        let wake = engine
+            .next_timer(clock.now())
+            .map_or(IDLE_WAKE, |ms| Duration::from_millis(ms).min(IDLE_WAKE));
+        match rx.recv_timeout(wake) {
+            Ok(cmd) => round.push(cmd),
+            Err(flume::RecvTimeoutError::Timeout) => {}
+            Err(flume::RecvTimeoutError::Disconnected) => stopping = true,
+        }
+        while round.len() < MAX_ROUND {
+            match rx.try_recv() {
+                Ok(cmd) => round.push(cmd),
+                Err(_) => break,
+            }
+        }
+        let now = clock.now();
+        let requests = round.len() as u64;
+        for cmd in round.drain(..) {
+            match cmd {
+                Command::Request(req, responder) => engine.handle(req, responder, now)?,
+                Command::Shutdown => stopping = true,
+            }
+        }
+        engine.tick(now)?;
+        if engine.take_dirty() {
+            // IMPORTANT: persist before any reply of this round leaves.
+            engine.store().persist(mode)?;
+            stats.syncs.fetch_add(1, Ordering::Relaxed);
+            stats.synced_requests.fetch_add(requests, Ordering::Relaxed);
+            debug!(requests, "round persisted");
+        }
+        for (responder, result) in engine.take_outbox() {
+            responder.send(result);
+        }
+    }
+    engine.store().persist(PersistMode::SyncAll)?;
+    info!("store persisted; dispatcher stopped");
+    Ok(())
+}

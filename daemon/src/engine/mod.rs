@@ -1,0 +1,615 @@
+//! The queue engine: every task's state, the dispatch indexes, leases and timers.
+//!
+//! The engine is single-threaded and synchronous. It owns the [`Store`] and an in-memory
+//! index rebuilt from it on start; requests and timers mutate both. It never reads a
+//! clock: every call takes a [`Now`], so tests drive time. It never sends anything:
+//! replies go to an outbox of `(waiter, reply)` pairs that its owner (the dispatcher
+//! thread) delivers after the round's changes are durable.
+//!
+//! Each request's changes are committed to fjall as one atomic batch; the dispatcher
+//! persists once per round. In memory, a task's state is derived from its record by
+//! [`Engine::save`], which removes the task from every index and inserts it again where
+//! its new state says, so the indexes cannot drift from the records.
+
+mod ops;
+#[cfg(test)]
+mod tests;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use ulid::Ulid;
+
+use muster_protocol::limits::{MAX_HISTORY, MAX_LEASE};
+use muster_protocol::model::{QueueOptions, TaskState, TimelineEvent};
+use muster_protocol::ops::{
+    CancelReply, ClaimReply, CountReply, EnqueueReply, HelloReply, QueueListReply, QueueReply,
+    RenewReply, SettleReply, TaskListReply, TaskReply, WaitReply,
+};
+use muster_protocol::{ErrorBody, ErrorCode};
+
+use crate::store::{Batch, Store, StoreError, TaskRecord};
+
+/// Most retention removals done per round, so a large expiry never stalls dispatch.
+const RETENTION_BATCH: usize = 512;
+
+/// The time of one engine step: wall-clock for what users schedule and see, monotonic
+/// for lease deadlines (a wall-clock jump neither expires nor prolongs a lease).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    /// Milliseconds since the Unix epoch.
+    pub wall_ms: u64,
+    /// Milliseconds on a monotonic clock with an arbitrary origin.
+    pub mono_ms: u64,
+}
+
+/// Where a reply goes. The dispatcher's waiters are connection streams; tests use tags.
+pub trait Waiter {
+    /// True once nobody will read the reply (the stream or connection is gone).
+    fn is_closed(&self) -> bool;
+}
+
+/// A successful reply of any op.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Reply {
+    /// Hello (answered by the connection, not the engine).
+    Hello(HelloReply),
+    /// Queue create, describe, update, pause, resume.
+    Queue(QueueReply),
+    /// Queue list.
+    QueueList(QueueListReply),
+    /// Purge, delete, redrive, discard.
+    Count(CountReply),
+    /// Enqueue.
+    Enqueue(EnqueueReply),
+    /// Claim.
+    Claim(ClaimReply),
+    /// Ack, nack, release, dead-letter.
+    Settle(SettleReply),
+    /// Renew.
+    Renew(RenewReply),
+    /// Task get.
+    Task(TaskReply),
+    /// Task list.
+    TaskList(TaskListReply),
+    /// Wait.
+    Wait(WaitReply),
+    /// Cancel.
+    Cancel(CancelReply),
+}
+
+/// Why an op failed: the client's fault (reply with the error) or the store's (stop).
+#[derive(Debug)]
+pub enum Failure {
+    /// A reply-worthy error; nothing was changed.
+    Client(ErrorBody),
+    /// The store failed; the daemon must stop.
+    Store(StoreError),
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        Failure::Store(e)
+    }
+}
+
+impl From<ErrorBody> for Failure {
+    fn from(e: ErrorBody) -> Self {
+        Failure::Client(e)
+    }
+}
+
+type OpResult<T> = Result<T, Failure>;
+
+fn client(code: ErrorCode, message: impl Into<String>) -> Failure {
+    Failure::Client(ErrorBody::new(code, message))
+}
+
+/// A queue in memory: options and the ids of its tasks per state.
+struct Queue {
+    options: QueueOptions,
+    created_ms: u64,
+    /// Ready tasks in dispatch order: higher priority first, then enqueue (id) order.
+    ready: BTreeSet<(Reverse<u8>, Ulid)>,
+    /// Every task by state, in id order, for counts and listings.
+    by_state: [BTreeSet<Ulid>; 6],
+    /// Leased tasks per key, for `key_concurrency`.
+    key_leased: HashMap<Arc<str>, u32>,
+}
+
+impl Queue {
+    fn new(options: QueueOptions, created_ms: u64) -> Queue {
+        Queue {
+            options,
+            created_ms,
+            ready: BTreeSet::new(),
+            by_state: Default::default(),
+            key_leased: HashMap::new(),
+        }
+    }
+
+    fn ids(&self, state: TaskState) -> &BTreeSet<Ulid> {
+        &self.by_state[state_index(state)]
+    }
+}
+
+fn state_index(state: TaskState) -> usize {
+    match state {
+        TaskState::Scheduled => 0,
+        TaskState::Ready => 1,
+        TaskState::Leased => 2,
+        TaskState::Done => 3,
+        TaskState::Dead => 4,
+        TaskState::Cancelled => 5,
+    }
+}
+
+/// What the engine keeps in memory of each task: enough to dispatch and time it,
+/// never its payload or history (those are read from the store when needed).
+struct Meta {
+    queue: Arc<str>,
+    state: TaskState,
+    priority: u8,
+    key: Option<Arc<str>>,
+    requires: Box<[String]>,
+    /// Wall time a scheduled task becomes ready.
+    ready_at_ms: u64,
+    /// Wall time a finished task is removed.
+    remove_at_ms: u64,
+    /// Current lease epoch.
+    epoch: u64,
+    /// Monotonic lease deadline.
+    lease_deadline: u64,
+    /// Monotonic time the current delivery was granted (for `max_runtime`).
+    lease_granted: u64,
+}
+
+/// A claim waiting for tasks.
+struct ClaimWaiter<W> {
+    waiter: W,
+    claim: ops::ClaimSpec,
+    deadline: u64,
+}
+
+/// A wait for tasks to finish.
+struct TaskWait<W> {
+    waiter: W,
+    ids: Vec<Ulid>,
+    deadline: u64,
+}
+
+/// The engine. `W` is where replies go.
+pub struct Engine<W> {
+    store: Store,
+    /// Changes of the request being handled; committed when it ends.
+    pending: Batch,
+    /// True once a round has committed anything that needs persisting.
+    dirty: bool,
+    queues: BTreeMap<String, Queue>,
+    tasks: HashMap<Ulid, Meta>,
+    /// Scheduled tasks by the wall time they become ready.
+    scheduled: BTreeSet<(u64, Ulid)>,
+    /// Leased tasks by monotonic deadline.
+    leases: BTreeSet<(u64, Ulid)>,
+    /// Finished tasks by the wall time retention removes them.
+    expiry: BTreeSet<(u64, Ulid)>,
+    claim_waiters: Vec<ClaimWaiter<W>>,
+    task_waits: Vec<TaskWait<W>>,
+    /// Some task became ready (or a key or queue freed up) since claims were last served.
+    ready_changed: bool,
+    /// Some task finished since waits were last checked.
+    finished_changed: bool,
+    /// The last id handed out, so ids grow even if the wall clock steps back.
+    last_id: Ulid,
+    /// Round-robin position for claims over several queues.
+    rotation: usize,
+    rng: SmallRng,
+    outbox: Vec<(W, Result<Reply, ErrorBody>)>,
+}
+
+impl<W: Waiter> Engine<W> {
+    /// Opens the engine over a store, rebuilding the in-memory state from it.
+    ///
+    /// Every lease still held gets at least one full lease period from `now`: nobody
+    /// could renew while the daemon was down.
+    pub fn open(store: Store, now: Now, seed: u64) -> Result<Engine<W>, StoreError> {
+        let pending = store.batch();
+        let mut engine = Engine {
+            store,
+            pending,
+            dirty: false,
+            queues: BTreeMap::new(),
+            tasks: HashMap::new(),
+            scheduled: BTreeSet::new(),
+            leases: BTreeSet::new(),
+            expiry: BTreeSet::new(),
+            claim_waiters: Vec::new(),
+            task_waits: Vec::new(),
+            ready_changed: false,
+            finished_changed: false,
+            last_id: Ulid::nil(),
+            rotation: 0,
+            rng: SmallRng::seed_from_u64(seed),
+            outbox: Vec::new(),
+        };
+        for (name, rec) in engine.store.load_queues()? {
+            engine
+                .queues
+                .insert(name, Queue::new(rec.options, rec.created_ms));
+        }
+        let mut records = Vec::new();
+        engine
+            .store
+            .for_each_task(|id, rec| records.push((id, rec)))?;
+        for (id, rec) in records {
+            let Some(queue) = engine.queues.get(&rec.queue) else {
+                return Err(StoreError::Corrupt {
+                    what: format!("task {id}"),
+                    detail: format!("names missing queue {}", rec.queue),
+                });
+            };
+            let mut deadline = 0;
+            let mut granted = now.mono_ms;
+            if let Some(lease) = &rec.lease {
+                let left = lease.expires_ms.saturating_sub(now.wall_ms);
+                let full = queue.options.lease_ms;
+                deadline = now.mono_ms + left.max(full).min(MAX_LEASE.as_millis() as u64);
+                granted = now
+                    .mono_ms
+                    .saturating_sub(now.wall_ms.saturating_sub(lease.granted_ms));
+            }
+            engine.last_id = engine.last_id.max(id);
+            engine.index_record(id, &rec, deadline, granted);
+        }
+        Ok(engine)
+    }
+
+    /// Handles one request, queueing its reply (now, or later for waits and claims).
+    ///
+    /// Returns an error only when the store failed; the daemon must then stop.
+    pub fn handle(
+        &mut self,
+        req: muster_protocol::Request,
+        waiter: W,
+        now: Now,
+    ) -> Result<(), StoreError> {
+        match self.dispatch(req, waiter, now) {
+            Ok(()) => self.commit(),
+            Err((waiter, Failure::Client(e))) => {
+                // Nothing was written for a refused request; drop any partial batch.
+                self.pending = self.store.batch();
+                self.outbox.push((waiter, Err(e)));
+                Ok(())
+            }
+            Err((_, Failure::Store(e))) => Err(e),
+        }
+    }
+
+    /// Runs every timer due at `now` and serves waiting claims and waits.
+    pub fn tick(&mut self, now: Now) -> Result<(), StoreError> {
+        self.promote_scheduled(now)?;
+        self.lapse_leases(now)?;
+        self.expire_finished(now)?;
+        self.serve_claims(now)?;
+        self.serve_waits(now)?;
+        self.commit()
+    }
+
+    /// Milliseconds until the next timer is due, if any.
+    pub fn next_timer(&self, now: Now) -> Option<u64> {
+        let wall = |at: u64| at.saturating_sub(now.wall_ms);
+        let mono = |at: u64| at.saturating_sub(now.mono_ms);
+        [
+            self.scheduled.first().map(|(at, _)| wall(*at)),
+            self.leases.first().map(|(at, _)| mono(*at)),
+            self.expiry.first().map(|(at, _)| wall(*at)),
+            self.claim_waiters.iter().map(|w| mono(w.deadline)).min(),
+            self.task_waits.iter().map(|w| mono(w.deadline)).min(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Takes the replies ready to be sent.
+    pub fn take_outbox(&mut self) -> Vec<(W, Result<Reply, ErrorBody>)> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// True if anything was committed since the last call: the round must be persisted
+    /// before its replies leave.
+    pub fn take_dirty(&mut self) -> bool {
+        std::mem::take(&mut self.dirty)
+    }
+
+    /// The store, for persisting.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn commit(&mut self) -> Result<(), StoreError> {
+        if !self.pending.is_empty() {
+            let batch = std::mem::replace(&mut self.pending, self.store.batch());
+            batch.commit()?;
+            self.dirty = true;
+        }
+        Ok(())
+    }
+
+    fn next_id(&mut self, now: Now) -> Ulid {
+        let candidate = Ulid::from_parts(now.wall_ms, self.rng.random::<u128>());
+        let id = if candidate > self.last_id {
+            candidate
+        } else {
+            // The clock stepped back or this millisecond is crowded: keep ids growing.
+            self.last_id.increment().unwrap_or(candidate)
+        };
+        self.last_id = id;
+        id
+    }
+
+    /// Loads a task's record; `not_found` if the id is unknown.
+    fn record(&self, id: Ulid) -> OpResult<TaskRecord> {
+        if !self.tasks.contains_key(&id) {
+            return Err(client(ErrorCode::NotFound, format!("no task {id}")));
+        }
+        self.store.task(id)?.ok_or_else(|| {
+            Failure::Store(StoreError::Corrupt {
+                what: format!("task {id}"),
+                detail: "indexed but not stored".into(),
+            })
+        })
+    }
+
+    /// Writes a task's record and re-indexes it from the record.
+    ///
+    /// `lease_deadline` and `lease_granted` are the monotonic times of a leased record.
+    fn save(&mut self, id: Ulid, rec: &TaskRecord, lease_deadline: u64, lease_granted: u64) {
+        self.unindex(id);
+        self.index_record(id, rec, lease_deadline, lease_granted);
+        self.pending.put_task(id, rec);
+    }
+
+    /// Removes a task from the store and every index.
+    fn remove(&mut self, id: Ulid, rec: &TaskRecord) {
+        self.unindex(id);
+        self.tasks.remove(&id);
+        self.pending
+            .remove_task(id, &rec.queue, rec.idempotency_key.as_deref());
+    }
+
+    fn index_record(&mut self, id: Ulid, rec: &TaskRecord, lease_deadline: u64, granted: u64) {
+        let Some((name, queue)) = self.queues.get_key_value(&rec.queue) else {
+            return;
+        };
+        let queue_name: Arc<str> = match self.tasks.get(&id) {
+            Some(m) => Arc::clone(&m.queue),
+            None => Arc::from(name.as_str()),
+        };
+        let remove_at = rec
+            .finished_ms
+            .map_or(0, |f| f.saturating_add(queue.options.retention_ms));
+        let meta = Meta {
+            queue: queue_name,
+            state: rec.state,
+            priority: rec.priority,
+            key: rec.key.as_deref().map(Arc::from),
+            requires: rec.requires.clone().into_boxed_slice(),
+            ready_at_ms: rec.not_before_ms.unwrap_or(0),
+            remove_at_ms: remove_at,
+            epoch: rec.lease.as_ref().map_or(rec.deliveries, |l| l.epoch),
+            lease_deadline,
+            lease_granted: granted,
+        };
+        self.index(id, &meta);
+        if meta.state == TaskState::Ready {
+            self.ready_changed = true;
+        }
+        if meta.state.is_finished() {
+            self.finished_changed = true;
+        }
+        self.tasks.insert(id, meta);
+    }
+
+    fn index(&mut self, id: Ulid, meta: &Meta) {
+        let Some(queue) = self.queues.get_mut(&*meta.queue) else {
+            return;
+        };
+        queue.by_state[state_index(meta.state)].insert(id);
+        match meta.state {
+            TaskState::Ready => {
+                queue.ready.insert((Reverse(meta.priority), id));
+            }
+            TaskState::Scheduled => {
+                self.scheduled.insert((meta.ready_at_ms, id));
+            }
+            TaskState::Leased => {
+                self.leases.insert((meta.lease_deadline, id));
+                if let Some(key) = &meta.key {
+                    *queue.key_leased.entry(Arc::clone(key)).or_default() += 1;
+                }
+            }
+            TaskState::Done | TaskState::Cancelled => {
+                self.expiry.insert((meta.remove_at_ms, id));
+            }
+            TaskState::Dead => {}
+        }
+    }
+
+    fn unindex(&mut self, id: Ulid) {
+        let Some(meta) = self.tasks.get(&id) else {
+            return;
+        };
+        let Some(queue) = self.queues.get_mut(&*meta.queue) else {
+            return;
+        };
+        queue.by_state[state_index(meta.state)].remove(&id);
+        match meta.state {
+            TaskState::Ready => {
+                queue.ready.remove(&(Reverse(meta.priority), id));
+            }
+            TaskState::Scheduled => {
+                self.scheduled.remove(&(meta.ready_at_ms, id));
+            }
+            TaskState::Leased => {
+                self.leases.remove(&(meta.lease_deadline, id));
+                if let Some(key) = &meta.key
+                    && let Some(n) = queue.key_leased.get_mut(key)
+                {
+                    *n -= 1;
+                    if *n == 0 {
+                        queue.key_leased.remove(key);
+                    }
+                    // A freed key slot may unblock a waiting task of that key.
+                    self.ready_changed = true;
+                }
+            }
+            TaskState::Done | TaskState::Cancelled => {
+                self.expiry.remove(&(meta.remove_at_ms, id));
+            }
+            TaskState::Dead => {}
+        }
+    }
+
+    fn promote_scheduled(&mut self, now: Now) -> Result<(), StoreError> {
+        while let Some(&(at, id)) = self.scheduled.first() {
+            if at > now.wall_ms {
+                break;
+            }
+            let mut rec = self.record(id).map_err(store_only)?;
+            rec.state = TaskState::Ready;
+            rec.not_before_ms = None;
+            rec.updated_ms = now.wall_ms;
+            self.save(id, &rec, 0, 0);
+            self.commit()?;
+        }
+        Ok(())
+    }
+
+    fn lapse_leases(&mut self, now: Now) -> Result<(), StoreError> {
+        while let Some(&(at, id)) = self.leases.first() {
+            if at > now.mono_ms {
+                break;
+            }
+            let mut rec = self.record(id).map_err(store_only)?;
+            let lease = rec.lease.take();
+            let (member, epoch) = lease.map_or((String::new(), 0), |l| (l.member, l.epoch));
+            let error = format!("lease lapsed (member {member:?}, epoch {epoch})");
+            push_event(&mut rec, now, "lapsed", Some(&member), Some(epoch), None);
+            self.fail(id, &mut rec, now, error, Some(0));
+            self.commit()?;
+        }
+        Ok(())
+    }
+
+    fn expire_finished(&mut self, now: Now) -> Result<(), StoreError> {
+        let mut removed = 0;
+        while let Some(&(at, id)) = self.expiry.first() {
+            if at > now.wall_ms || removed == RETENTION_BATCH {
+                break;
+            }
+            let rec = self.record(id).map_err(store_only)?;
+            self.remove(id, &rec);
+            removed += 1;
+        }
+        self.commit()
+    }
+
+    /// Counts a failure of a leased task and moves it on: cancelled if a cancel is
+    /// pending, dead if out of attempts, else retried after `delay_ms` (or the backoff).
+    fn fail(
+        &mut self,
+        id: Ulid,
+        rec: &mut TaskRecord,
+        now: Now,
+        error: String,
+        delay_ms: Option<u64>,
+    ) -> TaskState {
+        rec.lease = None;
+        rec.failures += 1;
+        rec.last_error = Some(error);
+        let max = self
+            .queues
+            .get(&rec.queue)
+            .map_or(0, |q| q.options.max_attempts);
+        let backoff = self
+            .queues
+            .get(&rec.queue)
+            .map(|q| q.options.retry_backoff)
+            .unwrap_or_default();
+        if rec.cancel_requested {
+            push_event(rec, now, "cancelled", None, None, None);
+            self.finish(rec, TaskState::Cancelled, now);
+        } else if max > 0 && rec.failures >= u64::from(max) {
+            rec.state = TaskState::Dead;
+            rec.dead_reason = Some("max_attempts".into());
+            rec.updated_ms = now.wall_ms;
+            push_event(rec, now, "dead_lettered", None, None, Some("max_attempts"));
+        } else {
+            let delay = delay_ms.unwrap_or_else(|| {
+                let exp = backoff
+                    .factor
+                    .powi(i32::try_from(rec.failures - 1).unwrap_or(i32::MAX));
+                let base = (backoff.base_ms as f64 * exp).min(backoff.cap_ms as f64);
+                let spread = base * backoff.jitter;
+                let jittered = base + self.rng.random_range(-1.0..=1.0) * spread;
+                jittered.max(0.0) as u64
+            });
+            rec.updated_ms = now.wall_ms;
+            if delay == 0 {
+                rec.state = TaskState::Ready;
+                rec.not_before_ms = None;
+            } else {
+                rec.state = TaskState::Scheduled;
+                rec.not_before_ms = Some(now.wall_ms + delay);
+            }
+        }
+        self.save(id, rec, 0, 0);
+        rec.state
+    }
+
+    /// Moves a task to done or cancelled, starting its retention.
+    fn finish(&self, rec: &mut TaskRecord, to: TaskState, now: Now) {
+        rec.state = to;
+        rec.lease = None;
+        rec.not_before_ms = None;
+        rec.finished_ms = Some(now.wall_ms);
+        rec.updated_ms = now.wall_ms;
+    }
+}
+
+fn store_only(f: Failure) -> StoreError {
+    match f {
+        Failure::Store(e) => e,
+        Failure::Client(e) => StoreError::Corrupt {
+            what: "index".into(),
+            detail: e.message,
+        },
+    }
+}
+
+/// Appends an event to a task's timeline, dropping the oldest but the first beyond the limit.
+fn push_event(
+    rec: &mut TaskRecord,
+    now: Now,
+    event: &str,
+    member: Option<&str>,
+    epoch: Option<u64>,
+    error: Option<&str>,
+) {
+    if rec.history.len() >= MAX_HISTORY {
+        rec.history.remove(1);
+    }
+    rec.history.push(TimelineEvent {
+        at_ms: now.wall_ms,
+        event: event.to_owned(),
+        member: member.map(str::to_owned),
+        epoch,
+        error: error.map(str::to_owned),
+    });
+}

@@ -1,0 +1,1017 @@
+//! One method per request: validate everything first, then change the record and
+//! re-index it. A refused request changes nothing.
+
+use std::ops::Bound;
+
+use ulid::Ulid;
+
+use muster_protocol::limits::{
+    MAX_BATCH, MAX_CLAIM, MAX_CLAIM_QUEUES, MAX_DELAY, MAX_ERROR_BYTES, MAX_IDS,
+    MAX_KEY_CONCURRENCY, MAX_LEASE, MAX_PAGE, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_PROGRESS_BYTES,
+    MAX_QUEUES, MAX_RESULT_BYTES, MAX_RETENTION, MAX_WAIT, MIN_LEASE,
+};
+use muster_protocol::model::{
+    Delivery, EnqueuedTask, LeaseInfo, QueueInfo, QueueOptions, QueuePatch, StateCounts, TaskInfo,
+    TaskState, TaskSummary,
+};
+use muster_protocol::names;
+use muster_protocol::ops::{
+    Ack, Cancel, CancelReply, Claim, ClaimReply, CountReply, DeadLetter, DeadSelection, Enqueue,
+    EnqueueReply, Nack, QueueCreate, QueueListReply, QueueName, QueueReply, Release, Renew,
+    RenewReply, SettleReply, TaskGet, TaskList, TaskListReply, TaskReply, Wait, WaitReply,
+};
+use muster_protocol::{ErrorCode, RawJson, Request};
+
+use super::{
+    ClaimWaiter, Engine, Failure, Now, OpResult, Queue, Reply, TaskWait, Waiter, client, push_event,
+};
+use crate::store::{LeaseRecord, QueueRecord, StoreError, TaskRecord};
+
+/// A validated claim, kept by a waiting claim until tasks arrive.
+pub(super) struct ClaimSpec {
+    queues: Vec<String>,
+    max: usize,
+    lease_ms: Option<u64>,
+    member: String,
+    labels: Vec<String>,
+}
+
+fn ms(d: std::time::Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+fn bad(message: impl Into<String>) -> Failure {
+    client(ErrorCode::BadRequest, message)
+}
+
+fn parse_id(s: &str) -> OpResult<Ulid> {
+    Ulid::from_string(s).map_err(|_| bad(format!("invalid task id {s:?}")))
+}
+
+fn check_lease(what: &str, value: u64) -> OpResult<()> {
+    if value < ms(MIN_LEASE) || value > ms(MAX_LEASE) {
+        return Err(bad(format!(
+            "{what} of {value} ms is outside {}..={} ms",
+            ms(MIN_LEASE),
+            ms(MAX_LEASE)
+        )));
+    }
+    Ok(())
+}
+
+fn check_size(what: &str, raw: Option<&RawJson>, limit: usize) -> OpResult<()> {
+    match raw {
+        Some(r) if r.get().len() > limit => Err(client(
+            ErrorCode::TooLarge,
+            format!(
+                "{what} of {} bytes exceeds the limit of {limit}",
+                r.get().len()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn check_error_text(text: &str) -> OpResult<()> {
+    if text.len() > MAX_ERROR_BYTES {
+        return Err(client(
+            ErrorCode::TooLarge,
+            format!(
+                "error text of {} bytes exceeds the limit of {MAX_ERROR_BYTES}",
+                text.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Applies a patch to queue options after checking every field.
+fn apply_patch(options: &mut QueueOptions, patch: &QueuePatch) -> OpResult<()> {
+    let mut next = options.clone();
+    if let Some(v) = patch.lease_ms {
+        check_lease("lease", v)?;
+        next.lease_ms = v;
+    }
+    if let Some(v) = patch.max_attempts {
+        next.max_attempts = v;
+    }
+    if let Some(b) = patch.retry_backoff {
+        let ok = b.factor.is_finite()
+            && b.factor >= 1.0
+            && b.jitter.is_finite()
+            && (0.0..=1.0).contains(&b.jitter)
+            && b.base_ms <= b.cap_ms
+            && b.cap_ms <= ms(MAX_DELAY);
+        if !ok {
+            return Err(bad(
+                "retry_backoff wants factor >= 1, jitter in 0..=1 and base_ms <= cap_ms <= one year",
+            ));
+        }
+        next.retry_backoff = b;
+    }
+    if let Some(v) = patch.key_concurrency {
+        if v == 0 || v > MAX_KEY_CONCURRENCY {
+            return Err(bad(format!(
+                "key_concurrency {v} is outside 1..={MAX_KEY_CONCURRENCY}"
+            )));
+        }
+        next.key_concurrency = v;
+    }
+    if let Some(v) = patch.retention_ms {
+        if v > ms(MAX_RETENTION) {
+            return Err(bad(format!("retention of {v} ms exceeds one year")));
+        }
+        next.retention_ms = v;
+    }
+    if let Some(v) = patch.max_runtime_ms {
+        if v == 0 {
+            next.max_runtime_ms = None;
+        } else {
+            check_lease("max_runtime", v)?;
+            next.max_runtime_ms = Some(v);
+        }
+    }
+    if let Some(v) = patch.paused {
+        next.paused = v;
+    }
+    *options = next;
+    Ok(())
+}
+
+fn summary(id: Ulid, rec: &TaskRecord) -> TaskSummary {
+    TaskSummary {
+        id: id.to_string(),
+        state: rec.state,
+        priority: rec.priority,
+        key: rec.key.clone(),
+        deliveries: rec.deliveries,
+        failures: rec.failures,
+        not_before_ms: rec.not_before_ms,
+        lease: lease_info(rec),
+        last_error: rec.last_error.clone(),
+        dead_reason: rec.dead_reason.clone(),
+        created_ms: rec.created_ms,
+        updated_ms: rec.updated_ms,
+    }
+}
+
+fn lease_info(rec: &TaskRecord) -> Option<LeaseInfo> {
+    rec.lease.as_ref().map(|l| LeaseInfo {
+        member: l.member.clone(),
+        epoch: l.epoch,
+        expires_ms: l.expires_ms,
+    })
+}
+
+impl<W: Waiter> Engine<W> {
+    pub(super) fn dispatch(
+        &mut self,
+        req: Request,
+        waiter: W,
+        now: Now,
+    ) -> Result<(), (W, Failure)> {
+        let result = match req {
+            Request::Hello(_) => Err(bad("hello is only valid as a connection's first request")),
+            Request::QueueCreate(r) => self.queue_create(r, now).map(Reply::Queue),
+            Request::QueueList(_) => Ok(Reply::QueueList(QueueListReply {
+                queues: self
+                    .queues
+                    .iter()
+                    .map(|(name, q)| queue_info(name, q))
+                    .collect(),
+            })),
+            Request::QueueDescribe(r) => self.queue(&r.0.queue).map(|q| {
+                Reply::Queue(QueueReply {
+                    queue: queue_info(&r.0.queue, q),
+                })
+            }),
+            Request::QueueUpdate(r) => self.queue_update(&r.queue, &r.options).map(Reply::Queue),
+            Request::QueuePause(r) => self.queue_pause(&r.0, true).map(Reply::Queue),
+            Request::QueueResume(r) => self.queue_pause(&r.0, false).map(Reply::Queue),
+            Request::QueuePurge(r) => self.queue_purge(&r.0).map(Reply::Count),
+            Request::QueueDelete(r) => self.queue_delete(&r.0).map(Reply::Count),
+            Request::Enqueue(r) => self.enqueue(r, now).map(Reply::Enqueue),
+            Request::Claim(r) => return self.claim(r, waiter, now),
+            Request::Ack(r) => self.ack(r, now).map(Reply::Settle),
+            Request::Nack(r) => self.nack(r, now).map(Reply::Settle),
+            Request::Renew(r) => self.renew(r, now).map(Reply::Renew),
+            Request::Release(r) => self.release(r, now).map(Reply::Settle),
+            Request::DeadLetter(r) => self.dead_letter(r, now).map(Reply::Settle),
+            Request::TaskGet(r) => self.task_get(r).map(Reply::Task),
+            Request::TaskList(r) => self.task_list(r).map(Reply::TaskList),
+            Request::Wait(r) => return self.wait(r, waiter, now),
+            Request::Cancel(r) => self.cancel(r, now).map(Reply::Cancel),
+            Request::Redrive(r) => self.redrive(r.0, now).map(Reply::Count),
+            Request::Discard(r) => self.discard(r.0).map(Reply::Count),
+        };
+        match result {
+            Ok(reply) => {
+                self.outbox.push((waiter, Ok(reply)));
+                Ok(())
+            }
+            Err(f) => Err((waiter, f)),
+        }
+    }
+
+    fn queue(&self, name: &str) -> OpResult<&Queue> {
+        self.queues
+            .get(name)
+            .ok_or_else(|| client(ErrorCode::NotFound, format!("no queue {name:?}")))
+    }
+
+    fn queue_create(&mut self, r: QueueCreate, now: Now) -> OpResult<QueueReply> {
+        names::check_queue(&r.queue).map_err(bad)?;
+        if self.queues.contains_key(&r.queue) {
+            return Err(client(
+                ErrorCode::AlreadyExists,
+                format!("queue {:?} exists already", r.queue),
+            ));
+        }
+        if self.queues.len() >= MAX_QUEUES {
+            return Err(client(
+                ErrorCode::Limit,
+                format!("the daemon holds the maximum of {MAX_QUEUES} queues"),
+            ));
+        }
+        let mut options = QueueOptions::default();
+        apply_patch(&mut options, &r.options)?;
+        self.pending
+            .put_queue(&r.queue, &QueueRecord::new(options.clone(), now.wall_ms));
+        let queue = Queue::new(options, now.wall_ms);
+        let info = queue_info(&r.queue, &queue);
+        self.queues.insert(r.queue, queue);
+        Ok(QueueReply { queue: info })
+    }
+
+    fn queue_update(&mut self, name: &str, patch: &QueuePatch) -> OpResult<QueueReply> {
+        let queue = self
+            .queues
+            .get_mut(name)
+            .ok_or_else(|| client(ErrorCode::NotFound, format!("no queue {name:?}")))?;
+        apply_patch(&mut queue.options, patch)?;
+        self.pending.put_queue(
+            name,
+            &QueueRecord::new(queue.options.clone(), queue.created_ms),
+        );
+        // Resuming a queue or raising its key concurrency can make tasks available.
+        self.ready_changed = true;
+        Ok(QueueReply {
+            queue: queue_info(name, queue),
+        })
+    }
+
+    fn queue_pause(&mut self, r: &QueueName, paused: bool) -> OpResult<QueueReply> {
+        let patch = QueuePatch {
+            paused: Some(paused),
+            ..QueuePatch::default()
+        };
+        self.queue_update(&r.queue, &patch)
+    }
+
+    fn queue_purge(&mut self, r: &QueueName) -> OpResult<CountReply> {
+        let q = self.queue(&r.queue)?;
+        let ids: Vec<Ulid> = q
+            .ids(TaskState::Ready)
+            .iter()
+            .chain(q.ids(TaskState::Scheduled))
+            .copied()
+            .collect();
+        for &id in &ids {
+            let rec = self.record(id)?;
+            self.remove(id, &rec);
+        }
+        Ok(CountReply {
+            count: ids.len() as u64,
+            ids: Vec::new(),
+        })
+    }
+
+    fn queue_delete(&mut self, r: &QueueName) -> OpResult<CountReply> {
+        let q = self.queue(&r.queue)?;
+        let ids: Vec<Ulid> = q.by_state.iter().flatten().copied().collect();
+        for &id in &ids {
+            let rec = self.record(id)?;
+            self.remove(id, &rec);
+        }
+        self.queues.remove(&r.queue);
+        self.pending.remove_queue(&r.queue);
+        Ok(CountReply {
+            count: ids.len() as u64,
+            ids: Vec::new(),
+        })
+    }
+
+    fn enqueue(&mut self, r: Enqueue, now: Now) -> OpResult<EnqueueReply> {
+        self.queue(&r.queue)?;
+        if r.tasks.is_empty() || r.tasks.len() > MAX_BATCH {
+            return Err(client(
+                if r.tasks.is_empty() {
+                    ErrorCode::BadRequest
+                } else {
+                    ErrorCode::TooLarge
+                },
+                format!(
+                    "an enqueue carries 1 to {MAX_BATCH} tasks, not {}",
+                    r.tasks.len()
+                ),
+            ));
+        }
+        for (i, t) in r.tasks.iter().enumerate() {
+            let at = |m: String| bad(format!("task {i}: {m}"));
+            check_size("payload", Some(&t.payload), MAX_PAYLOAD_BYTES)?;
+            if t.priority.is_some_and(|p| p > MAX_PRIORITY) {
+                return Err(at(format!("priority is 0..={MAX_PRIORITY}")));
+            }
+            if let Some(k) = &t.key {
+                names::check_short("key", k).map_err(at)?;
+            }
+            if let Some(k) = &t.idempotency_key {
+                names::check_short("idempotency key", k).map_err(at)?;
+            }
+            names::check_labels(&t.requires).map_err(at)?;
+            if t.delay_ms.is_some_and(|d| d > ms(MAX_DELAY)) {
+                return Err(at("delay exceeds one year".into()));
+            }
+            if t.not_before_ms
+                .is_some_and(|nb| nb > now.wall_ms.saturating_add(ms(MAX_DELAY)))
+            {
+                return Err(at("not_before is more than a year away".into()));
+            }
+        }
+        let mut out = Vec::with_capacity(r.tasks.len());
+        let mut fresh: Vec<(&str, Ulid)> = Vec::new();
+        for t in &r.tasks {
+            if let Some(key) = t.idempotency_key.as_deref() {
+                let existing = match fresh.iter().find(|(k, _)| *k == key) {
+                    Some((_, id)) => Some(*id),
+                    None => self.store.idem(&r.queue, key)?,
+                };
+                if let Some(id) = existing.filter(|id| self.tasks.contains_key(id)) {
+                    let state = self.tasks[&id].state;
+                    out.push(EnqueuedTask {
+                        id: id.to_string(),
+                        duplicate: true,
+                        state,
+                    });
+                    continue;
+                }
+            }
+            let id = self.next_id(now);
+            let not_before = [t.delay_ms.map(|d| now.wall_ms + d), t.not_before_ms]
+                .into_iter()
+                .flatten()
+                .max()
+                .filter(|&nb| nb > now.wall_ms);
+            let mut rec = TaskRecord {
+                v: 1,
+                queue: r.queue.clone(),
+                state: if not_before.is_some() {
+                    TaskState::Scheduled
+                } else {
+                    TaskState::Ready
+                },
+                priority: t.priority.unwrap_or(0),
+                key: t.key.clone(),
+                requires: t.requires.clone(),
+                not_before_ms: not_before,
+                idempotency_key: t.idempotency_key.clone(),
+                deliveries: 0,
+                failures: 0,
+                lease: None,
+                cancel_requested: false,
+                progress: None,
+                result: None,
+                last_error: None,
+                dead_reason: None,
+                created_ms: now.wall_ms,
+                updated_ms: now.wall_ms,
+                finished_ms: None,
+                history: Vec::new(),
+            };
+            push_event(&mut rec, now, "enqueued", None, None, None);
+            self.pending
+                .put_payload(id, &r.queue, t.payload.get(), t.idempotency_key.as_deref());
+            self.save(id, &rec, 0, 0);
+            if let Some(key) = t.idempotency_key.as_deref() {
+                fresh.push((key, id));
+            }
+            out.push(EnqueuedTask {
+                id: id.to_string(),
+                duplicate: false,
+                state: rec.state,
+            });
+        }
+        Ok(EnqueueReply { tasks: out })
+    }
+
+    fn claim_spec(&self, r: Claim) -> OpResult<(ClaimSpec, u64)> {
+        if r.queues.is_empty() || r.queues.len() > MAX_CLAIM_QUEUES {
+            return Err(bad(format!(
+                "a claim names 1 to {MAX_CLAIM_QUEUES} queues, not {}",
+                r.queues.len()
+            )));
+        }
+        for q in &r.queues {
+            self.queue(q)?;
+        }
+        let max = r.max.unwrap_or(1);
+        if max == 0 || max > MAX_CLAIM {
+            return Err(bad(format!("max {max} is outside 1..={MAX_CLAIM}")));
+        }
+        let wait = r.wait_ms.unwrap_or(0);
+        if wait > ms(MAX_WAIT) {
+            return Err(bad(format!(
+                "wait of {wait} ms exceeds {} ms",
+                ms(MAX_WAIT)
+            )));
+        }
+        if let Some(l) = r.lease_ms {
+            check_lease("lease", l)?;
+        }
+        let member = r.member.unwrap_or_default();
+        if !member.is_empty() {
+            names::check_member(&member).map_err(bad)?;
+        }
+        names::check_labels(&r.labels).map_err(bad)?;
+        let spec = ClaimSpec {
+            queues: r.queues,
+            max: max as usize,
+            lease_ms: r.lease_ms,
+            member,
+            labels: r.labels,
+        };
+        Ok((spec, wait))
+    }
+
+    fn claim(&mut self, r: Claim, waiter: W, now: Now) -> Result<(), (W, Failure)> {
+        let (spec, wait) = match self.claim_spec(r) {
+            Ok(v) => v,
+            Err(e) => return Err((waiter, e)),
+        };
+        let tasks = match self.take_ready(&spec, now) {
+            Ok(t) => t,
+            Err(e) => return Err((waiter, e)),
+        };
+        if tasks.is_empty() && wait > 0 {
+            self.claim_waiters.push(ClaimWaiter {
+                waiter,
+                claim: spec,
+                deadline: now.mono_ms + wait,
+            });
+        } else {
+            self.outbox
+                .push((waiter, Ok(Reply::Claim(ClaimReply { tasks }))));
+        }
+        Ok(())
+    }
+
+    /// Leases up to `spec.max` tasks, taking one queue after another round robin.
+    fn take_ready(&mut self, spec: &ClaimSpec, now: Now) -> OpResult<Vec<Delivery>> {
+        let n = spec.queues.len();
+        let start = self.rotation % n;
+        self.rotation = self.rotation.wrapping_add(1);
+        let mut out = Vec::new();
+        let mut exhausted = vec![false; n];
+        while out.len() < spec.max && exhausted.iter().any(|e| !e) {
+            for i in 0..n {
+                let qi = (start + i) % n;
+                if out.len() >= spec.max || exhausted[qi] {
+                    continue;
+                }
+                match self.pick(&spec.queues[qi], &spec.labels) {
+                    Some(id) => out.push(self.grant(id, spec, now)?),
+                    None => exhausted[qi] = true,
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The first ready task of a queue that this claimer may take.
+    fn pick(&self, queue: &str, labels: &[String]) -> Option<Ulid> {
+        let q = self.queues.get(queue)?;
+        if q.options.paused {
+            return None;
+        }
+        q.ready.iter().map(|(_, id)| *id).find(|id| {
+            let meta = &self.tasks[id];
+            let labelled = meta.requires.iter().all(|r| labels.contains(r));
+            let key_free = meta.key.as_ref().is_none_or(|k| {
+                q.key_leased.get(k).copied().unwrap_or(0) < q.options.key_concurrency
+            });
+            labelled && key_free
+        })
+    }
+
+    fn grant(&mut self, id: Ulid, spec: &ClaimSpec, now: Now) -> OpResult<Delivery> {
+        let mut rec = self.record(id)?;
+        let options = &self.queue(&rec.queue)?.options;
+        let lease = spec.lease_ms.unwrap_or(options.lease_ms);
+        let mut deadline = now.mono_ms + lease;
+        if let Some(max) = options.max_runtime_ms {
+            deadline = deadline.min(now.mono_ms + max);
+        }
+        rec.deliveries += 1;
+        let epoch = rec.deliveries;
+        rec.state = TaskState::Leased;
+        rec.lease = Some(LeaseRecord {
+            member: spec.member.clone(),
+            epoch,
+            expires_ms: now.wall_ms + (deadline - now.mono_ms),
+            granted_ms: now.wall_ms,
+        });
+        rec.updated_ms = now.wall_ms;
+        push_event(
+            &mut rec,
+            now,
+            "leased",
+            Some(&spec.member),
+            Some(epoch),
+            None,
+        );
+        self.save(id, &rec, deadline, now.mono_ms);
+        Ok(Delivery {
+            id: id.to_string(),
+            epoch,
+            queue: rec.queue.clone(),
+            payload: self.store.payload(id)?,
+            attempt: rec.deliveries,
+            failures: rec.failures,
+            priority: rec.priority,
+            key: rec.key.clone(),
+            lease_expires_ms: now.wall_ms + (deadline - now.mono_ms),
+            progress: rec.progress.clone(),
+            reclaimed: false,
+        })
+    }
+
+    /// The record of a task leased under `epoch`, or `lease_lost`.
+    fn held(&self, task: &str, epoch: u64) -> OpResult<(Ulid, TaskRecord)> {
+        let id = parse_id(task)?;
+        let meta = self
+            .tasks
+            .get(&id)
+            .ok_or_else(|| client(ErrorCode::NotFound, format!("no task {id}")))?;
+        if meta.state != TaskState::Leased || meta.epoch != epoch {
+            return Err(client(
+                ErrorCode::LeaseLost,
+                format!(
+                    "task {id} epoch {epoch} is not held: the task is {} at epoch {}",
+                    meta.state, meta.epoch
+                ),
+            ));
+        }
+        Ok((id, self.record(id)?))
+    }
+
+    fn ack(&mut self, r: Ack, now: Now) -> OpResult<SettleReply> {
+        check_size("result", r.result.as_ref(), MAX_RESULT_BYTES)?;
+        let (id, mut rec) = self.held(&r.task, r.epoch)?;
+        let member = rec.lease.as_ref().map(|l| l.member.clone());
+        rec.result = r.result;
+        push_event(
+            &mut rec,
+            now,
+            "done",
+            member.as_deref(),
+            Some(r.epoch),
+            None,
+        );
+        let to = if rec.cancel_requested {
+            push_event(&mut rec, now, "cancelled", None, None, None);
+            TaskState::Cancelled
+        } else {
+            TaskState::Done
+        };
+        self.finish(&mut rec, to, now);
+        self.save(id, &rec, 0, 0);
+        Ok(SettleReply {
+            state: to,
+            not_before_ms: None,
+        })
+    }
+
+    fn nack(&mut self, r: Nack, now: Now) -> OpResult<SettleReply> {
+        if let Some(d) = r.delay_ms
+            && d > ms(MAX_DELAY)
+        {
+            return Err(bad("delay exceeds one year"));
+        }
+        let error = r.error.unwrap_or_else(|| "nacked".into());
+        check_error_text(&error)?;
+        let (id, mut rec) = self.held(&r.task, r.epoch)?;
+        let member = rec.lease.as_ref().map(|l| l.member.clone());
+        push_event(
+            &mut rec,
+            now,
+            "nacked",
+            member.as_deref(),
+            Some(r.epoch),
+            Some(&error),
+        );
+        let state = self.fail(id, &mut rec, now, error, r.delay_ms);
+        Ok(SettleReply {
+            state,
+            not_before_ms: rec.not_before_ms,
+        })
+    }
+
+    fn renew(&mut self, r: Renew, now: Now) -> OpResult<RenewReply> {
+        if let Some(e) = r.extend_ms {
+            check_lease("extend", e)?;
+        }
+        check_size("progress", r.progress.as_ref(), MAX_PROGRESS_BYTES)?;
+        let (id, mut rec) = self.held(&r.task, r.epoch)?;
+        let options = &self.queue(&rec.queue)?.options;
+        let granted = self.tasks[&id].lease_granted;
+        let mut deadline = now.mono_ms + r.extend_ms.unwrap_or(options.lease_ms);
+        if let Some(max) = options.max_runtime_ms {
+            deadline = deadline.min(granted + max);
+        }
+        let expires = now.wall_ms + deadline.saturating_sub(now.mono_ms);
+        if let Some(lease) = rec.lease.as_mut() {
+            lease.expires_ms = expires;
+        }
+        if r.progress.is_some() {
+            rec.progress = r.progress;
+        }
+        self.save(id, &rec, deadline, granted);
+        Ok(RenewReply {
+            lease_expires_ms: expires,
+            cancel_requested: rec.cancel_requested,
+        })
+    }
+
+    fn release(&mut self, r: muster_protocol::ops::Release, now: Now) -> OpResult<SettleReply> {
+        let Release { task, epoch } = r;
+        let (id, mut rec) = self.held(&task, epoch)?;
+        let member = rec.lease.take().map(|l| l.member);
+        push_event(
+            &mut rec,
+            now,
+            "released",
+            member.as_deref(),
+            Some(epoch),
+            None,
+        );
+        if rec.cancel_requested {
+            push_event(&mut rec, now, "cancelled", None, None, None);
+            self.finish(&mut rec, TaskState::Cancelled, now);
+        } else {
+            rec.state = TaskState::Ready;
+            rec.updated_ms = now.wall_ms;
+        }
+        self.save(id, &rec, 0, 0);
+        Ok(SettleReply {
+            state: rec.state,
+            not_before_ms: None,
+        })
+    }
+
+    fn dead_letter(&mut self, r: DeadLetter, now: Now) -> OpResult<SettleReply> {
+        check_error_text(&r.error)?;
+        let (id, mut rec) = self.held(&r.task, r.epoch)?;
+        let member = rec.lease.take().map(|l| l.member);
+        push_event(
+            &mut rec,
+            now,
+            "dead_lettered",
+            member.as_deref(),
+            Some(r.epoch),
+            Some(&r.error),
+        );
+        rec.last_error = Some(r.error);
+        if rec.cancel_requested {
+            push_event(&mut rec, now, "cancelled", None, None, None);
+            self.finish(&mut rec, TaskState::Cancelled, now);
+        } else {
+            rec.state = TaskState::Dead;
+            rec.dead_reason = Some("dead_lettered".into());
+            rec.updated_ms = now.wall_ms;
+        }
+        self.save(id, &rec, 0, 0);
+        Ok(SettleReply {
+            state: rec.state,
+            not_before_ms: None,
+        })
+    }
+
+    fn task_info(&self, id: Ulid) -> OpResult<TaskInfo> {
+        let rec = self.record(id)?;
+        Ok(TaskInfo {
+            id: id.to_string(),
+            payload: self.store.payload(id)?,
+            lease: lease_info(&rec),
+            queue: rec.queue,
+            state: rec.state,
+            priority: rec.priority,
+            key: rec.key,
+            requires: rec.requires,
+            not_before_ms: rec.not_before_ms,
+            idempotency_key: rec.idempotency_key,
+            deliveries: rec.deliveries,
+            failures: rec.failures,
+            cancel_requested: rec.cancel_requested,
+            progress: rec.progress,
+            result: rec.result,
+            last_error: rec.last_error,
+            dead_reason: rec.dead_reason,
+            created_ms: rec.created_ms,
+            updated_ms: rec.updated_ms,
+            history: rec.history,
+        })
+    }
+
+    fn task_get(&self, r: TaskGet) -> OpResult<TaskReply> {
+        let id = parse_id(&r.task)?;
+        Ok(TaskReply {
+            task: self.task_info(id)?,
+        })
+    }
+
+    fn task_list(&self, r: TaskList) -> OpResult<TaskListReply> {
+        let q = self.queue(&r.queue)?;
+        let limit = r.limit.unwrap_or(100);
+        if limit == 0 || limit > MAX_PAGE {
+            return Err(bad(format!("limit {limit} is outside 1..={MAX_PAGE}")));
+        }
+        let after = match &r.after {
+            Some(a) => Bound::Excluded(parse_id(a)?),
+            None => Bound::Unbounded,
+        };
+        let ids: Vec<Ulid> = q
+            .ids(r.state)
+            .range((after, Bound::Unbounded))
+            .take(limit as usize + 1)
+            .copied()
+            .collect();
+        let more = ids.len() > limit as usize;
+        let page = &ids[..ids.len().min(limit as usize)];
+        let mut tasks = Vec::with_capacity(page.len());
+        for &id in page {
+            tasks.push(summary(id, &self.record(id)?));
+        }
+        Ok(TaskListReply {
+            next: if more {
+                page.last().map(Ulid::to_string)
+            } else {
+                None
+            },
+            tasks,
+        })
+    }
+
+    fn wait(&mut self, r: Wait, waiter: W, now: Now) -> Result<(), (W, Failure)> {
+        let parsed: OpResult<(Vec<Ulid>, u64)> = (|| {
+            if r.tasks.is_empty() || r.tasks.len() > MAX_IDS {
+                return Err(bad(format!("a wait names 1 to {MAX_IDS} tasks")));
+            }
+            let timeout = r.timeout_ms.unwrap_or(0);
+            if timeout > ms(MAX_WAIT) {
+                return Err(bad(format!(
+                    "timeout of {timeout} ms exceeds {} ms",
+                    ms(MAX_WAIT)
+                )));
+            }
+            let mut ids = Vec::with_capacity(r.tasks.len());
+            for t in &r.tasks {
+                let id = parse_id(t)?;
+                if !self.tasks.contains_key(&id) {
+                    return Err(client(ErrorCode::NotFound, format!("no task {id}")));
+                }
+                ids.push(id);
+            }
+            Ok((ids, timeout))
+        })();
+        let (ids, timeout) = match parsed {
+            Ok(v) => v,
+            Err(e) => return Err((waiter, e)),
+        };
+        let wait = TaskWait {
+            waiter,
+            ids,
+            deadline: now.mono_ms + timeout,
+        };
+        if timeout == 0 || self.wait_over(&wait) {
+            self.answer_wait(wait).map_err(|e| e.into_waiter_error())?;
+        } else {
+            self.task_waits.push(wait);
+        }
+        Ok(())
+    }
+
+    fn wait_over(&self, wait: &TaskWait<W>) -> bool {
+        wait.ids
+            .iter()
+            .all(|id| self.tasks.get(id).is_none_or(|m| m.state.is_finished()))
+    }
+
+    fn answer_wait(&mut self, wait: TaskWait<W>) -> Result<(), WaitFailure<W>> {
+        let mut reply = WaitReply {
+            finished: Vec::new(),
+            pending: Vec::new(),
+            removed: Vec::new(),
+        };
+        for &id in &wait.ids {
+            match self.tasks.get(&id) {
+                None => reply.removed.push(id.to_string()),
+                Some(m) if m.state.is_finished() => match self.task_info(id) {
+                    Ok(info) => reply.finished.push(info),
+                    Err(f) => return Err(WaitFailure(wait.waiter, f)),
+                },
+                Some(_) => reply.pending.push(id.to_string()),
+            }
+        }
+        self.outbox.push((wait.waiter, Ok(Reply::Wait(reply))));
+        Ok(())
+    }
+
+    /// Serves parked claims when tasks became available, and ends those past their wait.
+    pub(super) fn serve_claims(&mut self, now: Now) -> Result<(), StoreError> {
+        let serve = std::mem::take(&mut self.ready_changed);
+        let waiters = std::mem::take(&mut self.claim_waiters);
+        let mut keep = Vec::with_capacity(waiters.len());
+        for w in waiters {
+            if w.waiter.is_closed() {
+                continue;
+            }
+            if serve {
+                match self.take_ready(&w.claim, now) {
+                    Ok(tasks) if !tasks.is_empty() => {
+                        self.outbox
+                            .push((w.waiter, Ok(Reply::Claim(ClaimReply { tasks }))));
+                        continue;
+                    }
+                    Ok(_) => {}
+                    Err(Failure::Client(e)) => {
+                        self.outbox.push((w.waiter, Err(e)));
+                        continue;
+                    }
+                    Err(Failure::Store(e)) => return Err(e),
+                }
+            }
+            if w.deadline <= now.mono_ms {
+                self.outbox
+                    .push((w.waiter, Ok(Reply::Claim(ClaimReply { tasks: Vec::new() }))));
+                continue;
+            }
+            keep.push(w);
+        }
+        self.claim_waiters = keep;
+        Ok(())
+    }
+
+    /// Answers waits whose tasks all finished or whose timeout passed.
+    pub(super) fn serve_waits(&mut self, now: Now) -> Result<(), StoreError> {
+        let changed = std::mem::take(&mut self.finished_changed);
+        let waits = std::mem::take(&mut self.task_waits);
+        for w in waits {
+            if w.waiter.is_closed() {
+                continue;
+            }
+            if (changed && self.wait_over(&w)) || w.deadline <= now.mono_ms {
+                match self.answer_wait(w) {
+                    Ok(()) => {}
+                    Err(WaitFailure(waiter, Failure::Client(e))) => {
+                        self.outbox.push((waiter, Err(e)))
+                    }
+                    Err(WaitFailure(_, Failure::Store(e))) => return Err(e),
+                }
+            } else {
+                self.task_waits.push(w);
+            }
+        }
+        Ok(())
+    }
+
+    fn cancel(&mut self, r: Cancel, now: Now) -> OpResult<CancelReply> {
+        let id = parse_id(&r.task)?;
+        let mut rec = self.record(id)?;
+        match rec.state {
+            TaskState::Ready | TaskState::Scheduled => {
+                push_event(&mut rec, now, "cancelled", None, None, None);
+                self.finish(&mut rec, TaskState::Cancelled, now);
+                self.save(id, &rec, 0, 0);
+                Ok(CancelReply {
+                    state: TaskState::Cancelled,
+                    cancel_requested: false,
+                })
+            }
+            TaskState::Leased => {
+                if !rec.cancel_requested {
+                    rec.cancel_requested = true;
+                    rec.updated_ms = now.wall_ms;
+                    push_event(&mut rec, now, "cancel_requested", None, None, None);
+                    let meta = &self.tasks[&id];
+                    let (deadline, granted) = (meta.lease_deadline, meta.lease_granted);
+                    self.save(id, &rec, deadline, granted);
+                }
+                Ok(CancelReply {
+                    state: TaskState::Leased,
+                    cancel_requested: true,
+                })
+            }
+            TaskState::Cancelled => Ok(CancelReply {
+                state: TaskState::Cancelled,
+                cancel_requested: false,
+            }),
+            TaskState::Done | TaskState::Dead => Err(client(
+                ErrorCode::InvalidState,
+                format!("task {id} is {} and cannot be cancelled", rec.state),
+            )),
+        }
+    }
+
+    /// Resolves a selection of dead tasks, refusing it whole if any named task is not dead.
+    fn dead_selection(&self, sel: &DeadSelection) -> OpResult<Vec<Ulid>> {
+        let q = self.queue(&sel.queue)?;
+        if sel.all {
+            return Ok(q.ids(TaskState::Dead).iter().copied().collect());
+        }
+        if sel.ids.is_empty() || sel.ids.len() > MAX_IDS {
+            return Err(bad(format!("name 1 to {MAX_IDS} task ids, or all")));
+        }
+        let mut ids = Vec::with_capacity(sel.ids.len());
+        for s in &sel.ids {
+            let id = parse_id(s)?;
+            match self.tasks.get(&id) {
+                Some(m) if *m.queue == *sel.queue && m.state == TaskState::Dead => ids.push(id),
+                Some(m) if *m.queue == *sel.queue => {
+                    return Err(client(
+                        ErrorCode::InvalidState,
+                        format!("task {id} is {}, not dead", m.state),
+                    ));
+                }
+                _ => {
+                    return Err(client(
+                        ErrorCode::NotFound,
+                        format!("no task {id} in queue {:?}", sel.queue),
+                    ));
+                }
+            }
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
+    fn redrive(&mut self, sel: DeadSelection, now: Now) -> OpResult<CountReply> {
+        let ids = self.dead_selection(&sel)?;
+        if !sel.dry_run {
+            for &id in &ids {
+                let mut rec = self.record(id)?;
+                rec.state = TaskState::Ready;
+                rec.failures = 0;
+                rec.dead_reason = None;
+                rec.updated_ms = now.wall_ms;
+                push_event(&mut rec, now, "redriven", None, None, None);
+                self.save(id, &rec, 0, 0);
+            }
+        }
+        Ok(count_reply(&ids, sel.dry_run))
+    }
+
+    fn discard(&mut self, sel: DeadSelection) -> OpResult<CountReply> {
+        let ids = self.dead_selection(&sel)?;
+        if !sel.dry_run {
+            for &id in &ids {
+                let rec = self.record(id)?;
+                self.remove(id, &rec);
+            }
+        }
+        Ok(count_reply(&ids, sel.dry_run))
+    }
+}
+
+struct WaitFailure<W>(W, Failure);
+
+impl<W> WaitFailure<W> {
+    fn into_waiter_error(self) -> (W, Failure) {
+        (self.0, self.1)
+    }
+}
+
+fn count_reply(ids: &[Ulid], list: bool) -> CountReply {
+    CountReply {
+        count: ids.len() as u64,
+        ids: if list {
+            ids.iter().take(MAX_IDS).map(Ulid::to_string).collect()
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+fn queue_info(name: &str, q: &Queue) -> QueueInfo {
+    let mut counts = StateCounts::default();
+    for state in TaskState::ALL {
+        *counts.get_mut(state) = q.ids(state).len() as u64;
+    }
+    QueueInfo {
+        name: name.to_owned(),
+        options: q.options.clone(),
+        counts,
+        oldest_ready_ms: q.ids(TaskState::Ready).first().map(|id| id.timestamp_ms()),
+        created_ms: q.created_ms,
+    }
+}

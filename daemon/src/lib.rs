@@ -1,0 +1,115 @@
+//! musterd: the muster daemon.
+//!
+//! It keeps tasks in fjall and leases them over QUIC. [`run`] wires the pieces:
+//! the store, the dispatcher thread that owns the engine, and the QUIC server.
+//!
+//! # Layout
+//! - [`config`]: settings from flags and environment variables.
+//! - [`store`]: the fjall database; the only module that imports fjall.
+//! - [`engine`]: task state, dispatch indexes, leases and timers; single-threaded, no clock.
+//! - [`dispatcher`]: the OS thread that runs the engine and does group commit.
+//! - [`server`]: the QUIC endpoint, connections, streams and frames.
+//! - [`tls`]: the certificate and the QUIC/TLS configuration.
+
+pub mod config;
+pub mod dispatcher;
+pub mod engine;
+pub mod server;
+pub mod store;
+pub mod tls;
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+
+use crate::config::Config;
+use crate::dispatcher::Dispatcher;
+
+/// Runs the daemon until SIGINT or SIGTERM, or until the store fails.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    config.check()?;
+    std::fs::create_dir_all(&config.data)
+        .with_context(|| format!("creating data directory {}", config.data.display()))?;
+    let identity = tls::load_identity(&config.data, config.cert.as_deref(), config.key.as_deref())?;
+    let (fingerprint, cert_path) = (identity.fingerprint.clone(), identity.cert_path.clone());
+    let server_config = tls::server_config(identity)?;
+
+    let store_dir = config.data.join("store");
+    let opened = tokio::task::spawn_blocking(move || {
+        let store = store::Store::open(&store_dir)?;
+        Dispatcher::start(store, config.durability)
+    });
+    let dispatcher = opened
+        .await
+        .context("opening the store")?
+        .context("opening the store")?;
+
+    let endpoint = server::bind(config.listen, server_config)?;
+    let addr = endpoint.local_addr().context("reading the bound address")?;
+    server::log_listening(addr, &fingerprint, &cert_path);
+
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(server::serve(
+        endpoint,
+        dispatcher.tx.clone(),
+        config.max_connections,
+        shutdown.clone(),
+    ));
+    let failed = tokio::select! {
+        signal = shutdown_signal() => {
+            signal?;
+            info!("shutting down");
+            false
+        }
+        () = watch_dispatcher(&dispatcher) => true,
+    };
+    shutdown.cancel();
+    server.await.context("joining the server")?;
+    let stats = &dispatcher.stats;
+    let (syncs, requests) = (
+        stats.syncs.load(std::sync::atomic::Ordering::Relaxed),
+        stats
+            .synced_requests
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
+    let stopped = tokio::task::spawn_blocking(move || dispatcher.stop())
+        .await
+        .context("joining the dispatcher")?;
+    if let Err(e) = stopped {
+        error!("store failure: {e}");
+        return Err(e).context("the store failed; nothing unacknowledged was reported as durable");
+    }
+    if failed {
+        anyhow::bail!("the dispatcher stopped unexpectedly");
+    }
+    info!(syncs, requests, "musterd stopped");
+    Ok(())
+}
+
+/// Resolves when the dispatcher thread ends on its own, which only a store failure causes.
+async fn watch_dispatcher(dispatcher: &Dispatcher) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
+    loop {
+        tick.tick().await;
+        if dispatcher.is_finished() {
+            return;
+        }
+    }
+}
+
+async fn shutdown_signal() -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.context("waiting for SIGINT")?,
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for ctrl-c")?;
+    Ok(())
+}

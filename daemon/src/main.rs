@@ -1,0 +1,36 @@
+//! The `musterd` binary: parses settings, sets up logging, runs the daemon.
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use muster_daemon::config::{Config, LogFormat};
+
+fn main() -> std::process::ExitCode {
+    let config = Config::parse();
+    let filter = EnvFilter::try_from_env("MUSTER_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("musterd: starting the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(muster_daemon::run(config)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("musterd: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

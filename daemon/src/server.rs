@@ -1,0 +1,292 @@
+//! The QUIC side: endpoint, accept loop, connections, streams and frames.
+//!
+//! accept loop → [`handle_connection`] → [`handle_stream`]. A stream carries frames both
+//! ways: requests in, replies out, matched by `id`, so a client pipelines as many
+//! requests as it likes (up to the in-flight limit) and replies come back as they are
+//! ready, not in order. Decoding happens here, on the tokio workers; the engine only sees
+//! typed requests.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::io::{AsyncReadExt, BufReader};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use muster_protocol::frame::{self, FrameError, HEADER_LEN};
+use muster_protocol::ops::{ErrFrame, HelloReply, OkFrame, decode_request};
+use muster_protocol::{ErrorBody, ErrorCode, PROTOCOL_VERSION, Request};
+
+use crate::dispatcher::{Command, Outgoing, Responder};
+use crate::engine::Reply;
+
+/// Requests one connection may have in flight (sent, not yet answered), over all its streams.
+pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 4096;
+
+/// Bytes of replies gathered into one stream write.
+const WRITE_CHUNK: usize = 256 * 1024;
+
+/// Application error code on a stream reset for an unreadable frame header.
+const RESET_BAD_FRAME: u32 = 1;
+
+/// Application error code on connections closed because the daemon stops.
+const CLOSE_SHUTDOWN: u32 = 2;
+
+/// UDP receive buffer asked of the kernel (capped by `net.core.rmem_max`): bursts of
+/// pipelined requests must not be dropped before quinn reads them.
+const UDP_RECV_BUFFER: usize = 4 * 1024 * 1024;
+
+/// Binds the QUIC endpoint with a large receive buffer.
+pub fn bind(addr: SocketAddr, config: quinn::ServerConfig) -> anyhow::Result<quinn::Endpoint> {
+    let socket = std::net::UdpSocket::bind(addr).with_context(|| format!("binding {addr}"))?;
+    let state =
+        quinn::udp::UdpSocketState::new((&socket).into()).context("probing the UDP socket")?;
+    if let Err(e) = state.set_recv_buffer_size((&socket).into(), UDP_RECV_BUFFER) {
+        warn!(error = %e, "could not raise the UDP receive buffer");
+    }
+    let runtime = Arc::new(quinn::TokioRuntime);
+    quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        Some(config),
+        socket,
+        runtime,
+    )
+    .context("starting the QUIC endpoint")
+}
+
+/// Accepts connections until `shutdown`, then closes them all and waits for their tasks.
+pub async fn serve(
+    endpoint: quinn::Endpoint,
+    commands: flume::Sender<Command>,
+    max_connections: usize,
+    shutdown: CancellationToken,
+) {
+    let tracker = TaskTracker::new();
+    let slots = Arc::new(Semaphore::new(max_connections));
+    loop {
+        let incoming = tokio::select! {
+            incoming = endpoint.accept() => incoming,
+            () = shutdown.cancelled() => break,
+        };
+        let Some(incoming) = incoming else { break };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            warn!(remote = %incoming.remote_address(), max_connections, "connection refused: limit reached");
+            incoming.refuse();
+            continue;
+        };
+        let span = info_span!("connection", remote = %incoming.remote_address());
+        let commands = commands.clone();
+        let shutdown = shutdown.clone();
+        tracker.spawn(
+            async move {
+                if let Err(e) = handle_connection(incoming, commands, shutdown).await {
+                    debug!("connection ended: {e:#}");
+                }
+                drop(slot);
+            }
+            .instrument(span),
+        );
+    }
+    endpoint.close(CLOSE_SHUTDOWN.into(), b"shutting down");
+    tracker.close();
+    tracker.wait().await;
+    endpoint.wait_idle().await;
+}
+
+async fn handle_connection(
+    incoming: quinn::Incoming,
+    commands: flume::Sender<Command>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let conn = incoming.await.context("handshake")?;
+    debug!("connected");
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT_PER_CONNECTION));
+    let streams = TaskTracker::new();
+    let result = loop {
+        let (send, recv) = tokio::select! {
+            s = conn.accept_bi() => match s {
+                Ok(s) => s,
+                Err(e) => break Err(e),
+            },
+            () = shutdown.cancelled() => break Ok(()),
+        };
+        let span = info_span!("stream", id = %send.id());
+        streams.spawn(
+            handle_stream(send, recv, commands.clone(), Arc::clone(&in_flight)).instrument(span),
+        );
+    };
+    streams.close();
+    streams.wait().await;
+    match result {
+        Ok(()) | Err(quinn::ConnectionError::ApplicationClosed(_)) => Ok(()),
+        Err(quinn::ConnectionError::LocallyClosed) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Reads request frames and writes reply frames on one stream until either side ends it.
+async fn handle_stream(
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    commands: flume::Sender<Command>,
+    in_flight: Arc<Semaphore>,
+) {
+    let (out, replies) = mpsc::unbounded_channel();
+    // The writer ends when every sender is gone: the reader's and those held by
+    // requests still in the engine, so every reply in flight is written first.
+    let reader = read_requests(recv, out, commands, in_flight);
+    let writer = write_replies(send, replies);
+    let ((), ()) = tokio::join!(reader, writer);
+}
+
+async fn read_requests(
+    recv: quinn::RecvStream,
+    out: mpsc::UnboundedSender<Outgoing>,
+    commands: flume::Sender<Command>,
+    in_flight: Arc<Semaphore>,
+) {
+    let mut reader = BufReader::with_capacity(64 * 1024, recv);
+    loop {
+        let mut header = [0u8; HEADER_LEN];
+        if reader.read_exact(&mut header).await.is_err() {
+            return; // end of stream, or the stream was reset
+        }
+        let len = match frame::body_len(header) {
+            Ok(len) => len,
+            Err(e) => {
+                let code = match e {
+                    FrameError::TooLarge { .. } => ErrorCode::TooLarge,
+                    FrameError::Empty => ErrorCode::BadRequest,
+                };
+                let _ = out.send(Outgoing::Unreadable(ErrorBody::new(code, e.to_string())));
+                // The frame boundary is lost: stop reading this stream, keep the connection.
+                let _ = reader.into_inner().stop(RESET_BAD_FRAME.into());
+                return;
+            }
+        };
+        let mut body = vec![0u8; len];
+        if reader.read_exact(&mut body).await.is_err() {
+            return; // truncated frame: the peer ended the stream mid-frame
+        }
+        let (id, req) = match decode_request(&body) {
+            Ok(decoded) => decoded,
+            Err(e) => {
+                let msg = match e.id {
+                    Some(id) => Outgoing::Reply(id, Err(e.error)),
+                    None => Outgoing::Unreadable(e.error),
+                };
+                let _ = out.send(msg);
+                continue;
+            }
+        };
+        if let Request::Hello(hello) = &req {
+            let reply = if hello.version == PROTOCOL_VERSION {
+                Ok(Reply::Hello(HelloReply {
+                    version: PROTOCOL_VERSION,
+                    server: concat!("musterd ", env!("CARGO_PKG_VERSION")).into(),
+                }))
+            } else {
+                Err(ErrorBody::new(
+                    ErrorCode::BadRequest,
+                    format!(
+                        "protocol version {} is not supported; this daemon speaks {PROTOCOL_VERSION}",
+                        hello.version
+                    ),
+                ))
+            };
+            let _ = out.send(Outgoing::Reply(id, reply));
+            continue;
+        }
+        let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else {
+            return;
+        };
+        let responder = Responder::new(out.clone(), id, permit);
+        if commands
+            .send_async(Command::Request(req, responder))
+            .await
+            .is_err()
+        {
+            let _ = out.send(Outgoing::Reply(
+                id,
+                Err(ErrorBody::new(
+                    ErrorCode::ShuttingDown,
+                    "the daemon is shutting down",
+                )),
+            ));
+            return;
+        }
+    }
+}
+
+async fn write_replies(
+    mut send: quinn::SendStream,
+    mut replies: mpsc::UnboundedReceiver<Outgoing>,
+) {
+    let stopped = send.stopped();
+    tokio::pin!(stopped);
+    let mut buf = Vec::with_capacity(WRITE_CHUNK);
+    loop {
+        let first = tokio::select! {
+            msg = replies.recv() => match msg {
+                Some(m) => m,
+                None => break,
+            },
+            _ = &mut stopped => return, // the peer stopped reading, or the connection is gone
+        };
+        buf.clear();
+        encode(&mut buf, first);
+        while buf.len() < WRITE_CHUNK {
+            match replies.try_recv() {
+                Ok(m) => encode(&mut buf, m),
+                Err(_) => break,
+            }
+        }
+        if send.write_all(&buf).await.is_err() {
+            return;
+        }
+    }
+    let _ = send.finish();
+}
+
+/// Appends one reply frame; a reply over the frame limit becomes a `too_large` error.
+fn encode(buf: &mut Vec<u8>, msg: Outgoing) {
+    let framed = match &msg {
+        Outgoing::Reply(id, Ok(reply)) => frame::encode_json(&OkFrame {
+            id: *id,
+            ok: true,
+            body: reply,
+        }),
+        Outgoing::Reply(id, Err(error)) => frame::encode_json(&ErrFrame {
+            id: Some(*id),
+            ok: false,
+            error,
+        }),
+        Outgoing::Unreadable(error) => frame::encode_json(&ErrFrame {
+            id: None,
+            ok: false,
+            error,
+        }),
+    };
+    let framed = framed.unwrap_or_else(|e| {
+        let id = match msg {
+            Outgoing::Reply(id, _) => Some(id),
+            Outgoing::Unreadable(_) => None,
+        };
+        let error = ErrorBody::new(ErrorCode::TooLarge, format!("reply not sent: {e}"));
+        frame::encode_json(&ErrFrame {
+            id,
+            ok: false,
+            error: &error,
+        })
+        .unwrap_or_default()
+    });
+    buf.extend_from_slice(&framed);
+}
+
+/// Logs where the daemon listens and how clients trust it.
+pub fn log_listening(addr: SocketAddr, fingerprint: &str, cert: &std::path::Path) {
+    info!(%addr, fingerprint, cert = %cert.display(), "musterd listening (QUIC, ALPN muster/1)");
+}

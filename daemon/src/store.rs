@@ -1,0 +1,322 @@
+//! The durable record: the only module that touches fjall.
+//!
+//! One fjall `Database` with four keyspaces, all written through [`Batch`]es so each
+//! request's changes land atomically:
+//!
+//! | keyspace   | key                          | value                           |
+//! |------------|------------------------------|---------------------------------|
+//! | `queues`   | queue name                   | [`QueueRecord`] as JSON         |
+//! | `tasks`    | task id, 16 bytes big-endian | [`TaskRecord`] as JSON          |
+//! | `payloads` | task id, 16 bytes big-endian | the payload's raw JSON bytes    |
+//! | `idem`     | queue name, 0x00, idem key   | task id, 16 bytes big-endian    |
+//!
+//! Payloads live apart from task records because they never change: a lease, renewal or
+//! settle rewrites the small record, not a payload of up to 1 MiB.
+//!
+//! The journal is persisted by hand ([`Store::persist`]): the engine commits every
+//! request's batch without syncing and syncs once per round, which is group commit.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use serde::{Deserialize, Serialize};
+use ulid::Ulid;
+
+use muster_protocol::RawJson;
+use muster_protocol::model::{QueueOptions, TaskState, TimelineEvent};
+
+/// The on-disk format version written into every record.
+const FORMAT: u32 = 1;
+
+/// A failure of the store. Every one of them stops the daemon: a write that may not
+/// have landed must never be acknowledged, and fjall refuses further writes anyway.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// fjall reported an error (I/O, fsync, corruption, poisoned database).
+    #[error("store: {0}")]
+    Fjall(#[from] fjall::Error),
+    /// A stored record does not decode: the store is corrupt or from another version.
+    #[error("store: corrupt record {what}: {detail}")]
+    Corrupt {
+        /// Which record.
+        what: String,
+        /// The decode error.
+        detail: String,
+    },
+}
+
+/// A queue as stored.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueueRecord {
+    /// The format version.
+    pub v: u32,
+    /// The queue's options.
+    pub options: QueueOptions,
+    /// When the queue was created.
+    pub created_ms: u64,
+}
+
+impl QueueRecord {
+    /// A queue record of the current format.
+    pub fn new(options: QueueOptions, created_ms: u64) -> Self {
+        QueueRecord {
+            v: FORMAT,
+            options,
+            created_ms,
+        }
+    }
+}
+
+/// A lease as stored. Its deadline is wall-clock time for display and for restarts;
+/// the engine keeps its own monotonic deadline in memory.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    /// The holding member ("" for anonymous claims).
+    pub member: String,
+    /// The lease epoch (the delivery number that granted it).
+    pub epoch: u64,
+    /// When the lease lapses unless renewed.
+    pub expires_ms: u64,
+    /// When this delivery was granted (bounds renewals under `max_runtime`).
+    pub granted_ms: u64,
+}
+
+/// A task as stored, without its payload.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// The format version.
+    pub v: u32,
+    /// The task's queue.
+    pub queue: String,
+    /// Its state.
+    pub state: TaskState,
+    /// Its priority.
+    pub priority: u8,
+    /// Its key.
+    pub key: Option<String>,
+    /// Labels a holder must carry.
+    pub requires: Vec<String>,
+    /// When a scheduled task becomes ready.
+    pub not_before_ms: Option<u64>,
+    /// Its idempotency key.
+    pub idempotency_key: Option<String>,
+    /// Leases granted so far; also the epoch of the latest lease.
+    pub deliveries: u64,
+    /// Failures since enqueue or the last redrive.
+    pub failures: u64,
+    /// The current lease, while leased.
+    pub lease: Option<LeaseRecord>,
+    /// A cancel was asked while leased.
+    pub cancel_requested: bool,
+    /// The last progress checkpoint.
+    pub progress: Option<RawJson>,
+    /// The ack's result.
+    pub result: Option<RawJson>,
+    /// The last error.
+    pub last_error: Option<String>,
+    /// Why it is dead.
+    pub dead_reason: Option<String>,
+    /// When it was enqueued.
+    pub created_ms: u64,
+    /// When it last changed.
+    pub updated_ms: u64,
+    /// When it finished (done or cancelled), for retention.
+    pub finished_ms: Option<u64>,
+    /// Its timeline.
+    pub history: Vec<TimelineEvent>,
+}
+
+/// The daemon's fjall database.
+pub struct Store {
+    db: Database,
+    ks: Arc<Keyspaces>,
+}
+
+struct Keyspaces {
+    queues: Keyspace,
+    tasks: Keyspace,
+    payloads: Keyspace,
+    idem: Keyspace,
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir`.
+    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        let db = Database::builder(dir)
+            // IMPORTANT: nothing is flushed behind our back; the engine persists once per
+            // round after committing every batch of that round (group commit).
+            .manual_journal_persist(true)
+            .open()?;
+        let opts = KeyspaceCreateOptions::default;
+        let ks = Keyspaces {
+            queues: db.keyspace("queues", opts)?,
+            tasks: db.keyspace("tasks", opts)?,
+            payloads: db.keyspace("payloads", opts)?,
+            idem: db.keyspace("idem", opts)?,
+        };
+        Ok(Store {
+            db,
+            ks: Arc::new(ks),
+        })
+    }
+
+    /// Makes every committed batch durable (`SyncData`) or hands it to the OS (`Buffer`).
+    pub fn persist(&self, mode: PersistMode) -> Result<(), StoreError> {
+        self.db.persist(mode)?;
+        Ok(())
+    }
+
+    /// Every stored queue.
+    pub fn load_queues(&self) -> Result<Vec<(String, QueueRecord)>, StoreError> {
+        let mut out = Vec::new();
+        for guard in self.ks.queues.iter() {
+            let (k, v) = guard.into_inner()?;
+            let name = String::from_utf8_lossy(&k).into_owned();
+            let rec = decode(&v, || format!("queue {name}"))?;
+            out.push((name, rec));
+        }
+        Ok(out)
+    }
+
+    /// Calls `f` for every stored task, in id order.
+    pub fn for_each_task(&self, mut f: impl FnMut(Ulid, TaskRecord)) -> Result<(), StoreError> {
+        for guard in self.ks.tasks.iter() {
+            let (k, v) = guard.into_inner()?;
+            let id = id_from_key(&k)?;
+            f(id, decode(&v, || format!("task {id}"))?);
+        }
+        Ok(())
+    }
+
+    /// Reads one task record.
+    pub fn task(&self, id: Ulid) -> Result<Option<TaskRecord>, StoreError> {
+        match self.ks.tasks.get(id.to_bytes())? {
+            Some(v) => Ok(Some(decode(&v, || format!("task {id}"))?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Reads one task's payload as raw JSON.
+    pub fn payload(&self, id: Ulid) -> Result<RawJson, StoreError> {
+        let bytes = self
+            .ks
+            .payloads
+            .get(id.to_bytes())?
+            .ok_or_else(|| StoreError::Corrupt {
+                what: format!("payload {id}"),
+                detail: "missing".into(),
+            })?;
+        let text = String::from_utf8(bytes.to_vec()).map_err(|e| StoreError::Corrupt {
+            what: format!("payload {id}"),
+            detail: e.to_string(),
+        })?;
+        serde_json::value::RawValue::from_string(text).map_err(|e| StoreError::Corrupt {
+            what: format!("payload {id}"),
+            detail: e.to_string(),
+        })
+    }
+
+    /// Looks up the task an idempotency key names in a queue.
+    pub fn idem(&self, queue: &str, key: &str) -> Result<Option<Ulid>, StoreError> {
+        match self.ks.idem.get(idem_key(queue, key))? {
+            Some(v) => Ok(Some(id_from_key(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Starts an atomic batch of changes.
+    pub fn batch(&self) -> Batch {
+        Batch {
+            ks: Arc::clone(&self.ks),
+            inner: self.db.batch(),
+        }
+    }
+}
+
+/// An atomic set of changes, committed without syncing (the engine syncs per round).
+pub struct Batch {
+    ks: Arc<Keyspaces>,
+    inner: fjall::OwnedWriteBatch,
+}
+
+impl Batch {
+    /// Writes a queue record.
+    pub fn put_queue(&mut self, name: &str, rec: &QueueRecord) {
+        self.inner
+            .insert(&self.ks.queues, name.as_bytes(), encode(rec));
+    }
+
+    /// Removes a queue record.
+    pub fn remove_queue(&mut self, name: &str) {
+        self.inner.remove(&self.ks.queues, name.as_bytes());
+    }
+
+    /// Writes a task record.
+    pub fn put_task(&mut self, id: Ulid, rec: &TaskRecord) {
+        self.inner
+            .insert(&self.ks.tasks, id.to_bytes(), encode(rec));
+    }
+
+    /// Writes a new task's payload and its idempotency key.
+    pub fn put_payload(&mut self, id: Ulid, queue: &str, payload: &str, idem: Option<&str>) {
+        self.inner
+            .insert(&self.ks.payloads, id.to_bytes(), payload.as_bytes());
+        if let Some(key) = idem {
+            self.inner
+                .insert(&self.ks.idem, idem_key(queue, key), id.to_bytes());
+        }
+    }
+
+    /// Removes a task with its payload and idempotency key.
+    pub fn remove_task(&mut self, id: Ulid, queue: &str, idem: Option<&str>) {
+        self.inner.remove(&self.ks.tasks, id.to_bytes());
+        self.inner.remove(&self.ks.payloads, id.to_bytes());
+        if let Some(key) = idem {
+            self.inner.remove(&self.ks.idem, idem_key(queue, key));
+        }
+    }
+
+    /// Whether the batch holds no change.
+    pub fn is_empty(&self) -> bool {
+        self.inner.is_empty()
+    }
+
+    /// Applies the batch atomically (to the journal buffer and the memtables).
+    pub fn commit(self) -> Result<(), StoreError> {
+        if !self.inner.is_empty() {
+            self.inner.durability(None).commit()?;
+        }
+        Ok(())
+    }
+}
+
+fn idem_key(queue: &str, key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(queue.len() + 1 + key.len());
+    k.extend_from_slice(queue.as_bytes());
+    k.push(0);
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+fn id_from_key(k: &[u8]) -> Result<Ulid, StoreError> {
+    let bytes: [u8; 16] = k.try_into().map_err(|_| StoreError::Corrupt {
+        what: "task id".into(),
+        detail: format!("{} bytes instead of 16", k.len()),
+    })?;
+    Ok(Ulid::from_bytes(bytes))
+}
+
+fn encode<T: Serialize>(rec: &T) -> Vec<u8> {
+    serde_json::to_vec(rec).expect("records hold only strings, numbers and raw JSON")
+}
+
+fn decode<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    what: impl FnOnce() -> String,
+) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+        what: what(),
+        detail: e.to_string(),
+    })
+}

@@ -1,0 +1,83 @@
+//! Stable error codes. Clients branch on the code; the message is for humans.
+
+use serde::{Deserialize, Serialize};
+
+/// The `code` of an error reply. Codes are stable: new ones may be added, none renamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// The request is malformed: bad JSON, a missing field, a wrong type, an invalid value.
+    BadRequest,
+    /// The `op` is not one this daemon knows.
+    UnknownOp,
+    /// The named queue or task does not exist.
+    NotFound,
+    /// The queue to create exists already.
+    AlreadyExists,
+    /// The claim's epoch is not the task's current lease: it lapsed, was revoked or settled.
+    LeaseLost,
+    /// The task is not in a state the request applies to (e.g. redrive of a task that is not dead).
+    InvalidState,
+    /// A size limit was exceeded (frame, payload, result, progress, batch).
+    TooLarge,
+    /// A count or rate limit was exceeded (queues, connections, requests in flight).
+    Limit,
+    /// The connection has not presented a valid token.
+    Unauthorized,
+    /// The token's role or queue patterns do not allow this request.
+    Forbidden,
+    /// The session was taken over by a newer session under the same member name.
+    Replaced,
+    /// The daemon is shutting down and takes no new work.
+    ShuttingDown,
+    /// The daemon failed; the request may or may not have taken effect only if the message says so.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The snake_case wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::UnknownOp => "unknown_op",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::AlreadyExists => "already_exists",
+            ErrorCode::LeaseLost => "lease_lost",
+            ErrorCode::InvalidState => "invalid_state",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::Limit => "limit",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::Replaced => "replaced",
+            ErrorCode::ShuttingDown => "shutting_down",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The `error` object of a failed reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ErrorBody {
+    /// The stable code.
+    pub code: ErrorCode,
+    /// A one-line explanation.
+    pub message: String,
+}
+
+impl ErrorBody {
+    /// Builds an error body.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ErrorBody {
+            code,
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! Frames: a 4-byte big-endian length, then that many bytes of one UTF-8 JSON object.
+//!
+//! Both directions of every stream carry only frames. The length is checked against
+//! [`crate::limits::MAX_FRAME_BYTES`] before a single byte of the body is buffered.
+
+use crate::limits::MAX_FRAME_BYTES;
+
+/// Length of the frame header.
+pub const HEADER_LEN: usize = 4;
+
+/// Why a frame could not be accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    /// The announced length is above the frame limit.
+    #[error("frame of {len} bytes exceeds the limit of {limit} bytes")]
+    TooLarge {
+        /// The length from the header.
+        len: usize,
+        /// The limit it broke.
+        limit: usize,
+    },
+    /// A zero-length frame carries no JSON object.
+    #[error("empty frame")]
+    Empty,
+}
+
+/// Reads the body length from a frame header and checks it against the limit.
+pub fn body_len(header: [u8; HEADER_LEN]) -> Result<usize, FrameError> {
+    let len = u32::from_be_bytes(header) as usize;
+    if len == 0 {
+        return Err(FrameError::Empty);
+    }
+    if len > MAX_FRAME_BYTES {
+        return Err(FrameError::TooLarge {
+            len,
+            limit: MAX_FRAME_BYTES,
+        });
+    }
+    Ok(len)
+}
+
+/// Appends one frame holding `body` to `out`.
+///
+/// The caller guarantees `body` fits the limit; [`encode_json`] checks it for serialized values.
+pub fn push_frame(out: &mut Vec<u8>, body: &[u8]) {
+    let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(body);
+}
+
+/// Serializes `value` as JSON and frames it.
+pub fn encode_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, FrameError> {
+    let mut out = vec![0u8; HEADER_LEN];
+    // Serializing our own types into a Vec cannot fail: they hold no maps with non-string keys.
+    serde_json::to_writer(&mut out, value).map_err(|_| FrameError::Empty)?;
+    let len = out.len() - HEADER_LEN;
+    if len > MAX_FRAME_BYTES {
+        return Err(FrameError::TooLarge {
+            len,
+            limit: MAX_FRAME_BYTES,
+        });
+    }
+    let header = u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes();
+    out[..HEADER_LEN].copy_from_slice(&header);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trip_and_limits() {
+        assert_eq!(body_len(5u32.to_be_bytes()), Ok(5));
+        assert_eq!(body_len(0u32.to_be_bytes()), Err(FrameError::Empty));
+        let over = (MAX_FRAME_BYTES as u32 + 1).to_be_bytes();
+        assert_eq!(
+            body_len(over),
+            Err(FrameError::TooLarge {
+                len: MAX_FRAME_BYTES + 1,
+                limit: MAX_FRAME_BYTES
+            })
+        );
+        let framed = encode_json(&serde_json::json!({"a": 1})).unwrap();
+        assert_eq!(&framed[..4], &7u32.to_be_bytes());
+        assert_eq!(&framed[4..], br#"{"a":1}"#);
+    }
+}

@@ -1,0 +1,70 @@
+//! Every limit of the protocol, by name. The daemon enforces each before doing the work.
+
+use std::time::Duration;
+
+/// Largest frame body in either direction. Big enough for a batch of small tasks or one
+/// maximal payload with its envelope, small enough that a peer cannot make us buffer much.
+pub const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
+
+/// Largest task payload (its JSON text).
+pub const MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
+
+/// Largest result stored with an ack.
+pub const MAX_RESULT_BYTES: usize = 1024 * 1024;
+
+/// Largest progress checkpoint stored with a renewal.
+pub const MAX_PROGRESS_BYTES: usize = 64 * 1024;
+
+/// Largest error text stored with a nack or a dead-letter; longer texts are refused.
+pub const MAX_ERROR_BYTES: usize = 8 * 1024;
+
+/// Most tasks in one enqueue.
+pub const MAX_BATCH: usize = 1000;
+
+/// Most tasks one claim may ask for.
+pub const MAX_CLAIM: u32 = 1000;
+
+/// Most queues one claim may name.
+pub const MAX_CLAIM_QUEUES: usize = 64;
+
+/// Longest long-poll wait of a claim or a task wait.
+pub const MAX_WAIT: Duration = Duration::from_secs(300);
+
+/// Longest lease a claim or renewal may ask for.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
+
+/// Shortest lease a claim, renewal or queue may ask for.
+pub const MIN_LEASE: Duration = Duration::from_millis(100);
+
+/// Longest delay of a nack or a delayed enqueue, and the furthest a task may be scheduled.
+pub const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Longest retention of finished tasks a queue may set.
+pub const MAX_RETENTION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Longest queue, member or idempotency-key name, and longest task key, in bytes.
+pub const MAX_NAME_BYTES: usize = 128;
+
+/// Most labels a member may carry or a task may require.
+pub const MAX_LABELS: usize = 32;
+
+/// Longest label, in bytes.
+pub const MAX_LABEL_BYTES: usize = 64;
+
+/// Most ids in one wait, redrive or discard request.
+pub const MAX_IDS: usize = 1000;
+
+/// Most tasks one page of `task_list` returns.
+pub const MAX_PAGE: u32 = 1000;
+
+/// Most events kept in a task's timeline; older ones are dropped, first excepted.
+pub const MAX_HISTORY: usize = 32;
+
+/// Most queues the daemon holds.
+pub const MAX_QUEUES: usize = 10_000;
+
+/// Highest priority.
+pub const MAX_PRIORITY: u8 = 9;
+
+/// Highest key concurrency a queue may set.
+pub const MAX_KEY_CONCURRENCY: u32 = 1000;

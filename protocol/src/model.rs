@@ -1,0 +1,399 @@
+//! The data clients see: queue options and counts, task states, tasks and deliveries.
+//!
+//! Times are milliseconds since the Unix epoch (`*_ms` fields holding instants) and
+//! durations are milliseconds (`*_ms` fields holding spans). Payloads, results and
+//! progress are raw JSON, passed through untouched.
+
+use serde::{Deserialize, Serialize};
+
+use crate::RawJson;
+
+/// The state of a task. See DESIGN §2 for the transitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Waiting for its `not_before` time or its retry backoff.
+    Scheduled,
+    /// Waiting to be handed out.
+    Ready,
+    /// Held by a member under a lease.
+    Leased,
+    /// Acknowledged by its holder.
+    Done,
+    /// Out of attempts or dead-lettered; waits for redrive or discard.
+    Dead,
+    /// Cancelled before it finished.
+    Cancelled,
+}
+
+impl TaskState {
+    /// Every state, in the order they are shown.
+    pub const ALL: [TaskState; 6] = [
+        TaskState::Scheduled,
+        TaskState::Ready,
+        TaskState::Leased,
+        TaskState::Done,
+        TaskState::Dead,
+        TaskState::Cancelled,
+    ];
+
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Scheduled => "scheduled",
+            TaskState::Ready => "ready",
+            TaskState::Leased => "leased",
+            TaskState::Done => "done",
+            TaskState::Dead => "dead",
+            TaskState::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses a snake_case name.
+    pub fn parse(s: &str) -> Option<TaskState> {
+        TaskState::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// Whether the task has reached an end (done, dead or cancelled).
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            TaskState::Done | TaskState::Dead | TaskState::Cancelled
+        )
+    }
+}
+
+impl std::fmt::Display for TaskState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Exponential retry backoff: `base * factor^(failures-1)`, capped, with ± jitter.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Backoff {
+    /// Delay after the first failure.
+    pub base_ms: u64,
+    /// Growth per further failure (at least 1.0).
+    pub factor: f64,
+    /// Longest delay.
+    pub cap_ms: u64,
+    /// Random spread as a fraction of the delay (0.0 to 1.0): 0.2 means ±20 %.
+    pub jitter: f64,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            base_ms: 1000,
+            factor: 2.0,
+            cap_ms: 300_000,
+            jitter: 0.2,
+        }
+    }
+}
+
+/// A queue's options.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueOptions {
+    /// Lease granted by a claim that does not ask for its own.
+    pub lease_ms: u64,
+    /// Failures after which a task goes to dead; 0 means unlimited.
+    pub max_attempts: u32,
+    /// Delay of a nack that names none.
+    pub retry_backoff: Backoff,
+    /// Most tasks of one key leased at once.
+    pub key_concurrency: u32,
+    /// How long done and cancelled tasks are kept.
+    pub retention_ms: u64,
+    /// Longest a single delivery may be renewed for, from its grant; none if absent.
+    pub max_runtime_ms: Option<u64>,
+    /// A paused queue accepts enqueues but hands nothing out.
+    pub paused: bool,
+}
+
+impl Default for QueueOptions {
+    fn default() -> Self {
+        QueueOptions {
+            lease_ms: 30_000,
+            max_attempts: 5,
+            retry_backoff: Backoff::default(),
+            key_concurrency: 1,
+            retention_ms: 24 * 3600 * 1000,
+            max_runtime_ms: None,
+            paused: false,
+        }
+    }
+}
+
+/// A partial set of queue options, for create and update: absent fields keep their value.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueuePatch {
+    /// See [`QueueOptions::lease_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
+    /// See [`QueueOptions::max_attempts`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    /// See [`QueueOptions::retry_backoff`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_backoff: Option<Backoff>,
+    /// See [`QueueOptions::key_concurrency`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_concurrency: Option<u32>,
+    /// See [`QueueOptions::retention_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_ms: Option<u64>,
+    /// See [`QueueOptions::max_runtime_ms`]; 0 removes the bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_runtime_ms: Option<u64>,
+    /// See [`QueueOptions::paused`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+}
+
+/// Number of tasks of a queue in each state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateCounts {
+    /// Tasks in `scheduled`.
+    pub scheduled: u64,
+    /// Tasks in `ready`.
+    pub ready: u64,
+    /// Tasks in `leased`.
+    pub leased: u64,
+    /// Tasks in `done`.
+    pub done: u64,
+    /// Tasks in `dead`.
+    pub dead: u64,
+    /// Tasks in `cancelled`.
+    pub cancelled: u64,
+}
+
+impl StateCounts {
+    /// The count of one state.
+    pub fn get(&self, state: TaskState) -> u64 {
+        match state {
+            TaskState::Scheduled => self.scheduled,
+            TaskState::Ready => self.ready,
+            TaskState::Leased => self.leased,
+            TaskState::Done => self.done,
+            TaskState::Dead => self.dead,
+            TaskState::Cancelled => self.cancelled,
+        }
+    }
+
+    /// The count of one state, for updating.
+    pub fn get_mut(&mut self, state: TaskState) -> &mut u64 {
+        match state {
+            TaskState::Scheduled => &mut self.scheduled,
+            TaskState::Ready => &mut self.ready,
+            TaskState::Leased => &mut self.leased,
+            TaskState::Done => &mut self.done,
+            TaskState::Dead => &mut self.dead,
+            TaskState::Cancelled => &mut self.cancelled,
+        }
+    }
+}
+
+/// A queue as `queue_list` and `queue_describe` show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueInfo {
+    /// The queue's name.
+    pub name: String,
+    /// Its options.
+    pub options: QueueOptions,
+    /// Tasks per state, flattened under each state's name.
+    #[serde(flatten)]
+    pub counts: StateCounts,
+    /// When the oldest ready task became ready, if any is.
+    pub oldest_ready_ms: Option<u64>,
+    /// When the queue was created.
+    pub created_ms: u64,
+}
+
+/// One task of an enqueue request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewTask {
+    /// Any JSON value, up to [`crate::limits::MAX_PAYLOAD_BYTES`].
+    pub payload: RawJson,
+    /// 0..=9, higher first; 0 if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
+    /// Tasks sharing a key are handed out in order, at most `key_concurrency` at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Labels a member must carry to be handed this task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requires: Vec<String>,
+    /// Not handed out before this many milliseconds from now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+    /// Not handed out before this instant; the later of this and `delay_ms` wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before_ms: Option<u64>,
+    /// A repeated enqueue with the same key returns the first task instead of a new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+}
+
+impl NewTask {
+    /// A task with this payload and no options.
+    pub fn new(payload: RawJson) -> NewTask {
+        NewTask {
+            payload,
+            priority: None,
+            key: None,
+            requires: Vec::new(),
+            delay_ms: None,
+            not_before_ms: None,
+            idempotency_key: None,
+        }
+    }
+}
+
+/// The outcome of one enqueued task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnqueuedTask {
+    /// The task's id (the existing task's, for a duplicate).
+    pub id: String,
+    /// True if the idempotency key named an existing task and nothing was created.
+    pub duplicate: bool,
+    /// The task's state now.
+    pub state: TaskState,
+}
+
+/// A task handed to a member under a lease.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Delivery {
+    /// The task's id.
+    pub id: String,
+    /// The lease epoch; settle calls must name it.
+    pub epoch: u64,
+    /// The task's queue.
+    pub queue: String,
+    /// The task's payload.
+    pub payload: RawJson,
+    /// The delivery number, 1 on the first.
+    pub attempt: u64,
+    /// Failures so far (nacks and lapses since the last redrive).
+    pub failures: u64,
+    /// The task's priority.
+    pub priority: u8,
+    /// The task's key, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// When the lease lapses unless renewed.
+    pub lease_expires_ms: u64,
+    /// The last progress checkpoint stored by a holder, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<RawJson>,
+    /// True if this is a re-delivery of a task the member held before it restarted.
+    pub reclaimed: bool,
+}
+
+/// The lease of a leased task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseInfo {
+    /// The member holding it ("" for an anonymous claim).
+    pub member: String,
+    /// The lease epoch.
+    pub epoch: u64,
+    /// When it lapses unless renewed.
+    pub expires_ms: u64,
+}
+
+/// One event in a task's timeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimelineEvent {
+    /// When it happened.
+    pub at_ms: u64,
+    /// What happened: enqueued, leased, renewed, acked, nacked, lapsed, released,
+    /// dead_lettered, redriven, cancel_requested, cancelled, restored.
+    pub event: String,
+    /// The member involved, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+    /// The lease epoch involved, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
+    /// The error given, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A whole task, as `task_get` and `wait` return it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskInfo {
+    /// The task's id.
+    pub id: String,
+    /// Its queue.
+    pub queue: String,
+    /// Its state.
+    pub state: TaskState,
+    /// Its payload.
+    pub payload: RawJson,
+    /// Its priority.
+    pub priority: u8,
+    /// Its key, if any.
+    pub key: Option<String>,
+    /// Labels a holder must carry.
+    pub requires: Vec<String>,
+    /// When a scheduled task becomes ready.
+    pub not_before_ms: Option<u64>,
+    /// Its idempotency key, if any.
+    pub idempotency_key: Option<String>,
+    /// Leases granted so far.
+    pub deliveries: u64,
+    /// Failures since enqueue or the last redrive.
+    pub failures: u64,
+    /// The current lease, while leased.
+    pub lease: Option<LeaseInfo>,
+    /// A cancel was asked while it was leased.
+    pub cancel_requested: bool,
+    /// The last progress checkpoint.
+    pub progress: Option<RawJson>,
+    /// The result given with the ack.
+    pub result: Option<RawJson>,
+    /// The last error given with a nack or dead-letter, or the reason of a lapse.
+    pub last_error: Option<String>,
+    /// Why it is dead: `max_attempts` or `dead_lettered`.
+    pub dead_reason: Option<String>,
+    /// When it was enqueued.
+    pub created_ms: u64,
+    /// When it last changed state.
+    pub updated_ms: u64,
+    /// Its timeline, oldest first, at most [`crate::limits::MAX_HISTORY`] events.
+    pub history: Vec<TimelineEvent>,
+}
+
+/// A task in a listing: everything but payload, result, progress and history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskSummary {
+    /// The task's id.
+    pub id: String,
+    /// Its state.
+    pub state: TaskState,
+    /// Its priority.
+    pub priority: u8,
+    /// Its key, if any.
+    pub key: Option<String>,
+    /// Leases granted so far.
+    pub deliveries: u64,
+    /// Failures since enqueue or the last redrive.
+    pub failures: u64,
+    /// When a scheduled task becomes ready.
+    pub not_before_ms: Option<u64>,
+    /// The current lease, while leased.
+    pub lease: Option<LeaseInfo>,
+    /// The last error.
+    pub last_error: Option<String>,
+    /// Why it is dead.
+    pub dead_reason: Option<String>,
+    /// When it was enqueued.
+    pub created_ms: u64,
+    /// When it last changed state.
+    pub updated_ms: u64,
+}

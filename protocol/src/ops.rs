@@ -1,0 +1,530 @@
+//! Requests and their replies, one struct per op.
+//!
+//! A request frame is `{"id": N, "op": "NAME", ...fields}`; its reply is
+//! `{"id": N, "ok": true, ...reply fields}` or `{"id": N, "ok": false, "error": {code, message}}`.
+//! Unknown fields are ignored, so clients may send fields newer daemons understand.
+//! [`decode_request`] turns a frame body into a typed [`Request`].
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::RawJson;
+use crate::error::{ErrorBody, ErrorCode};
+use crate::model::{
+    Delivery, EnqueuedTask, NewTask, QueueInfo, QueuePatch, TaskInfo, TaskState, TaskSummary,
+};
+
+/// A request type: its op name and the type of its successful reply.
+pub trait Op: Serialize {
+    /// The `op` string on the wire.
+    const NAME: &'static str;
+    /// The fields of a successful reply.
+    type Reply: DeserializeOwned + Serialize;
+}
+
+/// Reply of requests that return nothing but success.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Empty {}
+
+/// Opens a connection: names the protocol version and presents a token.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Hello {
+    /// The client's protocol version ([`crate::PROTOCOL_VERSION`]).
+    pub version: u32,
+    /// The client's token, if the daemon requires one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// A free-form client name for logs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+}
+
+/// Reply to [`Hello`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HelloReply {
+    /// The daemon's protocol version.
+    pub version: u32,
+    /// The daemon's name and version.
+    pub server: String,
+}
+
+/// Creates a queue.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueueCreate {
+    /// The queue's name.
+    pub queue: String,
+    /// Options to set; absent ones take their defaults.
+    #[serde(default)]
+    pub options: QueuePatch,
+}
+
+/// Reply carrying one queue.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueueReply {
+    /// The queue.
+    pub queue: QueueInfo,
+}
+
+/// Lists every queue.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct QueueList {}
+
+/// Reply to [`QueueList`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueueListReply {
+    /// Every queue, by name.
+    pub queues: Vec<QueueInfo>,
+}
+
+/// Names one queue (describe, pause, resume, purge, delete).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueueName {
+    /// The queue's name.
+    pub queue: String,
+}
+
+/// Changes a queue's options.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueueUpdate {
+    /// The queue's name.
+    pub queue: String,
+    /// Options to change.
+    pub options: QueuePatch,
+}
+
+/// Shows one queue.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueueDescribe(pub QueueName);
+/// Pauses a queue: it keeps accepting enqueues but hands nothing out.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueuePause(pub QueueName);
+/// Resumes a paused queue.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueueResume(pub QueueName);
+/// Removes every ready and scheduled task of a queue.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueuePurge(pub QueueName);
+/// Deletes a queue and every task in it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueueDelete(pub QueueName);
+
+/// Reply carrying a count of affected tasks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CountReply {
+    /// How many tasks the request affected (or, for a dry run, would affect).
+    pub count: u64,
+    /// Their ids, when the request named tasks or asked for a dry run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ids: Vec<String>,
+}
+
+/// Enqueues one task or a batch.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Enqueue {
+    /// The queue.
+    pub queue: String,
+    /// The tasks, 1 to [`crate::limits::MAX_BATCH`].
+    pub tasks: Vec<NewTask>,
+}
+
+/// Reply to [`Enqueue`]: one entry per task, in request order.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EnqueueReply {
+    /// The outcome of each task.
+    pub tasks: Vec<EnqueuedTask>,
+}
+
+/// Leases up to `max` ready tasks from the named queues, waiting up to `wait_ms` for one.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Claim {
+    /// Queues to serve, round robin.
+    pub queues: Vec<String>,
+    /// Most tasks to lease (1 to [`crate::limits::MAX_CLAIM`]); 1 if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<u32>,
+    /// How long to wait for a first task; 0 or absent returns at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+    /// Lease to grant; the queue's if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
+    /// The member the leases belong to; anonymous if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+    /// Labels of the claimer, matched against tasks' `requires`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
+}
+
+/// Reply to [`Claim`]: the leased tasks, possibly none.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClaimReply {
+    /// The deliveries.
+    pub tasks: Vec<Delivery>,
+}
+
+/// Settles a leased task as done.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Ack {
+    /// The task's id.
+    pub task: String,
+    /// The lease epoch.
+    pub epoch: u64,
+    /// A result to store with the task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<RawJson>,
+}
+
+/// Hands a leased task back as failed, to be retried after a delay.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Nack {
+    /// The task's id.
+    pub task: String,
+    /// The lease epoch.
+    pub epoch: u64,
+    /// Delay before the retry; the queue's backoff if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+    /// What went wrong.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Extends a lease and stores a progress checkpoint.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Renew {
+    /// The task's id.
+    pub task: String,
+    /// The lease epoch.
+    pub epoch: u64,
+    /// New lease from now; the queue's lease if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extend_ms: Option<u64>,
+    /// A checkpoint to store (up to [`crate::limits::MAX_PROGRESS_BYTES`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<RawJson>,
+}
+
+/// Reply to [`Renew`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RenewReply {
+    /// The new deadline.
+    pub lease_expires_ms: u64,
+    /// An operator or producer asked to cancel the task: stop and settle it.
+    pub cancel_requested: bool,
+}
+
+/// Hands a leased task back without counting a failure (a graceful drain).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Release {
+    /// The task's id.
+    pub task: String,
+    /// The lease epoch.
+    pub epoch: u64,
+}
+
+/// Sends a leased task to dead at once.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeadLetter {
+    /// The task's id.
+    pub task: String,
+    /// The lease epoch.
+    pub epoch: u64,
+    /// Why.
+    pub error: String,
+}
+
+/// Reply to settle requests: the task's state afterwards.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SettleReply {
+    /// The task's new state.
+    pub state: TaskState,
+    /// When a scheduled task becomes ready again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before_ms: Option<u64>,
+}
+
+/// Reads one whole task.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskGet {
+    /// The task's id.
+    pub task: String,
+}
+
+/// Reply carrying one task.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskReply {
+    /// The task.
+    pub task: TaskInfo,
+}
+
+/// Lists a queue's tasks in one state, oldest first, a page at a time.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskList {
+    /// The queue.
+    pub queue: String,
+    /// The state to list.
+    pub state: TaskState,
+    /// Start after this id (the `next` of the previous page).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// Page size, 1 to [`crate::limits::MAX_PAGE`]; 100 if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// Reply to [`TaskList`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskListReply {
+    /// The page.
+    pub tasks: Vec<TaskSummary>,
+    /// The cursor of the next page, absent on the last.
+    pub next: Option<String>,
+}
+
+/// Waits until tasks finish (done, dead or cancelled).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Wait {
+    /// The tasks, 1 to [`crate::limits::MAX_IDS`].
+    pub tasks: Vec<String>,
+    /// Longest wait; 0 or absent checks once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// Reply to [`Wait`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WaitReply {
+    /// The finished tasks.
+    pub finished: Vec<TaskInfo>,
+    /// The ids still unfinished when the wait ended.
+    pub pending: Vec<String>,
+    /// The ids of tasks removed while waiting (purged, discarded or deleted with their queue).
+    pub removed: Vec<String>,
+}
+
+/// Cancels a task: at once if ready or scheduled, at its settle if leased.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Cancel {
+    /// The task's id.
+    pub task: String,
+}
+
+/// Reply to [`Cancel`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CancelReply {
+    /// The state after the request: `cancelled`, or `leased` with a pending cancel.
+    pub state: TaskState,
+    /// True if the task is leased and its holder was asked to stop.
+    pub cancel_requested: bool,
+}
+
+/// Names dead tasks of a queue: by ids, or all of them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeadSelection {
+    /// The queue.
+    pub queue: String,
+    /// The tasks; ignored when `all` is true.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ids: Vec<String>,
+    /// Every dead task of the queue.
+    #[serde(default)]
+    pub all: bool,
+    /// Only count (and list) what would be affected.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// Makes dead tasks ready again, with failures reset to 0.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Redrive(pub DeadSelection);
+/// Removes dead tasks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Discard(pub DeadSelection);
+
+macro_rules! ops {
+    ($($variant:ident($ty:ty) = $name:literal -> $reply:ty;)*) => {
+        /// Every request, decoded.
+        #[derive(Debug, Clone)]
+        pub enum Request {
+            $(
+                #[doc = concat!("The `", $name, "` op.")]
+                $variant($ty),
+            )*
+        }
+
+        $(
+            impl Op for $ty {
+                const NAME: &'static str = $name;
+                type Reply = $reply;
+            }
+        )*
+
+        impl Request {
+            /// The op name.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(Request::$variant(_) => $name,)*
+                }
+            }
+        }
+
+        /// Every op name this protocol version knows.
+        pub const OP_NAMES: &[&str] = &[$($name),*];
+
+        fn decode_body(op: &str, body: &[u8]) -> Result<Request, ErrorBody> {
+            match op {
+                $($name => parse::<$ty>(body).map(Request::$variant),)*
+                other => Err(ErrorBody::new(
+                    ErrorCode::UnknownOp,
+                    format!("unknown op {other:?}"),
+                )),
+            }
+        }
+    };
+}
+
+ops! {
+    Hello(Hello) = "hello" -> HelloReply;
+    QueueCreate(QueueCreate) = "queue_create" -> QueueReply;
+    QueueList(QueueList) = "queue_list" -> QueueListReply;
+    QueueDescribe(QueueDescribe) = "queue_describe" -> QueueReply;
+    QueueUpdate(QueueUpdate) = "queue_update" -> QueueReply;
+    QueuePause(QueuePause) = "queue_pause" -> QueueReply;
+    QueueResume(QueueResume) = "queue_resume" -> QueueReply;
+    QueuePurge(QueuePurge) = "queue_purge" -> CountReply;
+    QueueDelete(QueueDelete) = "queue_delete" -> CountReply;
+    Enqueue(Enqueue) = "enqueue" -> EnqueueReply;
+    Claim(Claim) = "claim" -> ClaimReply;
+    Ack(Ack) = "ack" -> SettleReply;
+    Nack(Nack) = "nack" -> SettleReply;
+    Renew(Renew) = "renew" -> RenewReply;
+    Release(Release) = "release" -> SettleReply;
+    DeadLetter(DeadLetter) = "dead_letter" -> SettleReply;
+    TaskGet(TaskGet) = "task_get" -> TaskReply;
+    TaskList(TaskList) = "task_list" -> TaskListReply;
+    Wait(Wait) = "wait" -> WaitReply;
+    Cancel(Cancel) = "cancel" -> CancelReply;
+    Redrive(Redrive) = "redrive" -> CountReply;
+    Discard(Discard) = "discard" -> CountReply;
+}
+
+fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ErrorBody> {
+    serde_json::from_slice(body)
+        .map_err(|e| ErrorBody::new(ErrorCode::BadRequest, format!("invalid request: {e}")))
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    id: Option<u64>,
+    #[serde(borrow)]
+    op: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// A request frame that could not be decoded, with its id when the id itself was readable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    /// The request's id, if it could be read.
+    pub id: Option<u64>,
+    /// What is wrong.
+    pub error: ErrorBody,
+}
+
+/// Decodes one request frame body into its id and typed request.
+pub fn decode_request(body: &[u8]) -> Result<(u64, Request), DecodeError> {
+    let envelope: Envelope<'_> = serde_json::from_slice(body).map_err(|e| DecodeError {
+        id: None,
+        error: ErrorBody::new(
+            ErrorCode::BadRequest,
+            format!("frame is not a JSON object with a numeric id and a string op: {e}"),
+        ),
+    })?;
+    let fail = |error| DecodeError {
+        id: envelope.id,
+        error,
+    };
+    let id = envelope.id.ok_or_else(|| {
+        fail(ErrorBody::new(
+            ErrorCode::BadRequest,
+            "request has no numeric \"id\"",
+        ))
+    })?;
+    let op = envelope.op.as_deref().ok_or_else(|| {
+        fail(ErrorBody::new(
+            ErrorCode::BadRequest,
+            "request has no \"op\"",
+        ))
+    })?;
+    decode_body(op, body).map(|req| (id, req)).map_err(fail)
+}
+
+/// A request as a client writes it: its id and op next to the request's own fields.
+#[derive(Serialize)]
+pub struct RequestFrame<'a, T: Op> {
+    /// The request id, echoed in the reply.
+    pub id: u64,
+    /// The op name.
+    pub op: &'static str,
+    /// The request's fields.
+    #[serde(flatten)]
+    pub body: &'a T,
+}
+
+impl<'a, T: Op> RequestFrame<'a, T> {
+    /// Wraps a request for the wire.
+    pub fn new(id: u64, body: &'a T) -> Self {
+        RequestFrame {
+            id,
+            op: T::NAME,
+            body,
+        }
+    }
+}
+
+/// A successful reply as the daemon writes it.
+#[derive(Serialize)]
+pub struct OkFrame<'a, T: Serialize> {
+    /// The request id.
+    pub id: u64,
+    /// Always true.
+    pub ok: bool,
+    /// The reply's fields.
+    #[serde(flatten)]
+    pub body: &'a T,
+}
+
+/// A failed reply as the daemon writes it. `id` is null when the request's id was unreadable.
+#[derive(Serialize)]
+pub struct ErrFrame<'a> {
+    /// The request id.
+    pub id: Option<u64>,
+    /// Always false.
+    pub ok: bool,
+    /// What went wrong.
+    pub error: &'a ErrorBody,
+}
+
+/// The envelope of any frame the daemon sends, as a client first reads it.
+#[derive(Debug, Deserialize)]
+pub struct ServerEnvelope {
+    /// The id of the request a reply answers; absent on pushes.
+    pub id: Option<u64>,
+    /// Whether the request succeeded.
+    pub ok: Option<bool>,
+    /// The error of a failed reply.
+    pub error: Option<ErrorBody>,
+}
+
+impl std::fmt::Debug for RequestFrame<'_, Enqueue> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "enqueue #{} ({} tasks)", self.id, self.body.tasks.len())
+    }
+}
+
+/// Raw JSON from a string the caller knows to be JSON (e.g. `"null"`).
+pub fn raw(json: &str) -> Result<RawJson, serde_json::Error> {
+    serde_json::value::RawValue::from_string(json.to_owned())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,120 @@
+use super::*;
+use crate::frame::encode_json;
+
+fn code(body: &str) -> (Option<u64>, ErrorCode) {
+    let e = decode_request(body.as_bytes()).unwrap_err();
+    (e.id, e.error.code)
+}
+
+#[test]
+fn decodes_every_documented_example() {
+    let cases = [
+        (r#"{"id":1,"op":"hello","version":1}"#, "hello"),
+        (
+            r#"{"id":2,"op":"queue_create","queue":"jobs","options":{"lease_ms":60000}}"#,
+            "queue_create",
+        ),
+        (r#"{"id":3,"op":"queue_list"}"#, "queue_list"),
+        (
+            r#"{"id":4,"op":"queue_describe","queue":"jobs"}"#,
+            "queue_describe",
+        ),
+        (
+            r#"{"id":5,"op":"enqueue","queue":"jobs","tasks":[{"payload":{"order":42}}]}"#,
+            "enqueue",
+        ),
+        (
+            r#"{"id":6,"op":"claim","queues":["jobs"],"max":1,"wait_ms":5000}"#,
+            "claim",
+        ),
+        (
+            r#"{"id":7,"op":"redrive","queue":"jobs","all":true}"#,
+            "redrive",
+        ),
+    ];
+    for (body, op) in cases {
+        let (_, req) = decode_request(body.as_bytes()).unwrap_or_else(|e| panic!("{body}: {e:?}"));
+        assert_eq!(req.name(), op);
+    }
+}
+
+#[test]
+fn enqueue_keeps_payload_bytes_verbatim() {
+    let body = r#"{"id":9,"op":"enqueue","queue":"q","tasks":[{"payload":{"b": [1, 2],"a":"x"}}]}"#;
+    let (id, req) = decode_request(body.as_bytes()).unwrap();
+    assert_eq!(id, 9);
+    let Request::Enqueue(e) = req else {
+        panic!("not an enqueue: {req:?}")
+    };
+    assert_eq!(e.tasks[0].payload.get(), r#"{"b": [1, 2],"a":"x"}"#);
+}
+
+#[test]
+fn bad_frames_get_their_codes() {
+    assert_eq!(code("not json"), (None, ErrorCode::BadRequest));
+    assert_eq!(
+        code(r#"{"op":"queue_list"}"#),
+        (None, ErrorCode::BadRequest)
+    );
+    assert_eq!(code(r#"{"id":3}"#), (Some(3), ErrorCode::BadRequest));
+    assert_eq!(
+        code(r#"{"id":4,"op":"fly"}"#),
+        (Some(4), ErrorCode::UnknownOp)
+    );
+    assert_eq!(
+        code(r#"{"id":5,"op":"nack","task":"x","epoch":-1}"#),
+        (Some(5), ErrorCode::BadRequest)
+    );
+    assert_eq!(
+        code(r#"{"id":6,"op":"enqueue","queue":"q","tasks":[{"payload":1,"priority":300}]}"#),
+        (Some(6), ErrorCode::BadRequest)
+    );
+    assert_eq!(
+        code(r#"{"id":7,"op":"claim","queues":"jobs"}"#),
+        (Some(7), ErrorCode::BadRequest)
+    );
+    assert_eq!(
+        code(r#"{"id":-1,"op":"queue_list"}"#),
+        (None, ErrorCode::BadRequest)
+    );
+}
+
+#[test]
+fn request_frames_carry_id_op_and_fields() {
+    let req = QueueDescribe(QueueName {
+        queue: "jobs".into(),
+    });
+    let framed = encode_json(&RequestFrame::new(12, &req)).unwrap();
+    assert_eq!(
+        &framed[4..],
+        br#"{"id":12,"op":"queue_describe","queue":"jobs"}"#
+    );
+    let (id, back) = decode_request(&framed[4..]).unwrap();
+    assert_eq!(id, 12);
+    assert_eq!(back.name(), "queue_describe");
+}
+
+#[test]
+fn replies_flatten_their_fields() {
+    let ok = encode_json(&OkFrame {
+        id: 3,
+        ok: true,
+        body: &CountReply {
+            count: 2,
+            ids: vec![],
+        },
+    })
+    .unwrap();
+    assert_eq!(&ok[4..], br#"{"id":3,"ok":true,"count":2}"#);
+    let err = ErrorBody::new(ErrorCode::LeaseLost, "stale epoch");
+    let e = encode_json(&ErrFrame {
+        id: Some(4),
+        ok: false,
+        error: &err,
+    })
+    .unwrap();
+    assert_eq!(
+        &e[4..],
+        br#"{"id":4,"ok":false,"error":{"code":"lease_lost","message":"stale epoch"}}"#
+    );
+}
