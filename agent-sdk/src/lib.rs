@@ -1,1 +1,45 @@
-//! placeholder
+//! The Rust client for muster.
+//!
+//! [`Client`] speaks every op of the protocol over one QUIC connection. It is cheap to
+//! clone and safe to share across tasks: clones share the connection, and concurrent
+//! calls are pipelined over one stream, their replies matched by request id.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), muster_sdk::Error> {
+//! use muster_sdk::{Client, ConnectOptions, NewTask};
+//! let client = Client::connect(ConnectOptions::default()).await?;
+//! let task = client.enqueue("jobs", NewTask::new(muster_sdk::json(&serde_json::json!({"n": 1}))?)).await?;
+//! println!("enqueued {}", task.id);
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//! - [`client`]: `Client` and its per-op methods.
+//! - [`connect`]: addresses, trust (CA file, pinned fingerprint, the daemon's own
+//!   certificate) and the QUIC connection.
+//! - [`error`]: the `Error` type.
+
+pub mod client;
+pub mod connect;
+pub mod error;
+
+pub use client::Client;
+pub use connect::{ConnectOptions, Trust};
+pub use error::Error;
+pub use muster_protocol as protocol;
+pub use muster_protocol::model::{
+    Backoff, Delivery, EnqueuedTask, NewTask, QueueInfo, QueueOptions, QueuePatch, TaskInfo,
+    TaskState, TaskSummary,
+};
+pub use muster_protocol::{ErrorCode, RawJson};
+
+/// Serializes a value into raw JSON for a payload, result or progress.
+pub fn json<T: serde::Serialize + ?Sized>(value: &T) -> Result<RawJson, Error> {
+    serde_json::value::to_raw_value(value).map_err(|e| Error::InvalidInput(e.to_string()))
+}
+
+/// Parses JSON text into raw JSON, checking that it is JSON.
+pub fn raw_json(text: &str) -> Result<RawJson, Error> {
+    serde_json::value::RawValue::from_string(text.to_owned())
+        .map_err(|e| Error::InvalidInput(format!("not valid JSON: {e}")))
+}

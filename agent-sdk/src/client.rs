@@ -1,0 +1,390 @@
+//! `Client`: one QUIC connection, one stream, many requests in flight.
+//!
+//! A writer task gathers encoded request frames from every caller into as few stream
+//! writes as it can; a reader task matches each reply frame to its caller by id. When
+//! the connection ends, every call in flight fails with [`Error::Closed`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+
+use muster_protocol::frame::{self, HEADER_LEN};
+use muster_protocol::model::{
+    Delivery, EnqueuedTask, NewTask, QueueInfo, QueuePatch, TaskInfo, TaskState,
+};
+use muster_protocol::ops::{
+    self, Ack, Cancel, CancelReply, Claim, CountReply, DeadLetter, DeadSelection, Enqueue, Hello,
+    Nack, Op, QueueCreate, QueueName, QueueUpdate, Release, Renew, RenewReply, RequestFrame,
+    ServerEnvelope, SettleReply, TaskGet, TaskList, TaskListReply, Wait, WaitReply,
+};
+use muster_protocol::{PROTOCOL_VERSION, RawJson};
+
+use crate::Error;
+use crate::connect::{self, ConnectOptions};
+
+/// Encoded requests queued for the writer before callers wait.
+const WRITE_QUEUE: usize = 1024;
+
+/// Bytes of requests gathered into one stream write.
+const WRITE_CHUNK: usize = 256 * 1024;
+
+/// Calls waiting for replies, and whether the reply stream has ended.
+#[derive(Default)]
+struct Pending {
+    calls: Mutex<HashMap<u64, oneshot::Sender<Result<Vec<u8>, Error>>>>,
+    /// Set (before the map is drained) once no more replies can arrive.
+    ended: AtomicBool,
+}
+
+/// A connection to `musterd`. Clones share it.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: quinn::Connection,
+    frames: mpsc::Sender<Vec<u8>>,
+    pending: Arc<Pending>,
+    next_id: AtomicU64,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.conn.close(0u32.into(), b"client closed");
+    }
+}
+
+impl Client {
+    /// Connects, opens the request stream and says hello.
+    pub async fn connect(options: ConnectOptions) -> Result<Client, Error> {
+        let conn = connect::open(&options).await?;
+        let (send, recv) = conn
+            .open_bi()
+            .await
+            .map_err(|e| Error::Connect(format!("opening a stream: {e}")))?;
+        let pending: Arc<Pending> = Arc::default();
+        let (frames, queued) = mpsc::channel(WRITE_QUEUE);
+        tokio::spawn(write_frames(send, queued));
+        tokio::spawn(read_replies(recv, Arc::clone(&pending), conn.clone()));
+        let client = Client {
+            inner: Arc::new(Inner {
+                conn,
+                frames,
+                pending,
+                next_id: AtomicU64::new(1),
+            }),
+        };
+        client
+            .call(&Hello {
+                version: PROTOCOL_VERSION,
+                token: options.token.clone(),
+                client: Some(concat!("muster-sdk ", env!("CARGO_PKG_VERSION")).into()),
+            })
+            .await?;
+        Ok(client)
+    }
+
+    /// Sends any request and waits for its reply.
+    pub async fn call<T: Op>(&self, req: &T) -> Result<T::Reply, Error> {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let framed = frame::encode_json(&RequestFrame::new(id, req))
+            .map_err(|e| Error::InvalidInput(e.to_string()))?;
+        let (tx, rx) = oneshot::channel();
+        lock(&self.inner.pending.calls).insert(id, tx);
+        // IMPORTANT: check `ended` after inserting; the reader sets it before draining.
+        if self.inner.pending.ended.load(Ordering::SeqCst)
+            || self.inner.frames.send(framed).await.is_err()
+        {
+            lock(&self.inner.pending.calls).remove(&id);
+            return Err(self.closed());
+        }
+        let body = rx.await.map_err(|_| self.closed())??;
+        let envelope: ServerEnvelope = serde_json::from_slice(&body)
+            .map_err(|e| Error::Protocol(format!("unreadable reply: {e}")))?;
+        if envelope.ok != Some(true) {
+            return Err(match envelope.error {
+                Some(error) => Error::Server(error),
+                None => Error::Protocol("reply is neither ok nor an error".into()),
+            });
+        }
+        serde_json::from_slice(&body)
+            .map_err(|e| Error::Protocol(format!("unreadable {} reply: {e}", T::NAME)))
+    }
+
+    fn closed(&self) -> Error {
+        match self.inner.conn.close_reason() {
+            Some(reason) => Error::Closed(reason.to_string()),
+            None => Error::Closed("the request stream ended".into()),
+        }
+    }
+
+    /// Resolves when the connection is closed, with the reason.
+    pub async fn closed_reason(&self) -> String {
+        self.inner.conn.closed().await.to_string()
+    }
+
+    /// Creates a queue; options not given take their defaults.
+    pub async fn queue_create(&self, queue: &str, options: QueuePatch) -> Result<QueueInfo, Error> {
+        let req = QueueCreate {
+            queue: queue.into(),
+            options,
+        };
+        Ok(self.call(&req).await?.queue)
+    }
+
+    /// Every queue with its counts.
+    pub async fn queue_list(&self) -> Result<Vec<QueueInfo>, Error> {
+        Ok(self.call(&ops::QueueList {}).await?.queues)
+    }
+
+    /// One queue with its counts.
+    pub async fn queue_describe(&self, queue: &str) -> Result<QueueInfo, Error> {
+        Ok(self.call(&ops::QueueDescribe(name(queue))).await?.queue)
+    }
+
+    /// Changes a queue's options.
+    pub async fn queue_update(&self, queue: &str, options: QueuePatch) -> Result<QueueInfo, Error> {
+        let req = QueueUpdate {
+            queue: queue.into(),
+            options,
+        };
+        Ok(self.call(&req).await?.queue)
+    }
+
+    /// Pauses a queue: it accepts enqueues but hands nothing out.
+    pub async fn queue_pause(&self, queue: &str) -> Result<QueueInfo, Error> {
+        Ok(self.call(&ops::QueuePause(name(queue))).await?.queue)
+    }
+
+    /// Resumes a paused queue.
+    pub async fn queue_resume(&self, queue: &str) -> Result<QueueInfo, Error> {
+        Ok(self.call(&ops::QueueResume(name(queue))).await?.queue)
+    }
+
+    /// Removes every ready and scheduled task of a queue; returns how many.
+    pub async fn queue_purge(&self, queue: &str) -> Result<u64, Error> {
+        Ok(self.call(&ops::QueuePurge(name(queue))).await?.count)
+    }
+
+    /// Deletes a queue and all its tasks; returns how many tasks went with it.
+    pub async fn queue_delete(&self, queue: &str) -> Result<u64, Error> {
+        Ok(self.call(&ops::QueueDelete(name(queue))).await?.count)
+    }
+
+    /// Enqueues one task. A fresh idempotency key is attached if the task has none, so
+    /// a retry of this call after a lost reply cannot enqueue twice.
+    pub async fn enqueue(&self, queue: &str, task: NewTask) -> Result<EnqueuedTask, Error> {
+        let mut out = self.enqueue_batch(queue, vec![task]).await?;
+        out.pop()
+            .ok_or_else(|| Error::Protocol("enqueue reply without its task".into()))
+    }
+
+    /// Enqueues up to 1,000 tasks atomically, in order; idempotency keys as [`Client::enqueue`].
+    pub async fn enqueue_batch(
+        &self,
+        queue: &str,
+        mut tasks: Vec<NewTask>,
+    ) -> Result<Vec<EnqueuedTask>, Error> {
+        for task in &mut tasks {
+            if task.idempotency_key.is_none() {
+                task.idempotency_key = Some(ulid::Ulid::new().to_string());
+            }
+        }
+        let req = Enqueue {
+            queue: queue.into(),
+            tasks,
+        };
+        Ok(self.call(&req).await?.tasks)
+    }
+
+    /// Leases ready tasks, waiting up to the claim's `wait_ms` for the first.
+    pub async fn claim(&self, claim: &Claim) -> Result<Vec<Delivery>, Error> {
+        Ok(self.call(claim).await?.tasks)
+    }
+
+    /// Settles a leased task as done, with an optional result.
+    pub async fn ack(
+        &self,
+        task: &str,
+        epoch: u64,
+        result: Option<RawJson>,
+    ) -> Result<SettleReply, Error> {
+        self.call(&Ack {
+            task: task.into(),
+            epoch,
+            result,
+        })
+        .await
+    }
+
+    /// Hands a leased task back as failed; it is retried after `delay_ms` or the queue's backoff.
+    pub async fn nack(
+        &self,
+        task: &str,
+        epoch: u64,
+        delay_ms: Option<u64>,
+        error: Option<String>,
+    ) -> Result<SettleReply, Error> {
+        self.call(&Nack {
+            task: task.into(),
+            epoch,
+            delay_ms,
+            error,
+        })
+        .await
+    }
+
+    /// Extends a lease, storing a progress checkpoint; the reply says if a cancel is pending.
+    pub async fn renew(
+        &self,
+        task: &str,
+        epoch: u64,
+        extend_ms: Option<u64>,
+        progress: Option<RawJson>,
+    ) -> Result<RenewReply, Error> {
+        self.call(&Renew {
+            task: task.into(),
+            epoch,
+            extend_ms,
+            progress,
+        })
+        .await
+    }
+
+    /// Hands a leased task back without counting a failure.
+    pub async fn release(&self, task: &str, epoch: u64) -> Result<SettleReply, Error> {
+        self.call(&Release {
+            task: task.into(),
+            epoch,
+        })
+        .await
+    }
+
+    /// Sends a leased task to dead with an error.
+    pub async fn dead_letter(
+        &self,
+        task: &str,
+        epoch: u64,
+        error: &str,
+    ) -> Result<SettleReply, Error> {
+        self.call(&DeadLetter {
+            task: task.into(),
+            epoch,
+            error: error.into(),
+        })
+        .await
+    }
+
+    /// Reads a whole task.
+    pub async fn task_get(&self, task: &str) -> Result<TaskInfo, Error> {
+        Ok(self.call(&TaskGet { task: task.into() }).await?.task)
+    }
+
+    /// One page of a queue's tasks in a state; pass the reply's `next` as `after` for the next page.
+    pub async fn task_list(
+        &self,
+        queue: &str,
+        state: TaskState,
+        after: Option<String>,
+        limit: Option<u32>,
+    ) -> Result<TaskListReply, Error> {
+        self.call(&TaskList {
+            queue: queue.into(),
+            state,
+            after,
+            limit,
+        })
+        .await
+    }
+
+    /// Waits up to `timeout_ms` for tasks to finish.
+    pub async fn wait(&self, tasks: Vec<String>, timeout_ms: u64) -> Result<WaitReply, Error> {
+        self.call(&Wait {
+            tasks,
+            timeout_ms: Some(timeout_ms),
+        })
+        .await
+    }
+
+    /// Cancels a task.
+    pub async fn cancel(&self, task: &str) -> Result<CancelReply, Error> {
+        self.call(&Cancel { task: task.into() }).await
+    }
+
+    /// Makes dead tasks ready again with failures reset.
+    pub async fn redrive(&self, selection: DeadSelection) -> Result<CountReply, Error> {
+        self.call(&ops::Redrive(selection)).await
+    }
+
+    /// Removes dead tasks.
+    pub async fn discard(&self, selection: DeadSelection) -> Result<CountReply, Error> {
+        self.call(&ops::Discard(selection)).await
+    }
+}
+
+fn name(queue: &str) -> QueueName {
+    QueueName {
+        queue: queue.into(),
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding this lock leaves only a map of senders behind: keep going.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+async fn write_frames(mut send: quinn::SendStream, mut queued: mpsc::Receiver<Vec<u8>>) {
+    let mut buf = Vec::with_capacity(WRITE_CHUNK);
+    while let Some(first) = queued.recv().await {
+        buf.clear();
+        buf.extend_from_slice(&first);
+        while buf.len() < WRITE_CHUNK {
+            match queued.try_recv() {
+                Ok(next) => buf.extend_from_slice(&next),
+                Err(_) => break,
+            }
+        }
+        if send.write_all(&buf).await.is_err() {
+            return;
+        }
+    }
+    let _ = send.finish();
+}
+
+async fn read_replies(recv: quinn::RecvStream, pending: Arc<Pending>, conn: quinn::Connection) {
+    let mut reader = BufReader::with_capacity(64 * 1024, recv);
+    let reason = loop {
+        let mut header = [0u8; HEADER_LEN];
+        if let Err(e) = reader.read_exact(&mut header).await {
+            break format!("reading a reply: {e}");
+        }
+        let len = match frame::body_len(header) {
+            Ok(len) => len,
+            Err(e) => break format!("bad reply frame: {e}"),
+        };
+        let mut body = vec![0u8; len];
+        if let Err(e) = reader.read_exact(&mut body).await {
+            break format!("reading a reply: {e}");
+        }
+        let id = match serde_json::from_slice::<ServerEnvelope>(&body) {
+            Ok(env) => env.id,
+            Err(e) => break format!("unreadable reply: {e}"),
+        };
+        // A reply without an id answers a frame the daemon could not read: the caller of
+        // that frame cannot be known, so it fails when the connection ends.
+        if let Some(id) = id
+            && let Some(tx) = lock(&pending.calls).remove(&id)
+        {
+            let _ = tx.send(Ok(body));
+        }
+    };
+    let reason = conn.close_reason().map_or(reason, |r| r.to_string());
+    pending.ended.store(true, Ordering::SeqCst);
+    for (_, tx) in lock(&pending.calls).drain() {
+        let _ = tx.send(Err(Error::Closed(reason.clone())));
+    }
+}

@@ -1,0 +1,275 @@
+//! Where the daemon is and how to trust it.
+//!
+//! Trust comes from, in order: a pinned SHA-256 fingerprint of the daemon's certificate,
+//! a CA file, or the certificate the daemon wrote into its data directory (found by
+//! itself for a local daemon). Only TLS 1.3 is offered and 0-RTT is never used.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::crypto::rustls::QuicClientConfig;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+
+use muster_protocol::{ALPN, CERT_FILE, DATA_DIR_NAME, DEFAULT_PORT};
+
+use crate::Error;
+
+/// How often the client pings an idle connection, well below the daemon's idle timeout.
+const KEEP_ALIVE: Duration = Duration::from_secs(5);
+
+/// How long a connection may be silent before the client gives it up.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How the client trusts the daemon's certificate.
+#[derive(Debug, Clone)]
+pub enum Trust {
+    /// The certificate's SHA-256 fingerprint, hex (colons allowed).
+    Pin(String),
+    /// A PEM file of CA certificates (or the daemon's self-signed certificate itself).
+    CaFile(PathBuf),
+    /// The `cert.pem` the daemon wrote in this data directory.
+    DataDir(PathBuf),
+}
+
+/// Where and how to connect.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// `HOST:PORT` of the daemon.
+    pub addr: String,
+    /// How to trust its certificate.
+    pub trust: Trust,
+    /// A token, for daemons that require one.
+    pub token: Option<String>,
+    /// The name to verify in the certificate; the host of `addr` if absent.
+    pub server_name: Option<String>,
+}
+
+impl Default for ConnectOptions {
+    /// The local daemon on its default port, trusted through the default data directory.
+    fn default() -> Self {
+        ConnectOptions {
+            addr: format!("127.0.0.1:{DEFAULT_PORT}"),
+            trust: Trust::DataDir(default_data_dir()),
+            token: None,
+            server_name: None,
+        }
+    }
+}
+
+/// The per-user data directory `musterd` uses by default.
+pub fn default_data_dir() -> PathBuf {
+    dirs::data_dir()
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join(DATA_DIR_NAME)
+}
+
+pub(crate) async fn open(options: &ConnectOptions) -> Result<quinn::Connection, Error> {
+    let addr = resolve(&options.addr).await?;
+    let host = options
+        .server_name
+        .clone()
+        .unwrap_or_else(|| host_of(&options.addr));
+    let crypto = tls_config(&options.trust)?;
+    let mut config = quinn::ClientConfig::new(Arc::new(
+        QuicClientConfig::try_from(crypto).map_err(|e| Error::Connect(e.to_string()))?,
+    ));
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .keep_alive_interval(Some(KEEP_ALIVE))
+        .max_idle_timeout(Some(
+            IDLE_TIMEOUT
+                .try_into()
+                .map_err(|_| Error::Connect("idle timeout".into()))?,
+        ))
+        .max_concurrent_uni_streams(0u32.into());
+    config.transport_config(Arc::new(transport));
+    let bind: SocketAddr = if addr.is_ipv6() {
+        "[::]:0"
+            .parse()
+            .map_err(|_| Error::Connect("bind address".into()))?
+    } else {
+        "0.0.0.0:0"
+            .parse()
+            .map_err(|_| Error::Connect("bind address".into()))?
+    };
+    let mut endpoint = quinn::Endpoint::client(bind)
+        .map_err(|e| Error::Connect(format!("binding a UDP socket: {e}")))?;
+    endpoint.set_default_client_config(config);
+    let connecting = endpoint
+        .connect(addr, &host)
+        .map_err(|e| Error::Connect(format!("{}: {e}", options.addr)))?;
+    connecting
+        .await
+        .map_err(|e| Error::Connect(format!("{}: {e}", options.addr)))
+}
+
+async fn resolve(addr: &str) -> Result<SocketAddr, Error> {
+    let mut addrs = tokio::net::lookup_host(addr)
+        .await
+        .map_err(|e| Error::Connect(format!("resolving {addr:?}: {e}")))?;
+    addrs
+        .next()
+        .ok_or_else(|| Error::Connect(format!("{addr:?} resolves to no address")))
+}
+
+fn host_of(addr: &str) -> String {
+    let host = match addr.rsplit_once(':') {
+        Some((h, _)) => h,
+        None => addr,
+    };
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned()
+}
+
+fn tls_config(trust: &Trust) -> Result<rustls::ClientConfig, Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| Error::Connect(e.to_string()))?;
+    let mut config = match trust {
+        Trust::Pin(pin) => {
+            let want = normalize_pin(pin)?;
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(PinnedCert { want, provider }))
+                .with_no_client_auth()
+        }
+        Trust::CaFile(path) => builder
+            .with_root_certificates(roots(path)?)
+            .with_no_client_auth(),
+        Trust::DataDir(dir) => {
+            let path = dir.join(CERT_FILE);
+            if !path.exists() {
+                return Err(Error::Connect(format!(
+                    "no daemon certificate at {}: start musterd with this data directory, or pass --ca or --pin",
+                    path.display()
+                )));
+            }
+            builder
+                .with_root_certificates(roots(&path)?)
+                .with_no_client_auth()
+        }
+    };
+    config.alpn_protocols = vec![ALPN.to_vec()];
+    config.enable_early_data = false;
+    Ok(config)
+}
+
+fn roots(path: &std::path::Path) -> Result<rustls::RootCertStore, Error> {
+    let mut store = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| Error::Connect(format!("reading CA file {}: {e}", path.display())))?;
+    for cert in certs {
+        let cert =
+            cert.map_err(|e| Error::Connect(format!("parsing CA file {}: {e}", path.display())))?;
+        store
+            .add(cert)
+            .map_err(|e| Error::Connect(format!("CA file {}: {e}", path.display())))?;
+    }
+    if store.is_empty() {
+        return Err(Error::Connect(format!(
+            "no certificate in CA file {}",
+            path.display()
+        )));
+    }
+    Ok(store)
+}
+
+fn normalize_pin(pin: &str) -> Result<Vec<u8>, Error> {
+    let cleaned: String = pin.chars().filter(|c| *c != ':').collect();
+    let bytes = hex::decode(&cleaned)
+        .map_err(|_| Error::InvalidInput(format!("pin {pin:?} is not hex")))?;
+    if bytes.len() != 32 {
+        return Err(Error::InvalidInput(format!(
+            "pin {pin:?} is not a SHA-256 fingerprint (64 hex digits)"
+        )));
+    }
+    Ok(bytes)
+}
+
+/// Accepts exactly the certificate whose SHA-256 is pinned; signatures are still checked.
+#[derive(Debug)]
+struct PinnedCert {
+    want: Vec<u8>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl ServerCertVerifier for PinnedCert {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let got = ring::digest::digest(&ring::digest::SHA256, end_entity);
+        if got.as_ref() == self.want.as_slice() {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::General(format!(
+                "server certificate fingerprint {} does not match the pinned {}",
+                hex::encode(got.as_ref()),
+                hex::encode(&self.want)
+            )))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_and_hosts() {
+        let hexpin = "ab".repeat(32);
+        assert_eq!(normalize_pin(&hexpin).unwrap(), vec![0xab; 32]);
+        let colons = vec!["AB"; 32].join(":");
+        assert_eq!(normalize_pin(&colons).unwrap(), vec![0xab; 32]);
+        assert!(normalize_pin("abc").is_err());
+        assert!(normalize_pin(&"ab".repeat(31)).is_err());
+        assert_eq!(host_of("127.0.0.1:7420"), "127.0.0.1");
+        assert_eq!(host_of("[::1]:7420"), "::1");
+        assert_eq!(host_of("muster.example.com:1"), "muster.example.com");
+    }
+}

@@ -1,0 +1,177 @@
+//! Printing results: text lines for people and scripts, or JSON lines with `--json`.
+
+use std::io::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use muster_protocol::model::{QueueInfo, TaskInfo, TaskState, TaskSummary};
+
+/// Where results go and in which form.
+pub struct Output {
+    json: bool,
+    out: std::io::Stdout,
+}
+
+impl Output {
+    /// Text, or JSON lines if `json`.
+    pub fn new(json: bool) -> Output {
+        Output {
+            json,
+            out: std::io::stdout(),
+        }
+    }
+
+    /// Whether JSON lines are printed.
+    pub fn is_json(&self) -> bool {
+        self.json
+    }
+
+    /// Prints one line of text (in text mode) or one JSON value (in JSON mode).
+    pub fn item<T: serde::Serialize>(
+        &self,
+        text: impl FnOnce() -> String,
+        value: &T,
+    ) -> anyhow::Result<()> {
+        let mut out = self.out.lock();
+        if self.json {
+            serde_json::to_writer(&mut out, value)?;
+            writeln!(out)?;
+        } else {
+            writeln!(out, "{}", text())?;
+        }
+        out.flush()?;
+        Ok(())
+    }
+
+    /// Prints a queue's options and counts as `key<TAB>value` lines.
+    pub fn queue(&self, q: &QueueInfo) -> anyhow::Result<()> {
+        self.item(|| queue_text(q), q)
+    }
+
+    /// Prints a whole task as `key<TAB>value` lines, then its timeline.
+    pub fn task(&self, t: &TaskInfo) -> anyhow::Result<()> {
+        self.item(|| task_text(t), t)
+    }
+
+    /// Prints one task of a listing.
+    pub fn summary(&self, t: &TaskSummary) -> anyhow::Result<()> {
+        self.item(
+            || {
+                format!(
+                    "{}\t{}\t{}\t{}\t{}\t{}",
+                    t.id,
+                    t.state,
+                    t.priority,
+                    t.deliveries,
+                    t.failures,
+                    t.last_error.as_deref().unwrap_or("-")
+                )
+            },
+            t,
+        )
+    }
+}
+
+/// An instant as RFC 3339 with milliseconds.
+pub fn time(ms: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+/// A span such as `30s` or `1day`.
+pub fn span(ms: u64) -> String {
+    humantime::format_duration(Duration::from_millis(ms)).to_string()
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn queue_text(q: &QueueInfo) -> String {
+    let o = &q.options;
+    let b = &o.retry_backoff;
+    let mut lines = vec![format!("name\t{}", q.name), format!("paused\t{}", o.paused)];
+    for state in TaskState::ALL {
+        lines.push(format!("{state}\t{}", q.counts.get(state)));
+    }
+    lines.extend([
+        format!(
+            "oldest_ready\t{}",
+            q.oldest_ready_ms.map_or("-".into(), time)
+        ),
+        format!("lease\t{}", span(o.lease_ms)),
+        format!("max_attempts\t{}", o.max_attempts),
+        format!(
+            "retry_backoff\t{} x{} cap {} jitter {}%",
+            span(b.base_ms),
+            b.factor,
+            span(b.cap_ms),
+            (b.jitter * 100.0).round()
+        ),
+        format!("key_concurrency\t{}", o.key_concurrency),
+        format!("retention\t{}", span(o.retention_ms)),
+        format!(
+            "max_runtime\t{}",
+            o.max_runtime_ms.map_or("none".into(), span)
+        ),
+        format!("created\t{}", time(q.created_ms)),
+    ]);
+    lines.join("\n")
+}
+
+fn task_text(t: &TaskInfo) -> String {
+    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let raw = |v: &Option<muster_protocol::RawJson>| {
+        v.as_ref().map_or("-".into(), |r| r.get().to_owned())
+    };
+    let mut lines = vec![
+        format!("id\t{}", t.id),
+        format!("queue\t{}", t.queue),
+        format!("state\t{}", t.state),
+        format!("priority\t{}", t.priority),
+        format!("key\t{}", opt(&t.key)),
+        format!(
+            "requires\t{}",
+            if t.requires.is_empty() {
+                "-".into()
+            } else {
+                t.requires.join(",")
+            }
+        ),
+        format!("deliveries\t{}", t.deliveries),
+        format!("failures\t{}", t.failures),
+        format!("not_before\t{}", t.not_before_ms.map_or("-".into(), time)),
+        format!(
+            "lease\t{}",
+            t.lease.as_ref().map_or("-".into(), |l| format!(
+                "member={} epoch={} expires={}",
+                if l.member.is_empty() { "-" } else { &l.member },
+                l.epoch,
+                time(l.expires_ms)
+            ))
+        ),
+        format!("cancel_requested\t{}", t.cancel_requested),
+        format!("last_error\t{}", opt(&t.last_error)),
+        format!("dead_reason\t{}", opt(&t.dead_reason)),
+        format!("payload\t{}", t.payload.get()),
+        format!("progress\t{}", raw(&t.progress)),
+        format!("result\t{}", raw(&t.result)),
+        format!("created\t{}", time(t.created_ms)),
+        format!("updated\t{}", time(t.updated_ms)),
+    ];
+    for e in &t.history {
+        let mut line = format!("event\t{}\t{}", time(e.at_ms), e.event);
+        if let Some(m) = &e.member {
+            line.push_str(&format!(" member={}", if m.is_empty() { "-" } else { m }));
+        }
+        if let Some(ep) = e.epoch {
+            line.push_str(&format!(" epoch={ep}"));
+        }
+        if let Some(err) = &e.error {
+            line.push_str(&format!(" error={err:?}"));
+        }
+        lines.push(line);
+    }
+    lines.join("\n")
+}
