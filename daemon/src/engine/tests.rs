@@ -1,1 +1,1143 @@
-//! In-process tests of the engine.
+//! In-process tests of the engine: a real fjall store in a temporary directory, and a
+//! clock the test moves by hand. Every row of DESIGN §2's state table, fencing, backoff,
+//! max_attempts, redrive, retention, waiting and restarts.
+
+use fjall::PersistMode;
+use muster_protocol::model::{Backoff, NewTask, QueuePatch, TaskState};
+use muster_protocol::ops::{
+    self, Ack, Cancel, Claim, DeadLetter, DeadSelection, Enqueue, Nack, QueueCreate, QueueName,
+    Release, Renew, TaskGet, TaskList, Wait,
+};
+use muster_protocol::{ErrorBody, ErrorCode, Request};
+
+use super::{Engine, Now, Reply, Waiter};
+use crate::store::Store;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tag(u64);
+
+impl Waiter for Tag {
+    fn is_closed(&self) -> bool {
+        false
+    }
+}
+
+struct Harness {
+    engine: Option<Engine<Tag>>,
+    now: Now,
+    dir: tempfile::TempDir,
+    next_tag: u64,
+    /// Replies that arrived for requests other than the one being called.
+    parked: Vec<(Tag, Result<Reply, ErrorBody>)>,
+}
+
+fn raw(s: &str) -> muster_protocol::RawJson {
+    ops::raw(s).unwrap()
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Now {
+            wall_ms: 1_800_000_000_000,
+            mono_ms: 1_000,
+        };
+        let engine = Engine::open(Store::open(dir.path()).unwrap(), now, 7).unwrap();
+        Harness {
+            engine: Some(engine),
+            now,
+            dir,
+            next_tag: 0,
+            parked: Vec::new(),
+        }
+    }
+
+    fn engine(&mut self) -> &mut Engine<Tag> {
+        self.engine.as_mut().unwrap()
+    }
+
+    /// Sends a request, runs the round and returns the replies the round produced.
+    fn send(&mut self, req: Request) -> Tag {
+        self.next_tag += 1;
+        let tag = Tag(self.next_tag);
+        let now = self.now;
+        self.engine().handle(req, tag, now).unwrap();
+        self.round();
+        tag
+    }
+
+    fn round(&mut self) {
+        let now = self.now;
+        self.engine().tick(now).unwrap();
+        let _ = self.engine().take_dirty();
+        let out = self.engine().take_outbox();
+        self.parked.extend(out);
+    }
+
+    fn reply_for(&mut self, tag: Tag) -> Option<Result<Reply, ErrorBody>> {
+        let pos = self.parked.iter().position(|(t, _)| *t == tag)?;
+        Some(self.parked.remove(pos).1)
+    }
+
+    fn call(&mut self, req: Request) -> Result<Reply, ErrorBody> {
+        let tag = self.send(req);
+        self.reply_for(tag).expect("a reply in the same round")
+    }
+
+    fn advance(&mut self, ms: u64) {
+        self.now.wall_ms += ms;
+        self.now.mono_ms += ms;
+        self.round();
+    }
+
+    /// Stops the engine and opens a new one over the same store, as a daemon restart
+    /// does: the monotonic clock starts again and `wall_gap_ms` passed while down.
+    fn restart(&mut self, wall_gap_ms: u64) {
+        let engine = self.engine.take().unwrap();
+        engine.store().persist(PersistMode::SyncAll).unwrap();
+        drop(engine);
+        self.now = Now {
+            wall_ms: self.now.wall_ms + wall_gap_ms,
+            mono_ms: 5,
+        };
+        let store = Store::open(self.dir.path()).unwrap();
+        self.engine = Some(Engine::open(store, self.now, 8).unwrap());
+    }
+
+    fn create(&mut self, queue: &str, options: QueuePatch) {
+        self.call(Request::QueueCreate(QueueCreate {
+            queue: queue.into(),
+            options,
+        }))
+        .unwrap();
+    }
+
+    fn enqueue_task(&mut self, queue: &str, task: NewTask) -> String {
+        match self.call(Request::Enqueue(Enqueue {
+            queue: queue.into(),
+            tasks: vec![task],
+        })) {
+            Ok(Reply::Enqueue(r)) => r.tasks[0].id.clone(),
+            other => panic!("enqueue: {other:?}"),
+        }
+    }
+
+    fn enqueue(&mut self, queue: &str, payload: &str) -> String {
+        self.enqueue_task(queue, NewTask::new(raw(payload)))
+    }
+
+    fn claim_as(&mut self, queue: &str, max: u32, member: &str) -> Vec<(String, u64, u64)> {
+        let req = Request::Claim(Claim {
+            queues: vec![queue.into()],
+            max: Some(max),
+            wait_ms: None,
+            lease_ms: None,
+            member: Some(member.into()),
+            labels: Vec::new(),
+        });
+        match self.call(req) {
+            Ok(Reply::Claim(r)) => r
+                .tasks
+                .into_iter()
+                .map(|d| (d.id, d.epoch, d.attempt))
+                .collect(),
+            other => panic!("claim: {other:?}"),
+        }
+    }
+
+    fn claim(&mut self, queue: &str) -> Vec<(String, u64, u64)> {
+        self.claim_as(queue, 1, "m1")
+    }
+
+    fn claim_one(&mut self, queue: &str) -> (String, u64) {
+        let got = self.claim(queue);
+        assert_eq!(got.len(), 1, "expected one task, got {got:?}");
+        (got[0].0.clone(), got[0].1)
+    }
+
+    fn state(&mut self, id: &str) -> (TaskState, u64, u64) {
+        let t = self.task(id);
+        (t.state, t.deliveries, t.failures)
+    }
+
+    fn task(&mut self, id: &str) -> muster_protocol::model::TaskInfo {
+        match self.call(Request::TaskGet(TaskGet { task: id.into() })) {
+            Ok(Reply::Task(r)) => r.task,
+            other => panic!("task_get {id}: {other:?}"),
+        }
+    }
+
+    fn code(&mut self, req: Request) -> ErrorCode {
+        match self.call(req) {
+            Err(e) => e.code,
+            Ok(r) => panic!("expected an error, got {r:?}"),
+        }
+    }
+
+    fn counts(&mut self, queue: &str) -> [u64; 6] {
+        match self.call(Request::QueueDescribe(ops::QueueDescribe(QueueName {
+            queue: queue.into(),
+        }))) {
+            Ok(Reply::Queue(r)) => {
+                let c = r.queue.counts;
+                [c.scheduled, c.ready, c.leased, c.done, c.dead, c.cancelled]
+            }
+            other => panic!("describe: {other:?}"),
+        }
+    }
+}
+
+fn ack(id: &str, epoch: u64) -> Request {
+    Request::Ack(Ack {
+        task: id.into(),
+        epoch,
+        result: None,
+    })
+}
+
+fn nack(id: &str, epoch: u64, delay_ms: Option<u64>) -> Request {
+    Request::Nack(Nack {
+        task: id.into(),
+        epoch,
+        delay_ms,
+        error: Some("boom".into()),
+    })
+}
+
+fn renew(id: &str, epoch: u64) -> Request {
+    Request::Renew(Renew {
+        task: id.into(),
+        epoch,
+        extend_ms: None,
+        progress: None,
+    })
+}
+
+fn release(id: &str, epoch: u64) -> Request {
+    Request::Release(Release {
+        task: id.into(),
+        epoch,
+    })
+}
+
+fn dead_letter(id: &str, epoch: u64) -> Request {
+    Request::DeadLetter(DeadLetter {
+        task: id.into(),
+        epoch,
+        error: "poison".into(),
+    })
+}
+
+fn no_jitter(max_attempts: u32) -> QueuePatch {
+    QueuePatch {
+        max_attempts: Some(max_attempts),
+        retry_backoff: Some(Backoff {
+            base_ms: 1000,
+            factor: 2.0,
+            cap_ms: 3000,
+            jitter: 0.0,
+        }),
+        lease_ms: Some(30_000),
+        ..QueuePatch::default()
+    }
+}
+
+#[test]
+fn enqueue_claim_ack_is_done_with_result_and_retention_removes_it() {
+    let mut h = Harness::new();
+    h.create(
+        "jobs",
+        QueuePatch {
+            retention_ms: Some(60_000),
+            ..QueuePatch::default()
+        },
+    );
+    let id = h.enqueue("jobs", r#"{"order":42}"#);
+    assert_eq!(h.state(&id), (TaskState::Ready, 0, 0));
+    let (cid, epoch) = h.claim_one("jobs");
+    assert_eq!((cid.as_str(), epoch), (id.as_str(), 1));
+    assert_eq!(h.state(&id), (TaskState::Leased, 1, 0));
+    let reply = h.call(Request::Ack(Ack {
+        task: id.clone(),
+        epoch,
+        result: Some(raw(r#"{"sent":true}"#)),
+    }));
+    assert_eq!(
+        reply.unwrap_or_else(|e| panic!("{e}")).state_of_settle(),
+        TaskState::Done
+    );
+    let t = h.task(&id);
+    assert_eq!(t.state, TaskState::Done);
+    assert_eq!(t.result.unwrap().get(), r#"{"sent":true}"#);
+    assert_eq!(t.payload.get(), r#"{"order":42}"#);
+    let events: Vec<_> = t.history.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(events, ["enqueued", "leased", "done"]);
+    assert_eq!(h.counts("jobs"), [0, 0, 0, 1, 0, 0]);
+    h.advance(59_999);
+    assert_eq!(h.counts("jobs"), [0, 0, 0, 1, 0, 0]);
+    h.advance(1);
+    assert_eq!(h.counts("jobs"), [0, 0, 0, 0, 0, 0]);
+    assert_eq!(
+        h.code(Request::TaskGet(TaskGet { task: id })),
+        ErrorCode::NotFound
+    );
+}
+
+impl Reply {
+    fn state_of_settle(&self) -> TaskState {
+        match self {
+            Reply::Settle(s) => s.state,
+            other => panic!("not a settle reply: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn delayed_enqueue_is_scheduled_until_its_time() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let mut task = NewTask::new(raw("1"));
+    task.delay_ms = Some(10_000);
+    let id = h.enqueue_task("jobs", task);
+    assert_eq!(h.state(&id).0, TaskState::Scheduled);
+    assert!(h.claim("jobs").is_empty());
+    h.advance(9_999);
+    assert_eq!(h.state(&id).0, TaskState::Scheduled);
+    h.advance(1);
+    assert_eq!(h.state(&id).0, TaskState::Ready);
+    assert_eq!(h.claim_one("jobs").0, id);
+}
+
+#[test]
+fn nack_uses_backoff_then_max_attempts_sends_to_dead() {
+    let mut h = Harness::new();
+    h.create("jobs", no_jitter(3));
+    let id = h.enqueue("jobs", "1");
+    let (_, e1) = h.claim_one("jobs");
+    let start = h.now.wall_ms;
+    match h.call(nack(&id, e1, None)).unwrap() {
+        Reply::Settle(s) => {
+            assert_eq!(s.state, TaskState::Scheduled);
+            assert_eq!(s.not_before_ms, Some(start + 1000));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.state(&id), (TaskState::Scheduled, 1, 1));
+    h.advance(1000);
+    let (_, e2) = h.claim_one("jobs");
+    assert_eq!(e2, 2);
+    let at = h.now.wall_ms;
+    match h.call(nack(&id, e2, None)).unwrap() {
+        Reply::Settle(s) => assert_eq!(s.not_before_ms, Some(at + 2000)),
+        other => panic!("{other:?}"),
+    }
+    h.advance(2000);
+    let (_, e3) = h.claim_one("jobs");
+    assert_eq!(
+        h.call(nack(&id, e3, Some(0))).unwrap().state_of_settle(),
+        TaskState::Dead
+    );
+    let t = h.task(&id);
+    assert_eq!((t.state, t.deliveries, t.failures), (TaskState::Dead, 3, 3));
+    assert_eq!(t.dead_reason.as_deref(), Some("max_attempts"));
+    assert_eq!(t.last_error.as_deref(), Some("boom"));
+    assert_eq!(h.counts("jobs"), [0, 0, 0, 0, 1, 0]);
+}
+
+#[test]
+fn backoff_is_capped() {
+    let mut h = Harness::new();
+    h.create("jobs", no_jitter(0));
+    let id = h.enqueue("jobs", "1");
+    let mut delays = Vec::new();
+    for _ in 0..4 {
+        let (_, e) = h.claim_one("jobs");
+        let at = h.now.wall_ms;
+        match h.call(nack(&id, e, None)).unwrap() {
+            Reply::Settle(s) => delays.push(s.not_before_ms.unwrap() - at),
+            other => panic!("{other:?}"),
+        }
+        h.advance(*delays.last().unwrap());
+    }
+    assert_eq!(delays, [1000, 2000, 3000, 3000]);
+}
+
+#[test]
+fn nack_with_explicit_delay_zero_is_ready_at_once() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let id = h.enqueue("jobs", "1");
+    let (_, e) = h.claim_one("jobs");
+    assert_eq!(
+        h.call(nack(&id, e, Some(0))).unwrap().state_of_settle(),
+        TaskState::Ready
+    );
+    let (again, e2) = h.claim_one("jobs");
+    assert_eq!((again, e2), (id.clone(), 2));
+    assert_eq!(h.state(&id), (TaskState::Leased, 2, 1));
+}
+
+#[test]
+fn lapsed_lease_redelivers_with_a_failure_and_dies_at_max_attempts() {
+    let mut h = Harness::new();
+    h.create(
+        "jobs",
+        QueuePatch {
+            lease_ms: Some(1000),
+            max_attempts: Some(2),
+            ..QueuePatch::default()
+        },
+    );
+    let id = h.enqueue("jobs", "1");
+    let (_, e1) = h.claim_one("jobs");
+    h.advance(999);
+    assert_eq!(h.state(&id), (TaskState::Leased, 1, 0));
+    h.advance(1);
+    assert_eq!(h.state(&id), (TaskState::Ready, 1, 1));
+    let got = h.claim("jobs");
+    assert_eq!(got, vec![(id.clone(), 2, 2)]);
+    assert_eq!(h.code(ack(&id, e1)), ErrorCode::LeaseLost);
+    h.advance(1000);
+    let t = h.task(&id);
+    assert_eq!((t.state, t.failures), (TaskState::Dead, 2));
+    assert_eq!(t.dead_reason.as_deref(), Some("max_attempts"));
+    assert_eq!(
+        t.last_error.as_deref(),
+        Some("lease lapsed (member \"m1\", epoch 2)")
+    );
+}
+
+#[test]
+fn renew_extends_the_lease_and_stores_progress() {
+    let mut h = Harness::new();
+    h.create(
+        "jobs",
+        QueuePatch {
+            lease_ms: Some(1000),
+            ..QueuePatch::default()
+        },
+    );
+    let id = h.enqueue("jobs", "1");
+    let (_, e) = h.claim_one("jobs");
+    h.advance(900);
+    let reply = h.call(Request::Renew(Renew {
+        task: id.clone(),
+        epoch: e,
+        extend_ms: Some(5000),
+        progress: Some(raw(r#"{"step":3}"#)),
+    }));
+    match reply.unwrap() {
+        Reply::Renew(r) => {
+            assert_eq!(r.lease_expires_ms, h.now.wall_ms + 5000);
+            assert!(!r.cancel_requested);
+        }
+        other => panic!("{other:?}"),
+    }
+    h.advance(4999);
+    assert_eq!(h.state(&id).0, TaskState::Leased);
+    assert_eq!(h.task(&id).progress.unwrap().get(), r#"{"step":3}"#);
+    h.advance(1);
+    assert_eq!(h.state(&id), (TaskState::Ready, 1, 1));
+    // The checkpoint survives the lapse and travels with the next delivery.
+    let req = Request::Claim(Claim {
+        queues: vec!["jobs".into()],
+        max: None,
+        wait_ms: None,
+        lease_ms: None,
+        member: None,
+        labels: Vec::new(),
+    });
+    match h.call(req).unwrap() {
+        Reply::Claim(c) => assert_eq!(c.tasks[0].progress.as_ref().unwrap().get(), r#"{"step":3}"#),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn max_runtime_bounds_renewals() {
+    let mut h = Harness::new();
+    h.create(
+        "jobs",
+        QueuePatch {
+            lease_ms: Some(1000),
+            max_runtime_ms: Some(2500),
+            ..QueuePatch::default()
+        },
+    );
+    let id = h.enqueue("jobs", "1");
+    let (_, e) = h.claim_one("jobs");
+    h.advance(900);
+    h.call(renew(&id, e)).unwrap();
+    h.advance(900);
+    match h.call(renew(&id, e)).unwrap() {
+        Reply::Renew(r) => assert_eq!(r.lease_expires_ms, h.now.wall_ms + 700),
+        other => panic!("{other:?}"),
+    }
+    h.advance(699);
+    assert_eq!(h.state(&id).0, TaskState::Leased);
+    h.advance(1);
+    assert_eq!(h.state(&id), (TaskState::Ready, 1, 1));
+}
+
+#[test]
+fn release_returns_the_task_without_a_failure() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let id = h.enqueue("jobs", "1");
+    let (_, e) = h.claim_one("jobs");
+    assert_eq!(
+        h.call(release(&id, e)).unwrap().state_of_settle(),
+        TaskState::Ready
+    );
+    assert_eq!(h.state(&id), (TaskState::Ready, 1, 0));
+}
+
+#[test]
+fn dead_letter_then_redrive_resets_failures_and_keeps_history() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let id = h.enqueue("jobs", "1");
+    let (_, e1) = h.claim_one("jobs");
+    h.call(nack(&id, e1, Some(0))).unwrap();
+    let (_, e2) = h.claim_one("jobs");
+    assert_eq!(
+        h.call(dead_letter(&id, e2)).unwrap().state_of_settle(),
+        TaskState::Dead
+    );
+    let t = h.task(&id);
+    assert_eq!((t.state, t.failures), (TaskState::Dead, 1));
+    assert_eq!(t.dead_reason.as_deref(), Some("dead_lettered"));
+    assert_eq!(t.last_error.as_deref(), Some("poison"));
+    let sel = |dry_run| DeadSelection {
+        queue: "jobs".into(),
+        ids: vec![],
+        all: true,
+        dry_run,
+    };
+    match h.call(Request::Redrive(ops::Redrive(sel(true)))).unwrap() {
+        Reply::Count(c) => assert_eq!((c.count, c.ids), (1, vec![id.clone()])),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.state(&id).0, TaskState::Dead);
+    match h.call(Request::Redrive(ops::Redrive(sel(false)))).unwrap() {
+        Reply::Count(c) => assert_eq!(c.count, 1),
+        other => panic!("{other:?}"),
+    }
+    let t = h.task(&id);
+    assert_eq!(
+        (t.state, t.deliveries, t.failures),
+        (TaskState::Ready, 2, 0)
+    );
+    assert_eq!(t.dead_reason, None);
+    let events: Vec<_> = t.history.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(
+        events,
+        [
+            "enqueued",
+            "leased",
+            "nacked",
+            "leased",
+            "dead_lettered",
+            "redriven"
+        ]
+    );
+}
+
+#[test]
+fn discard_removes_dead_tasks_and_refuses_live_ones_whole() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let dead = h.enqueue("jobs", "1");
+    let live = h.enqueue("jobs", "2");
+    let (_, e) = h.claim_one("jobs");
+    h.call(dead_letter(&dead, e)).unwrap();
+    let both = DeadSelection {
+        queue: "jobs".into(),
+        ids: vec![dead.clone(), live.clone()],
+        all: false,
+        dry_run: false,
+    };
+    assert_eq!(
+        h.code(Request::Discard(ops::Discard(both))),
+        ErrorCode::InvalidState
+    );
+    assert_eq!(h.state(&dead).0, TaskState::Dead);
+    let one = DeadSelection {
+        queue: "jobs".into(),
+        ids: vec![dead.clone()],
+        all: false,
+        dry_run: false,
+    };
+    match h.call(Request::Discard(ops::Discard(one))).unwrap() {
+        Reply::Count(c) => assert_eq!(c.count, 1),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        h.code(Request::TaskGet(TaskGet { task: dead })),
+        ErrorCode::NotFound
+    );
+    assert_eq!(h.counts("jobs"), [0, 1, 0, 0, 0, 0]);
+}
+
+#[test]
+fn cancel_ready_scheduled_and_leased() {
+    let mut h = Harness::new();
+    h.create(
+        "jobs",
+        QueuePatch {
+            lease_ms: Some(1000),
+            ..QueuePatch::default()
+        },
+    );
+    let ready = h.enqueue("jobs", "1");
+    let mut t = NewTask::new(raw("2"));
+    t.delay_ms = Some(5000);
+    let scheduled = h.enqueue_task("jobs", t);
+    let leased = h.enqueue("jobs", "3");
+    let cancel = |id: &str| Request::Cancel(Cancel { task: id.into() });
+    match h.call(cancel(&ready)).unwrap() {
+        Reply::Cancel(c) => {
+            assert_eq!((c.state, c.cancel_requested), (TaskState::Cancelled, false))
+        }
+        other => panic!("{other:?}"),
+    }
+    h.call(cancel(&scheduled)).unwrap();
+    assert_eq!(h.state(&scheduled).0, TaskState::Cancelled);
+    let (got, e) = h.claim_one("jobs");
+    assert_eq!(got, leased);
+    match h.call(cancel(&leased)).unwrap() {
+        Reply::Cancel(c) => assert_eq!((c.state, c.cancel_requested), (TaskState::Leased, true)),
+        other => panic!("{other:?}"),
+    }
+    match h.call(renew(&leased, e)).unwrap() {
+        Reply::Renew(r) => assert!(r.cancel_requested),
+        other => panic!("{other:?}"),
+    }
+    // The holder's nack ends it as cancelled, and it is never handed out again.
+    assert_eq!(
+        h.call(nack(&leased, e, Some(0))).unwrap().state_of_settle(),
+        TaskState::Cancelled
+    );
+    assert!(h.claim("jobs").is_empty());
+    assert_eq!(h.counts("jobs"), [0, 0, 0, 0, 0, 3]);
+    // Done tasks cannot be cancelled.
+    let done = h.enqueue("jobs", "4");
+    let (_, e) = h.claim_one("jobs");
+    h.call(ack(&done, e)).unwrap();
+    assert_eq!(h.code(cancel(&done)), ErrorCode::InvalidState);
+}
+
+#[test]
+fn a_cancel_requested_lease_that_lapses_is_cancelled() {
+    let mut h = Harness::new();
+    h.create(
+        "jobs",
+        QueuePatch {
+            lease_ms: Some(1000),
+            ..QueuePatch::default()
+        },
+    );
+    let id = h.enqueue("jobs", "1");
+    h.claim_one("jobs");
+    h.call(Request::Cancel(Cancel { task: id.clone() }))
+        .unwrap();
+    h.advance(1000);
+    assert_eq!(h.state(&id).0, TaskState::Cancelled);
+    assert!(h.claim("jobs").is_empty());
+}
+
+#[test]
+fn stale_epochs_are_refused_in_every_order_and_change_nothing() {
+    let mut h = Harness::new();
+    h.create(
+        "jobs",
+        QueuePatch {
+            lease_ms: Some(1000),
+            ..QueuePatch::default()
+        },
+    );
+    let id = h.enqueue("jobs", "1");
+    let (_, e1) = h.claim_one("jobs");
+    h.advance(1000);
+    let (_, e2) = h.claim_one("jobs");
+    assert_eq!((e1, e2), (1, 2));
+    let before = h.task(&id);
+    for req in [
+        ack(&id, e1),
+        nack(&id, e1, Some(0)),
+        renew(&id, e1),
+        release(&id, e1),
+        dead_letter(&id, e1),
+    ] {
+        let name = req.name();
+        assert_eq!(h.code(req), ErrorCode::LeaseLost, "{name}");
+    }
+    let after = h.task(&id);
+    assert_eq!(
+        (
+            after.state,
+            after.deliveries,
+            after.failures,
+            after.lease.clone(),
+            after.history.len()
+        ),
+        (
+            before.state,
+            before.deliveries,
+            before.failures,
+            before.lease.clone(),
+            before.history.len()
+        )
+    );
+    // An epoch from the future is as stale as one from the past.
+    assert_eq!(h.code(ack(&id, 3)), ErrorCode::LeaseLost);
+    h.call(ack(&id, e2)).unwrap();
+    // Settling twice is refused too: the lease ended with the first.
+    assert_eq!(h.code(ack(&id, e2)), ErrorCode::LeaseLost);
+    assert_eq!(h.code(release(&id, e2)), ErrorCode::LeaseLost);
+    assert_eq!(h.state(&id), (TaskState::Done, 2, 1));
+}
+
+#[test]
+fn idempotency_keys_return_the_first_task() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let mut t = NewTask::new(raw("1"));
+    t.idempotency_key = Some("order-42".into());
+    let first = h.enqueue_task("jobs", t.clone());
+    match h
+        .call(Request::Enqueue(Enqueue {
+            queue: "jobs".into(),
+            tasks: vec![t.clone(), t],
+        }))
+        .unwrap()
+    {
+        Reply::Enqueue(r) => {
+            assert_eq!(r.tasks.len(), 2);
+            for e in r.tasks {
+                assert_eq!((e.id, e.duplicate), (first.clone(), true));
+            }
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.counts("jobs"), [0, 1, 0, 0, 0, 0]);
+}
+
+#[test]
+fn priority_first_then_enqueue_order_and_retries_keep_their_place() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let with = |p: u8, body: &str| {
+        let mut t = NewTask::new(raw(body));
+        t.priority = Some(p);
+        t
+    };
+    let a = h.enqueue_task("jobs", with(0, "1"));
+    let b = h.enqueue_task("jobs", with(5, "2"));
+    let c = h.enqueue_task("jobs", with(0, "3"));
+    let (first, e) = h.claim_one("jobs");
+    assert_eq!(first, b);
+    let (second, e2) = h.claim_one("jobs");
+    assert_eq!(second, a);
+    // a goes back; it keeps its place before c.
+    h.call(nack(&a, e2, Some(0))).unwrap();
+    let order: Vec<String> = h
+        .claim_as("jobs", 10, "m1")
+        .into_iter()
+        .map(|t| t.0)
+        .collect();
+    assert_eq!(order, vec![a, c]);
+    h.call(ack(&b, e)).unwrap();
+}
+
+#[test]
+fn key_concurrency_holds_back_a_key_but_not_others() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let keyed = |k: &str, body: &str| {
+        let mut t = NewTask::new(raw(body));
+        t.key = Some(k.into());
+        t
+    };
+    let a1 = h.enqueue_task("jobs", keyed("a", "1"));
+    let a2 = h.enqueue_task("jobs", keyed("a", "2"));
+    let b1 = h.enqueue_task("jobs", keyed("b", "3"));
+    let got: Vec<String> = h
+        .claim_as("jobs", 10, "m1")
+        .into_iter()
+        .map(|t| t.0)
+        .collect();
+    assert_eq!(got, vec![a1.clone(), b1]);
+    assert!(h.claim("jobs").is_empty());
+    h.call(ack(&a1, 1)).unwrap();
+    assert_eq!(h.claim_one("jobs").0, a2);
+}
+
+#[test]
+fn paused_queue_accepts_but_hands_out_nothing_until_resumed() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    h.call(Request::QueuePause(ops::QueuePause(QueueName {
+        queue: "jobs".into(),
+    })))
+    .unwrap();
+    let id = h.enqueue("jobs", "1");
+    assert!(h.claim("jobs").is_empty());
+    h.call(Request::QueueResume(ops::QueueResume(QueueName {
+        queue: "jobs".into(),
+    })))
+    .unwrap();
+    assert_eq!(h.claim_one("jobs").0, id);
+}
+
+#[test]
+fn a_waiting_claim_is_served_by_a_later_enqueue_or_times_out_empty() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let claim = |wait| {
+        Request::Claim(Claim {
+            queues: vec!["jobs".into()],
+            max: Some(5),
+            wait_ms: Some(wait),
+            lease_ms: None,
+            member: None,
+            labels: Vec::new(),
+        })
+    };
+    let waiting = h.send(claim(5000));
+    assert!(h.reply_for(waiting).is_none());
+    let id = h.enqueue("jobs", "1");
+    match h.reply_for(waiting).unwrap().unwrap() {
+        Reply::Claim(c) => assert_eq!(
+            c.tasks.iter().map(|d| d.id.clone()).collect::<Vec<_>>(),
+            vec![id]
+        ),
+        other => panic!("{other:?}"),
+    }
+    let idle = h.send(claim(5000));
+    h.advance(4999);
+    assert!(h.reply_for(idle).is_none());
+    let now = h.now;
+    assert_eq!(h.engine().next_timer(now), Some(1));
+    h.advance(1);
+    match h.reply_for(idle).unwrap().unwrap() {
+        Reply::Claim(c) => assert!(c.tasks.is_empty()),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_claim_over_several_queues_takes_them_round_robin() {
+    let mut h = Harness::new();
+    for q in ["a", "b", "c"] {
+        h.create(q, QueuePatch::default());
+        for i in 0..3 {
+            h.enqueue(q, &i.to_string());
+        }
+    }
+    let req = Request::Claim(Claim {
+        queues: vec!["a".into(), "b".into(), "c".into()],
+        max: Some(6),
+        wait_ms: None,
+        lease_ms: None,
+        member: None,
+        labels: Vec::new(),
+    });
+    match h.call(req).unwrap() {
+        Reply::Claim(c) => {
+            let queues: Vec<_> = c.tasks.iter().map(|d| d.queue.as_str()).collect();
+            assert_eq!(queues, ["a", "b", "c", "a", "b", "c"]);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn requires_labels_gate_delivery() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let mut t = NewTask::new(raw("1"));
+    t.requires = vec!["gpu".into()];
+    let gpu = h.enqueue_task("jobs", t);
+    let plain = h.enqueue("jobs", "2");
+    assert_eq!(
+        h.claim_as("jobs", 5, "cpu-box")
+            .into_iter()
+            .map(|t| t.0)
+            .collect::<Vec<_>>(),
+        vec![plain]
+    );
+    let req = Request::Claim(Claim {
+        queues: vec!["jobs".into()],
+        max: Some(5),
+        wait_ms: None,
+        lease_ms: None,
+        member: Some("gpu-box".into()),
+        labels: vec!["gpu".into(), "big".into()],
+    });
+    match h.call(req).unwrap() {
+        Reply::Claim(c) => assert_eq!(
+            c.tasks.iter().map(|d| d.id.clone()).collect::<Vec<_>>(),
+            vec![gpu]
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn wait_answers_when_every_task_finishes_or_at_its_timeout() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let a = h.enqueue("jobs", "1");
+    let b = h.enqueue("jobs", "2");
+    let waiting = h.send(Request::Wait(Wait {
+        tasks: vec![a.clone(), b.clone()],
+        timeout_ms: Some(10_000),
+    }));
+    let (_, ea) = h.claim_one("jobs");
+    h.call(ack(&a, ea)).unwrap();
+    assert!(h.reply_for(waiting).is_none());
+    h.call(Request::Cancel(Cancel { task: b.clone() })).unwrap();
+    match h.reply_for(waiting).unwrap().unwrap() {
+        Reply::Wait(w) => {
+            let states: Vec<_> = w.finished.iter().map(|t| (t.id.clone(), t.state)).collect();
+            assert_eq!(
+                states,
+                vec![(a, TaskState::Done), (b, TaskState::Cancelled)]
+            );
+            assert!(w.pending.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+    let c = h.enqueue("jobs", "3");
+    let timed = h.send(Request::Wait(Wait {
+        tasks: vec![c.clone()],
+        timeout_ms: Some(1000),
+    }));
+    h.advance(1000);
+    match h.reply_for(timed).unwrap().unwrap() {
+        Reply::Wait(w) => assert_eq!((w.finished.len(), w.pending), (0, vec![c])),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn task_list_pages_through_a_state_in_id_order() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let ids: Vec<String> = (0..5).map(|i| h.enqueue("jobs", &i.to_string())).collect();
+    let page = |h: &mut Harness, after: Option<String>| match h
+        .call(Request::TaskList(TaskList {
+            queue: "jobs".into(),
+            state: TaskState::Ready,
+            after,
+            limit: Some(2),
+        }))
+        .unwrap()
+    {
+        Reply::TaskList(l) => (
+            l.tasks.into_iter().map(|t| t.id).collect::<Vec<_>>(),
+            l.next,
+        ),
+        other => panic!("{other:?}"),
+    };
+    let (p1, n1) = page(&mut h, None);
+    let (p2, n2) = page(&mut h, n1);
+    let (p3, n3) = page(&mut h, n2);
+    assert_eq!(
+        (p1, p2, p3),
+        (ids[0..2].to_vec(), ids[2..4].to_vec(), ids[4..5].to_vec())
+    );
+    assert_eq!(n3, None);
+}
+
+#[test]
+fn purge_and_delete_remove_tasks() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let leased = h.enqueue("jobs", "1");
+    h.enqueue("jobs", "2");
+    h.enqueue("jobs", "3");
+    let mut t = NewTask::new(raw("4"));
+    t.delay_ms = Some(1000);
+    h.enqueue_task("jobs", t);
+    assert_eq!(h.claim_one("jobs").0, leased);
+    match h
+        .call(Request::QueuePurge(ops::QueuePurge(QueueName {
+            queue: "jobs".into(),
+        })))
+        .unwrap()
+    {
+        Reply::Count(c) => assert_eq!(c.count, 3),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.counts("jobs"), [0, 0, 1, 0, 0, 0]);
+    match h
+        .call(Request::QueueDelete(ops::QueueDelete(QueueName {
+            queue: "jobs".into(),
+        })))
+        .unwrap()
+    {
+        Reply::Count(c) => assert_eq!(c.count, 1),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        h.code(Request::QueueDescribe(ops::QueueDescribe(QueueName {
+            queue: "jobs".into()
+        }))),
+        ErrorCode::NotFound
+    );
+    h.restart(0);
+    match h.call(Request::QueueList(ops::QueueList {})).unwrap() {
+        Reply::QueueList(l) => assert!(l.queues.is_empty()),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn bad_requests_are_refused_with_their_codes_and_change_nothing() {
+    let mut h = Harness::new();
+    assert_eq!(
+        h.code(Request::QueueCreate(QueueCreate {
+            queue: "Bad Name".into(),
+            options: QueuePatch::default()
+        })),
+        ErrorCode::BadRequest
+    );
+    h.create("jobs", QueuePatch::default());
+    assert_eq!(
+        h.code(Request::QueueCreate(QueueCreate {
+            queue: "jobs".into(),
+            options: QueuePatch::default()
+        })),
+        ErrorCode::AlreadyExists
+    );
+    assert_eq!(
+        h.code(Request::QueueCreate(QueueCreate {
+            queue: "x".into(),
+            options: QueuePatch {
+                lease_ms: Some(1),
+                ..QueuePatch::default()
+            }
+        })),
+        ErrorCode::BadRequest
+    );
+    let big = format!(
+        "\"{}\"",
+        "x".repeat(muster_protocol::limits::MAX_PAYLOAD_BYTES)
+    );
+    let enqueue = |tasks| {
+        Request::Enqueue(Enqueue {
+            queue: "jobs".into(),
+            tasks,
+        })
+    };
+    assert_eq!(
+        h.code(enqueue(vec![
+            NewTask::new(raw("1")),
+            NewTask::new(raw(&big))
+        ])),
+        ErrorCode::TooLarge
+    );
+    assert_eq!(h.code(enqueue(vec![])), ErrorCode::BadRequest);
+    assert_eq!(
+        h.code(enqueue((0..1001).map(|_| NewTask::new(raw("1"))).collect())),
+        ErrorCode::TooLarge
+    );
+    let mut bad_priority = NewTask::new(raw("1"));
+    bad_priority.priority = Some(10);
+    assert_eq!(h.code(enqueue(vec![bad_priority])), ErrorCode::BadRequest);
+    assert_eq!(
+        h.code(Request::Enqueue(Enqueue {
+            queue: "nope".into(),
+            tasks: vec![NewTask::new(raw("1"))]
+        })),
+        ErrorCode::NotFound
+    );
+    assert_eq!(h.code(ack("not-a-ulid", 1)), ErrorCode::BadRequest);
+    assert_eq!(
+        h.code(ack("01JDQ8Z9M4X6K2V7N3B5C8D1EF", 1)),
+        ErrorCode::NotFound
+    );
+    let claim = |max, wait| {
+        Request::Claim(Claim {
+            queues: vec!["jobs".into()],
+            max: Some(max),
+            wait_ms: Some(wait),
+            lease_ms: None,
+            member: None,
+            labels: vec![],
+        })
+    };
+    assert_eq!(h.code(claim(0, 0)), ErrorCode::BadRequest);
+    assert_eq!(h.code(claim(1001, 0)), ErrorCode::BadRequest);
+    assert_eq!(h.code(claim(1, 300_001)), ErrorCode::BadRequest);
+    assert_eq!(h.counts("jobs"), [0, 0, 0, 0, 0, 0]);
+}
+
+#[test]
+fn leases_survive_a_restart_with_a_fresh_period_and_old_claims_still_settle() {
+    let mut h = Harness::new();
+    h.create(
+        "jobs",
+        QueuePatch {
+            lease_ms: Some(10_000),
+            ..QueuePatch::default()
+        },
+    );
+    let id = h.enqueue("jobs", "1");
+    let (_, e) = h.claim_one("jobs");
+    h.advance(9_000);
+    // Down for a minute: by wall time the lease ran out long ago.
+    h.restart(60_000);
+    assert_eq!(h.state(&id), (TaskState::Leased, 1, 0));
+    h.advance(9_999);
+    assert_eq!(h.state(&id).0, TaskState::Leased);
+    h.call(renew(&id, e)).unwrap();
+    h.advance(9_999);
+    h.call(ack(&id, e)).unwrap();
+    assert_eq!(h.state(&id), (TaskState::Done, 1, 0));
+}
+
+#[test]
+fn state_after_a_restart_equals_state_before_it() {
+    let mut h = Harness::new();
+    h.create("jobs", no_jitter(2));
+    h.create(
+        "other",
+        QueuePatch {
+            key_concurrency: Some(2),
+            ..QueuePatch::default()
+        },
+    );
+    let ids: Vec<String> = (0..6).map(|i| h.enqueue("jobs", &i.to_string())).collect();
+    h.enqueue("other", "7");
+    let (a, ea) = h.claim_one("jobs");
+    h.call(ack(&a, ea)).unwrap();
+    let (b, eb) = h.claim_one("jobs");
+    h.call(nack(&b, eb, None)).unwrap();
+    let (c, ec) = h.claim_one("jobs");
+    h.call(dead_letter(&c, ec)).unwrap();
+    h.claim_one("jobs");
+    h.call(Request::Cancel(Cancel {
+        task: ids[5].clone(),
+    }))
+    .unwrap();
+    let snapshot = |h: &mut Harness| {
+        let tasks: Vec<String> = ids
+            .iter()
+            .map(|id| serde_json::to_string(&h.task(id)).unwrap())
+            .collect();
+        let queues = match h.call(Request::QueueList(ops::QueueList {})).unwrap() {
+            Reply::QueueList(l) => serde_json::to_string(&l.queues).unwrap(),
+            other => panic!("{other:?}"),
+        };
+        (tasks, queues)
+    };
+    let before = snapshot(&mut h);
+    h.restart(0);
+    assert_eq!(snapshot(&mut h), before);
+    // New ids keep growing after a restart.
+    let newer = h.enqueue("jobs", "8");
+    assert!(newer > ids[5], "{newer} after {}", ids[5]);
+}
