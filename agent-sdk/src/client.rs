@@ -5,6 +5,7 @@
 //! the connection ends, every call in flight fails with [`Error::Closed`].
 
 use std::collections::HashMap;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -31,10 +32,13 @@ const WRITE_QUEUE: usize = 1024;
 /// Bytes of requests gathered into one stream write.
 const WRITE_CHUNK: usize = 256 * 1024;
 
+/// Where the reader puts the body of one reply frame.
+type ReplySlot = oneshot::Sender<Result<Vec<u8>, Error>>;
+
 /// Calls waiting for replies, and whether the reply stream has ended.
 #[derive(Default)]
 struct Pending {
-    calls: Mutex<HashMap<u64, oneshot::Sender<Result<Vec<u8>, Error>>>>,
+    calls: Mutex<HashMap<u64, ReplySlot>>,
     /// Set (before the map is drained) once no more replies can arrive.
     ended: AtomicBool,
 }
@@ -90,6 +94,12 @@ impl Client {
 
     /// Sends any request and waits for its reply.
     pub async fn call<T: Op>(&self, req: &T) -> Result<T::Reply, Error> {
+        self.send(req).await?.reply().await
+    }
+
+    /// Sends a request without waiting for its reply: requests sent one after another
+    /// reach the daemon in that order, while their replies are awaited later.
+    pub async fn send<T: Op>(&self, req: &T) -> Result<PendingReply<T>, Error> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let framed = frame::encode_json(&RequestFrame::new(id, req))
             .map_err(|e| Error::InvalidInput(e.to_string()))?;
@@ -102,17 +112,11 @@ impl Client {
             lock(&self.inner.pending.calls).remove(&id);
             return Err(self.closed());
         }
-        let body = rx.await.map_err(|_| self.closed())??;
-        let envelope: ServerEnvelope = serde_json::from_slice(&body)
-            .map_err(|e| Error::Protocol(format!("unreadable reply: {e}")))?;
-        if envelope.ok != Some(true) {
-            return Err(match envelope.error {
-                Some(error) => Error::Server(error),
-                None => Error::Protocol("reply is neither ok nor an error".into()),
-            });
-        }
-        serde_json::from_slice(&body)
-            .map_err(|e| Error::Protocol(format!("unreadable {} reply: {e}", T::NAME)))
+        Ok(PendingReply {
+            rx,
+            client: self.clone(),
+            op: PhantomData,
+        })
     }
 
     fn closed(&self) -> Error {
@@ -187,18 +191,28 @@ impl Client {
     pub async fn enqueue_batch(
         &self,
         queue: &str,
-        mut tasks: Vec<NewTask>,
+        tasks: Vec<NewTask>,
     ) -> Result<Vec<EnqueuedTask>, Error> {
+        Ok(self.send_enqueue(queue, tasks).await?.reply().await?.tasks)
+    }
+
+    /// Sends an enqueue (with idempotency keys as [`Client::enqueue`]) without waiting
+    /// for its reply, so a stream of enqueues keeps its order and its pipelining.
+    pub async fn send_enqueue(
+        &self,
+        queue: &str,
+        mut tasks: Vec<NewTask>,
+    ) -> Result<PendingReply<Enqueue>, Error> {
         for task in &mut tasks {
             if task.idempotency_key.is_none() {
                 task.idempotency_key = Some(ulid::Ulid::new().to_string());
             }
         }
-        let req = Enqueue {
+        self.send(&Enqueue {
             queue: queue.into(),
             tasks,
-        };
-        Ok(self.call(&req).await?.tasks)
+        })
+        .await
     }
 
     /// Leases ready tasks, waiting up to the claim's `wait_ms` for the first.
@@ -323,6 +337,30 @@ impl Client {
     /// Removes dead tasks.
     pub async fn discard(&self, selection: DeadSelection) -> Result<CountReply, Error> {
         self.call(&ops::Discard(selection)).await
+    }
+}
+
+/// The reply of a request sent with [`Client::send`], still to come.
+pub struct PendingReply<T: Op> {
+    rx: oneshot::Receiver<Result<Vec<u8>, Error>>,
+    client: Client,
+    op: PhantomData<T>,
+}
+
+impl<T: Op> PendingReply<T> {
+    /// Waits for the reply.
+    pub async fn reply(self) -> Result<T::Reply, Error> {
+        let body = self.rx.await.map_err(|_| self.client.closed())??;
+        let envelope: ServerEnvelope = serde_json::from_slice(&body)
+            .map_err(|e| Error::Protocol(format!("unreadable reply: {e}")))?;
+        if envelope.ok != Some(true) {
+            return Err(match envelope.error {
+                Some(error) => Error::Server(error),
+                None => Error::Protocol("reply is neither ok nor an error".into()),
+            });
+        }
+        serde_json::from_slice(&body)
+            .map_err(|e| Error::Protocol(format!("unreadable {} reply: {e}", T::NAME)))
     }
 }
 

@@ -23,7 +23,7 @@ pub mod client;
 pub mod connect;
 pub mod error;
 
-pub use client::Client;
+pub use client::{Client, PendingReply};
 pub use connect::{ConnectOptions, Trust};
 pub use error::Error;
 pub use muster_protocol as protocol;

@@ -52,6 +52,10 @@ pub enum Command {
 }
 
 /// A frame for a stream's writer.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "nearly every frame is a reply; boxing them would allocate for nothing"
+)]
 pub enum Outgoing {
     /// A reply to the request with this id.
     Reply(u64, Result<Reply, ErrorBody>),

@@ -21,18 +21,10 @@ pub enum ErrorCode {
     InvalidState,
     /// A size limit was exceeded (frame, payload, result, progress, batch).
     TooLarge,
-    /// A count or rate limit was exceeded (queues, connections, requests in flight).
+    /// A count limit of the daemon was reached (e.g. the number of queues).
     Limit,
-    /// The connection has not presented a valid token.
-    Unauthorized,
-    /// The token's role or queue patterns do not allow this request.
-    Forbidden,
-    /// The session was taken over by a newer session under the same member name.
-    Replaced,
     /// The daemon is shutting down and takes no new work.
     ShuttingDown,
-    /// The daemon failed; the request may or may not have taken effect only if the message says so.
-    Internal,
 }
 
 impl ErrorCode {
@@ -47,11 +39,7 @@ impl ErrorCode {
             ErrorCode::InvalidState => "invalid_state",
             ErrorCode::TooLarge => "too_large",
             ErrorCode::Limit => "limit",
-            ErrorCode::Unauthorized => "unauthorized",
-            ErrorCode::Forbidden => "forbidden",
-            ErrorCode::Replaced => "replaced",
             ErrorCode::ShuttingDown => "shutting_down",
-            ErrorCode::Internal => "internal",
         }
     }
 }

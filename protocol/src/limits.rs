@@ -24,6 +24,10 @@ pub const MAX_BATCH: usize = 1000;
 /// Most tasks one claim may ask for.
 pub const MAX_CLAIM: u32 = 1000;
 
+/// Payload bytes after which a claim stops adding tasks to its reply (it always
+/// returns at least one): keeps a claim's reply well inside [`MAX_FRAME_BYTES`].
+pub const MAX_CLAIM_REPLY_BYTES: usize = 2 * 1024 * 1024;
+
 /// Most queues one claim may name.
 pub const MAX_CLAIM_QUEUES: usize = 64;
 

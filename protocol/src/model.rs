@@ -207,7 +207,7 @@ pub struct QueueInfo {
     /// Tasks per state, flattened under each state's name.
     #[serde(flatten)]
     pub counts: StateCounts,
-    /// When the oldest ready task became ready, if any is.
+    /// When the oldest ready task (by id) was enqueued, if any task is ready.
     pub oldest_ready_ms: Option<u64>,
     /// When the queue was created.
     pub created_ms: u64,
@@ -310,8 +310,8 @@ pub struct LeaseInfo {
 pub struct TimelineEvent {
     /// When it happened.
     pub at_ms: u64,
-    /// What happened: enqueued, leased, renewed, acked, nacked, lapsed, released,
-    /// dead_lettered, redriven, cancel_requested, cancelled, restored.
+    /// What happened: `enqueued`, `leased`, `done` (acked), `nacked`, `lapsed`, `released`,
+    /// `dead_lettered`, `redriven`, `cancel_requested`, `cancelled`. Renewals are not recorded.
     pub event: String,
     /// The member involved, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -113,7 +113,7 @@ pub struct QueueDelete(pub QueueName);
 pub struct CountReply {
     /// How many tasks the request affected (or, for a dry run, would affect).
     pub count: u64,
-    /// Their ids, when the request named tasks or asked for a dry run.
+    /// Their ids (at most [`crate::limits::MAX_IDS`]), on a dry run only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ids: Vec<String>,
 }
@@ -278,7 +278,7 @@ pub struct TaskList {
 pub struct TaskListReply {
     /// The page.
     pub tasks: Vec<TaskSummary>,
-    /// The cursor of the next page, absent on the last.
+    /// The cursor of the next page; null on the last.
     pub next: Option<String>,
 }
 

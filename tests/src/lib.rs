@@ -1,1 +1,267 @@
-//! placeholder
+//! The test harness: real `musterd` processes on loopback, driven through the SDK and
+//! the `muster` CLI.
+//!
+//! [`Daemon::start`] builds the binaries once per test process (so `cargo test` alone is
+//! enough), starts `musterd` on `127.0.0.1:0` in a fresh data directory and reads the
+//! address it bound from its JSON log. Every wait here is bounded.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use muster_sdk::{Client, ConnectOptions, Trust};
+
+/// Longest a daemon may take to start serving.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Where cargo put the binaries of this workspace, built on first use.
+fn bin_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test executable path");
+        // target/<profile>/deps/<test binary>
+        let dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("test binary lives in target/<profile>/deps")
+            .to_path_buf();
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args([
+            "build",
+            "--quiet",
+            "-p",
+            "muster-daemon",
+            "-p",
+            "muster-tui",
+            "--bins",
+        ]);
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+        let status = cmd.status().expect("running cargo build for the binaries");
+        assert!(status.success(), "cargo build of musterd and muster failed");
+        dir
+    })
+}
+
+/// Path of the `musterd` binary.
+pub fn musterd_bin() -> PathBuf {
+    bin_dir().join("musterd")
+}
+
+/// Path of the `muster` binary.
+pub fn muster_bin() -> PathBuf {
+    bin_dir().join("muster")
+}
+
+/// A running `musterd` and its data directory.
+pub struct Daemon {
+    child: Option<Child>,
+    /// `127.0.0.1:PORT` it listens on.
+    pub addr: String,
+    /// The certificate fingerprint it logged.
+    pub fingerprint: String,
+    data: tempfile::TempDir,
+    extra_args: Vec<String>,
+    /// Copies the daemon's stderr into `musterd.log`; ends when the daemon exits.
+    log_thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Daemon {
+    /// Starts a daemon in a fresh data directory on a port of its choosing.
+    pub fn start() -> Daemon {
+        Daemon::start_with(&[])
+    }
+
+    /// Starts a daemon with extra flags.
+    pub fn start_with(extra: &[&str]) -> Daemon {
+        let data = tempfile::tempdir().expect("temporary data directory");
+        let mut d = Daemon {
+            child: None,
+            addr: "127.0.0.1:0".into(),
+            fingerprint: String::new(),
+            data,
+            extra_args: extra.iter().map(|s| (*s).to_owned()).collect(),
+            log_thread: None,
+        };
+        d.spawn();
+        d
+    }
+
+    /// The data directory.
+    pub fn data(&self) -> &Path {
+        self.data.path()
+    }
+
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("daemon running").id()
+    }
+
+    fn spawn(&mut self) {
+        let mut child = Command::new(musterd_bin())
+            .arg("--data")
+            .arg(self.data.path())
+            .args(["--listen", &self.addr, "--log-format", "json"])
+            .args(&self.extra_args)
+            .env("MUSTER_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting musterd");
+        let stderr = child.stderr.take().expect("musterd stderr");
+        let (tx, rx) = mpsc::channel();
+        let log_path = self.data.path().join("musterd.log");
+        let log_thread = std::thread::spawn(move || {
+            use std::io::Write;
+            let mut log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log_path)
+                .ok();
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(f) = log.as_mut() {
+                    let _ = writeln!(f, "{line}");
+                }
+                let _ = tx.send(line);
+            }
+        });
+        self.child = Some(child);
+        self.log_thread = Some(log_thread);
+        let deadline = std::time::Instant::now() + START_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = match rx.recv_timeout(left) {
+                Ok(line) => line,
+                Err(_) => panic!(
+                    "musterd did not report listening within {START_TIMEOUT:?}; log in {}",
+                    self.data.path().display()
+                ),
+            };
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            let fields = &v["fields"];
+            if fields["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("musterd listening"))
+            {
+                self.addr = fields["addr"].as_str().expect("addr field").to_owned();
+                self.fingerprint = fields["fingerprint"]
+                    .as_str()
+                    .expect("fingerprint field")
+                    .to_owned();
+                break;
+            }
+        }
+        // Keep draining the log so the daemon never blocks on a full pipe.
+        std::thread::spawn(move || while rx.recv().is_ok() {});
+    }
+
+    /// Connect options for this daemon, trusting the certificate in its data directory.
+    pub fn options(&self) -> ConnectOptions {
+        ConnectOptions {
+            addr: self.addr.clone(),
+            trust: Trust::DataDir(self.data.path().to_path_buf()),
+            token: None,
+            server_name: None,
+        }
+    }
+
+    /// A connected SDK client.
+    pub async fn client(&self) -> Client {
+        Client::connect(self.options())
+            .await
+            .expect("connecting to musterd")
+    }
+
+    /// Kills the daemon with SIGKILL and waits for it to be gone.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("kill -9 musterd");
+            child.wait().expect("reaping musterd");
+        }
+        self.join_log();
+    }
+
+    fn join_log(&mut self) {
+        if let Some(t) = self.log_thread.take() {
+            t.join().expect("log thread");
+        }
+    }
+
+    /// Everything the daemon logged so far (complete once it has stopped).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.data.path().join("musterd.log")).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits for a clean exit; returns the exit status code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        let mut child = self.child.take()?;
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill -TERM");
+        assert!(status.success());
+        let code = child.wait().expect("reaping musterd").code().unwrap_or(-1);
+        self.join_log();
+        Some(code)
+    }
+
+    /// Starts the daemon again on the same data directory and port.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "stop the daemon before restarting it");
+        self.spawn();
+    }
+
+    /// Runs the CLI against this daemon.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        self.cli_stdin(args, None)
+    }
+
+    /// Runs the CLI against this daemon with `stdin` as its input.
+    pub fn cli_stdin(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        use std::io::Write;
+        let mut child = Command::new(muster_bin())
+            .args(args)
+            .env("MUSTER_ADDR", &self.addr)
+            .env("MUSTER_DATA", self.data.path())
+            .env_remove("MUSTER_PIN")
+            .env_remove("MUSTER_CA")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting muster");
+        let mut input = child.stdin.take().expect("muster stdin");
+        if let Some(text) = stdin {
+            input
+                .write_all(text.as_bytes())
+                .expect("writing muster stdin");
+        }
+        drop(input);
+        child.wait_with_output().expect("running muster")
+    }
+
+    /// Runs the CLI and returns its stdout, failing the test on a non-zero exit.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(
+            out.status.success(),
+            "muster {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8 output")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}

@@ -261,9 +261,7 @@ fn new_task(args: &EnqueueArgs, payload: muster_sdk::RawJson) -> NewTask {
         key: args.key.clone(),
         requires: args.requires.clone(),
         delay_ms: args.delay.map(ms),
-        not_before_ms: args
-            .at
-            .map(|t| t.duration_since(UNIX_EPOCH).map_or(0, |d| ms(d))),
+        not_before_ms: args.at.map(|t| t.duration_since(UNIX_EPOCH).map_or(0, ms)),
         idempotency_key: args.idempotency_key.clone(),
     }
 }
@@ -291,8 +289,8 @@ async fn enqueue(client: &Client, out: &Output, args: EnqueueArgs) -> anyhow::Re
     if args.idempotency_key.is_some() {
         bail!("--idempotency-key names one task; it cannot apply to every line of stdin");
     }
-    // Lines are read on a blocking thread and enqueued with up to STDIN_IN_FLIGHT
-    // requests in flight; ids print in input order as their replies arrive.
+    // Lines are read on a blocking thread. Each enqueue is sent in stdin order and its
+    // reply awaited later, with up to STDIN_IN_FLIGHT in flight; ids print in input order.
     let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<String>>(STDIN_IN_FLIGHT);
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {
@@ -304,13 +302,7 @@ async fn enqueue(client: &Client, out: &Output, args: EnqueueArgs) -> anyhow::Re
     let mut in_flight = VecDeque::new();
     let mut line_no = 0usize;
     let mut failure = None;
-    loop {
-        while in_flight.len() >= STDIN_IN_FLIGHT {
-            let handle: tokio::task::JoinHandle<_> =
-                in_flight.pop_front().context("in-flight queue")?;
-            print(&handle.await.context("enqueue task")??)?;
-        }
-        let Some(line) = rx.recv().await else { break };
+    while let Some(line) = rx.recv().await {
         line_no += 1;
         let line = line.context("reading stdin")?;
         if line.trim().is_empty() {
@@ -323,19 +315,34 @@ async fn enqueue(client: &Client, out: &Output, args: EnqueueArgs) -> anyhow::Re
                 break;
             }
         };
-        let task = new_task(&args, payload);
-        let (client, queue) = (client.clone(), args.queue.clone());
-        in_flight.push_back(tokio::spawn(
-            async move { client.enqueue(&queue, task).await },
-        ));
+        in_flight.push_back(
+            client
+                .send_enqueue(&args.queue, vec![new_task(&args, payload)])
+                .await?,
+        );
+        if in_flight.len() >= STDIN_IN_FLIGHT
+            && let Some(oldest) = in_flight.pop_front()
+        {
+            print_enqueued(&print, oldest).await?;
+        }
     }
-    for handle in in_flight {
-        print(&handle.await.context("enqueue task")??)?;
+    for pending in in_flight {
+        print_enqueued(&print, pending).await?;
     }
     match failure {
         Some(f) => bail!("{f}; the lines before it were enqueued"),
         None => Ok(()),
     }
+}
+
+async fn print_enqueued(
+    print: &impl Fn(&muster_sdk::EnqueuedTask) -> anyhow::Result<()>,
+    pending: muster_sdk::PendingReply<muster_protocol::ops::Enqueue>,
+) -> anyhow::Result<()> {
+    for task in pending.reply().await?.tasks {
+        print(&task)?;
+    }
+    Ok(())
 }
 
 async fn list(

@@ -216,7 +216,8 @@ impl<W: Waiter> Engine<W> {
     /// Opens the engine over a store, rebuilding the in-memory state from it.
     ///
     /// Every lease still held gets at least one full lease period from `now`: nobody
-    /// could renew while the daemon was down.
+    /// could renew while the daemon was down. The new deadlines are written back with
+    /// the first round, so readers see the lease a holder really has.
     pub fn open(store: Store, now: Now, seed: u64) -> Result<Engine<W>, StoreError> {
         let pending = store.batch();
         let mut engine = Engine {
@@ -246,7 +247,7 @@ impl<W: Waiter> Engine<W> {
         engine
             .store
             .for_each_task(|id, rec| records.push((id, rec)))?;
-        for (id, rec) in records {
+        for (id, mut rec) in records {
             let Some(queue) = engine.queues.get(&rec.queue) else {
                 return Err(StoreError::Corrupt {
                     what: format!("task {id}"),
@@ -264,8 +265,14 @@ impl<W: Waiter> Engine<W> {
                     .saturating_sub(now.wall_ms.saturating_sub(lease.granted_ms));
             }
             engine.last_id = engine.last_id.max(id);
+            if let Some(lease) = rec.lease.as_mut() {
+                // Show the deadline the lease really has now; persisted with the first round.
+                lease.expires_ms = now.wall_ms + (deadline - now.mono_ms);
+                engine.pending.put_task(id, &rec);
+            }
             engine.index_record(id, &rec, deadline, granted);
         }
+        engine.commit()?;
         Ok(engine)
     }
 
@@ -379,6 +386,8 @@ impl<W: Waiter> Engine<W> {
     fn remove(&mut self, id: Ulid, rec: &TaskRecord) {
         self.unindex(id);
         self.tasks.remove(&id);
+        // A wait on this task can end now: it reports it as removed.
+        self.finished_changed = true;
         self.pending
             .remove_task(id, &rec.queue, rec.idempotency_key.as_deref());
     }
@@ -558,7 +567,7 @@ impl<W: Waiter> Engine<W> {
                 let base = (backoff.base_ms as f64 * exp).min(backoff.cap_ms as f64);
                 let spread = base * backoff.jitter;
                 let jittered = base + self.rng.random_range(-1.0..=1.0) * spread;
-                jittered.max(0.0) as u64
+                jittered.clamp(0.0, backoff.cap_ms as f64) as u64
             });
             rec.updated_ms = now.wall_ms;
             if delay == 0 {

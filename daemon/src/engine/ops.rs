@@ -6,9 +6,9 @@ use std::ops::Bound;
 use ulid::Ulid;
 
 use muster_protocol::limits::{
-    MAX_BATCH, MAX_CLAIM, MAX_CLAIM_QUEUES, MAX_DELAY, MAX_ERROR_BYTES, MAX_IDS,
-    MAX_KEY_CONCURRENCY, MAX_LEASE, MAX_PAGE, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_PROGRESS_BYTES,
-    MAX_QUEUES, MAX_RESULT_BYTES, MAX_RETENTION, MAX_WAIT, MIN_LEASE,
+    MAX_BATCH, MAX_CLAIM, MAX_CLAIM_QUEUES, MAX_CLAIM_REPLY_BYTES, MAX_DELAY, MAX_ERROR_BYTES,
+    MAX_IDS, MAX_KEY_CONCURRENCY, MAX_LEASE, MAX_PAGE, MAX_PAYLOAD_BYTES, MAX_PRIORITY,
+    MAX_PROGRESS_BYTES, MAX_QUEUES, MAX_RESULT_BYTES, MAX_RETENTION, MAX_WAIT, MIN_LEASE,
 };
 use muster_protocol::model::{
     Delivery, EnqueuedTask, LeaseInfo, QueueInfo, QueueOptions, QueuePatch, StateCounts, TaskInfo,
@@ -248,7 +248,27 @@ impl<W: Waiter> Engine<W> {
             .queues
             .get_mut(name)
             .ok_or_else(|| client(ErrorCode::NotFound, format!("no queue {name:?}")))?;
+        let old_retention = queue.options.retention_ms;
         apply_patch(&mut queue.options, patch)?;
+        let new_retention = queue.options.retention_ms;
+        if new_retention != old_retention {
+            // Finished tasks follow the new retention, counted from when they finished.
+            let finished: Vec<_> = queue
+                .ids(TaskState::Done)
+                .iter()
+                .chain(queue.ids(TaskState::Cancelled))
+                .copied()
+                .collect();
+            for id in finished {
+                if let Some(meta) = self.tasks.get_mut(&id) {
+                    self.expiry.remove(&(meta.remove_at_ms, id));
+                    meta.remove_at_ms =
+                        (meta.remove_at_ms - old_retention).saturating_add(new_retention);
+                    self.expiry.insert((meta.remove_at_ms, id));
+                }
+            }
+        }
+        let queue = &self.queues[name];
         self.pending.put_queue(
             name,
             &QueueRecord::new(queue.options.clone(), queue.created_ms),
@@ -470,16 +490,24 @@ impl<W: Waiter> Engine<W> {
         let n = spec.queues.len();
         let start = self.rotation % n;
         self.rotation = self.rotation.wrapping_add(1);
-        let mut out = Vec::new();
+        let mut out: Vec<Delivery> = Vec::new();
+        let mut bytes = 0;
         let mut exhausted = vec![false; n];
-        while out.len() < spec.max && exhausted.iter().any(|e| !e) {
+        let full =
+            |out: &Vec<Delivery>, bytes| out.len() >= spec.max || bytes >= MAX_CLAIM_REPLY_BYTES;
+        while !full(&out, bytes) && exhausted.iter().any(|e| !e) {
             for i in 0..n {
                 let qi = (start + i) % n;
-                if out.len() >= spec.max || exhausted[qi] {
+                if full(&out, bytes) || exhausted[qi] {
                     continue;
                 }
                 match self.pick(&spec.queues[qi], &spec.labels) {
-                    Some(id) => out.push(self.grant(id, spec, now)?),
+                    Some(id) => {
+                        let delivery = self.grant(id, spec, now)?;
+                        bytes += delivery.payload.get().len()
+                            + delivery.progress.as_ref().map_or(0, |p| p.get().len());
+                        out.push(delivery);
+                    }
                     None => exhausted[qi] = true,
                 }
             }
@@ -626,6 +654,15 @@ impl<W: Waiter> Engine<W> {
         let granted = self.tasks[&id].lease_granted;
         let mut deadline = now.mono_ms + r.extend_ms.unwrap_or(options.lease_ms);
         if let Some(max) = options.max_runtime_ms {
+            if granted + max <= now.mono_ms {
+                return Err(client(
+                    ErrorCode::LeaseLost,
+                    format!(
+                        "task {id} epoch {} reached the queue's max_runtime of {max} ms",
+                        r.epoch
+                    ),
+                ));
+            }
             deadline = deadline.min(granted + max);
         }
         let expires = now.wall_ms + deadline.saturating_sub(now.mono_ms);

@@ -1091,6 +1091,8 @@ fn leases_survive_a_restart_with_a_fresh_period_and_old_claims_still_settle() {
     // Down for a minute: by wall time the lease ran out long ago.
     h.restart(60_000);
     assert_eq!(h.state(&id), (TaskState::Leased, 1, 0));
+    let expires = h.task(&id).lease.unwrap().expires_ms;
+    assert_eq!(expires, h.now.wall_ms + 10_000);
     h.advance(9_999);
     assert_eq!(h.state(&id).0, TaskState::Leased);
     h.call(renew(&id, e)).unwrap();
@@ -1140,4 +1142,115 @@ fn state_after_a_restart_equals_state_before_it() {
     // New ids keep growing after a restart.
     let newer = h.enqueue("jobs", "8");
     assert!(newer > ids[5], "{newer} after {}", ids[5]);
+}
+
+#[test]
+fn a_retention_change_applies_to_tasks_already_finished() {
+    let mut h = Harness::new();
+    h.create(
+        "jobs",
+        QueuePatch {
+            retention_ms: Some(3_600_000),
+            ..QueuePatch::default()
+        },
+    );
+    let id = h.enqueue("jobs", "1");
+    let (_, e) = h.claim_one("jobs");
+    h.call(ack(&id, e)).unwrap();
+    h.advance(1000);
+    h.call(Request::QueueUpdate(ops::QueueUpdate {
+        queue: "jobs".into(),
+        options: QueuePatch {
+            retention_ms: Some(5000),
+            ..QueuePatch::default()
+        },
+    }))
+    .unwrap();
+    h.advance(3999);
+    assert_eq!(h.counts("jobs"), [0, 0, 0, 1, 0, 0]);
+    h.advance(1);
+    assert_eq!(h.counts("jobs"), [0, 0, 0, 0, 0, 0]);
+}
+
+#[test]
+fn jitter_never_takes_a_delay_past_the_cap() {
+    let mut h = Harness::new();
+    let patch = QueuePatch {
+        max_attempts: Some(0),
+        retry_backoff: Some(Backoff {
+            base_ms: 1000,
+            factor: 1.0,
+            cap_ms: 1000,
+            jitter: 1.0,
+        }),
+        ..QueuePatch::default()
+    };
+    h.create("jobs", patch);
+    let id = h.enqueue("jobs", "1");
+    for _ in 0..20 {
+        let (_, e) = h.claim_one("jobs");
+        let at = h.now.wall_ms;
+        let delay = match h.call(nack(&id, e, None)).unwrap() {
+            Reply::Settle(s) => s.not_before_ms.map_or(0, |nb| nb - at),
+            other => panic!("{other:?}"),
+        };
+        assert!(delay <= 1000, "delay {delay} past the cap");
+        h.advance(1000);
+    }
+}
+
+#[test]
+fn renew_after_max_runtime_is_lease_lost() {
+    let mut h = Harness::new();
+    h.create(
+        "jobs",
+        QueuePatch {
+            lease_ms: Some(5000),
+            max_runtime_ms: Some(1000),
+            ..QueuePatch::default()
+        },
+    );
+    let id = h.enqueue("jobs", "1");
+    let (_, e) = h.claim_one("jobs");
+    h.advance(999);
+    assert_eq!(h.state(&id).0, TaskState::Leased);
+    h.advance(1);
+    assert_eq!(h.state(&id), (TaskState::Ready, 1, 1));
+    assert_eq!(h.code(renew(&id, e)), ErrorCode::LeaseLost);
+}
+
+#[test]
+fn a_wait_ends_when_its_task_is_removed() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let id = h.enqueue("jobs", "1");
+    let waiting = h.send(Request::Wait(Wait {
+        tasks: vec![id.clone()],
+        timeout_ms: Some(60_000),
+    }));
+    assert!(h.reply_for(waiting).is_none());
+    h.call(Request::QueuePurge(ops::QueuePurge(QueueName {
+        queue: "jobs".into(),
+    })))
+    .unwrap();
+    match h.reply_for(waiting).unwrap().unwrap() {
+        Reply::Wait(w) => assert_eq!(
+            (w.finished.len(), w.pending.len(), w.removed),
+            (0, 0, vec![id])
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_claim_reply_stops_growing_past_its_byte_budget() {
+    let mut h = Harness::new();
+    h.create("big", QueuePatch::default());
+    let payload = format!("\"{}\"", "x".repeat(900 * 1024));
+    for _ in 0..5 {
+        h.enqueue("big", &payload);
+    }
+    // 900 KiB each: the third crosses 2 MiB, so the reply stops there.
+    assert_eq!(h.claim_as("big", 5, "m").len(), 3);
+    assert_eq!(h.counts("big"), [0, 2, 3, 0, 0, 0]);
 }

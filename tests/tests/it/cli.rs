@@ -1,0 +1,197 @@
+//! The CLI session of the core issue, typed as a new user would, with exact output.
+
+use muster_tests::Daemon;
+
+fn field<'a>(text: &'a str, key: &str) -> &'a str {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix('\t')))
+        .unwrap_or_else(|| panic!("no {key} line in:\n{text}"))
+}
+
+#[test]
+fn a_new_users_session_enqueue_claim_nack_claim_ack() {
+    let d = Daemon::start();
+    let created = d.ok(&["queue", "create", "jobs"]);
+    assert_eq!(field(&created, "name"), "jobs");
+    assert_eq!(field(&created, "lease"), "30s");
+
+    let payload = r#"{"order":42,"task":"send-receipt"}"#;
+    let id = d.ok(&["enqueue", "jobs", payload]).trim().to_owned();
+    assert_eq!(id.len(), 26, "a ULID: {id:?}");
+
+    let first = d.ok(&["claim", "jobs", "--max", "1", "--wait", "5s"]);
+    assert_eq!(first, format!("{id}.1\t1\t{payload}\n"));
+    let claim = format!("{id}.1");
+
+    assert_eq!(d.ok(&["nack", &claim, "--delay", "0s"]), "ready\n");
+
+    let second = d.ok(&["claim", "jobs", "--max", "1", "--wait", "5s"]);
+    assert_eq!(second, format!("{id}.2\t2\t{payload}\n"));
+    let claim2 = format!("{id}.2");
+
+    assert_eq!(
+        d.ok(&["ack", &claim2, "--result", r#"{"sent":true}"#]),
+        "done\n"
+    );
+
+    let described = d.ok(&["queue", "describe", "jobs"]);
+    for (state, n) in [
+        ("ready", "0"),
+        ("leased", "0"),
+        ("dead", "0"),
+        ("done", "1"),
+        ("scheduled", "0"),
+    ] {
+        assert_eq!(field(&described, state), n, "{state} in:\n{described}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&d.ok(&["queue", "describe", "jobs", "--json"])).unwrap();
+    assert_eq!(
+        (
+            json["ready"].as_u64(),
+            json["leased"].as_u64(),
+            json["dead"].as_u64(),
+            json["done"].as_u64()
+        ),
+        (Some(0), Some(0), Some(0), Some(1))
+    );
+
+    let task: serde_json::Value =
+        serde_json::from_str(&d.ok(&["task", "get", &id, "--json"])).unwrap();
+    assert_eq!(task["state"], "done");
+    assert_eq!(task["deliveries"], 2);
+    assert_eq!(task["failures"], 1);
+    assert_eq!(task["result"], serde_json::json!({"sent": true}));
+    assert_eq!(
+        task["payload"],
+        serde_json::json!({"order": 42, "task": "send-receipt"})
+    );
+
+    // The first claim is stale now: one line on stderr, exit status 1, nothing changed.
+    let stale = d.cli(&["ack", &claim]);
+    assert_eq!(stale.status.code(), Some(1));
+    let err = String::from_utf8(stale.stderr).unwrap();
+    assert!(err.starts_with("muster: lease_lost: "), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(field(&d.ok(&["queue", "describe", "jobs"]), "done"), "1");
+}
+
+#[test]
+fn enqueue_from_stdin_prints_ids_in_order_and_claim_json_lines() {
+    let d = Daemon::start();
+    d.ok(&["queue", "create", "bulk"]);
+    let lines: String = (0..300).map(|i| format!("{{\"n\":{i}}}\n")).collect();
+    let out = d.cli_stdin(&["enqueue", "bulk", "-"], Some(&lines));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ids: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(ids.len(), 300);
+    let claimed = d.ok(&["claim", "bulk", "--max", "300", "--json"]);
+    let payloads: Vec<(String, u64)> = claimed
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["id"].as_str().unwrap().to_owned(),
+                v["payload"]["n"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // Same priority: handed out in enqueue order, which is stdin order.
+    let expected: Vec<(String, u64)> = ids.into_iter().zip(0..).collect();
+    assert_eq!(payloads, expected);
+}
+
+#[test]
+fn bad_input_gets_one_line_and_a_non_zero_exit() {
+    let d = Daemon::start();
+    d.ok(&["queue", "create", "jobs"]);
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["queue", "create", "Bad Name"],
+            "muster: bad_request: invalid queue name",
+        ),
+        (&["queue", "create", "jobs"], "muster: already_exists: "),
+        (
+            &["enqueue", "jobs", "{not json"],
+            "muster: PAYLOAD is not JSON",
+        ),
+        (
+            &["enqueue", "nope", "1"],
+            "muster: not_found: no queue \"nope\"",
+        ),
+        (&["ack", "nonsense"], "error: invalid value 'nonsense'"),
+        (
+            &["enqueue", "jobs", "1", "--priority", "10"],
+            "muster: bad_request: task 0: priority is 0..=9",
+        ),
+        (
+            &["claim", "jobs", "--max", "0"],
+            "muster: bad_request: max 0 is outside 1..=1000",
+        ),
+        (
+            &["task", "get", "01JDQ8Z9M4X6K2V7N3B5C8D1EF"],
+            "muster: not_found: no task 01JDQ8Z9M4X6K2V7N3B5C8D1EF",
+        ),
+    ];
+    for (args, prefix) in cases {
+        let out = d.cli(args);
+        assert_ne!(out.status.code(), Some(0), "{args:?} succeeded");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.starts_with(prefix), "{args:?}: {err}");
+    }
+    let described = d.ok(&["queue", "describe", "jobs"]);
+    assert_eq!(field(&described, "ready"), "0");
+}
+
+#[test]
+fn wait_returns_when_another_process_finishes_the_task() {
+    let d = Daemon::start();
+    d.ok(&["queue", "create", "jobs"]);
+    let id = d.ok(&["enqueue", "jobs", "7"]).trim().to_owned();
+    let data = d.data().to_path_buf();
+    let addr = d.addr.clone();
+    let waiter = std::thread::spawn({
+        let id = id.clone();
+        move || {
+            std::process::Command::new(muster_tests::muster_bin())
+                .args(["wait", &id, "--timeout", "30s"])
+                .env("MUSTER_ADDR", addr)
+                .env("MUSTER_DATA", data)
+                .output()
+                .unwrap()
+        }
+    });
+    let line = d.ok(&["claim", "jobs", "--wait", "5s"]);
+    let claim = line.split('\t').next().unwrap();
+    d.ok(&["ack", claim, "--result", "\"ok\""]);
+    let out = waiter.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("{id}\tdone\t\"ok\"\n")
+    );
+    let timed_out = d.cli(&[
+        "wait",
+        d.ok(&["enqueue", "jobs", "8"]).trim(),
+        "--timeout",
+        "100ms",
+    ]);
+    assert_eq!(timed_out.status.code(), Some(1));
+    assert!(
+        String::from_utf8(timed_out.stderr)
+            .unwrap()
+            .starts_with("muster: timed out: 1 of the tasks did not finish")
+    );
+}

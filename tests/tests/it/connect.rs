@@ -1,0 +1,103 @@
+//! Trust, refusals at start-up, and pipelining over one connection.
+
+use std::collections::HashSet;
+
+use muster_sdk::{Client, ConnectOptions, NewTask, QueuePatch, Trust};
+use muster_tests::Daemon;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pins_and_ca_files_are_checked() {
+    let d = Daemon::start();
+    assert_eq!(d.fingerprint.len(), 64);
+    let with = |trust| ConnectOptions {
+        trust,
+        ..d.options()
+    };
+    let pinned = Client::connect(with(Trust::Pin(d.fingerprint.clone())))
+        .await
+        .unwrap();
+    assert!(pinned.queue_list().await.unwrap().is_empty());
+    let ca = Client::connect(with(Trust::CaFile(d.data().join("cert.pem"))))
+        .await
+        .unwrap();
+    assert!(ca.queue_list().await.unwrap().is_empty());
+    let wrong = Client::connect(with(Trust::Pin("00".repeat(32))))
+        .await
+        .err()
+        .expect("a wrong pin must fail");
+    let msg = wrong.to_string();
+    assert!(msg.contains("does not match the pinned"), "{msg}");
+
+    let out = d.cli(&["--pin", &"11".repeat(32), "queue", "list"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with("muster: connect: ") && err.contains("does not match the pinned"),
+        "{err}"
+    );
+    assert_eq!(d.ok(&["--pin", &d.fingerprint, "queue", "list"]), "");
+}
+
+#[test]
+fn musterd_refuses_a_public_address_without_tokens_or_insecure() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(muster_tests::musterd_bin())
+        .arg("--data")
+        .arg(dir.path())
+        .args(["--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("refusing to listen on 0.0.0.0:0"), "{err}");
+    assert!(err.contains("--insecure"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_pipelines_many_concurrent_requests_and_they_share_fsyncs() {
+    let mut d = Daemon::start();
+    let client = d.client().await;
+    client
+        .queue_create("pipe", QueuePatch::default())
+        .await
+        .unwrap();
+    let calls: Vec<_> = (0..500)
+        .map(|n| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .enqueue("pipe", NewTask::new(muster_sdk::json(&n).unwrap()))
+                    .await
+            })
+        })
+        .collect();
+    let mut ids = HashSet::new();
+    for c in calls {
+        ids.insert(c.await.unwrap().unwrap().id);
+    }
+    assert_eq!(ids.len(), 500);
+    assert_eq!(
+        client.queue_describe("pipe").await.unwrap().counts.ready,
+        500
+    );
+    drop(client);
+    assert_eq!(d.terminate(), Some(0));
+    // The daemon's last line counts fsyncs and the requests they covered.
+    let log = d.log();
+    let last = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("musterd stopped"))
+        .expect("a stop line");
+    let v: serde_json::Value = serde_json::from_str(last).unwrap();
+    let (syncs, requests) = (
+        v["fields"]["syncs"].as_u64().unwrap(),
+        v["fields"]["requests"].as_u64().unwrap(),
+    );
+    assert!(requests >= 501, "{requests} requests in persisted rounds");
+    assert!(
+        syncs * 4 <= requests,
+        "{syncs} fsyncs for {requests} requests: no group commit"
+    );
+    eprintln!("group commit: {syncs} fsyncs for {requests} requests");
+}

@@ -1,0 +1,12 @@
+//! Integration tests: real `musterd` processes on loopback, driven through the CLI and the SDK.
+//!
+//! # Layout
+//! - `cli`: the CLI as a new user types it, with exact output.
+//! - `lapse`: leases that run out, max_attempts, dead letters and redrive.
+//! - `crash`: kill -9 during a burst of enqueues, and leases held across restarts.
+//! - `connect`: trust (pins, CA files), refusals at start-up, pipelining.
+
+mod cli;
+mod connect;
+mod crash;
+mod lapse;
