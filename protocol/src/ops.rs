@@ -156,6 +156,50 @@ pub struct Claim {
     pub labels: Vec<String>,
 }
 
+impl Claim {
+    /// A claim of one task from these queues, returning at once, with the queue's lease.
+    pub fn new<S: Into<String>>(queues: impl IntoIterator<Item = S>) -> Claim {
+        Claim {
+            queues: queues.into_iter().map(Into::into).collect(),
+            max: None,
+            wait_ms: None,
+            lease_ms: None,
+            member: None,
+            labels: Vec::new(),
+        }
+    }
+
+    /// Lease up to `n` tasks.
+    pub fn max(mut self, n: u32) -> Claim {
+        self.max = Some(n);
+        self
+    }
+
+    /// Wait up to `ms` for a first task.
+    pub fn wait_ms(mut self, ms: u64) -> Claim {
+        self.wait_ms = Some(ms);
+        self
+    }
+
+    /// Ask for this lease instead of the queue's.
+    pub fn lease_ms(mut self, ms: u64) -> Claim {
+        self.lease_ms = Some(ms);
+        self
+    }
+
+    /// Hold the leases under this member name.
+    pub fn member(mut self, name: impl Into<String>) -> Claim {
+        self.member = Some(name.into());
+        self
+    }
+
+    /// Claim with these labels.
+    pub fn labels<S: Into<String>>(mut self, labels: impl IntoIterator<Item = S>) -> Claim {
+        self.labels = labels.into_iter().map(Into::into).collect();
+        self
+    }
+}
+
 /// Reply to [`Claim`]: the leased tasks, possibly none.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClaimReply {

@@ -127,14 +127,7 @@ impl Harness {
     }
 
     fn claim_as(&mut self, queue: &str, max: u32, member: &str) -> Vec<(String, u64, u64)> {
-        let req = Request::Claim(Claim {
-            queues: vec![queue.into()],
-            max: Some(max),
-            wait_ms: None,
-            lease_ms: None,
-            member: Some(member.into()),
-            labels: Vec::new(),
-        });
+        let req = Request::Claim(Claim::new([queue]).max(max).member(member));
         match self.call(req) {
             Ok(Reply::Claim(r)) => r
                 .tasks
@@ -439,14 +432,7 @@ fn renew_extends_the_lease_and_stores_progress() {
     h.advance(1);
     assert_eq!(h.state(&id), (TaskState::Ready, 1, 1));
     // The checkpoint survives the lapse and travels with the next delivery.
-    let req = Request::Claim(Claim {
-        queues: vec!["jobs".into()],
-        max: None,
-        wait_ms: None,
-        lease_ms: None,
-        member: None,
-        labels: Vec::new(),
-    });
+    let req = Request::Claim(Claim::new(["jobs"]));
     match h.call(req).unwrap() {
         Reply::Claim(c) => assert_eq!(c.tasks[0].progress.as_ref().unwrap().get(), r#"{"step":3}"#),
         other => panic!("{other:?}"),
@@ -794,16 +780,7 @@ fn paused_queue_accepts_but_hands_out_nothing_until_resumed() {
 fn a_waiting_claim_is_served_by_a_later_enqueue_or_times_out_empty() {
     let mut h = Harness::new();
     h.create("jobs", QueuePatch::default());
-    let claim = |wait| {
-        Request::Claim(Claim {
-            queues: vec!["jobs".into()],
-            max: Some(5),
-            wait_ms: Some(wait),
-            lease_ms: None,
-            member: None,
-            labels: Vec::new(),
-        })
-    };
+    let claim = |wait| Request::Claim(Claim::new(["jobs"]).max(5).wait_ms(wait));
     let waiting = h.send(claim(5000));
     assert!(h.reply_for(waiting).is_none());
     let id = h.enqueue("jobs", "1");
@@ -835,14 +812,7 @@ fn a_claim_over_several_queues_takes_them_round_robin() {
             h.enqueue(q, &i.to_string());
         }
     }
-    let req = Request::Claim(Claim {
-        queues: vec!["a".into(), "b".into(), "c".into()],
-        max: Some(6),
-        wait_ms: None,
-        lease_ms: None,
-        member: None,
-        labels: Vec::new(),
-    });
+    let req = Request::Claim(Claim::new(["a", "b", "c"]).max(6));
     match h.call(req).unwrap() {
         Reply::Claim(c) => {
             let queues: Vec<_> = c.tasks.iter().map(|d| d.queue.as_str()).collect();
@@ -867,14 +837,12 @@ fn requires_labels_gate_delivery() {
             .collect::<Vec<_>>(),
         vec![plain]
     );
-    let req = Request::Claim(Claim {
-        queues: vec!["jobs".into()],
-        max: Some(5),
-        wait_ms: None,
-        lease_ms: None,
-        member: Some("gpu-box".into()),
-        labels: vec!["gpu".into(), "big".into()],
-    });
+    let req = Request::Claim(
+        Claim::new(["jobs"])
+            .max(5)
+            .member("gpu-box")
+            .labels(["gpu", "big"]),
+    );
     match h.call(req).unwrap() {
         Reply::Claim(c) => assert_eq!(
             c.tasks.iter().map(|d| d.id.clone()).collect::<Vec<_>>(),
@@ -1059,16 +1027,7 @@ fn bad_requests_are_refused_with_their_codes_and_change_nothing() {
         h.code(ack("01JDQ8Z9M4X6K2V7N3B5C8D1EF", 1)),
         ErrorCode::NotFound
     );
-    let claim = |max, wait| {
-        Request::Claim(Claim {
-            queues: vec!["jobs".into()],
-            max: Some(max),
-            wait_ms: Some(wait),
-            lease_ms: None,
-            member: None,
-            labels: vec![],
-        })
-    };
+    let claim = |max, wait| Request::Claim(Claim::new(["jobs"]).max(max).wait_ms(wait));
     assert_eq!(h.code(claim(0, 0)), ErrorCode::BadRequest);
     assert_eq!(h.code(claim(1001, 0)), ErrorCode::BadRequest);
     assert_eq!(h.code(claim(1, 300_001)), ErrorCode::BadRequest);

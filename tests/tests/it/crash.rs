@@ -15,14 +15,7 @@ const IN_FLIGHT: usize = 64;
 const KILL_AFTER: usize = 2000;
 
 fn claim_all(queue: &str) -> Claim {
-    Claim {
-        queues: vec![queue.into()],
-        max: Some(1000),
-        wait_ms: None,
-        lease_ms: Some(600_000),
-        member: None,
-        labels: Vec::new(),
-    }
+    Claim::new([queue]).max(1000).lease_ms(600_000)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
