@@ -51,43 +51,55 @@ pub enum Command {
     Shutdown,
 }
 
-/// A frame for a stream's writer.
-#[expect(
-    clippy::large_enum_variant,
-    reason = "nearly every frame is a reply; boxing them would allocate for nothing"
-)]
-pub enum Outgoing {
-    /// A reply to the request with this id.
-    Reply(u64, Result<Reply, ErrorBody>),
-    /// An error reply to a request whose id could not be read.
-    Unreadable(ErrorBody),
+/// A reply frame for a stream's writer. It holds its request's slot of the connection's
+/// in-flight limit until the writer has encoded it, so a client that sends but never
+/// reads cannot make the daemon queue replies without bound.
+pub struct Outgoing {
+    /// The request id; `None` for a frame whose id could not be read.
+    pub id: Option<u64>,
+    /// The reply.
+    pub result: Result<Reply, ErrorBody>,
+    _slot: OwnedSemaphorePermit,
 }
 
-/// Where a request's reply goes: its stream's writer, with a slot of the connection's
-/// in-flight limit that is freed when the reply is sent (or dropped).
+impl Outgoing {
+    /// A reply holding an in-flight slot.
+    pub fn new(
+        id: Option<u64>,
+        result: Result<Reply, ErrorBody>,
+        slot: OwnedSemaphorePermit,
+    ) -> Self {
+        Outgoing {
+            id,
+            result,
+            _slot: slot,
+        }
+    }
+}
+
+/// Where a request's reply goes: its stream's writer, with the request's in-flight slot.
 pub struct Responder {
     out: mpsc::UnboundedSender<Outgoing>,
     id: u64,
-    _permit: OwnedSemaphorePermit,
+    slot: OwnedSemaphorePermit,
 }
 
 impl Responder {
     /// A responder for request `id` writing to `out`.
-    pub fn new(
-        out: mpsc::UnboundedSender<Outgoing>,
-        id: u64,
-        permit: OwnedSemaphorePermit,
-    ) -> Self {
-        Responder {
-            out,
-            id,
-            _permit: permit,
-        }
+    pub fn new(out: mpsc::UnboundedSender<Outgoing>, id: u64, slot: OwnedSemaphorePermit) -> Self {
+        Responder { out, id, slot }
+    }
+
+    /// Answers with an error without the request reaching the engine.
+    pub fn refuse(self, error: ErrorBody) {
+        self.send(Err(error));
     }
 
     fn send(self, result: Result<Reply, ErrorBody>) {
         // The stream may be gone; its client then never sees the reply, as after a crash.
-        let _ = self.out.send(Outgoing::Reply(self.id, result));
+        let _ = self
+            .out
+            .send(Outgoing::new(Some(self.id), result, self.slot));
     }
 }
 

@@ -154,6 +154,12 @@ async fn read_requests(
         if reader.read_exact(&mut header).await.is_err() {
             return; // end of stream, or the stream was reset
         }
+        // Every frame takes a slot of the connection's in-flight limit until its reply
+        // is encoded: past the limit the daemon stops reading (QUIC flow control then
+        // holds the client back).
+        let Ok(slot) = Arc::clone(&in_flight).acquire_owned().await else {
+            return;
+        };
         let len = match frame::body_len(header) {
             Ok(len) => len,
             Err(e) => {
@@ -161,7 +167,8 @@ async fn read_requests(
                     FrameError::TooLarge { .. } => ErrorCode::TooLarge,
                     FrameError::Empty => ErrorCode::BadRequest,
                 };
-                let _ = out.send(Outgoing::Unreadable(ErrorBody::new(code, e.to_string())));
+                let error = ErrorBody::new(code, e.to_string());
+                let _ = out.send(Outgoing::new(None, Err(error), slot));
                 // The frame boundary is lost: stop reading this stream, keep the connection.
                 let _ = reader.into_inner().stop(RESET_BAD_FRAME.into());
                 return;
@@ -174,50 +181,40 @@ async fn read_requests(
         let (id, req) = match decode_request(&body) {
             Ok(decoded) => decoded,
             Err(e) => {
-                let msg = match e.id {
-                    Some(id) => Outgoing::Reply(id, Err(e.error)),
-                    None => Outgoing::Unreadable(e.error),
-                };
-                let _ = out.send(msg);
+                let _ = out.send(Outgoing::new(e.id, Err(e.error), slot));
                 continue;
             }
         };
         if let Request::Hello(hello) = &req {
-            let reply = if hello.version == PROTOCOL_VERSION {
-                Ok(Reply::Hello(HelloReply {
-                    version: PROTOCOL_VERSION,
-                    server: concat!("musterd ", env!("CARGO_PKG_VERSION")).into(),
-                }))
-            } else {
-                Err(ErrorBody::new(
-                    ErrorCode::BadRequest,
-                    format!(
-                        "protocol version {} is not supported; this daemon speaks {PROTOCOL_VERSION}",
-                        hello.version
-                    ),
-                ))
-            };
-            let _ = out.send(Outgoing::Reply(id, reply));
+            let _ = out.send(Outgoing::new(Some(id), hello_reply(hello.version), slot));
             continue;
         }
-        let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else {
-            return;
-        };
-        let responder = Responder::new(out.clone(), id, permit);
-        if commands
-            .send_async(Command::Request(req, responder))
-            .await
-            .is_err()
+        let responder = Responder::new(out.clone(), id, slot);
+        if let Err(flume::SendError(Command::Request(_, responder))) =
+            commands.send_async(Command::Request(req, responder)).await
         {
-            let _ = out.send(Outgoing::Reply(
-                id,
-                Err(ErrorBody::new(
-                    ErrorCode::ShuttingDown,
-                    "the daemon is shutting down",
-                )),
+            responder.refuse(ErrorBody::new(
+                ErrorCode::ShuttingDown,
+                "the daemon is shutting down",
             ));
             return;
         }
+    }
+}
+
+fn hello_reply(version: u32) -> Result<Reply, ErrorBody> {
+    if version == PROTOCOL_VERSION {
+        Ok(Reply::Hello(HelloReply {
+            version: PROTOCOL_VERSION,
+            server: concat!("musterd ", env!("CARGO_PKG_VERSION")).into(),
+        }))
+    } else {
+        Err(ErrorBody::new(
+            ErrorCode::BadRequest,
+            format!(
+                "protocol version {version} is not supported; this daemon speaks {PROTOCOL_VERSION}"
+            ),
+        ))
     }
 }
 
@@ -253,31 +250,29 @@ async fn write_replies(
 
 /// Appends one reply frame; a reply over the frame limit becomes a `too_large` error.
 fn encode(buf: &mut Vec<u8>, msg: Outgoing) {
-    let framed = match &msg {
-        Outgoing::Reply(id, Ok(reply)) => frame::encode_json(&OkFrame {
-            id: *id,
-            ok: true,
-            body: reply,
-        }),
-        Outgoing::Reply(id, Err(error)) => frame::encode_json(&ErrFrame {
-            id: Some(*id),
-            ok: false,
-            error,
-        }),
-        Outgoing::Unreadable(error) => frame::encode_json(&ErrFrame {
-            id: None,
+    let framed = match &msg.result {
+        Ok(reply) => match msg.id {
+            Some(id) => frame::encode_json(&OkFrame {
+                id,
+                ok: true,
+                body: reply,
+            }),
+            None => frame::encode_json(&ErrFrame {
+                id: None,
+                ok: false,
+                error: &ErrorBody::new(ErrorCode::BadRequest, "reply without a request id"),
+            }),
+        },
+        Err(error) => frame::encode_json(&ErrFrame {
+            id: msg.id,
             ok: false,
             error,
         }),
     };
     let framed = framed.unwrap_or_else(|e| {
-        let id = match msg {
-            Outgoing::Reply(id, _) => Some(id),
-            Outgoing::Unreadable(_) => None,
-        };
         let error = ErrorBody::new(ErrorCode::TooLarge, format!("reply not sent: {e}"));
         frame::encode_json(&ErrFrame {
-            id,
+            id: msg.id,
             ok: false,
             error: &error,
         })
