@@ -18,9 +18,9 @@ use fjall::PersistMode;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tracing::{debug, info};
 
-use muster_protocol::{ErrorBody, Request};
+use muster_protocol::{ErrorBody, Push, Request};
 
-use crate::engine::{Engine, Now, Reply, Waiter};
+use crate::engine::{Engine, Now, Reply, Sink, Waiter};
 use crate::store::{Store, StoreError};
 
 /// Most commands applied in one round. Bounds the latency a round adds to its first
@@ -51,28 +51,34 @@ pub enum Command {
     Shutdown,
 }
 
-/// A reply frame for a stream's writer. It holds its request's slot of the connection's
-/// in-flight limit until the writer has encoded it, so a client that sends but never
-/// reads cannot make the daemon queue replies without bound.
-pub struct Outgoing {
-    /// The request id; `None` for a frame whose id could not be read.
-    pub id: Option<u64>,
-    /// The reply.
-    pub result: Result<Reply, ErrorBody>,
-    _slot: OwnedSemaphorePermit,
+/// A frame for a stream's writer.
+pub enum Outgoing {
+    /// A reply. It holds its request's slot of the connection's in-flight limit until
+    /// the writer has encoded it, so a client that sends but never reads cannot make
+    /// the daemon queue replies without bound.
+    Reply {
+        /// The request id; `None` for a frame whose id could not be read.
+        id: Option<u64>,
+        /// The reply.
+        result: Box<Result<Reply, ErrorBody>>,
+        /// The request's in-flight slot.
+        slot: OwnedSemaphorePermit,
+    },
+    /// A push to a member session. Pushes are bounded by the member's leases.
+    Push(Box<Push>),
 }
 
 impl Outgoing {
     /// A reply holding an in-flight slot.
-    pub fn new(
+    pub fn reply(
         id: Option<u64>,
         result: Result<Reply, ErrorBody>,
         slot: OwnedSemaphorePermit,
     ) -> Self {
-        Outgoing {
+        Outgoing::Reply {
             id,
-            result,
-            _slot: slot,
+            result: Box::new(result),
+            slot,
         }
     }
 }
@@ -80,14 +86,25 @@ impl Outgoing {
 /// Where a request's reply goes: its stream's writer, with the request's in-flight slot.
 pub struct Responder {
     out: mpsc::UnboundedSender<Outgoing>,
+    connection: u64,
     id: u64,
     slot: OwnedSemaphorePermit,
 }
 
 impl Responder {
-    /// A responder for request `id` writing to `out`.
-    pub fn new(out: mpsc::UnboundedSender<Outgoing>, id: u64, slot: OwnedSemaphorePermit) -> Self {
-        Responder { out, id, slot }
+    /// A responder for request `id` of `connection`, writing to `out`.
+    pub fn new(
+        out: mpsc::UnboundedSender<Outgoing>,
+        connection: u64,
+        id: u64,
+        slot: OwnedSemaphorePermit,
+    ) -> Self {
+        Responder {
+            out,
+            connection,
+            id,
+            slot,
+        }
     }
 
     /// Answers with an error without the request reaching the engine.
@@ -99,11 +116,42 @@ impl Responder {
         // The stream may be gone; its client then never sees the reply, as after a crash.
         let _ = self
             .out
-            .send(Outgoing::new(Some(self.id), result, self.slot));
+            .send(Outgoing::reply(Some(self.id), result, self.slot));
     }
 }
 
 impl Waiter for Responder {
+    type Sink = PushSink;
+
+    fn is_closed(&self) -> bool {
+        self.out.is_closed()
+    }
+
+    fn connection(&self) -> u64 {
+        self.connection
+    }
+
+    fn sink(&self) -> PushSink {
+        PushSink {
+            out: self.out.clone(),
+        }
+    }
+}
+
+/// The stream a member session's pushes go to.
+#[derive(Clone)]
+pub struct PushSink {
+    out: mpsc::UnboundedSender<Outgoing>,
+}
+
+impl PushSink {
+    fn send(&self, push: Push) {
+        // A session whose stream is gone misses the push; its leases stay its own.
+        let _ = self.out.send(Outgoing::Push(Box::new(push)));
+    }
+}
+
+impl Sink for PushSink {
     fn is_closed(&self) -> bool {
         self.out.is_closed()
     }
@@ -235,6 +283,9 @@ fn run(
         }
         for (responder, result) in engine.take_outbox() {
             responder.send(result);
+        }
+        for (sink, push) in engine.take_pushes() {
+            sink.send(push);
         }
     }
     engine.store().persist(PersistMode::SyncAll)?;

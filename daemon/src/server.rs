@@ -18,7 +18,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use muster_protocol::frame::{self, FrameError, HEADER_LEN};
 use muster_protocol::ops::{ErrFrame, HelloReply, OkFrame, decode_request};
-use muster_protocol::{ErrorBody, ErrorCode, PROTOCOL_VERSION, Request};
+use muster_protocol::{ErrorBody, ErrorCode, PROTOCOL_VERSION, Push, Request};
 
 use crate::dispatcher::{Command, Outgoing, Responder};
 use crate::engine::Reply;
@@ -34,6 +34,12 @@ const RESET_BAD_FRAME: u32 = 1;
 
 /// Application error code on connections closed because the daemon stops.
 const CLOSE_SHUTDOWN: u32 = 2;
+
+/// Application error code on a connection whose member session was taken over.
+const CLOSE_REPLACED: u32 = 3;
+
+/// How long a replaced session's stream gets to deliver the `closed` push.
+const REPLACED_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// UDP receive buffer asked of the kernel (capped by `net.core.rmem_max`): bursts of
 /// pipelined requests must not be dropped before quinn reads them.
@@ -66,6 +72,8 @@ pub async fn serve(
 ) {
     let tracker = TaskTracker::new();
     let slots = Arc::new(Semaphore::new(max_connections));
+    // Connection ids, so the engine can tell which connection holds a member session.
+    let mut connections: u64 = 0;
     loop {
         let incoming = tokio::select! {
             incoming = endpoint.accept() => incoming,
@@ -77,12 +85,14 @@ pub async fn serve(
             incoming.refuse();
             continue;
         };
-        let span = info_span!("connection", remote = %incoming.remote_address());
+        connections += 1;
+        let connection = connections;
+        let span = info_span!("connection", id = connection, remote = %incoming.remote_address());
         let commands = commands.clone();
         let shutdown = shutdown.clone();
         tracker.spawn(
             async move {
-                if let Err(e) = handle_connection(incoming, commands, shutdown).await {
+                if let Err(e) = handle_connection(incoming, connection, commands, shutdown).await {
                     debug!("connection ended: {e:#}");
                 }
                 drop(slot);
@@ -98,6 +108,7 @@ pub async fn serve(
 
 async fn handle_connection(
     incoming: quinn::Incoming,
+    connection: u64,
     commands: flume::Sender<Command>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -115,7 +126,14 @@ async fn handle_connection(
         };
         let span = info_span!("stream", id = %send.id());
         streams.spawn(
-            handle_stream(send, recv, commands.clone(), Arc::clone(&in_flight)).instrument(span),
+            handle_stream(
+                conn.clone(),
+                connection,
+                (send, recv),
+                commands.clone(),
+                Arc::clone(&in_flight),
+            )
+            .instrument(span),
         );
     };
     streams.close();
@@ -129,21 +147,24 @@ async fn handle_connection(
 
 /// Reads request frames and writes reply frames on one stream until either side ends it.
 async fn handle_stream(
-    send: quinn::SendStream,
-    recv: quinn::RecvStream,
+    conn: quinn::Connection,
+    connection: u64,
+    (send, recv): (quinn::SendStream, quinn::RecvStream),
     commands: flume::Sender<Command>,
     in_flight: Arc<Semaphore>,
 ) {
     let (out, replies) = mpsc::unbounded_channel();
-    // The writer ends when every sender is gone: the reader's and those held by
-    // requests still in the engine, so every reply in flight is written first.
-    let reader = read_requests(recv, out, commands, in_flight);
-    let writer = write_replies(send, replies);
+    // The writer ends when every sender is gone: the reader's, those held by requests
+    // still in the engine and a member session's push sink, so every reply in flight
+    // is written first.
+    let reader = read_requests(recv, connection, out, commands, in_flight);
+    let writer = write_replies(conn, send, replies);
     let ((), ()) = tokio::join!(reader, writer);
 }
 
 async fn read_requests(
     recv: quinn::RecvStream,
+    connection: u64,
     out: mpsc::UnboundedSender<Outgoing>,
     commands: flume::Sender<Command>,
     in_flight: Arc<Semaphore>,
@@ -168,7 +189,7 @@ async fn read_requests(
                     FrameError::Empty => ErrorCode::BadRequest,
                 };
                 let error = ErrorBody::new(code, e.to_string());
-                let _ = out.send(Outgoing::new(None, Err(error), slot));
+                let _ = out.send(Outgoing::reply(None, Err(error), slot));
                 // The frame boundary is lost: stop reading this stream, keep the connection.
                 let _ = reader.into_inner().stop(RESET_BAD_FRAME.into());
                 return;
@@ -181,15 +202,15 @@ async fn read_requests(
         let (id, req) = match decode_request(&body) {
             Ok(decoded) => decoded,
             Err(e) => {
-                let _ = out.send(Outgoing::new(e.id, Err(e.error), slot));
+                let _ = out.send(Outgoing::reply(e.id, Err(e.error), slot));
                 continue;
             }
         };
         if let Request::Hello(hello) = &req {
-            let _ = out.send(Outgoing::new(Some(id), hello_reply(hello.version), slot));
+            let _ = out.send(Outgoing::reply(Some(id), hello_reply(hello.version), slot));
             continue;
         }
-        let responder = Responder::new(out.clone(), id, slot);
+        let responder = Responder::new(out.clone(), connection, id, slot);
         if let Err(flume::SendError(Command::Request(_, responder))) =
             commands.send_async(Command::Request(req, responder)).await
         {
@@ -219,6 +240,7 @@ fn hello_reply(version: u32) -> Result<Reply, ErrorBody> {
 }
 
 async fn write_replies(
+    conn: quinn::Connection,
     mut send: quinn::SendStream,
     mut replies: mpsc::UnboundedReceiver<Outgoing>,
 ) {
@@ -234,37 +256,51 @@ async fn write_replies(
             _ = &mut stopped => return, // the peer stopped reading, or the connection is gone
         };
         buf.clear();
-        encode(&mut buf, first);
-        while buf.len() < WRITE_CHUNK {
+        let mut replaced = encode(&mut buf, first);
+        while buf.len() < WRITE_CHUNK && !replaced {
             match replies.try_recv() {
-                Ok(m) => encode(&mut buf, m),
+                Ok(m) => replaced = encode(&mut buf, m),
                 Err(_) => break,
             }
         }
         if send.write_all(&buf).await.is_err() {
             return;
         }
+        if replaced {
+            // The session was taken over: let the push arrive, then end the connection.
+            let _ = send.finish();
+            let _ = tokio::time::timeout(REPLACED_LINGER, &mut stopped).await;
+            conn.close(CLOSE_REPLACED.into(), b"replaced");
+            return;
+        }
     }
     let _ = send.finish();
 }
 
-/// Appends one reply frame; a reply over the frame limit becomes a `too_large` error.
-fn encode(buf: &mut Vec<u8>, msg: Outgoing) {
-    let framed = match &msg.result {
-        Ok(reply) => match msg.id {
-            Some(id) => frame::encode_json(&OkFrame {
-                id,
-                ok: true,
-                body: reply,
-            }),
-            None => frame::encode_json(&ErrFrame {
-                id: None,
-                ok: false,
-                error: &ErrorBody::new(ErrorCode::BadRequest, "reply without a request id"),
-            }),
-        },
-        Err(error) => frame::encode_json(&ErrFrame {
-            id: msg.id,
+/// Appends one frame; a reply over the frame limit becomes a `too_large` error.
+/// Returns true for the push that tells a session it was replaced.
+fn encode(buf: &mut Vec<u8>, msg: Outgoing) -> bool {
+    let (id, result) = match msg {
+        Outgoing::Reply { id, result, slot } => {
+            drop(slot);
+            (id, result)
+        }
+        Outgoing::Push(push) => {
+            let replaced = matches!(&*push, Push::Closed(e) if e.code == ErrorCode::Replaced);
+            // A push holds at most one delivery (≤ 1 MiB payload, 64 KiB progress): it fits.
+            buf.extend_from_slice(&push.encode().unwrap_or_default());
+            return replaced;
+        }
+    };
+    let framed = match (&*result, id) {
+        (Ok(reply), Some(id)) => frame::encode_json(&OkFrame {
+            id,
+            ok: true,
+            body: reply,
+        }),
+        (Ok(_), None) => Ok(Vec::new()),
+        (Err(error), id) => frame::encode_json(&ErrFrame {
+            id,
             ok: false,
             error,
         }),
@@ -272,13 +308,14 @@ fn encode(buf: &mut Vec<u8>, msg: Outgoing) {
     let framed = framed.unwrap_or_else(|e| {
         let error = ErrorBody::new(ErrorCode::TooLarge, format!("reply not sent: {e}"));
         frame::encode_json(&ErrFrame {
-            id: msg.id,
+            id,
             ok: false,
             error: &error,
         })
         .unwrap_or_default()
     });
     buf.extend_from_slice(&framed);
+    false
 }
 
 /// Logs where the daemon listens and how clients trust it.

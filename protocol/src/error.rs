@@ -23,6 +23,8 @@ pub enum ErrorCode {
     TooLarge,
     /// A count limit of the daemon was reached (e.g. the number of queues).
     Limit,
+    /// The session was taken over by a newer session under the same member name.
+    Replaced,
     /// The daemon is shutting down and takes no new work.
     ShuttingDown,
 }
@@ -39,6 +41,7 @@ impl ErrorCode {
             ErrorCode::InvalidState => "invalid_state",
             ErrorCode::TooLarge => "too_large",
             ErrorCode::Limit => "limit",
+            ErrorCode::Replaced => "replaced",
             ErrorCode::ShuttingDown => "shutting_down",
         }
     }

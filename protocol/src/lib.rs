@@ -21,10 +21,10 @@ pub mod ops;
 
 pub use error::{ErrorBody, ErrorCode};
 pub use model::{
-    Delivery, EnqueuedTask, NewTask, QueueInfo, QueueOptions, QueuePatch, StateCounts, TaskInfo,
-    TaskState, TaskSummary, TimelineEvent,
+    Delivery, EnqueuedTask, MemberInfo, NewTask, QueueInfo, QueueOptions, QueuePatch, StateCounts,
+    TaskInfo, TaskState, TaskSummary, TimelineEvent,
 };
-pub use ops::{Op, Request};
+pub use ops::{Op, Push, Request};
 
 /// The ALPN protocol id both ends must offer.
 pub const ALPN: &[u8] = b"muster/1";

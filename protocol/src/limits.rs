@@ -72,3 +72,6 @@ pub const MAX_PRIORITY: u8 = 9;
 
 /// Highest key concurrency a queue may set.
 pub const MAX_KEY_CONCURRENCY: u32 = 1000;
+
+/// Highest capacity (most leases held at once) a member session may declare.
+pub const MAX_CAPACITY: u32 = 1000;

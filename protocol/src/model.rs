@@ -397,3 +397,24 @@ pub struct TaskSummary {
     /// When it last changed state.
     pub updated_ms: u64,
 }
+
+/// A member as `member_list` and `member_describe` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberInfo {
+    /// The member's stable name.
+    pub name: String,
+    /// Its labels, from its session.
+    pub labels: Vec<String>,
+    /// Most leases it takes at once by push, from its session.
+    pub capacity: u32,
+    /// Leases it holds now.
+    pub leased: u64,
+    /// Whether a session of this member is connected.
+    pub connected: bool,
+    /// Drained by an operator: it keeps what it holds and takes nothing new.
+    pub draining: bool,
+    /// Queues its session subscribed to.
+    pub subscribed: Vec<String>,
+    /// When a request of its session last arrived (its heartbeat), if it ever had one.
+    pub last_seen_ms: Option<u64>,
+}

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::RawJson;
 use crate::error::{ErrorBody, ErrorCode};
 use crate::model::{
-    Delivery, EnqueuedTask, NewTask, QueueInfo, QueuePatch, TaskInfo, TaskState, TaskSummary,
+    Delivery, EnqueuedTask, MemberInfo, NewTask, QueueInfo, QueuePatch, TaskInfo, TaskState,
+    TaskSummary,
 };
 
 /// A request type: its op name and the type of its successful reply.
@@ -386,6 +387,216 @@ pub struct Redrive(pub DeadSelection);
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Discard(pub DeadSelection);
 
+/// Opens a member session on this connection: the agent's stable name, labels and
+/// capacity, and what to do with leases the member still holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionOpen {
+    /// The member's stable name, `[A-Za-z0-9._:/@-]{1,128}`.
+    pub member: String,
+    /// The member's labels, matched against tasks' `requires`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
+    /// Most leases pushed to it at once (1 to [`crate::limits::MAX_CAPACITY`]).
+    pub capacity: u32,
+    /// Re-deliver at once every task still leased to this member (a restarted agent).
+    #[serde(default)]
+    pub reclaim: bool,
+    /// Keep the member's leases as they are (an agent that reconnected and still holds
+    /// its work). With neither `reclaim` nor `resume`, they are released to their queues.
+    #[serde(default)]
+    pub resume: bool,
+}
+
+/// Reply to [`SessionOpen`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionOpenReply {
+    /// Tasks re-delivered to the member (`reclaim`), each with a new epoch.
+    pub reclaimed: Vec<Delivery>,
+    /// Leases released to their queues (neither `reclaim` nor `resume`).
+    pub released: u64,
+    /// Leases kept (`resume`).
+    pub kept: u64,
+    /// Leases that went to dead instead of being reclaimed (out of attempts).
+    pub dead: u64,
+}
+
+/// Changes a session's labels or capacity.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionUpdate {
+    /// The member.
+    pub member: String,
+    /// New labels, if given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Vec<String>>,
+    /// New capacity, if given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<u32>,
+}
+
+/// Asks for tasks of these queues to be pushed to the member while it holds fewer
+/// leases than its capacity. Replaces an earlier subscription.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Subscribe {
+    /// The member; its session must be on this connection.
+    pub member: String,
+    /// Queues to serve, round robin.
+    pub queues: Vec<String>,
+}
+
+/// Stops pushes to the member.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Unsubscribe {
+    /// The member; its session must be on this connection.
+    pub member: String,
+}
+
+/// Names one member (describe, drain).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemberName {
+    /// The member's name.
+    pub member: String,
+}
+
+/// Lists members: those with a session or with leases.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct MemberList {}
+
+/// Shows one member and its leases.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemberDescribe(pub MemberName);
+
+/// Drains a member: it keeps what it holds, gets nothing new, and is told so.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemberDrain(pub MemberName);
+
+/// Reply carrying one member.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemberReply {
+    /// The member.
+    pub member: MemberInfo,
+}
+
+/// Reply to [`MemberList`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemberListReply {
+    /// Members by name.
+    pub members: Vec<MemberInfo>,
+}
+
+/// Reply to [`MemberDescribe`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemberDescribeReply {
+    /// The member.
+    pub member: MemberInfo,
+    /// The tasks it holds.
+    pub leases: Vec<TaskSummary>,
+}
+
+/// Revokes a lease: it lapses now (a failure is counted) and its holder is told.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LeaseRevoke {
+    /// The leased task's id.
+    pub task: String,
+}
+
+/// A frame the daemon sends unasked, on the stream of a member's session.
+/// On the wire: `{"push": "<kind>", ...fields}` and no `id`.
+#[derive(Debug, Clone)]
+pub enum Push {
+    /// A task leased to the member (`{"push":"deliver","task":{Delivery}}`).
+    Deliver(Delivery),
+    /// A cancel was asked for a task the member holds: stop and settle it.
+    Cancel(LeaseRef),
+    /// An operator revoked a lease the member held: the lease is gone.
+    Revoked(LeaseRef),
+    /// An operator drained the member: finish what you hold, nothing new comes.
+    Drain,
+    /// The session ended, e.g. `replaced` by a newer session under the same member.
+    Closed(ErrorBody),
+}
+
+/// A task and lease epoch named by a push.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRef {
+    /// The task's id.
+    pub task: String,
+    /// The lease epoch.
+    pub epoch: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct DeliverBody {
+    task: Delivery,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ClosedBody {
+    error: ErrorBody,
+}
+
+#[derive(Serialize)]
+struct PushFrame<'a, T: Serialize> {
+    push: &'static str,
+    #[serde(flatten)]
+    body: &'a T,
+}
+
+impl Push {
+    /// The `push` string on the wire.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Push::Deliver(_) => "deliver",
+            Push::Cancel(_) => "cancel",
+            Push::Revoked(_) => "revoked",
+            Push::Drain => "drain",
+            Push::Closed(_) => "closed",
+        }
+    }
+
+    /// Encodes the push as a frame.
+    pub fn encode(&self) -> Result<Vec<u8>, crate::frame::FrameError> {
+        let push = self.name();
+        match self {
+            Push::Deliver(d) => crate::frame::encode_json(&PushFrame {
+                push,
+                body: &DeliverBody { task: d.clone() },
+            }),
+            Push::Cancel(r) | Push::Revoked(r) => {
+                crate::frame::encode_json(&PushFrame { push, body: r })
+            }
+            Push::Drain => crate::frame::encode_json(&PushFrame {
+                push,
+                body: &Empty {},
+            }),
+            Push::Closed(e) => crate::frame::encode_json(&PushFrame {
+                push,
+                body: &ClosedBody { error: e.clone() },
+            }),
+        }
+    }
+
+    /// Decodes a push frame body whose envelope named `kind`.
+    pub fn decode(kind: &str, body: &[u8]) -> Result<Push, String> {
+        let bad = |e: serde_json::Error| format!("unreadable {kind} push: {e}");
+        match kind {
+            "deliver" => Ok(Push::Deliver(
+                serde_json::from_slice::<DeliverBody>(body)
+                    .map_err(bad)?
+                    .task,
+            )),
+            "cancel" => Ok(Push::Cancel(serde_json::from_slice(body).map_err(bad)?)),
+            "revoked" => Ok(Push::Revoked(serde_json::from_slice(body).map_err(bad)?)),
+            "drain" => Ok(Push::Drain),
+            "closed" => Ok(Push::Closed(
+                serde_json::from_slice::<ClosedBody>(body)
+                    .map_err(bad)?
+                    .error,
+            )),
+            other => Err(format!("unknown push {other:?}")),
+        }
+    }
+}
+
 macro_rules! ops {
     ($($variant:ident($ty:ty) = $name:literal -> $reply:ty;)*) => {
         /// Every request, decoded.
@@ -451,6 +662,14 @@ ops! {
     Cancel(Cancel) = "cancel" -> CancelReply;
     Redrive(Redrive) = "redrive" -> CountReply;
     Discard(Discard) = "discard" -> CountReply;
+    SessionOpen(SessionOpen) = "session_open" -> SessionOpenReply;
+    SessionUpdate(SessionUpdate) = "session_update" -> MemberReply;
+    Subscribe(Subscribe) = "subscribe" -> Empty;
+    Unsubscribe(Unsubscribe) = "unsubscribe" -> Empty;
+    MemberList(MemberList) = "member_list" -> MemberListReply;
+    MemberDescribe(MemberDescribe) = "member_describe" -> MemberDescribeReply;
+    MemberDrain(MemberDrain) = "member_drain" -> MemberReply;
+    LeaseRevoke(LeaseRevoke) = "lease_revoke" -> SettleReply;
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ErrorBody> {
@@ -551,6 +770,8 @@ pub struct ErrFrame<'a> {
 /// The envelope of any frame the daemon sends, as a client first reads it.
 #[derive(Debug, Deserialize)]
 pub struct ServerEnvelope {
+    /// The kind of a push; absent on replies.
+    pub push: Option<String>,
     /// The id of the request a reply answers; absent on pushes.
     pub id: Option<u64>,
     /// Whether the request succeeded.

@@ -11,6 +11,7 @@
 //! [`Engine::save`], which removes the task from every index and inserts it again where
 //! its new state says, so the indexes cannot drift from the records.
 
+mod members;
 mod ops;
 #[cfg(test)]
 mod tests;
@@ -27,8 +28,9 @@ use ulid::Ulid;
 use muster_protocol::limits::{MAX_HISTORY, MAX_LEASE};
 use muster_protocol::model::{QueueOptions, TaskState, TimelineEvent};
 use muster_protocol::ops::{
-    CancelReply, ClaimReply, CountReply, EnqueueReply, HelloReply, QueueListReply, QueueReply,
-    RenewReply, SettleReply, TaskListReply, TaskReply, WaitReply,
+    CancelReply, ClaimReply, CountReply, Empty, EnqueueReply, HelloReply, MemberDescribeReply,
+    MemberListReply, MemberReply, QueueListReply, QueueReply, RenewReply, SessionOpenReply,
+    SettleReply, TaskListReply, TaskReply, WaitReply,
 };
 use muster_protocol::{ErrorBody, ErrorCode};
 
@@ -49,7 +51,19 @@ pub struct Now {
 
 /// Where a reply goes. The dispatcher's waiters are connection streams; tests use tags.
 pub trait Waiter {
+    /// Where pushes to a member session opened by this request go.
+    type Sink: Sink;
     /// True once nobody will read the reply (the stream or connection is gone).
+    fn is_closed(&self) -> bool;
+    /// The connection the request came on: a member session belongs to one.
+    fn connection(&self) -> u64;
+    /// A sink for pushes on the request's stream.
+    fn sink(&self) -> Self::Sink;
+}
+
+/// Where a member session's pushes go.
+pub trait Sink: Clone {
+    /// True once the session's stream or connection is gone.
     fn is_closed(&self) -> bool;
 }
 
@@ -59,6 +73,16 @@ pub trait Waiter {
 pub enum Reply {
     /// Hello (answered by the connection, not the engine).
     Hello(HelloReply),
+    /// Session open.
+    SessionOpen(SessionOpenReply),
+    /// Session update, member drain.
+    Member(MemberReply),
+    /// Member list.
+    MemberList(MemberListReply),
+    /// Member describe.
+    MemberDescribe(MemberDescribeReply),
+    /// Subscribe, unsubscribe.
+    Empty(Empty),
     /// Queue create, describe, update, pause, resume.
     Queue(QueueReply),
     /// Queue list.
@@ -167,6 +191,8 @@ struct Meta {
     lease_deadline: u64,
     /// Monotonic time the current delivery was granted (for `max_runtime`).
     lease_granted: u64,
+    /// The member holding the lease, unless anonymous.
+    member: Option<Arc<str>>,
 }
 
 /// A claim waiting for tasks.
@@ -184,7 +210,7 @@ struct TaskWait<W> {
 }
 
 /// The engine. `W` is where replies go.
-pub struct Engine<W> {
+pub struct Engine<W: Waiter> {
     store: Store,
     /// Changes of the request being handled; committed when it ends.
     pending: Batch,
@@ -210,6 +236,15 @@ pub struct Engine<W> {
     rotation: usize,
     rng: SmallRng,
     outbox: Vec<(W, Result<Reply, ErrorBody>)>,
+    /// Members: those with a session and those holding leases.
+    members: BTreeMap<Arc<str>, members::Member<W::Sink>>,
+    /// The member whose session is on each connection.
+    sessions: HashMap<u64, Arc<str>>,
+    /// A member's capacity, labels or subscription changed since pushes were last served.
+    push_changed: bool,
+    /// Round-robin position for pushes over members.
+    member_rotation: usize,
+    pushes: Vec<(W::Sink, muster_protocol::Push)>,
 }
 
 impl<W: Waiter> Engine<W> {
@@ -237,6 +272,11 @@ impl<W: Waiter> Engine<W> {
             rotation: 0,
             rng: SmallRng::seed_from_u64(seed),
             outbox: Vec::new(),
+            members: BTreeMap::new(),
+            sessions: HashMap::new(),
+            push_changed: false,
+            member_rotation: 0,
+            pushes: Vec::new(),
         };
         for (name, rec) in engine.store.load_queues()? {
             engine
@@ -302,7 +342,9 @@ impl<W: Waiter> Engine<W> {
         self.promote_scheduled(now)?;
         self.lapse_leases(now)?;
         self.expire_finished(now)?;
-        self.serve_claims(now)?;
+        let ready = std::mem::take(&mut self.ready_changed);
+        self.serve_claims(ready, now)?;
+        self.serve_pushes(ready, now)?;
         self.serve_waits(now)?;
         self.commit()
     }
@@ -326,6 +368,11 @@ impl<W: Waiter> Engine<W> {
     /// Takes the replies ready to be sent.
     pub fn take_outbox(&mut self) -> Vec<(W, Result<Reply, ErrorBody>)> {
         std::mem::take(&mut self.outbox)
+    }
+
+    /// Takes the pushes ready to be sent to member sessions.
+    pub fn take_pushes(&mut self) -> Vec<(W::Sink, muster_protocol::Push)> {
+        std::mem::take(&mut self.pushes)
     }
 
     /// True if anything was committed since the last call: the round must be persisted
@@ -414,6 +461,11 @@ impl<W: Waiter> Engine<W> {
             epoch: rec.lease.as_ref().map_or(rec.deliveries, |l| l.epoch),
             lease_deadline,
             lease_granted: granted,
+            member: rec
+                .lease
+                .as_ref()
+                .filter(|l| !l.member.is_empty())
+                .map(|l| self.member_name(&l.member)),
         };
         self.index(id, &meta);
         if meta.state == TaskState::Ready {
@@ -441,6 +493,13 @@ impl<W: Waiter> Engine<W> {
                 self.leases.insert((meta.lease_deadline, id));
                 if let Some(key) = &meta.key {
                     *queue.key_leased.entry(Arc::clone(key)).or_default() += 1;
+                }
+                if let Some(member) = &meta.member {
+                    self.members
+                        .entry(Arc::clone(member))
+                        .or_insert_with(members::Member::new)
+                        .leased
+                        .insert(id);
                 }
             }
             TaskState::Done | TaskState::Cancelled => {
@@ -476,6 +535,10 @@ impl<W: Waiter> Engine<W> {
                     }
                     // A freed key slot may unblock a waiting task of that key.
                     self.ready_changed = true;
+                }
+                if let Some(member) = &meta.member {
+                    let member = Arc::clone(member);
+                    self.release_slot(&member, id);
                 }
             }
             TaskState::Done | TaskState::Cancelled => {

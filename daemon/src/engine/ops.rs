@@ -29,22 +29,22 @@ use crate::store::{LeaseRecord, QueueRecord, StoreError, TaskRecord};
 
 /// A validated claim, kept by a waiting claim until tasks arrive.
 pub(super) struct ClaimSpec {
-    queues: Vec<String>,
-    max: usize,
-    lease_ms: Option<u64>,
-    member: String,
-    labels: Vec<String>,
+    pub(super) queues: Vec<String>,
+    pub(super) max: usize,
+    pub(super) lease_ms: Option<u64>,
+    pub(super) member: String,
+    pub(super) labels: Vec<String>,
 }
 
 fn ms(d: std::time::Duration) -> u64 {
     d.as_millis() as u64
 }
 
-fn bad(message: impl Into<String>) -> Failure {
+pub(super) fn bad(message: impl Into<String>) -> Failure {
     client(ErrorCode::BadRequest, message)
 }
 
-fn parse_id(s: &str) -> OpResult<Ulid> {
+pub(super) fn parse_id(s: &str) -> OpResult<Ulid> {
     Ulid::from_string(s).map_err(|_| bad(format!("invalid task id {s:?}")))
 }
 
@@ -138,7 +138,7 @@ fn apply_patch(options: &mut QueueOptions, patch: &QueuePatch) -> OpResult<()> {
     Ok(())
 }
 
-fn summary(id: Ulid, rec: &TaskRecord) -> TaskSummary {
+pub(super) fn summary(id: Ulid, rec: &TaskRecord) -> TaskSummary {
     TaskSummary {
         id: id.to_string(),
         state: rec.state,
@@ -170,6 +170,7 @@ impl<W: Waiter> Engine<W> {
         waiter: W,
         now: Now,
     ) -> Result<(), (W, Failure)> {
+        self.heard_from(waiter.connection(), now);
         let result = match req {
             Request::Hello(_) => Err(bad("hello is only valid as a connection's first request")),
             Request::QueueCreate(r) => self.queue_create(r, now).map(Reply::Queue),
@@ -203,6 +204,14 @@ impl<W: Waiter> Engine<W> {
             Request::Cancel(r) => self.cancel(r, now).map(Reply::Cancel),
             Request::Redrive(r) => self.redrive(r.0, now).map(Reply::Count),
             Request::Discard(r) => self.discard(r.0).map(Reply::Count),
+            Request::SessionOpen(r) => self.session_open(r, &waiter, now).map(Reply::SessionOpen),
+            Request::SessionUpdate(r) => self.session_update(r, &waiter).map(Reply::Member),
+            Request::Subscribe(r) => self.subscribe(r, &waiter).map(Reply::Empty),
+            Request::Unsubscribe(r) => self.unsubscribe(r, &waiter).map(Reply::Empty),
+            Request::MemberList(_) => Ok(Reply::MemberList(self.member_list())),
+            Request::MemberDescribe(r) => self.member_describe(&r.0).map(Reply::MemberDescribe),
+            Request::MemberDrain(r) => self.member_drain(&r.0).map(Reply::Member),
+            Request::LeaseRevoke(r) => self.lease_revoke(r, now).map(Reply::Settle),
         };
         match result {
             Ok(reply) => {
@@ -468,9 +477,14 @@ impl<W: Waiter> Engine<W> {
             Ok(v) => v,
             Err(e) => return Err((waiter, e)),
         };
-        let tasks = match self.take_ready(&spec, now) {
-            Ok(t) => t,
-            Err(e) => return Err((waiter, e)),
+        // A drained member takes nothing new, by pull as by push.
+        let tasks = if self.is_draining(&spec.member) {
+            Vec::new()
+        } else {
+            match self.take_ready(&spec, now) {
+                Ok(t) => t,
+                Err(e) => return Err((waiter, e)),
+            }
         };
         if tasks.is_empty() && wait > 0 {
             self.claim_waiters.push(ClaimWaiter {
@@ -486,7 +500,7 @@ impl<W: Waiter> Engine<W> {
     }
 
     /// Leases up to `spec.max` tasks, taking one queue after another round robin.
-    fn take_ready(&mut self, spec: &ClaimSpec, now: Now) -> OpResult<Vec<Delivery>> {
+    pub(super) fn take_ready(&mut self, spec: &ClaimSpec, now: Now) -> OpResult<Vec<Delivery>> {
         let n = spec.queues.len();
         let start = self.rotation % n;
         self.rotation = self.rotation.wrapping_add(1);
@@ -532,31 +546,40 @@ impl<W: Waiter> Engine<W> {
     }
 
     fn grant(&mut self, id: Ulid, spec: &ClaimSpec, now: Now) -> OpResult<Delivery> {
-        let mut rec = self.record(id)?;
+        let rec = self.record(id)?;
+        self.lease_to(id, rec, &spec.member, spec.lease_ms, now, false)
+    }
+
+    /// Leases a task to `member` under a new epoch (a delivery, or a reclaim).
+    pub(super) fn lease_to(
+        &mut self,
+        id: Ulid,
+        mut rec: TaskRecord,
+        member: &str,
+        lease_ms: Option<u64>,
+        now: Now,
+        reclaimed: bool,
+    ) -> OpResult<Delivery> {
         let options = &self.queue(&rec.queue)?.options;
-        let lease = spec.lease_ms.unwrap_or(options.lease_ms);
+        let lease = lease_ms.unwrap_or(options.lease_ms);
         let mut deadline = now.mono_ms + lease;
         if let Some(max) = options.max_runtime_ms {
             deadline = deadline.min(now.mono_ms + max);
         }
         rec.deliveries += 1;
         let epoch = rec.deliveries;
+        let expires = now.wall_ms + (deadline - now.mono_ms);
         rec.state = TaskState::Leased;
+        rec.not_before_ms = None;
         rec.lease = Some(LeaseRecord {
-            member: spec.member.clone(),
+            member: member.to_owned(),
             epoch,
-            expires_ms: now.wall_ms + (deadline - now.mono_ms),
+            expires_ms: expires,
             granted_ms: now.wall_ms,
         });
         rec.updated_ms = now.wall_ms;
-        push_event(
-            &mut rec,
-            now,
-            "leased",
-            Some(&spec.member),
-            Some(epoch),
-            None,
-        );
+        let event = if reclaimed { "reclaimed" } else { "leased" };
+        push_event(&mut rec, now, event, Some(member), Some(epoch), None);
         self.save(id, &rec, deadline, now.mono_ms);
         Ok(Delivery {
             id: id.to_string(),
@@ -567,14 +590,14 @@ impl<W: Waiter> Engine<W> {
             failures: rec.failures,
             priority: rec.priority,
             key: rec.key.clone(),
-            lease_expires_ms: now.wall_ms + (deadline - now.mono_ms),
+            lease_expires_ms: expires,
             progress: rec.progress.clone(),
-            reclaimed: false,
+            reclaimed,
         })
     }
 
     /// The record of a task leased under `epoch`, or `lease_lost`.
-    fn held(&self, task: &str, epoch: u64) -> OpResult<(Ulid, TaskRecord)> {
+    pub(super) fn held(&self, task: &str, epoch: u64) -> OpResult<(Ulid, TaskRecord)> {
         let id = parse_id(task)?;
         let meta = self
             .tasks
@@ -864,15 +887,14 @@ impl<W: Waiter> Engine<W> {
     }
 
     /// Serves parked claims when tasks became available, and ends those past their wait.
-    pub(super) fn serve_claims(&mut self, now: Now) -> Result<(), StoreError> {
-        let serve = std::mem::take(&mut self.ready_changed);
+    pub(super) fn serve_claims(&mut self, serve: bool, now: Now) -> Result<(), StoreError> {
         let waiters = std::mem::take(&mut self.claim_waiters);
         let mut keep = Vec::with_capacity(waiters.len());
         for w in waiters {
             if w.waiter.is_closed() {
                 continue;
             }
-            if serve {
+            if serve && !self.is_draining(&w.claim.member) {
                 match self.take_ready(&w.claim, now) {
                     Ok(tasks) if !tasks.is_empty() => {
                         self.outbox
@@ -940,8 +962,17 @@ impl<W: Waiter> Engine<W> {
                     rec.updated_ms = now.wall_ms;
                     push_event(&mut rec, now, "cancel_requested", None, None, None);
                     let meta = &self.tasks[&id];
-                    let (deadline, granted) = (meta.lease_deadline, meta.lease_granted);
+                    let (deadline, granted, member) =
+                        (meta.lease_deadline, meta.lease_granted, meta.member.clone());
                     self.save(id, &rec, deadline, granted);
+                    if let Some(member) = member {
+                        let epoch = rec.lease.as_ref().map_or(rec.deliveries, |l| l.epoch);
+                        let lease = muster_protocol::ops::LeaseRef {
+                            task: id.to_string(),
+                            epoch,
+                        };
+                        self.push_to(&member, muster_protocol::Push::Cancel(lease));
+                    }
                 }
                 Ok(CancelReply {
                     state: TaskState::Leased,

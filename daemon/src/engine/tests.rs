@@ -10,15 +10,40 @@ use muster_protocol::ops::{
 };
 use muster_protocol::{ErrorBody, ErrorCode, Request};
 
-use super::{Engine, Now, Reply, Waiter};
+use super::{Engine, Now, Reply, Sink, Waiter};
 use crate::store::Store;
+use muster_protocol::Push;
 
+/// A request's identity in tests: a sequence number and the connection it came on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Tag(u64);
+struct Tag {
+    seq: u64,
+    conn: u64,
+}
 
-impl Waiter for Tag {
+/// Pushes in tests are collected per connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TestSink(u64);
+
+impl Sink for TestSink {
     fn is_closed(&self) -> bool {
         false
+    }
+}
+
+impl Waiter for Tag {
+    type Sink = TestSink;
+
+    fn is_closed(&self) -> bool {
+        false
+    }
+
+    fn connection(&self) -> u64 {
+        self.conn
+    }
+
+    fn sink(&self) -> TestSink {
+        TestSink(self.conn)
     }
 }
 
@@ -29,6 +54,8 @@ struct Harness {
     next_tag: u64,
     /// Replies that arrived for requests other than the one being called.
     parked: Vec<(Tag, Result<Reply, ErrorBody>)>,
+    /// Pushes sent, by connection.
+    pushes: Vec<(u64, Push)>,
 }
 
 fn raw(s: &str) -> muster_protocol::RawJson {
@@ -49,6 +76,7 @@ impl Harness {
             dir,
             next_tag: 0,
             parked: Vec::new(),
+            pushes: Vec::new(),
         }
     }
 
@@ -58,8 +86,15 @@ impl Harness {
 
     /// Sends a request, runs the round and returns the replies the round produced.
     fn send(&mut self, req: Request) -> Tag {
+        self.send_on(0, req)
+    }
+
+    fn send_on(&mut self, conn: u64, req: Request) -> Tag {
         self.next_tag += 1;
-        let tag = Tag(self.next_tag);
+        let tag = Tag {
+            seq: self.next_tag,
+            conn,
+        };
         let now = self.now;
         self.engine().handle(req, tag, now).unwrap();
         self.round();
@@ -72,6 +107,23 @@ impl Harness {
         let _ = self.engine().take_dirty();
         let out = self.engine().take_outbox();
         self.parked.extend(out);
+        let pushes = self.engine().take_pushes();
+        self.pushes
+            .extend(pushes.into_iter().map(|(sink, p)| (sink.0, p)));
+    }
+
+    fn call_on(&mut self, conn: u64, req: Request) -> Result<Reply, ErrorBody> {
+        let tag = self.send_on(conn, req);
+        self.reply_for(tag).expect("a reply in the same round")
+    }
+
+    /// Takes the pushes sent to a connection so far.
+    fn pushed(&mut self, conn: u64) -> Vec<Push> {
+        let (mine, rest) = std::mem::take(&mut self.pushes)
+            .into_iter()
+            .partition(|(c, _)| *c == conn);
+        self.pushes = rest;
+        mine.into_iter().map(|(_, p)| p).collect()
     }
 
     fn reply_for(&mut self, tag: Tag) -> Option<Result<Reply, ErrorBody>> {
@@ -1212,4 +1264,270 @@ fn a_claim_reply_stops_growing_past_its_byte_budget() {
     // 900 KiB each: the third crosses 2 MiB, so the reply stops there.
     assert_eq!(h.claim_as("big", 5, "m").len(), 3);
     assert_eq!(h.counts("big"), [0, 2, 3, 0, 0, 0]);
+}
+
+fn open(member: &str, capacity: u32, reclaim: bool, resume: bool) -> Request {
+    Request::SessionOpen(ops::SessionOpen {
+        member: member.into(),
+        labels: Vec::new(),
+        capacity,
+        reclaim,
+        resume,
+    })
+}
+
+fn subscribe(member: &str, queues: &[&str]) -> Request {
+    Request::Subscribe(ops::Subscribe {
+        member: member.into(),
+        queues: queues.iter().map(|q| (*q).to_owned()).collect(),
+    })
+}
+
+fn delivered(pushes: &[Push]) -> Vec<(String, u64, bool)> {
+    pushes
+        .iter()
+        .filter_map(|p| match p {
+            Push::Deliver(d) => Some((d.id.clone(), d.attempt, d.reclaimed)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A member on connection 1 that holds three tasks, two of them with progress.
+fn member_holding_three(h: &mut Harness) -> Vec<String> {
+    h.create("jobs", QueuePatch::default());
+    let ids: Vec<String> = (0..3).map(|i| h.enqueue("jobs", &i.to_string())).collect();
+    h.call_on(1, open("gpu-3/agent-7", 3, false, false))
+        .unwrap();
+    let got = h.claim_as("jobs", 3, "gpu-3/agent-7");
+    assert_eq!(got.iter().map(|t| t.0.clone()).collect::<Vec<_>>(), ids);
+    for id in &ids[..2] {
+        h.call(Request::Renew(Renew {
+            task: id.clone(),
+            epoch: 1,
+            extend_ms: None,
+            progress: Some(raw(r#"{"step":5}"#)),
+        }))
+        .unwrap();
+    }
+    ids
+}
+
+#[test]
+fn a_restarted_member_reclaims_its_tasks_at_once_with_progress() {
+    let mut h = Harness::new();
+    let ids = member_holding_three(&mut h);
+    // The agent process restarts: a new connection, a new session with reclaim.
+    let reply = match h.call_on(2, open("gpu-3/agent-7", 3, true, false)).unwrap() {
+        Reply::SessionOpen(r) => r,
+        other => panic!("{other:?}"),
+    };
+    let got: Vec<_> = reply
+        .reclaimed
+        .iter()
+        .map(|d| (d.id.clone(), d.epoch, d.attempt, d.reclaimed))
+        .collect();
+    assert_eq!(
+        got,
+        ids.iter()
+            .map(|id| (id.clone(), 2, 2, true))
+            .collect::<Vec<_>>()
+    );
+    let progress: Vec<_> = reply
+        .reclaimed
+        .iter()
+        .map(|d| d.progress.as_ref().map(|p| p.get().to_owned()))
+        .collect();
+    assert_eq!(
+        progress,
+        vec![
+            Some(r#"{"step":5}"#.to_owned()),
+            Some(r#"{"step":5}"#.to_owned()),
+            None
+        ]
+    );
+    // A fresh full lease (30 s), not what was left of the old one.
+    assert_eq!(reply.reclaimed[0].lease_expires_ms, h.now.wall_ms + 30_000);
+    let t = h.task(&ids[0]);
+    assert_eq!(
+        (t.state, t.deliveries, t.failures),
+        (TaskState::Leased, 2, 1)
+    );
+    assert_eq!(t.history.last().unwrap().event, "reclaimed");
+    // The claims of the dead process are fenced off.
+    assert_eq!(h.code(ack(&ids[0], 1)), ErrorCode::LeaseLost);
+    h.call(ack(&ids[0], 2)).unwrap();
+}
+
+#[test]
+fn a_session_without_reclaim_releases_and_with_resume_keeps() {
+    let mut h = Harness::new();
+    let ids = member_holding_three(&mut h);
+    match h.call_on(1, open("gpu-3/agent-7", 3, false, true)).unwrap() {
+        Reply::SessionOpen(r) => assert_eq!((r.reclaimed.len(), r.kept, r.released), (0, 3, 0)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.state(&ids[0]), (TaskState::Leased, 1, 0));
+    match h
+        .call_on(2, open("gpu-3/agent-7", 3, false, false))
+        .unwrap()
+    {
+        Reply::SessionOpen(r) => assert_eq!((r.reclaimed.len(), r.kept, r.released), (0, 0, 3)),
+        other => panic!("{other:?}"),
+    }
+    for id in &ids {
+        assert_eq!(h.state(id), (TaskState::Ready, 1, 0));
+    }
+    assert_eq!(h.code(open("x", 1, true, true)), ErrorCode::BadRequest);
+    assert_eq!(h.code(open("x", 0, false, false)), ErrorCode::BadRequest);
+    assert_eq!(
+        h.code(open("bad name", 1, false, false)),
+        ErrorCode::BadRequest
+    );
+}
+
+#[test]
+fn a_second_session_takes_over_and_the_first_is_told_replaced() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    h.call_on(1, open("agent", 1, false, false)).unwrap();
+    h.call_on(2, open("agent", 1, false, true)).unwrap();
+    match h.pushed(1).as_slice() {
+        [Push::Closed(e)] => assert_eq!(e.code, ErrorCode::Replaced),
+        other => panic!("{other:?}"),
+    }
+    // The old connection no longer owns the session.
+    assert_eq!(
+        h.call_on(1, subscribe("agent", &["jobs"]))
+            .unwrap_err()
+            .code,
+        ErrorCode::BadRequest
+    );
+    h.call_on(2, subscribe("agent", &["jobs"])).unwrap();
+}
+
+#[test]
+fn pushes_follow_capacity_and_go_to_whoever_is_free() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    for (conn, name) in [(1, "a"), (2, "b")] {
+        h.call_on(conn, open(name, 2, false, false)).unwrap();
+        h.call_on(conn, subscribe(name, &["jobs"])).unwrap();
+    }
+    let ids: Vec<String> = (0..6).map(|i| h.enqueue("jobs", &i.to_string())).collect();
+    let a = delivered(&h.pushed(1));
+    let b = delivered(&h.pushed(2));
+    assert_eq!((a.len(), b.len()), (2, 2), "a {a:?} b {b:?}");
+    let mut first_four: Vec<String> = a.iter().chain(&b).map(|d| d.0.clone()).collect();
+    first_four.sort();
+    assert_eq!(first_four, ids[..4].to_vec());
+    // b finishes one task: the next ready task goes to b, the member with room.
+    h.call(ack(&b[0].0, 1)).unwrap();
+    assert_eq!(delivered(&h.pushed(2)), vec![(ids[4].clone(), 1, false)]);
+    assert!(h.pushed(1).is_empty());
+    // Pull claims keep working beside pushes.
+    assert_eq!(h.claim_as("jobs", 5, "cli").len(), 1);
+}
+
+#[test]
+fn labels_changed_during_a_session_take_effect_for_the_next_push() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let mut t = NewTask::new(raw("1"));
+    t.requires = vec!["gpu".into()];
+    let id = h.enqueue_task("jobs", t);
+    h.call_on(1, open("m", 1, false, false)).unwrap();
+    h.call_on(1, subscribe("m", &["jobs"])).unwrap();
+    assert!(h.pushed(1).is_empty());
+    let update = Request::SessionUpdate(ops::SessionUpdate {
+        member: "m".into(),
+        labels: Some(vec!["gpu".into()]),
+        capacity: None,
+    });
+    h.call_on(1, update).unwrap();
+    assert_eq!(delivered(&h.pushed(1)), vec![(id, 1, false)]);
+}
+
+#[test]
+fn cancel_drain_and_revoke_reach_the_holder() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let a = h.enqueue("jobs", "1");
+    let b = h.enqueue("jobs", "2");
+    h.call_on(1, open("m", 2, false, false)).unwrap();
+    h.call_on(1, subscribe("m", &["jobs"])).unwrap();
+    assert_eq!(delivered(&h.pushed(1)).len(), 2);
+    h.call(Request::Cancel(Cancel { task: a.clone() })).unwrap();
+    match h.pushed(1).as_slice() {
+        [Push::Cancel(l)] => assert_eq!((l.task.as_str(), l.epoch), (a.as_str(), 1)),
+        other => panic!("{other:?}"),
+    }
+    match h
+        .call(Request::LeaseRevoke(ops::LeaseRevoke { task: b.clone() }))
+        .unwrap()
+    {
+        Reply::Settle(s) => assert_eq!(s.state, TaskState::Ready),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        h.state(&b),
+        (TaskState::Leased, 2, 1),
+        "revoked, then pushed again to the free member"
+    );
+    let pushes = h.pushed(1);
+    assert_eq!(pushes.len(), 2, "{pushes:?}");
+    match &pushes[0] {
+        Push::Revoked(l) => assert_eq!((l.task.as_str(), l.epoch), (b.as_str(), 1)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(delivered(&pushes[1..]), vec![(b.clone(), 2, false)]);
+    // Drained: told so, keeps its leases, takes nothing new by push or pull.
+    match h
+        .call(Request::MemberDrain(ops::MemberDrain(ops::MemberName {
+            member: "m".into(),
+        })))
+        .unwrap()
+    {
+        Reply::Member(m) => assert_eq!((m.member.draining, m.member.leased), (true, 2)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.pushed(1).len(), 1);
+    h.call(ack(&b, 2)).unwrap();
+    h.enqueue("jobs", "3");
+    assert!(h.pushed(1).is_empty());
+    assert!(h.claim_as("jobs", 1, "m").is_empty());
+    match h.call(Request::MemberList(ops::MemberList {})).unwrap() {
+        Reply::MemberList(l) => {
+            let m = &l.members[0];
+            assert_eq!(
+                (m.name.as_str(), m.leased, m.connected, m.draining),
+                ("m", 1, true, true)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn reclaim_past_max_attempts_sends_the_task_to_dead() {
+    let mut h = Harness::new();
+    h.create(
+        "jobs",
+        QueuePatch {
+            max_attempts: Some(1),
+            ..QueuePatch::default()
+        },
+    );
+    let id = h.enqueue("jobs", "1");
+    h.call_on(1, open("m", 1, false, false)).unwrap();
+    h.claim_as("jobs", 1, "m");
+    match h.call_on(2, open("m", 1, true, false)).unwrap() {
+        Reply::SessionOpen(r) => assert_eq!((r.reclaimed.len(), r.dead), (0, 1)),
+        other => panic!("{other:?}"),
+    }
+    let t = h.task(&id);
+    assert_eq!(
+        (t.state, t.dead_reason.as_deref()),
+        (TaskState::Dead, Some("max_attempts"))
+    );
 }

@@ -1,0 +1,425 @@
+//! Members: agent sessions, push delivery, reclaim, drain and revoke (DESIGN §3).
+//!
+//! Leases belong to a member's name, not to a connection. A session binds a member to
+//! one connection (and the stream it was opened on, where pushes go); a newer session
+//! under the same name takes over and the old one is told `replaced`. Pushes follow
+//! credit: a subscribed member is handed tasks while it holds fewer leases than its
+//! capacity, members taking turns.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use ulid::Ulid;
+
+use muster_protocol::limits::MAX_CAPACITY;
+use muster_protocol::model::{MemberInfo, TaskState};
+use muster_protocol::names;
+use muster_protocol::ops::{
+    Empty, LeaseRef, LeaseRevoke, MemberDescribeReply, MemberListReply, MemberName, MemberReply,
+    SessionOpen, SessionOpenReply, SessionUpdate, SettleReply, Subscribe, Unsubscribe,
+};
+use muster_protocol::{ErrorBody, ErrorCode, Push};
+
+use super::ops::{ClaimSpec, bad, parse_id, summary};
+use super::{Engine, Failure, Now, OpResult, Sink, Waiter, client, push_event};
+use crate::store::StoreError;
+
+/// What the engine knows of one member.
+pub(super) struct Member<S> {
+    /// Tasks leased to it.
+    pub(super) leased: BTreeSet<Ulid>,
+    session: Option<Session<S>>,
+    labels: Vec<String>,
+    capacity: u32,
+    draining: bool,
+    subscribed: Vec<String>,
+    last_seen_ms: Option<u64>,
+}
+
+struct Session<S> {
+    connection: u64,
+    sink: S,
+}
+
+impl<S: Sink> Member<S> {
+    pub(super) fn new() -> Member<S> {
+        Member {
+            leased: BTreeSet::new(),
+            session: None,
+            labels: Vec::new(),
+            capacity: 0,
+            draining: false,
+            subscribed: Vec::new(),
+            last_seen_ms: None,
+        }
+    }
+
+    fn connected(&self) -> bool {
+        self.session.as_ref().is_some_and(|s| !s.sink.is_closed())
+    }
+
+    fn info(&self, name: &str) -> MemberInfo {
+        MemberInfo {
+            name: name.to_owned(),
+            labels: self.labels.clone(),
+            capacity: self.capacity,
+            leased: self.leased.len() as u64,
+            connected: self.connected(),
+            draining: self.draining,
+            subscribed: self.subscribed.clone(),
+            last_seen_ms: self.last_seen_ms,
+        }
+    }
+
+    /// Room for pushes: subscribed, connected, not draining, under capacity.
+    fn free(&self) -> usize {
+        if self.subscribed.is_empty() || self.draining || !self.connected() {
+            return 0;
+        }
+        (self.capacity as usize).saturating_sub(self.leased.len())
+    }
+}
+
+impl<W: Waiter> Engine<W> {
+    /// The shared name of a member, reusing the members map's copy.
+    pub(super) fn member_name(&self, name: &str) -> Arc<str> {
+        match self.members.get_key_value(name) {
+            Some((k, _)) => Arc::clone(k),
+            None => Arc::from(name),
+        }
+    }
+
+    /// Forgets a lease of a member; a member with neither leases nor a live session is dropped.
+    pub(super) fn release_slot(&mut self, member: &Arc<str>, id: Ulid) {
+        if let Some(m) = self.members.get_mut(member) {
+            m.leased.remove(&id);
+            // A freed slot may take a pushed task.
+            self.push_changed = true;
+            if m.leased.is_empty() && !m.connected() {
+                if let Some(s) = &m.session {
+                    self.sessions.remove(&s.connection);
+                }
+                self.members.remove(member);
+            }
+        }
+    }
+
+    /// Records a request from a member's session as its heartbeat.
+    pub(super) fn heard_from(&mut self, connection: u64, now: Now) {
+        if let Some(name) = self.sessions.get(&connection)
+            && let Some(m) = self.members.get_mut(name)
+        {
+            m.last_seen_ms = Some(now.wall_ms);
+        }
+    }
+
+    /// True if the member is drained: claims in its name get nothing.
+    pub(super) fn is_draining(&self, member: &str) -> bool {
+        self.members.get(member).is_some_and(|m| m.draining)
+    }
+
+    /// Sends a push to the session of a member, if it has one.
+    pub(super) fn push_to(&mut self, member: &str, push: Push) {
+        if let Some(s) = self.members.get(member).and_then(|m| m.session.as_ref())
+            && !s.sink.is_closed()
+        {
+            self.pushes.push((s.sink.clone(), push));
+        }
+    }
+
+    /// The member whose session is on the waiter's connection, or `bad_request`.
+    fn own_session(&self, member: &str, waiter: &W) -> OpResult<()> {
+        match self.members.get(member).and_then(|m| m.session.as_ref()) {
+            Some(s) if s.connection == waiter.connection() => Ok(()),
+            _ => Err(bad(format!(
+                "member {member:?} has no session on this connection: send session_open first"
+            ))),
+        }
+    }
+
+    pub(super) fn session_open(
+        &mut self,
+        r: SessionOpen,
+        waiter: &W,
+        now: Now,
+    ) -> OpResult<SessionOpenReply> {
+        names::check_member(&r.member).map_err(bad)?;
+        names::check_labels(&r.labels).map_err(bad)?;
+        if r.capacity == 0 || r.capacity > MAX_CAPACITY {
+            return Err(bad(format!(
+                "capacity {} is outside 1..={MAX_CAPACITY}",
+                r.capacity
+            )));
+        }
+        if r.reclaim && r.resume {
+            return Err(bad("reclaim and resume exclude each other"));
+        }
+        let name = self.member_name(&r.member);
+        let member = self
+            .members
+            .entry(Arc::clone(&name))
+            .or_insert_with(Member::new);
+        if let Some(old) = member.session.take() {
+            self.sessions.remove(&old.connection);
+            if old.connection != waiter.connection() && !old.sink.is_closed() {
+                let error = ErrorBody::new(
+                    ErrorCode::Replaced,
+                    format!("a newer session of member {:?} took over", r.member),
+                );
+                self.pushes.push((old.sink, Push::Closed(error)));
+            }
+        }
+        member.session = Some(Session {
+            connection: waiter.connection(),
+            sink: waiter.sink(),
+        });
+        member.labels = r.labels;
+        member.capacity = r.capacity;
+        member.draining = false;
+        member.subscribed.clear();
+        member.last_seen_ms = Some(now.wall_ms);
+        let held: Vec<Ulid> = member.leased.iter().copied().collect();
+        self.sessions.insert(waiter.connection(), Arc::clone(&name));
+        self.push_changed = true;
+
+        let mut reply = SessionOpenReply {
+            reclaimed: Vec::new(),
+            released: 0,
+            kept: 0,
+            dead: 0,
+        };
+        for id in held {
+            let mut rec = self.record(id)?;
+            if r.resume {
+                reply.kept += 1;
+            } else if r.reclaim {
+                // The agent restarted and lost its work in progress: a failure, like a lapse,
+                // but handed straight back instead of waiting for the lease to run out.
+                rec.failures += 1;
+                rec.last_error = Some(format!("member {:?} restarted", r.member));
+                let max = self.queue_max_attempts(&rec.queue);
+                if max > 0 && rec.failures >= u64::from(max) {
+                    rec.lease = None;
+                    rec.state = TaskState::Dead;
+                    rec.dead_reason = Some("max_attempts".into());
+                    rec.updated_ms = now.wall_ms;
+                    push_event(
+                        &mut rec,
+                        now,
+                        "dead_lettered",
+                        Some(&r.member),
+                        None,
+                        Some("max_attempts"),
+                    );
+                    self.save(id, &rec, 0, 0);
+                    reply.dead += 1;
+                } else {
+                    reply
+                        .reclaimed
+                        .push(self.lease_to(id, rec, &r.member, None, now, true)?);
+                }
+            } else {
+                let epoch = rec.lease.take().map(|l| l.epoch);
+                push_event(&mut rec, now, "released", Some(&r.member), epoch, None);
+                rec.state = TaskState::Ready;
+                rec.updated_ms = now.wall_ms;
+                self.save(id, &rec, 0, 0);
+                reply.released += 1;
+            }
+        }
+        Ok(reply)
+    }
+
+    fn queue_max_attempts(&self, queue: &str) -> u32 {
+        self.queues.get(queue).map_or(0, |q| q.options.max_attempts)
+    }
+
+    pub(super) fn session_update(&mut self, r: SessionUpdate, waiter: &W) -> OpResult<MemberReply> {
+        self.own_session(&r.member, waiter)?;
+        if let Some(labels) = &r.labels {
+            names::check_labels(labels).map_err(bad)?;
+        }
+        if let Some(c) = r.capacity
+            && (c == 0 || c > MAX_CAPACITY)
+        {
+            return Err(bad(format!("capacity {c} is outside 1..={MAX_CAPACITY}")));
+        }
+        let member = self
+            .members
+            .get_mut(r.member.as_str())
+            .ok_or_else(|| not_a_member(&r.member))?;
+        if let Some(labels) = r.labels {
+            member.labels = labels;
+        }
+        if let Some(c) = r.capacity {
+            member.capacity = c;
+        }
+        self.push_changed = true;
+        Ok(MemberReply {
+            member: member.info(&r.member),
+        })
+    }
+
+    pub(super) fn subscribe(&mut self, r: Subscribe, waiter: &W) -> OpResult<Empty> {
+        self.own_session(&r.member, waiter)?;
+        if r.queues.is_empty() || r.queues.len() > muster_protocol::limits::MAX_CLAIM_QUEUES {
+            return Err(bad(format!(
+                "a subscription names 1 to {} queues",
+                muster_protocol::limits::MAX_CLAIM_QUEUES
+            )));
+        }
+        for q in &r.queues {
+            if !self.queues.contains_key(q) {
+                return Err(client(ErrorCode::NotFound, format!("no queue {q:?}")));
+            }
+        }
+        let member = self
+            .members
+            .get_mut(r.member.as_str())
+            .ok_or_else(|| not_a_member(&r.member))?;
+        member.subscribed = r.queues;
+        self.push_changed = true;
+        Ok(Empty {})
+    }
+
+    pub(super) fn unsubscribe(&mut self, r: Unsubscribe, waiter: &W) -> OpResult<Empty> {
+        self.own_session(&r.member, waiter)?;
+        if let Some(m) = self.members.get_mut(r.member.as_str()) {
+            m.subscribed.clear();
+        }
+        Ok(Empty {})
+    }
+
+    pub(super) fn member_list(&self) -> MemberListReply {
+        MemberListReply {
+            members: self.members.iter().map(|(name, m)| m.info(name)).collect(),
+        }
+    }
+
+    pub(super) fn member_describe(&self, r: &MemberName) -> OpResult<MemberDescribeReply> {
+        let m = self
+            .members
+            .get(r.member.as_str())
+            .ok_or_else(|| not_a_member(&r.member))?;
+        let mut leases = Vec::with_capacity(m.leased.len());
+        for &id in &m.leased {
+            leases.push(summary(id, &self.record(id)?));
+        }
+        Ok(MemberDescribeReply {
+            member: m.info(&r.member),
+            leases,
+        })
+    }
+
+    pub(super) fn member_drain(&mut self, r: &MemberName) -> OpResult<MemberReply> {
+        let m = self
+            .members
+            .get_mut(r.member.as_str())
+            .ok_or_else(|| not_a_member(&r.member))?;
+        m.draining = true;
+        let info = m.info(&r.member);
+        self.push_to(&r.member, Push::Drain);
+        Ok(MemberReply { member: info })
+    }
+
+    pub(super) fn lease_revoke(&mut self, r: LeaseRevoke, now: Now) -> OpResult<SettleReply> {
+        let id = parse_id(&r.task)?;
+        let meta = self
+            .tasks
+            .get(&id)
+            .ok_or_else(|| client(ErrorCode::NotFound, format!("no task {id}")))?;
+        if meta.state != TaskState::Leased {
+            return Err(client(
+                ErrorCode::InvalidState,
+                format!("task {id} is {}, not leased", meta.state),
+            ));
+        }
+        let (mut rec, member) = (self.record(id)?, meta.member.clone());
+        let lease = rec.lease.take();
+        let (holder, epoch) = lease.map_or((String::new(), 0), |l| (l.member, l.epoch));
+        push_event(&mut rec, now, "revoked", Some(&holder), Some(epoch), None);
+        let state = self.fail(
+            id,
+            &mut rec,
+            now,
+            format!("lease revoked by an operator (member {holder:?}, epoch {epoch})"),
+            Some(0),
+        );
+        if let Some(member) = member {
+            self.push_to(
+                &member,
+                Push::Revoked(LeaseRef {
+                    task: id.to_string(),
+                    epoch,
+                }),
+            );
+        }
+        Ok(SettleReply {
+            state,
+            not_before_ms: rec.not_before_ms,
+        })
+    }
+
+    /// Pushes tasks to subscribed members with free capacity, one task per member per turn.
+    pub(super) fn serve_pushes(&mut self, ready_changed: bool, now: Now) -> Result<(), StoreError> {
+        if !(ready_changed || std::mem::take(&mut self.push_changed)) {
+            return Ok(());
+        }
+        let mut order: Vec<Arc<str>> = self
+            .members
+            .iter()
+            .filter(|(_, m)| m.free() > 0)
+            .map(|(name, _)| Arc::clone(name))
+            .collect();
+        if order.is_empty() {
+            return Ok(());
+        }
+        let start = self.member_rotation % order.len();
+        order.rotate_left(start);
+        self.member_rotation = self.member_rotation.wrapping_add(1);
+        loop {
+            let mut progressed = false;
+            for name in &order {
+                let Some(m) = self.members.get(name) else {
+                    continue;
+                };
+                if m.free() == 0 {
+                    continue;
+                }
+                let spec = ClaimSpec {
+                    queues: m.subscribed.clone(),
+                    max: 1,
+                    lease_ms: None,
+                    member: name.to_string(),
+                    labels: m.labels.clone(),
+                };
+                let tasks = match self.take_ready(&spec, now) {
+                    Ok(t) => t,
+                    Err(Failure::Store(e)) => return Err(e),
+                    // A subscribed queue was deleted: drop the subscription's dead queues.
+                    Err(Failure::Client(_)) => {
+                        let queues = &self.queues;
+                        if let Some(m) = self.members.get_mut(name) {
+                            m.subscribed.retain(|q| queues.contains_key(q));
+                        }
+                        continue;
+                    }
+                };
+                for task in tasks {
+                    progressed = true;
+                    self.push_to(name, Push::Deliver(task));
+                }
+            }
+            if !progressed {
+                break;
+            }
+        }
+        // Granting leases above marked slots as changed; nothing more can be served now.
+        self.push_changed = false;
+        Ok(())
+    }
+}
+
+fn not_a_member(name: &str) -> Failure {
+    client(ErrorCode::NotFound, format!("no member {name:?}"))
+}
