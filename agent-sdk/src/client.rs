@@ -14,14 +14,16 @@ use tokio::sync::{mpsc, oneshot};
 
 use muster_protocol::frame::{self, HEADER_LEN};
 use muster_protocol::model::{
-    Delivery, EnqueuedTask, NewTask, QueueInfo, QueuePatch, TaskInfo, TaskState,
+    Delivery, EnqueuedTask, MemberInfo, NewTask, QueueInfo, QueuePatch, TaskInfo, TaskState,
 };
 use muster_protocol::ops::{
     self, Ack, Cancel, CancelReply, Claim, CountReply, DeadLetter, DeadSelection, Enqueue, Hello,
-    Nack, Op, QueueCreate, QueueName, QueueUpdate, Release, Renew, RenewReply, RequestFrame,
-    ServerEnvelope, SettleReply, TaskGet, TaskList, TaskListReply, Wait, WaitReply,
+    LeaseRevoke, MemberDescribeReply, MemberName, Nack, Op, QueueCreate, QueueName, QueueUpdate,
+    Release, Renew, RenewReply, RequestFrame, ServerEnvelope, SessionOpen, SessionOpenReply,
+    SessionUpdate, SettleReply, Subscribe, TaskGet, TaskList, TaskListReply, Unsubscribe, Wait,
+    WaitReply,
 };
-use muster_protocol::{PROTOCOL_VERSION, RawJson};
+use muster_protocol::{PROTOCOL_VERSION, Push, RawJson};
 
 use crate::Error;
 use crate::connect::{self, ConnectOptions};
@@ -41,6 +43,8 @@ struct Pending {
     calls: Mutex<HashMap<u64, ReplySlot>>,
     /// Set (before the map is drained) once no more replies can arrive.
     ended: AtomicBool,
+    /// Where pushes to this connection's member session go, once one is open.
+    pushes: Mutex<Option<mpsc::UnboundedSender<Push>>>,
 }
 
 /// A connection to `musterd`. Clones share it.
@@ -329,6 +333,72 @@ impl Client {
         self.call(&Cancel { task: task.into() }).await
     }
 
+    /// Opens a member session on this connection. Pushes for the session (deliveries,
+    /// cancels, drain, replacement) arrive on the returned receiver, which ends when the
+    /// connection does. One session per connection: a second call replaces the first.
+    pub async fn open_session(
+        &self,
+        open: &SessionOpen,
+    ) -> Result<(SessionOpenReply, mpsc::UnboundedReceiver<Push>), Error> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        // Registered before the request leaves, so no push after the reply is missed.
+        *lock(&self.inner.pending.pushes) = Some(tx);
+        let reply = self.call(open).await?;
+        Ok((reply, rx))
+    }
+
+    /// Changes the session's labels or capacity.
+    pub async fn session_update(&self, update: &SessionUpdate) -> Result<MemberInfo, Error> {
+        Ok(self.call(update).await?.member)
+    }
+
+    /// Asks for tasks of these queues to be pushed while the member has room.
+    pub async fn subscribe(&self, member: &str, queues: &[String]) -> Result<(), Error> {
+        self.call(&Subscribe {
+            member: member.into(),
+            queues: queues.to_vec(),
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Stops pushes of new tasks to the member.
+    pub async fn unsubscribe(&self, member: &str) -> Result<(), Error> {
+        self.call(&Unsubscribe {
+            member: member.into(),
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Every member with a session or leases.
+    pub async fn member_list(&self) -> Result<Vec<MemberInfo>, Error> {
+        Ok(self.call(&ops::MemberList {}).await?.members)
+    }
+
+    /// One member and the tasks it holds.
+    pub async fn member_describe(&self, member: &str) -> Result<MemberDescribeReply, Error> {
+        self.call(&ops::MemberDescribe(MemberName {
+            member: member.into(),
+        }))
+        .await
+    }
+
+    /// Drains a member: it keeps its leases and gets nothing new.
+    pub async fn member_drain(&self, member: &str) -> Result<MemberInfo, Error> {
+        Ok(self
+            .call(&ops::MemberDrain(MemberName {
+                member: member.into(),
+            }))
+            .await?
+            .member)
+    }
+
+    /// Revokes a lease: it lapses now and its holder is told.
+    pub async fn lease_revoke(&self, task: &str) -> Result<SettleReply, Error> {
+        self.call(&LeaseRevoke { task: task.into() }).await
+    }
+
     /// Makes dead tasks ready again with failures reset.
     pub async fn redrive(&self, selection: DeadSelection) -> Result<CountReply, Error> {
         self.call(&ops::Redrive(selection)).await
@@ -408,10 +478,22 @@ async fn read_replies(recv: quinn::RecvStream, pending: Arc<Pending>, conn: quin
         if let Err(e) = reader.read_exact(&mut body).await {
             break format!("reading a reply: {e}");
         }
-        let id = match serde_json::from_slice::<ServerEnvelope>(&body) {
-            Ok(env) => env.id,
+        let envelope = match serde_json::from_slice::<ServerEnvelope>(&body) {
+            Ok(env) => env,
             Err(e) => break format!("unreadable reply: {e}"),
         };
+        if let Some(kind) = envelope.push {
+            let push = match Push::decode(&kind, &body) {
+                Ok(push) => push,
+                Err(e) => break e,
+            };
+            if let Some(tx) = lock(&pending.pushes).as_ref() {
+                // The session's owner may have stopped listening; the push is then moot.
+                let _ = tx.send(push);
+            }
+            continue;
+        }
+        let id = envelope.id;
         // A reply without an id answers a frame the daemon could not read: the caller of
         // that frame cannot be known, so it fails when the connection ends.
         if let Some(id) = id
@@ -425,4 +507,6 @@ async fn read_replies(recv: quinn::RecvStream, pending: Arc<Pending>, conn: quin
     for (_, tx) in lock(&pending.calls).drain() {
         let _ = tx.send(Err(Error::Closed(reason.clone())));
     }
+    // Dropping the push sender ends the session's push stream: the connection is gone.
+    lock(&pending.pushes).take();
 }

@@ -1,6 +1,7 @@
 //! The Rust client for muster.
 //!
-//! [`Client`] speaks every op of the protocol over one QUIC connection. It is cheap to
+//! [`Client`] speaks every op of the protocol over one QUIC connection; [`Worker`]
+//! turns an async handler into an agent. It is cheap to
 //! clone and safe to share across tasks: clones share the connection, and concurrent
 //! calls are pipelined over one stream, their replies matched by request id.
 //!
@@ -18,10 +19,13 @@
 //! - [`connect`]: addresses, trust (CA file, pinned fingerprint, the daemon's own
 //!   certificate) and the QUIC connection.
 //! - [`error`]: the `Error` type.
+//! - [`worker`]: `Worker`, the agent loop: a member session, pushed tasks run by a
+//!   handler, renewals with progress, cancellation, reconnects and graceful drain.
 
 pub mod client;
 pub mod connect;
 pub mod error;
+pub mod worker;
 
 pub use client::{Client, PendingReply};
 pub use connect::{ConnectOptions, Trust};
@@ -32,6 +36,7 @@ pub use muster_protocol::model::{
     TaskState, TaskSummary,
 };
 pub use muster_protocol::{ErrorCode, RawJson};
+pub use worker::{Outcome, Task, Worker, WorkerConfig, WorkerHandle};
 
 /// Serializes a value into raw JSON for a payload, result or progress.
 pub fn json<T: serde::Serialize + ?Sized>(value: &T) -> Result<RawJson, Error> {

@@ -126,6 +126,70 @@ pub enum Command {
     Redrive(DeadArgs),
     /// Remove dead tasks.
     Discard(DeadArgs),
+    /// List members: name, connected, leases/capacity, draining, labels.
+    Members,
+    /// Inspect or drain one member.
+    #[command(subcommand)]
+    Member(MemberCommand),
+    /// Act on one lease.
+    #[command(subcommand)]
+    Lease(LeaseCommand),
+    /// Run any program as an agent: one process per task, payload on stdin.
+    Work(WorkArgs),
+    /// A live swarm on the daemon to watch: a producer and four agents on queue `demo`.
+    Demo {
+        /// Tasks enqueued per second.
+        #[arg(long, default_value_t = 2.0)]
+        rate: f64,
+    },
+}
+
+/// Member subcommands.
+#[derive(Debug, Subcommand)]
+pub enum MemberCommand {
+    /// Show a member and the tasks it holds.
+    Describe {
+        /// The member.
+        name: String,
+    },
+    /// Drain a member: it finishes what it holds and takes nothing new.
+    Drain {
+        /// The member.
+        name: String,
+    },
+}
+
+/// Lease subcommands.
+#[derive(Debug, Subcommand)]
+pub enum LeaseCommand {
+    /// Revoke a task's lease: it lapses now (one failure) and its holder is told.
+    Revoke {
+        /// The leased task's id.
+        id: String,
+    },
+}
+
+/// Arguments of `work`.
+#[derive(Debug, Args)]
+pub struct WorkArgs {
+    /// The queue to take tasks from.
+    pub queue: String,
+    /// The stable member name; a restart under the same name reclaims its tasks.
+    #[arg(long)]
+    pub member: String,
+    /// Most tasks run at once.
+    #[arg(long, default_value_t = 1)]
+    pub capacity: u32,
+    /// The agent's labels, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub labels: Vec<String>,
+    /// On SIGTERM, how long running programs get before their tasks are released; also
+    /// the time between SIGTERM and SIGKILL for a stopped program.
+    #[arg(long, value_parser = duration, default_value = "25s")]
+    pub grace: Duration,
+    /// The program and its arguments.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
 }
 
 /// Queue subcommands.

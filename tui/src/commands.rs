@@ -7,13 +7,15 @@ use std::time::{Duration, UNIX_EPOCH};
 use anyhow::{Context, bail};
 use muster_protocol::model::{Backoff, NewTask, QueuePatch, TaskState};
 use muster_protocol::ops::{Claim, DeadSelection};
-use muster_sdk::{Client, ConnectOptions, Trust};
+use muster_sdk::{Client, ConnectOptions, Trust, WorkerConfig};
 
 use crate::ClaimString;
 use crate::cli::{
-    Cli, Command, DeadArgs, EnqueueArgs, Global, QueueCommand, QueueOptionArgs, TaskCommand,
+    Cli, Command, DeadArgs, EnqueueArgs, Global, LeaseCommand, MemberCommand, QueueCommand,
+    QueueOptionArgs, TaskCommand,
 };
 use crate::output::{self, Output};
+use crate::{demo, work};
 
 /// Enqueues from stdin kept in flight at once: enough to share fsyncs, bounded memory.
 const STDIN_IN_FLIGHT: usize = 256;
@@ -21,8 +23,27 @@ const STDIN_IN_FLIGHT: usize = 256;
 /// Runs one command line.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let out = Output::new(cli.global.json);
-    let client = connect(&cli.global).await?;
-    match cli.command {
+    let command = match cli.command {
+        Command::Work(args) => {
+            let config = WorkerConfig {
+                member: args.member,
+                queues: vec![args.queue],
+                capacity: args.capacity,
+                labels: args.labels,
+                grace: args.grace,
+                reclaim_on_start: true,
+            };
+            let spec = work::WorkSpec {
+                command: args.command,
+                grace: args.grace,
+            };
+            return work::run(options(&cli.global), config, spec).await;
+        }
+        Command::Demo { rate } => return demo::run(options(&cli.global), rate).await,
+        other => other,
+    };
+    let client = Client::connect(options(&cli.global)).await?;
+    match command {
         Command::Queue(cmd) => queue(&client, &out, cmd).await,
         Command::Enqueue(args) => enqueue(&client, &out, args).await,
         Command::Claim(args) => {
@@ -152,10 +173,36 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let reply = client.discard(selection(&args)).await?;
             counted(&out, &args, "discarded", &reply)
         }
+        Command::Members => {
+            for m in client.member_list().await? {
+                out.member(&m)?;
+            }
+            Ok(())
+        }
+        Command::Member(MemberCommand::Describe { name }) => {
+            let reply = client.member_describe(&name).await?;
+            if out.is_json() {
+                return out.item(String::new, &reply);
+            }
+            out.member(&reply.member)?;
+            for t in &reply.leases {
+                out.summary(t)?;
+            }
+            Ok(())
+        }
+        Command::Member(MemberCommand::Drain { name }) => {
+            out.member(&client.member_drain(&name).await?)
+        }
+        Command::Lease(LeaseCommand::Revoke { id }) => {
+            let reply = client.lease_revoke(&id).await?;
+            out.item(|| reply.state.to_string(), &reply)
+        }
+        Command::Work(_) | Command::Demo { .. } => unreachable!("handled before connecting"),
     }
 }
 
-async fn connect(g: &Global) -> anyhow::Result<Client> {
+/// Where the daemon is and how to trust it, from the common options.
+pub fn options(g: &Global) -> ConnectOptions {
     let trust = match (&g.pin, &g.ca) {
         (Some(pin), _) => Trust::Pin(pin.clone()),
         (None, Some(ca)) => Trust::CaFile(ca.clone()),
@@ -165,13 +212,12 @@ async fn connect(g: &Global) -> anyhow::Result<Client> {
                 .unwrap_or_else(muster_sdk::connect::default_data_dir),
         ),
     };
-    let options = ConnectOptions {
+    ConnectOptions {
         addr: g.addr.clone(),
         trust,
         token: g.token.clone(),
         server_name: None,
-    };
-    Ok(Client::connect(options).await?)
+    }
 }
 
 fn ms(d: Duration) -> u64 {

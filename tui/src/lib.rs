@@ -7,10 +7,14 @@
 //! - [`cli`]: the arguments (clap).
 //! - [`commands`]: what each subcommand does.
 //! - [`output`]: how results are printed, as text or JSON lines.
+//! - [`work`]: `muster work`, any program as an agent.
+//! - [`demo`]: `muster demo`, a live swarm to watch.
 
 pub mod cli;
 pub mod commands;
+pub mod demo;
 pub mod output;
+pub mod work;
 
 use std::fmt;
 

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use muster_protocol::model::{QueueInfo, TaskInfo, TaskState, TaskSummary};
+use muster_protocol::model::{MemberInfo, QueueInfo, TaskInfo, TaskState, TaskSummary};
 
 /// Where results go and in which form.
 pub struct Output {
@@ -50,6 +50,33 @@ impl Output {
     /// Prints a whole task as `key<TAB>value` lines, then its timeline.
     pub fn task(&self, t: &TaskInfo) -> anyhow::Result<()> {
         self.item(|| task_text(t), t)
+    }
+
+    /// Prints a member as one line: name, connected, leases/capacity, draining, labels, last seen.
+    pub fn member(&self, m: &MemberInfo) -> anyhow::Result<()> {
+        self.item(
+            || {
+                format!(
+                    "{}\t{}\t{}/{}\t{}\t{}\t{}",
+                    m.name,
+                    if m.connected {
+                        "connected"
+                    } else {
+                        "disconnected"
+                    },
+                    m.leased,
+                    m.capacity,
+                    if m.draining { "draining" } else { "active" },
+                    if m.labels.is_empty() {
+                        "-".into()
+                    } else {
+                        m.labels.join(",")
+                    },
+                    m.last_seen_ms.map_or("-".into(), time)
+                )
+            },
+            m,
+        )
     }
 
     /// Prints one task of a listing.

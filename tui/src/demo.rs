@@ -1,0 +1,113 @@
+//! `muster demo`: a small live swarm against the daemon, to watch in the TUI or with
+//! `muster queue describe demo` and `muster members`.
+//!
+//! A producer enqueues fake jobs on queue `demo` at a steady rate; four agents
+//! (`demo/agent-1` to `demo/agent-4`, capacity 2, the last two labelled `gpu`) work on
+//! them step by step with progress checkpoints. Some jobs need a GPU, some fail once
+//! and are retried, a few are poison and end in dead. Ctrl-C drains and stops it.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use muster_protocol::model::{NewTask, QueuePatch};
+use muster_sdk::{Client, ConnectOptions, ErrorCode, Outcome, Task, Worker, WorkerConfig};
+
+/// The queue the demo uses.
+const QUEUE: &str = "demo";
+
+/// Agents in the swarm.
+const AGENTS: u32 = 4;
+
+/// Runs the demo until Ctrl-C.
+pub async fn run(options: ConnectOptions, rate: f64) -> anyhow::Result<()> {
+    anyhow::ensure!(rate > 0.0 && rate <= 1000.0, "--rate must be in (0, 1000]");
+    let client = Client::connect(options.clone()).await?;
+    match client
+        .queue_create(
+            QUEUE,
+            QueuePatch {
+                lease_ms: Some(10_000),
+                max_attempts: Some(3),
+                ..QueuePatch::default()
+            },
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if e.code() == Some(ErrorCode::AlreadyExists) => {}
+        Err(e) => return Err(e).context("creating queue demo"),
+    }
+    let mut agents = Vec::new();
+    let mut handles = Vec::new();
+    for n in 1..=AGENTS {
+        let mut config = WorkerConfig::new(format!("demo/agent-{n}"), [QUEUE]);
+        config.capacity = 2;
+        config.grace = Duration::from_secs(5);
+        if n > 2 {
+            config.labels = vec!["gpu".into()];
+        }
+        let worker = Worker::new(options.clone(), config);
+        handles.push(worker.handle());
+        agents.push(tokio::spawn(worker.run(work)));
+    }
+    println!("demo: {AGENTS} agents on queue {QUEUE:?}, {rate} tasks/s; Ctrl-C to stop");
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    let mut n: u64 = 0;
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = tick.tick() => {
+                n += 1;
+                let mut task = NewTask::new(muster_sdk::json(&serde_json::json!({
+                    "job": n,
+                    "steps": 5 + n % 20,
+                    "fail_once": n % 7 == 0,
+                    "poison": n % 31 == 0,
+                }))?);
+                task.priority = Some((n % 3) as u8);
+                if n % 5 == 0 {
+                    task.requires = vec!["gpu".into()];
+                }
+                client.enqueue(QUEUE, task).await.context("enqueueing")?;
+            }
+        }
+    }
+    println!("demo: draining agents");
+    for h in &handles {
+        h.shutdown();
+    }
+    for a in agents {
+        a.await.context("joining an agent")??;
+    }
+    Ok(())
+}
+
+/// Fake work: a step every 200 ms with a progress checkpoint, resuming from the last one.
+async fn work(task: Task) -> Outcome {
+    let job: serde_json::Value = serde_json::from_str(task.payload().get()).unwrap_or_default();
+    if job["poison"].as_bool() == Some(true) {
+        return Outcome::DeadLetter("poison job: cannot be processed".into());
+    }
+    let steps = job["steps"].as_u64().unwrap_or(5);
+    let start = task
+        .progress()
+        .and_then(|p| serde_json::from_str::<serde_json::Value>(p.get()).ok())
+        .and_then(|p| p["step"].as_u64())
+        .unwrap_or(0);
+    for step in start..steps {
+        tokio::select! {
+            () = task.cancelled() => return Outcome::Nack { delay: None, error: "cancelled".into() },
+            () = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+        if let Ok(p) = muster_sdk::json(&serde_json::json!({ "step": step + 1 })) {
+            task.set_progress(p);
+        }
+    }
+    if job["fail_once"].as_bool() == Some(true) && task.attempt() == 1 {
+        return Outcome::Nack {
+            delay: Some(Duration::from_secs(1)),
+            error: "flaky upstream".into(),
+        };
+    }
+    Outcome::Ack(muster_sdk::json(&serde_json::json!({ "steps": steps })).ok())
+}
