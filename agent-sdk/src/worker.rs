@@ -465,7 +465,13 @@ where
                         }
                     }
                     Event::Renewed(id, epoch, result) => self.renewed(id, epoch, result),
-                    Event::Settled(id, epoch, settle, result) => self.settled(id, epoch, settle, result),
+                    Event::Settled(id, epoch, settle, result) => {
+                        self.settled(id, epoch, settle, result);
+                        // A settle that failed on an earlier connection goes out on this one.
+                        for (id, epoch, settle) in std::mem::take(&mut self.unsettled) {
+                            self.settle(client, id, epoch, settle);
+                        }
+                    }
                 },
                 _ = tick.tick() => {
                     self.renew_due(client);

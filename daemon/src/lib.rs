@@ -44,7 +44,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .context("opening the store")?
         .context("opening the store")?;
 
-    let endpoint = server::bind(config.listen, server_config)?;
+    let secrets = tls::reset_secrets(&config.data)?;
+    let endpoint = server::bind(config.listen, server_config, secrets)?;
     let addr = endpoint.local_addr().context("reading the bound address")?;
     server::log_listening(addr, &fingerprint, &cert_path);
 

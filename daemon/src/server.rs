@@ -45,8 +45,12 @@ const REPLACED_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 /// pipelined requests must not be dropped before quinn reads them.
 const UDP_RECV_BUFFER: usize = 4 * 1024 * 1024;
 
-/// Binds the QUIC endpoint with a large receive buffer.
-pub fn bind(addr: SocketAddr, config: quinn::ServerConfig) -> anyhow::Result<quinn::Endpoint> {
+/// Binds the QUIC endpoint with a large receive buffer and the persistent reset secrets.
+pub fn bind(
+    addr: SocketAddr,
+    config: quinn::ServerConfig,
+    secrets: crate::tls::ResetSecrets,
+) -> anyhow::Result<quinn::Endpoint> {
     let socket = std::net::UdpSocket::bind(addr).with_context(|| format!("binding {addr}"))?;
     let state =
         quinn::udp::UdpSocketState::new((&socket).into()).context("probing the UDP socket")?;
@@ -54,13 +58,13 @@ pub fn bind(addr: SocketAddr, config: quinn::ServerConfig) -> anyhow::Result<qui
         warn!(error = %e, "could not raise the UDP receive buffer");
     }
     let runtime = Arc::new(quinn::TokioRuntime);
-    quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
-        Some(config),
-        socket,
-        runtime,
-    )
-    .context("starting the QUIC endpoint")
+    let mut endpoint_config = quinn::EndpointConfig::new(Arc::new(secrets.reset_key));
+    let cid_key = secrets.cid_key;
+    endpoint_config.cid_generator(move || {
+        Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+    });
+    quinn::Endpoint::new(endpoint_config, Some(config), socket, runtime)
+        .context("starting the QUIC endpoint")
 }
 
 /// Accepts connections until `shutdown`, then closes them all and waits for their tasks.

@@ -109,6 +109,45 @@ fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
+/// The file in the data directory holding the key that stateless resets are derived from.
+pub const RESET_KEY_FILE: &str = "reset.key";
+
+/// Secrets that survive restarts so that a restarted daemon recognises connection ids it
+/// handed out before and answers their packets with a valid stateless reset: clients
+/// notice at once that they must reconnect instead of waiting out the idle timeout.
+pub struct ResetSecrets {
+    /// The key quinn derives stateless-reset tokens from.
+    pub reset_key: ring::hmac::Key,
+    /// The key of quinn's hashed connection-id generator.
+    pub cid_key: u64,
+}
+
+/// Reads (or creates, on first start) the reset secrets in the data directory.
+pub fn reset_secrets(data: &Path) -> anyhow::Result<ResetSecrets> {
+    let path = data.join(RESET_KEY_FILE);
+    if !path.exists() {
+        let mut secret = [0u8; 32];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
+            .map_err(|_| anyhow::anyhow!("no randomness for the reset key"))?;
+        write_private(&path, &secret)?;
+    }
+    let secret = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    if secret.len() < 32 {
+        bail!(
+            "{} is shorter than 32 bytes; delete it to make a new one",
+            path.display()
+        );
+    }
+    let reset_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret);
+    let tag = ring::hmac::sign(&reset_key, b"muster connection ids");
+    let mut cid = [0u8; 8];
+    cid.copy_from_slice(&tag.as_ref()[..8]);
+    Ok(ResetSecrets {
+        reset_key,
+        cid_key: u64::from_be_bytes(cid),
+    })
+}
+
 /// The QUIC server configuration: TLS 1.3 only, ALPN `muster/1`, no 0-RTT, explicit limits.
 pub fn server_config(identity: Identity) -> anyhow::Result<quinn::ServerConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());

@@ -58,6 +58,114 @@ pub fn muster_bin() -> PathBuf {
     bin_dir().join("muster")
 }
 
+/// Path of the SDK's example agent.
+pub fn agent_example_bin() -> PathBuf {
+    bin_dir().join("examples").join("agent")
+}
+
+/// A process the test started in a process group of its own, with its stdout lines.
+pub struct Proc {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Proc {
+    fn spawn(mut cmd: Command) -> Proc {
+        use std::os::unix::process::CommandExt;
+        let mut child = cmd
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting a process");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Proc { child, lines }
+    }
+
+    /// The process id (also its process group id).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits up to `timeout` for the next stdout line.
+    pub fn line(&self, timeout: Duration) -> Option<String> {
+        self.lines.recv_timeout(timeout).ok()
+    }
+
+    /// Collects stdout lines until `n` of them match `pred`, failing after `timeout`.
+    pub fn lines_matching(
+        &self,
+        n: usize,
+        timeout: Duration,
+        pred: impl Fn(&str) -> bool,
+    ) -> Vec<String> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut found = Vec::new();
+        while found.len() < n {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if pred(&line) => found.push(line),
+                Ok(_) => {}
+                Err(_) => panic!(
+                    "only {} of {n} expected lines within {timeout:?}: {found:?}",
+                    found.len()
+                ),
+            }
+        }
+        found
+    }
+
+    /// kill -9 of the whole process group: the process and every child it started.
+    pub fn kill9(&mut self) {
+        signal_group(self.child.id(), "-KILL");
+        let _ = self.child.wait();
+    }
+
+    /// Sends a signal to the process group.
+    pub fn signal(&self, signal: &str) {
+        signal_group(self.child.id(), signal);
+    }
+
+    /// Waits for the process to exit, up to `timeout`; returns its exit code.
+    pub fn wait(&mut self, timeout: Duration) -> Option<i32> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status.code();
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            self.kill9();
+        }
+    }
+}
+
+fn signal_group(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, "--", &format!("-{pid}")])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {signal} -{pid} failed");
+}
+
 /// A running `musterd` and its data directory.
 pub struct Daemon {
     child: Option<Child>,
@@ -246,6 +354,25 @@ impl Daemon {
         }
         drop(input);
         child.wait_with_output().expect("running muster")
+    }
+
+    /// Starts a long-running CLI command (e.g. `muster work`) in its own process group.
+    pub fn spawn_cli(&self, args: &[&str]) -> Proc {
+        let mut cmd = Command::new(muster_bin());
+        cmd.args(args)
+            .env("MUSTER_ADDR", &self.addr)
+            .env("MUSTER_DATA", self.data.path());
+        Proc::spawn(cmd)
+    }
+
+    /// Starts the SDK's example agent: member, queue, capacity.
+    pub fn spawn_agent(&self, member: &str, queue: &str, capacity: u32) -> Proc {
+        let mut cmd = Command::new(agent_example_bin());
+        cmd.args([member, queue, &capacity.to_string()])
+            .env("MUSTER_ADDR", &self.addr)
+            .env("MUSTER_DATA", self.data.path())
+            .env("RUST_LOG", "warn");
+        Proc::spawn(cmd)
     }
 
     /// Runs the CLI and returns its stdout, failing the test on a non-zero exit.

@@ -61,11 +61,11 @@ pub async fn run(options: ConnectOptions, rate: f64) -> anyhow::Result<()> {
                 let mut task = NewTask::new(muster_sdk::json(&serde_json::json!({
                     "job": n,
                     "steps": 5 + n % 20,
-                    "fail_once": n % 7 == 0,
-                    "poison": n % 31 == 0,
+                    "fail_once": n.is_multiple_of(7),
+                    "poison": n.is_multiple_of(31),
                 }))?);
                 task.priority = Some((n % 3) as u8);
-                if n % 5 == 0 {
+                if n.is_multiple_of(5) {
                     task.requires = vec!["gpu".into()];
                 }
                 client.enqueue(QUEUE, task).await.context("enqueueing")?;

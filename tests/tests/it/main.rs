@@ -1,11 +1,13 @@
 //! Integration tests: real `musterd` processes on loopback, driven through the CLI and the SDK.
 //!
 //! # Layout
+//! - `agents`: member sessions, reclaim, takeover, drain, capacity and cancels.
 //! - `cli`: the CLI as a new user types it, with exact output.
 //! - `lapse`: leases that run out, max_attempts, dead letters and redrive.
 //! - `crash`: kill -9 during a burst of enqueues, and leases held across restarts.
 //! - `connect`: trust (pins, CA files), refusals at start-up, pipelining.
 
+mod agents;
 mod cli;
 mod connect;
 mod crash;
