@@ -496,7 +496,7 @@ where
             unsent: std::sync::atomic::AtomicBool::new(false),
         });
         let renew_at = renew_at(delivery.lease_expires_ms);
-        debug!(task = %id, epoch, attempt = delivery.attempt, reclaimed = delivery.reclaimed, "task started");
+        info!(task = %id, epoch, attempt = delivery.attempt, reclaimed = delivery.reclaimed, "task started");
         let task = Task {
             delivery,
             cancel: cancel.clone(),
@@ -630,7 +630,7 @@ where
     ) {
         self.settling -= 1;
         match result {
-            Ok(reply) => debug!(task = %id, state = %reply.state, "settled"),
+            Ok(reply) => info!(task = %id, state = %reply.state, "settled"),
             // The daemon refused it (the lease was lost meanwhile): nothing to retry.
             Err(Error::Server(e)) => warn!(task = %id, error = %e, "settle refused"),
             // Unknown whether it landed: settle again on the next connection. A repeat

@@ -1,9 +1,22 @@
 //! The `muster` binary: parse the command line, run it, print a one-line error on failure.
 
 use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use muster_tui::cli::{Cli, Command};
 
 fn main() -> std::process::ExitCode {
-    let cli = muster_tui::cli::Cli::parse();
+    let cli = Cli::parse();
+    // Long-running agents log what they do; one-shot commands only warnings.
+    let default = match cli.command {
+        Command::Work(_) | Command::Demo { .. } => "info",
+        _ => "warn",
+    };
+    let filter = EnvFilter::try_from_env("MUSTER_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -443,21 +443,34 @@ async fn operators_list_members_revoke_a_lease_and_drain_from_the_cli() {
     let client = d.client().await;
     queue_with_lease(&client, "jobs", 30_000).await;
     let id = enqueue(&client, "jobs", serde_json::json!({"n": 1})).await;
-    let args = ["work", "jobs", "--member", "ops-1", "--labels", "gpu,big", "--grace", "1s", "--", "sleep", "60"];
+    let args = [
+        "work", "jobs", "--member", "ops-1", "--labels", "gpu,big", "--grace", "1s", "--", "sleep",
+        "60",
+    ];
     let mut work = d.spawn_cli(&args);
     until_member_holds(&client, "ops-1", 1).await;
 
     let members = d.ok(&["members"]);
     let fields: Vec<&str> = members.trim_end().split('\t').collect();
-    assert_eq!(fields[..5], ["ops-1", "connected", "1/1", "active", "gpu,big"], "{members}");
+    assert_eq!(
+        fields[..5],
+        ["ops-1", "connected", "1/1", "active", "gpu,big"],
+        "{members}"
+    );
     let described = d.ok(&["member", "describe", "ops-1"]);
     let lease_line = described.lines().nth(1).expect("a line per lease");
-    assert!(lease_line.starts_with(&format!("{id}\tleased\t0\t1\t0\t")), "{described}");
+    assert!(
+        lease_line.starts_with(&format!("{id}\tleased\t0\t1\t0\t")),
+        "{described}"
+    );
 
     // A revoked lease lapses now (one failure); the member, free again, gets it back.
     assert_eq!(d.ok(&["lease", "revoke", &id]), "ready\n");
     let t = client.task_get(&id).await.unwrap();
-    assert_eq!((t.state, t.deliveries, t.failures), (TaskState::Leased, 2, 1));
+    assert_eq!(
+        (t.state, t.deliveries, t.failures),
+        (TaskState::Leased, 2, 1)
+    );
     let events: Vec<&str> = t.history.iter().map(|e| e.event.as_str()).collect();
     assert_eq!(events, ["enqueued", "leased", "revoked", "leased"]);
 
@@ -467,7 +480,13 @@ async fn operators_list_members_revoke_a_lease_and_drain_from_the_cli() {
     assert_eq!(drained.split('\t').nth(3), Some("draining"), "{drained}");
     assert_eq!(block(|| work.wait(Duration::from_secs(30))), Some(0));
     let t = client.task_get(&id).await.unwrap();
-    assert_eq!((t.state, t.deliveries, t.failures), (TaskState::Ready, 2, 1));
+    assert_eq!(
+        (t.state, t.deliveries, t.failures),
+        (TaskState::Ready, 2, 1)
+    );
     let bad = d.cli(&["member", "drain", "nobody"]);
-    assert_eq!(String::from_utf8(bad.stderr).unwrap(), "muster: not_found: no member \"nobody\"\n");
+    assert_eq!(
+        String::from_utf8(bad.stderr).unwrap(),
+        "muster: not_found: no member \"nobody\"\n"
+    );
 }
