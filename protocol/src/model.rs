@@ -207,6 +207,13 @@ pub struct QueueInfo {
     /// Tasks per state, flattened under each state's name.
     #[serde(flatten)]
     pub counts: StateCounts,
+    /// Ready tasks held back by their key: an earlier task of the same key is leased or
+    /// waiting for its retry (at most `key_concurrency` of a key go at once, in order).
+    pub held_back: u64,
+    /// Ready tasks that require labels no connected member carries: nobody can take them.
+    pub unclaimable: u64,
+    /// The label sets those unclaimable tasks require.
+    pub unclaimable_requires: Vec<Vec<String>>,
     /// When the oldest ready task (by id) was enqueued, if any task is ready.
     pub oldest_ready_ms: Option<u64>,
     /// When the queue was created.

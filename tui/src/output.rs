@@ -122,6 +122,17 @@ fn queue_text(q: &QueueInfo) -> String {
     for state in TaskState::ALL {
         lines.push(format!("{state}\t{}", q.counts.get(state)));
     }
+    lines.push(format!("held_back\t{}", q.held_back));
+    lines.push(format!(
+        "unclaimable\t{}{}",
+        q.unclaimable,
+        if q.unclaimable_requires.is_empty() {
+            String::new()
+        } else {
+            let sets: Vec<String> = q.unclaimable_requires.iter().map(|r| r.join(",")).collect();
+            format!(" (requires {})", sets.join(" | "))
+        }
+    ));
     lines.extend([
         format!(
             "oldest_ready\t{}",

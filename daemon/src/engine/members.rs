@@ -113,6 +113,13 @@ impl<W: Waiter> Engine<W> {
         }
     }
 
+    /// True if some connected member carries every label of `class`.
+    pub(super) fn connected_member_carries(&self, class: &[String]) -> bool {
+        self.members
+            .values()
+            .any(|m| m.connected() && class.iter().all(|l| m.labels.contains(l)))
+    }
+
     /// True if the member is drained: claims in its name get nothing.
     pub(super) fn is_draining(&self, member: &str) -> bool {
         self.members.get(member).is_some_and(|m| m.draining)

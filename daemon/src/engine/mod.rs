@@ -11,12 +11,12 @@
 //! [`Engine::save`], which removes the task from every index and inserts it again where
 //! its new state says, so the indexes cannot drift from the records.
 
+pub mod dispatch;
 mod members;
 mod ops;
 #[cfg(test)]
 mod tests;
 
-use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -35,6 +35,7 @@ use muster_protocol::ops::{
 use muster_protocol::{ErrorBody, ErrorCode};
 
 use crate::store::{Batch, Store, StoreError, TaskRecord};
+use dispatch::{Class, DispatchIndex, TaskRef};
 
 /// Most retention removals done per round, so a large expiry never stalls dispatch.
 const RETENTION_BATCH: usize = 512;
@@ -134,16 +135,14 @@ fn client(code: ErrorCode, message: impl Into<String>) -> Failure {
     Failure::Client(ErrorBody::new(code, message))
 }
 
-/// A queue in memory: options and the ids of its tasks per state.
+/// A queue in memory: options, the ids of its tasks per state, and its dispatch index.
 struct Queue {
     options: QueueOptions,
     created_ms: u64,
-    /// Ready tasks in dispatch order: higher priority first, then enqueue (id) order.
-    ready: BTreeSet<(Reverse<u8>, Ulid)>,
+    /// Which ready task goes next: by label class, priority, enqueue order and key.
+    dispatch: DispatchIndex,
     /// Every task by state, in id order, for counts and listings.
     by_state: [BTreeSet<Ulid>; 6],
-    /// Leased tasks per key, for `key_concurrency`.
-    key_leased: HashMap<Arc<str>, u32>,
 }
 
 impl Queue {
@@ -151,9 +150,8 @@ impl Queue {
         Queue {
             options,
             created_ms,
-            ready: BTreeSet::new(),
+            dispatch: DispatchIndex::default(),
             by_state: Default::default(),
-            key_leased: HashMap::new(),
         }
     }
 
@@ -180,7 +178,8 @@ struct Meta {
     state: TaskState,
     priority: u8,
     key: Option<Arc<str>>,
-    requires: Box<[String]>,
+    /// The labels it requires, shared with its label class.
+    class: Class,
     /// Wall time a scheduled task becomes ready.
     ready_at_ms: u64,
     /// Wall time a finished task is removed.
@@ -455,7 +454,7 @@ impl<W: Waiter> Engine<W> {
             state: rec.state,
             priority: rec.priority,
             key: rec.key.as_deref().map(Arc::from),
-            requires: rec.requires.clone().into_boxed_slice(),
+            class: queue.dispatch.class(&rec.requires),
             ready_at_ms: rec.not_before_ms.unwrap_or(0),
             remove_at_ms: remove_at,
             epoch: rec.lease.as_ref().map_or(rec.deliveries, |l| l.epoch),
@@ -468,9 +467,6 @@ impl<W: Waiter> Engine<W> {
                 .map(|l| self.member_name(&l.member)),
         };
         self.index(id, &meta);
-        if meta.state == TaskState::Ready {
-            self.ready_changed = true;
-        }
         if meta.state.is_finished() {
             self.finished_changed = true;
         }
@@ -482,18 +478,18 @@ impl<W: Waiter> Engine<W> {
             return;
         };
         queue.by_state[state_index(meta.state)].insert(id);
+        if matches!(meta.state, TaskState::Ready | TaskState::Scheduled | TaskState::Leased) {
+            queue.dispatch.add(task_ref(id, meta), queue.options.key_concurrency);
+        }
         match meta.state {
             TaskState::Ready => {
-                queue.ready.insert((Reverse(meta.priority), id));
+                self.ready_changed = true;
             }
             TaskState::Scheduled => {
                 self.scheduled.insert((meta.ready_at_ms, id));
             }
             TaskState::Leased => {
                 self.leases.insert((meta.lease_deadline, id));
-                if let Some(key) = &meta.key {
-                    *queue.key_leased.entry(Arc::clone(key)).or_default() += 1;
-                }
                 if let Some(member) = &meta.member {
                     self.members
                         .entry(Arc::clone(member))
@@ -517,25 +513,20 @@ impl<W: Waiter> Engine<W> {
             return;
         };
         queue.by_state[state_index(meta.state)].remove(&id);
-        match meta.state {
-            TaskState::Ready => {
-                queue.ready.remove(&(Reverse(meta.priority), id));
+        if matches!(meta.state, TaskState::Ready | TaskState::Scheduled | TaskState::Leased) {
+            queue.dispatch.remove(task_ref(id, meta), queue.options.key_concurrency);
+            if meta.key.is_some() {
+                // The key's line moved: its next task may be dispatchable now.
+                self.ready_changed = true;
             }
+        }
+        match meta.state {
+            TaskState::Ready => {}
             TaskState::Scheduled => {
                 self.scheduled.remove(&(meta.ready_at_ms, id));
             }
             TaskState::Leased => {
                 self.leases.remove(&(meta.lease_deadline, id));
-                if let Some(key) = &meta.key
-                    && let Some(n) = queue.key_leased.get_mut(key)
-                {
-                    *n -= 1;
-                    if *n == 0 {
-                        queue.key_leased.remove(key);
-                    }
-                    // A freed key slot may unblock a waiting task of that key.
-                    self.ready_changed = true;
-                }
                 if let Some(member) = &meta.member {
                     let member = Arc::clone(member);
                     self.release_slot(&member, id);
@@ -652,6 +643,16 @@ impl<W: Waiter> Engine<W> {
         rec.not_before_ms = None;
         rec.finished_ms = Some(now.wall_ms);
         rec.updated_ms = now.wall_ms;
+    }
+}
+
+fn task_ref(id: Ulid, meta: &Meta) -> TaskRef<'_> {
+    TaskRef {
+        id,
+        state: meta.state,
+        priority: meta.priority,
+        key: meta.key.as_ref(),
+        class: &meta.class,
     }
 }
 

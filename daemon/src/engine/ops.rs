@@ -178,12 +178,12 @@ impl<W: Waiter> Engine<W> {
                 queues: self
                     .queues
                     .iter()
-                    .map(|(name, q)| queue_info(name, q))
+                    .map(|(name, q)| self.queue_info(name, q))
                     .collect(),
             })),
             Request::QueueDescribe(r) => self.queue(&r.0.queue).map(|q| {
                 Reply::Queue(QueueReply {
-                    queue: queue_info(&r.0.queue, q),
+                    queue: self.queue_info(&r.0.queue, q),
                 })
             }),
             Request::QueueUpdate(r) => self.queue_update(&r.queue, &r.options).map(Reply::Queue),
@@ -247,7 +247,7 @@ impl<W: Waiter> Engine<W> {
         self.pending
             .put_queue(&r.queue, &QueueRecord::new(options.clone(), now.wall_ms));
         let queue = Queue::new(options, now.wall_ms);
-        let info = queue_info(&r.queue, &queue);
+        let info = self.queue_info(&r.queue, &queue);
         self.queues.insert(r.queue, queue);
         Ok(QueueReply { queue: info })
     }
@@ -258,7 +258,11 @@ impl<W: Waiter> Engine<W> {
             .get_mut(name)
             .ok_or_else(|| client(ErrorCode::NotFound, format!("no queue {name:?}")))?;
         let old_retention = queue.options.retention_ms;
+        let old_key_concurrency = queue.options.key_concurrency;
         apply_patch(&mut queue.options, patch)?;
+        if queue.options.key_concurrency != old_key_concurrency {
+            queue.dispatch.rebuild(queue.options.key_concurrency);
+        }
         let new_retention = queue.options.retention_ms;
         if new_retention != old_retention {
             // Finished tasks follow the new retention, counted from when they finished.
@@ -285,7 +289,7 @@ impl<W: Waiter> Engine<W> {
         // Resuming a queue or raising its key concurrency can make tasks available.
         self.ready_changed = true;
         Ok(QueueReply {
-            queue: queue_info(name, queue),
+            queue: self.queue_info(name, queue),
         })
     }
 
@@ -529,20 +533,13 @@ impl<W: Waiter> Engine<W> {
         Ok(out)
     }
 
-    /// The first ready task of a queue that this claimer may take.
+    /// The next ready task of a queue that this claimer may take.
     fn pick(&self, queue: &str, labels: &[String]) -> Option<Ulid> {
         let q = self.queues.get(queue)?;
         if q.options.paused {
             return None;
         }
-        q.ready.iter().map(|(_, id)| *id).find(|id| {
-            let meta = &self.tasks[id];
-            let labelled = meta.requires.iter().all(|r| labels.contains(r));
-            let key_free = meta.key.as_ref().is_none_or(|k| {
-                q.key_leased.get(k).copied().unwrap_or(0) < q.options.key_concurrency
-            });
-            labelled && key_free
-        })
+        q.dispatch.pick(labels)
     }
 
     fn grant(&mut self, id: Ulid, spec: &ClaimSpec, now: Now) -> OpResult<Delivery> {
@@ -1070,16 +1067,32 @@ fn count_reply(ids: &[Ulid], list: bool) -> CountReply {
     }
 }
 
-fn queue_info(name: &str, q: &Queue) -> QueueInfo {
-    let mut counts = StateCounts::default();
-    for state in TaskState::ALL {
-        *counts.get_mut(state) = q.ids(state).len() as u64;
-    }
-    QueueInfo {
-        name: name.to_owned(),
-        options: q.options.clone(),
-        counts,
-        oldest_ready_ms: q.ids(TaskState::Ready).first().map(|id| id.timestamp_ms()),
-        created_ms: q.created_ms,
+impl<W: Waiter> Engine<W> {
+    /// A queue with its counts, what its key lines hold back, and what no connected
+    /// member can take.
+    fn queue_info(&self, name: &str, q: &Queue) -> QueueInfo {
+        let mut counts = StateCounts::default();
+        for state in TaskState::ALL {
+            *counts.get_mut(state) = q.ids(state).len() as u64;
+        }
+        let mut unclaimable = 0;
+        let mut unclaimable_requires = Vec::new();
+        for (class, ready) in q.dispatch.classes() {
+            if !class.is_empty() && !self.connected_member_carries(class) {
+                unclaimable += ready as u64;
+                unclaimable_requires.push(class.to_vec());
+            }
+        }
+        unclaimable_requires.sort();
+        QueueInfo {
+            name: name.to_owned(),
+            options: q.options.clone(),
+            counts,
+            held_back: q.dispatch.held_back(),
+            unclaimable,
+            unclaimable_requires,
+            oldest_ready_ms: q.ids(TaskState::Ready).first().map(|id| id.timestamp_ms()),
+            created_ms: q.created_ms,
+        }
     }
 }

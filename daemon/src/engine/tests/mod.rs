@@ -1531,3 +1531,5 @@ fn reclaim_past_max_attempts_sends_the_task_to_dead() {
         (TaskState::Dead, Some("max_attempts"))
     );
 }
+
+mod model;

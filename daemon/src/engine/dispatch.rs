@@ -1,0 +1,284 @@
+//! The dispatch index of one queue: which ready task goes next, without scanning.
+//!
+//! Ready tasks that may be handed out now ("dispatchable") sit in one ordered set per
+//! **label class** (the sorted set of labels they require), ordered by priority, then
+//! id (enqueue order; a retry keeps its id, so it keeps its place). Picking for a
+//! claimer looks at the first task of each class whose labels the claimer carries and
+//! takes the best: the cost grows with the number of classes, never with the backlog.
+//!
+//! Tasks with a **key** are handed out in enqueue order, at most `key_concurrency` at a
+//! time: every unfinished task of a key (scheduled, ready or leased) waits in the key's
+//! line, and only a ready task among the first `key_concurrency` of the line is
+//! dispatchable. A key whose head is leased or scheduled for a retry holds back the
+//! rest of its line; other keys are not affected.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use ulid::Ulid;
+
+use muster_protocol::model::TaskState;
+
+/// The labels a task requires, sorted and without duplicates; shared by its class.
+pub type Class = Arc<[String]>;
+
+/// A task as the index sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskRef<'a> {
+    /// The task's id.
+    pub id: Ulid,
+    /// Its state; only scheduled, ready and leased tasks are indexed.
+    pub state: TaskState,
+    /// Its priority.
+    pub priority: u8,
+    /// Its key.
+    pub key: Option<&'a Arc<str>>,
+    /// Its label class.
+    pub class: &'a Class,
+}
+
+/// One task in a key's line.
+#[derive(Debug)]
+struct Slot {
+    priority: u8,
+    class: Class,
+    ready: bool,
+    dispatchable: bool,
+}
+
+/// The dispatch index of one queue.
+#[derive(Debug, Default)]
+pub struct DispatchIndex {
+    /// Dispatchable ready tasks per label class.
+    classes: HashMap<Class, BTreeSet<(Reverse<u8>, Ulid)>>,
+    /// Each key's line of unfinished tasks, in enqueue order.
+    keys: HashMap<Arc<str>, BTreeMap<Ulid, Slot>>,
+    /// Ready tasks with a key that are held back by their key's line.
+    held_back: u64,
+}
+
+impl DispatchIndex {
+    /// The shared class of a label set (sorted, without duplicates).
+    pub fn class(&self, requires: &[String]) -> Class {
+        let mut labels = requires.to_vec();
+        labels.sort();
+        labels.dedup();
+        match self.classes.get_key_value(labels.as_slice()) {
+            Some((class, _)) => Arc::clone(class),
+            None => Arc::from(labels),
+        }
+    }
+
+    /// Adds a task that entered a scheduled, ready or leased state.
+    pub fn add(&mut self, t: TaskRef<'_>, key_concurrency: u32) {
+        let ready = t.state == TaskState::Ready;
+        match t.key {
+            None => {
+                if ready {
+                    self.class_set(t.class).insert((Reverse(t.priority), t.id));
+                }
+            }
+            Some(key) => {
+                let slot = Slot {
+                    priority: t.priority,
+                    class: Arc::clone(t.class),
+                    ready,
+                    dispatchable: false,
+                };
+                if ready {
+                    self.held_back += 1;
+                }
+                self.keys.entry(Arc::clone(key)).or_default().insert(t.id, slot);
+                self.refresh(key, key_concurrency);
+            }
+        }
+    }
+
+    /// Removes a task that leaves its scheduled, ready or leased state.
+    pub fn remove(&mut self, t: TaskRef<'_>, key_concurrency: u32) {
+        match t.key {
+            None => {
+                if t.state == TaskState::Ready {
+                    self.unclass(t.class, t.priority, t.id);
+                }
+            }
+            Some(key) => {
+                let Some(line) = self.keys.get_mut(key) else { return };
+                let Some(slot) = line.remove(&t.id) else { return };
+                if line.is_empty() {
+                    self.keys.remove(key);
+                }
+                if slot.dispatchable {
+                    self.unclass(&slot.class, slot.priority, t.id);
+                } else if slot.ready {
+                    self.held_back -= 1;
+                }
+                self.refresh(key, key_concurrency);
+            }
+        }
+    }
+
+    /// The best dispatchable task for a claimer carrying `labels`.
+    pub fn pick(&self, labels: &[String]) -> Option<Ulid> {
+        self.classes
+            .iter()
+            .filter(|(class, _)| class.iter().all(|l| labels.contains(l)))
+            .filter_map(|(_, set)| set.first())
+            .min()
+            .map(|(_, id)| *id)
+    }
+
+    /// Recomputes every key's dispatchable tasks, after `key_concurrency` changed.
+    pub fn rebuild(&mut self, key_concurrency: u32) {
+        let keys: Vec<Arc<str>> = self.keys.keys().cloned().collect();
+        for key in keys {
+            self.refresh_all(&key, key_concurrency);
+        }
+    }
+
+    /// Ready tasks held back by their key's line.
+    pub fn held_back(&self) -> u64 {
+        self.held_back
+    }
+
+    /// Dispatchable ready tasks per label class.
+    pub fn classes(&self) -> impl Iterator<Item = (&Class, usize)> {
+        self.classes.iter().map(|(c, s)| (c, s.len()))
+    }
+
+    fn class_set(&mut self, class: &Class) -> &mut BTreeSet<(Reverse<u8>, Ulid)> {
+        self.classes.entry(Arc::clone(class)).or_default()
+    }
+
+    fn unclass(&mut self, class: &Class, priority: u8, id: Ulid) {
+        if let Some(set) = self.classes.get_mut(class) {
+            set.remove(&(Reverse(priority), id));
+            if set.is_empty() {
+                self.classes.remove(class);
+            }
+        }
+    }
+
+    /// Brings the front of a key's line up to date after one task joined or left it:
+    /// a single change moves the boundary by at most one place, so the first
+    /// `key_concurrency + 1` places are all that can change.
+    fn refresh(&mut self, key: &Arc<str>, key_concurrency: u32) {
+        self.refresh_front(key, key_concurrency, key_concurrency as usize + 1);
+    }
+
+    fn refresh_all(&mut self, key: &Arc<str>, key_concurrency: u32) {
+        self.refresh_front(key, key_concurrency, usize::MAX);
+    }
+
+    fn refresh_front(&mut self, key: &Arc<str>, key_concurrency: u32, places: usize) {
+        let Some(line) = self.keys.get_mut(key) else { return };
+        let mut changes = Vec::new();
+        for (place, (id, slot)) in line.iter_mut().enumerate().take(places) {
+            let should = slot.ready && place < key_concurrency as usize;
+            if should != slot.dispatchable {
+                slot.dispatchable = should;
+                changes.push((should, Arc::clone(&slot.class), slot.priority, *id));
+            }
+        }
+        for (on, class, priority, id) in changes {
+            if on {
+                self.class_set(&class).insert((Reverse(priority), id));
+                self.held_back -= 1;
+            } else {
+                self.unclass(&class, priority, id);
+                self.held_back += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct T {
+        id: Ulid,
+        state: TaskState,
+        priority: u8,
+        key: Option<Arc<str>>,
+        class: Class,
+    }
+
+    impl T {
+        fn new(n: u128, priority: u8, key: Option<&str>, labels: &[&str], index: &DispatchIndex) -> T {
+            let labels: Vec<String> = labels.iter().map(|s| (*s).to_owned()).collect();
+            T {
+                id: Ulid(n),
+                state: TaskState::Ready,
+                priority,
+                key: key.map(Arc::from),
+                class: index.class(&labels),
+            }
+        }
+
+        fn r(&self) -> TaskRef<'_> {
+            TaskRef {
+                id: self.id,
+                state: self.state,
+                priority: self.priority,
+                key: self.key.as_ref(),
+                class: &self.class,
+            }
+        }
+    }
+
+    fn labels(l: &[&str]) -> Vec<String> {
+        l.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn priority_then_enqueue_order_within_and_across_classes() {
+        let mut ix = DispatchIndex::default();
+        let a = T::new(1, 0, None, &[], &ix);
+        let b = T::new(2, 5, None, &["gpu"], &ix);
+        let c = T::new(3, 5, None, &[], &ix);
+        for t in [&a, &b, &c] {
+            ix.add(t.r(), 1);
+        }
+        assert_eq!(ix.pick(&labels(&["gpu"])), Some(b.id));
+        assert_eq!(ix.pick(&[]), Some(c.id));
+        ix.remove(c.r(), 1);
+        assert_eq!(ix.pick(&[]), Some(a.id));
+    }
+
+    #[test]
+    fn a_key_is_served_in_order_one_at_a_time_and_a_scheduled_head_holds_it_back() {
+        let mut ix = DispatchIndex::default();
+        let mut k1 = T::new(1, 0, Some("k"), &[], &ix);
+        let k2 = T::new(2, 9, Some("k"), &[], &ix);
+        let other = T::new(3, 0, Some("o"), &[], &ix);
+        for t in [&k1, &k2, &other] {
+            ix.add(t.r(), 1);
+        }
+        // k2 has a higher priority, but k1 is ahead of it in the key's line.
+        assert_eq!(ix.pick(&[]), Some(k1.id));
+        assert_eq!(ix.held_back(), 1);
+        // k1 leased: k2 still waits; the other key does not.
+        ix.remove(k1.r(), 1);
+        k1.state = TaskState::Leased;
+        ix.add(k1.r(), 1);
+        assert_eq!(ix.pick(&[]), Some(other.id));
+        ix.remove(other.r(), 1);
+        assert_eq!(ix.pick(&[]), None);
+        // k1 fails and waits for its retry: it still heads the line.
+        ix.remove(k1.r(), 1);
+        k1.state = TaskState::Scheduled;
+        ix.add(k1.r(), 1);
+        assert_eq!(ix.pick(&[]), None);
+        // With a key concurrency of 2 the second place may go.
+        ix.rebuild(2);
+        assert_eq!(ix.pick(&[]), Some(k2.id));
+        ix.rebuild(1);
+        assert_eq!(ix.pick(&[]), None);
+        // k1 done: k2 is head now.
+        ix.remove(k1.r(), 1);
+        assert_eq!(ix.pick(&[]), Some(k2.id));
+        assert_eq!(ix.held_back(), 0);
+    }
+}

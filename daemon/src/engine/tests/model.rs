@@ -1,0 +1,242 @@
+//! The dispatch rules against a reference model, by property-based testing.
+//!
+//! Random enqueues (priorities, keys, required labels, delays), claims by members with
+//! random labels, acks, nacks and lapses, with time driven by the test. The model is
+//! the rules of DESIGN §2 written as plainly as possible (a scan of every task); the
+//! engine must hand out exactly the task the model picks, and agree on every count.
+
+use proptest::prelude::*;
+
+use muster_protocol::model::{NewTask, QueuePatch, TaskState};
+use muster_protocol::ops::{Ack, Claim, Enqueue, Nack};
+use muster_protocol::Request;
+
+use super::{raw, Harness};
+use crate::engine::Reply;
+
+const LEASE_MS: u64 = 1000;
+const MAX_ATTEMPTS: u64 = 3;
+const LABELS: [&str; 2] = ["a", "b"];
+
+#[derive(Debug, Clone)]
+enum Step {
+    Enqueue { priority: u8, key: Option<u8>, requires: u8, delay: bool },
+    Claim { labels: u8 },
+    Ack { pick: usize },
+    Nack { pick: usize, delay: bool },
+    Advance { ms: u64 },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => (0u8..3, proptest::option::of(0u8..3), 0u8..4, any::<bool>())
+            .prop_map(|(priority, key, requires, delay)| Step::Enqueue { priority, key, requires, delay }),
+        4 => (0u8..4).prop_map(|labels| Step::Claim { labels }),
+        2 => any::<usize>().prop_map(|pick| Step::Ack { pick }),
+        2 => (any::<usize>(), any::<bool>()).prop_map(|(pick, delay)| Step::Nack { pick, delay }),
+        2 => (1u64..1500).prop_map(|ms| Step::Advance { ms }),
+    ]
+}
+
+fn label_set(bits: u8) -> Vec<String> {
+    LABELS.iter().enumerate().filter(|(i, _)| bits & (1 << i) != 0).map(|(_, l)| (*l).to_owned()).collect()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum M {
+    Scheduled(u64),
+    Ready,
+    Leased(u64, u64),
+    Done,
+    Dead,
+}
+
+#[derive(Debug)]
+struct ModelTask {
+    id: String,
+    priority: u8,
+    key: Option<u8>,
+    requires: Vec<String>,
+    state: M,
+    failures: u64,
+    deliveries: u64,
+}
+
+#[derive(Default)]
+struct Model {
+    now: u64,
+    tasks: Vec<ModelTask>,
+}
+
+impl Model {
+    fn in_line(s: M) -> bool {
+        matches!(s, M::Scheduled(_) | M::Ready | M::Leased(..))
+    }
+
+    /// The task a claimer with `labels` gets: the best ready task it may take.
+    fn pick(&self, labels: &[String], key_concurrency: usize) -> Option<usize> {
+        let eligible = |i: usize| {
+            let t = &self.tasks[i];
+            let key_ok = match t.key {
+                None => true,
+                Some(k) => {
+                    let place = self.tasks[..i].iter().filter(|o| o.key == Some(k) && Self::in_line(o.state)).count();
+                    place < key_concurrency
+                }
+            };
+            t.state == M::Ready && t.requires.iter().all(|r| labels.contains(r)) && key_ok
+        };
+        (0..self.tasks.len()).filter(|&i| eligible(i)).min_by_key(|&i| (std::cmp::Reverse(self.tasks[i].priority), i))
+    }
+
+    fn fail(&mut self, i: usize, delay: u64) {
+        let t = &mut self.tasks[i];
+        t.failures += 1;
+        t.state = if t.failures >= MAX_ATTEMPTS {
+            M::Dead
+        } else if delay == 0 {
+            M::Ready
+        } else {
+            M::Scheduled(self.now + delay)
+        };
+    }
+
+    fn advance(&mut self, ms: u64) {
+        self.now += ms;
+        for i in 0..self.tasks.len() {
+            match self.tasks[i].state {
+                M::Scheduled(at) if at <= self.now => self.tasks[i].state = M::Ready,
+                M::Leased(deadline, _) if deadline <= self.now => self.fail(i, 0),
+                _ => {}
+            }
+        }
+    }
+
+    fn leased(&self) -> Vec<usize> {
+        (0..self.tasks.len()).filter(|&i| matches!(self.tasks[i].state, M::Leased(..))).collect()
+    }
+
+    fn counts(&self) -> [u64; 6] {
+        let mut c = [0u64; 6];
+        for t in &self.tasks {
+            let slot = match t.state {
+                M::Scheduled(_) => 0,
+                M::Ready => 1,
+                M::Leased(..) => 2,
+                M::Done => 3,
+                M::Dead => 4,
+            };
+            c[slot] += 1;
+        }
+        c
+    }
+}
+
+fn run(steps: &[Step], key_concurrency: u32) {
+    let mut h = Harness::new();
+    let patch = QueuePatch {
+        lease_ms: Some(LEASE_MS),
+        max_attempts: Some(MAX_ATTEMPTS as u32),
+        key_concurrency: Some(key_concurrency),
+        ..QueuePatch::default()
+    };
+    h.create("q", patch);
+    let mut m = Model::default();
+    for (n, s) in steps.iter().enumerate() {
+        match *s {
+            Step::Enqueue { priority, key, requires, delay } => {
+                let mut task = NewTask::new(raw(&n.to_string()));
+                task.priority = Some(priority);
+                task.key = key.map(|k| format!("k{k}"));
+                task.requires = label_set(requires);
+                task.delay_ms = delay.then_some(500);
+                let reply = h.call(Request::Enqueue(Enqueue { queue: "q".into(), tasks: vec![task] }));
+                let id = match reply {
+                    Ok(Reply::Enqueue(r)) => r.tasks[0].id.clone(),
+                    other => panic!("enqueue: {other:?}"),
+                };
+                m.tasks.push(ModelTask {
+                    id,
+                    priority,
+                    key,
+                    requires: label_set(requires),
+                    state: if delay { M::Scheduled(m.now + 500) } else { M::Ready },
+                    failures: 0,
+                    deliveries: 0,
+                });
+            }
+            Step::Claim { labels } => {
+                let want = m.pick(&label_set(labels), key_concurrency as usize);
+                let claim = Claim::new(["q"]).labels(label_set(labels));
+                let got = match h.call(Request::Claim(claim)) {
+                    Ok(Reply::Claim(c)) => c.tasks.into_iter().map(|d| (d.id, d.epoch)).next(),
+                    other => panic!("claim: {other:?}"),
+                };
+                assert_eq!(
+                    got.as_ref().map(|g| g.0.clone()),
+                    want.map(|i| m.tasks[i].id.clone()),
+                    "step {n}: claim with labels {:?}",
+                    label_set(labels)
+                );
+                if let (Some(i), Some((_, epoch))) = (want, got) {
+                    m.tasks[i].deliveries += 1;
+                    assert_eq!(epoch, m.tasks[i].deliveries);
+                    m.tasks[i].state = M::Leased(m.now + LEASE_MS, epoch);
+                }
+            }
+            Step::Ack { pick } => {
+                let held = m.leased();
+                if held.is_empty() {
+                    continue;
+                }
+                let i = held[pick % held.len()];
+                let M::Leased(_, epoch) = m.tasks[i].state else { unreachable!() };
+                h.call(Request::Ack(Ack { task: m.tasks[i].id.clone(), epoch, result: None })).unwrap();
+                m.tasks[i].state = M::Done;
+            }
+            Step::Nack { pick, delay } => {
+                let held = m.leased();
+                if held.is_empty() {
+                    continue;
+                }
+                let i = held[pick % held.len()];
+                let M::Leased(_, epoch) = m.tasks[i].state else { unreachable!() };
+                let delay_ms = if delay { 700 } else { 0 };
+                let req = Nack { task: m.tasks[i].id.clone(), epoch, delay_ms: Some(delay_ms), error: None };
+                h.call(Request::Nack(req)).unwrap();
+                m.fail(i, delay_ms);
+            }
+            Step::Advance { ms } => {
+                h.advance(ms);
+                m.advance(ms);
+            }
+        }
+        assert_eq!(h.counts("q"), m.counts(), "step {n}: {s:?}");
+    }
+    for t in &m.tasks {
+        let got = h.task(&t.id);
+        assert_eq!((got.failures, got.deliveries), (t.failures, t.deliveries), "task {}", t.id);
+        let state = match t.state {
+            M::Scheduled(_) => TaskState::Scheduled,
+            M::Ready => TaskState::Ready,
+            M::Leased(..) => TaskState::Leased,
+            M::Done => TaskState::Done,
+            M::Dead => TaskState::Dead,
+        };
+        assert_eq!(got.state, state, "task {}", t.id);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn dispatch_matches_the_model_with_one_task_per_key(steps in proptest::collection::vec(step(), 1..80)) {
+        run(&steps, 1);
+    }
+
+    #[test]
+    fn dispatch_matches_the_model_with_two_tasks_per_key(steps in proptest::collection::vec(step(), 1..80)) {
+        run(&steps, 2);
+    }
+}
