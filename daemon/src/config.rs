@@ -56,7 +56,15 @@ pub struct Config {
     /// Most connections served at once.
     #[arg(long, env = "MUSTER_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
+
+    /// Block cache of the store, in MiB: task records and payloads read by claims and
+    /// lookups come from it. More helps large backlogs; it counts in resident memory.
+    #[arg(long, env = "MUSTER_CACHE_MIB", default_value_t = DEFAULT_CACHE_MIB)]
+    pub cache_mib: u64,
 }
+
+/// Default block cache of the store, in MiB.
+pub const DEFAULT_CACHE_MIB: u64 = 64;
 
 impl Config {
     /// Refuses settings that are unsafe or contradictory.
@@ -70,6 +78,9 @@ impl Config {
         }
         if self.max_connections == 0 {
             bail!("--max-connections must be at least 1");
+        }
+        if !(1..=1 << 20).contains(&self.cache_mib) {
+            bail!("--cache-mib must be between 1 and 1048576");
         }
         Ok(())
     }

@@ -14,14 +14,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use fjall::PersistMode;
+use anyhow::Context;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tracing::{debug, info};
 
 use muster_protocol::{ErrorBody, Push, Request};
 
 use crate::engine::{Engine, Now, Reply, Sink, Waiter};
-use crate::store::{Store, StoreError};
+use crate::store::{Persist, Store, StoreError};
 
 /// Most commands applied in one round. Bounds the latency a round adds to its first
 /// request and the replies held back at once.
@@ -177,7 +177,7 @@ pub struct Dispatcher {
 
 impl Dispatcher {
     /// Opens the engine over the store (rebuilding its state) and starts the thread.
-    pub fn start(store: Store, durability: Durability) -> Result<Dispatcher, StoreError> {
+    pub fn start(store: Store, durability: Durability) -> anyhow::Result<Dispatcher> {
         let clock = Clock::new();
         let started = Instant::now();
         let engine = Engine::open(store, clock.now(), rand::random())?;
@@ -191,7 +191,7 @@ impl Dispatcher {
         let thread = std::thread::Builder::new()
             .name("muster-dispatch".into())
             .spawn(move || run(engine, rx, durability, clock, &thread_stats))
-            .map_err(|e| StoreError::Fjall(fjall::Error::Io(e)))?;
+            .context("starting the dispatcher thread")?;
         Ok(Dispatcher { tx, stats, thread })
     }
 
@@ -245,8 +245,8 @@ fn run(
     stats: &CommitStats,
 ) -> Result<(), StoreError> {
     let mode = match durability {
-        Durability::Sync => PersistMode::SyncData,
-        Durability::Buffered => PersistMode::Buffer,
+        Durability::Sync => Persist::Data,
+        Durability::Buffered => Persist::Os,
     };
     let mut round = Vec::with_capacity(MAX_ROUND);
     let mut stopping = false;
@@ -288,7 +288,7 @@ fn run(
             sink.send(push);
         }
     }
-    engine.store().persist(PersistMode::SyncAll)?;
+    engine.store().persist(Persist::All)?;
     info!("store persisted; dispatcher stopped");
     Ok(())
 }

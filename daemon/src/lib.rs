@@ -35,8 +35,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let server_config = tls::server_config(identity)?;
 
     let store_dir = config.data.join("store");
+    let cache_bytes = config.cache_mib << 20;
     let opened = tokio::task::spawn_blocking(move || {
-        let store = store::Store::open(&store_dir)?;
+        let store = store::Store::open(&store_dir, cache_bytes).context("opening the store")?;
         Dispatcher::start(store, config.durability)
     });
     let dispatcher = opened

@@ -29,6 +29,17 @@ use muster_protocol::model::{QueueOptions, TaskState, TimelineEvent};
 /// The on-disk format version written into every record.
 const FORMAT: u32 = 1;
 
+/// How far [`Store::persist`] takes what was committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persist {
+    /// Handed to the operating system: survives a daemon crash, not a power loss.
+    Os,
+    /// On disk (`fdatasync`): survives a power loss.
+    Data,
+    /// On disk with metadata (`fsync`), for shutdown.
+    All,
+}
+
 /// A failure of the store. Every one of them stops the daemon: a write that may not
 /// have landed must never be acknowledged, and fjall refuses further writes anyway.
 #[derive(Debug, thiserror::Error)]
@@ -141,9 +152,10 @@ struct Keyspaces {
 }
 
 impl Store {
-    /// Opens (or creates) the store in `dir`.
-    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+    /// Opens (or creates) the store in `dir` with a block cache of `cache_bytes`.
+    pub fn open(dir: &Path, cache_bytes: u64) -> Result<Store, StoreError> {
         let db = Database::builder(dir)
+            .cache_size(cache_bytes)
             // IMPORTANT: nothing is flushed behind our back; the engine persists once per
             // round after committing every batch of that round (group commit).
             .manual_journal_persist(true)
@@ -161,8 +173,13 @@ impl Store {
         })
     }
 
-    /// Makes every committed batch durable (`SyncData`) or hands it to the OS (`Buffer`).
-    pub fn persist(&self, mode: PersistMode) -> Result<(), StoreError> {
+    /// Takes every committed batch as far as `to` says.
+    pub fn persist(&self, to: Persist) -> Result<(), StoreError> {
+        let mode = match to {
+            Persist::Os => PersistMode::Buffer,
+            Persist::Data => PersistMode::SyncData,
+            Persist::All => PersistMode::SyncAll,
+        };
         self.db.persist(mode)?;
         Ok(())
     }

@@ -28,7 +28,10 @@ fn bin_dir() -> &'static Path {
             .and_then(Path::parent)
             .expect("test binary lives in target/<profile>/deps")
             .to_path_buf();
-        let mut cmd = Command::new(env!("CARGO"));
+        // The cargo that runs us (`cargo test`, `cargo run`), else the one on PATH: the
+        // rustup proxy then picks the toolchain as it did for the build of this binary.
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
         cmd.args([
             "build",
             "--quiet",

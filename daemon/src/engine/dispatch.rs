@@ -89,7 +89,10 @@ impl DispatchIndex {
                 if ready {
                     self.held_back += 1;
                 }
-                self.keys.entry(Arc::clone(key)).or_default().insert(t.id, slot);
+                self.keys
+                    .entry(Arc::clone(key))
+                    .or_default()
+                    .insert(t.id, slot);
                 self.refresh(key, key_concurrency);
             }
         }
@@ -104,8 +107,12 @@ impl DispatchIndex {
                 }
             }
             Some(key) => {
-                let Some(line) = self.keys.get_mut(key) else { return };
-                let Some(slot) = line.remove(&t.id) else { return };
+                let Some(line) = self.keys.get_mut(key) else {
+                    return;
+                };
+                let Some(slot) = line.remove(&t.id) else {
+                    return;
+                };
                 if line.is_empty() {
                     self.keys.remove(key);
                 }
@@ -172,7 +179,9 @@ impl DispatchIndex {
     }
 
     fn refresh_front(&mut self, key: &Arc<str>, key_concurrency: u32, places: usize) {
-        let Some(line) = self.keys.get_mut(key) else { return };
+        let Some(line) = self.keys.get_mut(key) else {
+            return;
+        };
         let mut changes = Vec::new();
         for (place, (id, slot)) in line.iter_mut().enumerate().take(places) {
             let should = slot.ready && place < key_concurrency as usize;
@@ -206,7 +215,13 @@ mod tests {
     }
 
     impl T {
-        fn new(n: u128, priority: u8, key: Option<&str>, labels: &[&str], index: &DispatchIndex) -> T {
+        fn new(
+            n: u128,
+            priority: u8,
+            key: Option<&str>,
+            labels: &[&str],
+            index: &DispatchIndex,
+        ) -> T {
             let labels: Vec<String> = labels.iter().map(|s| (*s).to_owned()).collect();
             T {
                 id: Ulid(n),

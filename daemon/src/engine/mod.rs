@@ -478,8 +478,13 @@ impl<W: Waiter> Engine<W> {
             return;
         };
         queue.by_state[state_index(meta.state)].insert(id);
-        if matches!(meta.state, TaskState::Ready | TaskState::Scheduled | TaskState::Leased) {
-            queue.dispatch.add(task_ref(id, meta), queue.options.key_concurrency);
+        if matches!(
+            meta.state,
+            TaskState::Ready | TaskState::Scheduled | TaskState::Leased
+        ) {
+            queue
+                .dispatch
+                .add(task_ref(id, meta), queue.options.key_concurrency);
         }
         match meta.state {
             TaskState::Ready => {
@@ -513,8 +518,13 @@ impl<W: Waiter> Engine<W> {
             return;
         };
         queue.by_state[state_index(meta.state)].remove(&id);
-        if matches!(meta.state, TaskState::Ready | TaskState::Scheduled | TaskState::Leased) {
-            queue.dispatch.remove(task_ref(id, meta), queue.options.key_concurrency);
+        if matches!(
+            meta.state,
+            TaskState::Ready | TaskState::Scheduled | TaskState::Leased
+        ) {
+            queue
+                .dispatch
+                .remove(task_ref(id, meta), queue.options.key_concurrency);
             if meta.key.is_some() {
                 // The key's line moved: its next task may be dispatchable now.
                 self.ready_changed = true;

@@ -5,10 +5,12 @@
 //! - `cli`: the CLI as a new user types it, with exact output.
 //! - `lapse`: leases that run out, max_attempts, dead letters and redrive.
 //! - `crash`: kill -9 during a burst of enqueues, and leases held across restarts.
+//! - `dispatch`: priorities, delays, keys, labels, fairness and retention.
 //! - `connect`: trust (pins, CA files), refusals at start-up, pipelining.
 
 mod agents;
 mod cli;
 mod connect;
 mod crash;
+mod dispatch;
 mod lapse;

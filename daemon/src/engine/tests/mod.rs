@@ -2,7 +2,6 @@
 //! clock the test moves by hand. Every row of DESIGN §2's state table, fencing, backoff,
 //! max_attempts, redrive, retention, waiting and restarts.
 
-use fjall::PersistMode;
 use muster_protocol::model::{Backoff, NewTask, QueuePatch, TaskState};
 use muster_protocol::ops::{
     self, Ack, Cancel, Claim, DeadLetter, DeadSelection, Enqueue, Nack, QueueCreate, QueueName,
@@ -69,7 +68,7 @@ impl Harness {
             wall_ms: 1_800_000_000_000,
             mono_ms: 1_000,
         };
-        let engine = Engine::open(Store::open(dir.path()).unwrap(), now, 7).unwrap();
+        let engine = Engine::open(Store::open(dir.path(), 8 << 20).unwrap(), now, 7).unwrap();
         Harness {
             engine: Some(engine),
             now,
@@ -146,13 +145,13 @@ impl Harness {
     /// does: the monotonic clock starts again and `wall_gap_ms` passed while down.
     fn restart(&mut self, wall_gap_ms: u64) {
         let engine = self.engine.take().unwrap();
-        engine.store().persist(PersistMode::SyncAll).unwrap();
+        engine.store().persist(crate::store::Persist::All).unwrap();
         drop(engine);
         self.now = Now {
             wall_ms: self.now.wall_ms + wall_gap_ms,
             mono_ms: 5,
         };
-        let store = Store::open(self.dir.path()).unwrap();
+        let store = Store::open(self.dir.path(), 8 << 20).unwrap();
         self.engine = Some(Engine::open(store, self.now, 8).unwrap());
     }
 

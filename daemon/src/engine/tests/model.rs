@@ -7,11 +7,11 @@
 
 use proptest::prelude::*;
 
+use muster_protocol::Request;
 use muster_protocol::model::{NewTask, QueuePatch, TaskState};
 use muster_protocol::ops::{Ack, Claim, Enqueue, Nack};
-use muster_protocol::Request;
 
-use super::{raw, Harness};
+use super::{Harness, raw};
 use crate::engine::Reply;
 
 const LEASE_MS: u64 = 1000;
@@ -20,11 +20,25 @@ const LABELS: [&str; 2] = ["a", "b"];
 
 #[derive(Debug, Clone)]
 enum Step {
-    Enqueue { priority: u8, key: Option<u8>, requires: u8, delay: bool },
-    Claim { labels: u8 },
-    Ack { pick: usize },
-    Nack { pick: usize, delay: bool },
-    Advance { ms: u64 },
+    Enqueue {
+        priority: u8,
+        key: Option<u8>,
+        requires: u8,
+        delay: bool,
+    },
+    Claim {
+        labels: u8,
+    },
+    Ack {
+        pick: usize,
+    },
+    Nack {
+        pick: usize,
+        delay: bool,
+    },
+    Advance {
+        ms: u64,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -39,7 +53,12 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 fn label_set(bits: u8) -> Vec<String> {
-    LABELS.iter().enumerate().filter(|(i, _)| bits & (1 << i) != 0).map(|(_, l)| (*l).to_owned()).collect()
+    LABELS
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| bits & (1 << i) != 0)
+        .map(|(_, l)| (*l).to_owned())
+        .collect()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,13 +99,18 @@ impl Model {
             let key_ok = match t.key {
                 None => true,
                 Some(k) => {
-                    let place = self.tasks[..i].iter().filter(|o| o.key == Some(k) && Self::in_line(o.state)).count();
+                    let place = self.tasks[..i]
+                        .iter()
+                        .filter(|o| o.key == Some(k) && Self::in_line(o.state))
+                        .count();
                     place < key_concurrency
                 }
             };
             t.state == M::Ready && t.requires.iter().all(|r| labels.contains(r)) && key_ok
         };
-        (0..self.tasks.len()).filter(|&i| eligible(i)).min_by_key(|&i| (std::cmp::Reverse(self.tasks[i].priority), i))
+        (0..self.tasks.len())
+            .filter(|&i| eligible(i))
+            .min_by_key(|&i| (std::cmp::Reverse(self.tasks[i].priority), i))
     }
 
     fn fail(&mut self, i: usize, delay: u64) {
@@ -113,7 +137,9 @@ impl Model {
     }
 
     fn leased(&self) -> Vec<usize> {
-        (0..self.tasks.len()).filter(|&i| matches!(self.tasks[i].state, M::Leased(..))).collect()
+        (0..self.tasks.len())
+            .filter(|&i| matches!(self.tasks[i].state, M::Leased(..)))
+            .collect()
     }
 
     fn counts(&self) -> [u64; 6] {
@@ -144,13 +170,21 @@ fn run(steps: &[Step], key_concurrency: u32) {
     let mut m = Model::default();
     for (n, s) in steps.iter().enumerate() {
         match *s {
-            Step::Enqueue { priority, key, requires, delay } => {
+            Step::Enqueue {
+                priority,
+                key,
+                requires,
+                delay,
+            } => {
                 let mut task = NewTask::new(raw(&n.to_string()));
                 task.priority = Some(priority);
                 task.key = key.map(|k| format!("k{k}"));
                 task.requires = label_set(requires);
                 task.delay_ms = delay.then_some(500);
-                let reply = h.call(Request::Enqueue(Enqueue { queue: "q".into(), tasks: vec![task] }));
+                let reply = h.call(Request::Enqueue(Enqueue {
+                    queue: "q".into(),
+                    tasks: vec![task],
+                }));
                 let id = match reply {
                     Ok(Reply::Enqueue(r)) => r.tasks[0].id.clone(),
                     other => panic!("enqueue: {other:?}"),
@@ -160,7 +194,11 @@ fn run(steps: &[Step], key_concurrency: u32) {
                     priority,
                     key,
                     requires: label_set(requires),
-                    state: if delay { M::Scheduled(m.now + 500) } else { M::Ready },
+                    state: if delay {
+                        M::Scheduled(m.now + 500)
+                    } else {
+                        M::Ready
+                    },
                     failures: 0,
                     deliveries: 0,
                 });
@@ -190,8 +228,15 @@ fn run(steps: &[Step], key_concurrency: u32) {
                     continue;
                 }
                 let i = held[pick % held.len()];
-                let M::Leased(_, epoch) = m.tasks[i].state else { unreachable!() };
-                h.call(Request::Ack(Ack { task: m.tasks[i].id.clone(), epoch, result: None })).unwrap();
+                let M::Leased(_, epoch) = m.tasks[i].state else {
+                    unreachable!()
+                };
+                h.call(Request::Ack(Ack {
+                    task: m.tasks[i].id.clone(),
+                    epoch,
+                    result: None,
+                }))
+                .unwrap();
                 m.tasks[i].state = M::Done;
             }
             Step::Nack { pick, delay } => {
@@ -200,9 +245,16 @@ fn run(steps: &[Step], key_concurrency: u32) {
                     continue;
                 }
                 let i = held[pick % held.len()];
-                let M::Leased(_, epoch) = m.tasks[i].state else { unreachable!() };
+                let M::Leased(_, epoch) = m.tasks[i].state else {
+                    unreachable!()
+                };
                 let delay_ms = if delay { 700 } else { 0 };
-                let req = Nack { task: m.tasks[i].id.clone(), epoch, delay_ms: Some(delay_ms), error: None };
+                let req = Nack {
+                    task: m.tasks[i].id.clone(),
+                    epoch,
+                    delay_ms: Some(delay_ms),
+                    error: None,
+                };
                 h.call(Request::Nack(req)).unwrap();
                 m.fail(i, delay_ms);
             }
@@ -215,7 +267,12 @@ fn run(steps: &[Step], key_concurrency: u32) {
     }
     for t in &m.tasks {
         let got = h.task(&t.id);
-        assert_eq!((got.failures, got.deliveries), (t.failures, t.deliveries), "task {}", t.id);
+        assert_eq!(
+            (got.failures, got.deliveries),
+            (t.failures, t.deliveries),
+            "task {}",
+            t.id
+        );
         let state = match t.state {
             M::Scheduled(_) => TaskState::Scheduled,
             M::Ready => TaskState::Ready,
