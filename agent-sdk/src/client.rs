@@ -485,7 +485,11 @@ async fn read_replies(recv: quinn::RecvStream, pending: Arc<Pending>, conn: quin
         if let Some(kind) = envelope.push {
             let push = match Push::decode(&kind, &body) {
                 Ok(push) => push,
-                Err(e) => break e,
+                // A newer daemon may push kinds this client does not know: skip them.
+                Err(e) => {
+                    tracing::warn!("ignoring push: {e}");
+                    continue;
+                }
             };
             if let Some(tx) = lock(&pending.pushes).as_ref() {
                 // The session's owner may have stopped listening; the push is then moot.

@@ -273,6 +273,7 @@ impl Worker {
             unsettled: Vec::new(),
             settling: 0,
             draining: None,
+            opened: false,
             events: mpsc::unbounded_channel(),
         };
         run.run().await
@@ -291,6 +292,8 @@ struct Run<H> {
     settling: usize,
     /// Set once stopping: when the grace period ends.
     draining: Option<Instant>,
+    /// A session was opened once: later sessions resume instead of reclaiming.
+    opened: bool,
     events: (mpsc::UnboundedSender<Event>, mpsc::UnboundedReceiver<Event>),
 }
 
@@ -300,13 +303,12 @@ where
     F: Future<Output = Outcome> + Send + 'static,
 {
     async fn run(&mut self) -> Result<(), Error> {
-        let mut first = true;
         let mut failures: u32 = 0;
         loop {
             if self.finished() {
                 return Ok(());
             }
-            let (client, pushes) = match self.open(first).await {
+            let (client, pushes) = match self.open().await {
                 Ok(session) => session,
                 Err(e) if is_refusal(&e) => return Err(e),
                 Err(e) => {
@@ -317,7 +319,6 @@ where
                     continue;
                 }
             };
-            first = false;
             failures = 0;
             match self.serve(&client, pushes).await {
                 Ok(true) => return Ok(()),
@@ -377,19 +378,18 @@ where
         }
     }
 
-    async fn open(
-        &mut self,
-        first: bool,
-    ) -> Result<(Client, mpsc::UnboundedReceiver<Push>), Error> {
+    async fn open(&mut self) -> Result<(Client, mpsc::UnboundedReceiver<Push>), Error> {
         let client = Client::connect(self.options.clone()).await?;
         let open = SessionOpen {
             member: self.config.member.clone(),
             labels: self.config.labels.clone(),
             capacity: self.config.capacity,
-            reclaim: first && self.config.reclaim_on_start,
-            resume: !first,
+            reclaim: !self.opened && self.config.reclaim_on_start,
+            resume: self.opened,
         };
         let (reply, pushes) = client.open_session(&open).await?;
+        // From now on this process holds the member's leases: never reclaim them again.
+        self.opened = true;
         if !reply.reclaimed.is_empty() || reply.released > 0 || reply.dead > 0 {
             info!(
                 reclaimed = reply.reclaimed.len(),
@@ -517,7 +517,7 @@ where
             };
             let _ = events.send(Event::Done(done_id, done_epoch, outcome));
         });
-        self.held.insert(
+        let previous = self.held.insert(
             id,
             Held {
                 epoch,
@@ -529,6 +529,11 @@ where
                 handler,
             },
         );
+        // The same task again (a new epoch): the old handler's work is void.
+        if let Some(old) = previous {
+            old.cancel.cancel();
+            old.handler.abort();
+        }
     }
 
     /// A lease is gone (lost or revoked): stop the handler's work, forget the task.

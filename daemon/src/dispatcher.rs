@@ -47,6 +47,8 @@ pub enum Durability {
 pub enum Command {
     /// A decoded request and where its reply goes.
     Request(Request, Responder),
+    /// A connection ended (its member session, if any, ends too).
+    Disconnected(u64),
     /// Persist, then stop.
     Shutdown,
 }
@@ -270,6 +272,7 @@ fn run(
         for cmd in round.drain(..) {
             match cmd {
                 Command::Request(req, responder) => engine.handle(req, responder, now)?,
+                Command::Disconnected(connection) => engine.disconnected(connection),
                 Command::Shutdown => stopping = true,
             }
         }

@@ -142,6 +142,8 @@ async fn handle_connection(
     };
     streams.close();
     streams.wait().await;
+    // The dispatcher may be gone when the daemon stops; then nothing needs telling.
+    let _ = commands.send_async(Command::Disconnected(connection)).await;
     match result {
         Ok(()) | Err(quinn::ConnectionError::ApplicationClosed(_)) => Ok(()),
         Err(quinn::ConnectionError::LocallyClosed) => Ok(()),

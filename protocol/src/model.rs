@@ -317,8 +317,9 @@ pub struct LeaseInfo {
 pub struct TimelineEvent {
     /// When it happened.
     pub at_ms: u64,
-    /// What happened: `enqueued`, `leased`, `done` (acked), `nacked`, `lapsed`, `released`,
-    /// `dead_lettered`, `redriven`, `cancel_requested`, `cancelled`. Renewals are not recorded.
+    /// What happened: `enqueued`, `leased`, `reclaimed`, `done` (acked), `nacked`, `lapsed`,
+    /// `revoked`, `released`, `dead_lettered`, `redriven`, `cancel_requested`, `cancelled`.
+    /// Renewals are not recorded.
     pub event: String,
     /// The member involved, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -89,16 +89,14 @@ impl<W: Waiter> Engine<W> {
         }
     }
 
-    /// Forgets a lease of a member; a member with neither leases nor a live session is dropped.
+    /// Forgets a lease of a member; a member with neither leases nor a session (nor a
+    /// drain to remember) is dropped.
     pub(super) fn release_slot(&mut self, member: &Arc<str>, id: Ulid) {
         if let Some(m) = self.members.get_mut(member) {
             m.leased.remove(&id);
             // A freed slot may take a pushed task.
             self.push_changed = true;
-            if m.leased.is_empty() && !m.connected() {
-                if let Some(s) = &m.session {
-                    self.sessions.remove(&s.connection);
-                }
+            if m.leased.is_empty() && m.session.is_none() && !m.draining {
                 self.members.remove(member);
             }
         }
@@ -161,6 +159,13 @@ impl<W: Waiter> Engine<W> {
         if r.reclaim && r.resume {
             return Err(bad("reclaim and resume exclude each other"));
         }
+        if let Some(other) = self.sessions.get(&waiter.connection())
+            && **other != *r.member
+        {
+            return Err(bad(format!(
+                "this connection holds the session of member {other:?}; open one connection per member"
+            )));
+        }
         let name = self.member_name(&r.member);
         let member = self
             .members
@@ -182,7 +187,10 @@ impl<W: Waiter> Engine<W> {
         });
         member.labels = r.labels;
         member.capacity = r.capacity;
-        member.draining = false;
+        // A reconnecting agent stays drained; a freshly started one begins anew.
+        if !r.resume {
+            member.draining = false;
+        }
         member.subscribed.clear();
         member.last_seen_ms = Some(now.wall_ms);
         let held: Vec<Ulid> = member.leased.iter().copied().collect();
@@ -196,9 +204,18 @@ impl<W: Waiter> Engine<W> {
             dead: 0,
         };
         for id in held {
-            let mut rec = self.record(id)?;
             if r.resume {
                 reply.kept += 1;
+                continue;
+            }
+            let mut rec = self.record(id)?;
+            let epoch = rec.lease.take().map(|l| l.epoch);
+            if rec.cancel_requested {
+                // Its work was to stop anyway: nothing to hand back.
+                push_event(&mut rec, now, "cancelled", Some(&r.member), epoch, None);
+                self.finish(&mut rec, TaskState::Cancelled, now);
+                self.save(id, &rec, 0, 0);
+                reply.released += 1;
             } else if r.reclaim {
                 // The agent restarted and lost its work in progress: a failure, like a lapse,
                 // but handed straight back instead of waiting for the lease to run out.
@@ -206,7 +223,6 @@ impl<W: Waiter> Engine<W> {
                 rec.last_error = Some(format!("member {:?} restarted", r.member));
                 let max = self.queue_max_attempts(&rec.queue);
                 if max > 0 && rec.failures >= u64::from(max) {
-                    rec.lease = None;
                     rec.state = TaskState::Dead;
                     rec.dead_reason = Some("max_attempts".into());
                     rec.updated_ms = now.wall_ms;
@@ -214,7 +230,7 @@ impl<W: Waiter> Engine<W> {
                         &mut rec,
                         now,
                         "dead_lettered",
-                        Some(&r.member),
+                        None,
                         None,
                         Some("max_attempts"),
                     );
@@ -226,7 +242,6 @@ impl<W: Waiter> Engine<W> {
                         .push(self.lease_to(id, rec, &r.member, None, now, true)?);
                 }
             } else {
-                let epoch = rec.lease.take().map(|l| l.epoch);
                 push_event(&mut rec, now, "released", Some(&r.member), epoch, None);
                 rec.state = TaskState::Ready;
                 rec.updated_ms = now.wall_ms;
@@ -235,6 +250,33 @@ impl<W: Waiter> Engine<W> {
             }
         }
         Ok(reply)
+    }
+
+    /// A connection ended: its member session (if any) ends with it. Leases stay.
+    pub fn disconnected(&mut self, connection: u64) {
+        let Some(name) = self.sessions.remove(&connection) else {
+            return;
+        };
+        if let Some(m) = self.members.get_mut(&name) {
+            if m.session
+                .as_ref()
+                .is_some_and(|s| s.connection == connection)
+            {
+                m.session = None;
+                m.subscribed.clear();
+            }
+            // A drained member is remembered until a fresh session clears the drain.
+            if m.leased.is_empty() && m.session.is_none() && !m.draining {
+                self.members.remove(&name);
+            }
+        }
+    }
+
+    /// A queue was deleted: no subscription names it any more.
+    pub(super) fn forget_queue(&mut self, queue: &str) {
+        for m in self.members.values_mut() {
+            m.subscribed.retain(|q| q != queue);
+        }
     }
 
     fn queue_max_attempts(&self, queue: &str) -> u32 {
@@ -400,18 +442,7 @@ impl<W: Waiter> Engine<W> {
                     member: name.to_string(),
                     labels: m.labels.clone(),
                 };
-                let tasks = match self.take_ready(&spec, now) {
-                    Ok(t) => t,
-                    Err(Failure::Store(e)) => return Err(e),
-                    // A subscribed queue was deleted: drop the subscription's dead queues.
-                    Err(Failure::Client(_)) => {
-                        let queues = &self.queues;
-                        if let Some(m) = self.members.get_mut(name) {
-                            m.subscribed.retain(|q| queues.contains_key(q));
-                        }
-                        continue;
-                    }
-                };
+                let tasks = self.take_ready(&spec, now).map_err(super::store_only)?;
                 for task in tasks {
                     progressed = true;
                     self.push_to(name, Push::Deliver(task));

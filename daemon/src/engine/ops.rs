@@ -172,7 +172,8 @@ impl<W: Waiter> Engine<W> {
     ) -> Result<(), (W, Failure)> {
         self.heard_from(waiter.connection(), now);
         let result = match req {
-            Request::Hello(_) => Err(bad("hello is only valid as a connection's first request")),
+            // Answered by the connection before it reaches the engine.
+            Request::Hello(_) => Err(bad("hello is answered by the connection")),
             Request::QueueCreate(r) => self.queue_create(r, now).map(Reply::Queue),
             Request::QueueList(_) => Ok(Reply::QueueList(QueueListReply {
                 queues: self
@@ -328,6 +329,7 @@ impl<W: Waiter> Engine<W> {
         }
         self.queues.remove(&r.queue);
         self.pending.remove_queue(&r.queue);
+        self.forget_queue(&r.queue);
         Ok(CountReply {
             count: ids.len() as u64,
             ids: Vec::new(),

@@ -1531,4 +1531,95 @@ fn reclaim_past_max_attempts_sends_the_task_to_dead() {
     );
 }
 
+#[test]
+fn one_connection_holds_one_member_session() {
+    let mut h = Harness::new();
+    h.call_on(1, open("a", 1, false, false)).unwrap();
+    assert_eq!(
+        h.call_on(1, open("b", 1, false, false)).unwrap_err().code,
+        ErrorCode::BadRequest
+    );
+    // The same member may open its session again on its own connection.
+    h.call_on(1, open("a", 2, false, true)).unwrap();
+}
+
+#[test]
+fn a_reconnecting_member_stays_drained_and_a_restarted_one_does_not() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    h.call_on(1, open("m", 1, false, false)).unwrap();
+    h.call(Request::MemberDrain(ops::MemberDrain(ops::MemberName {
+        member: "m".into(),
+    })))
+    .unwrap();
+    h.engine().disconnected(1);
+    h.call_on(2, open("m", 1, false, true)).unwrap();
+    h.enqueue("jobs", "1");
+    assert!(
+        h.claim_as("jobs", 1, "m").is_empty(),
+        "resume keeps the drain"
+    );
+    h.call_on(3, open("m", 1, true, false)).unwrap();
+    assert_eq!(
+        h.claim_as("jobs", 1, "m").len(),
+        1,
+        "a fresh start clears it"
+    );
+}
+
+#[test]
+fn a_cancel_requested_task_is_cancelled_not_handed_back_on_reclaim_or_release() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let a = h.enqueue("jobs", "1");
+    h.call_on(1, open("m", 2, false, false)).unwrap();
+    h.claim_as("jobs", 1, "m");
+    h.call(Request::Cancel(Cancel { task: a.clone() })).unwrap();
+    match h.call_on(2, open("m", 2, true, false)).unwrap() {
+        Reply::SessionOpen(r) => assert_eq!((r.reclaimed.len(), r.released), (0, 1)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.state(&a), (TaskState::Cancelled, 1, 0));
+}
+
+#[test]
+fn a_member_whose_connection_ends_without_leases_is_forgotten() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    h.call_on(1, open("idle", 1, false, false)).unwrap();
+    h.call_on(2, open("busy", 1, false, false)).unwrap();
+    h.enqueue("jobs", "1");
+    h.claim_as("jobs", 1, "busy");
+    h.engine().disconnected(1);
+    h.engine().disconnected(2);
+    match h.call(Request::MemberList(ops::MemberList {})).unwrap() {
+        Reply::MemberList(l) => {
+            let names: Vec<_> = l
+                .members
+                .iter()
+                .map(|m| (m.name.as_str(), m.connected, m.leased))
+                .collect();
+            assert_eq!(names, [("busy", false, 1)]);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_deleted_queue_leaves_every_subscription() {
+    let mut h = Harness::new();
+    h.create("a", QueuePatch::default());
+    h.create("b", QueuePatch::default());
+    h.call_on(1, open("m", 1, false, false)).unwrap();
+    h.call_on(1, subscribe("m", &["a", "b"])).unwrap();
+    h.call(Request::QueueDelete(ops::QueueDelete(QueueName {
+        queue: "a".into(),
+    })))
+    .unwrap();
+    match h.call(Request::MemberList(ops::MemberList {})).unwrap() {
+        Reply::MemberList(l) => assert_eq!(l.members[0].subscribed, ["b"]),
+        other => panic!("{other:?}"),
+    }
+}
+
 mod model;
