@@ -68,7 +68,9 @@ pub fn default_data_dir() -> PathBuf {
         .join(DATA_DIR_NAME)
 }
 
-pub(crate) async fn open(options: &ConnectOptions) -> Result<quinn::Connection, Error> {
+/// Opens a raw QUIC connection (TLS 1.3, ALPN `muster/1`, the options' trust), for
+/// clients that frame their own requests. [`crate::Client::connect`] builds on it.
+pub async fn open(options: &ConnectOptions) -> Result<quinn::Connection, Error> {
     let addr = resolve(&options.addr).await?;
     let host = options
         .server_name

@@ -43,6 +43,9 @@ impl Waiter for Nobody {
     fn sink(&self) -> Nobody {
         Nobody
     }
+    fn principal(&self) -> Option<&muster_daemon::auth::Principal> {
+        None
+    }
 }
 
 /// Claims timed per backlog size (`MUSTER_CLAIMS` overrides, e.g. to profile).

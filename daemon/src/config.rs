@@ -24,6 +24,15 @@ pub enum LogFormat {
 #[derive(Debug, Clone, Parser)]
 #[command(name = "musterd", version, about)]
 pub struct Config {
+    /// Config file (TOML) with the tokens, their roles and queue patterns.
+    #[arg(long, env = "MUSTER_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// How long a new connection has to present its token before it is closed
+    /// (only with tokens configured).
+    #[arg(long, env = "MUSTER_HELLO_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
+    pub hello_timeout: std::time::Duration,
+
     /// Data directory: the store, and the certificate if none is given.
     #[arg(long, env = "MUSTER_DATA", default_value_os_t = default_data_dir())]
     pub data: PathBuf,
@@ -49,7 +58,8 @@ pub struct Config {
     #[arg(long, env = "MUSTER_KEY")]
     pub key: Option<PathBuf>,
 
-    /// Allow listening on a non-loopback address without tokens.
+    /// Allow listening on a non-loopback address without tokens (anyone who can reach
+    /// the port can then take and settle tasks).
     #[arg(long, env = "MUSTER_INSECURE")]
     pub insecure: bool,
 
@@ -68,8 +78,8 @@ pub const DEFAULT_CACHE_MIB: u64 = 64;
 
 impl Config {
     /// Refuses settings that are unsafe or contradictory.
-    pub fn check(&self) -> anyhow::Result<()> {
-        if !self.listen.ip().is_loopback() && !self.insecure {
+    pub fn check(&self, tokens_configured: bool) -> anyhow::Result<()> {
+        if !self.listen.ip().is_loopback() && !self.insecure && !tokens_configured {
             bail!(
                 "refusing to listen on {}: it is not a loopback address and no tokens are configured; \
                  anyone who can reach it could take and settle tasks (pass --insecure to do it anyway)",
@@ -95,4 +105,31 @@ pub fn default_data_dir() -> PathBuf {
 
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], muster_protocol::DEFAULT_PORT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(args: &[&str]) -> Config {
+        let mut all = vec!["musterd", "--data", "/nonexistent"];
+        all.extend_from_slice(args);
+        Config::try_parse_from(all).unwrap()
+    }
+
+    #[test]
+    fn a_public_address_needs_tokens_or_insecure() {
+        let public = config(&["--listen", "0.0.0.0:7420"]);
+        let err = public.check(false).unwrap_err().to_string();
+        assert!(err.contains("refusing to listen on 0.0.0.0:7420"), "{err}");
+        assert_eq!(public.check(true).ok(), Some(()));
+        assert_eq!(
+            config(&["--listen", "0.0.0.0:7420", "--insecure"])
+                .check(false)
+                .ok(),
+            Some(())
+        );
+        assert_eq!(config(&[]).check(false).ok(), Some(()));
+        assert!(config(&["--cache-mib", "0"]).check(false).is_err());
+    }
 }

@@ -20,6 +20,7 @@ use tracing::{debug, info};
 
 use muster_protocol::{ErrorBody, Push, Request};
 
+use crate::auth::Principal;
 use crate::engine::{Engine, Now, Reply, Sink, Waiter};
 use crate::store::{Persist, Store, StoreError};
 
@@ -68,6 +69,8 @@ pub enum Outgoing {
     },
     /// A push to a member session. Pushes are bounded by the member's leases.
     Push(Box<Push>),
+    /// Deliver what came before, then close the connection with this code and reason.
+    Close(u32, &'static [u8]),
 }
 
 impl Outgoing {
@@ -89,21 +92,25 @@ impl Outgoing {
 pub struct Responder {
     out: mpsc::UnboundedSender<Outgoing>,
     connection: u64,
+    principal: Option<Arc<Principal>>,
     id: u64,
     slot: OwnedSemaphorePermit,
 }
 
 impl Responder {
-    /// A responder for request `id` of `connection`, writing to `out`.
+    /// A responder for request `id` of `connection` (authenticated as `principal`),
+    /// writing to `out`.
     pub fn new(
         out: mpsc::UnboundedSender<Outgoing>,
         connection: u64,
+        principal: Option<Arc<Principal>>,
         id: u64,
         slot: OwnedSemaphorePermit,
     ) -> Self {
         Responder {
             out,
             connection,
+            principal,
             id,
             slot,
         }
@@ -137,6 +144,10 @@ impl Waiter for Responder {
         PushSink {
             out: self.out.clone(),
         }
+    }
+
+    fn principal(&self) -> Option<&Principal> {
+        self.principal.as_deref()
     }
 }
 

@@ -4,6 +4,7 @@
 //! the store, the dispatcher thread that owns the engine, and the QUIC server.
 //!
 //! # Layout
+//! - [`auth`]: tokens from the config file, principals and roles.
 //! - [`config`]: settings from flags and environment variables.
 //! - [`store`]: the fjall database; the only module that imports fjall.
 //! - [`engine`]: task state, dispatch indexes, leases and timers; single-threaded, no clock.
@@ -11,12 +12,15 @@
 //! - [`server`]: the QUIC endpoint, connections, streams and frames.
 //! - [`tls`]: the certificate and the QUIC/TLS configuration.
 
+pub mod auth;
 pub mod config;
 pub mod dispatcher;
 pub mod engine;
 pub mod server;
 pub mod store;
 pub mod tls;
+
+use std::sync::Arc;
 
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
@@ -27,7 +31,14 @@ use crate::dispatcher::Dispatcher;
 
 /// Runs the daemon until SIGINT or SIGTERM, or until the store fails.
 pub async fn run(config: Config) -> anyhow::Result<()> {
-    config.check()?;
+    let tokens = Arc::new(match &config.config {
+        Some(path) => auth::Tokens::load(path)?,
+        None => auth::Tokens::default(),
+    });
+    config.check(!tokens.is_empty())?;
+    if tokens.is_empty() {
+        info!("no tokens configured: every client that can connect is served fully");
+    }
     std::fs::create_dir_all(&config.data)
         .with_context(|| format!("creating data directory {}", config.data.display()))?;
     let identity = tls::load_identity(&config.data, config.cert.as_deref(), config.key.as_deref())?;
@@ -51,12 +62,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     server::log_listening(addr, &fingerprint, &cert_path);
 
     let shutdown = CancellationToken::new();
-    let server = tokio::spawn(server::serve(
-        endpoint,
-        dispatcher.tx.clone(),
-        config.max_connections,
-        shutdown.clone(),
-    ));
+    let context = server::ServerContext {
+        commands: dispatcher.tx.clone(),
+        max_connections: config.max_connections,
+        tokens: Arc::clone(&tokens),
+        hello_timeout: config.hello_timeout,
+    };
+    let server = tokio::spawn(server::serve(endpoint, context, shutdown.clone()));
     let failed = tokio::select! {
         signal = shutdown_signal() => {
             signal?;

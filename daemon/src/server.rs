@@ -7,7 +7,7 @@
 //! typed requests.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
 use tokio::io::{AsyncReadExt, BufReader};
@@ -20,6 +20,7 @@ use muster_protocol::frame::{self, FrameError, HEADER_LEN};
 use muster_protocol::ops::{ErrFrame, HelloReply, OkFrame, decode_request};
 use muster_protocol::{ErrorBody, ErrorCode, PROTOCOL_VERSION, Push, Request};
 
+use crate::auth::{Principal, Tokens};
 use crate::dispatcher::{Command, Outgoing, Responder};
 use crate::engine::Reply;
 
@@ -38,8 +39,11 @@ const CLOSE_SHUTDOWN: u32 = 2;
 /// Application error code on a connection whose member session was taken over.
 const CLOSE_REPLACED: u32 = 3;
 
-/// How long a replaced session's stream gets to deliver the `closed` push.
-const REPLACED_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+/// Application error code on a connection closed for a wrong or missing token.
+const CLOSE_UNAUTHORIZED: u32 = 4;
+
+/// How long a stream gets to deliver its last frames before its connection is closed.
+const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// UDP receive buffer asked of the kernel (capped by `net.core.rmem_max`): bursts of
 /// pipelined requests must not be dropped before quinn reads them.
@@ -68,12 +72,9 @@ pub fn bind(
 }
 
 /// Accepts connections until `shutdown`, then closes them all and waits for their tasks.
-pub async fn serve(
-    endpoint: quinn::Endpoint,
-    commands: flume::Sender<Command>,
-    max_connections: usize,
-    shutdown: CancellationToken,
-) {
+pub async fn serve(endpoint: quinn::Endpoint, context: ServerContext, shutdown: CancellationToken) {
+    let max_connections = context.max_connections;
+    let context = Arc::new(context);
     let tracker = TaskTracker::new();
     let slots = Arc::new(Semaphore::new(max_connections));
     // Connection ids, so the engine can tell which connection holds a member session.
@@ -92,11 +93,11 @@ pub async fn serve(
         connections += 1;
         let connection = connections;
         let span = info_span!("connection", id = connection, remote = %incoming.remote_address());
-        let commands = commands.clone();
+        let context = Arc::clone(&context);
         let shutdown = shutdown.clone();
         tracker.spawn(
             async move {
-                if let Err(e) = handle_connection(incoming, connection, commands, shutdown).await {
+                if let Err(e) = handle_connection(incoming, connection, context, shutdown).await {
                     debug!("connection ended: {e:#}");
                 }
                 drop(slot);
@@ -113,13 +114,35 @@ pub async fn serve(
 async fn handle_connection(
     incoming: quinn::Incoming,
     connection: u64,
-    commands: flume::Sender<Command>,
+    context: Arc<ServerContext>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let conn = incoming.await.context("handshake")?;
     debug!("connected");
-    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT_PER_CONNECTION));
+    let state = Arc::new(ConnState {
+        conn: conn.clone(),
+        id: connection,
+        principal: OnceLock::new(),
+        in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT_PER_CONNECTION)),
+        context: Arc::clone(&context),
+    });
     let streams = TaskTracker::new();
+    if !context.tokens.is_empty() {
+        // A connection must present its token in time; a silent one is closed.
+        let (state, timeout) = (Arc::clone(&state), context.hello_timeout);
+        streams.spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(timeout) => {
+                    if state.principal.get().is_none() {
+                        debug!("no token within {timeout:?}: closing");
+                        state.conn.close(CLOSE_UNAUTHORIZED.into(), b"no token presented in time");
+                    }
+                }
+                _ = state.conn.closed() => {}
+            }
+        });
+    }
+    let commands = context.commands.clone();
     let result = loop {
         let (send, recv) = tokio::select! {
             s = conn.accept_bi() => match s {
@@ -129,16 +152,7 @@ async fn handle_connection(
             () = shutdown.cancelled() => break Ok(()),
         };
         let span = info_span!("stream", id = %send.id());
-        streams.spawn(
-            handle_stream(
-                conn.clone(),
-                connection,
-                (send, recv),
-                commands.clone(),
-                Arc::clone(&in_flight),
-            )
-            .instrument(span),
-        );
+        streams.spawn(handle_stream(Arc::clone(&state), (send, recv)).instrument(span));
     };
     streams.close();
     streams.wait().await;
@@ -153,28 +167,24 @@ async fn handle_connection(
 
 /// Reads request frames and writes reply frames on one stream until either side ends it.
 async fn handle_stream(
-    conn: quinn::Connection,
-    connection: u64,
+    state: Arc<ConnState>,
     (send, recv): (quinn::SendStream, quinn::RecvStream),
-    commands: flume::Sender<Command>,
-    in_flight: Arc<Semaphore>,
 ) {
     let (out, replies) = mpsc::unbounded_channel();
     // The writer ends when every sender is gone: the reader's, those held by requests
     // still in the engine and a member session's push sink, so every reply in flight
     // is written first.
-    let reader = read_requests(recv, connection, out, commands, in_flight);
-    let writer = write_replies(conn, send, replies);
+    let writer = write_replies(state.conn.clone(), send, replies);
+    let reader = read_requests(recv, state, out);
     let ((), ()) = tokio::join!(reader, writer);
 }
 
 async fn read_requests(
     recv: quinn::RecvStream,
-    connection: u64,
+    state: Arc<ConnState>,
     out: mpsc::UnboundedSender<Outgoing>,
-    commands: flume::Sender<Command>,
-    in_flight: Arc<Semaphore>,
 ) {
+    let commands = &state.context.commands;
     let mut reader = BufReader::with_capacity(64 * 1024, recv);
     loop {
         let mut header = [0u8; HEADER_LEN];
@@ -184,7 +194,7 @@ async fn read_requests(
         // Every frame takes a slot of the connection's in-flight limit until its reply
         // is encoded: past the limit the daemon stops reading (QUIC flow control then
         // holds the client back).
-        let Ok(slot) = Arc::clone(&in_flight).acquire_owned().await else {
+        let Ok(slot) = Arc::clone(&state.in_flight).acquire_owned().await else {
             return;
         };
         let len = match frame::body_len(header) {
@@ -213,10 +223,23 @@ async fn read_requests(
             }
         };
         if let Request::Hello(hello) = &req {
-            let _ = out.send(Outgoing::reply(Some(id), hello_reply(hello.version), slot));
+            let reply = state.hello(hello);
+            let refused = reply.is_err() && !state.context.tokens.is_empty();
+            let _ = out.send(Outgoing::reply(Some(id), reply, slot));
+            if refused && state.principal.get().is_none() {
+                // A wrong token costs the connection: guesses need a new handshake each.
+                let _ = out.send(Outgoing::Close(CLOSE_UNAUTHORIZED, b"invalid token"));
+                return;
+            }
             continue;
         }
-        let responder = Responder::new(out.clone(), connection, id, slot);
+        let principal = state.principal.get().cloned();
+        if principal.is_none() && !state.context.tokens.is_empty() {
+            let error = ErrorBody::new(ErrorCode::Unauthorized, "present a token with hello first");
+            let _ = out.send(Outgoing::reply(Some(id), Err(error), slot));
+            continue;
+        }
+        let responder = Responder::new(out.clone(), state.id, principal, id, slot);
         if let Err(flume::SendError(Command::Request(_, responder))) =
             commands.send_async(Command::Request(req, responder)).await
         {
@@ -226,6 +249,56 @@ async fn read_requests(
             ));
             return;
         }
+    }
+}
+
+/// What every connection of the server shares.
+pub struct ServerContext {
+    /// Where requests go.
+    pub commands: flume::Sender<Command>,
+    /// Most connections served at once.
+    pub max_connections: usize,
+    /// The configured tokens; empty serves everyone.
+    pub tokens: Arc<Tokens>,
+    /// How long a connection has to present its token.
+    pub hello_timeout: std::time::Duration,
+}
+
+/// One connection's state, shared by its streams.
+struct ConnState {
+    conn: quinn::Connection,
+    id: u64,
+    /// Set by the first `hello` with a valid token.
+    principal: OnceLock<Arc<Principal>>,
+    in_flight: Arc<Semaphore>,
+    context: Arc<ServerContext>,
+}
+
+impl ConnState {
+    /// Answers `hello`: checks the version and, with tokens configured, the token.
+    fn hello(&self, hello: &muster_protocol::ops::Hello) -> Result<Reply, ErrorBody> {
+        if !self.context.tokens.is_empty() {
+            let presented = hello.token.as_deref().unwrap_or_default();
+            match self.context.tokens.authenticate(presented) {
+                Some(p) => {
+                    let current = self.principal.get_or_init(|| Arc::clone(&p));
+                    if current.name != p.name {
+                        return Err(ErrorBody::new(
+                            ErrorCode::Forbidden,
+                            format!("this connection is authenticated as {:?}", current.name),
+                        ));
+                    }
+                    debug!(principal = %p.name, "authenticated");
+                }
+                None => {
+                    return Err(ErrorBody::new(
+                        ErrorCode::Unauthorized,
+                        "invalid or missing token",
+                    ));
+                }
+            }
+        }
+        hello_reply(hello.version)
     }
 }
 
@@ -262,21 +335,21 @@ async fn write_replies(
             _ = &mut stopped => return, // the peer stopped reading, or the connection is gone
         };
         buf.clear();
-        let mut replaced = encode(&mut buf, first);
-        while buf.len() < WRITE_CHUNK && !replaced {
+        let mut close = encode(&mut buf, first);
+        while buf.len() < WRITE_CHUNK && close.is_none() {
             match replies.try_recv() {
-                Ok(m) => replaced = encode(&mut buf, m),
+                Ok(m) => close = encode(&mut buf, m),
                 Err(_) => break,
             }
         }
         if send.write_all(&buf).await.is_err() {
             return;
         }
-        if replaced {
-            // The session was taken over: let the push arrive, then end the connection.
+        if let Some((code, reason)) = close {
+            // Let what was written arrive, then end the connection.
             let _ = send.finish();
-            let _ = tokio::time::timeout(REPLACED_LINGER, &mut stopped).await;
-            conn.close(CLOSE_REPLACED.into(), b"replaced");
+            let _ = tokio::time::timeout(CLOSE_LINGER, &mut stopped).await;
+            conn.close(code.into(), reason);
             return;
         }
     }
@@ -284,8 +357,9 @@ async fn write_replies(
 }
 
 /// Appends one frame; a reply over the frame limit becomes a `too_large` error.
-/// Returns true for the push that tells a session it was replaced.
-fn encode(buf: &mut Vec<u8>, msg: Outgoing) -> bool {
+/// Returns the code and reason to close the connection with once it is written: after
+/// the push telling a session it was replaced, or on request.
+fn encode(buf: &mut Vec<u8>, msg: Outgoing) -> Option<(u32, &'static [u8])> {
     let (id, result) = match msg {
         Outgoing::Reply { id, result, slot } => {
             drop(slot);
@@ -295,8 +369,9 @@ fn encode(buf: &mut Vec<u8>, msg: Outgoing) -> bool {
             let replaced = matches!(&*push, Push::Closed(e) if e.code == ErrorCode::Replaced);
             // A push holds at most one delivery (≤ 1 MiB payload, 64 KiB progress): it fits.
             buf.extend_from_slice(&push.encode().unwrap_or_default());
-            return replaced;
+            return replaced.then_some((CLOSE_REPLACED, b"replaced"));
         }
+        Outgoing::Close(code, reason) => return Some((code, reason)),
     };
     let framed = match (&*result, id) {
         (Ok(reply), Some(id)) => frame::encode_json(&OkFrame {
@@ -321,7 +396,7 @@ fn encode(buf: &mut Vec<u8>, msg: Outgoing) -> bool {
         .unwrap_or_default()
     });
     buf.extend_from_slice(&framed);
-    false
+    None
 }
 
 /// Logs where the daemon listens and how clients trust it.

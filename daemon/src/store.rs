@@ -9,6 +9,7 @@
 //! | `tasks`    | task id, 16 bytes big-endian | [`TaskRecord`] as JSON          |
 //! | `payloads` | task id, 16 bytes big-endian | the payload's raw JSON bytes    |
 //! | `idem`     | queue name, 0x00, idem key   | task id, 16 bytes big-endian    |
+//! | `owners`   | member name                  | the owning principal's name     |
 //!
 //! Payloads live apart from task records because they never change: a lease, renewal or
 //! settle rewrites the small record, not a payload of up to 1 MiB.
@@ -145,6 +146,7 @@ pub struct Store {
 }
 
 struct Keyspaces {
+    owners: Keyspace,
     queues: Keyspace,
     tasks: Keyspace,
     payloads: Keyspace,
@@ -162,6 +164,7 @@ impl Store {
             .open()?;
         let opts = KeyspaceCreateOptions::default;
         let ks = Keyspaces {
+            owners: db.keyspace("owners", opts)?,
             queues: db.keyspace("queues", opts)?,
             tasks: db.keyspace("tasks", opts)?,
             payloads: db.keyspace("payloads", opts)?,
@@ -182,6 +185,19 @@ impl Store {
         };
         self.db.persist(mode)?;
         Ok(())
+    }
+
+    /// Every member name and the principal that owns it.
+    pub fn load_owners(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let mut out = Vec::new();
+        for guard in self.ks.owners.iter() {
+            let (k, v) = guard.into_inner()?;
+            out.push((
+                String::from_utf8_lossy(&k).into_owned(),
+                String::from_utf8_lossy(&v).into_owned(),
+            ));
+        }
+        Ok(out)
     }
 
     /// Every stored queue.
@@ -262,6 +278,12 @@ impl Batch {
     pub fn put_queue(&mut self, name: &str, rec: &QueueRecord) {
         self.inner
             .insert(&self.ks.queues, name.as_bytes(), encode(rec));
+    }
+
+    /// Records the principal that owns a member name.
+    pub fn put_owner(&mut self, member: &str, principal: &str) {
+        self.inner
+            .insert(&self.ks.owners, member.as_bytes(), principal.as_bytes());
     }
 
     /// Removes a queue record.

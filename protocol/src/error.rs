@@ -23,6 +23,11 @@ pub enum ErrorCode {
     TooLarge,
     /// A count limit of the daemon was reached (e.g. the number of queues).
     Limit,
+    /// The connection has not presented a valid token (`hello`) yet, or presented a wrong one.
+    Unauthorized,
+    /// The token's roles or queue patterns do not allow this request, or the member name
+    /// belongs to another principal.
+    Forbidden,
     /// The session was taken over by a newer session under the same member name.
     Replaced,
     /// The daemon is shutting down and takes no new work.
@@ -41,6 +46,8 @@ impl ErrorCode {
             ErrorCode::InvalidState => "invalid_state",
             ErrorCode::TooLarge => "too_large",
             ErrorCode::Limit => "limit",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
             ErrorCode::Replaced => "replaced",
             ErrorCode::ShuttingDown => "shutting_down",
         }

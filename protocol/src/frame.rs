@@ -39,6 +39,35 @@ pub fn body_len(header: [u8; HEADER_LEN]) -> Result<usize, FrameError> {
     Ok(len)
 }
 
+/// The deepest nesting of arrays and objects in JSON text, counting only brackets
+/// outside strings. It does not validate the JSON (the parser does that); it only
+/// measures, in one pass and without recursion, so depth can be refused up front.
+pub fn json_depth(text: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in text {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// Appends one frame holding `body` to `out`.
 ///
 /// The caller guarantees `body` fits the limit; [`encode_json`] checks it for serialized values.
@@ -68,6 +97,16 @@ pub fn encode_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, F
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn depth_counts_brackets_outside_strings() {
+        assert_eq!(json_depth(br#"{"a":1}"#), 1);
+        assert_eq!(json_depth(br#"{"a":[[{"b":[]}]]}"#), 5);
+        assert_eq!(json_depth(br#"{"a":"[[[[{{{{"}"#), 1);
+        assert_eq!(json_depth(br#"{"a":"\"[[["}"#), 1);
+        assert_eq!(json_depth(b"1"), 0);
+        assert_eq!(json_depth(&b"[".repeat(1000)), 1000);
+    }
 
     #[test]
     fn header_round_trip_and_limits() {

@@ -75,3 +75,7 @@ pub const MAX_KEY_CONCURRENCY: u32 = 1000;
 
 /// Highest capacity (most leases held at once) a member session may declare.
 pub const MAX_CAPACITY: u32 = 1000;
+
+/// Deepest nesting of JSON arrays and objects in a frame. Deeper frames are refused
+/// before they are parsed, so no parser recursion depends on what a peer sends.
+pub const MAX_JSON_DEPTH: usize = 64;

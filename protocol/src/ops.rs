@@ -695,6 +695,25 @@ pub struct DecodeError {
 
 /// Decodes one request frame body into its id and typed request.
 pub fn decode_request(body: &[u8]) -> Result<(u64, Request), DecodeError> {
+    if let Err(e) = std::str::from_utf8(body) {
+        return Err(DecodeError {
+            id: None,
+            error: ErrorBody::new(ErrorCode::BadRequest, format!("frame is not UTF-8: {e}")),
+        });
+    }
+    let depth = crate::frame::json_depth(body);
+    if depth > crate::limits::MAX_JSON_DEPTH {
+        return Err(DecodeError {
+            id: None,
+            error: ErrorBody::new(
+                ErrorCode::BadRequest,
+                format!(
+                    "JSON nested {depth} deep exceeds the limit of {}",
+                    crate::limits::MAX_JSON_DEPTH
+                ),
+            ),
+        });
+    }
     let envelope: Envelope<'_> = serde_json::from_slice(body).map_err(|e| DecodeError {
         id: None,
         error: ErrorBody::new(

@@ -166,6 +166,7 @@ impl<W: Waiter> Engine<W> {
                 "this connection holds the session of member {other:?}; open one connection per member"
             )));
         }
+        self.take_member(&r.member, waiter.principal());
         let name = self.member_name(&r.member);
         let member = self
             .members

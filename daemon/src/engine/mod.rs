@@ -11,6 +11,7 @@
 //! [`Engine::save`], which removes the task from every index and inserts it again where
 //! its new state says, so the indexes cannot drift from the records.
 
+mod authz;
 pub mod dispatch;
 mod members;
 mod ops;
@@ -34,6 +35,7 @@ use muster_protocol::ops::{
 };
 use muster_protocol::{ErrorBody, ErrorCode};
 
+use crate::auth::Principal;
 use crate::store::{Batch, Store, StoreError, TaskRecord};
 use dispatch::{Class, DispatchIndex, TaskRef};
 
@@ -60,6 +62,8 @@ pub trait Waiter {
     fn connection(&self) -> u64;
     /// A sink for pushes on the request's stream.
     fn sink(&self) -> Self::Sink;
+    /// Who sent the request, when tokens are configured; `None` serves everything.
+    fn principal(&self) -> Option<&Principal>;
 }
 
 /// Where a member session's pushes go.
@@ -244,6 +248,8 @@ pub struct Engine<W: Waiter> {
     /// Round-robin position for pushes over members.
     member_rotation: usize,
     pushes: Vec<(W::Sink, muster_protocol::Push)>,
+    /// Member names and the principal that first used each (with tokens configured).
+    owners: HashMap<String, String>,
 }
 
 impl<W: Waiter> Engine<W> {
@@ -276,7 +282,9 @@ impl<W: Waiter> Engine<W> {
             push_changed: false,
             member_rotation: 0,
             pushes: Vec::new(),
+            owners: HashMap::new(),
         };
+        engine.owners = engine.store.load_owners()?.into_iter().collect();
         for (name, rec) in engine.store.load_queues()? {
             engine
                 .queues

@@ -171,6 +171,11 @@ impl<W: Waiter> Engine<W> {
         now: Now,
     ) -> Result<(), (W, Failure)> {
         self.heard_from(waiter.connection(), now);
+        if let Some(p) = waiter.principal()
+            && let Err(e) = self.authorize(&req, p)
+        {
+            return Err((waiter, Failure::Client(e)));
+        }
         let result = match req {
             // Answered by the connection before it reaches the engine.
             Request::Hello(_) => Err(bad("hello is answered by the connection")),
@@ -179,6 +184,7 @@ impl<W: Waiter> Engine<W> {
                 queues: self
                     .queues
                     .iter()
+                    .filter(|(name, _)| waiter.principal().is_none_or(|p| p.covers(name)))
                     .map(|(name, q)| self.queue_info(name, q))
                     .collect(),
             })),
@@ -483,6 +489,7 @@ impl<W: Waiter> Engine<W> {
             Ok(v) => v,
             Err(e) => return Err((waiter, e)),
         };
+        self.take_member(&spec.member, waiter.principal());
         // A drained member takes nothing new, by pull as by push.
         let tasks = if self.is_draining(&spec.member) {
             Vec::new()

@@ -44,6 +44,10 @@ impl Waiter for Tag {
     fn sink(&self) -> TestSink {
         TestSink(self.conn)
     }
+
+    fn principal(&self) -> Option<&crate::auth::Principal> {
+        None
+    }
 }
 
 struct Harness {

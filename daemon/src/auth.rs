@@ -1,0 +1,272 @@
+//! Tokens, principals and what each may do.
+//!
+//! The config file lists tokens. Each names a principal, carries one or more roles and,
+//! optionally, the queue-name patterns it is limited to:
+//!
+//! ```toml
+//! [[tokens]]
+//! name = "ci-producer"
+//! token_sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+//! roles = ["produce"]
+//! queues = ["jobs", "ml.*"]
+//! ```
+//!
+//! `token_sha256` is the lowercase hex SHA-256 of the token, so the file holds no secret;
+//! `token` (the token itself) is accepted too. Roles: `produce` (enqueue, read its
+//! tasks, wait, cancel), `consume` (member sessions, claim, renew, settle, read its
+//! tasks), `admin` (everything, including queue management, redrive, discard, members).
+//! With no tokens configured the daemon serves everyone fully (and only on loopback,
+//! unless `--insecure`).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+
+use muster_protocol::{ErrorBody, ErrorCode};
+
+/// Shortest token accepted in the config file, in bytes: tokens must not be guessable.
+pub const MIN_TOKEN_BYTES: usize = 16;
+
+/// A role a token grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Enqueue, read tasks, wait, cancel.
+    Produce,
+    /// Member sessions, claim, renew, settle, read tasks.
+    Consume,
+    /// Everything.
+    Admin,
+}
+
+impl Role {
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::Produce => "produce",
+            Role::Consume => "consume",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+/// An authenticated client: the token's name, roles and queue patterns.
+#[derive(Debug)]
+pub struct Principal {
+    /// The token's name, as configured.
+    pub name: String,
+    roles: Vec<Role>,
+    /// Queue-name patterns; empty means every queue.
+    queues: Vec<glob::Pattern>,
+}
+
+impl Principal {
+    /// Whether the principal holds `role` (admin holds every role).
+    pub fn has(&self, role: Role) -> bool {
+        self.roles.contains(&role) || self.roles.contains(&Role::Admin)
+    }
+
+    /// Whether the principal's patterns cover `queue`.
+    pub fn covers(&self, queue: &str) -> bool {
+        self.queues.is_empty() || self.queues.iter().any(|p| p.matches(queue))
+    }
+
+    /// `forbidden` unless the principal holds one of `roles` and covers `queue`.
+    pub fn check(&self, roles: &[Role], queue: Option<&str>) -> Result<(), ErrorBody> {
+        if !roles.iter().any(|r| self.has(*r)) {
+            let wanted: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
+            return Err(ErrorBody::new(
+                ErrorCode::Forbidden,
+                format!(
+                    "token {:?} lacks the role {}",
+                    self.name,
+                    wanted.join(" or ")
+                ),
+            ));
+        }
+        if let Some(q) = queue
+            && !self.covers(q)
+        {
+            return Err(ErrorBody::new(
+                ErrorCode::Forbidden,
+                format!("token {:?} does not cover queue {q:?}", self.name),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    #[serde(default)]
+    tokens: Vec<TokenEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenEntry {
+    name: String,
+    token: Option<String>,
+    token_sha256: Option<String>,
+    roles: Vec<Role>,
+    #[serde(default)]
+    queues: Vec<String>,
+}
+
+/// The configured tokens, by the SHA-256 of the token.
+#[derive(Debug, Default)]
+pub struct Tokens {
+    by_digest: HashMap<[u8; 32], Arc<Principal>>,
+}
+
+impl Tokens {
+    /// Reads the tokens of a config file.
+    pub fn load(path: &Path) -> anyhow::Result<Tokens> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config {}", path.display()))?;
+        Tokens::parse(&text).with_context(|| format!("in config {}", path.display()))
+    }
+
+    /// Parses the tokens of a config file's text.
+    pub fn parse(text: &str) -> anyhow::Result<Tokens> {
+        let file: ConfigFile = toml::from_str(text).context("parsing TOML")?;
+        let mut tokens = Tokens::default();
+        for entry in file.tokens {
+            let digest = match (&entry.token, &entry.token_sha256) {
+                (Some(token), None) => {
+                    if token.len() < MIN_TOKEN_BYTES {
+                        bail!(
+                            "token {:?} is shorter than {MIN_TOKEN_BYTES} bytes",
+                            entry.name
+                        );
+                    }
+                    digest(token)
+                }
+                (None, Some(hex_digest)) => {
+                    let bytes = hex::decode(hex_digest)
+                        .ok()
+                        .and_then(|b| <[u8; 32]>::try_from(b).ok());
+                    bytes.with_context(|| {
+                        format!("token_sha256 of {:?} is not 64 hex digits", entry.name)
+                    })?
+                }
+                _ => bail!(
+                    "token {:?} needs exactly one of token and token_sha256",
+                    entry.name
+                ),
+            };
+            if entry.roles.is_empty() {
+                bail!("token {:?} has no roles", entry.name);
+            }
+            let queues = entry
+                .queues
+                .iter()
+                .map(|q| glob::Pattern::new(q).with_context(|| format!("queue pattern {q:?}")))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let principal = Principal {
+                name: entry.name.clone(),
+                roles: entry.roles,
+                queues,
+            };
+            if tokens
+                .by_digest
+                .insert(digest, Arc::new(principal))
+                .is_some()
+            {
+                bail!("token {:?} repeats another token", entry.name);
+            }
+        }
+        Ok(tokens)
+    }
+
+    /// True if no token is configured: the daemon is open to whoever can connect.
+    pub fn is_empty(&self) -> bool {
+        self.by_digest.is_empty()
+    }
+
+    /// The principal a presented token names, if any.
+    pub fn authenticate(&self, token: &str) -> Option<Arc<Principal>> {
+        self.by_digest.get(&digest(token)).cloned()
+    }
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    let d = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.as_ref());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = r#"
+[[tokens]]
+name = "producer"
+token = "produce-token-0123456789"
+roles = ["produce"]
+queues = ["jobs", "ml.*"]
+
+[[tokens]]
+name = "ops"
+token_sha256 = "0000000000000000000000000000000000000000000000000000000000000001"
+roles = ["admin"]
+"#;
+
+    #[test]
+    fn tokens_name_principals_with_roles_and_patterns() {
+        let tokens = Tokens::parse(CONFIG).unwrap();
+        let p = tokens.authenticate("produce-token-0123456789").unwrap();
+        assert_eq!(p.name, "producer");
+        assert!(p.has(Role::Produce) && !p.has(Role::Consume) && !p.has(Role::Admin));
+        assert!(p.covers("jobs") && p.covers("ml.gpu") && !p.covers("jobs2") && !p.covers("other"));
+        assert_eq!(p.check(&[Role::Produce], Some("ml.x")), Ok(()));
+        assert_eq!(
+            p.check(&[Role::Consume], Some("jobs")).unwrap_err().code,
+            ErrorCode::Forbidden
+        );
+        assert_eq!(
+            p.check(&[Role::Produce], Some("other")).unwrap_err().code,
+            ErrorCode::Forbidden
+        );
+        assert!(tokens.authenticate("wrong").is_none());
+    }
+
+    #[test]
+    fn bad_configs_are_refused_with_a_reason() {
+        let cases = [
+            (
+                "[[tokens]]\nname = \"a\"\ntoken = \"short\"\nroles = [\"admin\"]\n",
+                "shorter than 16",
+            ),
+            (
+                "[[tokens]]\nname = \"a\"\nroles = [\"admin\"]\n",
+                "exactly one of",
+            ),
+            (
+                "[[tokens]]\nname = \"a\"\ntoken = \"0123456789abcdefX\"\nroles = []\n",
+                "no roles",
+            ),
+            (
+                "[[tokens]]\nname = \"a\"\ntoken = \"0123456789abcdefX\"\nroles = [\"root\"]\n",
+                "unknown variant",
+            ),
+            (
+                "[[tokens]]\nname = \"a\"\ntoken_sha256 = \"zz\"\nroles = [\"admin\"]\n",
+                "64 hex digits",
+            ),
+            (
+                "[[tokens]]\nname = \"a\"\ntoken = \"0123456789abcdefX\"\nroles = [\"admin\"]\nqueues = [\"[\"]\n",
+                "queue pattern",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = format!("{:#}", Tokens::parse(text).unwrap_err());
+            assert!(err.contains(want), "{text}: {err}");
+        }
+    }
+}

@@ -1,0 +1,653 @@
+//! Security and limits: tokens and roles (an authorization matrix), member names bound
+//! to principals, unauthenticated and silent connections, a bad-input conformance
+//! suite on raw frames, and floods of connections and streams.
+
+use std::time::Duration;
+
+use muster_sdk::protocol::ops::{Claim, DeadSelection};
+use muster_sdk::{Client, ConnectOptions, ErrorCode, NewTask, QueuePatch};
+use muster_tests::Daemon;
+
+const ADMIN: &str = "admin-token-0123456789abcdef";
+const PRODUCER: &str = "producer-token-0123456789ab";
+const CONSUMER: &str = "consumer-token-0123456789ab";
+const CONSUMER_B: &str = "consumer-b-token-0123456789";
+
+fn config() -> String {
+    format!(
+        r#"
+[[tokens]]
+name = "admin"
+token = "{ADMIN}"
+roles = ["admin"]
+
+[[tokens]]
+name = "producer"
+token = "{PRODUCER}"
+roles = ["produce"]
+queues = ["jobs", "jobs.*"]
+
+[[tokens]]
+name = "consumer"
+token = "{CONSUMER}"
+roles = ["consume"]
+queues = ["jobs", "jobs.*"]
+
+[[tokens]]
+name = "consumer-b"
+token = "{CONSUMER_B}"
+roles = ["consume"]
+queues = ["jobs", "jobs.*"]
+"#
+    )
+}
+
+fn secured(extra: &[&str]) -> (Daemon, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("config dir");
+    let path = dir.path().join("muster.toml");
+    std::fs::write(&path, config()).expect("writing config");
+    let mut args = vec!["--config", path.to_str().expect("utf-8 path")];
+    args.extend_from_slice(extra);
+    (Daemon::start_with(&args), dir)
+}
+
+async fn as_token(d: &Daemon, token: &str) -> Client {
+    let options = ConnectOptions {
+        token: Some(token.into()),
+        ..d.options()
+    };
+    Client::connect(options)
+        .await
+        .expect("connecting with a token")
+}
+
+/// The code of a call's error, or None if it succeeded.
+fn code<T>(r: Result<T, muster_sdk::Error>) -> Option<ErrorCode> {
+    r.err().map(|e| {
+        e.code()
+            .unwrap_or_else(|| panic!("not a daemon error: {e}"))
+    })
+}
+
+/// One cell of the matrix: does `who` get `forbidden` for `op` on `queue`?
+async fn attempt(c: &Client, op: &str, queue: &str, task: &str, member: &str) -> Option<ErrorCode> {
+    let gone = format!("{queue}.gone");
+    let one = || NewTask::new(muster_sdk::json(&1).expect("json"));
+    let sel = |q: &str| DeadSelection {
+        queue: q.into(),
+        ids: vec![],
+        all: true,
+        dry_run: true,
+    };
+    match op {
+        "queue_create" => code(
+            c.queue_create(&format!("{queue}.new-{member}"), QueuePatch::default())
+                .await,
+        ),
+        "queue_list" => code(c.queue_list().await),
+        "queue_describe" => code(c.queue_describe(queue).await),
+        "queue_update" => code(c.queue_update(&gone, QueuePatch::default()).await),
+        "queue_pause" => code(c.queue_pause(&gone).await),
+        "queue_resume" => code(c.queue_resume(&gone).await),
+        "queue_purge" => code(c.queue_purge(&gone).await),
+        "queue_delete" => code(c.queue_delete(&gone).await),
+        "enqueue" => code(c.enqueue(queue, one()).await),
+        "claim" => code(c.claim(&Claim::new([queue]).member(member)).await),
+        "ack" => code(c.ack(task, 999, None).await),
+        "nack" => code(c.nack(task, 999, None, None).await),
+        "renew" => code(c.renew(task, 999, None, None).await),
+        "release" => code(c.release(task, 999).await),
+        "dead_letter" => code(c.dead_letter(task, 999, "x").await),
+        "task_get" => code(c.task_get(task).await),
+        "task_list" => code(
+            c.task_list(queue, muster_sdk::TaskState::Ready, None, None)
+                .await,
+        ),
+        "wait" => code(c.wait(vec![task.into()], 0).await),
+        "cancel" => code(c.cancel(task).await),
+        "redrive" => code(c.redrive(sel(queue)).await),
+        "discard" => code(c.discard(sel(queue)).await),
+        "subscribe_without_session" => code(c.subscribe(member, &[queue.into()]).await),
+        "member_list" => code(c.member_list().await),
+        "member_drain" => code(c.member_drain(member).await),
+        "lease_revoke" => code(c.lease_revoke(task).await),
+        other => panic!("no op {other}"),
+    }
+}
+
+const OPS: &[&str] = &[
+    "queue_create",
+    "queue_list",
+    "queue_describe",
+    "queue_update",
+    "queue_pause",
+    "queue_resume",
+    "queue_purge",
+    "queue_delete",
+    "enqueue",
+    "claim",
+    "ack",
+    "nack",
+    "renew",
+    "release",
+    "dead_letter",
+    "task_get",
+    "task_list",
+    "wait",
+    "cancel",
+    "redrive",
+    "discard",
+    "subscribe_without_session",
+    "member_list",
+    "member_drain",
+    "lease_revoke",
+];
+
+/// Whether `role` may do `op` on a queue its token covers (`own`) or not.
+fn allowed(role: &str, op: &str, own: bool) -> bool {
+    let any_queue = matches!(op, "queue_list");
+    let by_role = match role {
+        "admin" => true,
+        "producer" => matches!(
+            op,
+            "queue_list" | "queue_describe" | "enqueue" | "task_get" | "wait" | "cancel"
+        ),
+        "consumer" => matches!(
+            op,
+            "queue_list"
+                | "queue_describe"
+                | "claim"
+                | "ack"
+                | "nack"
+                | "renew"
+                | "release"
+                | "dead_letter"
+                | "task_get"
+                | "subscribe_without_session"
+        ),
+        other => panic!("no role {other}"),
+    };
+    // The admin token covers every queue; the others only jobs and jobs.*.
+    by_role && (own || any_queue || role == "admin")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_authorization_matrix_has_no_unauthorized_success() {
+    let (d, _config) = secured(&[]);
+    let admin = as_token(&d, ADMIN).await;
+    for q in ["jobs", "other"] {
+        admin
+            .queue_create(q, QueuePatch::default())
+            .await
+            .expect("queue");
+    }
+    let mut cells = 0;
+    let mut wrong = Vec::new();
+    for (role, token) in [
+        ("admin", ADMIN),
+        ("producer", PRODUCER),
+        ("consumer", CONSUMER),
+    ] {
+        let client = as_token(&d, token).await;
+        for own in [true, false] {
+            let queue = if own { "jobs" } else { "other" };
+            for op in OPS {
+                // A task of the queue for task ops, fresh for each cell.
+                let task = admin
+                    .enqueue(queue, NewTask::new(muster_sdk::json(&op).expect("json")))
+                    .await
+                    .expect("enqueue")
+                    .id;
+                let member = format!("{role}-m");
+                let got = attempt(&client, op, queue, &task, &member).await;
+                let denied = matches!(
+                    got,
+                    Some(ErrorCode::Forbidden) | Some(ErrorCode::Unauthorized)
+                );
+                if denied == allowed(role, op, own) {
+                    wrong.push(format!("{role} {op} on {queue}: {got:?}"));
+                }
+                cells += 1;
+            }
+        }
+    }
+    assert_eq!(cells, 3 * 2 * OPS.len());
+    assert!(
+        wrong.is_empty(),
+        "{} of {cells} cells wrong:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+    // queue_list only shows what a token covers.
+    let producer = as_token(&d, PRODUCER).await;
+    let names: Vec<String> = producer
+        .queue_list()
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|q| q.name)
+        .collect();
+    assert!(
+        names.iter().all(|n| n == "jobs" || n.starts_with("jobs.")),
+        "{names:?}"
+    );
+    eprintln!("authorization matrix: {cells} cells, 0 unauthorized successes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_name_belongs_to_the_principal_that_first_used_it() {
+    let (d, _config) = secured(&[]);
+    let admin = as_token(&d, ADMIN).await;
+    admin
+        .queue_create("jobs", QueuePatch::default())
+        .await
+        .expect("queue");
+    admin
+        .enqueue("jobs", NewTask::new(muster_sdk::json(&1).expect("json")))
+        .await
+        .expect("enqueue");
+    let a = as_token(&d, CONSUMER).await;
+    let open = muster_sdk::protocol::ops::SessionOpen {
+        member: "shared-name".into(),
+        labels: vec![],
+        capacity: 1,
+        reclaim: true,
+        resume: false,
+    };
+    a.open_session(&open)
+        .await
+        .expect("first use takes the name");
+    let got = a
+        .claim(&Claim::new(["jobs"]).member("shared-name"))
+        .await
+        .expect("claim");
+    let b = as_token(&d, CONSUMER_B).await;
+    assert_eq!(
+        code(b.open_session(&open).await),
+        Some(ErrorCode::Forbidden)
+    );
+    assert_eq!(
+        code(b.claim(&Claim::new(["jobs"]).member("shared-name")).await),
+        Some(ErrorCode::Forbidden)
+    );
+    assert_eq!(
+        code(b.ack(&got[0].id, got[0].epoch, None).await),
+        Some(ErrorCode::Forbidden)
+    );
+    assert_eq!(
+        code(b.renew(&got[0].id, got[0].epoch, None, None).await),
+        Some(ErrorCode::Forbidden)
+    );
+    assert_eq!(
+        a.ack(&got[0].id, got[0].epoch, None)
+            .await
+            .expect("own ack")
+            .state,
+        muster_sdk::TaskState::Done
+    );
+    // The binding is stored: it survives a restart.
+    drop((a, b));
+    let mut d = d;
+    assert_eq!(d.terminate(), Some(0));
+    d.restart();
+    let b = as_token(&d, CONSUMER_B).await;
+    assert_eq!(
+        code(b.open_session(&open).await),
+        Some(ErrorCode::Forbidden)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_served_before_a_valid_token_and_silent_connections_are_closed() {
+    let (d, _config) = secured(&["--hello-timeout", "500ms"]);
+    // No token, or a wrong one: the SDK's hello is refused.
+    for token in [None, Some("wrong-token-0123456789")] {
+        let options = ConnectOptions {
+            token: token.map(str::to_owned),
+            ..d.options()
+        };
+        let err = Client::connect(options).await.err().expect("refused");
+        assert_eq!(err.code(), Some(ErrorCode::Unauthorized), "{err}");
+    }
+    // A request before hello is refused, and nothing is done.
+    let conn = muster_sdk::connect::open(&d.options())
+        .await
+        .expect("raw connection");
+    let reply = exchange(
+        &conn,
+        &frame(r#"{"id":1,"op":"queue_create","queue":"sneaky"}"#),
+    )
+    .await;
+    assert_eq!(reply["error"]["code"], "unauthorized", "{reply}");
+    // A connection that stays silent is closed after the hello timeout (code 4).
+    let silent = muster_sdk::connect::open(&d.options())
+        .await
+        .expect("raw connection");
+    let closed = tokio::time::timeout(Duration::from_secs(10), silent.closed())
+        .await
+        .expect("closed in time");
+    assert!(
+        closed.to_string().contains("no token presented in time"),
+        "{closed}"
+    );
+    let admin = as_token(&d, ADMIN).await;
+    assert!(admin.queue_list().await.expect("list").is_empty());
+}
+
+fn frame(body: &str) -> Vec<u8> {
+    frame_bytes(body.as_bytes())
+}
+
+fn frame_bytes(body: &[u8]) -> Vec<u8> {
+    let mut out = (body.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(body);
+    out
+}
+
+/// Sends bytes on a new stream, finishes it, and reads one reply frame.
+async fn exchange(conn: &quinn::Connection, bytes: &[u8]) -> serde_json::Value {
+    let (mut send, mut recv) = conn.open_bi().await.expect("stream");
+    send.write_all(bytes).await.expect("write");
+    send.finish().expect("finish");
+    read_frame(&mut recv).await.expect("a reply frame")
+}
+
+async fn read_frame(recv: &mut quinn::RecvStream) -> Option<serde_json::Value> {
+    let mut header = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(10), recv.read_exact(&mut header))
+        .await
+        .ok()?
+        .ok()?;
+    let mut body = vec![0u8; u32::from_be_bytes(header) as usize];
+    recv.read_exact(&mut body).await.ok()?;
+    Some(serde_json::from_slice(&body).expect("reply is JSON"))
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_class_of_bad_input_gets_its_code_and_changes_nothing() {
+    let d = Daemon::start();
+    let client = d.client().await;
+    client
+        .queue_create("jobs", QueuePatch::default())
+        .await
+        .expect("queue");
+    let task = client
+        .enqueue("jobs", NewTask::new(muster_sdk::json(&1).expect("json")))
+        .await
+        .expect("enqueue")
+        .id;
+    let conn = muster_sdk::connect::open(&d.options())
+        .await
+        .expect("raw connection");
+    let deep = format!(
+        r#"{{"id":2,"op":"enqueue","queue":"jobs","tasks":[{{"payload":{}{}}}]}}"#,
+        "[".repeat(100),
+        "]".repeat(100)
+    );
+    let cases: Vec<(&str, Vec<u8>, serde_json::Value, &str)> = vec![
+        (
+            "malformed JSON",
+            frame(r#"{"id":1,"op":"#),
+            serde_json::Value::Null,
+            "bad_request",
+        ),
+        (
+            "nesting over the limit",
+            frame(&deep),
+            serde_json::Value::Null,
+            "bad_request",
+        ),
+        (
+            "invalid UTF-8",
+            frame_bytes(b"{\"id\":3,\"op\":\"queue_list\",\"x\":\"\xff\xfe\"}"),
+            serde_json::Value::Null,
+            "bad_request",
+        ),
+        (
+            "unknown op",
+            frame(r#"{"id":4,"op":"fly"}"#),
+            4.into(),
+            "unknown_op",
+        ),
+        (
+            "wrong type",
+            frame(r#"{"id":5,"op":"claim","queues":"jobs"}"#),
+            5.into(),
+            "bad_request",
+        ),
+        (
+            "negative number",
+            frame(&format!(
+                r#"{{"id":6,"op":"ack","task":"{task}","epoch":-1}}"#
+            )),
+            6.into(),
+            "bad_request",
+        ),
+        (
+            "overflowing number",
+            frame(&format!(
+                r#"{{"id":7,"op":"ack","task":"{task}","epoch":99999999999999999999999}}"#
+            )),
+            7.into(),
+            "bad_request",
+        ),
+        (
+            "bad name",
+            frame(r#"{"id":8,"op":"queue_create","queue":"Bad Name"}"#),
+            8.into(),
+            "bad_request",
+        ),
+        (
+            "stale claim",
+            frame(&format!(
+                r#"{{"id":9,"op":"ack","task":"{task}","epoch":7}}"#
+            )),
+            9.into(),
+            "lease_lost",
+        ),
+        (
+            "forged claim",
+            frame(r#"{"id":10,"op":"ack","task":"01JDQ8Z9M4X6K2V7N3B5C8D1EF","epoch":1}"#),
+            10.into(),
+            "not_found",
+        ),
+        (
+            "empty frame",
+            0u32.to_be_bytes().to_vec(),
+            serde_json::Value::Null,
+            "bad_request",
+        ),
+        (
+            "length over the limit",
+            u32::MAX.to_be_bytes().to_vec(),
+            serde_json::Value::Null,
+            "too_large",
+        ),
+        (
+            "too large payload",
+            frame(&format!(
+                r#"{{"id":11,"op":"enqueue","queue":"jobs","tasks":[{{"payload":"{}"}}]}}"#,
+                "x".repeat(1024 * 1024 + 1)
+            )),
+            11.into(),
+            "too_large",
+        ),
+    ];
+    for (name, bytes, id, want) in &cases {
+        let reply = exchange(&conn, bytes).await;
+        assert_eq!(
+            (
+                &reply["id"],
+                reply["ok"].as_bool(),
+                reply["error"]["code"].as_str()
+            ),
+            (id, Some(false), Some(*want)),
+            "{name}: {reply}"
+        );
+    }
+    // Truncated frames: a header promising more than follows, and a torn header. The
+    // stream just ends; the connection and the daemon go on.
+    for bytes in [
+        [&100u32.to_be_bytes()[..], b"{\"id\":"].concat(),
+        vec![0, 0],
+    ] {
+        let (mut send, mut recv) = conn.open_bi().await.expect("stream");
+        send.write_all(&bytes).await.expect("write");
+        send.finish().expect("finish");
+        assert!(read_frame(&mut recv).await.is_none());
+    }
+    let ok = exchange(
+        &conn,
+        &frame(r#"{"id":12,"op":"queue_describe","queue":"jobs"}"#),
+    )
+    .await;
+    assert_eq!(
+        (ok["ok"].as_bool(), ok["queue"]["ready"].as_u64()),
+        (Some(true), Some(1)),
+        "{ok}"
+    );
+    let t = client.task_get(&task).await.expect("task");
+    assert_eq!((t.state, t.deliveries), (muster_sdk::TaskState::Ready, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_bad_frames_do_not_disturb_a_working_client() {
+    let d = Daemon::start();
+    let client = d.client().await;
+    client
+        .queue_create("jobs", QueuePatch::default())
+        .await
+        .expect("queue");
+    let before = rss_kib(d.pid());
+    let worker = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            for n in 0..300u32 {
+                let id = client
+                    .enqueue("jobs", NewTask::new(muster_sdk::json(&n).expect("json")))
+                    .await
+                    .expect("enqueue")
+                    .id;
+                let got = client.claim(&Claim::new(["jobs"])).await.expect("claim");
+                assert_eq!(got.len(), 1);
+                client
+                    .ack(&got[0].id, got[0].epoch, None)
+                    .await
+                    .expect("ack");
+                let _ = id;
+            }
+        })
+    };
+    let conn = muster_sdk::connect::open(&d.options())
+        .await
+        .expect("raw connection");
+    let bad: [&[u8]; 6] = [
+        br#"{"id":1,"op":"#,
+        br#"{"id":2,"op":"fly"}"#,
+        br#"{"id":3,"op":"claim","queues":7}"#,
+        br#"{"id":4,"op":"ack","task":"zz","epoch":-3}"#,
+        b"\xff\xff\xff",
+        br#"{"id":5,"op":"enqueue","queue":"NO","tasks":[]}"#,
+    ];
+    let (mut send, mut recv) = conn.open_bi().await.expect("stream");
+    let mut sent = 0;
+    let reader = tokio::spawn(async move {
+        let mut replies = 0;
+        while let Some(reply) = read_frame(&mut recv).await {
+            assert_eq!(reply["ok"], false);
+            replies += 1;
+            if replies == 10_000 {
+                break;
+            }
+        }
+        replies
+    });
+    let mut buf = Vec::new();
+    for i in 0..10_000 {
+        let body = bad[i % bad.len()];
+        buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        buf.extend_from_slice(body);
+        sent += 1;
+        if buf.len() > 16 * 1024 {
+            send.write_all(&buf).await.expect("write");
+            buf.clear();
+        }
+    }
+    send.write_all(&buf).await.expect("write");
+    assert_eq!(reader.await.expect("reader"), 10_000);
+    worker.await.expect("the working client was disturbed");
+    let after = rss_kib(d.pid());
+    let growth = after.saturating_sub(before);
+    eprintln!("bad frames: {sent} sent, daemon RSS {before} KiB -> {after} KiB (+{growth} KiB)");
+    assert!(growth < 16 * 1024, "daemon grew by {growth} KiB");
+    let q = client.queue_describe("jobs").await.expect("describe");
+    assert_eq!((q.counts.done, q.counts.ready), (300, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_and_streams_past_their_limits_are_refused_cleanly() {
+    let d = Daemon::start_with(&["--max-connections", "8"]);
+    let before = rss_kib(d.pid());
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for _ in 0..16 {
+        match Client::connect(d.options()).await {
+            Ok(c) => held.push(c),
+            Err(e) => {
+                assert!(e.to_string().contains("refused"), "{e}");
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!((held.len(), refused), (8, 8));
+    drop(held);
+    // Slots come back when connections close.
+    let mut again = None;
+    for _ in 0..100 {
+        if let Ok(c) = Client::connect(d.options()).await {
+            again = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let client = again.expect("a connection after the others closed");
+    assert!(client.queue_list().await.expect("list").is_empty());
+
+    // 64 streams at once per connection: the 65th waits for credit, it is not served.
+    let conn = muster_sdk::connect::open(&d.options())
+        .await
+        .expect("raw connection");
+    let mut streams = Vec::new();
+    for i in 0..64 {
+        let (mut send, recv) = conn.open_bi().await.expect("stream");
+        send.write_all(&frame(&format!(r#"{{"id":{i},"op":"queue_list"}}"#)))
+            .await
+            .expect("write");
+        streams.push((send, recv));
+    }
+    for (_, recv) in &mut streams {
+        assert_eq!(read_frame(recv).await.expect("reply")["ok"], true);
+    }
+    let extra = tokio::time::timeout(Duration::from_millis(500), async {
+        let (mut send, mut recv) = conn.open_bi().await.expect("stream");
+        send.write_all(&frame(r#"{"id":99,"op":"queue_list"}"#))
+            .await
+            .expect("write");
+        read_frame(&mut recv).await
+    })
+    .await;
+    assert!(extra.is_err(), "a 65th concurrent stream was served");
+    drop(streams);
+    let after = rss_kib(d.pid());
+    eprintln!("floods: RSS {before} KiB -> {after} KiB");
+    assert!(after.saturating_sub(before) < 32 * 1024);
+}
