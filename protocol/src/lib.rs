@@ -11,9 +11,11 @@
 //! - [`model`]: queue options, task states and the task views sent to clients.
 //! - [`ops`]: one struct per request with its reply type, and the decoder for request frames.
 //! - [`names`]: validation of queue names, member names and labels.
+//! - [`fuzzing`]: the entry points of the fuzz targets in `protocol/fuzz`.
 
 pub mod error;
 pub mod frame;
+pub mod fuzzing;
 pub mod limits;
 pub mod model;
 pub mod names;
