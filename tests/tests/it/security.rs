@@ -527,6 +527,14 @@ async fn ten_thousand_bad_frames_do_not_disturb_a_working_client() {
         .queue_create("jobs", QueuePatch::default())
         .await
         .expect("queue");
+    // Warm up: the first bad frames and requests size the daemon's buffers.
+    let warm = muster_sdk::connect::open(&d.options())
+        .await
+        .expect("raw connection");
+    for i in 0..200 {
+        let reply = exchange(&warm, &frame(&format!(r#"{{"id":{i},"op":"fly"}}"#))).await;
+        assert_eq!(reply["error"]["code"], "unknown_op");
+    }
     let before = rss_kib(d.pid());
     let worker = {
         let client = client.clone();
