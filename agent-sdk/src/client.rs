@@ -70,6 +70,19 @@ impl Client {
     /// Connects, opens the request stream and says hello.
     pub async fn connect(options: ConnectOptions) -> Result<Client, Error> {
         let conn = connect::open(&options).await?;
+        Client::start(conn, &options).await
+    }
+
+    /// Connects on a shared endpoint (see [`connect::endpoint_for`]).
+    pub async fn connect_on(
+        endpoint: &quinn::Endpoint,
+        options: ConnectOptions,
+    ) -> Result<Client, Error> {
+        let conn = connect::open_on(endpoint, &options).await?;
+        Client::start(conn, &options).await
+    }
+
+    async fn start(conn: quinn::Connection, options: &ConnectOptions) -> Result<Client, Error> {
         let (send, recv) = conn
             .open_bi()
             .await
@@ -397,6 +410,11 @@ impl Client {
     /// Revokes a lease: it lapses now and its holder is told.
     pub async fn lease_revoke(&self, task: &str) -> Result<SettleReply, Error> {
         self.call(&LeaseRevoke { task: task.into() }).await
+    }
+
+    /// The daemon's own counters (group commit).
+    pub async fn server_stats(&self) -> Result<ops::ServerStatsReply, Error> {
+        self.call(&ops::ServerStats {}).await
     }
 
     /// Makes dead tasks ready again with failures reset.

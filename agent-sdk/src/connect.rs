@@ -72,6 +72,27 @@ pub fn default_data_dir() -> PathBuf {
 /// clients that frame their own requests. [`crate::Client::connect`] builds on it.
 pub async fn open(options: &ConnectOptions) -> Result<quinn::Connection, Error> {
     let addr = resolve(&options.addr).await?;
+    let endpoint = endpoint_for(addr)?;
+    open_on(&endpoint, options).await
+}
+
+/// A client endpoint (one UDP socket) that many connections can share, e.g. a process
+/// that runs hundreds of agents.
+pub fn endpoint_for(addr: SocketAddr) -> Result<quinn::Endpoint, Error> {
+    let bind: SocketAddr = if addr.is_ipv6() {
+        SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0))
+    } else {
+        SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0))
+    };
+    quinn::Endpoint::client(bind).map_err(|e| Error::Connect(format!("binding a UDP socket: {e}")))
+}
+
+/// Opens a raw QUIC connection on an existing endpoint.
+pub async fn open_on(
+    endpoint: &quinn::Endpoint,
+    options: &ConnectOptions,
+) -> Result<quinn::Connection, Error> {
+    let addr = resolve(&options.addr).await?;
     let host = options
         .server_name
         .clone()
@@ -90,20 +111,8 @@ pub async fn open(options: &ConnectOptions) -> Result<quinn::Connection, Error> 
         ))
         .max_concurrent_uni_streams(0u32.into());
     config.transport_config(Arc::new(transport));
-    let bind: SocketAddr = if addr.is_ipv6() {
-        "[::]:0"
-            .parse()
-            .map_err(|_| Error::Connect("bind address".into()))?
-    } else {
-        "0.0.0.0:0"
-            .parse()
-            .map_err(|_| Error::Connect("bind address".into()))?
-    };
-    let mut endpoint = quinn::Endpoint::client(bind)
-        .map_err(|e| Error::Connect(format!("binding a UDP socket: {e}")))?;
-    endpoint.set_default_client_config(config);
     let connecting = endpoint
-        .connect(addr, &host)
+        .connect_with(config, addr, &host)
         .map_err(|e| Error::Connect(format!("{}: {e}", options.addr)))?;
     connecting
         .await

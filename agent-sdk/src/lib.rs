@@ -35,7 +35,7 @@ pub use muster_protocol::model::{
     Backoff, Delivery, EnqueuedTask, NewTask, QueueInfo, QueueOptions, QueuePatch, TaskInfo,
     TaskState, TaskSummary,
 };
-pub use muster_protocol::{ErrorCode, RawJson};
+pub use muster_protocol::{ErrorCode, Push, RawJson};
 pub use worker::{Outcome, Task, Worker, WorkerConfig, WorkerHandle};
 
 /// Serializes a value into raw JSON for a payload, result or progress.

@@ -67,6 +67,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         max_connections: config.max_connections,
         tokens: Arc::clone(&tokens),
         hello_timeout: config.hello_timeout,
+        stats: Arc::clone(&dispatcher.stats),
     };
     let server = tokio::spawn(server::serve(endpoint, context, shutdown.clone()));
     let failed = tokio::select! {

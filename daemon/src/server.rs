@@ -234,6 +234,22 @@ async fn read_requests(
             continue;
         }
         let principal = state.principal.get().cloned();
+        if let Request::ServerStats(_) = &req
+            && principal
+                .as_ref()
+                .is_none_or(|p| p.has(crate::auth::Role::Admin))
+            && (principal.is_some() || state.context.tokens.is_empty())
+        {
+            let stats = &state.context.stats;
+            let reply = Reply::ServerStats(muster_protocol::ops::ServerStatsReply {
+                syncs: stats.syncs.load(std::sync::atomic::Ordering::Relaxed),
+                synced_requests: stats
+                    .synced_requests
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            });
+            let _ = out.send(Outgoing::reply(Some(id), Ok(reply), slot));
+            continue;
+        }
         if principal.is_none() && !state.context.tokens.is_empty() {
             let error = ErrorBody::new(ErrorCode::Unauthorized, "present a token with hello first");
             let _ = out.send(Outgoing::reply(Some(id), Err(error), slot));
@@ -262,6 +278,8 @@ pub struct ServerContext {
     pub tokens: Arc<Tokens>,
     /// How long a connection has to present its token.
     pub hello_timeout: std::time::Duration,
+    /// The dispatcher's group-commit counters, for `server_stats`.
+    pub stats: Arc<crate::dispatcher::CommitStats>,
 }
 
 /// One connection's state, shared by its streams.

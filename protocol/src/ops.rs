@@ -499,6 +499,20 @@ pub struct LeaseRevoke {
     pub task: String,
 }
 
+/// Reads the daemon's own counters (group commit, connections).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ServerStats {}
+
+/// Reply to [`ServerStats`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ServerStatsReply {
+    /// Dispatcher rounds that made changes durable (one fsync each with `sync` durability).
+    pub syncs: u64,
+    /// Requests applied in those rounds: `synced_requests / syncs` is the group-commit
+    /// batch factor.
+    pub synced_requests: u64,
+}
+
 /// A frame the daemon sends unasked, on the stream of a member's session.
 /// On the wire: `{"push": "<kind>", ...fields}` and no `id`.
 #[derive(Debug, Clone)]
@@ -670,6 +684,7 @@ ops! {
     MemberDescribe(MemberDescribe) = "member_describe" -> MemberDescribeReply;
     MemberDrain(MemberDrain) = "member_drain" -> MemberReply;
     LeaseRevoke(LeaseRevoke) = "lease_revoke" -> SettleReply;
+    ServerStats(ServerStats) = "server_stats" -> ServerStatsReply;
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ErrorBody> {

@@ -136,12 +136,64 @@ pub enum Command {
     Lease(LeaseCommand),
     /// Run any program as an agent: one process per task, payload on stdin.
     Work(WorkArgs),
+    /// The benchmark of DESIGN §9 against a daemon it starts: a table, and JSON.
+    Bench(BenchArgs),
     /// A live swarm on the daemon to watch: a producer and four agents on queue `demo`.
     Demo {
         /// Tasks enqueued per second.
         #[arg(long, default_value_t = 2.0)]
         rate: f64,
     },
+}
+
+/// Arguments of `bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Phases, comma-separated: all, enqueue, drain, latency, roundtrip, startup, members.
+    #[arg(long, default_value = "all")]
+    pub phase: String,
+    /// Runs (each on a fresh daemon); the table shows medians and spread.
+    #[arg(long, default_value_t = 1)]
+    pub runs: usize,
+    /// Tasks enqueued and drained.
+    #[arg(long, default_value_t = 100_000)]
+    pub tasks: usize,
+    /// Producers in the enqueue phase.
+    #[arg(long, default_value_t = 4)]
+    pub producers: usize,
+    /// Unconfirmed enqueues each producer keeps in flight.
+    #[arg(long, default_value_t = 256)]
+    pub window: usize,
+    /// Workers in the drain and latency phases.
+    #[arg(long, default_value_t = 8)]
+    pub workers: usize,
+    /// Tasks each worker holds at once.
+    #[arg(long, default_value_t = 32)]
+    pub prefetch: u32,
+    /// Enqueues per second in the latency phase.
+    #[arg(long, default_value_t = 2000.0)]
+    pub rate: f64,
+    /// Length of the latency and members phases, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// Sequential round trips.
+    #[arg(long, default_value_t = 5000)]
+    pub roundtrips: usize,
+    /// Tasks stored for the startup phase.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub stored: usize,
+    /// Members renewing a lease every second.
+    #[arg(long, default_value_t = 1000)]
+    pub members: usize,
+    /// The musterd binary (default: next to this muster binary).
+    #[arg(long)]
+    pub musterd: Option<PathBuf>,
+    /// The daemon's durability: sync or buffered.
+    #[arg(long, default_value = "sync")]
+    pub durability: String,
+    /// Where every figure of every run is written (JSON).
+    #[arg(long, default_value = "bench.json")]
+    pub out: PathBuf,
 }
 
 /// Member subcommands.
@@ -360,4 +412,14 @@ pub struct DeadArgs {
     /// Only list what would be affected.
     #[arg(long)]
     pub dry_run: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
 }

@@ -15,7 +15,7 @@ use crate::cli::{
     QueueOptionArgs, TaskCommand,
 };
 use crate::output::{self, Output};
-use crate::{demo, work};
+use crate::{bench, demo, work};
 
 /// Enqueues from stdin kept in flight at once: enough to share fsyncs, bounded memory.
 const STDIN_IN_FLIGHT: usize = 256;
@@ -40,6 +40,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             return work::run(options(&cli.global), config, spec).await;
         }
         Command::Demo { rate } => return demo::run(options(&cli.global), rate).await,
+        Command::Bench(args) => return bench::run(args).await,
         other => other,
     };
     let client = Client::connect(options(&cli.global)).await?;
@@ -197,7 +198,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let reply = client.lease_revoke(&id).await?;
             out.item(|| reply.state.to_string(), &reply)
         }
-        Command::Work(_) | Command::Demo { .. } => unreachable!("handled before connecting"),
+        Command::Work(_) | Command::Demo { .. } | Command::Bench(_) => {
+            unreachable!("handled before connecting")
+        }
     }
 }
 

@@ -9,7 +9,9 @@
 //! - [`output`]: how results are printed, as text or JSON lines.
 //! - [`work`]: `muster work`, any program as an agent.
 //! - [`demo`]: `muster demo`, a live swarm to watch.
+//! - [`bench`]: `muster bench`, the benchmark of DESIGN §9.
 
+pub mod bench;
 pub mod cli;
 pub mod commands;
 pub mod demo;

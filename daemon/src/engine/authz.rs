@@ -16,6 +16,7 @@
 //! | `subscribe` | consume | every queue |
 //! | `member_list`, `member_describe`, `member_drain` | admin | |
 //! | `lease_revoke` | admin | the task's queue |
+//! | `server_stats` | admin | |
 //!
 //! Admin holds every role. A member name belongs to the principal that first used it
 //! (recorded in the store); no other principal can open its session, claim in its name
@@ -80,6 +81,7 @@ impl<W: Waiter> Engine<W> {
                 p.check(ADMIN, None)
             }
             Request::LeaseRevoke(r) => self.task_allowed(&r.task, ADMIN, p),
+            Request::ServerStats(_) => p.check(ADMIN, None),
         }
     }
 

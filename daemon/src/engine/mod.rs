@@ -30,8 +30,8 @@ use muster_protocol::limits::{MAX_HISTORY, MAX_LEASE};
 use muster_protocol::model::{QueueOptions, TaskState, TimelineEvent};
 use muster_protocol::ops::{
     CancelReply, ClaimReply, CountReply, Empty, EnqueueReply, HelloReply, MemberDescribeReply,
-    MemberListReply, MemberReply, QueueListReply, QueueReply, RenewReply, SessionOpenReply,
-    SettleReply, TaskListReply, TaskReply, WaitReply,
+    MemberListReply, MemberReply, QueueListReply, QueueReply, RenewReply, ServerStatsReply,
+    SessionOpenReply, SettleReply, TaskListReply, TaskReply, WaitReply,
 };
 use muster_protocol::{ErrorBody, ErrorCode};
 
@@ -78,6 +78,8 @@ pub trait Sink: Clone {
 pub enum Reply {
     /// Hello (answered by the connection, not the engine).
     Hello(HelloReply),
+    /// Server stats (answered by the connection, not the engine).
+    ServerStats(ServerStatsReply),
     /// Session open.
     SessionOpen(SessionOpenReply),
     /// Session update, member drain.

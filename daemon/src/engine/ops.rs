@@ -177,8 +177,10 @@ impl<W: Waiter> Engine<W> {
             return Err((waiter, Failure::Client(e)));
         }
         let result = match req {
-            // Answered by the connection before it reaches the engine.
-            Request::Hello(_) => Err(bad("hello is answered by the connection")),
+            // Answered by the connection before they reach the engine.
+            Request::Hello(_) | Request::ServerStats(_) => {
+                Err(bad("answered by the connection, not the engine"))
+            }
             Request::QueueCreate(r) => self.queue_create(r, now).map(Reply::Queue),
             Request::QueueList(_) => Ok(Reply::QueueList(QueueListReply {
                 queues: self

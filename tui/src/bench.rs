@@ -1,0 +1,669 @@
+//! `muster bench`: the workload of DESIGN §9, against a daemon it starts.
+//!
+//! Phases (each run starts a fresh `musterd` on a temporary data directory):
+//! - `enqueue`: producers, each with up to `window` unconfirmed enqueues in flight, put
+//!   `tasks` 256-byte JSON payloads on a queue; a task counts when its reply arrives.
+//! - `drain`: workers, each a member session holding up to `prefetch` pushed tasks,
+//!   ack every task individually until all are done.
+//! - `latency`: one producer at a steady `rate` for `seconds`, with the workers
+//!   running; the time from enqueue to delivery.
+//! - `roundtrip`: one producer and one worker, strictly sequential: enqueue, receive
+//!   the push, ack.
+//! - `startup`: `stored` tasks in the store, then the daemon is restarted: time from
+//!   start to serving, and resident memory.
+//! - `members`: `members` connected members each renewing a lease every second: the
+//!   daemon's CPU use.
+//!
+//! Besides throughput and latency it reports the group-commit batch factor (requests
+//! per fsync), the daemon's CPU seconds per 1,000 tasks and its resident memory. The
+//! table goes to stdout, every figure of every run to the JSON file.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use muster_protocol::model::{NewTask, QueuePatch};
+use muster_protocol::ops::{Ack, Claim, SessionOpen};
+use muster_sdk::{Client, ConnectOptions, Push, Trust};
+use serde::Serialize;
+
+use crate::cli::BenchArgs;
+
+/// Payload bytes of every benchmark task.
+const PAYLOAD_BYTES: usize = 256;
+
+/// Longest a started daemon may take to serve.
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A daemon started for the benchmark, stopped on drop.
+struct Daemon {
+    child: Child,
+    addr: String,
+    data: PathBuf,
+}
+
+impl Daemon {
+    fn start(musterd: &Path, data: &Path, durability: &str) -> anyhow::Result<(Daemon, Duration)> {
+        let started = Instant::now();
+        let mut child = Command::new(musterd)
+            .arg("--data")
+            .arg(data)
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+                "--durability",
+                durability,
+            ])
+            .env("MUSTER_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {}", musterd.display()))?;
+        let stderr = child.stderr.take().context("musterd stderr")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let addr = loop {
+            let line = rx
+                .recv_timeout(START_TIMEOUT)
+                .context("musterd did not report listening")?;
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            if v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("musterd listening"))
+            {
+                break v["fields"]["addr"]
+                    .as_str()
+                    .context("addr in the log")?
+                    .to_owned();
+            }
+        };
+        let serving = started.elapsed();
+        std::thread::spawn(move || while rx.recv().is_ok() {});
+        Ok((
+            Daemon {
+                child,
+                addr,
+                data: data.to_path_buf(),
+            },
+            serving,
+        ))
+    }
+
+    fn options(&self) -> ConnectOptions {
+        ConnectOptions {
+            addr: self.addr.clone(),
+            trust: Trust::DataDir(self.data.clone()),
+            token: None,
+            server_name: None,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM, then wait for the clean exit.
+    fn stop(mut self) -> anyhow::Result<()> {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id())?);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)?;
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// CPU seconds (user + system) a process has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may contain spaces) start after ")".
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after ")".
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Resident memory of a process, in MiB.
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+fn payload(stamp: u64) -> anyhow::Result<muster_sdk::RawJson> {
+    let head = format!("{{\"t\":{stamp},\"pad\":\"");
+    let pad = "x".repeat(PAYLOAD_BYTES.saturating_sub(head.len() + 2));
+    Ok(muster_sdk::raw_json(&format!("{head}{pad}\"}}"))?)
+}
+
+/// The figures of one run.
+#[derive(Debug, Default, Clone, Serialize)]
+struct Run {
+    enqueue_per_s: Option<f64>,
+    enqueue_batch_factor: Option<f64>,
+    enqueue_cpu_s_per_1000: Option<f64>,
+    drain_per_s: Option<f64>,
+    drain_batch_factor: Option<f64>,
+    drain_cpu_s_per_1000: Option<f64>,
+    latency_p50_ms: Option<f64>,
+    latency_p99_ms: Option<f64>,
+    latency_p999_ms: Option<f64>,
+    latency_max_ms: Option<f64>,
+    roundtrip_mean_ms: Option<f64>,
+    startup_s: Option<f64>,
+    startup_rss_mib: Option<f64>,
+    members_cpu_percent: Option<f64>,
+    rss_mib: Option<f64>,
+}
+
+/// Runs the benchmark.
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let musterd = match &args.musterd {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .context("the muster binary's directory")?
+            .join("musterd"),
+    };
+    let phases: Vec<&str> = args.phase.split(',').map(str::trim).collect();
+    let want = |p: &str| phases.contains(&"all") || phases.contains(&p);
+    let mut runs = Vec::new();
+    for n in 0..args.runs {
+        let dir = tempfile::tempdir()?;
+        let (daemon, _) = Daemon::start(&musterd, dir.path(), &args.durability)?;
+        let options = daemon.options();
+        let mut run = Run::default();
+        if want("enqueue") || want("drain") {
+            enqueue(&args, &options, daemon.pid(), &mut run).await?;
+        }
+        if want("drain") {
+            drain(&args, &options, daemon.pid(), &mut run).await?;
+        }
+        if want("latency") {
+            latency(&args, &options, &mut run).await?;
+        }
+        if want("roundtrip") {
+            roundtrip(&args, &options, &mut run).await?;
+        }
+        if want("members") {
+            members(&args, &options, daemon.pid(), &mut run).await?;
+        }
+        run.rss_mib = Some(rss_mib(daemon.pid()));
+        daemon.stop()?;
+        if want("startup") {
+            startup(&args, &musterd, &mut run).await?;
+        }
+        eprintln!(
+            "run {} of {}: {}",
+            n + 1,
+            args.runs,
+            serde_json::to_string(&run)?
+        );
+        runs.push(run);
+    }
+    print_table(&runs)?;
+    let json = serde_json::json!({ "args": format!("{args:?}"), "runs": runs });
+    std::fs::write(&args.out, serde_json::to_vec_pretty(&json)?)
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    println!("all figures: {}", args.out.display());
+    Ok(())
+}
+
+async fn batch_factor(
+    client: &Client,
+    before: &muster_protocol::ops::ServerStatsReply,
+) -> anyhow::Result<f64> {
+    let after = client.server_stats().await?;
+    let syncs = after.syncs.saturating_sub(before.syncs).max(1);
+    Ok(after.synced_requests.saturating_sub(before.synced_requests) as f64 / syncs as f64)
+}
+
+async fn enqueue(
+    args: &BenchArgs,
+    options: &ConnectOptions,
+    pid: u32,
+    run: &mut Run,
+) -> anyhow::Result<()> {
+    let admin = Client::connect(options.clone()).await?;
+    admin.queue_create("bench", QueuePatch::default()).await?;
+    let stats = admin.server_stats().await?;
+    let cpu = cpu_seconds(pid);
+    let started = Instant::now();
+    let mut producers = Vec::new();
+    let per = args.tasks / args.producers;
+    for p in 0..args.producers {
+        let count = if p == 0 {
+            args.tasks - per * (args.producers - 1)
+        } else {
+            per
+        };
+        let client = Client::connect(options.clone()).await?;
+        let window = args.window;
+        producers.push(tokio::spawn(async move {
+            let mut in_flight = VecDeque::with_capacity(window);
+            for _ in 0..count {
+                if in_flight.len() >= window
+                    && let Some(oldest) = in_flight.pop_front()
+                {
+                    let oldest: muster_sdk::PendingReply<_> = oldest;
+                    oldest.reply().await?;
+                }
+                in_flight.push_back(
+                    client
+                        .send_enqueue("bench", vec![NewTask::new(payload(0)?)])
+                        .await?,
+                );
+            }
+            for pending in in_flight {
+                pending.reply().await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for p in producers {
+        p.await??;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    run.enqueue_per_s = Some(args.tasks as f64 / elapsed);
+    run.enqueue_cpu_s_per_1000 = Some((cpu_seconds(pid) - cpu) / (args.tasks as f64 / 1000.0));
+    run.enqueue_batch_factor = Some(batch_factor(&admin, &stats).await?);
+    Ok(())
+}
+
+/// Starts `workers` member sessions of capacity `prefetch` on `queue`; each delivered
+/// task goes to `on_task` and is acked at once. Returns the sessions' tasks.
+async fn start_workers(
+    options: &ConnectOptions,
+    queue: &str,
+    workers: usize,
+    prefetch: u32,
+    on_task: Arc<dyn Fn(&muster_sdk::Delivery) + Send + Sync>,
+    acked: Arc<AtomicUsize>,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<anyhow::Result<()>>>> {
+    let mut handles = Vec::new();
+    for w in 0..workers {
+        let client = Client::connect(options.clone()).await?;
+        let open = SessionOpen {
+            member: format!("bench/worker-{w}"),
+            labels: Vec::new(),
+            capacity: prefetch,
+            reclaim: false,
+            resume: false,
+        };
+        let (_, mut pushes) = client.open_session(&open).await?;
+        client.subscribe(&open.member, &[queue.to_owned()]).await?;
+        let (on_task, acked) = (Arc::clone(&on_task), Arc::clone(&acked));
+        handles.push(tokio::spawn(async move {
+            while let Some(push) = pushes.recv().await {
+                if let Push::Deliver(d) = push {
+                    on_task(&d);
+                    let pending = client
+                        .send(&Ack {
+                            task: d.id,
+                            epoch: d.epoch,
+                            result: None,
+                        })
+                        .await?;
+                    let acked = Arc::clone(&acked);
+                    tokio::spawn(async move {
+                        if pending.reply().await.is_ok() {
+                            acked.fetch_add(1, Ordering::Relaxed);
+                        }
+                    });
+                }
+            }
+            anyhow::Ok(())
+        }));
+    }
+    Ok(handles)
+}
+
+async fn drain(
+    args: &BenchArgs,
+    options: &ConnectOptions,
+    pid: u32,
+    run: &mut Run,
+) -> anyhow::Result<()> {
+    let admin = Client::connect(options.clone()).await?;
+    let stats = admin.server_stats().await?;
+    let cpu = cpu_seconds(pid);
+    let acked = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let workers = start_workers(
+        options,
+        "bench",
+        args.workers,
+        args.prefetch,
+        Arc::new(|_| {}),
+        Arc::clone(&acked),
+    )
+    .await?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while acked.load(Ordering::Relaxed) < args.tasks {
+        if Instant::now() > deadline {
+            bail!(
+                "drain did not finish within 10 minutes: {} acked",
+                acked.load(Ordering::Relaxed)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    run.drain_per_s = Some(args.tasks as f64 / elapsed);
+    run.drain_cpu_s_per_1000 = Some((cpu_seconds(pid) - cpu) / (args.tasks as f64 / 1000.0));
+    run.drain_batch_factor = Some(batch_factor(&admin, &stats).await?);
+    for w in workers {
+        w.abort();
+    }
+    Ok(())
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+async fn latency(args: &BenchArgs, options: &ConnectOptions, run: &mut Run) -> anyhow::Result<()> {
+    let producer = Client::connect(options.clone()).await?;
+    producer
+        .queue_create("latency", QueuePatch::default())
+        .await?;
+    let samples: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let record = {
+        let samples = Arc::clone(&samples);
+        Arc::new(move |d: &muster_sdk::Delivery| {
+            let v: serde_json::Value = serde_json::from_str(d.payload.get()).unwrap_or_default();
+            if let Some(t) = v["t"].as_u64() {
+                let ms = now_us().saturating_sub(t) as f64 / 1000.0;
+                samples
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(ms);
+            }
+        })
+    };
+    let acked = Arc::new(AtomicUsize::new(0));
+    let workers = start_workers(
+        options,
+        "latency",
+        args.workers,
+        args.prefetch,
+        record,
+        Arc::clone(&acked),
+    )
+    .await?;
+    let total = (args.rate * args.seconds) as usize;
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut pending = VecDeque::new();
+    for _ in 0..total {
+        tick.tick().await;
+        pending.push_back(
+            producer
+                .send_enqueue("latency", vec![NewTask::new(payload(now_us())?)])
+                .await?,
+        );
+        while pending.len() > 1024 {
+            if let Some(p) = pending.pop_front() {
+                p.reply().await?;
+            }
+        }
+    }
+    for p in pending {
+        p.reply().await?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acked.load(Ordering::Relaxed) < total && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for w in workers {
+        w.abort();
+    }
+    let mut s = samples
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    s.sort_by(f64::total_cmp);
+    run.latency_p50_ms = Some(percentile(&s, 0.5));
+    run.latency_p99_ms = Some(percentile(&s, 0.99));
+    run.latency_p999_ms = Some(percentile(&s, 0.999));
+    run.latency_max_ms = s.last().copied();
+    Ok(())
+}
+
+async fn roundtrip(
+    args: &BenchArgs,
+    options: &ConnectOptions,
+    run: &mut Run,
+) -> anyhow::Result<()> {
+    let producer = Client::connect(options.clone()).await?;
+    producer
+        .queue_create("roundtrip", QueuePatch::default())
+        .await?;
+    let worker = Client::connect(options.clone()).await?;
+    let open = SessionOpen {
+        member: "bench/roundtrip".into(),
+        labels: Vec::new(),
+        capacity: 1,
+        reclaim: false,
+        resume: false,
+    };
+    let (_, mut pushes) = worker.open_session(&open).await?;
+    worker
+        .subscribe(&open.member, &["roundtrip".to_owned()])
+        .await?;
+    let started = Instant::now();
+    for _ in 0..args.roundtrips {
+        producer
+            .enqueue("roundtrip", NewTask::new(payload(0)?))
+            .await?;
+        let delivery = loop {
+            match pushes.recv().await {
+                Some(Push::Deliver(d)) => break d,
+                Some(_) => {}
+                None => bail!("the worker's session ended"),
+            }
+        };
+        worker.ack(&delivery.id, delivery.epoch, None).await?;
+    }
+    run.roundtrip_mean_ms = Some(started.elapsed().as_secs_f64() * 1000.0 / args.roundtrips as f64);
+    Ok(())
+}
+
+async fn startup(args: &BenchArgs, musterd: &Path, run: &mut Run) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (daemon, _) = Daemon::start(musterd, dir.path(), &args.durability)?;
+    let client = Client::connect(daemon.options()).await?;
+    client.queue_create("stored", QueuePatch::default()).await?;
+    let mut pending = VecDeque::new();
+    let mut n = 0;
+    while n < args.stored {
+        let batch = (args.stored - n).min(1000);
+        let tasks = (0..batch)
+            .map(|_| payload(0).map(NewTask::new))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        pending.push_back(client.send_enqueue("stored", tasks).await?);
+        n += batch;
+        if pending.len() >= 8
+            && let Some(p) = pending.pop_front()
+        {
+            p.reply().await?;
+        }
+    }
+    for p in pending {
+        p.reply().await?;
+    }
+    drop(client);
+    daemon.stop()?;
+    let (daemon, serving) = Daemon::start(musterd, dir.path(), &args.durability)?;
+    let client = Client::connect(daemon.options()).await?;
+    let q = client.queue_describe("stored").await?;
+    if q.counts.ready != args.stored as u64 {
+        bail!(
+            "{} of {} stored tasks after the restart",
+            q.counts.ready,
+            args.stored
+        );
+    }
+    run.startup_s = Some(serving.as_secs_f64());
+    run.startup_rss_mib = Some(rss_mib(daemon.pid()));
+    drop(client);
+    daemon.stop()
+}
+
+async fn members(
+    args: &BenchArgs,
+    options: &ConnectOptions,
+    pid: u32,
+    run: &mut Run,
+) -> anyhow::Result<()> {
+    let admin = Client::connect(options.clone()).await?;
+    admin
+        .queue_create(
+            "members",
+            QueuePatch {
+                lease_ms: Some(10_000),
+                ..QueuePatch::default()
+            },
+        )
+        .await?;
+    let tasks = (0..args.members)
+        .map(|_| payload(0).map(NewTask::new))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for chunk in tasks.chunks(1000) {
+        admin.enqueue_batch("members", chunk.to_vec()).await?;
+    }
+    let addr = tokio::net::lookup_host(&options.addr)
+        .await?
+        .next()
+        .context("daemon address")?;
+    let endpoint = muster_sdk::connect::endpoint_for(addr)?;
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let mut agents = Vec::new();
+    for m in 0..args.members {
+        let client = Client::connect_on(&endpoint, options.clone()).await?;
+        let member = format!("bench/member-{m}");
+        let open = SessionOpen {
+            member: member.clone(),
+            labels: Vec::new(),
+            capacity: 1,
+            reclaim: false,
+            resume: false,
+        };
+        let (_, pushes) = client.open_session(&open).await?;
+        let got = client
+            .claim(&Claim::new(["members"]).member(member))
+            .await?;
+        let lease = got.into_iter().next().context("a task for every member")?;
+        let stop = Arc::clone(&stop);
+        agents.push(tokio::spawn(async move {
+            let _pushes = pushes;
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => { client.renew(&lease.id, lease.epoch, None, None).await?; }
+                    () = stop.notified() => return anyhow::Ok(()),
+                }
+            }
+        }));
+    }
+    // Measure once every member renews on its own rhythm.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (cpu, started) = (cpu_seconds(pid), Instant::now());
+    tokio::time::sleep(Duration::from_secs_f64(args.seconds)).await;
+    run.members_cpu_percent =
+        Some((cpu_seconds(pid) - cpu) / started.elapsed().as_secs_f64() * 100.0);
+    stop.notify_waiters();
+    for a in agents {
+        a.abort();
+    }
+    Ok(())
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn print_table(runs: &[Run]) -> anyhow::Result<()> {
+    let rows: Vec<(&str, fn(&Run) -> Option<f64>)> = vec![
+        ("enqueue tasks/s", |r| r.enqueue_per_s),
+        ("enqueue fsync batch factor", |r| r.enqueue_batch_factor),
+        ("enqueue daemon CPU s / 1000 tasks", |r| {
+            r.enqueue_cpu_s_per_1000
+        }),
+        ("drain tasks/s", |r| r.drain_per_s),
+        ("drain fsync batch factor", |r| r.drain_batch_factor),
+        ("drain daemon CPU s / 1000 tasks", |r| {
+            r.drain_cpu_s_per_1000
+        }),
+        ("latency p50 ms", |r| r.latency_p50_ms),
+        ("latency p99 ms", |r| r.latency_p99_ms),
+        ("latency p99.9 ms", |r| r.latency_p999_ms),
+        ("latency max ms", |r| r.latency_max_ms),
+        ("round trip mean ms", |r| r.roundtrip_mean_ms),
+        ("startup to serving s", |r| r.startup_s),
+        ("startup RSS MiB", |r| r.startup_rss_mib),
+        ("members: daemon CPU %", |r| r.members_cpu_percent),
+        ("daemon RSS after the run MiB", |r| r.rss_mib),
+    ];
+    println!(
+        "{:<36} {:>12} {:>12} {:>12}   runs: {}",
+        "figure",
+        "median",
+        "min",
+        "max",
+        runs.len()
+    );
+    for (name, get) in rows {
+        let mut values: Vec<f64> = runs.iter().filter_map(get).collect();
+        if values.is_empty() {
+            continue;
+        }
+        let (min, max) = values
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(*v), b.max(*v)));
+        println!(
+            "{name:<36} {:>12.3} {min:>12.3} {max:>12.3}",
+            median(&mut values)
+        );
+    }
+    Ok(())
+}
