@@ -622,8 +622,11 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
+/// Reads one figure of a run.
+type Figure = fn(&Run) -> Option<f64>;
+
 fn print_table(runs: &[Run]) -> anyhow::Result<()> {
-    let rows: Vec<(&str, fn(&Run) -> Option<f64>)> = vec![
+    let rows: Vec<(&str, Figure)> = vec![
         ("enqueue tasks/s", |r| r.enqueue_per_s),
         ("enqueue fsync batch factor", |r| r.enqueue_batch_factor),
         ("enqueue daemon CPU s / 1000 tasks", |r| {
