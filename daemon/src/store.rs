@@ -27,6 +27,9 @@ use ulid::Ulid;
 use muster_protocol::RawJson;
 use muster_protocol::model::{QueueOptions, TaskState, TimelineEvent};
 
+/// Largest memtable of a keyspace before it is flushed to disk.
+const MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
+
 /// The on-disk format version written into every record.
 const FORMAT: u32 = 1;
 
@@ -139,7 +142,8 @@ pub struct TaskRecord {
     pub history: Vec<TimelineEvent>,
 }
 
-/// The daemon's fjall database.
+/// The daemon's fjall database. Clones share it.
+#[derive(Clone)]
 pub struct Store {
     db: Database,
     ks: Arc<Keyspaces>,
@@ -162,7 +166,7 @@ impl Store {
             // round after committing every batch of that round (group commit).
             .manual_journal_persist(true)
             .open()?;
-        let opts = KeyspaceCreateOptions::default;
+        let opts = || KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES);
         let ks = Keyspaces {
             owners: db.keyspace("owners", opts)?,
             queues: db.keyspace("queues", opts)?,

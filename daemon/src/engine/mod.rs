@@ -292,37 +292,51 @@ impl<W: Waiter> Engine<W> {
                 .queues
                 .insert(name, Queue::new(rec.options, rec.created_ms));
         }
-        let mut records = Vec::new();
-        engine
-            .store
-            .for_each_task(|id, rec| records.push((id, rec)))?;
-        for (id, mut rec) in records {
-            let Some(queue) = engine.queues.get(&rec.queue) else {
-                return Err(StoreError::Corrupt {
-                    what: format!("task {id}"),
-                    detail: format!("names missing queue {}", rec.queue),
-                });
-            };
-            let mut deadline = 0;
-            let mut granted = now.mono_ms;
-            if let Some(lease) = &rec.lease {
-                let left = lease.expires_ms.saturating_sub(now.wall_ms);
-                let full = queue.options.lease_ms;
-                deadline = now.mono_ms + left.max(full).min(MAX_LEASE.as_millis() as u64);
-                granted = now
-                    .mono_ms
-                    .saturating_sub(now.wall_ms.saturating_sub(lease.granted_ms));
+        // Each record is indexed as it is read and dropped at once: start-up holds the
+        // index, never the whole store, in memory.
+        let store = engine.store.clone();
+        let mut failure = None;
+        store.for_each_task(|id, rec| {
+            if failure.is_none()
+                && let Err(e) = engine.restore(id, rec, now)
+            {
+                failure = Some(e);
             }
-            engine.last_id = engine.last_id.max(id);
-            if let Some(lease) = rec.lease.as_mut() {
-                // Show the deadline the lease really has now; persisted with the first round.
-                lease.expires_ms = now.wall_ms + (deadline - now.mono_ms);
-                engine.pending.put_task(id, &rec);
-            }
-            engine.index_record(id, &rec, deadline, granted);
+        })?;
+        if let Some(e) = failure {
+            return Err(e);
         }
         engine.commit()?;
         Ok(engine)
+    }
+
+    /// Indexes one stored task at start-up. A lease still held gets at least a full
+    /// lease period from now, written back with the first round.
+    fn restore(&mut self, id: Ulid, mut rec: TaskRecord, now: Now) -> Result<(), StoreError> {
+        let Some(queue) = self.queues.get(&rec.queue) else {
+            return Err(StoreError::Corrupt {
+                what: format!("task {id}"),
+                detail: format!("names missing queue {}", rec.queue),
+            });
+        };
+        let mut deadline = 0;
+        let mut granted = now.mono_ms;
+        if let Some(lease) = &rec.lease {
+            let left = lease.expires_ms.saturating_sub(now.wall_ms);
+            let full = queue.options.lease_ms;
+            deadline = now.mono_ms + left.max(full).min(MAX_LEASE.as_millis() as u64);
+            granted = now
+                .mono_ms
+                .saturating_sub(now.wall_ms.saturating_sub(lease.granted_ms));
+        }
+        self.last_id = self.last_id.max(id);
+        if let Some(lease) = rec.lease.as_mut() {
+            // Show the deadline the lease really has now.
+            lease.expires_ms = now.wall_ms + (deadline - now.mono_ms);
+            self.pending.put_task(id, &rec);
+        }
+        self.index_record(id, &rec, deadline, granted);
+        Ok(())
     }
 
     /// Handles one request, queueing its reply (now, or later for waits and claims).
