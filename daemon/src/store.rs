@@ -142,6 +142,87 @@ pub struct TaskRecord {
     pub history: Vec<TimelineEvent>,
 }
 
+/// The fields of a task record the engine's index needs, read at start-up without
+/// the rest (history, progress, result are skipped, not built).
+#[derive(Debug, Deserialize)]
+pub struct TaskIndex {
+    /// The task's queue.
+    pub queue: String,
+    /// Its state.
+    pub state: TaskState,
+    /// Its priority.
+    pub priority: u8,
+    /// Its key.
+    pub key: Option<String>,
+    /// Labels a holder must carry.
+    pub requires: Vec<String>,
+    /// When a scheduled task becomes ready.
+    pub not_before_ms: Option<u64>,
+    /// Leases granted so far.
+    pub deliveries: u64,
+    /// The current lease, while leased.
+    pub lease: Option<LeaseRecord>,
+    /// When it finished.
+    pub finished_ms: Option<u64>,
+}
+
+/// What the engine indexes of a task, borrowed from a full record or a [`TaskIndex`].
+#[derive(Debug, Clone, Copy)]
+pub struct IndexView<'a> {
+    /// The task's queue.
+    pub queue: &'a str,
+    /// Its state.
+    pub state: TaskState,
+    /// Its priority.
+    pub priority: u8,
+    /// Its key.
+    pub key: Option<&'a str>,
+    /// Labels a holder must carry.
+    pub requires: &'a [String],
+    /// When a scheduled task becomes ready.
+    pub not_before_ms: Option<u64>,
+    /// Leases granted so far.
+    pub deliveries: u64,
+    /// The current lease, while leased.
+    pub lease: Option<&'a LeaseRecord>,
+    /// When it finished.
+    pub finished_ms: Option<u64>,
+}
+
+impl TaskRecord {
+    /// The indexed fields.
+    pub fn view(&self) -> IndexView<'_> {
+        IndexView {
+            queue: &self.queue,
+            state: self.state,
+            priority: self.priority,
+            key: self.key.as_deref(),
+            requires: &self.requires,
+            not_before_ms: self.not_before_ms,
+            deliveries: self.deliveries,
+            lease: self.lease.as_ref(),
+            finished_ms: self.finished_ms,
+        }
+    }
+}
+
+impl TaskIndex {
+    /// The indexed fields.
+    pub fn view(&self) -> IndexView<'_> {
+        IndexView {
+            queue: &self.queue,
+            state: self.state,
+            priority: self.priority,
+            key: self.key.as_deref(),
+            requires: &self.requires,
+            not_before_ms: self.not_before_ms,
+            deliveries: self.deliveries,
+            lease: self.lease.as_ref(),
+            finished_ms: self.finished_ms,
+        }
+    }
+}
+
 /// The daemon's fjall database. Clones share it.
 #[derive(Clone)]
 pub struct Store {
@@ -217,7 +298,7 @@ impl Store {
     }
 
     /// Calls `f` for every stored task, in id order.
-    pub fn for_each_task(&self, mut f: impl FnMut(Ulid, TaskRecord)) -> Result<(), StoreError> {
+    pub fn for_each_task(&self, mut f: impl FnMut(Ulid, TaskIndex)) -> Result<(), StoreError> {
         for guard in self.ks.tasks.iter() {
             let (k, v) = guard.into_inner()?;
             let id = id_from_key(&k)?;

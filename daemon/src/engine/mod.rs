@@ -36,7 +36,7 @@ use muster_protocol::ops::{
 use muster_protocol::{ErrorBody, ErrorCode};
 
 use crate::auth::Principal;
-use crate::store::{Batch, Store, StoreError, TaskRecord};
+use crate::store::{Batch, IndexView, Store, StoreError, TaskIndex, TaskRecord};
 use dispatch::{Class, DispatchIndex, TaskRef};
 
 /// Most retention removals done per round, so a large expiry never stalls dispatch.
@@ -143,6 +143,8 @@ fn client(code: ErrorCode, message: impl Into<String>) -> Failure {
 
 /// A queue in memory: options, the ids of its tasks per state, and its dispatch index.
 struct Queue {
+    /// The queue's name, shared by its tasks' index entries.
+    name: Arc<str>,
     options: QueueOptions,
     created_ms: u64,
     /// Which ready task goes next: by label class, priority, enqueue order and key.
@@ -152,8 +154,9 @@ struct Queue {
 }
 
 impl Queue {
-    fn new(options: QueueOptions, created_ms: u64) -> Queue {
+    fn new(name: &str, options: QueueOptions, created_ms: u64) -> Queue {
         Queue {
+            name: Arc::from(name),
             options,
             created_ms,
             dispatch: DispatchIndex::default(),
@@ -290,7 +293,7 @@ impl<W: Waiter> Engine<W> {
         for (name, rec) in engine.store.load_queues()? {
             engine
                 .queues
-                .insert(name, Queue::new(rec.options, rec.created_ms));
+                .insert(name.clone(), Queue::new(&name, rec.options, rec.created_ms));
         }
         // Each record is indexed as it is read and dropped at once: start-up holds the
         // index, never the whole store, in memory.
@@ -312,7 +315,7 @@ impl<W: Waiter> Engine<W> {
 
     /// Indexes one stored task at start-up. A lease still held gets at least a full
     /// lease period from now, written back with the first round.
-    fn restore(&mut self, id: Ulid, mut rec: TaskRecord, now: Now) -> Result<(), StoreError> {
+    fn restore(&mut self, id: Ulid, rec: TaskIndex, now: Now) -> Result<(), StoreError> {
         let Some(queue) = self.queues.get(&rec.queue) else {
             return Err(StoreError::Corrupt {
                 what: format!("task {id}"),
@@ -330,12 +333,15 @@ impl<W: Waiter> Engine<W> {
                 .saturating_sub(now.wall_ms.saturating_sub(lease.granted_ms));
         }
         self.last_id = self.last_id.max(id);
-        if let Some(lease) = rec.lease.as_mut() {
+        if rec.lease.is_some()
+            && let Some(mut full) = self.store.task(id)?
+            && let Some(lease) = full.lease.as_mut()
+        {
             // Show the deadline the lease really has now.
             lease.expires_ms = now.wall_ms + (deadline - now.mono_ms);
-            self.pending.put_task(id, &rec);
+            self.pending.put_task(id, &full);
         }
-        self.index_record(id, &rec, deadline, granted);
+        self.index_record(id, rec.view(), deadline, granted);
         Ok(())
     }
 
@@ -448,7 +454,7 @@ impl<W: Waiter> Engine<W> {
     /// `lease_deadline` and `lease_granted` are the monotonic times of a leased record.
     fn save(&mut self, id: Ulid, rec: &TaskRecord, lease_deadline: u64, lease_granted: u64) {
         self.unindex(id);
-        self.index_record(id, rec, lease_deadline, lease_granted);
+        self.index_record(id, rec.view(), lease_deadline, lease_granted);
         self.pending.put_task(id, rec);
     }
 
@@ -462,14 +468,11 @@ impl<W: Waiter> Engine<W> {
             .remove_task(id, &rec.queue, rec.idempotency_key.as_deref());
     }
 
-    fn index_record(&mut self, id: Ulid, rec: &TaskRecord, lease_deadline: u64, granted: u64) {
-        let Some((name, queue)) = self.queues.get_key_value(&rec.queue) else {
+    fn index_record(&mut self, id: Ulid, rec: IndexView<'_>, lease_deadline: u64, granted: u64) {
+        let Some(queue) = self.queues.get(rec.queue) else {
             return;
         };
-        let queue_name: Arc<str> = match self.tasks.get(&id) {
-            Some(m) => Arc::clone(&m.queue),
-            None => Arc::from(name.as_str()),
-        };
+        let queue_name = Arc::clone(&queue.name);
         let remove_at = rec
             .finished_ms
             .map_or(0, |f| f.saturating_add(queue.options.retention_ms));
@@ -477,16 +480,15 @@ impl<W: Waiter> Engine<W> {
             queue: queue_name,
             state: rec.state,
             priority: rec.priority,
-            key: rec.key.as_deref().map(Arc::from),
-            class: queue.dispatch.class(&rec.requires),
+            key: rec.key.map(Arc::from),
+            class: queue.dispatch.class(rec.requires),
             ready_at_ms: rec.not_before_ms.unwrap_or(0),
             remove_at_ms: remove_at,
-            epoch: rec.lease.as_ref().map_or(rec.deliveries, |l| l.epoch),
+            epoch: rec.lease.map_or(rec.deliveries, |l| l.epoch),
             lease_deadline,
             lease_granted: granted,
             member: rec
                 .lease
-                .as_ref()
                 .filter(|l| !l.member.is_empty())
                 .map(|l| self.member_name(&l.member)),
         };

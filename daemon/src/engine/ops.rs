@@ -255,7 +255,7 @@ impl<W: Waiter> Engine<W> {
         apply_patch(&mut options, &r.options)?;
         self.pending
             .put_queue(&r.queue, &QueueRecord::new(options.clone(), now.wall_ms));
-        let queue = Queue::new(options, now.wall_ms);
+        let queue = Queue::new(&r.queue, options, now.wall_ms);
         let info = self.queue_info(&r.queue, &queue);
         self.queues.insert(r.queue, queue);
         Ok(QueueReply { queue: info })
