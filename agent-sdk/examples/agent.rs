@@ -14,7 +14,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use muster_sdk::{ConnectOptions, Outcome, Task, Trust, Worker, WorkerConfig};
+use muster_sdk::{ConnectOptions, Outcome, Task, Worker, WorkerConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -25,7 +25,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut config = WorkerConfig::new(member, [queue]);
     config.capacity = capacity;
     config.grace = Duration::from_secs(10);
-    let worker = Worker::new(options(), config);
+    let worker = Worker::new(ConnectOptions::from_env(), config);
     worker.handle().shutdown_on_signals();
     worker.run(work).await?;
     Ok(())
@@ -68,15 +68,4 @@ async fn work(task: Task) -> Outcome {
     }
     say(format!("done {}", task.id()));
     Outcome::Ack(muster_sdk::json(&serde_json::json!({ "steps": steps })).ok())
-}
-
-fn options() -> ConnectOptions {
-    let mut options = ConnectOptions::default();
-    if let Ok(addr) = std::env::var("MUSTER_ADDR") {
-        options.addr = addr;
-    }
-    if let Ok(data) = std::env::var("MUSTER_DATA") {
-        options.trust = Trust::DataDir(data.into());
-    }
-    options
 }

@@ -3,17 +3,17 @@
 //! ```sh
 //! cargo run -p muster-sdk --example producer -- jobs 10
 //! ```
-//! The daemon is found as the CLI finds it: `MUSTER_ADDR` (default 127.0.0.1:7420) and
-//! the certificate in `MUSTER_DATA` (default: the per-user data directory).
+//! The daemon is found as the CLI finds it (`ConnectOptions::from_env`): `MUSTER_ADDR`,
+//! `MUSTER_DATA`, `MUSTER_CA`, `MUSTER_PIN`, `MUSTER_TOKEN`.
 
-use muster_sdk::{Client, ConnectOptions, ErrorCode, NewTask, QueuePatch, Trust};
+use muster_sdk::{Client, ConnectOptions, ErrorCode, NewTask, QueuePatch};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let queue = args.next().unwrap_or_else(|| "jobs".into());
     let count: u64 = args.next().map_or(Ok(10), |n| n.parse())?;
-    let client = Client::connect(options()).await?;
+    let client = Client::connect(ConnectOptions::from_env()).await?;
     match client.queue_create(&queue, QueuePatch::default()).await {
         Ok(_) => {}
         Err(e) if e.code() == Some(ErrorCode::AlreadyExists) => {}
@@ -45,15 +45,4 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{} tasks still unfinished", reply.pending.len());
     }
     Ok(())
-}
-
-fn options() -> ConnectOptions {
-    let mut options = ConnectOptions::default();
-    if let Ok(addr) = std::env::var("MUSTER_ADDR") {
-        options.addr = addr;
-    }
-    if let Ok(data) = std::env::var("MUSTER_DATA") {
-        options.trust = Trust::DataDir(data.into());
-    }
-    options
 }

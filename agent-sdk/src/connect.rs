@@ -61,6 +61,29 @@ impl Default for ConnectOptions {
     }
 }
 
+impl ConnectOptions {
+    /// The defaults, changed by the environment variables the CLI reads too:
+    /// `MUSTER_ADDR`, `MUSTER_DATA`, `MUSTER_CA`, `MUSTER_PIN` and `MUSTER_TOKEN`.
+    pub fn from_env() -> ConnectOptions {
+        let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
+        let mut options = ConnectOptions::default();
+        if let Some(addr) = var("MUSTER_ADDR") {
+            options.addr = addr;
+        }
+        if let Some(data) = var("MUSTER_DATA") {
+            options.trust = Trust::DataDir(data.into());
+        }
+        if let Some(ca) = var("MUSTER_CA") {
+            options.trust = Trust::CaFile(ca.into());
+        }
+        if let Some(pin) = var("MUSTER_PIN") {
+            options.trust = Trust::Pin(pin);
+        }
+        options.token = var("MUSTER_TOKEN");
+        options
+    }
+}
+
 /// The per-user data directory `musterd` uses by default.
 pub fn default_data_dir() -> PathBuf {
     dirs::data_dir()
