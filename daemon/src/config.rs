@@ -46,6 +46,10 @@ pub struct Config {
     #[arg(long, env = "MUSTER_DURABILITY", value_enum, default_value_t = Durability::Sync)]
     pub durability: Durability,
 
+    /// Serve Prometheus metrics on this address (HTTP, path /metrics).
+    #[arg(long, env = "MUSTER_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+
     /// Log format.
     #[arg(long, env = "MUSTER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -263,6 +263,7 @@ fn run(
     };
     let mut round = Vec::with_capacity(MAX_ROUND);
     let mut stopping = false;
+    let mut gauges_at = Instant::now();
     while !stopping {
         let wake = engine
             .next_timer(clock.now())
@@ -290,7 +291,10 @@ fn run(
         engine.tick(now)?;
         if engine.take_dirty() {
             // IMPORTANT: persist before any reply of this round leaves.
+            let started = Instant::now();
             engine.store().persist(mode)?;
+            metrics::histogram!("muster_fsync_seconds").record(started.elapsed().as_secs_f64());
+            metrics::histogram!("muster_fsync_batch_requests").record(requests as f64);
             stats.syncs.fetch_add(1, Ordering::Relaxed);
             stats.synced_requests.fetch_add(requests, Ordering::Relaxed);
             debug!(requests, "round persisted");
@@ -300,6 +304,10 @@ fn run(
         }
         for (sink, push) in engine.take_pushes() {
             sink.send(push);
+        }
+        if gauges_at.elapsed() >= crate::metrics::GAUGE_INTERVAL {
+            engine.publish_gauges(clock.now());
+            gauges_at = Instant::now();
         }
     }
     engine.store().persist(Persist::All)?;

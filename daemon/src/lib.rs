@@ -10,12 +10,14 @@
 //! - [`engine`]: task state, dispatch indexes, leases and timers; single-threaded, no clock.
 //! - [`dispatcher`]: the OS thread that runs the engine and does group commit.
 //! - [`server`]: the QUIC endpoint, connections, streams and frames.
+//! - [`metrics`]: the Prometheus endpoint.
 //! - [`tls`]: the certificate and the QUIC/TLS configuration.
 
 pub mod auth;
 pub mod config;
 pub mod dispatcher;
 pub mod engine;
+pub mod metrics;
 pub mod server;
 pub mod store;
 pub mod tls;
@@ -43,6 +45,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("creating data directory {}", config.data.display()))?;
     let identity = tls::load_identity(&config.data, config.cert.as_deref(), config.key.as_deref())?;
     let (fingerprint, cert_path) = (identity.fingerprint.clone(), identity.cert_path.clone());
+    if let Some(addr) = config.metrics_addr {
+        metrics::install(addr)?;
+        info!(%addr, "serving Prometheus metrics");
+    }
     let server_config = tls::server_config(identity)?;
 
     let store_dir = config.data.join("store");

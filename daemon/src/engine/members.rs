@@ -111,6 +111,11 @@ impl<W: Waiter> Engine<W> {
         }
     }
 
+    /// Members with a connected session.
+    pub(super) fn connected_members(&self) -> usize {
+        self.members.values().filter(|m| m.connected()).count()
+    }
+
     /// True if some connected member carries every label of `class`.
     pub(super) fn connected_member_carries(&self, class: &[String]) -> bool {
         self.members

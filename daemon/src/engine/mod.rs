@@ -410,6 +410,22 @@ impl<W: Waiter> Engine<W> {
         std::mem::take(&mut self.dirty)
     }
 
+    /// Sets the Prometheus gauges from the counts the engine keeps (no task scan).
+    pub fn publish_gauges(&self, now: Now) {
+        for (name, q) in &self.queues {
+            for state in TaskState::ALL {
+                let n = q.ids(state).len() as f64;
+                metrics::gauge!("muster_tasks", "queue" => name.clone(), "state" => state.as_str())
+                    .set(n);
+            }
+            let age = q.ids(TaskState::Ready).first().map_or(0.0, |id| {
+                now.wall_ms.saturating_sub(id.timestamp_ms()) as f64 / 1000.0
+            });
+            metrics::gauge!("muster_oldest_ready_age_seconds", "queue" => name.clone()).set(age);
+        }
+        metrics::gauge!("muster_members_connected").set(self.connected_members() as f64);
+    }
+
     /// The store, for persisting.
     pub fn store(&self) -> &Store {
         &self.store
@@ -599,6 +615,7 @@ impl<W: Waiter> Engine<W> {
             let lease = rec.lease.take();
             let (member, epoch) = lease.map_or((String::new(), 0), |l| (l.member, l.epoch));
             let error = format!("lease lapsed (member {member:?}, epoch {epoch})");
+            metrics::counter!("muster_lapsed_total", "queue" => rec.queue.clone()).increment(1);
             push_event(&mut rec, now, "lapsed", Some(&member), Some(epoch), None);
             self.fail(id, &mut rec, now, error, Some(0));
             self.commit()?;

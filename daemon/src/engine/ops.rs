@@ -443,6 +443,7 @@ impl<W: Waiter> Engine<W> {
                 duplicate: false,
                 state: rec.state,
             });
+            metrics::counter!("muster_enqueued_total", "queue" => r.queue.clone()).increment(1);
         }
         Ok(EnqueueReply { tasks: out })
     }
@@ -628,6 +629,7 @@ impl<W: Waiter> Engine<W> {
         let (id, mut rec) = self.held(&r.task, r.epoch)?;
         let member = rec.lease.as_ref().map(|l| l.member.clone());
         rec.result = r.result;
+        metrics::counter!("muster_acked_total", "queue" => rec.queue.clone()).increment(1);
         push_event(
             &mut rec,
             now,
@@ -659,6 +661,7 @@ impl<W: Waiter> Engine<W> {
         let error = r.error.unwrap_or_else(|| "nacked".into());
         check_error_text(&error)?;
         let (id, mut rec) = self.held(&r.task, r.epoch)?;
+        metrics::counter!("muster_nacked_total", "queue" => rec.queue.clone()).increment(1);
         let member = rec.lease.as_ref().map(|l| l.member.clone());
         push_event(
             &mut rec,

@@ -4,6 +4,7 @@
 //! - `agents`: member sessions, reclaim, takeover, drain, capacity and cancels.
 //! - `cli`: the CLI as a new user types it, with exact output.
 //! - `lapse`: leases that run out, max_attempts, dead letters and redrive.
+//! - `metrics`: the Prometheus endpoint.
 //! - `security`: tokens and roles, member ownership, bad input, floods.
 //! - `crash`: kill -9 during a burst of enqueues, and leases held across restarts.
 //! - `dispatch`: priorities, delays, keys, labels, fairness and retention.
@@ -15,4 +16,5 @@ mod connect;
 mod crash;
 mod dispatch;
 mod lapse;
+mod metrics;
 mod security;
