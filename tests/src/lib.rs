@@ -4,6 +4,12 @@
 //! [`Daemon::start`] builds the binaries once per test process (so `cargo test` alone is
 //! enough), starts `musterd` on `127.0.0.1:0` in a fresh data directory and reads the
 //! address it bound from its JSON log. Every wait here is bounded.
+//!
+//! # Layout
+//! - this file: [`Daemon`], [`Proc`] and the paths of the binaries.
+//! - `checker`: the Jepsen-style total-queue checker with its kill -9 and power-loss nemesis.
+
+pub mod checker;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

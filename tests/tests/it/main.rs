@@ -4,6 +4,7 @@
 //! - `agents`: member sessions, reclaim, takeover, drain, capacity and cancels.
 //! - `cli`: the CLI as a new user types it, with exact output.
 //! - `lapse`: leases that run out, max_attempts, dead letters and redrive.
+//! - `checker`: the Jepsen-style checker under kill -9 and simulated power loss.
 //! - `crash`: kill -9 during a burst of enqueues, and leases held across restarts.
 //! - `dispatch`: priorities, delays, keys, labels, fairness and retention.
 //! - `connect`: trust (pins, CA files), refusals at start-up, pipelining.
@@ -11,6 +12,7 @@
 mod agents;
 mod cli;
 mod connect;
+mod checker;
 mod crash;
 mod dispatch;
 mod lapse;
