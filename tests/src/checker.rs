@@ -87,9 +87,9 @@ impl Config {
             Ok(s) => s.parse().expect("MUSTER_CHECKER_SEED is a u64"),
             Err(_) => rand::random(),
         };
-        let run_for = std::env::var("MUSTER_CHECKER_SECONDS").ok().map(|s| {
-            Duration::from_secs(s.parse().expect("MUSTER_CHECKER_SECONDS is a number"))
-        });
+        let run_for = std::env::var("MUSTER_CHECKER_SECONDS")
+            .ok()
+            .map(|s| Duration::from_secs(s.parse().expect("MUSTER_CHECKER_SECONDS is a number")));
         Config {
             seed,
             faults: 10,
@@ -261,8 +261,7 @@ impl Conn {
     /// not reachable right now.
     async fn get(&mut self) -> Option<Client> {
         if self.client.is_none() {
-            match tokio::time::timeout(CONNECT_TIMEOUT, Client::connect(self.options.clone()))
-                .await
+            match tokio::time::timeout(CONNECT_TIMEOUT, Client::connect(self.options.clone())).await
             {
                 Ok(Ok(c)) => self.client = Some(c),
                 _ => {
@@ -298,7 +297,13 @@ async fn bounded<T>(
     }
 }
 
-async fn produce(id: u64, mut rng: StdRng, options: ConnectOptions, stop: Arc<AtomicBool>, log: Shared) {
+async fn produce(
+    id: u64,
+    mut rng: StdRng,
+    options: ConnectOptions,
+    stop: Arc<AtomicBool>,
+    log: Shared,
+) {
     let mut conn = Conn::new(options);
     let mut n = 0;
     while !stop.load(Ordering::SeqCst) {
@@ -332,10 +337,7 @@ fn key_of(payload: &str) -> Option<(u64, u64)> {
 
 async fn work(mut rng: StdRng, options: ConnectOptions, stop: Arc<AtomicBool>, log: Shared) {
     let mut conn = Conn::new(options);
-    let claim = Claim::new([QUEUE])
-        .max(3)
-        .wait_ms(300)
-        .lease_ms(LEASE_MS);
+    let claim = Claim::new([QUEUE]).max(3).wait_ms(300).lease_ms(LEASE_MS);
     while !stop.load(Ordering::SeqCst) {
         let Some(client) = conn.get().await else {
             continue;
@@ -392,8 +394,11 @@ async fn settle(conn: &mut Conn, h: &mut Holding) {
         let answer = match h.settle {
             Settle::Ack => bounded(conn, client.ack(&h.task, h.epoch, None)).await,
             Settle::Nack => {
-                bounded(conn, client.nack(&h.task, h.epoch, Some(0), Some("checker".into())))
-                    .await
+                bounded(
+                    conn,
+                    client.nack(&h.task, h.epoch, Some(0), Some("checker".into())),
+                )
+                .await
             }
             Settle::Release => bounded(conn, client.release(&h.task, h.epoch)).await,
             Settle::Abandon => unreachable!("abandoned holdings are not settled"),
@@ -690,7 +695,11 @@ fn analyse(history: &History, done: &HashSet<String>) -> Report {
         .filter_map(|(k, a)| a.acked_id.as_deref().map(|id| (id, *k)))
         .collect();
     r.acknowledged = acked_ids.len();
-    r.indeterminate = history.attempts.values().filter(|a| a.indeterminate).count();
+    r.indeterminate = history
+        .attempts
+        .values()
+        .filter(|a| a.indeterminate)
+        .count();
     r.lost = acked_ids.keys().filter(|id| !done.contains(**id)).count();
 
     // Every task seen, with the key its payload named.
@@ -718,7 +727,10 @@ fn analyse(history: &History, done: &HashSet<String>) -> Report {
     for (id, k) in &acked_ids {
         ids_per_key.entry(*k).or_default().insert(id);
     }
-    r.unexpected += done.iter().filter(|id| !task_key.contains_key(id.as_str())).count();
+    r.unexpected += done
+        .iter()
+        .filter(|id| !task_key.contains_key(id.as_str()))
+        .count();
     r.duplicated = ids_per_key.values().filter(|ids| ids.len() > 1).count();
     r.recovered = ids_per_key
         .keys()
@@ -747,7 +759,12 @@ fn analyse(history: &History, done: &HashSet<String>) -> Report {
                 if later.granted_ms + CLOCK_SLACK_MS < ended {
                     eprintln!(
                         "checker: concurrent holders of {}: epoch {} (granted {}, held until {}) and epoch {} (granted {})",
-                        later.task, earlier.epoch, earlier.granted_ms, ended, later.epoch, later.granted_ms
+                        later.task,
+                        earlier.epoch,
+                        earlier.granted_ms,
+                        ended,
+                        later.epoch,
+                        later.granted_ms
                     );
                     r.concurrent_holders += 1;
                 }

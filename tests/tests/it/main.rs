@@ -6,13 +6,15 @@
 //! - `lapse`: leases that run out, max_attempts, dead letters and redrive.
 //! - `checker`: the Jepsen-style checker under kill -9 and simulated power loss.
 //! - `crash`: kill -9 during a burst of enqueues, and leases held across restarts.
+//! - `disk`: a full disk during a burst of enqueues, and recovery once space is freed.
 //! - `dispatch`: priorities, delays, keys, labels, fairness and retention.
 //! - `connect`: trust (pins, CA files), refusals at start-up, pipelining.
 
 mod agents;
+mod checker;
 mod cli;
 mod connect;
-mod checker;
 mod crash;
+mod disk;
 mod dispatch;
 mod lapse;
