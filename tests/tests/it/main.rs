@@ -3,6 +3,7 @@
 //! # Layout
 //! - `agents`: member sessions, reclaim, takeover, drain, capacity and cancels.
 //! - `cli`: the CLI as a new user types it, with exact output.
+//! - `fencing`: stale claims after a lapse and a new claim, across a kill -9.
 //! - `lapse`: leases that run out, max_attempts, dead letters and redrive.
 //! - `checker`: the Jepsen-style checker under kill -9 and simulated power loss.
 //! - `crash`: kill -9 during a burst of enqueues, and leases held across restarts.
@@ -17,4 +18,5 @@ mod connect;
 mod crash;
 mod disk;
 mod dispatch;
+mod fencing;
 mod lapse;
