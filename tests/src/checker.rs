@@ -773,3 +773,127 @@ fn analyse(history: &History, done: &HashSet<String>) -> Report {
     }
     r
 }
+
+#[cfg(test)]
+mod tests {
+    //! The checker can fail: hand-made histories with each violation.
+
+    use super::*;
+
+    fn holding(task: &str, epoch: u64, granted_ms: u64, settle: Settle) -> Holding {
+        Holding {
+            task: task.into(),
+            epoch,
+            key: Some((0, 1)),
+            granted_ms,
+            deadline_ms: granted_ms + LEASE_MS,
+            settle,
+            settle_sent_ms: (settle != Settle::Abandon).then_some(granted_ms + 10),
+            settle_acknowledged: settle != Settle::Abandon,
+        }
+    }
+
+    fn history(acked: bool, holdings: Vec<Holding>) -> History {
+        let mut h = History::default();
+        h.attempts.insert(
+            (0, 1),
+            Attempt {
+                acked_id: acked.then(|| "t1".to_owned()),
+                indeterminate: !acked,
+            },
+        );
+        h.holdings = holdings;
+        h
+    }
+
+    fn done(ids: &[&str]) -> HashSet<String> {
+        ids.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_clean_history_after_a_lapse_is_clean() {
+        let h = history(
+            true,
+            vec![
+                holding("t1", 1, 1_000, Settle::Abandon),
+                holding("t1", 2, 1_000 + LEASE_MS, Settle::Ack),
+            ],
+        );
+        let r = analyse(&h, &done(&["t1"]));
+        assert!(r.is_clean(), "{r}");
+        assert_eq!((r.acknowledged, r.delivered, r.deliveries), (1, 1, 2));
+    }
+
+    #[test]
+    fn each_violation_is_counted() {
+        // Granted again while the first lease was valid and unsettled.
+        let h = history(
+            true,
+            vec![
+                holding("t1", 1, 1_000, Settle::Abandon),
+                holding("t1", 2, 2_000, Settle::Ack),
+            ],
+        );
+        assert_eq!(analyse(&h, &done(&["t1"])).concurrent_holders, 1);
+        // Acknowledged but not done.
+        let h = history(true, vec![]);
+        assert_eq!(analyse(&h, &done(&[])).lost, 1);
+        // Delivered again after an acknowledged ack, and acked twice.
+        let h = history(
+            true,
+            vec![
+                holding("t1", 1, 1_000, Settle::Ack),
+                holding("t1", 2, 1_000 + LEASE_MS, Settle::Ack),
+            ],
+        );
+        let r = analyse(&h, &done(&["t1"]));
+        assert_eq!((r.delivered_after_ack, r.done_more_than_once), (1, 1));
+        // Never attempted.
+        let mut stray = holding("t9", 1, 1_000, Settle::Ack);
+        stray.key = Some((7, 7));
+        let h = history(true, vec![holding("t1", 1, 1_000, Settle::Ack), stray]);
+        assert_eq!(analyse(&h, &done(&["t1", "t9"])).unexpected, 1);
+        // One attempt, two tasks.
+        let h = history(
+            true,
+            vec![
+                holding("t1", 1, 1_000, Settle::Ack),
+                holding("t2", 1, 1_000, Settle::Ack),
+            ],
+        );
+        assert_eq!(analyse(&h, &done(&["t1", "t2"])).duplicated, 1);
+        // Unacknowledged but present is recovered, not a violation.
+        let h = history(false, vec![holding("t1", 1, 1_000, Settle::Ack)]);
+        let r = analyse(&h, &done(&["t1"]));
+        assert_eq!((r.recovered, r.is_clean()), (1, true));
+    }
+
+    #[test]
+    fn the_journal_end_is_after_the_last_complete_batch() {
+        let mut j = Vec::new();
+        // Start (13 bytes), one item with a 2-byte key and 3-byte value, End (13 bytes).
+        j.push(1);
+        j.extend([0u8; 12]);
+        j.extend([2, 0, 0]);
+        j.extend([0u8; 8]);
+        j.extend(2u16.to_le_bytes());
+        j.extend(3u32.to_le_bytes());
+        j.extend(3u32.to_le_bytes());
+        j.extend(b"k1v11");
+        j.push(3);
+        j.extend([0u8; 8]);
+        j.extend(b"FJL\x03");
+        let end = j.len() as u64;
+        // A torn next batch, then the pre-allocated zeros.
+        j.push(1);
+        j.extend([9u8; 5]);
+        j.extend([0u8; 64]);
+        assert_eq!(
+            journal_end(&j),
+            JournalEnd {
+                end,
+                last_batch: Some(0)
+            }
+        );
+    }
+}
