@@ -554,10 +554,20 @@ fn inject(
         std::thread::sleep(Duration::from_millis(rng.random_range(1000..=5000)));
         daemon.kill9();
         if nemesis == Nemesis::PowerLoss {
-            let torn = tear_journal(&daemon.data().join("store"), &mut rng);
+            let torn = tear_journal(&daemon.data().join("store"), made, &mut rng);
             println!("checker: fault {} tore the journal: {torn}", made + 1);
         }
+        let cuts_before = daemon.log().matches("its last batch was torn").count();
         daemon.restart();
+        if nemesis == Nemesis::PowerLoss && made % 3 == 2 {
+            // The daemon's log line about the cut comes before it reports listening.
+            assert_eq!(
+                daemon.log().matches("its last batch was torn").count(),
+                cuts_before + 1,
+                "the daemon did not cut the torn batch of fault {}",
+                made + 1
+            );
+        }
         made += 1;
     }
 }
@@ -647,25 +657,43 @@ pub fn newest_journal(store: &Path) -> PathBuf {
         .expect("a journal file in the store")
 }
 
-/// Simulates what a power loss leaves of the newest journal's unsynced tail: right
-/// after the last complete batch (everything up to it may have been synced, so it is
-/// kept) it writes either a torn copy of that batch (as if the next batch's write was
-/// cut short) or a Start entry followed by garbage (a torn sector). Returns what it did.
-pub fn tear_journal(store: &Path, rng: &mut StdRng) -> String {
+/// Simulates what a power loss leaves of the newest journal's unsynced tail, right after
+/// the last complete batch (everything up to it may have been synced, so it is kept).
+/// Fault `n` writes, by `n % 3`:
+/// 0. a torn copy of that batch, cut short (the next batch's write stopped midway);
+/// 1. a Start entry followed by garbage (a torn sector);
+/// 2. a whole copy of that batch, End entry included, with a range of its first item's
+///    value zeroed (a page in the middle never reached the disk): complete framing, bad
+///    checksum, which fjall 3 alone refuses to open.
+///
+/// Returns what it did.
+pub fn tear_journal(store: &Path, n: usize, rng: &mut StdRng) -> String {
     use std::io::{Seek, SeekFrom, Write};
     let path = newest_journal(store);
     let bytes = std::fs::read(&path).expect("reading the journal");
     let end = journal_end(&bytes);
-    let tail: Vec<u8> = match end.last_batch {
-        Some(start) if rng.random_bool(0.5) => {
-            let batch = &bytes[start as usize..end.end as usize];
+    let last = end
+        .last_batch
+        .map(|start| &bytes[start as usize..end.end as usize]);
+    let (how, tail): (&str, Vec<u8>) = match (n % 3, last) {
+        (0, Some(batch)) => ("a cut-short copy of the last batch", {
             batch[..rng.random_range(1..batch.len())].to_vec()
+        }),
+        (2, Some(batch)) => {
+            let mut copy = batch.to_vec();
+            // Start (13 bytes), then the first item: 21 bytes of header, key, value.
+            let key = u16::from_le_bytes([copy[24], copy[25]]) as usize;
+            let value = u32::from_le_bytes([copy[30], copy[31], copy[32], copy[33]]) as usize;
+            let from = 34 + key;
+            let len = rng.random_range(1..=value.clamp(1, 64));
+            copy[from..from + len.min(value)].fill(0);
+            ("a whole copy of the last batch with a zeroed range", copy)
         }
-        _ => {
+        _ => ("a Start entry and garbage", {
             let mut t = vec![1u8];
             t.extend((0..rng.random_range(1..200)).map(|_| rng.random::<u8>()));
             t
-        }
+        }),
     };
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -676,7 +704,7 @@ pub fn tear_journal(store: &Path, rng: &mut StdRng) -> String {
     file.write_all(&tail).expect("tearing the journal");
     file.sync_all().expect("syncing the journal");
     format!(
-        "{} valid to {}, {} torn bytes after it",
+        "{} valid to {}, then {} bytes of {how}",
         path.display(),
         end.end,
         tail.len()
