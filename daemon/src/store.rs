@@ -20,6 +20,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+mod torn_tail;
+
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use serde::{Deserialize, Serialize};
 use ulid::Ulid;
@@ -241,12 +243,29 @@ struct Keyspaces {
 impl Store {
     /// Opens (or creates) the store in `dir` with a block cache of `cache_bytes`.
     pub fn open(dir: &Path, cache_bytes: u64) -> Result<Store, StoreError> {
-        let db = Database::builder(dir)
-            .cache_size(cache_bytes)
-            // IMPORTANT: nothing is flushed behind our back; the engine persists once per
-            // round after committing every batch of that round (group commit).
-            .manual_journal_persist(true)
-            .open()?;
+        let open = || {
+            Database::builder(dir)
+                .cache_size(cache_bytes)
+                // IMPORTANT: nothing is flushed behind our back; the engine persists once
+                // per round after committing every batch of that round (group commit).
+                .manual_journal_persist(true)
+                .open()
+        };
+        let db = match open() {
+            Ok(db) => db,
+            // A power loss can tear the unsynced last batch in a way fjall refuses to
+            // recover; drop that batch (nothing acknowledged depends on it) and retry.
+            Err(e @ fjall::Error::JournalRecovery(_)) => {
+                match torn_tail::drop_torn_last_batch(dir).map_err(fjall::Error::from)? {
+                    Some(cut) => {
+                        tracing::warn!("recovering from a power loss: {cut}");
+                        open()?
+                    }
+                    None => return Err(e.into()),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        };
         let opts = || KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES);
         let ks = Keyspaces {
             owners: db.keyspace("owners", opts)?,

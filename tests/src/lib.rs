@@ -4,6 +4,12 @@
 //! [`Daemon::start`] builds the binaries once per test process (so `cargo test` alone is
 //! enough), starts `musterd` on `127.0.0.1:0` in a fresh data directory and reads the
 //! address it bound from its JSON log. Every wait here is bounded.
+//!
+//! # Layout
+//! - this file: [`Daemon`], [`Proc`] and the paths of the binaries.
+//! - `checker`: the Jepsen-style total-queue checker with its kill -9 and power-loss nemesis.
+
+pub mod checker;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -190,7 +196,13 @@ impl Daemon {
 
     /// Starts a daemon with extra flags.
     pub fn start_with(extra: &[&str]) -> Daemon {
-        let data = tempfile::tempdir().expect("temporary data directory");
+        Daemon::start_in(&std::env::temp_dir(), extra)
+    }
+
+    /// Starts a daemon with extra flags, its data directory a fresh one inside `parent`
+    /// (e.g. a small file system the test mounted).
+    pub fn start_in(parent: &Path, extra: &[&str]) -> Daemon {
+        let data = tempfile::tempdir_in(parent).expect("temporary data directory");
         let mut d = Daemon {
             child: None,
             addr: "127.0.0.1:0".into(),
@@ -322,6 +334,24 @@ impl Daemon {
         let code = child.wait().expect("reaping musterd").code().unwrap_or(-1);
         self.join_log();
         Some(code)
+    }
+
+    /// Waits up to `timeout` for the daemon to exit on its own; returns its exit code
+    /// (`Some(-1)` if a signal ended it), or `None` if it is still running.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let child = self.child.as_mut().expect("daemon running");
+            if let Some(status) = child.try_wait().expect("try_wait musterd") {
+                self.child = None;
+                self.join_log();
+                return Some(status.code().unwrap_or(-1));
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Starts the daemon again on the same data directory and port.

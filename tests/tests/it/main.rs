@@ -3,18 +3,24 @@
 //! # Layout
 //! - `agents`: member sessions, reclaim, takeover, drain, capacity and cancels.
 //! - `cli`: the CLI as a new user types it, with exact output.
+//! - `fencing`: stale claims after a lapse and a new claim, across a kill -9.
 //! - `lapse`: leases that run out, max_attempts, dead letters and redrive.
 //! - `metrics`: the Prometheus endpoint.
 //! - `security`: tokens and roles, member ownership, bad input, floods.
+//! - `checker`: the Jepsen-style checker under kill -9 and simulated power loss.
 //! - `crash`: kill -9 during a burst of enqueues, and leases held across restarts.
+//! - `disk`: a full disk during a burst of enqueues, and recovery once space is freed.
 //! - `dispatch`: priorities, delays, keys, labels, fairness and retention.
 //! - `connect`: trust (pins, CA files), refusals at start-up, pipelining.
 
 mod agents;
+mod checker;
 mod cli;
 mod connect;
 mod crash;
+mod disk;
 mod dispatch;
+mod fencing;
 mod lapse;
 mod metrics;
 mod security;

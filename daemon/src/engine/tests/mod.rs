@@ -1626,4 +1626,5 @@ fn a_deleted_queue_leaves_every_subscription() {
     }
 }
 
+mod crash_model;
 mod model;

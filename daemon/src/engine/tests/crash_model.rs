@@ -1,0 +1,451 @@
+//! The whole task life cycle against a reference model, with crash-restarts, by
+//! property-based testing.
+//!
+//! Random sequences of enqueue, claim, renew, ack, nack, release, dead-letter, lapse
+//! (time driven by the test), cancel, redrive and restart. Settles name any claim ever
+//! handed out, so stale and future epochs come in every order: the model says whether
+//! the claim is current, and a refused settle must be `lease_lost` and change nothing.
+//! After every step: every task's state, counters, epoch and lease deadline equal the
+//! model's; the queue's counts equal the model's (each task in exactly one state);
+//! failures never decrease except on redrive; an acked task is never delivered again;
+//! and a restart changes nothing but lease deadlines (each gets a full period).
+
+use std::collections::HashSet;
+
+use proptest::prelude::*;
+
+use muster_protocol::model::{QueuePatch, TaskState};
+use muster_protocol::ops::{Cancel, Claim, DeadSelection, Redrive};
+use muster_protocol::{ErrorCode, Request};
+
+use super::{Harness, ack, dead_letter, nack, release, renew};
+use crate::engine::Reply;
+
+const LEASE_MS: u64 = 1000;
+const MAX_ATTEMPTS: u64 = 3;
+const NACK_DELAY_MS: u64 = 700;
+
+#[derive(Debug, Clone)]
+enum Step {
+    Enqueue { delay: bool },
+    Claim { max: u32 },
+    Renew { pick: usize },
+    Ack { pick: usize },
+    Nack { pick: usize, delay: bool },
+    Release { pick: usize },
+    DeadLetter { pick: usize },
+    Advance { ms: u64 },
+    Cancel { pick: usize },
+    Redrive { pick: usize },
+    Restart { gap_ms: u64 },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => any::<bool>().prop_map(|delay| Step::Enqueue { delay }),
+        4 => (1u32..3).prop_map(|max| Step::Claim { max }),
+        2 => any::<usize>().prop_map(|pick| Step::Renew { pick }),
+        3 => any::<usize>().prop_map(|pick| Step::Ack { pick }),
+        2 => (any::<usize>(), any::<bool>()).prop_map(|(pick, delay)| Step::Nack { pick, delay }),
+        1 => any::<usize>().prop_map(|pick| Step::Release { pick }),
+        1 => any::<usize>().prop_map(|pick| Step::DeadLetter { pick }),
+        3 => (1u64..1500).prop_map(|ms| Step::Advance { ms }),
+        1 => any::<usize>().prop_map(|pick| Step::Cancel { pick }),
+        1 => any::<usize>().prop_map(|pick| Step::Redrive { pick }),
+        1 => (0u64..3000).prop_map(|gap_ms| Step::Restart { gap_ms }),
+    ]
+}
+
+/// A task's state in the model; times are wall-clock ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum M {
+    Scheduled { at: u64 },
+    Ready,
+    Leased { epoch: u64, expires: u64 },
+    Done,
+    Dead,
+    Cancelled,
+}
+
+impl M {
+    fn state(self) -> TaskState {
+        match self {
+            M::Scheduled { .. } => TaskState::Scheduled,
+            M::Ready => TaskState::Ready,
+            M::Leased { .. } => TaskState::Leased,
+            M::Done => TaskState::Done,
+            M::Dead => TaskState::Dead,
+            M::Cancelled => TaskState::Cancelled,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct ModelTask {
+    id: String,
+    state: M,
+    deliveries: u64,
+    failures: u64,
+    cancel_requested: bool,
+}
+
+struct Model {
+    now: u64,
+    tasks: Vec<ModelTask>,
+    /// Every claim ever handed out: (task index, epoch).
+    claims: Vec<(usize, u64)>,
+    /// Tasks whose ack was accepted.
+    acked: HashSet<String>,
+}
+
+impl Model {
+    /// The epoch of task `i`'s current lease, if it is leased.
+    fn current(&self, i: usize) -> Option<u64> {
+        match self.tasks[i].state {
+            M::Leased { epoch, .. } => Some(epoch),
+            _ => None,
+        }
+    }
+
+    /// A leased task ends: cancelled if a cancel is pending, else `to`.
+    fn end(&mut self, i: usize, to: M) {
+        let t = &mut self.tasks[i];
+        t.state = if t.cancel_requested { M::Cancelled } else { to };
+    }
+
+    /// A nack or a lapse: one more failure, then cancelled, dead or retried.
+    fn fail(&mut self, i: usize, delay: u64) {
+        let now = self.now;
+        let t = &mut self.tasks[i];
+        t.failures += 1;
+        t.state = if t.cancel_requested {
+            M::Cancelled
+        } else if t.failures >= MAX_ATTEMPTS {
+            M::Dead
+        } else if delay == 0 {
+            M::Ready
+        } else {
+            M::Scheduled { at: now + delay }
+        };
+    }
+
+    /// What the engine's timers do at `now`: due tasks become ready, leases lapse.
+    fn tick(&mut self) {
+        for i in 0..self.tasks.len() {
+            match self.tasks[i].state {
+                M::Scheduled { at } if at <= self.now => self.tasks[i].state = M::Ready,
+                M::Leased { expires, .. } if expires <= self.now => self.fail(i, 0),
+                _ => {}
+            }
+        }
+    }
+
+    fn counts(&self) -> [u64; 6] {
+        let mut c = [0u64; 6];
+        for t in &self.tasks {
+            let slot = match t.state {
+                M::Scheduled { .. } => 0,
+                M::Ready => 1,
+                M::Leased { .. } => 2,
+                M::Done => 3,
+                M::Dead => 4,
+                M::Cancelled => 5,
+            };
+            c[slot] += 1;
+        }
+        c
+    }
+}
+
+/// What a task looks like apart from its lease deadline (which a restart may move).
+fn durable_view(h: &mut Harness, id: &str) -> String {
+    let mut t = h.task(id);
+    if let Some(lease) = t.lease.as_mut() {
+        lease.expires_ms = 0;
+    }
+    format!("{t:?}")
+}
+
+/// A settle step: sends `req` for claim `(i, epoch)`; a current claim must be
+/// accepted (and `apply` updates the model), any other refused with `lease_lost`.
+fn settle(h: &mut Harness, m: &mut Model, claim: (usize, u64), req: Request) -> Option<Reply> {
+    let (i, epoch) = claim;
+    if m.current(i) == Some(epoch) {
+        Some(
+            h.call(req)
+                .unwrap_or_else(|e| panic!("current claim refused: {e}")),
+        )
+    } else {
+        let before = durable_view(h, &m.tasks[i].id);
+        assert_eq!(h.code(req), ErrorCode::LeaseLost, "stale claim {claim:?}");
+        assert_eq!(
+            durable_view(h, &m.tasks[i].id),
+            before,
+            "a refused settle changed the task"
+        );
+        None
+    }
+}
+
+fn settled_state(reply: Option<Reply>) -> Option<TaskState> {
+    match reply? {
+        Reply::Settle(s) => Some(s.state),
+        other => panic!("settle reply: {other:?}"),
+    }
+}
+
+fn run(steps: &[Step]) {
+    let mut h = Harness::new();
+    h.create(
+        "q",
+        QueuePatch {
+            lease_ms: Some(LEASE_MS),
+            max_attempts: Some(MAX_ATTEMPTS as u32),
+            ..QueuePatch::default()
+        },
+    );
+    let mut m = Model {
+        now: h.now.wall_ms,
+        tasks: Vec::new(),
+        claims: Vec::new(),
+        acked: HashSet::new(),
+    };
+    let mut failures_before: Vec<u64> = Vec::new();
+    for (n, s) in steps.iter().enumerate() {
+        let mut redriven = HashSet::new();
+        // A step picking a claim or a task when there is none does nothing.
+        let claim = |pick: usize| (!m.claims.is_empty()).then(|| m.claims[pick % m.claims.len()]);
+        let task = |pick: usize| (!m.tasks.is_empty()).then(|| pick % m.tasks.len());
+        match *s {
+            Step::Enqueue { delay } => {
+                let mut t = muster_protocol::model::NewTask::new(super::raw(&n.to_string()));
+                t.delay_ms = delay.then_some(500);
+                let id = h.enqueue_task("q", t);
+                m.tasks.push(ModelTask {
+                    id,
+                    state: if delay {
+                        M::Scheduled { at: m.now + 500 }
+                    } else {
+                        M::Ready
+                    },
+                    deliveries: 0,
+                    failures: 0,
+                    cancel_requested: false,
+                });
+            }
+            Step::Claim { max } => {
+                let got = match h.call(Request::Claim(Claim::new(["q"]).max(max).member("m1"))) {
+                    Ok(Reply::Claim(r)) => r.tasks,
+                    other => panic!("claim: {other:?}"),
+                };
+                // Without priorities or keys, the oldest ready tasks go first.
+                let want: Vec<usize> = (0..m.tasks.len())
+                    .filter(|&i| m.tasks[i].state == M::Ready)
+                    .take(max as usize)
+                    .collect();
+                let got_ids: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
+                let want_ids: Vec<&str> = want.iter().map(|&i| m.tasks[i].id.as_str()).collect();
+                assert_eq!(got_ids, want_ids, "step {n}: claim");
+                for (d, i) in got.iter().zip(want) {
+                    assert!(
+                        !m.acked.contains(&d.id),
+                        "acked task {} delivered again",
+                        d.id
+                    );
+                    let t = &mut m.tasks[i];
+                    t.deliveries += 1;
+                    assert_eq!((d.epoch, d.attempt), (t.deliveries, t.deliveries));
+                    assert_eq!(d.failures, t.failures);
+                    t.state = M::Leased {
+                        epoch: d.epoch,
+                        expires: m.now + LEASE_MS,
+                    };
+                    m.claims.push((i, d.epoch));
+                }
+            }
+            Step::Renew { pick } => {
+                let Some((i, epoch)) = claim(pick) else {
+                    continue;
+                };
+                let id = m.tasks[i].id.clone();
+                if let Some(reply) = settle(&mut h, &mut m, (i, epoch), renew(&id, epoch)) {
+                    let Reply::Renew(r) = reply else {
+                        panic!("renew reply: {reply:?}")
+                    };
+                    let expires = m.now + LEASE_MS;
+                    assert_eq!(r.lease_expires_ms, expires);
+                    assert_eq!(r.cancel_requested, m.tasks[i].cancel_requested);
+                    m.tasks[i].state = M::Leased { epoch, expires };
+                }
+            }
+            Step::Ack { pick } => {
+                let Some((i, epoch)) = claim(pick) else {
+                    continue;
+                };
+                let id = m.tasks[i].id.clone();
+                let reply = settle(&mut h, &mut m, (i, epoch), ack(&id, epoch));
+                if let Some(state) = settled_state(reply) {
+                    m.end(i, M::Done);
+                    assert_eq!(state, m.tasks[i].state.state());
+                    m.acked.insert(id);
+                }
+            }
+            Step::Nack { pick, delay } => {
+                let Some((i, epoch)) = claim(pick) else {
+                    continue;
+                };
+                let id = m.tasks[i].id.clone();
+                let delay_ms = if delay { NACK_DELAY_MS } else { 0 };
+                let reply = settle(&mut h, &mut m, (i, epoch), nack(&id, epoch, Some(delay_ms)));
+                if let Some(state) = settled_state(reply) {
+                    m.fail(i, delay_ms);
+                    assert_eq!(state, m.tasks[i].state.state());
+                }
+            }
+            Step::Release { pick } => {
+                let Some((i, epoch)) = claim(pick) else {
+                    continue;
+                };
+                let id = m.tasks[i].id.clone();
+                let reply = settle(&mut h, &mut m, (i, epoch), release(&id, epoch));
+                if let Some(state) = settled_state(reply) {
+                    m.end(i, M::Ready);
+                    assert_eq!(state, m.tasks[i].state.state());
+                }
+            }
+            Step::DeadLetter { pick } => {
+                let Some((i, epoch)) = claim(pick) else {
+                    continue;
+                };
+                let id = m.tasks[i].id.clone();
+                let reply = settle(&mut h, &mut m, (i, epoch), dead_letter(&id, epoch));
+                if let Some(state) = settled_state(reply) {
+                    m.end(i, M::Dead);
+                    assert_eq!(state, m.tasks[i].state.state());
+                }
+            }
+            Step::Advance { ms } => {
+                h.advance(ms);
+                m.now += ms;
+                m.tick();
+            }
+            Step::Cancel { pick } => {
+                let Some(i) = task(pick) else { continue };
+                let req = Request::Cancel(Cancel {
+                    task: m.tasks[i].id.clone(),
+                });
+                match m.tasks[i].state {
+                    M::Done | M::Dead => assert_eq!(h.code(req), ErrorCode::InvalidState),
+                    state => {
+                        let Ok(Reply::Cancel(r)) = h.call(req) else {
+                            panic!("cancel refused")
+                        };
+                        let t = &mut m.tasks[i];
+                        match state {
+                            M::Leased { .. } => t.cancel_requested = true,
+                            _ => t.state = M::Cancelled,
+                        }
+                        let pending = t.cancel_requested && t.state.state() == TaskState::Leased;
+                        assert_eq!((r.state, r.cancel_requested), (t.state.state(), pending));
+                    }
+                }
+            }
+            Step::Redrive { pick } => {
+                let Some(i) = task(pick) else { continue };
+                let req = Request::Redrive(Redrive(DeadSelection {
+                    queue: "q".into(),
+                    ids: vec![m.tasks[i].id.clone()],
+                    all: false,
+                    dry_run: false,
+                }));
+                if m.tasks[i].state == M::Dead {
+                    let Ok(Reply::Count(r)) = h.call(req) else {
+                        panic!("redrive refused")
+                    };
+                    assert_eq!(r.count, 1);
+                    let t = &mut m.tasks[i];
+                    t.state = M::Ready;
+                    t.failures = 0;
+                    redriven.insert(i);
+                } else {
+                    assert_eq!(h.code(req), ErrorCode::InvalidState);
+                }
+            }
+            Step::Restart { gap_ms } => {
+                let before: Vec<String> = m
+                    .tasks
+                    .iter()
+                    .map(|t| durable_view(&mut h, &t.id))
+                    .collect();
+                h.restart(gap_ms);
+                m.now += gap_ms;
+                // Every lease held gets at least a full period from the restart.
+                for t in &mut m.tasks {
+                    if let M::Leased { epoch, expires } = t.state {
+                        let left = expires.saturating_sub(m.now);
+                        t.state = M::Leased {
+                            epoch,
+                            expires: m.now + left.max(LEASE_MS),
+                        };
+                    }
+                }
+                // The first round after the restart runs the timers: tasks due while
+                // the daemon was down become ready. Nothing else may change.
+                let states: Vec<M> = m.tasks.iter().map(|t| t.state).collect();
+                h.round();
+                m.tick();
+                for (i, t) in m.tasks.iter().enumerate() {
+                    if t.state == states[i] {
+                        assert_eq!(
+                            durable_view(&mut h, &t.id),
+                            before[i],
+                            "step {n}: a restart changed task {i}"
+                        );
+                    }
+                }
+            }
+        }
+        assert_eq!(h.counts("q"), m.counts(), "step {n}: {s:?}");
+        for (i, t) in m.tasks.iter().enumerate() {
+            let got = h.task(&t.id);
+            let lease = got.lease.as_ref().map(|l| (l.epoch, l.expires_ms));
+            let want_lease = match t.state {
+                M::Leased { epoch, expires } => Some((epoch, expires)),
+                _ => None,
+            };
+            assert_eq!(
+                (
+                    got.state,
+                    got.deliveries,
+                    got.failures,
+                    got.cancel_requested,
+                    lease
+                ),
+                (
+                    t.state.state(),
+                    t.deliveries,
+                    t.failures,
+                    t.cancel_requested,
+                    want_lease
+                ),
+                "step {n} ({s:?}): task {i}"
+            );
+            match failures_before.get(i) {
+                Some(&f) if !redriven.contains(&i) => {
+                    assert!(t.failures >= f, "step {n}: failures of task {i} went down");
+                }
+                _ => {}
+            }
+        }
+        failures_before = m.tasks.iter().map(|t| t.failures).collect();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_task_life_cycle_matches_the_model_across_restarts(steps in proptest::collection::vec(step(), 1..50)) {
+        run(&steps);
+    }
+}
