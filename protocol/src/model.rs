@@ -197,6 +197,19 @@ impl StateCounts {
     }
 }
 
+/// Counts of what happened on a queue since the daemon started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueTotals {
+    /// Tasks enqueued (not counting duplicates).
+    pub enqueued: u64,
+    /// Tasks acked.
+    pub acked: u64,
+    /// Nacks.
+    pub nacked: u64,
+    /// Leases that lapsed.
+    pub lapsed: u64,
+}
+
 /// A queue as `queue_list` and `queue_describe` show it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QueueInfo {
@@ -214,6 +227,8 @@ pub struct QueueInfo {
     pub unclaimable: u64,
     /// The label sets those unclaimable tasks require.
     pub unclaimable_requires: Vec<Vec<String>>,
+    /// What happened on the queue since the daemon started.
+    pub totals: QueueTotals,
     /// When the oldest ready task (by id) was enqueued, if any task is ready.
     pub oldest_ready_ms: Option<u64>,
     /// When the queue was created.

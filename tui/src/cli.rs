@@ -126,6 +126,12 @@ pub enum Command {
     Redrive(DeadArgs),
     /// Remove dead tasks.
     Discard(DeadArgs),
+    /// Counts per queue and state, what happened since the daemon started, and the
+    /// daemon's group commit.
+    Stats {
+        /// Only this queue.
+        queue: Option<String>,
+    },
     /// List members: name, connected, leases/capacity, draining, labels.
     Members,
     /// Inspect or drain one member.

@@ -174,6 +174,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let reply = client.discard(selection(&args)).await?;
             counted(&out, &args, "discarded", &reply)
         }
+        Command::Stats { queue } => stats(&client, &out, queue.as_deref()).await,
         Command::Members => {
             for m in client.member_list().await? {
                 out.member(&m)?;
@@ -420,6 +421,55 @@ async fn list(
             Some(next) => after = Some(next),
             None => break,
         }
+    }
+    Ok(())
+}
+
+async fn stats(client: &Client, out: &Output, queue: Option<&str>) -> anyhow::Result<()> {
+    let queues = match queue {
+        Some(q) => vec![client.queue_describe(q).await?],
+        None => client.queue_list().await?,
+    };
+    let now = output::now_ms();
+    for q in &queues {
+        out.item(
+            || {
+                let (c, t) = (&q.counts, &q.totals);
+                format!(
+                    "{}\tready={} scheduled={} leased={} done={} dead={} cancelled={} held_back={} unclaimable={} oldest_ready_age={} enqueued={} acked={} nacked={} lapsed={}{}",
+                    q.name, c.ready, c.scheduled, c.leased, c.done, c.dead, c.cancelled, q.held_back, q.unclaimable,
+                    q.oldest_ready_ms.map_or("-".into(), |at| output::span(now.saturating_sub(at))),
+                    t.enqueued, t.acked, t.nacked, t.lapsed,
+                    if q.options.paused { " paused" } else { "" }
+                )
+            },
+            q,
+        )?;
+    }
+    if queue.is_none() {
+        let daemon = client.server_stats().await?;
+        let connected = client
+            .member_list()
+            .await?
+            .iter()
+            .filter(|m| m.connected)
+            .count();
+        let factor = daemon.synced_requests as f64 / daemon.syncs.max(1) as f64;
+        let json = serde_json::json!({
+            "syncs": daemon.syncs,
+            "synced_requests": daemon.synced_requests,
+            "batch_factor": factor,
+            "members_connected": connected,
+        });
+        out.item(
+            || {
+                format!(
+                    "daemon\tfsyncs={} requests={} batch_factor={factor:.1} members_connected={connected}",
+                    daemon.syncs, daemon.synced_requests
+                )
+            },
+            &json,
+        )?;
     }
     Ok(())
 }

@@ -27,7 +27,7 @@ use serde::Serialize;
 use ulid::Ulid;
 
 use muster_protocol::limits::{MAX_HISTORY, MAX_LEASE};
-use muster_protocol::model::{QueueOptions, TaskState, TimelineEvent};
+use muster_protocol::model::{QueueOptions, QueueTotals, TaskState, TimelineEvent};
 use muster_protocol::ops::{
     CancelReply, ClaimReply, CountReply, Empty, EnqueueReply, HelloReply, MemberDescribeReply,
     MemberListReply, MemberReply, QueueListReply, QueueReply, RenewReply, ServerStatsReply,
@@ -151,6 +151,8 @@ struct Queue {
     dispatch: DispatchIndex,
     /// Every task by state, in id order, for counts and listings.
     by_state: [BTreeSet<Ulid>; 6],
+    /// What happened since the daemon started.
+    totals: QueueTotals,
 }
 
 impl Queue {
@@ -161,6 +163,7 @@ impl Queue {
             created_ms,
             dispatch: DispatchIndex::default(),
             by_state: Default::default(),
+            totals: QueueTotals::default(),
         }
     }
 
@@ -616,6 +619,9 @@ impl<W: Waiter> Engine<W> {
             let (member, epoch) = lease.map_or((String::new(), 0), |l| (l.member, l.epoch));
             let error = format!("lease lapsed (member {member:?}, epoch {epoch})");
             metrics::counter!("muster_lapsed_total", "queue" => rec.queue.clone()).increment(1);
+            if let Some(q) = self.queues.get_mut(&rec.queue) {
+                q.totals.lapsed += 1;
+            }
             push_event(&mut rec, now, "lapsed", Some(&member), Some(epoch), None);
             self.fail(id, &mut rec, now, error, Some(0));
             self.commit()?;

@@ -444,6 +444,9 @@ impl<W: Waiter> Engine<W> {
                 state: rec.state,
             });
             metrics::counter!("muster_enqueued_total", "queue" => r.queue.clone()).increment(1);
+            if let Some(q) = self.queues.get_mut(&r.queue) {
+                q.totals.enqueued += 1;
+            }
         }
         Ok(EnqueueReply { tasks: out })
     }
@@ -630,6 +633,9 @@ impl<W: Waiter> Engine<W> {
         let member = rec.lease.as_ref().map(|l| l.member.clone());
         rec.result = r.result;
         metrics::counter!("muster_acked_total", "queue" => rec.queue.clone()).increment(1);
+        if let Some(q) = self.queues.get_mut(&rec.queue) {
+            q.totals.acked += 1;
+        }
         push_event(
             &mut rec,
             now,
@@ -662,6 +668,9 @@ impl<W: Waiter> Engine<W> {
         check_error_text(&error)?;
         let (id, mut rec) = self.held(&r.task, r.epoch)?;
         metrics::counter!("muster_nacked_total", "queue" => rec.queue.clone()).increment(1);
+        if let Some(q) = self.queues.get_mut(&rec.queue) {
+            q.totals.nacked += 1;
+        }
         let member = rec.lease.as_ref().map(|l| l.member.clone());
         push_event(
             &mut rec,
@@ -1105,6 +1114,7 @@ impl<W: Waiter> Engine<W> {
             held_back: q.dispatch.held_back(),
             unclaimable,
             unclaimable_requires,
+            totals: q.totals,
             oldest_ready_ms: q.ids(TaskState::Ready).first().map(|id| id.timestamp_ms()),
             created_ms: q.created_ms,
         }

@@ -195,3 +195,29 @@ fn wait_returns_when_another_process_finishes_the_task() {
             .starts_with("muster: timed out: 1 of the tasks did not finish")
     );
 }
+
+#[test]
+fn stats_show_counts_totals_and_group_commit() {
+    let d = Daemon::start();
+    d.ok(&["queue", "create", "jobs"]);
+    d.ok(&["enqueue", "jobs", "1"]);
+    d.ok(&["enqueue", "jobs", "2"]);
+    let claim = d.ok(&["claim", "jobs"]);
+    d.ok(&["ack", claim.split('\t').next().unwrap()]);
+    let one = d.ok(&["stats", "jobs"]);
+    let (head, rest) = one.split_once(" oldest_ready_age=").unwrap();
+    assert_eq!(
+        head,
+        "jobs\tready=1 scheduled=0 leased=0 done=1 dead=0 cancelled=0 held_back=0 unclaimable=0"
+    );
+    assert!(
+        rest.ends_with(" enqueued=2 acked=1 nacked=0 lapsed=0\n"),
+        "{one}"
+    );
+    let all = d.ok(&["stats"]);
+    let daemon = all.lines().last().unwrap();
+    assert!(
+        daemon.starts_with("daemon\tfsyncs=") && daemon.ends_with(" members_connected=0"),
+        "{all}"
+    );
+}
