@@ -27,6 +27,9 @@ use crate::engine::Reply;
 /// Requests one connection may have in flight (sent, not yet answered), over all its streams.
 pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 4096;
 
+/// Bytes reserved up front for a frame body; larger bodies grow as their bytes arrive.
+const READ_CHUNK: usize = 64 * 1024;
+
 /// Bytes of replies gathered into one stream write.
 const WRITE_CHUNK: usize = 256 * 1024;
 
@@ -211,9 +214,13 @@ async fn read_requests(
                 return;
             }
         };
-        let mut body = vec![0u8; len];
-        if reader.read_exact(&mut body).await.is_err() {
-            return; // truncated frame: the peer ended the stream mid-frame
+        // The buffer grows with the bytes that actually arrive (bounded by QUIC flow
+        // control), not with what the header announces: a peer cannot make the daemon
+        // reserve 4 MiB per stream by sending headers alone.
+        let mut body = Vec::with_capacity(len.min(READ_CHUNK));
+        match (&mut reader).take(len as u64).read_to_end(&mut body).await {
+            Ok(n) if n == len => {}
+            _ => return, // truncated frame: the peer ended the stream mid-frame
         }
         let (id, req) = match decode_request(&body) {
             Ok(decoded) => decoded,
