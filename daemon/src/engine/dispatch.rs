@@ -9,7 +9,7 @@
 //! Tasks with a **key** are handed out in enqueue order, at most `key_concurrency` at a
 //! time: every unfinished task of a key (scheduled, ready or leased) waits in the key's
 //! line, and only a ready task among the first `key_concurrency` of the line is
-//! dispatchable. A key whose head is leased or scheduled for a retry holds back the
+//! dispatchable, and only while fewer than `key_concurrency` of the line are leased. A key whose head is leased or scheduled for a retry holds back the
 //! rest of its line; other keys are not affected.
 
 use std::cmp::Reverse;
@@ -44,7 +44,15 @@ struct Slot {
     priority: u8,
     class: Class,
     ready: bool,
+    leased: bool,
     dispatchable: bool,
+}
+
+/// A key's line and how many of its tasks are leased.
+#[derive(Debug, Default)]
+struct Line {
+    slots: BTreeMap<Ulid, Slot>,
+    leased: u32,
 }
 
 /// The dispatch index of one queue.
@@ -53,7 +61,7 @@ pub struct DispatchIndex {
     /// Dispatchable ready tasks per label class.
     classes: HashMap<Class, BTreeSet<(Reverse<u8>, Ulid)>>,
     /// Each key's line of unfinished tasks, in enqueue order.
-    keys: HashMap<Arc<str>, BTreeMap<Ulid, Slot>>,
+    keys: HashMap<Arc<str>, Line>,
     /// Ready tasks with a key that are held back by their key's line.
     held_back: u64,
 }
@@ -80,19 +88,20 @@ impl DispatchIndex {
                 }
             }
             Some(key) => {
+                let leased = t.state == TaskState::Leased;
                 let slot = Slot {
                     priority: t.priority,
                     class: Arc::clone(t.class),
                     ready,
+                    leased,
                     dispatchable: false,
                 };
                 if ready {
                     self.held_back += 1;
                 }
-                self.keys
-                    .entry(Arc::clone(key))
-                    .or_default()
-                    .insert(t.id, slot);
+                let line = self.keys.entry(Arc::clone(key)).or_default();
+                line.leased += u32::from(leased);
+                line.slots.insert(t.id, slot);
                 self.refresh(key, key_concurrency);
             }
         }
@@ -110,10 +119,11 @@ impl DispatchIndex {
                 let Some(line) = self.keys.get_mut(key) else {
                     return;
                 };
-                let Some(slot) = line.remove(&t.id) else {
+                let Some(slot) = line.slots.remove(&t.id) else {
                     return;
                 };
-                if line.is_empty() {
+                line.leased -= u32::from(slot.leased);
+                if line.slots.is_empty() {
                     self.keys.remove(key);
                 }
                 if slot.dispatchable {
@@ -182,9 +192,12 @@ impl DispatchIndex {
         let Some(line) = self.keys.get_mut(key) else {
             return;
         };
+        // Leased tasks anywhere in the line use up places (a redriven task can join the
+        // line ahead of one already leased).
+        let free = line.leased < key_concurrency;
         let mut changes = Vec::new();
-        for (place, (id, slot)) in line.iter_mut().enumerate().take(places) {
-            let should = slot.ready && place < key_concurrency as usize;
+        for (place, (id, slot)) in line.slots.iter_mut().enumerate().take(places) {
+            let should = slot.ready && free && place < key_concurrency as usize;
             if should != slot.dispatchable {
                 slot.dispatchable = should;
                 changes.push((should, Arc::clone(&slot.class), slot.priority, *id));
@@ -295,5 +308,20 @@ mod tests {
         ix.remove(k1.r(), 1);
         assert_eq!(ix.pick(&[]), Some(k2.id));
         assert_eq!(ix.held_back(), 0);
+    }
+
+    #[test]
+    fn a_redriven_task_ahead_of_a_leased_one_waits_for_it() {
+        let mut ix = DispatchIndex::default();
+        let a = T::new(1, 0, Some("k"), &[], &ix);
+        let mut b = T::new(2, 0, Some("k"), &[], &ix);
+        // A died (it left the line); B is leased.
+        b.state = TaskState::Leased;
+        ix.add(b.r(), 1);
+        // A is redriven: it rejoins the line ahead of B, but B holds the key's one place.
+        ix.add(a.r(), 1);
+        assert_eq!(ix.pick(&[]), None);
+        ix.remove(b.r(), 1);
+        assert_eq!(ix.pick(&[]), Some(a.id));
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use ulid::Ulid;
 
-use muster_protocol::limits::MAX_CAPACITY;
+use muster_protocol::limits::{MAX_CAPACITY, MAX_CLAIM_REPLY_BYTES};
 use muster_protocol::model::{MemberInfo, TaskState};
 use muster_protocol::names;
 use muster_protocol::ops::{
@@ -203,6 +203,7 @@ impl<W: Waiter> Engine<W> {
         self.sessions.insert(waiter.connection(), Arc::clone(&name));
         self.push_changed = true;
 
+        let mut reply_bytes = 0;
         let mut reply = SessionOpenReply {
             reclaimed: Vec::new(),
             released: 0,
@@ -243,9 +244,16 @@ impl<W: Waiter> Engine<W> {
                     self.save(id, &rec, 0, 0);
                     reply.dead += 1;
                 } else {
-                    reply
-                        .reclaimed
-                        .push(self.lease_to(id, rec, &r.member, None, now, true)?);
+                    let delivery = self.lease_to(id, rec, &r.member, None, now, true)?;
+                    // The reply carries what fits; the rest follows as pushes on the
+                    // session's stream, so a reply never outgrows its frame.
+                    reply_bytes += delivery.payload.get().len()
+                        + delivery.progress.as_ref().map_or(0, |p| p.get().len());
+                    if reply_bytes <= MAX_CLAIM_REPLY_BYTES || reply.reclaimed.is_empty() {
+                        reply.reclaimed.push(delivery);
+                    } else {
+                        self.pushes.push((waiter.sink(), Push::Deliver(delivery)));
+                    }
                 }
             } else {
                 push_event(&mut rec, now, "released", Some(&r.member), epoch, None);
