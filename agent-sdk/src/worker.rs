@@ -306,11 +306,15 @@ where
         let mut failures: u32 = 0;
         loop {
             if self.finished() {
+                self.abandon();
                 return Ok(());
             }
             let (client, pushes) = match self.open().await {
                 Ok(session) => session,
-                Err(e) if is_refusal(&e) => return Err(e),
+                Err(e) if is_refusal(&e) => {
+                    self.abandon();
+                    return Err(e);
+                }
                 Err(e) => {
                     failures += 1;
                     let delay = backoff(failures);
@@ -321,7 +325,10 @@ where
             };
             failures = 0;
             match self.serve(&client, pushes).await {
-                Ok(true) => return Ok(()),
+                Ok(true) => {
+                    self.abandon();
+                    return Ok(());
+                }
                 Ok(false) => {
                     warn!("connection to musterd lost; reconnecting");
                     self.pause(backoff(1)).await;
@@ -465,15 +472,13 @@ where
                         }
                     }
                     Event::Renewed(id, epoch, result) => self.renewed(id, epoch, result),
-                    Event::Settled(id, epoch, settle, result) => {
-                        self.settled(id, epoch, settle, result);
-                        // A settle that failed on an earlier connection goes out on this one.
-                        for (id, epoch, settle) in std::mem::take(&mut self.unsettled) {
-                            self.settle(client, id, epoch, settle);
-                        }
-                    }
+                    Event::Settled(id, epoch, settle, result) => self.settled(id, epoch, settle, result),
                 },
                 _ = tick.tick() => {
+                    // Settles that failed on an earlier connection go out on this one.
+                    for (id, epoch, settle) in std::mem::take(&mut self.unsettled) {
+                        self.settle(client, id, epoch, settle);
+                    }
                     self.renew_due(client);
                     if let Some(deadline) = self.draining
                         && Instant::now() >= deadline
@@ -594,7 +599,18 @@ where
                     held.cancel.cancel();
                 }
             }
-            Err(Error::Server(e)) => self.lost(&id, epoch, &format!("lost ({})", e.message)),
+            Err(Error::Server(e))
+                if matches!(e.code, ErrorCode::LeaseLost | ErrorCode::NotFound) =>
+            {
+                self.lost(&id, epoch, &format!("lost ({})", e.message));
+            }
+            // Refused for what it carried (e.g. progress over its limit): drop the
+            // checkpoint and keep the lease alive.
+            Err(Error::Server(e)) => {
+                warn!(task = %id, error = %e, "renewal refused; dropping its progress");
+                *lock(&held.progress.latest) = None;
+                held.renew_at = Instant::now() + MIN_RENEW_INTERVAL;
+            }
             // The connection is down: the next connection renews at once, progress too.
             Err(_) => {
                 held.renew_at = Instant::now() + MIN_RENEW_INTERVAL;
@@ -640,7 +656,17 @@ where
             Err(Error::Server(e)) => warn!(task = %id, error = %e, "settle refused"),
             // Unknown whether it landed: settle again on the next connection. A repeat
             // of a settle that did land is refused with lease_lost, which is harmless.
-            Err(_) => self.unsettled.push((id, epoch, settle)),
+            Err(Error::Closed(_) | Error::Connect(_)) => self.unsettled.push((id, epoch, settle)),
+            // It could not even be sent (e.g. a result over the frame limit): fail the
+            // task instead, once, so it is retried rather than left to lapse.
+            Err(e) => {
+                warn!(task = %id, error = %e, "settle could not be sent");
+                if let Settle::Outcome(Outcome::Ack(_)) = settle {
+                    let error = format!("the handler's result could not be sent: {e}");
+                    let nack = Outcome::Nack { delay: None, error };
+                    self.unsettled.push((id, epoch, Settle::Outcome(nack)));
+                }
+            }
         }
     }
 

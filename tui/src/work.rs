@@ -129,6 +129,9 @@ async fn run_task(spec: &WorkSpec, task: &Task) -> anyhow::Result<Outcome> {
         Some(status) => status,
         None => {
             stop(&mut child, spec.grace).await;
+            feed.abort();
+            stdout.abort();
+            stderr.abort();
             let _ = tokio::fs::remove_file(&progress_file).await;
             return Ok(Outcome::Nack {
                 delay: None,
@@ -138,18 +141,21 @@ async fn run_task(spec: &WorkSpec, task: &Task) -> anyhow::Result<Outcome> {
     };
     report_progress(task, &progress_file, &mut seen).await;
     let _ = tokio::fs::remove_file(&progress_file).await;
-    let _ = feed.await;
-    let out = stdout.await.context("reading stdout")??;
-    let err_tail = String::from_utf8_lossy(&stderr.await.context("reading stderr")??).into_owned();
+    // A background process of the program may hold the pipes open: read what is there
+    // for a moment, then give up on the rest rather than hang the task.
+    feed.abort();
+    let out = finish_reader(stdout).await;
+    let err_tail = String::from_utf8_lossy(&finish_reader(stderr).await).into_owned();
     Ok(match status.code() {
         Some(0) => {
-            if out.len() > MAX_RESULT_BYTES {
+            let result = result_json(&out)?;
+            if out.len() > MAX_RESULT_BYTES || result.get().len() > MAX_RESULT_BYTES {
                 Outcome::Nack {
                     delay: None,
                     error: format!("result (stdout) exceeds {MAX_RESULT_BYTES} bytes"),
                 }
             } else {
-                Outcome::Ack(Some(result_json(&out)?))
+                Outcome::Ack(Some(result))
             }
         }
         Some(EXIT_DEAD_LETTER) => Outcome::DeadLetter(failure_text(&status, &err_tail)),
@@ -174,10 +180,35 @@ fn result_json(out: &[u8]) -> anyhow::Result<muster_sdk::RawJson> {
 
 fn failure_text(status: &std::process::ExitStatus, stderr_tail: &str) -> String {
     let tail = stderr_tail.trim();
-    if tail.is_empty() {
+    let mut text = if tail.is_empty() {
         format!("{status}")
     } else {
         format!("{status}: {tail}")
+    };
+    // The daemon refuses longer errors; cut on a character boundary.
+    if text.len() > MAX_ERROR_BYTES {
+        let mut cut = MAX_ERROR_BYTES;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+    }
+    text
+}
+
+/// How long the output of a finished program is still read.
+const OUTPUT_LINGER: Duration = Duration::from_secs(1);
+
+/// What a pipe reader collected, waiting at most [`OUTPUT_LINGER`] for it to end.
+async fn finish_reader(reader: tokio::task::JoinHandle<std::io::Result<Vec<u8>>>) -> Vec<u8> {
+    let abort = reader.abort_handle();
+    match tokio::time::timeout(OUTPUT_LINGER, reader).await {
+        Ok(Ok(Ok(bytes))) => bytes,
+        Ok(_) => Vec::new(),
+        Err(_) => {
+            abort.abort();
+            Vec::new()
+        }
     }
 }
 
@@ -259,6 +290,19 @@ mod tests {
             r#""hello world\n""#
         );
         assert_eq!(result_json(b"").unwrap().get(), r#""""#);
+    }
+
+    #[test]
+    fn failure_texts_fit_the_error_limit_on_a_character_boundary() {
+        use std::os::unix::process::ExitStatusExt;
+        let status = std::process::ExitStatus::from_raw(1 << 8);
+        let text = failure_text(&status, &"é".repeat(MAX_ERROR_BYTES));
+        assert!(
+            text.len() <= MAX_ERROR_BYTES && text.starts_with("exit status: 1: é"),
+            "{}",
+            text.len()
+        );
+        assert_eq!(failure_text(&status, "  \n"), "exit status: 1");
     }
 
     #[tokio::test]
