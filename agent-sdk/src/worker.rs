@@ -274,6 +274,7 @@ impl Worker {
             settling: 0,
             draining: None,
             opened: false,
+            stopping: HashMap::new(),
             events: mpsc::unbounded_channel(),
         };
         run.run().await
@@ -294,6 +295,8 @@ struct Run<H> {
     draining: Option<Instant>,
     /// A session was opened once: later sessions resume instead of reclaiming.
     opened: bool,
+    /// Handlers of leases lost or revoked, told to stop and not yet ended.
+    stopping: HashMap<String, AbortHandle>,
     events: (mpsc::UnboundedSender<Event>, mpsc::UnboundedReceiver<Event>),
 }
 
@@ -378,6 +381,8 @@ where
                 if self.held.get(&id).is_some_and(|h| h.epoch == epoch) {
                     self.held.remove(&id);
                     self.unsettled.push((id, epoch, Settle::Outcome(outcome)));
+                } else {
+                    self.stopping.remove(&id);
                 }
             }
             Event::Renewed(id, epoch, result) => self.renewed(id, epoch, result),
@@ -469,6 +474,8 @@ where
                         if self.held.get(&id).is_some_and(|h| h.epoch == epoch) {
                             self.held.remove(&id);
                             self.settle(client, id, epoch, Settle::Outcome(outcome));
+                        } else {
+                            self.stopping.remove(&id);
                         }
                     }
                     Event::Renewed(id, epoch, result) => self.renewed(id, epoch, result),
@@ -495,6 +502,7 @@ where
 
     fn start(&mut self, delivery: Delivery) {
         let (id, epoch) = (delivery.id.clone(), delivery.epoch);
+        let delivery_id = id.clone();
         let cancel = CancellationToken::new();
         let progress = Arc::new(Progress {
             latest: Mutex::new(delivery.progress.clone()),
@@ -539,6 +547,9 @@ where
             old.cancel.cancel();
             old.handler.abort();
         }
+        if let Some(old) = self.stopping.remove(&delivery_id) {
+            old.abort();
+        }
     }
 
     /// A lease is gone (lost or revoked): stop the handler's work, forget the task.
@@ -548,6 +559,9 @@ where
         {
             warn!(task = %id, epoch, "lease {why}; stopping its handler");
             h.cancel.cancel();
+            // Kept until the handler ends, so a new delivery of the same task can stop it
+            // for good rather than run beside it.
+            self.stopping.insert(id.to_owned(), h.handler);
         }
     }
 
@@ -680,11 +694,14 @@ where
         }
     }
 
-    /// The session is gone for good (replaced): stop every handler.
+    /// The worker stops: no handler may run on without its lease.
     fn abandon(&mut self) {
         for (_, held) in self.held.drain() {
             held.cancel.cancel();
             held.handler.abort();
+        }
+        for (_, handler) in self.stopping.drain() {
+            handler.abort();
         }
     }
 }
