@@ -107,13 +107,15 @@ async fn run_task(spec: &WorkSpec, task: &Task) -> anyhow::Result<Outcome> {
         // A program that does not read its stdin is not an error.
         let _ = stdin.write_all(&payload).await;
     });
-    let stdout = tokio::spawn(read_limited(
+    let stdout = tokio::spawn(read_bounded(
         child.stdout.take().context("child stdout")?,
         MAX_RESULT_BYTES + 1,
+        Keep::Head,
     ));
-    let stderr = tokio::spawn(read_tail(
+    let stderr = tokio::spawn(read_bounded(
         child.stderr.take().context("child stderr")?,
         STDERR_TAIL,
+        Keep::Tail,
     ));
 
     let mut poll = tokio::time::interval(PROGRESS_POLL);
@@ -247,22 +249,21 @@ async fn stop(child: &mut tokio::process::Child, grace: Duration) {
     }
 }
 
-async fn read_limited(mut r: impl AsyncRead + Unpin, limit: usize) -> std::io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        let n = r.read(&mut buf).await?;
-        if n == 0 {
-            return Ok(out);
-        }
-        if out.len() < limit {
-            let take = n.min(limit - out.len());
-            out.extend_from_slice(&buf[..take]);
-        }
-    }
+/// Which end of a stream [`read_bounded`] keeps.
+#[derive(Debug, Clone, Copy)]
+enum Keep {
+    /// The first bytes (stdout: the result, refused if too long).
+    Head,
+    /// The last bytes (stderr: the end of an error is what explains it).
+    Tail,
 }
 
-async fn read_tail(mut r: impl AsyncRead + Unpin, keep: usize) -> std::io::Result<Vec<u8>> {
+/// Reads a stream to its end, keeping at most `limit` bytes from the chosen end.
+async fn read_bounded(
+    mut r: impl AsyncRead + Unpin,
+    limit: usize,
+    keep: Keep,
+) -> std::io::Result<Vec<u8>> {
     let mut out = Vec::new();
     let mut buf = [0u8; 8192];
     loop {
@@ -270,10 +271,18 @@ async fn read_tail(mut r: impl AsyncRead + Unpin, keep: usize) -> std::io::Resul
         if n == 0 {
             return Ok(out);
         }
-        out.extend_from_slice(&buf[..n]);
-        if out.len() > keep {
-            let cut = out.len() - keep;
-            out.drain(..cut);
+        match keep {
+            Keep::Head => {
+                let take = n.min(limit.saturating_sub(out.len()));
+                out.extend_from_slice(&buf[..take]);
+            }
+            Keep::Tail => {
+                out.extend_from_slice(&buf[..n]);
+                if out.len() > limit {
+                    let cut = out.len() - limit;
+                    out.drain(..cut);
+                }
+            }
         }
     }
 }
@@ -308,10 +317,16 @@ mod tests {
     #[tokio::test]
     async fn readers_keep_their_limits() {
         let data = vec![b'x'; 20_000];
-        assert_eq!(read_limited(&data[..], 100).await.unwrap().len(), 100);
+        assert_eq!(
+            read_bounded(&data[..], 100, Keep::Head)
+                .await
+                .unwrap()
+                .len(),
+            100
+        );
         let mut tail_src = vec![b'a'; 10_000];
         tail_src.extend_from_slice(b"END");
-        let tail = read_tail(&tail_src[..], 5).await.unwrap();
+        let tail = read_bounded(&tail_src[..], 5, Keep::Tail).await.unwrap();
         assert_eq!(tail, b"aaEND");
     }
 }
