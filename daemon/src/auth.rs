@@ -53,7 +53,7 @@ impl Role {
 }
 
 /// An authenticated client: the token's name, roles and queue patterns.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Principal {
     /// The token's name, as configured.
     pub name: String,

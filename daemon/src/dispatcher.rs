@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
-use tracing::{debug, info};
+use tracing::{debug, debug_span, info};
 
 use muster_protocol::{ErrorBody, Push, Request};
 
@@ -283,7 +283,17 @@ fn run(
         let requests = round.len() as u64;
         for cmd in round.drain(..) {
             match cmd {
-                Command::Request(req, responder) => engine.handle(req, responder, now)?,
+                Command::Request(req, responder) => {
+                    let span = debug_span!(
+                        "request",
+                        connection = responder.connection,
+                        id = responder.id,
+                        op = req.name()
+                    );
+                    let _entered = span.enter();
+                    engine.handle(req, responder, now)?;
+                    debug!("applied");
+                }
                 Command::Disconnected(connection) => engine.disconnected(connection),
                 Command::Shutdown => stopping = true,
             }

@@ -61,6 +61,12 @@ pub const MAX_IDS: usize = 1000;
 /// Most tasks one page of `task_list` returns.
 pub const MAX_PAGE: u32 = 1000;
 
+/// Most rows one page of a `watch` view holds (queues, tasks or members).
+pub const MAX_WATCH_ROWS: u32 = 500;
+
+/// Shortest time between two pushes of one watch.
+pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Most events kept in a task's timeline; older ones are dropped, first excepted.
 pub const MAX_HISTORY: usize = 32;
 

@@ -397,6 +397,8 @@ pub struct TaskInfo {
 pub struct TaskSummary {
     /// The task's id.
     pub id: String,
+    /// Its queue.
+    pub queue: String,
     /// Its state.
     pub state: TaskState,
     /// Its priority.

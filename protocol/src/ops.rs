@@ -513,7 +513,133 @@ pub struct ServerStatsReply {
     pub synced_requests: u64,
 }
 
-/// A frame the daemon sends unasked, on the stream of a member's session.
+/// One screen of the operator's view, as a `watch` asks for it. Lists come a page at a
+/// time: `after` is the `next` cursor of the previous page, `limit` is 1 to
+/// [`crate::limits::MAX_WATCH_ROWS`] (100 if absent).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "screen", rename_all = "snake_case")]
+pub enum View {
+    /// Queues with their counts, in name order; the cursor is a queue name.
+    Queues {
+        /// Start after this queue name.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
+        /// Page size.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<u32>,
+    },
+    /// One queue and a page of its tasks in one state, oldest first; the cursor is a task id.
+    Tasks {
+        /// The queue.
+        queue: String,
+        /// The state listed.
+        state: TaskState,
+        /// Start after this task id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
+        /// Page size.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<u32>,
+    },
+    /// Dead tasks of every queue, by queue name then id; the cursor is a task id.
+    Dead {
+        /// Start after this task id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
+        /// Page size.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<u32>,
+    },
+    /// One task, whole.
+    Task {
+        /// The task's id.
+        task: String,
+    },
+    /// Members, in name order; the cursor is a member name.
+    Members {
+        /// Start after this member name.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
+        /// Page size.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<u32>,
+    },
+}
+
+/// What a [`View`] shows, as the `watch` reply and each `watch` push carry it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "screen", rename_all = "snake_case")]
+pub enum WatchUpdate {
+    /// A page of queues.
+    Queues {
+        /// The queues.
+        queues: Vec<QueueInfo>,
+        /// The cursor of the next page; null on the last.
+        next: Option<String>,
+    },
+    /// A queue and a page of its tasks in one state.
+    Tasks {
+        /// The queue, with its counts.
+        queue: QueueInfo,
+        /// The state listed.
+        state: TaskState,
+        /// The page.
+        tasks: Vec<TaskSummary>,
+        /// The cursor of the next page; null on the last.
+        next: Option<String>,
+    },
+    /// A page of dead tasks.
+    Dead {
+        /// The page.
+        tasks: Vec<TaskSummary>,
+        /// Dead tasks in every queue the watcher sees.
+        total: u64,
+        /// The cursor of the next page; null on the last.
+        next: Option<String>,
+    },
+    /// One task.
+    Task {
+        /// The task.
+        task: TaskInfo,
+    },
+    /// A page of members.
+    Members {
+        /// The members.
+        members: Vec<MemberInfo>,
+        /// Members with a session connected now (of every page).
+        connected: u64,
+        /// The cursor of the next page; null on the last.
+        next: Option<String>,
+    },
+    /// What the watch showed is gone (its queue was deleted, its task removed); the
+    /// watch has ended. Only ever pushed, never a reply.
+    Gone {
+        /// Why, e.g. `not_found`.
+        error: ErrorBody,
+    },
+}
+
+/// Watches one screen: the reply carries it now, then the daemon pushes it again
+/// (`{"push":"watch","update":…}`) whenever something changed, at most once per
+/// [`crate::limits::WATCH_INTERVAL`]. One watch per connection: a new one replaces it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Watch {
+    /// The screen.
+    pub view: View,
+}
+
+/// Reply to [`Watch`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WatchReply {
+    /// The screen as it is now.
+    pub update: WatchUpdate,
+}
+
+/// Ends the connection's watch.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Unwatch {}
+
+/// A frame the daemon sends unasked, on the stream of a member's session or a watch.
 /// On the wire: `{"push": "<kind>", ...fields}` and no `id`.
 #[derive(Debug, Clone)]
 pub enum Push {
@@ -527,6 +653,8 @@ pub enum Push {
     Drain,
     /// The session ended, e.g. `replaced` by a newer session under the same member.
     Closed(ErrorBody),
+    /// The watched screen changed (`{"push":"watch","update":{WatchUpdate}}`).
+    Watch(Box<WatchUpdate>),
 }
 
 /// A task and lease epoch named by a push.
@@ -548,6 +676,11 @@ struct ClosedBody {
     error: ErrorBody,
 }
 
+#[derive(Serialize, Deserialize)]
+struct WatchBody<U> {
+    update: U,
+}
+
 #[derive(Serialize)]
 struct PushFrame<'a, T: Serialize> {
     push: &'static str,
@@ -564,6 +697,7 @@ impl Push {
             Push::Revoked(_) => "revoked",
             Push::Drain => "drain",
             Push::Closed(_) => "closed",
+            Push::Watch(_) => "watch",
         }
     }
 
@@ -586,6 +720,10 @@ impl Push {
                 push,
                 body: &ClosedBody { error: e.clone() },
             }),
+            Push::Watch(update) => crate::frame::encode_json(&PushFrame {
+                push,
+                body: &WatchBody { update },
+            }),
         }
     }
 
@@ -605,6 +743,11 @@ impl Push {
                 serde_json::from_slice::<ClosedBody>(body)
                     .map_err(bad)?
                     .error,
+            )),
+            "watch" => Ok(Push::Watch(
+                serde_json::from_slice::<WatchBody<Box<WatchUpdate>>>(body)
+                    .map_err(bad)?
+                    .update,
             )),
             other => Err(format!("unknown push {other:?}")),
         }
@@ -685,6 +828,8 @@ ops! {
     MemberDrain(MemberDrain) = "member_drain" -> MemberReply;
     LeaseRevoke(LeaseRevoke) = "lease_revoke" -> SettleReply;
     ServerStats(ServerStats) = "server_stats" -> ServerStatsReply;
+    Watch(Watch) = "watch" -> WatchReply;
+    Unwatch(Unwatch) = "unwatch" -> Empty;
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ErrorBody> {

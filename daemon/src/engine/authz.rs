@@ -17,6 +17,8 @@
 //! | `member_list`, `member_describe`, `member_drain` | admin | |
 //! | `lease_revoke` | admin | the task's queue |
 //! | `server_stats` | admin | |
+//! | `watch` | admin | the view's queue or task; queue and dead screens show only covered queues |
+//! | `unwatch` | admin | |
 //!
 //! Admin holds every role. A member name belongs to the principal that first used it
 //! (recorded in the store); no other principal can open its session, claim in its name
@@ -24,6 +26,7 @@
 
 use ulid::Ulid;
 
+use muster_protocol::ops::View;
 use muster_protocol::{ErrorBody, ErrorCode, Request};
 
 use super::{Engine, Waiter};
@@ -82,6 +85,14 @@ impl<W: Waiter> Engine<W> {
             }
             Request::LeaseRevoke(r) => self.task_allowed(&r.task, ADMIN, p),
             Request::ServerStats(_) => p.check(ADMIN, None),
+            Request::Watch(r) => match &r.view {
+                View::Tasks { queue, .. } => p.check(ADMIN, Some(queue)),
+                View::Task { task } => self.task_allowed(task, ADMIN, p),
+                View::Queues { .. } | View::Dead { .. } | View::Members { .. } => {
+                    p.check(ADMIN, None)
+                }
+            },
+            Request::Unwatch(_) => p.check(ADMIN, None),
         }
     }
 

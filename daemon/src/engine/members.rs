@@ -58,7 +58,7 @@ impl<S: Sink> Member<S> {
         self.session.as_ref().is_some_and(|s| !s.sink.is_closed())
     }
 
-    fn info(&self, name: &str) -> MemberInfo {
+    pub(super) fn info(&self, name: &str) -> MemberInfo {
         MemberInfo {
             name: name.to_owned(),
             labels: self.labels.clone(),
@@ -108,6 +108,7 @@ impl<W: Waiter> Engine<W> {
             && let Some(m) = self.members.get_mut(name)
         {
             m.last_seen_ms = Some(now.wall_ms);
+            self.generation += 1;
         }
     }
 
@@ -268,9 +269,11 @@ impl<W: Waiter> Engine<W> {
 
     /// A connection ended: its member session (if any) ends with it. Leases stay.
     pub fn disconnected(&mut self, connection: u64) {
+        self.watches.remove(&connection);
         let Some(name) = self.sessions.remove(&connection) else {
             return;
         };
+        self.generation += 1;
         if let Some(m) = self.members.get_mut(&name) {
             if m.session
                 .as_ref()

@@ -17,6 +17,7 @@ mod members;
 mod ops;
 #[cfg(test)]
 mod tests;
+mod watch;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -31,7 +32,7 @@ use muster_protocol::model::{QueueOptions, QueueTotals, TaskState, TimelineEvent
 use muster_protocol::ops::{
     CancelReply, ClaimReply, CountReply, Empty, EnqueueReply, HelloReply, MemberDescribeReply,
     MemberListReply, MemberReply, QueueListReply, QueueReply, RenewReply, ServerStatsReply,
-    SessionOpenReply, SettleReply, TaskListReply, TaskReply, WaitReply,
+    SessionOpenReply, SettleReply, TaskListReply, TaskReply, WaitReply, WatchReply,
 };
 use muster_protocol::{ErrorBody, ErrorCode};
 
@@ -112,6 +113,8 @@ pub enum Reply {
     Wait(WaitReply),
     /// Cancel.
     Cancel(CancelReply),
+    /// Watch.
+    Watch(WatchReply),
 }
 
 /// Why an op failed: the client's fault (reply with the error) or the store's (stop).
@@ -258,6 +261,11 @@ pub struct Engine<W: Waiter> {
     pushes: Vec<(W::Sink, muster_protocol::Push)>,
     /// Member names and the principal that first used each (with tokens configured).
     owners: HashMap<String, String>,
+    /// Each connection's watch, if it has one.
+    watches: HashMap<u64, watch::Watcher<W::Sink>>,
+    /// Moves with every committed change and member event: watches compare it with what
+    /// they last sent.
+    generation: u64,
 }
 
 impl<W: Waiter> Engine<W> {
@@ -291,6 +299,8 @@ impl<W: Waiter> Engine<W> {
             member_rotation: 0,
             pushes: Vec::new(),
             owners: HashMap::new(),
+            watches: HashMap::new(),
+            generation: 0,
         };
         engine.owners = engine.store.load_owners()?.into_iter().collect();
         for (name, rec) in engine.store.load_queues()? {
@@ -360,6 +370,7 @@ impl<W: Waiter> Engine<W> {
         match self.dispatch(req, waiter, now) {
             Ok(()) => self.commit(),
             Err((waiter, Failure::Client(e))) => {
+                tracing::debug!(code = e.code.as_str(), message = %e.message, "refused");
                 // Nothing was written for a refused request; drop any partial batch.
                 self.pending = self.store.batch();
                 self.outbox.push((waiter, Err(e)));
@@ -378,7 +389,8 @@ impl<W: Waiter> Engine<W> {
         self.serve_claims(ready, now)?;
         self.serve_pushes(ready, now)?;
         self.serve_waits(now)?;
-        self.commit()
+        self.commit()?;
+        self.serve_watches(now)
     }
 
     /// Milliseconds until the next timer is due, if any.
@@ -391,6 +403,7 @@ impl<W: Waiter> Engine<W> {
             self.expiry.first().map(|(at, _)| wall(*at)),
             self.claim_waiters.iter().map(|w| mono(w.deadline)).min(),
             self.task_waits.iter().map(|w| mono(w.deadline)).min(),
+            self.next_watch().map(mono),
         ]
         .into_iter()
         .flatten()
@@ -439,6 +452,7 @@ impl<W: Waiter> Engine<W> {
             let batch = std::mem::replace(&mut self.pending, self.store.batch());
             batch.commit()?;
             self.dirty = true;
+            self.generation += 1;
         }
         Ok(())
     }

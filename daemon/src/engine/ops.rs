@@ -138,9 +138,19 @@ fn apply_patch(options: &mut QueueOptions, patch: &QueuePatch) -> OpResult<()> {
     Ok(())
 }
 
+/// True for replies of ops that change members without committing (labels, capacity,
+/// subscriptions, drain): the generation must move for watches of the members screen.
+fn changes_members(reply: &Reply) -> bool {
+    matches!(
+        reply,
+        Reply::SessionOpen(_) | Reply::Member(_) | Reply::Empty(_)
+    )
+}
+
 pub(super) fn summary(id: Ulid, rec: &TaskRecord) -> TaskSummary {
     TaskSummary {
         id: id.to_string(),
+        queue: rec.queue.clone(),
         state: rec.state,
         priority: rec.priority,
         key: rec.key.clone(),
@@ -221,9 +231,15 @@ impl<W: Waiter> Engine<W> {
             Request::MemberDescribe(r) => self.member_describe(&r.0).map(Reply::MemberDescribe),
             Request::MemberDrain(r) => self.member_drain(&r.0).map(Reply::Member),
             Request::LeaseRevoke(r) => self.lease_revoke(r, now).map(Reply::Settle),
+            Request::Watch(r) => self.watch(r, &waiter, now).map(Reply::Watch),
+            Request::Unwatch(_) => Ok(Reply::Empty(self.unwatch(&waiter))),
         };
         match result {
             Ok(reply) => {
+                if changes_members(&reply) {
+                    // In-memory member changes commit nothing; watches must still see them.
+                    self.generation += 1;
+                }
                 self.outbox.push((waiter, Ok(reply)));
                 Ok(())
             }
@@ -231,7 +247,7 @@ impl<W: Waiter> Engine<W> {
         }
     }
 
-    fn queue(&self, name: &str) -> OpResult<&Queue> {
+    pub(super) fn queue(&self, name: &str) -> OpResult<&Queue> {
         self.queues
             .get(name)
             .ok_or_else(|| client(ErrorCode::NotFound, format!("no queue {name:?}")))
@@ -776,7 +792,7 @@ impl<W: Waiter> Engine<W> {
         })
     }
 
-    fn task_info(&self, id: Ulid) -> OpResult<TaskInfo> {
+    pub(super) fn task_info(&self, id: Ulid) -> OpResult<TaskInfo> {
         let rec = self.record(id)?;
         Ok(TaskInfo {
             id: id.to_string(),
@@ -1093,7 +1109,7 @@ fn count_reply(ids: &[Ulid], list: bool) -> CountReply {
 impl<W: Waiter> Engine<W> {
     /// A queue with its counts, what its key lines hold back, and what no connected
     /// member can take.
-    fn queue_info(&self, name: &str, q: &Queue) -> QueueInfo {
+    pub(super) fn queue_info(&self, name: &str, q: &Queue) -> QueueInfo {
         let mut counts = StateCounts::default();
         for state in TaskState::ALL {
             *counts.get_mut(state) = q.ids(state).len() as u64;

@@ -1634,3 +1634,4 @@ fn a_deleted_queue_leaves_every_subscription() {
 
 mod crash_model;
 mod model;
+mod watch;

@@ -1,0 +1,325 @@
+//! Watches: the screen comes with the reply, changes are pushed at most once per
+//! interval, an idle daemon pushes nothing, pages follow their cursors, and a screen
+//! whose subject disappears is pushed once as `gone`.
+
+use muster_protocol::model::{QueuePatch, TaskState};
+use muster_protocol::ops::{self, DeadSelection, QueueName, View, Watch, WatchUpdate};
+use muster_protocol::{ErrorCode, Push, Request};
+
+use super::{Harness, Reply, dead_letter, open, subscribe};
+
+const WATCHER: u64 = 9;
+
+fn watch(h: &mut Harness, view: View) -> WatchUpdate {
+    match h.call_on(WATCHER, Request::Watch(Watch { view })) {
+        Ok(Reply::Watch(r)) => r.update,
+        other => panic!("watch: {other:?}"),
+    }
+}
+
+fn watch_error(h: &mut Harness, view: View) -> ErrorCode {
+    match h.call_on(WATCHER, Request::Watch(Watch { view })) {
+        Err(e) => e.code,
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+fn updates(h: &mut Harness) -> Vec<WatchUpdate> {
+    h.pushed(WATCHER)
+        .into_iter()
+        .map(|p| match p {
+            Push::Watch(u) => *u,
+            other => panic!("unexpected push {other:?}"),
+        })
+        .collect()
+}
+
+fn tasks_view(queue: &str, state: TaskState, after: Option<String>, limit: u32) -> View {
+    View::Tasks {
+        queue: queue.into(),
+        state,
+        after,
+        limit: Some(limit),
+    }
+}
+
+fn ids(update: &WatchUpdate) -> (Vec<String>, Option<String>) {
+    match update {
+        WatchUpdate::Tasks { tasks, next, .. } | WatchUpdate::Dead { tasks, next, .. } => {
+            (tasks.iter().map(|t| t.id.clone()).collect(), next.clone())
+        }
+        other => panic!("not a task page: {other:?}"),
+    }
+}
+
+#[test]
+fn the_reply_carries_the_screen_and_changes_are_pushed_at_most_once_a_second() {
+    let mut h = Harness::new();
+    h.create("q", QueuePatch::default());
+    let first = h.enqueue("q", "1");
+    match watch(
+        &mut h,
+        View::Queues {
+            after: None,
+            limit: None,
+        },
+    ) {
+        WatchUpdate::Queues { queues, next } => {
+            assert_eq!(queues.len(), 1);
+            assert_eq!((queues[0].name.as_str(), queues[0].counts.ready), ("q", 1));
+            assert_eq!(next, None);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Nothing changed: nothing is pushed, however long we wait.
+    h.advance(5_000);
+    assert_eq!(updates(&mut h).len(), 0);
+    // Three changes inside one interval make one push, sent when the interval is over.
+    h.advance(500);
+    h.enqueue("q", "2");
+    h.enqueue("q", "3");
+    assert_eq!(
+        updates(&mut h).len(),
+        1,
+        "the first change after a quiet second goes at once"
+    );
+    h.enqueue("q", "4");
+    h.enqueue("q", "5");
+    h.advance(999);
+    assert_eq!(
+        updates(&mut h).len(),
+        0,
+        "within the interval nothing more is pushed"
+    );
+    let now = h.now;
+    assert_eq!(
+        h.engine().next_timer(now),
+        Some(1),
+        "the dispatcher wakes for the push"
+    );
+    h.advance(1);
+    let pushed = updates(&mut h);
+    assert_eq!(pushed.len(), 1);
+    match &pushed[0] {
+        WatchUpdate::Queues { queues, .. } => assert_eq!(queues[0].counts.ready, 5),
+        other => panic!("{other:?}"),
+    }
+    h.advance(3_000);
+    assert_eq!(updates(&mut h).len(), 0);
+    // Unwatch ends the pushes.
+    h.call_on(WATCHER, Request::Unwatch(ops::Unwatch {}))
+        .unwrap();
+    let (claimed, epoch) = h.claim_one("q");
+    assert_eq!(claimed, first);
+    h.call(super::ack(&claimed, epoch)).unwrap();
+    h.advance(2_000);
+    assert_eq!(updates(&mut h).len(), 0);
+    assert_eq!(h.state(&first).0, TaskState::Done);
+}
+
+#[test]
+fn task_pages_follow_their_cursors_and_the_queue_counts_come_along() {
+    let mut h = Harness::new();
+    h.create("q", QueuePatch::default());
+    let all: Vec<String> = (0..7).map(|i| h.enqueue("q", &i.to_string())).collect();
+    let page1 = watch(&mut h, tasks_view("q", TaskState::Ready, None, 3));
+    assert_eq!(ids(&page1), (all[..3].to_vec(), Some(all[2].clone())));
+    match &page1 {
+        WatchUpdate::Tasks {
+            queue,
+            state,
+            tasks,
+            ..
+        } => {
+            assert_eq!((queue.counts.ready, *state), (7, TaskState::Ready));
+            assert_eq!(tasks[0].queue, "q");
+        }
+        other => panic!("{other:?}"),
+    }
+    let page3 = watch(
+        &mut h,
+        tasks_view("q", TaskState::Ready, Some(all[5].clone()), 3),
+    );
+    assert_eq!(ids(&page3), (vec![all[6].clone()], None));
+    let leased = watch(&mut h, tasks_view("q", TaskState::Leased, None, 3));
+    assert_eq!(ids(&leased), (vec![], None));
+    // The leased page is pushed once a task is leased, with its holder.
+    h.advance(1_000);
+    let (id, _) = h.claim_one("q");
+    let pushed = updates(&mut h);
+    assert_eq!(pushed.len(), 1);
+    match &pushed[0] {
+        WatchUpdate::Tasks { tasks, .. } => {
+            assert_eq!(tasks.len(), 1);
+            assert_eq!(tasks[0].id, id);
+            assert_eq!(
+                tasks[0].lease.as_ref().map(|l| l.member.as_str()),
+                Some("m1")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_dead_screen_spans_queues_with_a_cursor_that_survives_a_redrive() {
+    let mut h = Harness::new();
+    h.create("a", QueuePatch::default());
+    h.create("b", QueuePatch::default());
+    let mut dead = Vec::new();
+    for q in ["b", "a", "b"] {
+        h.enqueue(q, "1");
+        let (id, epoch) = h.claim_one(q);
+        h.call(dead_letter(&id, epoch)).unwrap();
+        dead.push((q, id));
+    }
+    // By queue name, then id: a's one, then b's two.
+    let order = vec![dead[1].1.clone(), dead[0].1.clone(), dead[2].1.clone()];
+    let first = watch(
+        &mut h,
+        View::Dead {
+            after: None,
+            limit: Some(2),
+        },
+    );
+    assert_eq!(
+        ids(&first),
+        (order[..2].to_vec(), Some(format!("b/{}", order[1])))
+    );
+    match &first {
+        WatchUpdate::Dead { tasks, total, .. } => {
+            assert_eq!(*total, 3);
+            assert_eq!(tasks[1].dead_reason.as_deref(), Some("dead_lettered"));
+            assert_eq!(tasks[1].last_error.as_deref(), Some("poison"));
+        }
+        other => panic!("{other:?}"),
+    }
+    // The cursor's own task is redriven; the next page still starts after it.
+    h.call(Request::Redrive(ops::Redrive(DeadSelection {
+        queue: "b".into(),
+        ids: vec![order[1].clone()],
+        all: false,
+        dry_run: false,
+    })))
+    .unwrap();
+    let second = watch(
+        &mut h,
+        View::Dead {
+            after: Some(format!("b/{}", order[1])),
+            limit: Some(2),
+        },
+    );
+    assert_eq!(ids(&second), (vec![order[2].clone()], None));
+    assert_eq!(
+        watch_error(
+            &mut h,
+            View::Dead {
+                after: Some("nope".into()),
+                limit: None
+            }
+        ),
+        ErrorCode::BadRequest
+    );
+}
+
+#[test]
+fn members_and_task_screens_and_bad_views() {
+    let mut h = Harness::new();
+    h.create("q", QueuePatch::default());
+    let id = h.enqueue("q", r#"{"prompt":"hi"}"#);
+    match watch(&mut h, View::Task { task: id.clone() }) {
+        WatchUpdate::Task { task } => {
+            assert_eq!(task.payload.get(), r#"{"prompt":"hi"}"#);
+            assert_eq!(task.history.len(), 1);
+        }
+        other => panic!("{other:?}"),
+    }
+    // A session on another connection is a member event: the task screen is pushed
+    // only when the task's generation moved, and here it did (the engine's is global).
+    match h.call_on(3, open("gpu-1", 4, true, false)).unwrap() {
+        Reply::SessionOpen(_) => {}
+        other => panic!("{other:?}"),
+    }
+    h.call_on(3, subscribe("gpu-1", &["q"])).unwrap();
+    match watch(
+        &mut h,
+        View::Members {
+            after: None,
+            limit: None,
+        },
+    ) {
+        WatchUpdate::Members {
+            members,
+            connected,
+            next,
+        } => {
+            assert_eq!(members.len(), 1);
+            assert_eq!(members[0].name, "gpu-1");
+            // The subscription took the task by push.
+            assert_eq!((members[0].capacity, members[0].leased), (4, 1));
+            assert_eq!((connected, next), (1, None));
+        }
+        other => panic!("{other:?}"),
+    }
+    h.advance(1_000);
+    h.engine().disconnected(3);
+    h.advance(0);
+    match updates(&mut h).as_slice() {
+        [
+            WatchUpdate::Members {
+                members, connected, ..
+            },
+        ] => {
+            assert_eq!((members[0].connected, *connected), (false, 0));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        watch_error(
+            &mut h,
+            View::Task {
+                task: "01JAAAAAAAAAAAAAAAAAAAAAAA".into()
+            }
+        ),
+        ErrorCode::NotFound
+    );
+    assert_eq!(
+        watch_error(&mut h, tasks_view("nope", TaskState::Ready, None, 10)),
+        ErrorCode::NotFound
+    );
+    assert_eq!(
+        watch_error(&mut h, tasks_view("q", TaskState::Ready, None, 0)),
+        ErrorCode::BadRequest
+    );
+    assert_eq!(
+        watch_error(&mut h, tasks_view("q", TaskState::Ready, None, 501)),
+        ErrorCode::BadRequest
+    );
+    assert_eq!(
+        watch_error(
+            &mut h,
+            tasks_view("q", TaskState::Ready, Some("x".into()), 10)
+        ),
+        ErrorCode::BadRequest
+    );
+}
+
+#[test]
+fn a_watched_queue_that_is_deleted_is_pushed_once_as_gone() {
+    let mut h = Harness::new();
+    h.create("q", QueuePatch::default());
+    h.enqueue("q", "1");
+    watch(&mut h, tasks_view("q", TaskState::Ready, None, 10));
+    h.advance(1_000);
+    h.call(Request::QueueDelete(ops::QueueDelete(QueueName {
+        queue: "q".into(),
+    })))
+    .unwrap();
+    match updates(&mut h).as_slice() {
+        [WatchUpdate::Gone { error }] => assert_eq!(error.code, ErrorCode::NotFound),
+        other => panic!("{other:?}"),
+    }
+    h.create("q", QueuePatch::default());
+    h.advance(2_000);
+    assert_eq!(updates(&mut h).len(), 0, "the watch ended with `gone`");
+}

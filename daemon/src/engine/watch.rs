@@ -1,0 +1,266 @@
+//! Watches: the operator's screens, pushed when they change (DESIGN §7).
+//!
+//! A connection watches one [`View`] at a time. The `watch` reply carries the screen at
+//! once; afterwards the engine pushes it again when something changed, at most once per
+//! [`WATCH_INTERVAL`]. "Something changed" is the engine's generation: every committed
+//! change and every member event moves it, so an idle daemon sends nothing. Building a
+//! screen costs a page, never a scan: counts come from the in-memory indexes, rows from a
+//! range of one state's ids (at most [`MAX_WATCH_ROWS`] records read).
+
+use std::ops::Bound;
+
+use ulid::Ulid;
+
+use muster_protocol::limits::{MAX_WATCH_ROWS, WATCH_INTERVAL};
+use muster_protocol::model::TaskState;
+use muster_protocol::ops::{Empty, View, Watch, WatchReply, WatchUpdate};
+use muster_protocol::{ErrorCode, Push};
+
+use super::ops::{bad, parse_id};
+use super::{Engine, Failure, Now, OpResult, Sink, Waiter, client};
+use crate::auth::Principal;
+use crate::store::StoreError;
+
+/// Rows of a page when the view does not say.
+const DEFAULT_ROWS: u32 = 100;
+
+/// One connection's watch.
+pub(super) struct Watcher<S> {
+    sink: S,
+    view: View,
+    principal: Option<Principal>,
+    /// The generation last sent.
+    seen: u64,
+    /// Monotonic time it was last sent.
+    sent_ms: u64,
+}
+
+fn rows(limit: Option<u32>) -> OpResult<usize> {
+    let limit = limit.unwrap_or(DEFAULT_ROWS);
+    if limit == 0 || limit > MAX_WATCH_ROWS {
+        return Err(bad(format!(
+            "limit {limit} is outside 1..={MAX_WATCH_ROWS}"
+        )));
+    }
+    Ok(limit as usize)
+}
+
+/// Splits `items` (fetched with one extra) into a page and the cursor of the next one.
+fn page<T>(
+    mut items: Vec<T>,
+    limit: usize,
+    cursor: impl Fn(&T) -> String,
+) -> (Vec<T>, Option<String>) {
+    let next = if items.len() > limit {
+        items.truncate(limit);
+        items.last().map(cursor)
+    } else {
+        None
+    };
+    (items, next)
+}
+
+fn after(cursor: Option<&String>) -> Bound<&str> {
+    cursor.map_or(Bound::Unbounded, |c| Bound::Excluded(c.as_str()))
+}
+
+fn covers(p: Option<&Principal>, queue: &str) -> bool {
+    p.is_none_or(|p| p.covers(queue))
+}
+
+impl<W: Waiter> Engine<W> {
+    pub(super) fn watch(&mut self, r: Watch, waiter: &W, now: Now) -> OpResult<WatchReply> {
+        let principal = waiter.principal().cloned();
+        let update = self.screen(&r.view, principal.as_ref())?;
+        self.watches.insert(
+            waiter.connection(),
+            Watcher {
+                sink: waiter.sink(),
+                view: r.view,
+                principal,
+                seen: self.generation,
+                sent_ms: now.mono_ms,
+            },
+        );
+        Ok(WatchReply { update })
+    }
+
+    pub(super) fn unwatch(&mut self, waiter: &W) -> Empty {
+        self.watches.remove(&waiter.connection());
+        Empty {}
+    }
+
+    /// Monotonic time the next watch push is due, if one is waiting for its interval.
+    pub(super) fn next_watch(&self) -> Option<u64> {
+        self.watches
+            .values()
+            .filter(|w| w.seen != self.generation)
+            .map(|w| w.sent_ms + WATCH_INTERVAL.as_millis() as u64)
+            .min()
+    }
+
+    /// Pushes every watched screen that changed and whose interval has passed. A screen
+    /// whose queue or task is gone is pushed as `gone` once, and its watch ends.
+    pub(super) fn serve_watches(&mut self, now: Now) -> Result<(), StoreError> {
+        self.watches.retain(|_, w| !w.sink.is_closed());
+        let due: Vec<u64> = self
+            .watches
+            .iter()
+            .filter(|(_, w)| {
+                w.seen != self.generation
+                    && now.mono_ms >= w.sent_ms + WATCH_INTERVAL.as_millis() as u64
+            })
+            .map(|(&c, _)| c)
+            .collect();
+        for connection in due {
+            let Some(w) = self.watches.get(&connection) else {
+                continue;
+            };
+            let update = match self.screen(&w.view, w.principal.as_ref()) {
+                Ok(update) => update,
+                Err(Failure::Client(error)) => WatchUpdate::Gone { error },
+                Err(Failure::Store(e)) => return Err(e),
+            };
+            let gone = matches!(update, WatchUpdate::Gone { .. });
+            let sink = w.sink.clone();
+            self.pushes.push((sink, Push::Watch(Box::new(update))));
+            if gone {
+                self.watches.remove(&connection);
+            } else if let Some(w) = self.watches.get_mut(&connection) {
+                w.seen = self.generation;
+                w.sent_ms = now.mono_ms;
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds one screen as `principal` may see it.
+    fn screen(&self, view: &View, principal: Option<&Principal>) -> OpResult<WatchUpdate> {
+        match view {
+            View::Queues { after: a, limit } => {
+                let limit = rows(*limit)?;
+                let queues = self
+                    .queues
+                    .range::<str, _>((after(a.as_ref()), Bound::Unbounded))
+                    .filter(|(name, _)| covers(principal, name))
+                    .take(limit + 1)
+                    .map(|(name, q)| self.queue_info(name, q))
+                    .collect();
+                let (queues, next) = page(queues, limit, |q| q.name.clone());
+                Ok(WatchUpdate::Queues { queues, next })
+            }
+            View::Tasks {
+                queue,
+                state,
+                after: a,
+                limit,
+            } => {
+                let limit = rows(*limit)?;
+                if !covers(principal, queue) {
+                    return Err(client(
+                        ErrorCode::Forbidden,
+                        format!("this token does not cover queue {queue:?}"),
+                    ));
+                }
+                let q = self.queue(queue)?;
+                let start = match a {
+                    Some(a) => Bound::Excluded(parse_id(a)?),
+                    None => Bound::Unbounded,
+                };
+                let mut tasks = Vec::new();
+                for &id in q
+                    .ids(*state)
+                    .range((start, Bound::Unbounded))
+                    .take(limit + 1)
+                {
+                    tasks.push(super::ops::summary(id, &self.record(id)?));
+                }
+                let (tasks, next) = page(tasks, limit, |t| t.id.clone());
+                Ok(WatchUpdate::Tasks {
+                    queue: self.queue_info(queue, q),
+                    state: *state,
+                    tasks,
+                    next,
+                })
+            }
+            View::Dead { after: a, limit } => {
+                self.dead_screen(a.as_deref(), rows(*limit)?, principal)
+            }
+            View::Task { task } => {
+                let id = parse_id(task)?;
+                let task = self.task_info(id)?;
+                if !covers(principal, &task.queue) {
+                    return Err(client(
+                        ErrorCode::Forbidden,
+                        format!("this token does not cover queue {:?}", task.queue),
+                    ));
+                }
+                Ok(WatchUpdate::Task { task })
+            }
+            View::Members { after: a, limit } => {
+                let limit = rows(*limit)?;
+                let members = self
+                    .members
+                    .range::<str, _>((after(a.as_ref()), Bound::Unbounded))
+                    .take(limit + 1)
+                    .map(|(name, m)| m.info(name))
+                    .collect();
+                let (members, next) = page(members, limit, |m| m.name.clone());
+                Ok(WatchUpdate::Members {
+                    members,
+                    connected: self.connected_members() as u64,
+                    next,
+                })
+            }
+        }
+    }
+
+    /// Dead tasks of every covered queue, by queue name then id. The cursor is
+    /// `QUEUE/ID` (queue names have no `/`), so it stays valid when its task is redriven.
+    fn dead_screen(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+        principal: Option<&Principal>,
+    ) -> OpResult<WatchUpdate> {
+        let (first_queue, first_id) = match cursor {
+            None => (Bound::Unbounded, None),
+            Some(c) => {
+                let (queue, id) = c
+                    .split_once('/')
+                    .ok_or_else(|| bad(format!("invalid dead cursor {c:?}: want QUEUE/ID")))?;
+                (Bound::Included(queue), Some((queue, parse_id(id)?)))
+            }
+        };
+        let mut ids: Vec<Ulid> = Vec::new();
+        for (name, q) in self.queues.range::<str, _>((first_queue, Bound::Unbounded)) {
+            if ids.len() > limit {
+                break;
+            }
+            if !covers(principal, name) {
+                continue;
+            }
+            let start = match first_id {
+                Some((queue, id)) if queue == name.as_str() => Bound::Excluded(id),
+                _ => Bound::Unbounded,
+            };
+            ids.extend(
+                q.ids(TaskState::Dead)
+                    .range((start, Bound::Unbounded))
+                    .take(limit + 1 - ids.len()),
+            );
+        }
+        let mut tasks = Vec::with_capacity(ids.len());
+        for id in ids {
+            tasks.push(super::ops::summary(id, &self.record(id)?));
+        }
+        let (tasks, next) = page(tasks, limit, |t| format!("{}/{}", t.queue, t.id));
+        let total = self
+            .queues
+            .iter()
+            .filter(|(name, _)| covers(principal, name))
+            .map(|(_, q)| q.ids(TaskState::Dead).len() as u64)
+            .sum();
+        Ok(WatchUpdate::Dead { tasks, total, next })
+    }
+}
