@@ -20,8 +20,8 @@ use muster_protocol::ops::{
     self, Ack, Cancel, CancelReply, Claim, CountReply, DeadLetter, DeadSelection, Enqueue, Hello,
     LeaseRevoke, MemberDescribeReply, MemberName, Nack, Op, QueueCreate, QueueName, QueueUpdate,
     Release, Renew, RenewReply, RequestFrame, ServerEnvelope, SessionOpen, SessionOpenReply,
-    SessionUpdate, SettleReply, Subscribe, TaskGet, TaskList, TaskListReply, Unsubscribe, Wait,
-    WaitReply,
+    SessionUpdate, SettleReply, Subscribe, TaskGet, TaskList, TaskListReply, Unsubscribe, Unwatch,
+    View, Wait, WaitReply, Watch, WatchReply,
 };
 use muster_protocol::{PROTOCOL_VERSION, Push, RawJson};
 
@@ -45,6 +45,8 @@ struct Pending {
     ended: AtomicBool,
     /// Where pushes to this connection's member session go, once one is open.
     pushes: Mutex<Option<mpsc::UnboundedSender<Push>>>,
+    /// Where this connection's watch pushes go, once a watch is open.
+    watch: Mutex<Option<mpsc::UnboundedSender<WatchReply>>>,
 }
 
 /// A connection to `musterd`. Clones share it.
@@ -360,6 +362,28 @@ impl Client {
         Ok((reply, rx))
     }
 
+    /// Watches one operator screen: the reply carries it now; later versions (each
+    /// carrying `tag`) arrive on the receiver returned by [`Client::watch_pushes`].
+    /// One watch per connection: this replaces the previous one.
+    pub async fn watch(&self, view: View, tag: u64) -> Result<WatchReply, Error> {
+        self.call(&Watch { view, tag }).await
+    }
+
+    /// The pushes of this connection's watches, in the order they arrive. Pushes of a
+    /// replaced watch may still arrive after the new watch's reply: compare tags. A
+    /// second call takes the stream over from the first; it ends with the connection.
+    pub fn watch_pushes(&self) -> mpsc::UnboundedReceiver<WatchReply> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *lock(&self.inner.pending.watch) = Some(tx);
+        rx
+    }
+
+    /// Ends this connection's watch.
+    pub async fn unwatch(&self) -> Result<(), Error> {
+        self.call(&Unwatch {}).await?;
+        Ok(())
+    }
+
     /// Changes the session's labels or capacity.
     pub async fn session_update(&self, update: &SessionUpdate) -> Result<MemberInfo, Error> {
         Ok(self.call(update).await?.member)
@@ -509,9 +533,19 @@ async fn read_replies(recv: quinn::RecvStream, pending: Arc<Pending>, conn: quin
                     continue;
                 }
             };
-            if let Some(tx) = lock(&pending.pushes).as_ref() {
-                // The session's owner may have stopped listening; the push is then moot.
-                let _ = tx.send(push);
+            match push {
+                Push::Watch(update) => {
+                    if let Some(tx) = lock(&pending.watch).as_ref() {
+                        // The watcher may have stopped listening; the push is then moot.
+                        let _ = tx.send(*update);
+                    }
+                }
+                push => {
+                    if let Some(tx) = lock(&pending.pushes).as_ref() {
+                        // The session's owner may have stopped listening; the push is then moot.
+                        let _ = tx.send(push);
+                    }
+                }
             }
             continue;
         }
@@ -529,6 +563,7 @@ async fn read_replies(recv: quinn::RecvStream, pending: Arc<Pending>, conn: quin
     for (_, tx) in lock(&pending.calls).drain() {
         let _ = tx.send(Err(Error::Closed(reason.clone())));
     }
-    // Dropping the push sender ends the session's push stream: the connection is gone.
+    // Dropping the push senders ends the push streams: the connection is gone.
     lock(&pending.pushes).take();
+    lock(&pending.watch).take();
 }

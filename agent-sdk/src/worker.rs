@@ -467,6 +467,8 @@ where
                         warn!(%error, "session closed by musterd");
                         return Err(Error::Server(error));
                     }
+                    // The client routes watch pushes to `watch_pushes`, never to a session.
+                    Some(Push::Watch(_)) => {}
                     None => return Ok(false),
                 },
                 Some(event) = self.events.1.recv() => match event {

@@ -566,9 +566,11 @@ pub enum View {
     },
 }
 
-/// What a [`View`] shows, as the `watch` reply and each `watch` push carry it.
+/// What a [`View`] shows, as the `watch` reply and each `watch` push carry it:
+/// `{"screen": "...", "data": {...}}`, the screen first. (Adjacently tagged, not
+/// internally: a task's payload is kept verbatim, which an internally tagged enum cannot.)
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "screen", rename_all = "snake_case")]
+#[serde(tag = "screen", content = "data", rename_all = "snake_case")]
 pub enum WatchUpdate {
     /// A page of queues.
     Queues {
@@ -626,11 +628,17 @@ pub enum WatchUpdate {
 pub struct Watch {
     /// The screen.
     pub view: View,
+    /// A number of the client's choosing, echoed in the reply and every push of this
+    /// watch, so a client can tell pushes of a replaced watch from the new one's.
+    #[serde(default)]
+    pub tag: u64,
 }
 
-/// Reply to [`Watch`].
+/// Reply to [`Watch`], and the body of each `watch` push.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WatchReply {
+    /// The watch's tag.
+    pub tag: u64,
     /// The screen as it is now.
     pub update: WatchUpdate,
 }
@@ -653,8 +661,8 @@ pub enum Push {
     Drain,
     /// The session ended, e.g. `replaced` by a newer session under the same member.
     Closed(ErrorBody),
-    /// The watched screen changed (`{"push":"watch","update":{WatchUpdate}}`).
-    Watch(Box<WatchUpdate>),
+    /// The watched screen changed (`{"push":"watch","tag":N,"update":{WatchUpdate}}`).
+    Watch(Box<WatchReply>),
 }
 
 /// A task and lease epoch named by a push.
@@ -674,11 +682,6 @@ struct DeliverBody {
 #[derive(Serialize, Deserialize)]
 struct ClosedBody {
     error: ErrorBody,
-}
-
-#[derive(Serialize, Deserialize)]
-struct WatchBody<U> {
-    update: U,
 }
 
 #[derive(Serialize)]
@@ -720,10 +723,7 @@ impl Push {
                 push,
                 body: &ClosedBody { error: e.clone() },
             }),
-            Push::Watch(update) => crate::frame::encode_json(&PushFrame {
-                push,
-                body: &WatchBody { update },
-            }),
+            Push::Watch(w) => crate::frame::encode_json(&PushFrame { push, body: &**w }),
         }
     }
 
@@ -744,11 +744,7 @@ impl Push {
                     .map_err(bad)?
                     .error,
             )),
-            "watch" => Ok(Push::Watch(
-                serde_json::from_slice::<WatchBody<Box<WatchUpdate>>>(body)
-                    .map_err(bad)?
-                    .update,
-            )),
+            "watch" => Ok(Push::Watch(serde_json::from_slice(body).map_err(bad)?)),
             other => Err(format!("unknown push {other:?}")),
         }
     }

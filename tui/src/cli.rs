@@ -150,6 +150,13 @@ pub enum Command {
         #[arg(long, default_value_t = 2.0)]
         rate: f64,
     },
+    /// The operator's console: watch queues, tasks, members and dead letters live, and
+    /// repair them (redrive, discard, cancel, revoke, pause, drain).
+    Tui {
+        /// Look only: every verb is removed.
+        #[arg(long)]
+        readonly: bool,
+    },
 }
 
 /// Arguments of `bench`.

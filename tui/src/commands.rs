@@ -15,7 +15,7 @@ use crate::cli::{
     QueueOptionArgs, TaskCommand,
 };
 use crate::output::{self, Output};
-use crate::{bench, demo, work};
+use crate::{bench, console, demo, work};
 
 /// Enqueues from stdin kept in flight at once: enough to share fsyncs, bounded memory.
 const STDIN_IN_FLIGHT: usize = 256;
@@ -41,6 +41,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Demo { rate } => return demo::run(options(&cli.global), rate).await,
         Command::Bench(args) => return bench::run(args).await,
+        Command::Tui { readonly } => {
+            let addr = cli.global.addr.clone();
+            return console::run(options(&cli.global), addr, readonly).await;
+        }
         other => other,
     };
     let client = Client::connect(options(&cli.global)).await?;
@@ -199,7 +203,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let reply = client.lease_revoke(&id).await?;
             out.item(|| reply.state.to_string(), &reply)
         }
-        Command::Work(_) | Command::Demo { .. } | Command::Bench(_) => {
+        Command::Work(_) | Command::Demo { .. } | Command::Bench(_) | Command::Tui { .. } => {
             unreachable!("handled before connecting")
         }
     }

@@ -10,10 +10,12 @@
 //! - [`work`]: `muster work`, any program as an agent.
 //! - [`demo`]: `muster demo`, a live swarm to watch.
 //! - [`bench`]: `muster bench`, the benchmark of DESIGN §9.
+//! - [`console`]: `muster tui`, the operator's console.
 
 pub mod bench;
 pub mod cli;
 pub mod commands;
+pub mod console;
 pub mod demo;
 pub mod output;
 pub mod work;

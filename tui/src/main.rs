@@ -10,6 +10,8 @@ fn main() -> std::process::ExitCode {
     // Long-running agents log what they do; one-shot commands only warnings.
     let default = match cli.command {
         Command::Work(_) | Command::Demo { .. } => "info",
+        // Anything written to the terminal would tear the console's screen.
+        Command::Tui { .. } => "off",
         _ => "warn",
     };
     let filter = EnvFilter::try_from_env("MUSTER_LOG").unwrap_or_else(|_| EnvFilter::new(default));

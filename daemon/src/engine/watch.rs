@@ -29,6 +29,7 @@ pub(super) struct Watcher<S> {
     sink: S,
     view: View,
     principal: Option<Principal>,
+    tag: u64,
     /// The generation last sent.
     seen: u64,
     /// Monotonic time it was last sent.
@@ -78,11 +79,12 @@ impl<W: Waiter> Engine<W> {
                 sink: waiter.sink(),
                 view: r.view,
                 principal,
+                tag: r.tag,
                 seen: self.generation,
                 sent_ms: now.mono_ms,
             },
         );
-        Ok(WatchReply { update })
+        Ok(WatchReply { tag: r.tag, update })
     }
 
     pub(super) fn unwatch(&mut self, waiter: &W) -> Empty {
@@ -122,8 +124,8 @@ impl<W: Waiter> Engine<W> {
                 Err(Failure::Store(e)) => return Err(e),
             };
             let gone = matches!(update, WatchUpdate::Gone { .. });
-            let sink = w.sink.clone();
-            self.pushes.push((sink, Push::Watch(Box::new(update))));
+            let push = Push::Watch(Box::new(WatchReply { tag: w.tag, update }));
+            self.pushes.push((w.sink.clone(), push));
             if gone {
                 self.watches.remove(&connection);
             } else if let Some(w) = self.watches.get_mut(&connection) {

@@ -118,3 +118,58 @@ fn replies_flatten_their_fields() {
         br#"{"id":4,"ok":false,"error":{"code":"lease_lost","message":"stale epoch"}}"#
     );
 }
+
+#[test]
+fn watch_requests_and_pushes_round_trip() {
+    let (id, req) = decode_request(
+        br#"{"id":9,"op":"watch","tag":3,"view":{"screen":"tasks","queue":"jobs","state":"dead","limit":50}}"#,
+    )
+    .unwrap();
+    assert_eq!(id, 9);
+    match req {
+        Request::Watch(w) => {
+            assert_eq!(w.tag, 3);
+            assert_eq!(
+                w.view,
+                View::Tasks {
+                    queue: "jobs".into(),
+                    state: crate::model::TaskState::Dead,
+                    after: None,
+                    limit: Some(50)
+                }
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let push = Push::Watch(Box::new(WatchReply {
+        tag: 3,
+        update: WatchUpdate::Dead {
+            tasks: vec![],
+            total: 4,
+            next: None,
+        },
+    }));
+    let frame = push.encode().unwrap();
+    let body = &frame[crate::frame::HEADER_LEN..];
+    assert_eq!(
+        std::str::from_utf8(body).unwrap(),
+        r#"{"push":"watch","tag":3,"update":{"screen":"dead","data":{"tasks":[],"total":4,"next":null}}}"#
+    );
+    match Push::decode("watch", body).unwrap() {
+        Push::Watch(w) => match w.update {
+            WatchUpdate::Dead { total, .. } => assert_eq!((w.tag, total), (3, 4)),
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_watched_task_keeps_its_payload_verbatim() {
+    let body = r#"{"id":1,"ok":true,"tag":2,"update":{"screen":"task","data":{"task":{"id":"01J","queue":"q","state":"ready","payload":{"b":1,"a":[2]},"priority":0,"key":null,"requires":[],"not_before_ms":null,"idempotency_key":null,"deliveries":0,"failures":0,"lease":null,"cancel_requested":false,"progress":null,"result":null,"last_error":null,"dead_reason":null,"created_ms":1,"updated_ms":1,"history":[]}}}}"#;
+    let reply: WatchReply = serde_json::from_str(body).unwrap();
+    match reply.update {
+        WatchUpdate::Task { task } => assert_eq!(task.payload.get(), r#"{"b":1,"a":[2]}"#),
+        other => panic!("{other:?}"),
+    }
+}

@@ -11,14 +11,17 @@ use super::{Harness, Reply, dead_letter, open, subscribe};
 const WATCHER: u64 = 9;
 
 fn watch(h: &mut Harness, view: View) -> WatchUpdate {
-    match h.call_on(WATCHER, Request::Watch(Watch { view })) {
-        Ok(Reply::Watch(r)) => r.update,
+    match h.call_on(WATCHER, Request::Watch(Watch { view, tag: 7 })) {
+        Ok(Reply::Watch(r)) => {
+            assert_eq!(r.tag, 7);
+            r.update
+        }
         other => panic!("watch: {other:?}"),
     }
 }
 
 fn watch_error(h: &mut Harness, view: View) -> ErrorCode {
-    match h.call_on(WATCHER, Request::Watch(Watch { view })) {
+    match h.call_on(WATCHER, Request::Watch(Watch { view, tag: 8 })) {
         Err(e) => e.code,
         other => panic!("expected an error, got {other:?}"),
     }
@@ -28,7 +31,10 @@ fn updates(h: &mut Harness) -> Vec<WatchUpdate> {
     h.pushed(WATCHER)
         .into_iter()
         .map(|p| match p {
-            Push::Watch(u) => *u,
+            Push::Watch(w) => {
+                assert_eq!(w.tag, 7, "pushes carry the watch's tag");
+                w.update
+            }
             other => panic!("unexpected push {other:?}"),
         })
         .collect()

@@ -1,0 +1,922 @@
+//! The console's state and its key handling, without a terminal or a network.
+//!
+//! [`App::on_key`] is the only way keys change anything: the real loop and the tests
+//! call it alike. It returns [`Effect`]s (watch a screen, run a verb) for the loop to
+//! carry out; their results come back through [`App::on_watch`] and [`App::on_done`].
+
+use std::collections::{BTreeSet, HashMap};
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+use muster_protocol::model::{MemberInfo, QueueInfo, QueueTotals, TaskState, TaskSummary};
+use muster_protocol::ops::{View, WatchReply, WatchUpdate};
+
+/// Rows asked for per page of a list screen.
+pub const PAGE_ROWS: u32 = 100;
+
+/// The states of the queue screen's tabs, in tab order.
+pub const TABS: [TaskState; 6] = [
+    TaskState::Ready,
+    TaskState::Scheduled,
+    TaskState::Leased,
+    TaskState::Dead,
+    TaskState::Done,
+    TaskState::Cancelled,
+];
+
+/// A screen of the console.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Screen {
+    /// Every queue.
+    Queues,
+    /// One queue's tasks in one state.
+    Queue {
+        /// The queue.
+        name: String,
+        /// The tab shown.
+        state: TaskState,
+    },
+    /// One task.
+    Task {
+        /// Its id.
+        id: String,
+    },
+    /// Every member.
+    Members,
+    /// Dead tasks of every queue.
+    Dead,
+}
+
+/// A screen on the navigation stack, with where the operator is on it.
+#[derive(Debug, Clone)]
+pub struct Page {
+    /// The screen.
+    pub screen: Screen,
+    /// The `after` cursors of the pages visited; the last is the current page's.
+    cursors: Vec<Option<String>>,
+    /// The selected row (of the filtered rows), or the scroll offset of a task.
+    pub selected: usize,
+    /// Rows marked with space, by id, for verbs on several tasks.
+    pub marked: BTreeSet<String>,
+    /// The filter typed with `/`, applied to this page's rows.
+    pub filter: String,
+}
+
+impl Page {
+    fn new(screen: Screen) -> Page {
+        Page {
+            screen,
+            cursors: vec![None],
+            selected: 0,
+            marked: BTreeSet::new(),
+            filter: String::new(),
+        }
+    }
+
+    /// The watch view of this page.
+    pub fn view(&self) -> View {
+        let after = self.cursors.last().cloned().flatten();
+        let limit = Some(PAGE_ROWS);
+        match &self.screen {
+            Screen::Queues => View::Queues { after, limit },
+            Screen::Queue { name, state } => View::Tasks {
+                queue: name.clone(),
+                state: *state,
+                after,
+                limit,
+            },
+            Screen::Task { id } => View::Task { task: id.clone() },
+            Screen::Members => View::Members { after, limit },
+            Screen::Dead => View::Dead { after, limit },
+        }
+    }
+
+    /// The page number, from 1.
+    pub fn number(&self) -> usize {
+        self.cursors.len()
+    }
+}
+
+/// What the operator is typing or looking at over the screen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// Keys act on the screen.
+    Normal,
+    /// Typing a filter after `/`.
+    Filter(String),
+    /// Typing a command after `:`.
+    Command(String),
+    /// A verb waits for `y`.
+    Confirm(Verb),
+    /// The help of the current screen is shown.
+    Help,
+}
+
+/// A change the operator asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verb {
+    /// Make dead tasks ready again: the given ids, or every dead task of the queue.
+    Redrive {
+        /// The queue.
+        queue: String,
+        /// The tasks; empty with `all`.
+        ids: Vec<String>,
+        /// Every dead task of the queue.
+        all: bool,
+        /// How many tasks, as shown in the confirm dialog.
+        count: u64,
+    },
+    /// Remove dead tasks.
+    Discard {
+        /// The queue.
+        queue: String,
+        /// The tasks; empty with `all`.
+        ids: Vec<String>,
+        /// Every dead task of the queue.
+        all: bool,
+        /// How many tasks, as shown in the confirm dialog.
+        count: u64,
+    },
+    /// Cancel a task.
+    Cancel(String),
+    /// Revoke a task's lease.
+    Revoke(String),
+    /// Pause a queue.
+    Pause(String),
+    /// Resume a queue.
+    Resume(String),
+    /// Drain a member.
+    Drain(String),
+}
+
+impl Verb {
+    /// The question of the confirm dialog.
+    pub fn question(&self) -> String {
+        fn tasks(n: u64) -> String {
+            if n == 1 {
+                "1 dead task".into()
+            } else {
+                format!("{n} dead tasks")
+            }
+        }
+        match self {
+            Verb::Redrive { queue, count, .. } => format!("Redrive {} of {queue}?", tasks(*count)),
+            Verb::Discard { queue, count, .. } => {
+                format!("Discard {} of {queue} for good?", tasks(*count))
+            }
+            Verb::Cancel(id) => format!("Cancel task {id}?"),
+            Verb::Revoke(id) => format!("Revoke the lease of task {id}?"),
+            Verb::Pause(q) => format!("Pause queue {q}?"),
+            Verb::Resume(q) => format!("Resume queue {q}?"),
+            Verb::Drain(m) => {
+                format!("Drain member {m}? It finishes what it holds, gets nothing new.")
+            }
+        }
+    }
+}
+
+/// Something for the loop to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Watch a screen (replacing the previous watch).
+    Watch {
+        /// The screen.
+        view: View,
+        /// Pushes carry it; others are stale.
+        tag: u64,
+    },
+    /// Ask the daemon to do something.
+    Run(Verb),
+}
+
+/// Whether the footer's message is good news or bad.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// It worked.
+    Info,
+    /// It did not.
+    Error,
+}
+
+/// Enqueue and ack rates of a queue, from the totals of two updates.
+#[derive(Debug, Clone, Copy)]
+struct Rate {
+    totals: QueueTotals,
+    at_ms: u64,
+    in_per_s: f64,
+    out_per_s: f64,
+}
+
+/// Shortest span rates are computed over, so quick successive replies do not make noise.
+const RATE_SPAN_MS: u64 = 1_000;
+
+/// One row of a list screen, borrowed from the current update.
+pub enum Row<'a> {
+    /// A queue.
+    Queue(&'a QueueInfo),
+    /// A task.
+    Task(&'a TaskSummary),
+    /// A member.
+    Member(&'a MemberInfo),
+}
+
+impl Row<'_> {
+    fn matches(&self, filter: &str) -> bool {
+        if filter.is_empty() {
+            return true;
+        }
+        let hit = |s: &str| s.to_lowercase().contains(filter);
+        match self {
+            Row::Queue(q) => hit(&q.name),
+            Row::Task(t) => {
+                hit(&t.id)
+                    || hit(&t.queue)
+                    || t.key.as_deref().is_some_and(hit)
+                    || t.last_error.as_deref().is_some_and(hit)
+                    || t.dead_reason.as_deref().is_some_and(hit)
+                    || t.lease.as_ref().is_some_and(|l| hit(&l.member))
+            }
+            Row::Member(m) => hit(&m.name) || m.labels.iter().any(|l| hit(l)),
+        }
+    }
+}
+
+/// The console.
+pub struct App {
+    /// The daemon's address, for the title.
+    pub addr: String,
+    /// No verbs: keys only look.
+    pub readonly: bool,
+    /// The navigation stack; the last page is shown.
+    pub stack: Vec<Page>,
+    /// The tag of the current watch.
+    tag: u64,
+    /// The current screen's data, once it arrived.
+    pub data: Option<WatchUpdate>,
+    /// What the keys do now.
+    pub mode: Mode,
+    /// The footer's message.
+    pub message: Option<(Level, String)>,
+    /// Wall-clock milliseconds, for ages; the loop sets it before each draw.
+    pub now_ms: u64,
+    rates: HashMap<String, Rate>,
+    /// Set by `q`: the loop ends.
+    pub quit: bool,
+}
+
+impl App {
+    /// A console showing the queues; the effect watches them.
+    pub fn new(addr: String, readonly: bool, now_ms: u64) -> (App, Effect) {
+        let mut app = App {
+            addr,
+            readonly,
+            stack: vec![Page::new(Screen::Queues)],
+            tag: 0,
+            data: None,
+            mode: Mode::Normal,
+            message: None,
+            now_ms,
+            rates: HashMap::new(),
+            quit: false,
+        };
+        let effect = app.rewatch();
+        (app, effect)
+    }
+
+    /// The page shown.
+    pub fn page(&self) -> &Page {
+        self.stack
+            .last()
+            .expect("the stack always holds the queues page")
+    }
+
+    fn page_mut(&mut self) -> &mut Page {
+        self.stack
+            .last_mut()
+            .expect("the stack always holds the queues page")
+    }
+
+    /// Watches the current page again under a new tag (after navigation or a verb).
+    pub fn rewatch(&mut self) -> Effect {
+        self.tag += 1;
+        Effect::Watch {
+            view: self.page().view(),
+            tag: self.tag,
+        }
+    }
+
+    fn open(&mut self, screen: Screen) -> Effect {
+        self.stack.push(Page::new(screen));
+        self.data = None;
+        self.rewatch()
+    }
+
+    /// Replaces everything above the queues page with `screen` (`:` commands).
+    fn jump(&mut self, screen: Screen) -> Effect {
+        self.stack.truncate(1);
+        if screen == Screen::Queues {
+            self.data = None;
+            return self.rewatch();
+        }
+        self.open(screen)
+    }
+
+    fn back(&mut self) -> Option<Effect> {
+        if self.stack.len() == 1 {
+            return None;
+        }
+        self.stack.pop();
+        self.data = None;
+        Some(self.rewatch())
+    }
+
+    /// A watch reply or push arrived. Stale tags are dropped.
+    pub fn on_watch(&mut self, reply: WatchReply) -> Option<Effect> {
+        if reply.tag != self.tag {
+            return None;
+        }
+        match reply.update {
+            WatchUpdate::Gone { error } => {
+                self.message = Some((Level::Error, format!("gone: {}", error.message)));
+                self.back()
+            }
+            update => {
+                self.note_rates(&update);
+                self.data = Some(update);
+                self.clamp();
+                None
+            }
+        }
+    }
+
+    /// A watch failed (e.g. the task does not exist): say so and go back.
+    pub fn on_watch_failed(&mut self, tag: u64, error: String) -> Option<Effect> {
+        if tag != self.tag {
+            return None;
+        }
+        self.message = Some((Level::Error, error));
+        self.back()
+    }
+
+    /// A verb finished: say how, and refresh the screen at once.
+    pub fn on_done(&mut self, result: Result<String, String>) -> Effect {
+        self.message = Some(match result {
+            Ok(text) => {
+                self.page_mut().marked.clear();
+                (Level::Info, text)
+            }
+            Err(text) => (Level::Error, text),
+        });
+        self.rewatch()
+    }
+
+    fn note_rates(&mut self, update: &WatchUpdate) {
+        let queues: Vec<&QueueInfo> = match update {
+            WatchUpdate::Queues { queues, .. } => queues.iter().collect(),
+            WatchUpdate::Tasks { queue, .. } => vec![queue],
+            _ => return,
+        };
+        for q in queues {
+            let now = self.now_ms;
+            let rate = self.rates.entry(q.name.clone()).or_insert(Rate {
+                totals: q.totals,
+                at_ms: now,
+                in_per_s: 0.0,
+                out_per_s: 0.0,
+            });
+            let span = now.saturating_sub(rate.at_ms);
+            if span >= RATE_SPAN_MS {
+                let per_s = |a: u64, b: u64| a.saturating_sub(b) as f64 * 1000.0 / span as f64;
+                rate.in_per_s = per_s(q.totals.enqueued, rate.totals.enqueued);
+                rate.out_per_s = per_s(q.totals.acked, rate.totals.acked);
+                rate.totals = q.totals;
+                rate.at_ms = now;
+            }
+        }
+    }
+
+    /// Enqueued and acked per second of a queue, as last measured.
+    pub fn rate(&self, queue: &str) -> (f64, f64) {
+        self.rates
+            .get(queue)
+            .map_or((0.0, 0.0), |r| (r.in_per_s, r.out_per_s))
+    }
+
+    /// The rows of the current list screen that pass its filter.
+    pub fn rows(&self) -> Vec<Row<'_>> {
+        let filter = self.page().filter.to_lowercase();
+        let rows: Vec<Row<'_>> = match &self.data {
+            Some(WatchUpdate::Queues { queues, .. }) => queues.iter().map(Row::Queue).collect(),
+            Some(WatchUpdate::Tasks { tasks, .. } | WatchUpdate::Dead { tasks, .. }) => {
+                tasks.iter().map(Row::Task).collect()
+            }
+            Some(WatchUpdate::Members { members, .. }) => members.iter().map(Row::Member).collect(),
+            _ => Vec::new(),
+        };
+        rows.into_iter().filter(|r| r.matches(&filter)).collect()
+    }
+
+    fn next_cursor(&self) -> Option<String> {
+        match &self.data {
+            Some(
+                WatchUpdate::Queues { next, .. }
+                | WatchUpdate::Tasks { next, .. }
+                | WatchUpdate::Dead { next, .. }
+                | WatchUpdate::Members { next, .. },
+            ) => next.clone(),
+            _ => None,
+        }
+    }
+
+    fn clamp(&mut self) {
+        let n = self.rows().len();
+        if matches!(self.page().screen, Screen::Task { .. }) {
+            return;
+        }
+        let page = self.page_mut();
+        page.selected = page.selected.min(n.saturating_sub(1));
+    }
+
+    fn selected_row(&self) -> Option<Row<'_>> {
+        let i = self.page().selected;
+        self.rows().into_iter().nth(i)
+    }
+
+    fn selected_task(&self) -> Option<TaskSummary> {
+        match self.selected_row() {
+            Some(Row::Task(t)) => Some(t.clone()),
+            _ => None,
+        }
+    }
+
+    fn selected_queue(&self) -> Option<QueueInfo> {
+        match (&self.page().screen, &self.data, self.selected_row()) {
+            (Screen::Queues, _, Some(Row::Queue(q))) => Some(q.clone()),
+            (Screen::Queue { .. }, Some(WatchUpdate::Tasks { queue, .. }), _) => {
+                Some(queue.clone())
+            }
+            _ => None,
+        }
+    }
+
+    /// Handles one key press.
+    pub fn on_key(&mut self, key: KeyEvent) -> Vec<Effect> {
+        if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
+            self.quit = true;
+            return Vec::new();
+        }
+        match std::mem::replace(&mut self.mode, Mode::Normal) {
+            Mode::Normal => self.normal_key(key),
+            Mode::Help => Vec::new(),
+            Mode::Confirm(verb) => {
+                if key.code == KeyCode::Char('y') || key.code == KeyCode::Char('Y') {
+                    vec![Effect::Run(verb)]
+                } else {
+                    self.message = Some((Level::Info, "nothing done".into()));
+                    Vec::new()
+                }
+            }
+            Mode::Filter(mut text) => {
+                match key.code {
+                    KeyCode::Enter => {}
+                    KeyCode::Esc => {
+                        self.page_mut().filter.clear();
+                    }
+                    KeyCode::Backspace => {
+                        text.pop();
+                        self.page_mut().filter = text.clone();
+                        self.mode = Mode::Filter(text);
+                    }
+                    KeyCode::Char(c) => {
+                        text.push(c);
+                        self.page_mut().filter = text.clone();
+                        self.mode = Mode::Filter(text);
+                    }
+                    _ => self.mode = Mode::Filter(text),
+                }
+                self.page_mut().selected = 0;
+                Vec::new()
+            }
+            Mode::Command(mut text) => match key.code {
+                KeyCode::Enter => self.command(text.trim()),
+                KeyCode::Esc => Vec::new(),
+                KeyCode::Backspace => {
+                    text.pop();
+                    self.mode = Mode::Command(text);
+                    Vec::new()
+                }
+                KeyCode::Char(c) => {
+                    text.push(c);
+                    self.mode = Mode::Command(text);
+                    Vec::new()
+                }
+                _ => {
+                    self.mode = Mode::Command(text);
+                    Vec::new()
+                }
+            },
+        }
+    }
+
+    fn command(&mut self, text: &str) -> Vec<Effect> {
+        let mut words = text.split_whitespace();
+        let screen = match (words.next(), words.next()) {
+            (Some("q" | "quit"), None) => {
+                self.quit = true;
+                return Vec::new();
+            }
+            (Some("queues"), None) => Screen::Queues,
+            (Some("members"), None) => Screen::Members,
+            (Some("dead"), None) => Screen::Dead,
+            (Some("queue"), Some(name)) => Screen::Queue {
+                name: name.to_owned(),
+                state: TaskState::Ready,
+            },
+            (Some("task"), Some(id)) => Screen::Task { id: id.to_owned() },
+            _ => {
+                self.message = Some((
+                    Level::Error,
+                    format!(
+                        "unknown command {text:?}: try :queues, :members, :dead, :queue NAME, :task ID, :q"
+                    ),
+                ));
+                return Vec::new();
+            }
+        };
+        self.message = None;
+        vec![self.jump(screen)]
+    }
+
+    fn normal_key(&mut self, key: KeyEvent) -> Vec<Effect> {
+        let screen = self.page().screen.clone();
+        let effect = match key.code {
+            KeyCode::Char('q') => {
+                self.quit = true;
+                None
+            }
+            KeyCode::Char('?') => {
+                self.mode = Mode::Help;
+                None
+            }
+            KeyCode::Char(':') => {
+                self.mode = Mode::Command(String::new());
+                None
+            }
+            KeyCode::Char('/') if !matches!(screen, Screen::Task { .. }) => {
+                self.mode = Mode::Filter(self.page().filter.clone());
+                None
+            }
+            KeyCode::Esc => {
+                let page = self.page_mut();
+                if !page.filter.is_empty() {
+                    page.filter.clear();
+                    None
+                } else if !page.marked.is_empty() {
+                    page.marked.clear();
+                    None
+                } else {
+                    self.back()
+                }
+            }
+            KeyCode::Down | KeyCode::Char('j') => self.step(1),
+            KeyCode::Up | KeyCode::Char('k') => self.step(-1),
+            KeyCode::Home | KeyCode::Char('g') => {
+                self.page_mut().selected = 0;
+                None
+            }
+            KeyCode::End | KeyCode::Char('G') => {
+                let last = self.rows().len().saturating_sub(1);
+                self.page_mut().selected = last;
+                None
+            }
+            KeyCode::PageDown | KeyCode::Char(']') => self.next_page(),
+            KeyCode::PageUp | KeyCode::Char('[') => self.previous_page(0),
+            KeyCode::Enter => self.enter(),
+            KeyCode::Tab | KeyCode::Right | KeyCode::Char('l') => self.tab(1),
+            KeyCode::BackTab | KeyCode::Left | KeyCode::Char('h') => self.tab(TABS.len() - 1),
+            KeyCode::Char(' ') => {
+                self.mark();
+                None
+            }
+            KeyCode::Char(c) if !self.readonly => {
+                if let Some(verb) = self.verb(c) {
+                    self.mode = Mode::Confirm(verb);
+                }
+                None
+            }
+            _ => None,
+        };
+        effect.into_iter().collect()
+    }
+
+    fn step(&mut self, by: isize) -> Option<Effect> {
+        if matches!(self.page().screen, Screen::Task { .. }) {
+            let page = self.page_mut();
+            page.selected = page.selected.saturating_add_signed(by);
+            return None;
+        }
+        let n = self.rows().len();
+        let at = self.page().selected;
+        if by > 0 && at + 1 >= n {
+            return self.next_page();
+        }
+        if by < 0 && at == 0 {
+            return self.previous_page(usize::MAX);
+        }
+        self.page_mut().selected = at.saturating_add_signed(by);
+        None
+    }
+
+    fn next_page(&mut self) -> Option<Effect> {
+        let next = self.next_cursor()?;
+        let page = self.page_mut();
+        page.cursors.push(Some(next));
+        page.selected = 0;
+        Some(self.rewatch())
+    }
+
+    /// Goes to the previous page, selecting `selected` there (clamped when it arrives).
+    fn previous_page(&mut self, selected: usize) -> Option<Effect> {
+        let page = self.page_mut();
+        if page.cursors.len() < 2 {
+            return None;
+        }
+        page.cursors.pop();
+        page.selected = selected;
+        Some(self.rewatch())
+    }
+
+    fn enter(&mut self) -> Option<Effect> {
+        let screen = match (&self.page().screen, self.selected_row()?) {
+            (Screen::Queues, Row::Queue(q)) => Screen::Queue {
+                name: q.name.clone(),
+                state: TaskState::Ready,
+            },
+            (Screen::Queue { .. } | Screen::Dead, Row::Task(t)) => {
+                Screen::Task { id: t.id.clone() }
+            }
+            _ => return None,
+        };
+        Some(self.open(screen))
+    }
+
+    fn tab(&mut self, by: usize) -> Option<Effect> {
+        let Screen::Queue { name, state } = &self.page().screen else {
+            return None;
+        };
+        let at = TABS.iter().position(|s| s == state).unwrap_or(0);
+        let screen = Screen::Queue {
+            name: name.clone(),
+            state: TABS[(at + by) % TABS.len()],
+        };
+        *self.page_mut() = Page::new(screen);
+        self.data = None;
+        Some(self.rewatch())
+    }
+
+    fn mark(&mut self) {
+        let Some(task) = self.selected_task() else {
+            return;
+        };
+        let page = self.page_mut();
+        if !page.marked.remove(&task.id) {
+            page.marked.insert(task.id);
+        }
+    }
+
+    /// The verb a key names on the current screen, if it applies to what is selected.
+    fn verb(&mut self, key: char) -> Option<Verb> {
+        let screen = self.page().screen.clone();
+        let verb = match (key, &screen) {
+            ('p', Screen::Queues | Screen::Queue { .. }) => {
+                let q = self.selected_queue()?;
+                if q.options.paused {
+                    Verb::Resume(q.name)
+                } else {
+                    Verb::Pause(q.name)
+                }
+            }
+            ('R', Screen::Queues | Screen::Queue { .. }) => {
+                let q = self.selected_queue()?;
+                self.all_dead(q.name, q.counts.dead)?
+            }
+            (
+                'r' | 'x',
+                Screen::Queue {
+                    state: TaskState::Dead,
+                    ..
+                }
+                | Screen::Dead,
+            ) => self.marked_dead(key == 'r')?,
+            ('r' | 'x', Screen::Task { .. }) => {
+                let (queue, id) = self.shown_task(TaskState::Dead)?;
+                let (ids, all, count) = (vec![id], false, 1);
+                if key == 'r' {
+                    Verb::Redrive {
+                        queue,
+                        ids,
+                        all,
+                        count,
+                    }
+                } else {
+                    Verb::Discard {
+                        queue,
+                        ids,
+                        all,
+                        count,
+                    }
+                }
+            }
+            ('c', Screen::Queue { .. }) => {
+                let t = self.selected_task()?;
+                if !matches!(
+                    t.state,
+                    TaskState::Ready | TaskState::Scheduled | TaskState::Leased
+                ) {
+                    return self.refuse("only ready, scheduled and leased tasks can be cancelled");
+                }
+                Verb::Cancel(t.id)
+            }
+            ('c', Screen::Task { .. }) => {
+                let (state, id) = self.shown_state()?;
+                if !matches!(
+                    state,
+                    TaskState::Ready | TaskState::Scheduled | TaskState::Leased
+                ) {
+                    return self.refuse("only ready, scheduled and leased tasks can be cancelled");
+                }
+                Verb::Cancel(id)
+            }
+            ('v', Screen::Queue { .. }) => {
+                let t = self.selected_task()?;
+                if t.state != TaskState::Leased {
+                    return self.refuse("only a leased task has a lease to revoke");
+                }
+                Verb::Revoke(t.id)
+            }
+            ('v', Screen::Task { .. }) => Verb::Revoke(self.shown_task(TaskState::Leased)?.1),
+            ('d', Screen::Members) => match self.selected_row()? {
+                Row::Member(m) => Verb::Drain(m.name.clone()),
+                _ => return None,
+            },
+            _ => return None,
+        };
+        Some(verb)
+    }
+
+    fn refuse(&mut self, why: &str) -> Option<Verb> {
+        self.message = Some((Level::Error, why.to_owned()));
+        None
+    }
+
+    /// Redrive every dead task of a queue, `count` of them as its counts say.
+    fn all_dead(&mut self, queue: String, count: u64) -> Option<Verb> {
+        if count == 0 {
+            return self.refuse(&format!("queue {queue} has no dead tasks"));
+        }
+        Some(Verb::Redrive {
+            queue,
+            ids: Vec::new(),
+            all: true,
+            count,
+        })
+    }
+
+    /// Redrive or discard the marked dead tasks (of one queue), or the selected one.
+    fn marked_dead(&mut self, redrive: bool) -> Option<Verb> {
+        let current = self.selected_task()?;
+        let marked = &self.page().marked;
+        let picked: Vec<TaskSummary> = if marked.is_empty() {
+            vec![current]
+        } else {
+            self.rows()
+                .into_iter()
+                .filter_map(|r| match r {
+                    Row::Task(t) if marked.contains(&t.id) => Some(t.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let queue = picked.first()?.queue.clone();
+        if picked.iter().any(|t| t.queue != queue) {
+            return self.refuse("marked tasks are in several queues: mark one queue's at a time");
+        }
+        let ids: Vec<String> = picked.into_iter().map(|t| t.id).collect();
+        let count = ids.len() as u64;
+        let all = false;
+        Some(if redrive {
+            Verb::Redrive {
+                queue,
+                ids,
+                all,
+                count,
+            }
+        } else {
+            Verb::Discard {
+                queue,
+                ids,
+                all,
+                count,
+            }
+        })
+    }
+
+    fn shown_state(&self) -> Option<(TaskState, String)> {
+        match &self.data {
+            Some(WatchUpdate::Task { task }) => Some((task.state, task.id.clone())),
+            _ => None,
+        }
+    }
+
+    /// The shown task's queue and id, if it is in `state`.
+    fn shown_task(&mut self, state: TaskState) -> Option<(String, String)> {
+        match &self.data {
+            Some(WatchUpdate::Task { task }) if task.state == state => {
+                Some((task.queue.clone(), task.id.clone()))
+            }
+            Some(WatchUpdate::Task { .. }) => {
+                self.refuse(&format!("the task is not {}", state.as_str()));
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// The keys of the current screen: (key, what it does), verbs only when allowed.
+    pub fn keys(&self) -> Vec<(&'static str, &'static str)> {
+        let mut keys: Vec<(&str, &str)> = Vec::new();
+        let verbs = !self.readonly;
+        match &self.page().screen {
+            Screen::Queues => {
+                keys.extend([("↑↓ j/k", "move"), ("enter", "open"), ("/", "filter")]);
+                if verbs {
+                    keys.extend([("p", "pause/resume"), ("R", "redrive all dead")]);
+                }
+            }
+            Screen::Queue { state, .. } => {
+                keys.extend([
+                    ("↑↓ j/k", "move"),
+                    ("enter", "open"),
+                    ("tab ←→", "state"),
+                    ("[ ]", "page"),
+                    ("/", "filter"),
+                ]);
+                if verbs {
+                    if *state == TaskState::Dead {
+                        keys.extend([
+                            ("space", "mark"),
+                            ("r", "redrive"),
+                            ("R", "redrive all"),
+                            ("x", "discard"),
+                        ]);
+                    }
+                    if matches!(
+                        state,
+                        TaskState::Ready | TaskState::Scheduled | TaskState::Leased
+                    ) {
+                        keys.push(("c", "cancel"));
+                    }
+                    if *state == TaskState::Leased {
+                        keys.push(("v", "revoke lease"));
+                    }
+                    keys.push(("p", "pause/resume"));
+                }
+            }
+            Screen::Task { .. } => {
+                keys.push(("↑↓ j/k", "scroll"));
+                if verbs {
+                    keys.extend([
+                        ("c", "cancel"),
+                        ("v", "revoke lease"),
+                        ("r", "redrive"),
+                        ("x", "discard"),
+                    ]);
+                }
+            }
+            Screen::Members => {
+                keys.extend([("↑↓ j/k", "move"), ("[ ]", "page"), ("/", "filter")]);
+                if verbs {
+                    keys.push(("d", "drain"));
+                }
+            }
+            Screen::Dead => {
+                keys.extend([
+                    ("↑↓ j/k", "move"),
+                    ("enter", "open"),
+                    ("[ ]", "page"),
+                    ("/", "filter"),
+                ]);
+                if verbs {
+                    keys.extend([("space", "mark"), ("r", "redrive"), ("x", "discard")]);
+                }
+            }
+        }
+        keys.extend([
+            (":", "command"),
+            ("esc", "back"),
+            ("?", "help"),
+            ("q", "quit"),
+        ]);
+        keys
+    }
+}

@@ -1,0 +1,649 @@
+//! Drawing the console: a pure function of the [`App`].
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style, Stylize};
+use ratatui::text::{Line, Span, Text};
+use ratatui::widgets::{
+    Block, Cell, Clear, HighlightSpacing, Paragraph, Row as TableRow, Table, TableState, Tabs, Wrap,
+};
+
+use muster_protocol::model::{QueueInfo, TaskInfo, TaskState, TaskSummary};
+use muster_protocol::ops::WatchUpdate;
+
+use super::app::{App, Level, Mode, Row, Screen, TABS};
+
+/// Draws the whole console.
+pub fn render(app: &App, frame: &mut Frame) {
+    let [title, main, message, keys] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(3),
+        Constraint::Length(1),
+        Constraint::Length(1),
+    ])
+    .areas(frame.area());
+    render_title(app, frame, title);
+    match &app.data {
+        None => frame.render_widget(
+            Paragraph::new("loading…").block(Block::bordered().title(screen_title(app))),
+            main,
+        ),
+        Some(data) => render_screen(app, data, frame, main),
+    }
+    render_message(app, frame, message);
+    render_keys(app, frame, keys);
+    match &app.mode {
+        Mode::Help => render_help(app, frame),
+        Mode::Confirm(verb) => render_confirm(&verb.question(), frame),
+        _ => {}
+    }
+}
+
+fn render_title(app: &App, frame: &mut Frame, area: Rect) {
+    let mut spans = vec![
+        Span::styled(" muster ", Style::new().bold().reversed()),
+        Span::raw(format!(" {} ", app.addr)),
+    ];
+    if app.readonly {
+        spans.push(Span::styled(" read-only ", Style::new().fg(Color::Yellow)));
+    }
+    frame.render_widget(Line::from(spans), area);
+}
+
+fn screen_title(app: &App) -> String {
+    let page = app.page();
+    let mut title = match &page.screen {
+        Screen::Queues => " Queues ".to_owned(),
+        Screen::Queue { name, .. } => format!(" Queue {name} "),
+        Screen::Task { id } => format!(" Task {id} "),
+        Screen::Members => " Members ".to_owned(),
+        Screen::Dead => " Dead letters ".to_owned(),
+    };
+    if page.number() > 1 {
+        title.push_str(&format!("· page {} ", page.number()));
+    }
+    if !page.filter.is_empty() {
+        title.push_str(&format!("· /{} ", page.filter));
+    }
+    if !page.marked.is_empty() {
+        title.push_str(&format!("· {} marked ", page.marked.len()));
+    }
+    title
+}
+
+fn render_screen(app: &App, data: &WatchUpdate, frame: &mut Frame, area: Rect) {
+    let block = Block::bordered().title(screen_title(app));
+    match data {
+        WatchUpdate::Queues { .. } => render_queues(app, block, frame, area),
+        WatchUpdate::Tasks { queue, state, .. } => {
+            render_queue(app, queue, *state, block, frame, area)
+        }
+        WatchUpdate::Dead { total, .. } => render_dead(app, *total, block, frame, area),
+        WatchUpdate::Task { task } => render_task(app, task, block, frame, area),
+        WatchUpdate::Members { connected, .. } => {
+            render_members(app, *connected, block, frame, area)
+        }
+        WatchUpdate::Gone { error } => {
+            frame.render_widget(Paragraph::new(error.message.clone()).block(block), area)
+        }
+    }
+}
+
+fn header(cells: &[&'static str]) -> TableRow<'static> {
+    TableRow::new(cells.iter().copied()).style(Style::new().add_modifier(Modifier::BOLD))
+}
+
+fn table<'a>(
+    app: &App,
+    rows: Vec<TableRow<'a>>,
+    widths: &[Constraint],
+    head: TableRow<'a>,
+    block: Block<'a>,
+    frame: &mut Frame,
+    area: Rect,
+) {
+    let empty = rows.is_empty();
+    let table = Table::new(rows, widths.to_vec())
+        .header(head)
+        .block(block)
+        .row_highlight_style(Style::new().reversed())
+        .highlight_symbol("›")
+        .highlight_spacing(HighlightSpacing::Always);
+    let mut state = TableState::default().with_selected((!empty).then_some(app.page().selected));
+    frame.render_stateful_widget(table, area, &mut state);
+}
+
+fn render_queues(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
+    let rows = app
+        .rows()
+        .into_iter()
+        .filter_map(|r| match r {
+            Row::Queue(q) => Some(q),
+            _ => None,
+        })
+        .map(|q| {
+            let (rate_in, rate_out) = app.rate(&q.name);
+            let dead = Cell::from(q.counts.dead.to_string());
+            TableRow::new(vec![
+                Cell::from(q.name.clone()),
+                Cell::from(q.counts.ready.to_string()),
+                Cell::from(q.counts.scheduled.to_string()),
+                Cell::from(q.counts.leased.to_string()),
+                if q.counts.dead > 0 {
+                    dead.fg(Color::Red)
+                } else {
+                    dead
+                },
+                Cell::from(q.counts.done.to_string()),
+                Cell::from(
+                    q.oldest_ready_ms
+                        .map_or("-".into(), |at| ago(app.now_ms, at)),
+                ),
+                Cell::from(format!("{rate_in:.1}")),
+                Cell::from(format!("{rate_out:.1}")),
+                Cell::from(if q.options.paused { "paused" } else { "active" }),
+            ])
+        })
+        .collect();
+    let widths = [
+        Constraint::Min(8),
+        Constraint::Length(7),
+        Constraint::Length(6),
+        Constraint::Length(7),
+        Constraint::Length(6),
+        Constraint::Length(7),
+        Constraint::Length(6),
+        Constraint::Length(6),
+        Constraint::Length(6),
+        Constraint::Length(6),
+    ];
+    let head = header(&[
+        "QUEUE", "READY", "SCHED", "LEASED", "DEAD", "DONE", "OLDEST", "IN/s", "OUT/s", "STATE",
+    ]);
+    table(app, rows, &widths, head, block, frame, area);
+}
+
+fn render_queue(
+    app: &App,
+    q: &QueueInfo,
+    state: TaskState,
+    block: Block<'_>,
+    frame: &mut Frame,
+    area: Rect,
+) {
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let [tabs, info, list] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Length(1),
+        Constraint::Min(1),
+    ])
+    .areas(inner);
+    let titles: Vec<String> = TABS
+        .iter()
+        .map(|s| format!("{} {}", s.as_str(), q.counts.get(*s)))
+        .collect();
+    let selected = TABS.iter().position(|s| *s == state).unwrap_or(0);
+    frame.render_widget(
+        Tabs::new(titles)
+            .select(selected)
+            .highlight_style(Style::new().reversed())
+            .padding("", "")
+            .divider(" │ "),
+        tabs,
+    );
+    let (rate_in, rate_out) = app.rate(&q.name);
+    let mut facts = vec![if q.options.paused {
+        Span::styled("paused", Style::new().fg(Color::Yellow).bold())
+    } else {
+        Span::raw("active")
+    }];
+    facts.push(Span::raw(format!(
+        " · in {rate_in:.1}/s out {rate_out:.1}/s"
+    )));
+    if let Some(at) = q.oldest_ready_ms {
+        facts.push(Span::raw(format!(
+            " · oldest ready {}",
+            ago(app.now_ms, at)
+        )));
+    }
+    if q.held_back > 0 {
+        facts.push(Span::raw(format!(" · held back {}", q.held_back)));
+    }
+    if q.unclaimable > 0 {
+        let sets: Vec<String> = q.unclaimable_requires.iter().map(|s| s.join("+")).collect();
+        facts.push(Span::styled(
+            format!(" · unclaimable {} ({})", q.unclaimable, sets.join(", ")),
+            Style::new().fg(Color::Red),
+        ));
+    }
+    frame.render_widget(Line::from(facts), info);
+    let marked = &app.page().marked;
+    let tasks: Vec<&TaskSummary> = app
+        .rows()
+        .into_iter()
+        .filter_map(|r| match r {
+            Row::Task(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    let id = |t: &TaskSummary| {
+        let mark = if marked.contains(&t.id) { "*" } else { " " };
+        Cell::from(format!("{mark}{}", t.id))
+    };
+    let now = app.now_ms;
+    let (head, widths, rows): (_, Vec<Constraint>, Vec<TableRow<'_>>) = match state {
+        TaskState::Leased => (
+            header(&[" ID", "HOLDER", "ATT", "EXPIRES"]),
+            vec![
+                Constraint::Length(27),
+                Constraint::Min(10),
+                Constraint::Length(4),
+                Constraint::Length(8),
+            ],
+            tasks
+                .iter()
+                .map(|t| {
+                    let lease = t.lease.as_ref();
+                    TableRow::new(vec![
+                        id(t),
+                        Cell::from(lease.map_or("-".into(), |l| holder(&l.member))),
+                        Cell::from(t.deliveries.to_string()),
+                        Cell::from(lease.map_or("-".into(), |l| until(now, l.expires_ms))),
+                    ])
+                })
+                .collect(),
+        ),
+        TaskState::Dead => (
+            header(&[" ID", "ATT", "REASON", "ERROR"]),
+            vec![
+                Constraint::Length(27),
+                Constraint::Length(4),
+                Constraint::Length(14),
+                Constraint::Min(10),
+            ],
+            tasks
+                .iter()
+                .map(|t| {
+                    TableRow::new(vec![
+                        id(t),
+                        Cell::from(t.deliveries.to_string()),
+                        Cell::from(t.dead_reason.clone().unwrap_or_default()),
+                        Cell::from(one_line(t.last_error.as_deref().unwrap_or(""))),
+                    ])
+                })
+                .collect(),
+        ),
+        TaskState::Scheduled => (
+            header(&[" ID", "PRI", "KEY", "FAIL", "DUE"]),
+            vec![
+                Constraint::Length(27),
+                Constraint::Length(4),
+                Constraint::Min(6),
+                Constraint::Length(5),
+                Constraint::Length(8),
+            ],
+            tasks
+                .iter()
+                .map(|t| {
+                    TableRow::new(vec![
+                        id(t),
+                        Cell::from(t.priority.to_string()),
+                        Cell::from(t.key.clone().unwrap_or_else(|| "-".into())),
+                        Cell::from(t.failures.to_string()),
+                        Cell::from(t.not_before_ms.map_or("-".into(), |at| until(now, at))),
+                    ])
+                })
+                .collect(),
+        ),
+        _ => (
+            header(&[" ID", "PRI", "KEY", "ATT", "FAIL", "AGE"]),
+            vec![
+                Constraint::Length(27),
+                Constraint::Length(4),
+                Constraint::Min(6),
+                Constraint::Length(4),
+                Constraint::Length(5),
+                Constraint::Length(6),
+            ],
+            tasks
+                .iter()
+                .map(|t| {
+                    TableRow::new(vec![
+                        id(t),
+                        Cell::from(t.priority.to_string()),
+                        Cell::from(t.key.clone().unwrap_or_else(|| "-".into())),
+                        Cell::from(t.deliveries.to_string()),
+                        Cell::from(t.failures.to_string()),
+                        Cell::from(ago(now, t.updated_ms)),
+                    ])
+                })
+                .collect(),
+        ),
+    };
+    if rows.is_empty() {
+        frame.render_widget(Paragraph::new(format!("no {} tasks", state.as_str())), list);
+        return;
+    }
+    table(app, rows, &widths, head, Block::new(), frame, list);
+}
+
+fn render_dead(app: &App, total: u64, block: Block<'_>, frame: &mut Frame, area: Rect) {
+    let marked = &app.page().marked;
+    let rows: Vec<TableRow<'_>> = app
+        .rows()
+        .into_iter()
+        .filter_map(|r| match r {
+            Row::Task(t) => Some(t),
+            _ => None,
+        })
+        .map(|t| {
+            let mark = if marked.contains(&t.id) { "*" } else { " " };
+            TableRow::new(vec![
+                Cell::from(format!("{mark}{}", t.queue)),
+                Cell::from(t.id.clone()),
+                Cell::from(t.deliveries.to_string()),
+                Cell::from(t.dead_reason.clone().unwrap_or_default()),
+                Cell::from(one_line(t.last_error.as_deref().unwrap_or(""))),
+            ])
+        })
+        .collect();
+    let block = block.title_bottom(format!(" {total} dead "));
+    if rows.is_empty() {
+        frame.render_widget(Paragraph::new("no dead tasks").block(block), area);
+        return;
+    }
+    let widths = [
+        Constraint::Length(10),
+        Constraint::Length(26),
+        Constraint::Length(4),
+        Constraint::Length(13),
+        Constraint::Min(8),
+    ];
+    let head = header(&[" QUEUE", "ID", "ATT", "REASON", "ERROR"]);
+    table(app, rows, &widths, head, block, frame, area);
+}
+
+fn render_members(app: &App, connected: u64, block: Block<'_>, frame: &mut Frame, area: Rect) {
+    let now = app.now_ms;
+    let rows: Vec<TableRow<'_>> = app
+        .rows()
+        .into_iter()
+        .filter_map(|r| match r {
+            Row::Member(m) => Some(m),
+            _ => None,
+        })
+        .map(|m| {
+            let state = if m.draining {
+                Cell::from("draining").fg(Color::Yellow)
+            } else if m.connected {
+                Cell::from("connected")
+            } else {
+                Cell::from("offline").fg(Color::Red)
+            };
+            TableRow::new(vec![
+                Cell::from(m.name.clone()),
+                Cell::from(if m.labels.is_empty() {
+                    "-".into()
+                } else {
+                    m.labels.join(",")
+                }),
+                Cell::from(m.capacity.to_string()),
+                Cell::from(m.leased.to_string()),
+                Cell::from(m.last_seen_ms.map_or("-".into(), |at| ago(now, at))),
+                state,
+            ])
+        })
+        .collect();
+    let block = block.title_bottom(format!(" {connected} connected "));
+    if rows.is_empty() {
+        frame.render_widget(Paragraph::new("no members").block(block), area);
+        return;
+    }
+    let widths = [
+        Constraint::Min(12),
+        Constraint::Min(8),
+        Constraint::Length(4),
+        Constraint::Length(5),
+        Constraint::Length(6),
+        Constraint::Length(9),
+    ];
+    let head = header(&["MEMBER", "LABELS", "CAP", "HELD", "SEEN", "STATE"]);
+    table(app, rows, &widths, head, block, frame, area);
+}
+
+fn render_task(app: &App, t: &TaskInfo, block: Block<'_>, frame: &mut Frame, area: Rect) {
+    let now = app.now_ms;
+    let field = |name: &'static str, value: String| {
+        Line::from(vec![
+            Span::styled(format!("{name:<11}"), Style::new().bold()),
+            Span::raw(value),
+        ])
+    };
+    let mut state = t.state.as_str().to_owned();
+    if let Some(reason) = &t.dead_reason {
+        state.push_str(&format!(" ({reason})"));
+    }
+    if t.cancel_requested {
+        state.push_str(", cancel requested");
+    }
+    let mut lines = vec![
+        field("queue", t.queue.clone()),
+        field("state", state),
+        field(
+            "attempts",
+            format!("{} deliveries, {} failures", t.deliveries, t.failures),
+        ),
+        field(
+            "lease",
+            t.lease.as_ref().map_or("none".into(), |l| {
+                format!(
+                    "{} epoch {}, expires {}",
+                    holder(&l.member),
+                    l.epoch,
+                    until(now, l.expires_ms)
+                )
+            }),
+        ),
+        field(
+            "priority",
+            format!(
+                "{}   key {}   requires {}",
+                t.priority,
+                t.key.as_deref().unwrap_or("-"),
+                if t.requires.is_empty() {
+                    "-".into()
+                } else {
+                    t.requires.join(",")
+                }
+            ),
+        ),
+        field(
+            "created",
+            format!(
+                "{} ago, changed {} ago",
+                ago(now, t.created_ms),
+                ago(now, t.updated_ms)
+            ),
+        ),
+    ];
+    if let Some(at) = t.not_before_ms {
+        lines.push(field("due", until(now, at)));
+    }
+    if let Some(e) = &t.last_error {
+        lines.push(field("last error", one_line(e)).fg(Color::Red));
+    }
+    for (name, json) in [
+        ("progress", t.progress.as_ref()),
+        ("payload", Some(&t.payload)),
+        ("result", t.result.as_ref()),
+    ] {
+        if let Some(json) = json {
+            lines.push(Line::from(Span::styled(name, Style::new().bold())));
+            lines.extend(
+                pretty(json.get())
+                    .lines()
+                    .map(|l| Line::raw(format!("  {l}"))),
+            );
+        }
+    }
+    lines.push(Line::from(Span::styled("timeline", Style::new().bold())));
+    for e in &t.history {
+        let mut text = format!("  {:>4} ago  {:<16}", ago(now, e.at_ms), e.event);
+        if let Some(m) = e.member.as_deref().filter(|m| !m.is_empty()) {
+            text.push_str(&format!(" {m}"));
+        }
+        if let Some(epoch) = e.epoch {
+            text.push_str(&format!(" #{epoch}"));
+        }
+        if let Some(err) = &e.error {
+            text.push_str(&format!(" {}", one_line(err)));
+        }
+        lines.push(Line::raw(text));
+    }
+    let scroll = app.page().selected.min(lines.len().saturating_sub(1));
+    frame.render_widget(
+        Paragraph::new(Text::from(lines))
+            .block(block)
+            .wrap(Wrap { trim: false })
+            .scroll((u16::try_from(scroll).unwrap_or(u16::MAX), 0)),
+        area,
+    );
+}
+
+fn render_message(app: &App, frame: &mut Frame, area: Rect) {
+    let line = match &app.mode {
+        Mode::Filter(text) => Line::from(format!("/{text}▏")),
+        Mode::Command(text) => Line::from(format!(":{text}▏")),
+        _ => match &app.message {
+            Some((Level::Info, text)) => {
+                Line::from(Span::styled(text.clone(), Style::new().fg(Color::Green)))
+            }
+            Some((Level::Error, text)) => Line::from(Span::styled(
+                text.clone(),
+                Style::new().fg(Color::Red).bold(),
+            )),
+            None => Line::default(),
+        },
+    };
+    frame.render_widget(line, area);
+}
+
+/// The footer: the current screen's keys, as many as fit, always ending with help
+/// and quit (help lists the rest).
+fn render_keys(app: &App, frame: &mut Frame, area: Rect) {
+    let keys = app.keys();
+    let (always, rest): (Vec<_>, Vec<_>) = keys.iter().partition(|(k, _)| matches!(*k, "?" | "q"));
+    let width = |(k, what): &&(&str, &str)| k.chars().count() + what.chars().count() + 3;
+    let mut room = usize::from(area.width).saturating_sub(always.iter().map(width).sum());
+    let mut shown: Vec<&(&str, &str)> = Vec::new();
+    for key in &rest {
+        let w = width(key);
+        if w > room {
+            break;
+        }
+        room -= w;
+        shown.push(key);
+    }
+    shown.extend(always);
+    let spans: Vec<Span<'_>> = shown
+        .into_iter()
+        .flat_map(|(key, what)| {
+            [
+                Span::styled(*key, Style::new().bold().fg(Color::Cyan)),
+                Span::raw(format!(" {what}  ")),
+            ]
+        })
+        .collect();
+    frame.render_widget(Line::from(spans), area);
+}
+
+fn popup(frame: &mut Frame, width: u16, height: u16) -> Rect {
+    let area = frame
+        .area()
+        .centered(Constraint::Length(width), Constraint::Length(height));
+    frame.render_widget(Clear, area);
+    area
+}
+
+fn render_help(app: &App, frame: &mut Frame) {
+    let keys = app.keys();
+    let lines: Vec<Line<'_>> = keys
+        .iter()
+        .map(|(key, what)| {
+            Line::from(vec![
+                Span::styled(format!("{key:>8}  "), Style::new().bold().fg(Color::Cyan)),
+                Span::raw(*what),
+            ])
+        })
+        .collect();
+    let height = u16::try_from(lines.len()).unwrap_or(20) + 2;
+    let area = popup(frame, 40, height);
+    frame.render_widget(
+        Paragraph::new(lines).block(Block::bordered().title(" Keys · any key closes ")),
+        area,
+    );
+}
+
+fn render_confirm(question: &str, frame: &mut Frame) {
+    let area = popup(frame, 60, 5);
+    frame.render_widget(
+        Paragraph::new(vec![
+            Line::raw(question.to_owned()),
+            Line::default(),
+            Line::from(vec![
+                Span::styled("y", Style::new().bold().fg(Color::Cyan)),
+                Span::raw(" confirm   any other key cancels"),
+            ]),
+        ])
+        .wrap(Wrap { trim: true })
+        .block(Block::bordered().title(" Confirm ")),
+        area,
+    );
+}
+
+/// A member name as shown; anonymous claims have none.
+fn holder(member: &str) -> String {
+    if member.is_empty() {
+        "(anonymous)".into()
+    } else {
+        member.to_owned()
+    }
+}
+
+/// The first line of a text, with a mark if more followed.
+fn one_line(text: &str) -> String {
+    match text.split_once('\n') {
+        Some((first, _)) => format!("{first} …"),
+        None => text.to_owned(),
+    }
+}
+
+fn pretty(json: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(json)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or_else(|_| json.to_owned())
+}
+
+/// A span of milliseconds in its largest whole unit: `42s`, `7m`, `3h`, `2d`.
+pub fn short(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86_400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+fn ago(now: u64, at: u64) -> String {
+    short(now.saturating_sub(at))
+}
+
+fn until(now: u64, at: u64) -> String {
+    if at >= now {
+        format!("in {}", short(at - now))
+    } else {
+        format!("{} ago", short(now - at))
+    }
+}
