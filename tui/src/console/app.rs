@@ -842,81 +842,61 @@ impl App {
         }
     }
 
-    /// The keys of the current screen: (key, what it does), verbs only when allowed.
+    /// The keys of the current screen: (key, what it does), its verbs first (unless
+    /// read-only), then moving about, then what every screen has.
     pub fn keys(&self) -> Vec<(&'static str, &'static str)> {
         let mut keys: Vec<(&str, &str)> = Vec::new();
-        let verbs = !self.readonly;
-        match &self.page().screen {
-            Screen::Queues => {
-                keys.extend([("↑↓ j/k", "move"), ("enter", "open"), ("/", "filter")]);
-                if verbs {
-                    keys.extend([("p", "pause/resume"), ("R", "redrive all dead")]);
-                }
-            }
-            Screen::Queue { state, .. } => {
-                keys.extend([
-                    ("↑↓ j/k", "move"),
-                    ("enter", "open"),
-                    ("tab ←→", "state"),
-                    ("[ ]", "page"),
-                    ("/", "filter"),
-                ]);
-                if verbs {
-                    if *state == TaskState::Dead {
-                        keys.extend([
-                            ("space", "mark"),
-                            ("r", "redrive"),
-                            ("R", "redrive all"),
-                            ("x", "discard"),
-                        ]);
-                    }
-                    if matches!(
-                        state,
-                        TaskState::Ready | TaskState::Scheduled | TaskState::Leased
-                    ) {
-                        keys.push(("c", "cancel"));
-                    }
-                    if *state == TaskState::Leased {
-                        keys.push(("v", "revoke lease"));
-                    }
-                    keys.push(("p", "pause/resume"));
-                }
-            }
-            Screen::Task { .. } => {
-                keys.push(("↑↓ j/k", "scroll"));
-                if verbs {
-                    keys.extend([
-                        ("c", "cancel"),
-                        ("v", "revoke lease"),
-                        ("r", "redrive"),
-                        ("x", "discard"),
-                    ]);
-                }
-            }
-            Screen::Members => {
-                keys.extend([("↑↓ j/k", "move"), ("[ ]", "page"), ("/", "filter")]);
-                if verbs {
-                    keys.push(("d", "drain"));
-                }
-            }
-            Screen::Dead => {
-                keys.extend([
-                    ("↑↓ j/k", "move"),
-                    ("enter", "open"),
-                    ("[ ]", "page"),
-                    ("/", "filter"),
-                ]);
-                if verbs {
-                    keys.extend([("space", "mark"), ("r", "redrive"), ("x", "discard")]);
-                }
-            }
+        if !self.readonly {
+            keys.extend(self.verb_keys());
         }
-        keys.extend([
-            (":", "command"),
-            ("esc", "back"),
-            ("?", "help"),
-            ("q", "quit"),
-        ]);
+        match &self.page().screen {
+            Screen::Queues => keys.extend([("enter", "open"), ("↑↓ j/k", "move"), ("/", "filter")]),
+            Screen::Queue { .. } => keys.extend([
+                ("enter", "open"),
+                ("tab ←→", "state"),
+                ("↑↓ j/k", "move"),
+                ("[ ]", "page"),
+                ("/", "filter"),
+            ]),
+            Screen::Task { .. } => keys.push(("↑↓ j/k", "scroll")),
+            Screen::Members => keys.extend([("↑↓ j/k", "move"), ("[ ]", "page"), ("/", "filter")]),
+            Screen::Dead => keys.extend([
+                ("enter", "open"),
+                ("↑↓ j/k", "move"),
+                ("[ ]", "page"),
+                ("/", "filter"),
+            ]),
+        }
+        keys.extend([(":", "command"), ("esc", "back"), ("?", "help"), ("q", "quit")]);
         keys
+    }
+
+    fn verb_keys(&self) -> Vec<(&'static str, &'static str)> {
+        let dead = [("r", "redrive"), ("x", "discard"), ("space", "mark")];
+        match &self.page().screen {
+            Screen::Queues => vec![("p", "pause/resume"), ("R", "redrive all dead")],
+            Screen::Queue { state, .. } => {
+                let mut keys = Vec::new();
+                if *state == TaskState::Dead {
+                    keys.extend(dead);
+                }
+                if matches!(state, TaskState::Ready | TaskState::Scheduled | TaskState::Leased) {
+                    keys.push(("c", "cancel"));
+                }
+                if *state == TaskState::Leased {
+                    keys.push(("v", "revoke lease"));
+                }
+                keys.extend([("R", "redrive all"), ("p", "pause/resume")]);
+                keys
+            }
+            Screen::Task { .. } => vec![
+                ("c", "cancel"),
+                ("v", "revoke lease"),
+                ("r", "redrive"),
+                ("x", "discard"),
+            ],
+            Screen::Members => vec![("d", "drain")],
+            Screen::Dead => dead.to_vec(),
+        }
     }
 }

@@ -1,1 +1,508 @@
+//! The console driven through [`App::on_key`], as the real loop drives it, with the
+//! effects it asks for checked exactly and each screen rendered at 80×24 into ratatui's
+//! `TestBackend` and compared with its insta snapshot. Time is fixed: nothing volatile.
 
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+
+use muster_protocol::model::{
+    LeaseInfo, MemberInfo, QueueInfo, QueueOptions, QueueTotals, StateCounts, TaskInfo, TaskState,
+    TaskSummary, TimelineEvent,
+};
+use muster_protocol::ops::{View, WatchReply, WatchUpdate, raw};
+use muster_protocol::{ErrorBody, ErrorCode};
+
+use super::app::{App, Effect, Level, Mode, PAGE_ROWS, TABS, Verb};
+use super::ui;
+
+const NOW: u64 = 1_800_000_000_000;
+const SEC: u64 = 1000;
+
+fn press(app: &mut App, code: KeyCode) -> Vec<Effect> {
+    app.on_key(KeyEvent::new(code, KeyModifiers::NONE))
+}
+
+fn chars(app: &mut App, text: &str) -> Vec<Effect> {
+    text.chars()
+        .flat_map(|c| match c {
+            '\n' => press(app, KeyCode::Enter),
+            c => press(app, KeyCode::Char(c)),
+        })
+        .collect()
+}
+
+fn screen(app: &App, width: u16, height: u16) -> Terminal<TestBackend> {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("a test terminal");
+    terminal
+        .draw(|f| ui::render(app, f))
+        .expect("drawing into a TestBackend");
+    terminal
+}
+
+fn text(app: &App) -> String {
+    screen(app, 80, 24).backend().to_string()
+}
+
+/// The tag of the one watch the effects ask for, checking its view.
+fn watched(effects: &[Effect], view: View) -> u64 {
+    match effects {
+        [Effect::Watch { view: v, tag }] => {
+            assert_eq!(*v, view);
+            *tag
+        }
+        other => panic!("expected one watch of {view:?}, got {other:?}"),
+    }
+}
+
+fn deliver(app: &mut App, tag: u64, update: WatchUpdate) {
+    assert_eq!(app.on_watch(WatchReply { tag, update }), None);
+}
+
+fn queue(name: &str, counts: [u64; 6], paused: bool) -> QueueInfo {
+    let [scheduled, ready, leased, done, dead, cancelled] = counts;
+    QueueInfo {
+        name: name.into(),
+        options: QueueOptions {
+            paused,
+            ..QueueOptions::default()
+        },
+        counts: StateCounts {
+            scheduled,
+            ready,
+            leased,
+            done,
+            dead,
+            cancelled,
+        },
+        held_back: 0,
+        unclaimable: 0,
+        unclaimable_requires: Vec::new(),
+        totals: QueueTotals {
+            enqueued: 100,
+            acked: 40,
+            nacked: 3,
+            lapsed: 1,
+        },
+        oldest_ready_ms: (ready > 0).then_some(NOW - 95 * SEC),
+        created_ms: NOW - 3_600 * SEC,
+    }
+}
+
+fn id(n: u32) -> String {
+    format!("01KA0000000000000000000{n:03}")
+}
+
+fn task(n: u32, queue: &str, state: TaskState) -> TaskSummary {
+    TaskSummary {
+        id: id(n),
+        queue: queue.into(),
+        state,
+        priority: (n % 3) as u8,
+        key: (n % 2 == 0).then(|| format!("user-{n}")),
+        deliveries: 3,
+        failures: if state == TaskState::Dead { 3 } else { 0 },
+        not_before_ms: None,
+        lease: (state == TaskState::Leased).then(|| LeaseInfo {
+            member: format!("gpu-{n}"),
+            epoch: 4,
+            expires_ms: NOW + 25 * SEC,
+        }),
+        last_error: (state == TaskState::Dead).then(|| "CUDA out of memory\ntraceback…".into()),
+        dead_reason: (state == TaskState::Dead).then(|| "max_attempts".into()),
+        created_ms: NOW - 600 * SEC,
+        updated_ms: NOW - 42 * SEC,
+    }
+}
+
+fn queues_update() -> WatchUpdate {
+    WatchUpdate::Queues {
+        queues: vec![
+            queue("emails", [0, 12, 3, 880, 0, 0], false),
+            queue("inference", [2, 100_000, 200, 51_234, 7, 1], false),
+            queue("reports", [0, 0, 0, 15, 0, 0], true),
+        ],
+        next: None,
+    }
+}
+
+/// A console on the queues screen with data.
+fn started(readonly: bool) -> App {
+    let (mut app, first) = App::new("127.0.0.1:7420".into(), readonly, NOW);
+    let tag = watched(&[first], View::Queues { after: None, limit: Some(PAGE_ROWS) });
+    deliver(&mut app, tag, queues_update());
+    app
+}
+
+fn tasks_view(state: TaskState, after: Option<String>) -> View {
+    View::Tasks {
+        queue: "inference".into(),
+        state,
+        after,
+        limit: Some(PAGE_ROWS),
+    }
+}
+
+fn tasks_update(state: TaskState, ids: std::ops::Range<u32>, next: Option<String>) -> WatchUpdate {
+    WatchUpdate::Tasks {
+        queue: queue("inference", [2, 100_000, 200, 51_234, 7, 1], false),
+        state,
+        tasks: ids.map(|n| task(n, "inference", state)).collect(),
+        next,
+    }
+}
+
+/// The console on the inference queue's tab `state`, data delivered.
+fn on_queue_tab(app: &mut App, tabs: usize, state: TaskState, ids: std::ops::Range<u32>) {
+    let mut effects = press(app, KeyCode::Char('j'));
+    assert_eq!(effects, vec![]);
+    effects = press(app, KeyCode::Enter);
+    let mut tag = watched(&effects, tasks_view(TaskState::Ready, None));
+    for tab in &TABS[1..=tabs] {
+        tag = watched(&press(app, KeyCode::Tab), tasks_view(*tab, None));
+    }
+    assert_eq!(TABS[tabs], state);
+    deliver(app, tag, tasks_update(state, ids, None));
+}
+
+#[test]
+fn queues_screen() {
+    let app = started(false);
+    insta::assert_snapshot!("queues", screen(&app, 80, 24).backend());
+}
+
+#[test]
+fn queues_screen_read_only_has_no_verbs() {
+    let mut app = started(true);
+    for key in ['p', 'R', 'x', 'r', 'c', 'v', 'd'] {
+        assert_eq!(press(&mut app, KeyCode::Char(key)), vec![]);
+        assert_eq!(app.mode, Mode::Normal, "{key} must do nothing read-only");
+    }
+    insta::assert_snapshot!("queues_readonly", screen(&app, 80, 24).backend());
+    assert!(!app.keys().iter().any(|(k, _)| matches!(*k, "p" | "R")));
+}
+
+#[test]
+fn rates_come_from_the_totals_of_successive_updates() {
+    let mut app = started(false);
+    app.now_ms = NOW + 2 * SEC;
+    let mut later = queue("emails", [0, 12, 3, 880, 0, 0], false);
+    later.totals.enqueued += 10;
+    later.totals.acked += 4;
+    deliver(&mut app, 1, WatchUpdate::Queues { queues: vec![later], next: None });
+    assert_eq!(app.rate("emails"), (5.0, 2.0));
+    assert_eq!(app.rate("inference"), (0.0, 0.0));
+}
+
+#[test]
+fn queue_ready_tab_and_paging() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 0, TaskState::Ready, 1..4);
+    insta::assert_snapshot!("queue_ready", screen(&app, 80, 24).backend());
+    // Moving past the last row follows the page's cursor…
+    let mut app = started(false);
+    let effects = press(&mut app, KeyCode::Char('j'));
+    assert_eq!(effects, vec![]);
+    let tag = watched(&press(&mut app, KeyCode::Enter), tasks_view(TaskState::Ready, None));
+    deliver(&mut app, tag, tasks_update(TaskState::Ready, 1..3, Some(id(2))));
+    assert_eq!(press(&mut app, KeyCode::Char('j')), vec![]);
+    let tag = watched(
+        &press(&mut app, KeyCode::Char('j')),
+        tasks_view(TaskState::Ready, Some(id(2))),
+    );
+    deliver(&mut app, tag, tasks_update(TaskState::Ready, 3..5, None));
+    assert_eq!(app.page().number(), 2);
+    assert!(text(&app).contains("page 2"));
+    // …on the last page there is nowhere further to go…
+    assert_eq!(press(&mut app, KeyCode::Char('j')), vec![]);
+    assert_eq!(press(&mut app, KeyCode::Char('j')), vec![]);
+    // …and moving above the first row goes back a page, selecting its last row.
+    assert_eq!(press(&mut app, KeyCode::Char('k')), vec![]);
+    let tag = watched(&press(&mut app, KeyCode::Char('k')), tasks_view(TaskState::Ready, None));
+    deliver(&mut app, tag, tasks_update(TaskState::Ready, 1..3, Some(id(2))));
+    assert_eq!(app.page().selected, 1);
+}
+
+#[test]
+fn queue_leased_tab_revokes_with_confirm() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 2, TaskState::Leased, 1..3);
+    insta::assert_snapshot!("queue_leased", screen(&app, 80, 24).backend());
+    assert_eq!(press(&mut app, KeyCode::Char('v')), vec![]);
+    assert_eq!(app.mode, Mode::Confirm(Verb::Revoke(id(1))));
+    assert_eq!(press(&mut app, KeyCode::Char('y')), vec![Effect::Run(Verb::Revoke(id(1)))]);
+    // A key other than y cancels a confirm.
+    assert_eq!(press(&mut app, KeyCode::Char('c')), vec![]);
+    assert_eq!(app.mode, Mode::Confirm(Verb::Cancel(id(1))));
+    assert_eq!(press(&mut app, KeyCode::Char('n')), vec![]);
+    assert_eq!(app.message, Some((Level::Info, "nothing done".into())));
+}
+
+#[test]
+fn dead_tab_redrives_the_marked_tasks_with_their_count() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 3, TaskState::Dead, 1..4);
+    insta::assert_snapshot!("queue_dead", screen(&app, 80, 24).backend());
+    press(&mut app, KeyCode::Char(' '));
+    press(&mut app, KeyCode::Char('j'));
+    press(&mut app, KeyCode::Char('j'));
+    press(&mut app, KeyCode::Char(' '));
+    assert_eq!(press(&mut app, KeyCode::Char('r')), vec![]);
+    let verb = Verb::Redrive {
+        queue: "inference".into(),
+        ids: vec![id(1), id(3)],
+        all: false,
+        count: 2,
+    };
+    assert_eq!(app.mode, Mode::Confirm(verb.clone()));
+    insta::assert_snapshot!("confirm_redrive", screen(&app, 80, 24).backend());
+    assert_eq!(press(&mut app, KeyCode::Char('y')), vec![Effect::Run(verb)]);
+    // The result lands in the footer, the marks go and the screen is watched afresh.
+    let effect = app.on_done(Ok("redriven 2 tasks of inference".into()));
+    watched(&[effect], tasks_view(TaskState::Dead, None));
+    assert!(app.page().marked.is_empty());
+    assert!(text(&app).contains("redriven 2 tasks of inference"));
+    // Redrive all asks with the queue's dead count; discard asks for the selected one.
+    press(&mut app, KeyCode::Char('R'));
+    assert_eq!(
+        app.mode,
+        Mode::Confirm(Verb::Redrive {
+            queue: "inference".into(),
+            ids: vec![],
+            all: true,
+            count: 7
+        })
+    );
+    press(&mut app, KeyCode::Esc);
+    press(&mut app, KeyCode::Char('x'));
+    assert_eq!(
+        app.mode,
+        Mode::Confirm(Verb::Discard {
+            queue: "inference".into(),
+            ids: vec![id(3)],
+            all: false,
+            count: 1
+        })
+    );
+}
+
+#[test]
+fn daemon_errors_show_in_the_footer() {
+    let mut app = started(false);
+    let effect = app.on_done(Err("forbidden: token \"ops\" lacks the role admin".into()));
+    watched(&[effect], View::Queues { after: None, limit: Some(PAGE_ROWS) });
+    insta::assert_snapshot!("error_footer", screen(&app, 80, 24).backend());
+}
+
+fn task_info() -> TaskInfo {
+    let event = |at: u64, event: &str, member: Option<&str>, epoch: Option<u64>, error: Option<&str>| {
+        TimelineEvent {
+            at_ms: NOW - at * SEC,
+            event: event.into(),
+            member: member.map(Into::into),
+            epoch,
+            error: error.map(Into::into),
+        }
+    };
+    TaskInfo {
+        id: id(1),
+        queue: "inference".into(),
+        state: TaskState::Leased,
+        payload: raw(r#"{"model":"llama-70b","prompt":"summarise the quarterly report"}"#)
+            .expect("valid JSON"),
+        priority: 5,
+        key: Some("user-7".into()),
+        requires: vec!["gpu".into()],
+        not_before_ms: None,
+        idempotency_key: None,
+        deliveries: 2,
+        failures: 1,
+        lease: Some(LeaseInfo {
+            member: "gpu-3".into(),
+            epoch: 2,
+            expires_ms: NOW + 28 * SEC,
+        }),
+        cancel_requested: false,
+        progress: Some(raw(r#"{"step":3,"of":10}"#).expect("valid JSON")),
+        result: None,
+        last_error: Some("lease lapsed".into()),
+        dead_reason: None,
+        created_ms: NOW - 900 * SEC,
+        updated_ms: NOW - 60 * SEC,
+        history: vec![
+            event(900, "enqueued", None, None, None),
+            event(800, "leased", Some("gpu-1"), Some(1), None),
+            event(120, "lapsed", Some("gpu-1"), Some(1), Some("lease lapsed")),
+            event(60, "leased", Some("gpu-3"), Some(2), None),
+        ],
+    }
+}
+
+#[test]
+fn task_screen_shows_lease_progress_payload_and_timeline() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 2, TaskState::Leased, 1..3);
+    let tag = watched(&press(&mut app, KeyCode::Enter), View::Task { task: id(1) });
+    deliver(&mut app, tag, WatchUpdate::Task { task: task_info() });
+    insta::assert_snapshot!("task", screen(&app, 80, 24).backend());
+    assert_eq!(press(&mut app, KeyCode::Char('r')), vec![]);
+    assert_eq!(app.message, Some((Level::Error, "the task is not dead".into())));
+    press(&mut app, KeyCode::Char('c'));
+    assert_eq!(app.mode, Mode::Confirm(Verb::Cancel(id(1))));
+    press(&mut app, KeyCode::Esc);
+    // Esc goes back to the tab it came from.
+    let tag = watched(&press(&mut app, KeyCode::Esc), tasks_view(TaskState::Leased, None));
+    assert!(tag > 0);
+}
+
+#[test]
+fn members_screen_and_drain() {
+    let mut app = started(false);
+    let tag = watched(&chars(&mut app, ":members\n"), View::Members { after: None, limit: Some(PAGE_ROWS) });
+    let member = |name: &str, labels: &[&str], leased: u64, connected: bool, draining: bool| MemberInfo {
+        name: name.into(),
+        labels: labels.iter().map(|l| (*l).to_owned()).collect(),
+        capacity: 4,
+        leased,
+        connected,
+        draining,
+        subscribed: vec!["inference".into()],
+        last_seen_ms: Some(NOW - 3 * SEC),
+    };
+    deliver(
+        &mut app,
+        tag,
+        WatchUpdate::Members {
+            members: vec![
+                member("gpu-1", &["gpu", "a100"], 4, true, false),
+                member("gpu-2", &["gpu"], 2, true, true),
+                member("cpu-9", &[], 1, false, false),
+            ],
+            connected: 2,
+            next: None,
+        },
+    );
+    insta::assert_snapshot!("members", screen(&app, 80, 24).backend());
+    press(&mut app, KeyCode::Char('d'));
+    assert_eq!(app.mode, Mode::Confirm(Verb::Drain("gpu-1".into())));
+    assert_eq!(press(&mut app, KeyCode::Char('y')), vec![Effect::Run(Verb::Drain("gpu-1".into()))]);
+    // The filter narrows the rows to those that match.
+    chars(&mut app, "/a100");
+    assert_eq!(app.rows().len(), 1);
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.rows().len(), 1);
+    press(&mut app, KeyCode::Esc);
+    assert_eq!(app.rows().len(), 3);
+}
+
+#[test]
+fn dead_letters_screen() {
+    let mut app = started(false);
+    let tag = watched(&chars(&mut app, ":dead\n"), View::Dead { after: None, limit: Some(PAGE_ROWS) });
+    deliver(
+        &mut app,
+        tag,
+        WatchUpdate::Dead {
+            tasks: vec![
+                task(1, "emails", TaskState::Dead),
+                task(2, "inference", TaskState::Dead),
+                task(3, "inference", TaskState::Dead),
+            ],
+            total: 3,
+            next: None,
+        },
+    );
+    insta::assert_snapshot!("dead", screen(&app, 80, 24).backend());
+    // Marks across queues are refused: a redrive names one queue.
+    press(&mut app, KeyCode::Char(' '));
+    press(&mut app, KeyCode::Char('j'));
+    press(&mut app, KeyCode::Char(' '));
+    assert_eq!(press(&mut app, KeyCode::Char('r')), vec![]);
+    assert_eq!(app.mode, Mode::Normal);
+    assert_eq!(
+        app.message,
+        Some((Level::Error, "marked tasks are in several queues: mark one queue's at a time".into()))
+    );
+    // Enter opens the task; Esc comes back to the dead letters.
+    let tag = watched(&press(&mut app, KeyCode::Enter), View::Task { task: id(2) });
+    assert!(tag > 0);
+}
+
+#[test]
+fn help_lists_every_key_of_the_screen() {
+    let mut app = started(false);
+    press(&mut app, KeyCode::Char('?'));
+    assert_eq!(app.mode, Mode::Help);
+    insta::assert_snapshot!("help", screen(&app, 80, 24).backend());
+    // Any key closes help and does nothing else.
+    assert_eq!(press(&mut app, KeyCode::Char('q')), vec![]);
+    assert_eq!((app.mode.clone(), app.quit), (Mode::Normal, false));
+    press(&mut app, KeyCode::Char('q'));
+    assert!(app.quit);
+}
+
+#[test]
+fn commands_and_their_errors() {
+    let mut app = started(false);
+    assert_eq!(chars(&mut app, ":frobnicate\n"), vec![]);
+    assert_eq!(
+        app.message,
+        Some((
+            Level::Error,
+            "unknown command \"frobnicate\": try :queues, :members, :dead, :queue NAME, :task ID, :q".into()
+        ))
+    );
+    watched(
+        &chars(&mut app, ":queue emails\n"),
+        View::Tasks {
+            queue: "emails".into(),
+            state: TaskState::Ready,
+            after: None,
+            limit: Some(PAGE_ROWS),
+        },
+    );
+    // Esc from a jumped-to screen returns to the queues.
+    watched(&press(&mut app, KeyCode::Esc), View::Queues { after: None, limit: Some(PAGE_ROWS) });
+    assert_eq!(press(&mut app, KeyCode::Esc), vec![], "nowhere further back");
+    chars(&mut app, ":q\n");
+    assert!(app.quit);
+}
+
+#[test]
+fn stale_and_gone_updates() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 0, TaskState::Ready, 1..3);
+    let before = text(&app);
+    // A push of a replaced watch is dropped.
+    deliver(&mut app, 1, queues_update());
+    assert_eq!(text(&app), before);
+    // The queue was deleted: back to the queues, saying why.
+    let current = match app.rewatch() {
+        Effect::Watch { tag, .. } => tag,
+        other => panic!("{other:?}"),
+    };
+    let back = app.on_watch(WatchReply {
+        tag: current,
+        update: WatchUpdate::Gone {
+            error: ErrorBody::new(ErrorCode::NotFound, "no queue \"inference\""),
+        },
+    });
+    watched(&back.into_iter().collect::<Vec<_>>(), View::Queues { after: None, limit: Some(PAGE_ROWS) });
+    assert_eq!(app.message, Some((Level::Error, "gone: no queue \"inference\"".into())));
+}
+
+#[test]
+fn small_and_resized_terminals_render() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 3, TaskState::Dead, 1..4);
+    insta::assert_snapshot!("queue_dead_60x16", screen(&app, 60, 16).backend());
+    let mut terminal = screen(&app, 80, 24);
+    terminal.backend_mut().resize(120, 30);
+    terminal.draw(|f| ui::render(&app, f)).expect("drawing after a resize");
+    let area = terminal.backend().buffer().area;
+    assert_eq!((area.width, area.height), (120, 30));
+    let wide = terminal.backend().to_string();
+    assert_eq!(wide.lines().count(), 30);
+    // The error column takes the room a wide terminal gives: the traceback mark shows.
+    assert!(wide.contains("CUDA out of memory …"));
+}

@@ -432,7 +432,7 @@ fn render_task(app: &App, t: &TaskInfo, block: Block<'_>, frame: &mut Frame, are
         field("state", state),
         field(
             "attempts",
-            format!("{} deliveries, {} failures", t.deliveries, t.failures),
+            format!("{} delivered, {} failed", t.deliveries, t.failures),
         ),
         field(
             "lease",
@@ -473,20 +473,6 @@ fn render_task(app: &App, t: &TaskInfo, block: Block<'_>, frame: &mut Frame, are
     if let Some(e) = &t.last_error {
         lines.push(field("last error", one_line(e)).fg(Color::Red));
     }
-    for (name, json) in [
-        ("progress", t.progress.as_ref()),
-        ("payload", Some(&t.payload)),
-        ("result", t.result.as_ref()),
-    ] {
-        if let Some(json) = json {
-            lines.push(Line::from(Span::styled(name, Style::new().bold())));
-            lines.extend(
-                pretty(json.get())
-                    .lines()
-                    .map(|l| Line::raw(format!("  {l}"))),
-            );
-        }
-    }
     lines.push(Line::from(Span::styled("timeline", Style::new().bold())));
     for e in &t.history {
         let mut text = format!("  {:>4} ago  {:<16}", ago(now, e.at_ms), e.event);
@@ -500,6 +486,20 @@ fn render_task(app: &App, t: &TaskInfo, block: Block<'_>, frame: &mut Frame, are
             text.push_str(&format!(" {}", one_line(err)));
         }
         lines.push(Line::raw(text));
+    }
+    for (name, json) in [
+        ("progress", t.progress.as_ref()),
+        ("payload", Some(&t.payload)),
+        ("result", t.result.as_ref()),
+    ] {
+        if let Some(json) = json {
+            lines.push(Line::from(Span::styled(name, Style::new().bold())));
+            lines.extend(
+                pretty(json.get())
+                    .lines()
+                    .map(|l| Line::raw(format!("  {l}"))),
+            );
+        }
     }
     let scroll = app.page().selected.min(lines.len().saturating_sub(1));
     frame.render_widget(
