@@ -12,6 +12,7 @@
 //! - `disk`: a full disk during a burst of enqueues, and recovery once space is freed.
 //! - `dispatch`: priorities, delays, keys, labels, fairness and retention.
 //! - `connect`: trust (pins, CA files), refusals at start-up, pipelining.
+//! - `tui`: `muster tui` in tmux: redrive with confirm, read-only, no daemon.
 
 mod agents;
 mod checker;
@@ -24,3 +25,4 @@ mod fencing;
 mod lapse;
 mod metrics;
 mod security;
+mod tui;

@@ -867,7 +867,12 @@ impl App {
                 ("/", "filter"),
             ]),
         }
-        keys.extend([(":", "command"), ("esc", "back"), ("?", "help"), ("q", "quit")]);
+        keys.extend([
+            (":", "command"),
+            ("esc", "back"),
+            ("?", "help"),
+            ("q", "quit"),
+        ]);
         keys
     }
 
@@ -880,7 +885,10 @@ impl App {
                 if *state == TaskState::Dead {
                     keys.extend(dead);
                 }
-                if matches!(state, TaskState::Ready | TaskState::Scheduled | TaskState::Leased) {
+                if matches!(
+                    state,
+                    TaskState::Ready | TaskState::Scheduled | TaskState::Leased
+                ) {
                     keys.push(("c", "cancel"));
                 }
                 if *state == TaskState::Leased {

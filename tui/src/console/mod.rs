@@ -36,7 +36,7 @@ const RECONNECT: Duration = Duration::from_secs(1);
 /// Results coming back to the loop from the tasks it started.
 enum Msg {
     /// A watch's reply.
-    Watched(u64, Result<WatchReply, Error>),
+    Watched(u64, Box<Result<WatchReply, Error>>),
     /// A verb's outcome, as the footer says it.
     Done(Result<String, String>),
     /// A new connection after the old one was lost.
@@ -101,15 +101,12 @@ async fn event_loop(
                 }
             },
             Some(msg) = rx.recv() => match msg {
-                Msg::Watched(tag, Ok(reply)) => {
-                    debug_assert_eq!(tag, reply.tag);
-                    effects.extend(app.on_watch(reply));
-                }
-                Msg::Watched(tag, Err(e)) => {
-                    if !matches!(e, Error::Closed(_) | Error::Connect(_)) {
-                        effects.extend(app.on_watch_failed(tag, e.to_string()));
-                    }
-                }
+                Msg::Watched(tag, result) => match *result {
+                    Ok(reply) => effects.extend(app.on_watch(reply)),
+                    // A lost connection is reported once, by the end of the pushes.
+                    Err(Error::Closed(_) | Error::Connect(_)) => {}
+                    Err(e) => effects.extend(app.on_watch_failed(tag, e.to_string())),
+                },
                 Msg::Done(result) => effects.push(app.on_done(result)),
                 Msg::Connected(c) => {
                     pushes = c.watch_pushes();
@@ -152,7 +149,9 @@ fn perform(client: &Client, tx: &mpsc::UnboundedSender<Msg>, effect: Effect) {
     let tx = tx.clone();
     tokio::spawn(async move {
         let msg = match effect {
-            Effect::Watch { view, tag } => Msg::Watched(tag, client.watch(view, tag).await),
+            Effect::Watch { view, tag } => {
+                Msg::Watched(tag, Box::new(client.watch(view, tag).await))
+            }
             Effect::Run(verb) => {
                 Msg::Done(run_verb(&client, verb).await.map_err(|e| e.to_string()))
             }

@@ -99,7 +99,7 @@ fn task(n: u32, queue: &str, state: TaskState) -> TaskSummary {
         queue: queue.into(),
         state,
         priority: (n % 3) as u8,
-        key: (n % 2 == 0).then(|| format!("user-{n}")),
+        key: n.is_multiple_of(2).then(|| format!("user-{n}")),
         deliveries: 3,
         failures: if state == TaskState::Dead { 3 } else { 0 },
         not_before_ms: None,
@@ -129,7 +129,13 @@ fn queues_update() -> WatchUpdate {
 /// A console on the queues screen with data.
 fn started(readonly: bool) -> App {
     let (mut app, first) = App::new("127.0.0.1:7420".into(), readonly, NOW);
-    let tag = watched(&[first], View::Queues { after: None, limit: Some(PAGE_ROWS) });
+    let tag = watched(
+        &[first],
+        View::Queues {
+            after: None,
+            limit: Some(PAGE_ROWS),
+        },
+    );
     deliver(&mut app, tag, queues_update());
     app
 }
@@ -189,7 +195,14 @@ fn rates_come_from_the_totals_of_successive_updates() {
     let mut later = queue("emails", [0, 12, 3, 880, 0, 0], false);
     later.totals.enqueued += 10;
     later.totals.acked += 4;
-    deliver(&mut app, 1, WatchUpdate::Queues { queues: vec![later], next: None });
+    deliver(
+        &mut app,
+        1,
+        WatchUpdate::Queues {
+            queues: vec![later],
+            next: None,
+        },
+    );
     assert_eq!(app.rate("emails"), (5.0, 2.0));
     assert_eq!(app.rate("inference"), (0.0, 0.0));
 }
@@ -203,8 +216,15 @@ fn queue_ready_tab_and_paging() {
     let mut app = started(false);
     let effects = press(&mut app, KeyCode::Char('j'));
     assert_eq!(effects, vec![]);
-    let tag = watched(&press(&mut app, KeyCode::Enter), tasks_view(TaskState::Ready, None));
-    deliver(&mut app, tag, tasks_update(TaskState::Ready, 1..3, Some(id(2))));
+    let tag = watched(
+        &press(&mut app, KeyCode::Enter),
+        tasks_view(TaskState::Ready, None),
+    );
+    deliver(
+        &mut app,
+        tag,
+        tasks_update(TaskState::Ready, 1..3, Some(id(2))),
+    );
     assert_eq!(press(&mut app, KeyCode::Char('j')), vec![]);
     let tag = watched(
         &press(&mut app, KeyCode::Char('j')),
@@ -218,8 +238,15 @@ fn queue_ready_tab_and_paging() {
     assert_eq!(press(&mut app, KeyCode::Char('j')), vec![]);
     // …and moving above the first row goes back a page, selecting its last row.
     assert_eq!(press(&mut app, KeyCode::Char('k')), vec![]);
-    let tag = watched(&press(&mut app, KeyCode::Char('k')), tasks_view(TaskState::Ready, None));
-    deliver(&mut app, tag, tasks_update(TaskState::Ready, 1..3, Some(id(2))));
+    let tag = watched(
+        &press(&mut app, KeyCode::Char('k')),
+        tasks_view(TaskState::Ready, None),
+    );
+    deliver(
+        &mut app,
+        tag,
+        tasks_update(TaskState::Ready, 1..3, Some(id(2))),
+    );
     assert_eq!(app.page().selected, 1);
 }
 
@@ -230,7 +257,10 @@ fn queue_leased_tab_revokes_with_confirm() {
     insta::assert_snapshot!("queue_leased", screen(&app, 80, 24).backend());
     assert_eq!(press(&mut app, KeyCode::Char('v')), vec![]);
     assert_eq!(app.mode, Mode::Confirm(Verb::Revoke(id(1))));
-    assert_eq!(press(&mut app, KeyCode::Char('y')), vec![Effect::Run(Verb::Revoke(id(1)))]);
+    assert_eq!(
+        press(&mut app, KeyCode::Char('y')),
+        vec![Effect::Run(Verb::Revoke(id(1)))]
+    );
     // A key other than y cancels a confirm.
     assert_eq!(press(&mut app, KeyCode::Char('c')), vec![]);
     assert_eq!(app.mode, Mode::Confirm(Verb::Cancel(id(1))));
@@ -290,20 +320,27 @@ fn dead_tab_redrives_the_marked_tasks_with_their_count() {
 fn daemon_errors_show_in_the_footer() {
     let mut app = started(false);
     let effect = app.on_done(Err("forbidden: token \"ops\" lacks the role admin".into()));
-    watched(&[effect], View::Queues { after: None, limit: Some(PAGE_ROWS) });
+    watched(
+        &[effect],
+        View::Queues {
+            after: None,
+            limit: Some(PAGE_ROWS),
+        },
+    );
     insta::assert_snapshot!("error_footer", screen(&app, 80, 24).backend());
 }
 
 fn task_info() -> TaskInfo {
-    let event = |at: u64, event: &str, member: Option<&str>, epoch: Option<u64>, error: Option<&str>| {
-        TimelineEvent {
-            at_ms: NOW - at * SEC,
-            event: event.into(),
-            member: member.map(Into::into),
-            epoch,
-            error: error.map(Into::into),
-        }
-    };
+    let event =
+        |at: u64, event: &str, member: Option<&str>, epoch: Option<u64>, error: Option<&str>| {
+            TimelineEvent {
+                at_ms: NOW - at * SEC,
+                event: event.into(),
+                member: member.map(Into::into),
+                epoch,
+                error: error.map(Into::into),
+            }
+        };
     TaskInfo {
         id: id(1),
         queue: "inference".into(),
@@ -346,29 +383,42 @@ fn task_screen_shows_lease_progress_payload_and_timeline() {
     deliver(&mut app, tag, WatchUpdate::Task { task: task_info() });
     insta::assert_snapshot!("task", screen(&app, 80, 24).backend());
     assert_eq!(press(&mut app, KeyCode::Char('r')), vec![]);
-    assert_eq!(app.message, Some((Level::Error, "the task is not dead".into())));
+    assert_eq!(
+        app.message,
+        Some((Level::Error, "the task is not dead".into()))
+    );
     press(&mut app, KeyCode::Char('c'));
     assert_eq!(app.mode, Mode::Confirm(Verb::Cancel(id(1))));
     press(&mut app, KeyCode::Esc);
     // Esc goes back to the tab it came from.
-    let tag = watched(&press(&mut app, KeyCode::Esc), tasks_view(TaskState::Leased, None));
+    let tag = watched(
+        &press(&mut app, KeyCode::Esc),
+        tasks_view(TaskState::Leased, None),
+    );
     assert!(tag > 0);
 }
 
 #[test]
 fn members_screen_and_drain() {
     let mut app = started(false);
-    let tag = watched(&chars(&mut app, ":members\n"), View::Members { after: None, limit: Some(PAGE_ROWS) });
-    let member = |name: &str, labels: &[&str], leased: u64, connected: bool, draining: bool| MemberInfo {
-        name: name.into(),
-        labels: labels.iter().map(|l| (*l).to_owned()).collect(),
-        capacity: 4,
-        leased,
-        connected,
-        draining,
-        subscribed: vec!["inference".into()],
-        last_seen_ms: Some(NOW - 3 * SEC),
-    };
+    let tag = watched(
+        &chars(&mut app, ":members\n"),
+        View::Members {
+            after: None,
+            limit: Some(PAGE_ROWS),
+        },
+    );
+    let member =
+        |name: &str, labels: &[&str], leased: u64, connected: bool, draining: bool| MemberInfo {
+            name: name.into(),
+            labels: labels.iter().map(|l| (*l).to_owned()).collect(),
+            capacity: 4,
+            leased,
+            connected,
+            draining,
+            subscribed: vec!["inference".into()],
+            last_seen_ms: Some(NOW - 3 * SEC),
+        };
     deliver(
         &mut app,
         tag,
@@ -385,7 +435,10 @@ fn members_screen_and_drain() {
     insta::assert_snapshot!("members", screen(&app, 80, 24).backend());
     press(&mut app, KeyCode::Char('d'));
     assert_eq!(app.mode, Mode::Confirm(Verb::Drain("gpu-1".into())));
-    assert_eq!(press(&mut app, KeyCode::Char('y')), vec![Effect::Run(Verb::Drain("gpu-1".into()))]);
+    assert_eq!(
+        press(&mut app, KeyCode::Char('y')),
+        vec![Effect::Run(Verb::Drain("gpu-1".into()))]
+    );
     // The filter narrows the rows to those that match.
     chars(&mut app, "/a100");
     assert_eq!(app.rows().len(), 1);
@@ -398,7 +451,13 @@ fn members_screen_and_drain() {
 #[test]
 fn dead_letters_screen() {
     let mut app = started(false);
-    let tag = watched(&chars(&mut app, ":dead\n"), View::Dead { after: None, limit: Some(PAGE_ROWS) });
+    let tag = watched(
+        &chars(&mut app, ":dead\n"),
+        View::Dead {
+            after: None,
+            limit: Some(PAGE_ROWS),
+        },
+    );
     deliver(
         &mut app,
         tag,
@@ -421,7 +480,10 @@ fn dead_letters_screen() {
     assert_eq!(app.mode, Mode::Normal);
     assert_eq!(
         app.message,
-        Some((Level::Error, "marked tasks are in several queues: mark one queue's at a time".into()))
+        Some((
+            Level::Error,
+            "marked tasks are in several queues: mark one queue's at a time".into()
+        ))
     );
     // Enter opens the task; Esc comes back to the dead letters.
     let tag = watched(&press(&mut app, KeyCode::Enter), View::Task { task: id(2) });
@@ -462,8 +524,18 @@ fn commands_and_their_errors() {
         },
     );
     // Esc from a jumped-to screen returns to the queues.
-    watched(&press(&mut app, KeyCode::Esc), View::Queues { after: None, limit: Some(PAGE_ROWS) });
-    assert_eq!(press(&mut app, KeyCode::Esc), vec![], "nowhere further back");
+    watched(
+        &press(&mut app, KeyCode::Esc),
+        View::Queues {
+            after: None,
+            limit: Some(PAGE_ROWS),
+        },
+    );
+    assert_eq!(
+        press(&mut app, KeyCode::Esc),
+        vec![],
+        "nowhere further back"
+    );
     chars(&mut app, ":q\n");
     assert!(app.quit);
 }
@@ -487,8 +559,17 @@ fn stale_and_gone_updates() {
             error: ErrorBody::new(ErrorCode::NotFound, "no queue \"inference\""),
         },
     });
-    watched(&back.into_iter().collect::<Vec<_>>(), View::Queues { after: None, limit: Some(PAGE_ROWS) });
-    assert_eq!(app.message, Some((Level::Error, "gone: no queue \"inference\"".into())));
+    watched(
+        &back.into_iter().collect::<Vec<_>>(),
+        View::Queues {
+            after: None,
+            limit: Some(PAGE_ROWS),
+        },
+    );
+    assert_eq!(
+        app.message,
+        Some((Level::Error, "gone: no queue \"inference\"".into()))
+    );
 }
 
 #[test]
@@ -498,7 +579,9 @@ fn small_and_resized_terminals_render() {
     insta::assert_snapshot!("queue_dead_60x16", screen(&app, 60, 16).backend());
     let mut terminal = screen(&app, 80, 24);
     terminal.backend_mut().resize(120, 30);
-    terminal.draw(|f| ui::render(&app, f)).expect("drawing after a resize");
+    terminal
+        .draw(|f| ui::render(&app, f))
+        .expect("drawing after a resize");
     let area = terminal.backend().buffer().area;
     assert_eq!((area.width, area.height), (120, 30));
     let wide = terminal.backend().to_string();

@@ -180,7 +180,7 @@ fn the_dead_screen_spans_queues_with_a_cursor_that_survives_a_redrive() {
         dead.push((q, id));
     }
     // By queue name, then id: a's one, then b's two.
-    let order = vec![dead[1].1.clone(), dead[0].1.clone(), dead[2].1.clone()];
+    let order = [dead[1].1.clone(), dead[0].1.clone(), dead[2].1.clone()];
     let first = watch(
         &mut h,
         View::Dead {

@@ -1,0 +1,224 @@
+//! `muster tui` in a real terminal (tmux) against a real daemon: keys in, screen out.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use muster_tests::{Daemon, muster_bin};
+
+/// Longest a screen may take to show what a key asked for.
+const SCREEN_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A tmux server of the test's own (its socket in a temporary directory), one session
+/// running `muster tui` in an 100×30 window. Dropping it kills that server only.
+struct Tmux {
+    _dir: tempfile::TempDir,
+    socket: PathBuf,
+}
+
+impl Tmux {
+    fn start(d: &Daemon, args: &[&str]) -> Tmux {
+        let dir = tempfile::tempdir().expect("a directory for the tmux socket");
+        let socket = dir.path().join("tmux.sock");
+        let t = Tmux { _dir: dir, socket };
+        let mut command = vec![muster_bin().display().to_string(), "tui".into()];
+        command.extend(args.iter().map(|a| (*a).to_owned()));
+        let out = t.run(&[
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "console",
+            "-x",
+            "100",
+            "-y",
+            "30",
+            "-e",
+            &format!("MUSTER_ADDR={}", d.addr),
+            "-e",
+            &format!("MUSTER_DATA={}", d.data().display()),
+            "-e",
+            "TERM=xterm-256color",
+            &command.join(" "),
+        ]);
+        assert!(
+            out.status.success(),
+            "tmux new-session: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Keep the pane after the program exits, to read its exit status and screen.
+        t.run(&["set-option", "-t", "console", "remain-on-exit", "on"]);
+        t
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("tmux is installed (see .ci/run)")
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "console"];
+        args.extend(keys);
+        let out = self.run(&args);
+        assert!(
+            out.status.success(),
+            "tmux send-keys: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "console"]).stdout)
+            .into_owned()
+    }
+
+    /// Waits until the screen shows `text`; fails with the screen as it was.
+    fn wait_for(&self, text: &str) -> String {
+        let deadline = Instant::now() + SCREEN_TIMEOUT;
+        loop {
+            let screen = self.screen();
+            if screen.contains(text) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the screen never showed {text:?}:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The pane's program exit status, once it exited.
+    fn wait_exit(&self) -> i32 {
+        let deadline = Instant::now() + SCREEN_TIMEOUT;
+        loop {
+            let out = self.run(&[
+                "list-panes",
+                "-t",
+                "console",
+                "-F",
+                "#{pane_dead} #{pane_dead_status}",
+            ]);
+            let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            // tmux may mark the pane dead a moment before it records the status.
+            if let ["1", status] = text.split_whitespace().collect::<Vec<_>>()[..] {
+                return status.parse().expect("an exit status");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "muster tui did not exit: {text:?}\n{}",
+                self.screen()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+/// A queue with one ready task and one dead task; returns the dead task's id.
+fn queue_with_a_dead_task(d: &Daemon) -> String {
+    d.ok(&["queue", "create", "jobs"]);
+    d.ok(&["enqueue", "jobs", r#"{"n":1}"#]);
+    d.ok(&["enqueue", "jobs", r#"{"n":2}"#]);
+    let claim = d.ok(&["claim", "jobs"]);
+    let claim = claim.split('\t').next().expect("a claim").to_owned();
+    d.ok(&["dead-letter", &claim, "--error", "poison pill"]);
+    claim.rsplit_once('.').expect("ID.EPOCH").0.to_owned()
+}
+
+fn state(d: &Daemon, id: &str) -> String {
+    let task: serde_json::Value =
+        serde_json::from_str(&d.ok(&["task", "get", id, "--json"])).expect("task JSON");
+    task["state"].as_str().expect("a state").to_owned()
+}
+
+#[test]
+fn redrive_a_dead_task_from_the_console_with_confirm() {
+    let d = Daemon::start();
+    let dead = queue_with_a_dead_task(&d);
+    let tmux = Tmux::start(&d, &[]);
+    let queues = tmux.wait_for("jobs");
+    assert!(queues.contains("QUEUE"), "{queues}");
+    // To the dead letters, by command.
+    tmux.keys(&[":dead", "Enter"]);
+    let screen = tmux.wait_for(&dead);
+    assert!(
+        screen.contains("poison pill") && screen.contains("dead_lettered"),
+        "{screen}"
+    );
+    tmux.keys(&["r"]);
+    tmux.wait_for("Redrive 1 dead task of jobs?");
+    assert_eq!(
+        state(&d, &dead),
+        "dead",
+        "nothing happens before the confirm"
+    );
+    tmux.keys(&["y"]);
+    tmux.wait_for("redriven 1 task of jobs");
+    assert_eq!(state(&d, &dead), "ready");
+    tmux.wait_for("no dead tasks");
+    // Back to the queues: the queue's counts moved (2 ready, 0 dead).
+    tmux.keys(&["Escape"]);
+    let queues = tmux.wait_for("QUEUE");
+    let row = queues
+        .lines()
+        .find(|l| l.contains("jobs"))
+        .expect("the jobs row");
+    let counts: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&counts[1..6], ["2", "0", "0", "0", "0"], "{row}");
+    tmux.keys(&["q"]);
+    assert_eq!(tmux.wait_exit(), 0);
+    // The terminal was restored: the alternate screen is gone.
+    let after = tmux.screen();
+    assert!(
+        !after.contains("QUEUE"),
+        "the console's screen is still shown:\n{after}"
+    );
+}
+
+#[test]
+fn read_only_console_offers_no_verbs() {
+    let d = Daemon::start();
+    let dead = queue_with_a_dead_task(&d);
+    let tmux = Tmux::start(&d, &["--readonly"]);
+    tmux.wait_for("read-only");
+    tmux.keys(&[":dead", "Enter"]);
+    let screen = tmux.wait_for(&dead);
+    assert!(
+        !screen.contains("redrive"),
+        "no verb in the footer:\n{screen}"
+    );
+    tmux.keys(&["r", "y", "x", "y"]);
+    // The keys went through (help opens after them) and did nothing.
+    tmux.keys(&["?"]);
+    let help = tmux.wait_for("Keys");
+    assert!(!help.contains("discard"), "{help}");
+    assert_eq!(state(&d, &dead), "dead");
+    tmux.keys(&["q", "q"]);
+    assert_eq!(tmux.wait_exit(), 0);
+}
+
+#[test]
+fn the_console_fails_cleanly_without_a_daemon() {
+    let d = Daemon::start();
+    let out = Command::new(muster_bin())
+        .args(["tui"])
+        .env("MUSTER_ADDR", "127.0.0.1:9")
+        .env("MUSTER_DATA", d.data())
+        .output()
+        .expect("running muster tui");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("muster: connect"), "{stderr}");
+}
