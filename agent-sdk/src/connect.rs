@@ -19,6 +19,11 @@ use muster_protocol::{ALPN, CERT_FILE, DATA_DIR_NAME, DEFAULT_PORT};
 
 use crate::Error;
 
+/// Longest a handshake may take before the connection is given up: a daemon that is
+/// not running does not answer at all (QUIC ignores ICMP), so this is how long a
+/// command waits to say so.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How often the client pings an idle connection, well below the daemon's idle timeout.
 const KEEP_ALIVE: Duration = Duration::from_secs(5);
 
@@ -137,9 +142,14 @@ pub async fn open_on(
     let connecting = endpoint
         .connect_with(config, addr, &host)
         .map_err(|e| Error::Connect(format!("{}: {e}", options.addr)))?;
-    connecting
-        .await
-        .map_err(|e| Error::Connect(format!("{}: {e}", options.addr)))
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting).await {
+        Ok(connection) => connection.map_err(|e| Error::Connect(format!("{}: {e}", options.addr))),
+        Err(_) => Err(Error::Connect(format!(
+            "{}: no answer within {}s: is musterd running there?",
+            options.addr,
+            HANDSHAKE_TIMEOUT.as_secs()
+        ))),
+    }
 }
 
 async fn resolve(addr: &str) -> Result<SocketAddr, Error> {

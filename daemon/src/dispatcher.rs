@@ -10,7 +10,7 @@
 //! fjall blocks (fsync, write stalls), which is why this is an OS thread and not a tokio task.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -67,8 +67,9 @@ pub enum Outgoing {
         /// The request's in-flight slot.
         slot: OwnedSemaphorePermit,
     },
-    /// A push to a member session. Pushes are bounded by the member's leases.
-    Push(Box<Push>),
+    /// A push to a member session (bounded by the member's leases) or of a watch (with
+    /// the watch's flag, cleared once the push is encoded: one queued push per watch).
+    Push(Box<Push>, Option<Arc<AtomicBool>>),
     /// Deliver what came before, then close the connection with this code and reason.
     Close(u32, &'static [u8]),
 }
@@ -158,9 +159,9 @@ pub struct PushSink {
 }
 
 impl PushSink {
-    fn send(&self, push: Push) {
+    fn send(&self, push: Push, queued: Option<Arc<AtomicBool>>) {
         // A session whose stream is gone misses the push; its leases stay its own.
-        let _ = self.out.send(Outgoing::Push(Box::new(push)));
+        let _ = self.out.send(Outgoing::Push(Box::new(push), queued));
     }
 }
 
@@ -313,7 +314,10 @@ fn run(
             responder.send(result);
         }
         for (sink, push) in engine.take_pushes() {
-            sink.send(push);
+            sink.send(push, None);
+        }
+        for (sink, push, queued) in engine.take_watch_pushes() {
+            sink.send(push, Some(queued));
         }
         if gauges_at.elapsed() >= crate::metrics::GAUGE_INTERVAL {
             engine.publish_gauges(clock.now());

@@ -390,10 +390,14 @@ fn encode(buf: &mut Vec<u8>, msg: Outgoing) -> Option<(u32, &'static [u8])> {
             drop(slot);
             (id, result)
         }
-        Outgoing::Push(push) => {
+        Outgoing::Push(push, queued) => {
             let replaced = matches!(&*push, Push::Closed(e) if e.code == ErrorCode::Replaced);
-            // A push holds at most one delivery (≤ 1 MiB payload, 64 KiB progress): it fits.
+            // A push holds at most one delivery (≤ 1 MiB payload, 64 KiB progress) or one
+            // watched screen (at most one task whole, or one page of summaries): it fits.
             buf.extend_from_slice(&push.encode().unwrap_or_default());
+            if let Some(queued) = queued {
+                queued.store(false, std::sync::atomic::Ordering::Release);
+            }
             return replaced.then_some((CLOSE_REPLACED, b"replaced"));
         }
         Outgoing::Close(code, reason) => return Some((code, reason)),

@@ -73,6 +73,9 @@ pub trait Sink: Clone {
     fn is_closed(&self) -> bool;
 }
 
+/// A watch push: where it goes, the push, and its watch's "queued" flag.
+pub type WatchPush<S> = (S, muster_protocol::Push, Arc<std::sync::atomic::AtomicBool>);
+
 /// A successful reply of any op.
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
@@ -259,6 +262,8 @@ pub struct Engine<W: Waiter> {
     /// Round-robin position for pushes over members.
     member_rotation: usize,
     pushes: Vec<(W::Sink, muster_protocol::Push)>,
+    /// Watch pushes, each with its watch's flag for the writer to clear once written.
+    watch_pushes: Vec<WatchPush<W::Sink>>,
     /// Member names and the principal that first used each (with tokens configured).
     owners: HashMap<String, String>,
     /// Each connection's watch, if it has one.
@@ -298,6 +303,7 @@ impl<W: Waiter> Engine<W> {
             push_changed: false,
             member_rotation: 0,
             pushes: Vec::new(),
+            watch_pushes: Vec::new(),
             owners: HashMap::new(),
             watches: HashMap::new(),
             generation: 0,
@@ -418,6 +424,12 @@ impl<W: Waiter> Engine<W> {
     /// Takes the pushes ready to be sent to member sessions.
     pub fn take_pushes(&mut self) -> Vec<(W::Sink, muster_protocol::Push)> {
         std::mem::take(&mut self.pushes)
+    }
+
+    /// Takes the watch pushes ready to be sent. The writer clears each one's flag once
+    /// it has encoded the push; until then the watch sends nothing more.
+    pub fn take_watch_pushes(&mut self) -> Vec<WatchPush<W::Sink>> {
+        std::mem::take(&mut self.watch_pushes)
     }
 
     /// True if anything was committed since the last call: the round must be persisted

@@ -6,8 +6,15 @@
 //! change and every member event moves it, so an idle daemon sends nothing. Building a
 //! screen costs a page, never a scan: counts come from the in-memory indexes, rows from a
 //! range of one state's ids (at most [`MAX_WATCH_ROWS`] records read).
+//!
+//! A watch has at most one push waiting to be written: its flag is set when a push is
+//! queued and cleared by the connection's writer once the frame is encoded. A console
+//! that stops reading (a suspended terminal) therefore holds one screen in the daemon,
+//! not one per second.
 
 use std::ops::Bound;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use ulid::Ulid;
 
@@ -34,6 +41,17 @@ pub(super) struct Watcher<S> {
     seen: u64,
     /// Monotonic time it was last sent.
     sent_ms: u64,
+    /// Set while a push of this watch waits for the connection's writer.
+    queued: Arc<AtomicBool>,
+}
+
+impl<S> Watcher<S> {
+    /// Changed since last sent, the interval passed, and nothing waiting to be written.
+    fn due(&self, generation: u64, now: Now) -> bool {
+        self.seen != generation
+            && now.mono_ms >= self.sent_ms + WATCH_INTERVAL.as_millis() as u64
+            && !self.queued.load(Ordering::Acquire)
+    }
 }
 
 fn rows(limit: Option<u32>) -> OpResult<usize> {
@@ -82,6 +100,7 @@ impl<W: Waiter> Engine<W> {
                 tag: r.tag,
                 seen: self.generation,
                 sent_ms: now.mono_ms,
+                queued: Arc::new(AtomicBool::new(false)),
             },
         );
         Ok(WatchReply { tag: r.tag, update })
@@ -93,10 +112,12 @@ impl<W: Waiter> Engine<W> {
     }
 
     /// Monotonic time the next watch push is due, if one is waiting for its interval.
+    /// A watch whose last push is still queued is left out: the dispatcher's idle wake-up
+    /// serves it once the writer caught up.
     pub(super) fn next_watch(&self) -> Option<u64> {
         self.watches
             .values()
-            .filter(|w| w.seen != self.generation)
+            .filter(|w| w.seen != self.generation && !w.queued.load(Ordering::Acquire))
             .map(|w| w.sent_ms + WATCH_INTERVAL.as_millis() as u64)
             .min()
     }
@@ -108,10 +129,7 @@ impl<W: Waiter> Engine<W> {
         let due: Vec<u64> = self
             .watches
             .iter()
-            .filter(|(_, w)| {
-                w.seen != self.generation
-                    && now.mono_ms >= w.sent_ms + WATCH_INTERVAL.as_millis() as u64
-            })
+            .filter(|(_, w)| w.due(self.generation, now))
             .map(|(&c, _)| c)
             .collect();
         for connection in due {
@@ -125,7 +143,9 @@ impl<W: Waiter> Engine<W> {
             };
             let gone = matches!(update, WatchUpdate::Gone { .. });
             let push = Push::Watch(Box::new(WatchReply { tag: w.tag, update }));
-            self.pushes.push((w.sink.clone(), push));
+            w.queued.store(true, Ordering::Release);
+            self.watch_pushes
+                .push((w.sink.clone(), push, Arc::clone(&w.queued)));
             if gone {
                 self.watches.remove(&connection);
             } else if let Some(w) = self.watches.get_mut(&connection) {

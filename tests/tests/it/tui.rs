@@ -14,15 +14,21 @@ const SCREEN_TIMEOUT: Duration = Duration::from_secs(15);
 struct Tmux {
     _dir: tempfile::TempDir,
     socket: PathBuf,
+    /// Where the pane's shell writes the console's exit status.
+    status: PathBuf,
 }
 
 impl Tmux {
     fn start(d: &Daemon, args: &[&str]) -> Tmux {
         let dir = tempfile::tempdir().expect("a directory for the tmux socket");
-        let socket = dir.path().join("tmux.sock");
-        let t = Tmux { _dir: dir, socket };
+        let t = Tmux {
+            socket: dir.path().join("tmux.sock"),
+            status: dir.path().join("status"),
+            _dir: dir,
+        };
         let mut command = vec![muster_bin().display().to_string(), "tui".into()];
         command.extend(args.iter().map(|a| (*a).to_owned()));
+        let command = format!("{}; echo $? > {}", command.join(" "), t.status.display());
         let out = t.run(&[
             "-f",
             "/dev/null",
@@ -40,14 +46,14 @@ impl Tmux {
             &format!("MUSTER_DATA={}", d.data().display()),
             "-e",
             "TERM=xterm-256color",
-            &command.join(" "),
+            &command,
         ]);
         assert!(
             out.status.success(),
             "tmux new-session: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        // Keep the pane after the program exits, to read its exit status and screen.
+        // Keep the pane after the program exits, to read the screen it left.
         t.run(&["set-option", "-t", "console", "remain-on-exit", "on"]);
         t
     }
@@ -93,25 +99,18 @@ impl Tmux {
         }
     }
 
-    /// The pane's program exit status, once it exited.
+    /// The console's exit status, once it exited (the pane's shell writes it to a file).
     fn wait_exit(&self) -> i32 {
         let deadline = Instant::now() + SCREEN_TIMEOUT;
         loop {
-            let out = self.run(&[
-                "list-panes",
-                "-t",
-                "console",
-                "-F",
-                "#{pane_dead} #{pane_dead_status}",
-            ]);
-            let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-            // tmux may mark the pane dead a moment before it records the status.
-            if let ["1", status] = text.split_whitespace().collect::<Vec<_>>()[..] {
-                return status.parse().expect("an exit status");
+            if let Ok(text) = std::fs::read_to_string(&self.status)
+                && text.ends_with('\n')
+            {
+                return text.trim().parse().expect("an exit status");
             }
             assert!(
                 Instant::now() < deadline,
-                "muster tui did not exit: {text:?}\n{}",
+                "muster tui did not exit:\n{}",
                 self.screen()
             );
             std::thread::sleep(Duration::from_millis(50));
@@ -221,4 +220,123 @@ fn the_console_fails_cleanly_without_a_daemon() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.starts_with("muster: connect"), "{stderr}");
+}
+
+/// The next watch push, or `None` after `within`.
+async fn next_push(
+    pushes: &mut tokio::sync::mpsc::UnboundedReceiver<muster_sdk::protocol::ops::WatchReply>,
+    within: Duration,
+) -> Option<muster_sdk::protocol::ops::WatchReply> {
+    tokio::time::timeout(within, pushes.recv())
+        .await
+        .ok()
+        .flatten()
+}
+
+fn ready_of(update: &muster_sdk::protocol::ops::WatchUpdate) -> u64 {
+    match update {
+        muster_sdk::protocol::ops::WatchUpdate::Queues { queues, .. } => queues[0].counts.ready,
+        other => panic!("not the queues screen: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_pushes_the_watched_screen_when_it_changes_at_most_once_a_second() {
+    use muster_sdk::protocol::ops::{View, WatchUpdate};
+    let d = Daemon::start();
+    let watcher = d.client().await;
+    let producer = d.client().await;
+    producer
+        .queue_create("jobs", muster_sdk::QueuePatch::default())
+        .await
+        .expect("queue");
+    let mut pushes = watcher.watch_pushes();
+    let reply = watcher
+        .watch(
+            View::Queues {
+                after: None,
+                limit: None,
+            },
+            1,
+        )
+        .await
+        .expect("watch");
+    assert_eq!((reply.tag, ready_of(&reply.update)), (1, 0));
+    // Nothing changes: nothing is pushed.
+    assert!(
+        next_push(&mut pushes, Duration::from_millis(1500))
+            .await
+            .is_none()
+    );
+    // A change is pushed (the interval since the reply has passed: at once).
+    let task = muster_sdk::NewTask::new(muster_sdk::raw_json("1").expect("json"));
+    producer
+        .enqueue("jobs", task.clone())
+        .await
+        .expect("enqueue");
+    let push = next_push(&mut pushes, Duration::from_secs(5))
+        .await
+        .expect("a push");
+    assert_eq!((push.tag, ready_of(&push.update)), (1, 1));
+    // 20 changes in quick succession: at most one push per second, the last one true.
+    let started = std::time::Instant::now();
+    for _ in 0..20 {
+        producer
+            .enqueue("jobs", task.clone())
+            .await
+            .expect("enqueue");
+    }
+    let mut seen = Vec::new();
+    while let Some(push) = next_push(&mut pushes, Duration::from_millis(2500)).await {
+        seen.push(ready_of(&push.update));
+    }
+    let window = started.elapsed().as_secs_f64();
+    assert_eq!(seen.last(), Some(&21), "{seen:?}");
+    assert!(
+        seen.len() as f64 <= window.ceil() + 1.0,
+        "{} pushes in {window:.1} s: {seen:?}",
+        seen.len()
+    );
+    // Another screen under a new tag: the members, pushed when an agent connects.
+    let reply = watcher
+        .watch(
+            View::Members {
+                after: None,
+                limit: None,
+            },
+            2,
+        )
+        .await
+        .expect("watch");
+    match reply.update {
+        WatchUpdate::Members {
+            members, connected, ..
+        } => assert_eq!((members.len(), connected), (0, 0)),
+        other => panic!("{other:?}"),
+    }
+    let mut agent = d.spawn_agent("gpu-1", "jobs", 1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let push = next_push(&mut pushes, Duration::from_secs(5))
+            .await
+            .expect("a push");
+        // Pushes of the replaced watch sent before its reply may still be queued here.
+        if push.tag == 1 {
+            continue;
+        }
+        assert_eq!(push.tag, 2);
+        if let WatchUpdate::Members {
+            members, connected, ..
+        } = push.update
+            && connected == 1
+        {
+            assert_eq!(members[0].name, "gpu-1");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent never showed"
+        );
+    }
+    agent.kill9();
 }

@@ -59,6 +59,10 @@ struct Harness {
     parked: Vec<(Tag, Result<Reply, ErrorBody>)>,
     /// Pushes sent, by connection.
     pushes: Vec<(u64, Push)>,
+    /// Whether watch pushes are taken off the (simulated) connection as they come.
+    reading: bool,
+    /// Flags of watch pushes sent while not reading.
+    unread: Vec<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 fn raw(s: &str) -> muster_protocol::RawJson {
@@ -80,6 +84,8 @@ impl Harness {
             next_tag: 0,
             parked: Vec::new(),
             pushes: Vec::new(),
+            reading: true,
+            unread: Vec::new(),
         }
     }
 
@@ -113,6 +119,15 @@ impl Harness {
         let pushes = self.engine().take_pushes();
         self.pushes
             .extend(pushes.into_iter().map(|(sink, p)| (sink.0, p)));
+        for (sink, push, queued) in self.engine().take_watch_pushes() {
+            self.pushes.push((sink.0, push));
+            // The client reads (unless a test says it stopped): the writer clears the flag.
+            if self.reading {
+                queued.store(false, std::sync::atomic::Ordering::Release);
+            } else {
+                self.unread.push(queued);
+            }
+        }
     }
 
     fn call_on(&mut self, conn: u64, req: Request) -> Result<Reply, ErrorBody> {

@@ -329,3 +329,38 @@ fn a_watched_queue_that_is_deleted_is_pushed_once_as_gone() {
     h.advance(2_000);
     assert_eq!(updates(&mut h).len(), 0, "the watch ended with `gone`");
 }
+
+#[test]
+fn a_console_that_stops_reading_has_one_push_queued_not_one_per_second() {
+    let mut h = Harness::new();
+    h.create("q", QueuePatch::default());
+    watch(
+        &mut h,
+        View::Queues {
+            after: None,
+            limit: None,
+        },
+    );
+    h.reading = false;
+    for _ in 0..5 {
+        h.advance(1_000);
+        h.enqueue("q", "1");
+    }
+    assert_eq!(updates(&mut h).len(), 1, "one push waits for the writer");
+    let now = h.now;
+    assert_eq!(
+        h.engine().next_timer(now),
+        None,
+        "and the dispatcher does not spin on it"
+    );
+    // The writer catches up: the screen as it is now follows at the next round.
+    h.reading = true;
+    for queued in std::mem::take(&mut h.unread) {
+        queued.store(false, std::sync::atomic::Ordering::Release);
+    }
+    h.advance(0);
+    match updates(&mut h).as_slice() {
+        [WatchUpdate::Queues { queues, .. }] => assert_eq!(queues[0].counts.ready, 5),
+        other => panic!("{other:?}"),
+    }
+}
