@@ -4,7 +4,7 @@
 //! call it alike. It returns [`Effect`]s (watch a screen, run a verb) for the loop to
 //! carry out; their results come back through [`App::on_watch`] and [`App::on_done`].
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
@@ -198,17 +198,49 @@ pub enum Level {
     Error,
 }
 
-/// Enqueue and ack rates of a queue, from the totals of two updates.
-#[derive(Debug, Clone, Copy)]
+/// The totals of a queue as seen over the last [`RATE_WINDOW_MS`]: rates are the change
+/// from the oldest to the newest, so bursts of acks do not make the numbers jump.
+#[derive(Debug, Clone, Default)]
 struct Rate {
-    totals: QueueTotals,
-    at_ms: u64,
-    in_per_s: f64,
-    out_per_s: f64,
+    samples: VecDeque<(u64, QueueTotals)>,
 }
 
-/// Shortest span rates are computed over, so quick successive replies do not make noise.
-const RATE_SPAN_MS: u64 = 1_000;
+/// The span rates are averaged over.
+const RATE_WINDOW_MS: u64 = 10_000;
+
+impl Rate {
+    fn note(&mut self, at_ms: u64, totals: QueueTotals) {
+        if self.samples.back().is_some_and(|(last, _)| *last >= at_ms) {
+            return;
+        }
+        self.samples.push_back((at_ms, totals));
+        while self.samples.len() > 2
+            && self
+                .samples
+                .front()
+                .is_some_and(|(t, _)| at_ms - t > RATE_WINDOW_MS)
+        {
+            self.samples.pop_front();
+        }
+    }
+
+    /// Enqueued and acked per second over the window.
+    fn per_second(&self) -> (f64, f64) {
+        let (Some((t0, first)), Some((t1, last))) = (self.samples.front(), self.samples.back())
+        else {
+            return (0.0, 0.0);
+        };
+        if t1 <= t0 {
+            return (0.0, 0.0);
+        }
+        let span = (t1 - t0) as f64 / 1000.0;
+        let per_s = |a: u64, b: u64| a.saturating_sub(b) as f64 / span;
+        (
+            per_s(last.enqueued, first.enqueued),
+            per_s(last.acked, first.acked),
+        )
+    }
+}
 
 /// One row of a list screen, borrowed from the current update.
 pub enum Row<'a> {
@@ -377,29 +409,16 @@ impl App {
             _ => return,
         };
         for q in queues {
-            let now = self.now_ms;
-            let rate = self.rates.entry(q.name.clone()).or_insert(Rate {
-                totals: q.totals,
-                at_ms: now,
-                in_per_s: 0.0,
-                out_per_s: 0.0,
-            });
-            let span = now.saturating_sub(rate.at_ms);
-            if span >= RATE_SPAN_MS {
-                let per_s = |a: u64, b: u64| a.saturating_sub(b) as f64 * 1000.0 / span as f64;
-                rate.in_per_s = per_s(q.totals.enqueued, rate.totals.enqueued);
-                rate.out_per_s = per_s(q.totals.acked, rate.totals.acked);
-                rate.totals = q.totals;
-                rate.at_ms = now;
-            }
+            self.rates
+                .entry(q.name.clone())
+                .or_default()
+                .note(self.now_ms, q.totals);
         }
     }
 
     /// Enqueued and acked per second of a queue, as last measured.
     pub fn rate(&self, queue: &str) -> (f64, f64) {
-        self.rates
-            .get(queue)
-            .map_or((0.0, 0.0), |r| (r.in_per_s, r.out_per_s))
+        self.rates.get(queue).map_or((0.0, 0.0), Rate::per_second)
     }
 
     /// The rows of the current list screen that pass its filter.

@@ -205,6 +205,31 @@ fn rates_come_from_the_totals_of_successive_updates() {
     );
     assert_eq!(app.rate("emails"), (5.0, 2.0));
     assert_eq!(app.rate("inference"), (0.0, 0.0));
+    // Averaged over the last 10 s: a quiet second after a busy one halves the rate…
+    app.now_ms = NOW + 4 * SEC;
+    let mut quiet = queue("emails", [0, 12, 3, 880, 0, 0], false);
+    quiet.totals.enqueued += 10;
+    quiet.totals.acked += 4;
+    deliver(
+        &mut app,
+        1,
+        WatchUpdate::Queues {
+            queues: vec![quiet.clone()],
+            next: None,
+        },
+    );
+    assert_eq!(app.rate("emails"), (2.5, 1.0));
+    // …and what happened more than 10 s ago drops out.
+    app.now_ms = NOW + 30 * SEC;
+    deliver(
+        &mut app,
+        1,
+        WatchUpdate::Queues {
+            queues: vec![quiet],
+            next: None,
+        },
+    );
+    assert_eq!(app.rate("emails"), (0.0, 0.0));
 }
 
 #[test]
