@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use muster_sdk::protocol::ops::{Claim, DeadSelection};
+use muster_sdk::protocol::ops::{Claim, DeadSelection, View};
 use muster_sdk::{Client, ConnectOptions, ErrorCode, NewTask, QueuePatch};
 use muster_tests::Daemon;
 
@@ -111,6 +111,50 @@ async fn attempt(c: &Client, op: &str, queue: &str, task: &str, member: &str) ->
         "member_list" => code(c.member_list().await),
         "member_drain" => code(c.member_drain(member).await),
         "lease_revoke" => code(c.lease_revoke(task).await),
+        "watch_queues" => code(
+            c.watch(
+                View::Queues {
+                    after: None,
+                    limit: None,
+                },
+                1,
+            )
+            .await,
+        ),
+        "watch_tasks" => code(
+            c.watch(
+                View::Tasks {
+                    queue: queue.into(),
+                    state: muster_sdk::TaskState::Ready,
+                    after: None,
+                    limit: None,
+                },
+                1,
+            )
+            .await,
+        ),
+        "watch_dead" => code(
+            c.watch(
+                View::Dead {
+                    after: None,
+                    limit: None,
+                },
+                1,
+            )
+            .await,
+        ),
+        "watch_task" => code(c.watch(View::Task { task: task.into() }, 1).await),
+        "watch_members" => code(
+            c.watch(
+                View::Members {
+                    after: None,
+                    limit: None,
+                },
+                1,
+            )
+            .await,
+        ),
+        "unwatch" => code(c.unwatch().await),
         other => panic!("no op {other}"),
     }
 }
@@ -141,6 +185,12 @@ const OPS: &[&str] = &[
     "member_list",
     "member_drain",
     "lease_revoke",
+    "watch_queues",
+    "watch_tasks",
+    "watch_dead",
+    "watch_task",
+    "watch_members",
+    "unwatch",
 ];
 
 /// Whether `role` may do `op` on a queue its token covers (`own`) or not.
