@@ -39,31 +39,10 @@ async fn measure(backlog: usize) -> (f64, f64) {
         .queue_create("q", QueuePatch::default())
         .await
         .expect("queue");
-    let mut pending = std::collections::VecDeque::new();
-    let mut n = 0;
-    while n < backlog {
-        let batch = (backlog - n).min(1000);
-        pending.push_back(
-            client
-                .send_enqueue("q", (n..n + batch).map(task).collect())
-                .await
-                .expect("send"),
-        );
-        n += batch;
-        if pending.len() >= 8 {
-            pending
-                .pop_front()
-                .expect("pending")
-                .reply()
-                .await
-                .expect("enqueue");
-        }
-    }
-    for p in pending {
-        p.reply().await.expect("enqueue");
-    }
+    muster_tests::fill(&client, "q", backlog, task).await;
     let mut times = Vec::with_capacity(CLAIMS);
-    for _ in 0..CLAIMS {
+    // Each claimed task is replaced by a new one, so the backlog keeps its size.
+    for n in backlog..backlog + CLAIMS {
         let claim = Claim::new(["q"]).member("bench").labels(["gpu"]);
         let started = Instant::now();
         let got = client.claim(&claim).await.expect("claim");
@@ -73,7 +52,6 @@ async fn measure(backlog: usize) -> (f64, f64) {
             .await
             .expect("ack");
         client.enqueue("q", task(n)).await.expect("enqueue");
-        n += 1;
     }
     times.sort_by(f64::total_cmp);
     (times[CLAIMS / 2], times[CLAIMS * 99 / 100])

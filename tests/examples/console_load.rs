@@ -46,33 +46,6 @@ fn payload(i: usize) -> NewTask {
     NewTask::new(muster_sdk::raw_json(&body).expect("json"))
 }
 
-async fn fill(client: &Client) {
-    client
-        .queue_create("inference", QueuePatch::default())
-        .await
-        .expect("queue");
-    let mut pending = std::collections::VecDeque::new();
-    for start in (0..BACKLOG).step_by(1000) {
-        pending.push_back(
-            client
-                .send_enqueue("inference", (start..start + 1000).map(payload).collect())
-                .await
-                .expect("send"),
-        );
-        if pending.len() >= 8 {
-            pending
-                .pop_front()
-                .expect("pending")
-                .reply()
-                .await
-                .expect("enqueue");
-        }
-    }
-    for p in pending {
-        p.reply().await.expect("enqueue");
-    }
-}
-
 async fn work(_task: Task) -> Outcome {
     tokio::time::sleep(Duration::from_secs(2)).await;
     Outcome::Ack(None)
@@ -298,7 +271,11 @@ async fn main() {
     let seconds: u64 = args.next().map_or(20, |a| a.parse().expect("SECONDS"));
     let d = Daemon::start();
     let client = d.client().await;
-    fill(&client).await;
+    client
+        .queue_create("inference", QueuePatch::default())
+        .await
+        .expect("queue");
+    muster_tests::fill(&client, "inference", BACKLOG, payload).await;
     start_swarm(&d);
     start_producer(client.clone());
     // Let every member connect and take its first task.

@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use muster_sdk::{Client, ConnectOptions, Trust};
+use muster_sdk::{Client, ConnectOptions, NewTask, Trust};
 
 /// Longest a daemon may take to start serving.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -423,5 +423,22 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         self.kill9();
+    }
+}
+
+/// Enqueues `count` tasks made by `task(i)` in batches of 1,000, eight batches in flight:
+/// how examples fill a queue quickly.
+pub async fn fill(client: &Client, queue: &str, count: usize, task: impl Fn(usize) -> NewTask) {
+    let mut pending = std::collections::VecDeque::new();
+    for start in (0..count).step_by(1000) {
+        let batch = (start..(start + 1000).min(count)).map(&task).collect();
+        pending.push_back(client.send_enqueue(queue, batch).await.expect("send"));
+        if pending.len() >= 8 {
+            let oldest = pending.pop_front().expect("a pending batch");
+            oldest.reply().await.expect("enqueue");
+        }
+    }
+    for p in pending {
+        p.reply().await.expect("enqueue");
     }
 }

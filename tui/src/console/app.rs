@@ -112,31 +112,33 @@ pub enum Mode {
     Help,
 }
 
+/// What to do with dead tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadAction {
+    /// Make them ready again.
+    Redrive,
+    /// Remove them for good.
+    Discard,
+}
+
+/// Dead tasks of one queue a verb names: some ids, or all of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadTasks {
+    /// The queue.
+    pub queue: String,
+    /// The tasks; empty with `all`.
+    pub ids: Vec<String>,
+    /// Every dead task of the queue.
+    pub all: bool,
+    /// How many tasks, as shown in the confirm dialog.
+    pub count: u64,
+}
+
 /// A change the operator asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verb {
-    /// Make dead tasks ready again: the given ids, or every dead task of the queue.
-    Redrive {
-        /// The queue.
-        queue: String,
-        /// The tasks; empty with `all`.
-        ids: Vec<String>,
-        /// Every dead task of the queue.
-        all: bool,
-        /// How many tasks, as shown in the confirm dialog.
-        count: u64,
-    },
-    /// Remove dead tasks.
-    Discard {
-        /// The queue.
-        queue: String,
-        /// The tasks; empty with `all`.
-        ids: Vec<String>,
-        /// Every dead task of the queue.
-        all: bool,
-        /// How many tasks, as shown in the confirm dialog.
-        count: u64,
-    },
+    /// Redrive or discard dead tasks.
+    Dead(DeadAction, DeadTasks),
     /// Cancel a task.
     Cancel(String),
     /// Revoke a task's lease.
@@ -160,9 +162,11 @@ impl Verb {
             }
         }
         match self {
-            Verb::Redrive { queue, count, .. } => format!("Redrive {} of {queue}?", tasks(*count)),
-            Verb::Discard { queue, count, .. } => {
-                format!("Discard {} of {queue} for good?", tasks(*count))
+            Verb::Dead(DeadAction::Redrive, t) => {
+                format!("Redrive {} of {}?", tasks(t.count), t.queue)
+            }
+            Verb::Dead(DeadAction::Discard, t) => {
+                format!("Discard {} of {} for good?", tasks(t.count), t.queue)
             }
             Verb::Cancel(id) => format!("Cancel task {id}?"),
             Verb::Revoke(id) => format!("Revoke the lease of task {id}?"),
@@ -726,25 +730,16 @@ impl App {
                     ..
                 }
                 | Screen::Dead,
-            ) => self.marked_dead(key == 'r')?,
+            ) => Verb::Dead(dead_action(key), self.marked_dead()?),
             ('r' | 'x', Screen::Task { .. }) => {
                 let (queue, id) = self.shown_task(TaskState::Dead)?;
-                let (ids, all, count) = (vec![id], false, 1);
-                if key == 'r' {
-                    Verb::Redrive {
-                        queue,
-                        ids,
-                        all,
-                        count,
-                    }
-                } else {
-                    Verb::Discard {
-                        queue,
-                        ids,
-                        all,
-                        count,
-                    }
-                }
+                let tasks = DeadTasks {
+                    queue,
+                    ids: vec![id],
+                    all: false,
+                    count: 1,
+                };
+                Verb::Dead(dead_action(key), tasks)
             }
             ('c', Screen::Queue { .. }) => {
                 let t = self.selected_task()?;
@@ -793,16 +788,17 @@ impl App {
         if count == 0 {
             return self.refuse(&format!("queue {queue} has no dead tasks"));
         }
-        Some(Verb::Redrive {
+        let tasks = DeadTasks {
             queue,
             ids: Vec::new(),
             all: true,
             count,
-        })
+        };
+        Some(Verb::Dead(DeadAction::Redrive, tasks))
     }
 
-    /// Redrive or discard the marked dead tasks (of one queue), or the selected one.
-    fn marked_dead(&mut self, redrive: bool) -> Option<Verb> {
+    /// The marked dead tasks (of one queue), or the selected one.
+    fn marked_dead(&mut self) -> Option<DeadTasks> {
         let current = self.selected_task()?;
         let marked = &self.page().marked;
         let picked: Vec<TaskSummary> = if marked.is_empty() {
@@ -818,25 +814,15 @@ impl App {
         };
         let queue = picked.first()?.queue.clone();
         if picked.iter().any(|t| t.queue != queue) {
-            return self.refuse("marked tasks are in several queues: mark one queue's at a time");
+            self.refuse("marked tasks are in several queues: mark one queue's at a time");
+            return None;
         }
         let ids: Vec<String> = picked.into_iter().map(|t| t.id).collect();
-        let count = ids.len() as u64;
-        let all = false;
-        Some(if redrive {
-            Verb::Redrive {
-                queue,
-                ids,
-                all,
-                count,
-            }
-        } else {
-            Verb::Discard {
-                queue,
-                ids,
-                all,
-                count,
-            }
+        Some(DeadTasks {
+            queue,
+            count: ids.len() as u64,
+            ids,
+            all: false,
         })
     }
 
@@ -925,5 +911,14 @@ impl App {
             Screen::Members => vec![("d", "drain")],
             Screen::Dead => dead.to_vec(),
         }
+    }
+}
+
+/// The dead-task verb of a key: `r` redrives, `x` discards.
+fn dead_action(key: char) -> DeadAction {
+    if key == 'r' {
+        DeadAction::Redrive
+    } else {
+        DeadAction::Discard
     }
 }

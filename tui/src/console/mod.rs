@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use muster_protocol::ops::{DeadSelection, WatchReply};
 use muster_sdk::{Client, ConnectOptions, Error};
 
-use app::{App, Effect, Verb};
+use app::{App, DeadAction, Effect, Verb};
 
 /// How often the screen is redrawn with nothing happening (ages move on).
 const REDRAW: Duration = Duration::from_secs(1);
@@ -171,33 +171,18 @@ pub async fn run_verb(client: &Client, verb: Verb) -> Result<String, Error> {
         }
     }
     Ok(match verb {
-        Verb::Redrive {
-            queue, ids, all, ..
-        } => {
-            let n = client
-                .redrive(DeadSelection {
-                    queue: queue.clone(),
-                    ids,
-                    all,
-                    dry_run: false,
-                })
-                .await?
-                .count;
-            format!("redriven {} of {queue}", tasks(n))
-        }
-        Verb::Discard {
-            queue, ids, all, ..
-        } => {
-            let n = client
-                .discard(DeadSelection {
-                    queue: queue.clone(),
-                    ids,
-                    all,
-                    dry_run: false,
-                })
-                .await?
-                .count;
-            format!("discarded {} of {queue}", tasks(n))
+        Verb::Dead(action, t) => {
+            let selection = DeadSelection {
+                queue: t.queue.clone(),
+                ids: t.ids,
+                all: t.all,
+                dry_run: false,
+            };
+            let (reply, done) = match action {
+                DeadAction::Redrive => (client.redrive(selection).await?, "redriven"),
+                DeadAction::Discard => (client.discard(selection).await?, "discarded"),
+            };
+            format!("{done} {} of {}", tasks(reply.count), t.queue)
         }
         Verb::Cancel(id) => {
             let r = client.cancel(&id).await?;

@@ -13,7 +13,7 @@ use muster_protocol::model::{
 use muster_protocol::ops::{View, WatchReply, WatchUpdate, raw};
 use muster_protocol::{ErrorBody, ErrorCode};
 
-use super::app::{App, Effect, Level, Mode, PAGE_ROWS, TABS, Verb};
+use super::app::{App, DeadAction, DeadTasks, Effect, Level, Mode, PAGE_ROWS, TABS, Verb};
 use super::ui;
 
 const NOW: u64 = 1_800_000_000_000;
@@ -303,12 +303,15 @@ fn dead_tab_redrives_the_marked_tasks_with_their_count() {
     press(&mut app, KeyCode::Char('j'));
     press(&mut app, KeyCode::Char(' '));
     assert_eq!(press(&mut app, KeyCode::Char('r')), vec![]);
-    let verb = Verb::Redrive {
-        queue: "inference".into(),
-        ids: vec![id(1), id(3)],
-        all: false,
-        count: 2,
-    };
+    let verb = Verb::Dead(
+        DeadAction::Redrive,
+        DeadTasks {
+            queue: "inference".into(),
+            ids: vec![id(1), id(3)],
+            all: false,
+            count: 2,
+        },
+    );
     assert_eq!(app.mode, Mode::Confirm(verb.clone()));
     insta::assert_snapshot!("confirm_redrive", screen(&app, 80, 24).backend());
     assert_eq!(press(&mut app, KeyCode::Char('y')), vec![Effect::Run(verb)]);
@@ -321,23 +324,29 @@ fn dead_tab_redrives_the_marked_tasks_with_their_count() {
     press(&mut app, KeyCode::Char('R'));
     assert_eq!(
         app.mode,
-        Mode::Confirm(Verb::Redrive {
-            queue: "inference".into(),
-            ids: vec![],
-            all: true,
-            count: 7
-        })
+        Mode::Confirm(Verb::Dead(
+            DeadAction::Redrive,
+            DeadTasks {
+                queue: "inference".into(),
+                ids: vec![],
+                all: true,
+                count: 7
+            }
+        ))
     );
     press(&mut app, KeyCode::Esc);
     press(&mut app, KeyCode::Char('x'));
     assert_eq!(
         app.mode,
-        Mode::Confirm(Verb::Discard {
-            queue: "inference".into(),
-            ids: vec![id(3)],
-            all: false,
-            count: 1
-        })
+        Mode::Confirm(Verb::Dead(
+            DeadAction::Discard,
+            DeadTasks {
+                queue: "inference".into(),
+                ids: vec![id(3)],
+                all: false,
+                count: 1
+            }
+        ))
     );
 }
 

@@ -218,119 +218,107 @@ fn render_queue(
         ));
     }
     frame.render_widget(Line::from(facts), info);
-    let marked = &app.page().marked;
-    let tasks: Vec<&TaskSummary> = app
-        .rows()
-        .into_iter()
-        .filter_map(|r| match r {
-            Row::Task(t) => Some(t),
-            _ => None,
-        })
-        .collect();
-    let id = |t: &TaskSummary| {
-        let mark = if marked.contains(&t.id) { "*" } else { " " };
-        Cell::from(format!("{mark}{}", t.id))
-    };
-    let now = app.now_ms;
-    let (head, widths, rows): (_, Vec<Constraint>, Vec<TableRow<'_>>) = match state {
-        TaskState::Leased => (
-            header(&[" ID", "HOLDER", "ATT", "EXPIRES"]),
-            vec![
-                Constraint::Length(27),
-                Constraint::Min(10),
-                Constraint::Length(4),
-                Constraint::Length(8),
-            ],
-            tasks
-                .iter()
-                .map(|t| {
-                    let lease = t.lease.as_ref();
-                    TableRow::new(vec![
-                        id(t),
-                        Cell::from(lease.map_or("-".into(), |l| holder(&l.member))),
-                        Cell::from(t.deliveries.to_string()),
-                        Cell::from(lease.map_or("-".into(), |l| until(now, l.expires_ms))),
-                    ])
-                })
-                .collect(),
-        ),
-        TaskState::Dead => (
-            header(&[" ID", "ATT", "REASON", "ERROR"]),
-            vec![
-                Constraint::Length(27),
-                Constraint::Length(4),
-                Constraint::Length(14),
-                Constraint::Min(10),
-            ],
-            tasks
-                .iter()
-                .map(|t| {
-                    TableRow::new(vec![
-                        id(t),
-                        Cell::from(t.deliveries.to_string()),
-                        Cell::from(t.dead_reason.clone().unwrap_or_default()),
-                        Cell::from(one_line(t.last_error.as_deref().unwrap_or(""))),
-                    ])
-                })
-                .collect(),
-        ),
-        TaskState::Scheduled => (
-            header(&[" ID", "PRI", "KEY", "FAIL", "DUE"]),
-            vec![
-                Constraint::Length(27),
-                Constraint::Length(4),
-                Constraint::Min(6),
-                Constraint::Length(5),
-                Constraint::Length(8),
-            ],
-            tasks
-                .iter()
-                .map(|t| {
-                    TableRow::new(vec![
-                        id(t),
-                        Cell::from(t.priority.to_string()),
-                        Cell::from(t.key.clone().unwrap_or_else(|| "-".into())),
-                        Cell::from(t.failures.to_string()),
-                        Cell::from(t.not_before_ms.map_or("-".into(), |at| until(now, at))),
-                    ])
-                })
-                .collect(),
-        ),
-        _ => (
-            header(&[" ID", "PRI", "KEY", "ATT", "FAIL", "AGE"]),
-            vec![
-                Constraint::Length(27),
-                Constraint::Length(4),
-                Constraint::Min(6),
-                Constraint::Length(4),
-                Constraint::Length(5),
-                Constraint::Length(6),
-            ],
-            tasks
-                .iter()
-                .map(|t| {
-                    TableRow::new(vec![
-                        id(t),
-                        Cell::from(t.priority.to_string()),
-                        Cell::from(t.key.clone().unwrap_or_else(|| "-".into())),
-                        Cell::from(t.deliveries.to_string()),
-                        Cell::from(t.failures.to_string()),
-                        Cell::from(ago(now, t.updated_ms)),
-                    ])
-                })
-                .collect(),
-        ),
-    };
-    if rows.is_empty() {
+    if app.rows().is_empty() {
         frame.render_widget(Paragraph::new(format!("no {} tasks", state.as_str())), list);
         return;
     }
-    table(app, rows, &widths, head, Block::new(), frame, list);
+    task_table(app, &columns(state), Block::new(), frame, list);
 }
 
 fn render_dead(app: &App, total: u64, block: Block<'_>, frame: &mut Frame, area: Rect) {
+    let block = block.title_bottom(format!(" {total} dead "));
+    if app.rows().is_empty() {
+        frame.render_widget(Paragraph::new("no dead tasks").block(block), area);
+        return;
+    }
+    let columns = [QUEUE, ATTEMPTS, REASON, ERROR];
+    task_table(app, &columns, block, frame, area);
+}
+
+/// A column of a task table: its title, its width and what a task shows in it.
+struct Column {
+    title: &'static str,
+    width: Constraint,
+    cell: fn(&TaskSummary, u64) -> String,
+}
+
+const PRIORITY: Column = Column {
+    title: "PRI",
+    width: Constraint::Length(4),
+    cell: |t, _| t.priority.to_string(),
+};
+const KEY: Column = Column {
+    title: "KEY",
+    width: Constraint::Min(6),
+    cell: |t, _| t.key.clone().unwrap_or_else(|| "-".into()),
+};
+const ATTEMPTS: Column = Column {
+    title: "ATT",
+    width: Constraint::Length(4),
+    cell: |t, _| t.deliveries.to_string(),
+};
+const FAILURES: Column = Column {
+    title: "FAIL",
+    width: Constraint::Length(5),
+    cell: |t, _| t.failures.to_string(),
+};
+const AGE: Column = Column {
+    title: "AGE",
+    width: Constraint::Length(6),
+    cell: |t, now| ago(now, t.updated_ms),
+};
+const DUE: Column = Column {
+    title: "DUE",
+    width: Constraint::Length(8),
+    cell: |t, now| t.not_before_ms.map_or("-".into(), |at| until(now, at)),
+};
+const HOLDER: Column = Column {
+    title: "HOLDER",
+    width: Constraint::Min(10),
+    cell: |t, _| t.lease.as_ref().map_or("-".into(), |l| holder(&l.member)),
+};
+const EXPIRES: Column = Column {
+    title: "EXPIRES",
+    width: Constraint::Length(8),
+    cell: |t, now| {
+        t.lease
+            .as_ref()
+            .map_or("-".into(), |l| until(now, l.expires_ms))
+    },
+};
+const REASON: Column = Column {
+    title: "REASON",
+    width: Constraint::Length(13),
+    cell: |t, _| t.dead_reason.clone().unwrap_or_default(),
+};
+const ERROR: Column = Column {
+    title: "ERROR",
+    width: Constraint::Min(8),
+    cell: |t, _| one_line(t.last_error.as_deref().unwrap_or("")),
+};
+const QUEUE: Column = Column {
+    title: "QUEUE",
+    width: Constraint::Length(10),
+    cell: |t, _| t.queue.clone(),
+};
+
+/// The columns of a queue's tab, after the id.
+fn columns(state: TaskState) -> Vec<Column> {
+    match state {
+        TaskState::Leased => vec![HOLDER, ATTEMPTS, EXPIRES],
+        TaskState::Dead => vec![ATTEMPTS, REASON, ERROR],
+        TaskState::Scheduled => vec![PRIORITY, KEY, FAILURES, DUE],
+        TaskState::Ready | TaskState::Done | TaskState::Cancelled => {
+            vec![PRIORITY, KEY, ATTEMPTS, FAILURES, AGE]
+        }
+    }
+}
+
+/// The tasks of the current screen: the id (marked with `*`), then `columns`.
+fn task_table(app: &App, columns: &[Column], block: Block<'_>, frame: &mut Frame, area: Rect) {
     let marked = &app.page().marked;
-    let rows: Vec<TableRow<'_>> = app
+    let now = app.now_ms;
+    let rows = app
         .rows()
         .into_iter()
         .filter_map(|r| match r {
@@ -339,29 +327,16 @@ fn render_dead(app: &App, total: u64, block: Block<'_>, frame: &mut Frame, area:
         })
         .map(|t| {
             let mark = if marked.contains(&t.id) { "*" } else { " " };
-            TableRow::new(vec![
-                Cell::from(format!("{mark}{}", t.queue)),
-                Cell::from(t.id.clone()),
-                Cell::from(t.deliveries.to_string()),
-                Cell::from(t.dead_reason.clone().unwrap_or_default()),
-                Cell::from(one_line(t.last_error.as_deref().unwrap_or(""))),
-            ])
+            let mut cells = vec![Cell::from(format!("{mark}{}", t.id))];
+            cells.extend(columns.iter().map(|c| Cell::from((c.cell)(t, now))));
+            TableRow::new(cells)
         })
         .collect();
-    let block = block.title_bottom(format!(" {total} dead "));
-    if rows.is_empty() {
-        frame.render_widget(Paragraph::new("no dead tasks").block(block), area);
-        return;
-    }
-    let widths = [
-        Constraint::Length(10),
-        Constraint::Length(26),
-        Constraint::Length(4),
-        Constraint::Length(13),
-        Constraint::Min(8),
-    ];
-    let head = header(&[" QUEUE", "ID", "ATT", "REASON", "ERROR"]);
-    table(app, rows, &widths, head, block, frame, area);
+    let mut widths = vec![Constraint::Length(27)];
+    widths.extend(columns.iter().map(|c| c.width));
+    let mut titles = vec![" ID"];
+    titles.extend(columns.iter().map(|c| c.title));
+    table(app, rows, &widths, header(&titles), block, frame, area);
 }
 
 fn render_members(app: &App, connected: u64, block: Block<'_>, frame: &mut Frame, area: Rect) {
