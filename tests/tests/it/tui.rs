@@ -143,7 +143,7 @@ fn state(d: &Daemon, id: &str) -> String {
 
 #[test]
 fn redrive_a_dead_task_from_the_console_with_confirm() {
-    let d = Daemon::start();
+    let mut d = Daemon::start();
     let dead = queue_with_a_dead_task(&d);
     let tmux = Tmux::start(&d, &[]);
     let queues = tmux.wait_for("jobs");
@@ -175,6 +175,13 @@ fn redrive_a_dead_task_from_the_console_with_confirm() {
         .expect("the jobs row");
     let counts: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(&counts[1..6], ["2", "0", "0", "0", "0"], "{row}");
+    // The daemon is killed and comes back: the console stays up, learns of the restart
+    // from the new daemon's stateless reset (its next keep-alive), and reconnects.
+    d.kill9();
+    d.restart();
+    tmux.wait_for("reconnected");
+    let queues = tmux.wait_for("jobs");
+    assert!(queues.contains("QUEUE"), "{queues}");
     tmux.keys(&["q"]);
     assert_eq!(tmux.wait_exit(), 0);
     // The terminal was restored: the alternate screen is gone.
