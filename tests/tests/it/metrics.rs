@@ -53,32 +53,71 @@ async fn scraped_metrics_match_the_queue() {
         .nack(&got[1].id, got[1].epoch, Some(3_600_000), None)
         .await
         .unwrap();
+    // One task stays leased (in flight).
+    let held = client.claim(&Claim::new(["jobs"]).max(1)).await.unwrap();
+    assert_eq!(held.len(), 1);
+    // A queue whose one task's lease lapses, and with one attempt goes dead.
+    let short = QueuePatch {
+        lease_ms: Some(200),
+        max_attempts: Some(1),
+        ..QueuePatch::default()
+    };
+    client.queue_create("short", short).await.unwrap();
+    client
+        .enqueue("short", NewTask::new(muster_sdk::json(&0).unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(client.claim(&Claim::new(["short"])).await.unwrap().len(), 1);
+    // A connected member.
+    let agent = d.client().await;
+    let open = muster_sdk::protocol::ops::SessionOpen {
+        member: "gpu-1".into(),
+        labels: vec![],
+        capacity: 1,
+        reclaim: false,
+        resume: false,
+    };
+    let _session = agent.open_session(&open).await.unwrap();
     let want = [
-        ("ready", 3.0),
-        ("leased", 0.0),
-        ("scheduled", 1.0),
-        ("done", 1.0),
-        ("dead", 0.0),
+        ("jobs", "ready", 2.0),
+        ("jobs", "leased", 1.0),
+        ("jobs", "scheduled", 1.0),
+        ("jobs", "done", 1.0),
+        ("jobs", "dead", 0.0),
+        ("short", "leased", 0.0),
+        ("short", "dead", 1.0),
     ];
     // Gauges refresh once a second: poll (bounded) until they caught up.
     let mut text = String::new();
     for _ in 0..50 {
         text = scrape(&metrics_addr);
-        let all = want.iter().all(|(state, n)| {
+        let all = want.iter().all(|(queue, state, n)| {
             value(
                 &text,
-                &format!(r#"muster_tasks{{queue="jobs",state="{state}"}}"#),
+                &format!(r#"muster_tasks{{queue="{queue}",state="{state}"}}"#),
             ) == Some(*n)
-        });
+        }) && value(&text, "muster_members_connected") == Some(1.0);
         if all {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    for (state, n) in want {
-        let series = format!(r#"muster_tasks{{queue="jobs",state="{state}"}}"#);
+    for (queue, state, n) in want {
+        let series = format!(r#"muster_tasks{{queue="{queue}",state="{state}"}}"#);
         assert_eq!(value(&text, &series), Some(n), "{series} in\n{text}");
     }
+    assert_eq!(
+        value(&text, r#"muster_lapsed_total{queue="short"}"#),
+        Some(1.0),
+        "{text}"
+    );
+    let age = value(&text, r#"muster_oldest_ready_age_seconds{queue="jobs"}"#).expect("age");
+    assert!(age > 0.0 && age < 120.0, "oldest ready age {age} s");
+    assert_eq!(
+        value(&text, r#"muster_oldest_ready_age_seconds{queue="short"}"#),
+        Some(0.0),
+        "no ready task: age 0\n{text}"
+    );
     assert_eq!(
         value(&text, r#"muster_enqueued_total{queue="jobs"}"#),
         Some(5.0),
@@ -96,7 +135,7 @@ async fn scraped_metrics_match_the_queue() {
     );
     assert_eq!(
         value(&text, "muster_members_connected"),
-        Some(0.0),
+        Some(1.0),
         "{text}"
     );
     let fsyncs = value(&text, "muster_fsync_batch_requests_count").expect("fsync histogram");
