@@ -555,6 +555,12 @@ pub enum View {
         /// The task's id.
         task: String,
     },
+    /// One member and the tasks it holds (the first [`crate::limits::MAX_WATCH_ROWS`]
+    /// by id).
+    Member {
+        /// The member's name.
+        member: String,
+    },
     /// Members, in name order; the cursor is a member name.
     Members {
         /// Start after this member name.
@@ -603,6 +609,13 @@ pub enum WatchUpdate {
     Task {
         /// The task.
         task: TaskInfo,
+    },
+    /// One member and its leases.
+    Member {
+        /// The member.
+        member: MemberInfo,
+        /// The tasks it holds, by id (its `leased` count says how many in all).
+        leases: Vec<TaskSummary>,
     },
     /// A page of members.
     Members {

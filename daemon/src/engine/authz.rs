@@ -17,7 +17,7 @@
 //! | `member_list`, `member_describe`, `member_drain` | admin | |
 //! | `lease_revoke` | admin | the task's queue |
 //! | `server_stats` | admin | |
-//! | `watch` | admin | the view's queue or task; queue and dead screens show only covered queues |
+//! | `watch` | admin | the view's queue or task; queue and dead screens show only covered queues; member screens: admin |
 //! | `unwatch` | admin | |
 //!
 //! Admin holds every role. A member name belongs to the principal that first used it
@@ -88,9 +88,10 @@ impl<W: Waiter> Engine<W> {
             Request::Watch(r) => match &r.view {
                 View::Tasks { queue, .. } => p.check(ADMIN, Some(queue)),
                 View::Task { task } => self.task_allowed(task, ADMIN, p),
-                View::Queues { .. } | View::Dead { .. } | View::Members { .. } => {
-                    p.check(ADMIN, None)
-                }
+                View::Queues { .. }
+                | View::Dead { .. }
+                | View::Member { .. }
+                | View::Members { .. } => p.check(ADMIN, None),
             },
             Request::Unwatch(_) => p.check(ADMIN, None),
         }

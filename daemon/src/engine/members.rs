@@ -475,6 +475,6 @@ impl<W: Waiter> Engine<W> {
     }
 }
 
-fn not_a_member(name: &str) -> Failure {
+pub(super) fn not_a_member(name: &str) -> Failure {
     client(ErrorCode::NotFound, format!("no member {name:?}"))
 }

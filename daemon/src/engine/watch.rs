@@ -219,6 +219,20 @@ impl<W: Waiter> Engine<W> {
                 }
                 Ok(WatchUpdate::Task { task })
             }
+            View::Member { member } => {
+                let m = self
+                    .members
+                    .get(member.as_str())
+                    .ok_or_else(|| super::members::not_a_member(member))?;
+                let mut leases = Vec::new();
+                for &id in m.leased.iter().take(MAX_WATCH_ROWS as usize) {
+                    leases.push(super::ops::summary(id, &self.record(id)?));
+                }
+                Ok(WatchUpdate::Member {
+                    member: m.info(member),
+                    leases,
+                })
+            }
             View::Members { after: a, limit } => {
                 let limit = rows(*limit)?;
                 let members = self

@@ -144,6 +144,15 @@ async fn attempt(c: &Client, op: &str, queue: &str, task: &str, member: &str) ->
             .await,
         ),
         "watch_task" => code(c.watch(View::Task { task: task.into() }, 1).await),
+        "watch_member" => code(
+            c.watch(
+                View::Member {
+                    member: member.into(),
+                },
+                1,
+            )
+            .await,
+        ),
         "watch_members" => code(
             c.watch(
                 View::Members {
@@ -189,6 +198,7 @@ const OPS: &[&str] = &[
     "watch_tasks",
     "watch_dead",
     "watch_task",
+    "watch_member",
     "watch_members",
     "unwatch",
 ];

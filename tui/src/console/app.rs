@@ -43,6 +43,11 @@ pub enum Screen {
     },
     /// Every member.
     Members,
+    /// One member and the tasks it holds.
+    Member {
+        /// Its name.
+        name: String,
+    },
     /// Dead tasks of every queue.
     Dead,
 }
@@ -87,6 +92,9 @@ impl Page {
             },
             Screen::Task { id } => View::Task { task: id.clone() },
             Screen::Members => View::Members { after, limit },
+            Screen::Member { name } => View::Member {
+                member: name.clone(),
+            },
             Screen::Dead => View::Dead { after, limit },
         }
     }
@@ -430,9 +438,11 @@ impl App {
         let filter = self.page().filter.to_lowercase();
         let rows: Vec<Row<'_>> = match &self.data {
             Some(WatchUpdate::Queues { queues, .. }) => queues.iter().map(Row::Queue).collect(),
-            Some(WatchUpdate::Tasks { tasks, .. } | WatchUpdate::Dead { tasks, .. }) => {
-                tasks.iter().map(Row::Task).collect()
-            }
+            Some(
+                WatchUpdate::Tasks { tasks, .. }
+                | WatchUpdate::Dead { tasks, .. }
+                | WatchUpdate::Member { leases: tasks, .. },
+            ) => tasks.iter().map(Row::Task).collect(),
             Some(WatchUpdate::Members { members, .. }) => members.iter().map(Row::Member).collect(),
             _ => Vec::new(),
         };
@@ -675,9 +685,12 @@ impl App {
                 name: q.name.clone(),
                 state: TaskState::Ready,
             },
-            (Screen::Queue { .. } | Screen::Dead, Row::Task(t)) => {
+            (Screen::Queue { .. } | Screen::Dead | Screen::Member { .. }, Row::Task(t)) => {
                 Screen::Task { id: t.id.clone() }
             }
+            (Screen::Members, Row::Member(m)) => Screen::Member {
+                name: m.name.clone(),
+            },
             _ => return None,
         };
         Some(self.open(screen))
@@ -741,7 +754,7 @@ impl App {
                 };
                 Verb::Dead(dead_action(key), tasks)
             }
-            ('c', Screen::Queue { .. }) => {
+            ('c', Screen::Queue { .. } | Screen::Member { .. }) => {
                 let t = self.selected_task()?;
                 if !matches!(
                     t.state,
@@ -761,7 +774,7 @@ impl App {
                 }
                 Verb::Cancel(id)
             }
-            ('v', Screen::Queue { .. }) => {
+            ('v', Screen::Queue { .. } | Screen::Member { .. }) => {
                 let t = self.selected_task()?;
                 if t.state != TaskState::Leased {
                     return self.refuse("only a leased task has a lease to revoke");
@@ -773,6 +786,7 @@ impl App {
                 Row::Member(m) => Verb::Drain(m.name.clone()),
                 _ => return None,
             },
+            ('d', Screen::Member { name }) => Verb::Drain(name.clone()),
             _ => return None,
         };
         Some(verb)
@@ -864,7 +878,15 @@ impl App {
                 ("/", "filter"),
             ]),
             Screen::Task { .. } => keys.push(("↑↓ j/k", "scroll")),
-            Screen::Members => keys.extend([("↑↓ j/k", "move"), ("[ ]", "page"), ("/", "filter")]),
+            Screen::Members => keys.extend([
+                ("enter", "open"),
+                ("↑↓ j/k", "move"),
+                ("[ ]", "page"),
+                ("/", "filter"),
+            ]),
+            Screen::Member { .. } => {
+                keys.extend([("enter", "open"), ("↑↓ j/k", "move"), ("/", "filter")]);
+            }
             Screen::Dead => keys.extend([
                 ("enter", "open"),
                 ("↑↓ j/k", "move"),
@@ -909,6 +931,7 @@ impl App {
                 ("x", "discard"),
             ],
             Screen::Members => vec![("d", "drain")],
+            Screen::Member { .. } => vec![("v", "revoke lease"), ("c", "cancel"), ("d", "drain")],
             Screen::Dead => dead.to_vec(),
         }
     }

@@ -480,6 +480,33 @@ fn members_screen_and_drain() {
     assert_eq!(app.rows().len(), 1);
     press(&mut app, KeyCode::Esc);
     assert_eq!(app.rows().len(), 3);
+    // Enter opens a member with the tasks it holds: revoke one, or drain the member.
+    let tag = watched(
+        &press(&mut app, KeyCode::Enter),
+        View::Member {
+            member: "gpu-1".into(),
+        },
+    );
+    deliver(
+        &mut app,
+        tag,
+        WatchUpdate::Member {
+            member: member("gpu-1", &["gpu", "a100"], 2, true, false),
+            leases: vec![
+                task(4, "inference", TaskState::Leased),
+                task(5, "emails", TaskState::Leased),
+            ],
+        },
+    );
+    insta::assert_snapshot!("member", screen(&app, 80, 24).backend());
+    press(&mut app, KeyCode::Char('j'));
+    press(&mut app, KeyCode::Char('v'));
+    assert_eq!(app.mode, Mode::Confirm(Verb::Revoke(id(5))));
+    press(&mut app, KeyCode::Esc);
+    press(&mut app, KeyCode::Char('d'));
+    assert_eq!(app.mode, Mode::Confirm(Verb::Drain("gpu-1".into())));
+    press(&mut app, KeyCode::Esc);
+    watched(&press(&mut app, KeyCode::Enter), View::Task { task: id(5) });
 }
 
 #[test]

@@ -8,7 +8,7 @@ use ratatui::widgets::{
     Block, Cell, Clear, HighlightSpacing, Paragraph, Row as TableRow, Table, TableState, Tabs, Wrap,
 };
 
-use muster_protocol::model::{QueueInfo, TaskInfo, TaskState, TaskSummary};
+use muster_protocol::model::{MemberInfo, QueueInfo, TaskInfo, TaskState, TaskSummary};
 use muster_protocol::ops::WatchUpdate;
 
 use super::app::{App, Level, Mode, Row, Screen, TABS};
@@ -57,6 +57,7 @@ fn screen_title(app: &App) -> String {
         Screen::Queue { name, .. } => format!(" Queue {name} "),
         Screen::Task { id } => format!(" Task {id} "),
         Screen::Members => " Members ".to_owned(),
+        Screen::Member { name } => format!(" Member {name} "),
         Screen::Dead => " Dead letters ".to_owned(),
     };
     if page.number() > 1 {
@@ -80,6 +81,7 @@ fn render_screen(app: &App, data: &WatchUpdate, frame: &mut Frame, area: Rect) {
         }
         WatchUpdate::Dead { total, .. } => render_dead(app, *total, block, frame, area),
         WatchUpdate::Task { task } => render_task(app, task, block, frame, area),
+        WatchUpdate::Member { member, .. } => render_member(app, member, block, frame, area),
         WatchUpdate::Members { connected, .. } => {
             render_members(app, *connected, block, frame, area)
         }
@@ -339,6 +341,59 @@ fn task_table(app: &App, columns: &[Column], block: Block<'_>, frame: &mut Frame
     table(app, rows, &widths, header(&titles), block, frame, area);
 }
 
+fn render_member(app: &App, m: &MemberInfo, block: Block<'_>, frame: &mut Frame, area: Rect) {
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let [info, list] = Layout::vertical([Constraint::Length(2), Constraint::Min(1)]).areas(inner);
+    let (state, color) = member_state(m);
+    let mut first = vec![
+        Span::styled(state, Style::new().fg(color)),
+        Span::raw(format!(
+            " · holds {} of capacity {} · seen {}",
+            m.leased,
+            m.capacity,
+            m.last_seen_ms
+                .map_or("never".into(), |at| format!("{} ago", ago(app.now_ms, at)))
+        )),
+    ];
+    if m.leased > app.rows().len() as u64 && app.page().filter.is_empty() {
+        first.push(Span::raw(format!(" · first {} shown", app.rows().len())));
+    }
+    let second = format!(
+        "labels {} · subscribed {}",
+        list_or_dash(&m.labels),
+        list_or_dash(&m.subscribed)
+    );
+    frame.render_widget(
+        Paragraph::new(vec![Line::from(first), Line::raw(second)]),
+        info,
+    );
+    if app.rows().is_empty() {
+        frame.render_widget(Paragraph::new("holds no tasks"), list);
+        return;
+    }
+    task_table(app, &[QUEUE, ATTEMPTS, EXPIRES], Block::new(), frame, list);
+}
+
+/// How a member's state reads, and its color.
+fn member_state(m: &MemberInfo) -> (&'static str, Color) {
+    if m.draining {
+        ("draining", Color::Yellow)
+    } else if m.connected {
+        ("connected", Color::Reset)
+    } else {
+        ("offline", Color::Red)
+    }
+}
+
+fn list_or_dash(items: &[String]) -> String {
+    if items.is_empty() {
+        "-".into()
+    } else {
+        items.join(",")
+    }
+}
+
 fn render_members(app: &App, connected: u64, block: Block<'_>, frame: &mut Frame, area: Rect) {
     let now = app.now_ms;
     let rows: Vec<TableRow<'_>> = app
@@ -349,24 +404,14 @@ fn render_members(app: &App, connected: u64, block: Block<'_>, frame: &mut Frame
             _ => None,
         })
         .map(|m| {
-            let state = if m.draining {
-                Cell::from("draining").fg(Color::Yellow)
-            } else if m.connected {
-                Cell::from("connected")
-            } else {
-                Cell::from("offline").fg(Color::Red)
-            };
+            let (state, color) = member_state(m);
             TableRow::new(vec![
                 Cell::from(m.name.clone()),
-                Cell::from(if m.labels.is_empty() {
-                    "-".into()
-                } else {
-                    m.labels.join(",")
-                }),
+                Cell::from(list_or_dash(&m.labels)),
                 Cell::from(m.capacity.to_string()),
                 Cell::from(m.leased.to_string()),
                 Cell::from(m.last_seen_ms.map_or("-".into(), |at| ago(now, at))),
-                state,
+                Cell::from(state).fg(color),
             ])
         })
         .collect();
@@ -426,11 +471,7 @@ fn render_task(app: &App, t: &TaskInfo, block: Block<'_>, frame: &mut Frame, are
                 "{}   key {}   requires {}",
                 t.priority,
                 t.key.as_deref().unwrap_or("-"),
-                if t.requires.is_empty() {
-                    "-".into()
-                } else {
-                    t.requires.join(",")
-                }
+                list_or_dash(&t.requires)
             ),
         ),
         field(

@@ -247,6 +247,36 @@ fn members_and_task_screens_and_bad_views() {
         other => panic!("{other:?}"),
     }
     h.call_on(3, subscribe("gpu-1", &["q"])).unwrap();
+    // One member and what it holds: the task it took by push.
+    match watch(
+        &mut h,
+        View::Member {
+            member: "gpu-1".into(),
+        },
+    ) {
+        WatchUpdate::Member { member, leases } => {
+            assert_eq!((member.name.as_str(), member.leased), ("gpu-1", 1));
+            assert_eq!(leases.len(), 1);
+            assert_eq!(
+                (leases[0].id.as_str(), leases[0].queue.as_str()),
+                (id.as_str(), "q")
+            );
+            assert_eq!(
+                leases[0].lease.as_ref().map(|l| l.member.as_str()),
+                Some("gpu-1")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        watch_error(
+            &mut h,
+            View::Member {
+                member: "nobody".into()
+            }
+        ),
+        ErrorCode::NotFound
+    );
     match watch(
         &mut h,
         View::Members {
