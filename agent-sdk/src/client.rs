@@ -375,6 +375,11 @@ impl Client {
     pub fn watch_pushes(&self) -> mpsc::UnboundedReceiver<WatchReply> {
         let (tx, rx) = mpsc::unbounded_channel();
         *lock(&self.inner.pending.watch) = Some(tx);
+        // IMPORTANT: check `ended` after installing; the reader sets it before dropping
+        // the senders. On a connection already gone, the stream ends at once.
+        if self.inner.pending.ended.load(Ordering::SeqCst) {
+            lock(&self.inner.pending.watch).take();
+        }
         rx
     }
 

@@ -393,8 +393,19 @@ fn encode(buf: &mut Vec<u8>, msg: Outgoing) -> Option<(u32, &'static [u8])> {
         Outgoing::Push(push, queued) => {
             let replaced = matches!(&*push, Push::Closed(e) if e.code == ErrorCode::Replaced);
             // A push holds at most one delivery (≤ 1 MiB payload, 64 KiB progress) or one
-            // watched screen (at most one task whole, or one page of summaries): it fits.
-            buf.extend_from_slice(&push.encode().unwrap_or_default());
+            // watched screen (one task whole, or one page of rows with cut errors): it
+            // fits. Should a screen not fit, its watch is told so and ends.
+            let frame = push.encode().or_else(|e| match &*push {
+                Push::Watch(w) => Push::Watch(Box::new(muster_protocol::ops::WatchReply {
+                    tag: w.tag,
+                    update: muster_protocol::ops::WatchUpdate::Gone {
+                        error: ErrorBody::new(ErrorCode::TooLarge, e.to_string()),
+                    },
+                }))
+                .encode(),
+                _ => Err(e),
+            });
+            buf.extend_from_slice(&frame.unwrap_or_default());
             if let Some(queued) = queued {
                 queued.store(false, std::sync::atomic::Ordering::Release);
             }

@@ -541,7 +541,7 @@ pub enum View {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         limit: Option<u32>,
     },
-    /// Dead tasks of every queue, by queue name then id; the cursor is a task id.
+    /// Dead tasks of every queue, by queue name then id; the cursor is `QUEUE/ID`.
     Dead {
         /// Start after this task id.
         #[serde(default, skip_serializing_if = "Option::is_none")]

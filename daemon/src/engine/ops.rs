@@ -138,12 +138,16 @@ fn apply_patch(options: &mut QueueOptions, patch: &QueuePatch) -> OpResult<()> {
     Ok(())
 }
 
-/// True for replies of ops that change members without committing (labels, capacity,
+/// True for ops that change members without committing (labels, capacity,
 /// subscriptions, drain): the generation must move for watches of the members screen.
-fn changes_members(reply: &Reply) -> bool {
+fn changes_members(req: &Request) -> bool {
     matches!(
-        reply,
-        Reply::SessionOpen(_) | Reply::Member(_) | Reply::Empty(_)
+        req,
+        Request::SessionOpen(_)
+            | Request::SessionUpdate(_)
+            | Request::Subscribe(_)
+            | Request::Unsubscribe(_)
+            | Request::MemberDrain(_)
     )
 }
 
@@ -186,6 +190,7 @@ impl<W: Waiter> Engine<W> {
         {
             return Err((waiter, Failure::Client(e)));
         }
+        let members_change = changes_members(&req);
         let result = match req {
             // Answered by the connection before they reach the engine.
             Request::Hello(_) | Request::ServerStats(_) => {
@@ -236,7 +241,7 @@ impl<W: Waiter> Engine<W> {
         };
         match result {
             Ok(reply) => {
-                if changes_members(&reply) {
+                if members_change {
                     // In-memory member changes commit nothing; watches must still see them.
                     self.generation += 1;
                 }

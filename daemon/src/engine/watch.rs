@@ -7,10 +7,10 @@
 //! screen costs a page, never a scan: counts come from the in-memory indexes, rows from a
 //! range of one state's ids (at most [`MAX_WATCH_ROWS`] records read).
 //!
-//! A watch has at most one push waiting to be written: its flag is set when a push is
-//! queued and cleared by the connection's writer once the frame is encoded. A console
-//! that stops reading (a suspended terminal) therefore holds one screen in the daemon,
-//! not one per second.
+//! A watch has at most one push waiting for the connection's writer: its flag is set
+//! when a push is queued and cleared once the writer has encoded the frame. A console
+//! that stops reading (a suspended terminal) therefore holds at most two screens in the
+//! daemon (one encoded in the stalled writer's buffer, one queued), not one per second.
 
 use std::ops::Bound;
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use ulid::Ulid;
 
 use muster_protocol::limits::{MAX_WATCH_ROWS, WATCH_INTERVAL};
-use muster_protocol::model::TaskState;
+use muster_protocol::model::{TaskState, TaskSummary};
 use muster_protocol::ops::{Empty, View, Watch, WatchReply, WatchUpdate};
 use muster_protocol::{ErrorCode, Push};
 
@@ -30,6 +30,26 @@ use crate::store::StoreError;
 
 /// Rows of a page when the view does not say.
 const DEFAULT_ROWS: u32 = 100;
+
+/// Bytes of a task's last error a screen's row carries (the task screen has it whole):
+/// a page of 500 rows then stays well inside a frame.
+pub const ROW_ERROR_BYTES: usize = 512;
+
+/// A task's row on a screen: its summary with the last error cut to [`ROW_ERROR_BYTES`].
+fn row(id: Ulid, rec: &crate::store::TaskRecord) -> TaskSummary {
+    let mut t = super::ops::summary(id, rec);
+    if let Some(e) = t.last_error.as_mut()
+        && e.len() > ROW_ERROR_BYTES
+    {
+        let mut cut = ROW_ERROR_BYTES;
+        while !e.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        e.truncate(cut);
+        e.push('…');
+    }
+    t
+}
 
 /// One connection's watch.
 pub(super) struct Watcher<S> {
@@ -195,7 +215,7 @@ impl<W: Waiter> Engine<W> {
                     .range((start, Bound::Unbounded))
                     .take(limit + 1)
                 {
-                    tasks.push(super::ops::summary(id, &self.record(id)?));
+                    tasks.push(row(id, &self.record(id)?));
                 }
                 let (tasks, next) = page(tasks, limit, |t| t.id.clone());
                 Ok(WatchUpdate::Tasks {
@@ -226,7 +246,7 @@ impl<W: Waiter> Engine<W> {
                     .ok_or_else(|| super::members::not_a_member(member))?;
                 let mut leases = Vec::new();
                 for &id in m.leased.iter().take(MAX_WATCH_ROWS as usize) {
-                    leases.push(super::ops::summary(id, &self.record(id)?));
+                    leases.push(row(id, &self.record(id)?));
                 }
                 Ok(WatchUpdate::Member {
                     member: m.info(member),
@@ -288,7 +308,7 @@ impl<W: Waiter> Engine<W> {
         }
         let mut tasks = Vec::with_capacity(ids.len());
         for id in ids {
-            tasks.push(super::ops::summary(id, &self.record(id)?));
+            tasks.push(row(id, &self.record(id)?));
         }
         let (tasks, next) = page(tasks, limit, |t| format!("{}/{}", t.queue, t.id));
         let total = self

@@ -156,7 +156,7 @@ fn redrive_a_dead_task_from_the_console_with_confirm() {
         "{screen}"
     );
     tmux.keys(&["r"]);
-    tmux.wait_for("Redrive 1 dead task of jobs?");
+    tmux.wait_for(&format!("Redrive dead task {dead} of jobs?"));
     assert_eq!(
         state(&d, &dead),
         "dead",

@@ -170,11 +170,15 @@ impl Verb {
             }
         }
         match self {
-            Verb::Dead(DeadAction::Redrive, t) => {
-                format!("Redrive {} of {}?", tasks(t.count), t.queue)
-            }
-            Verb::Dead(DeadAction::Discard, t) => {
-                format!("Discard {} of {} for good?", tasks(t.count), t.queue)
+            Verb::Dead(action, t) => {
+                let what = match t.ids.as_slice() {
+                    [one] if !t.all => format!("dead task {one}"),
+                    _ => tasks(t.count),
+                };
+                match action {
+                    DeadAction::Redrive => format!("Redrive {what} of {}?", t.queue),
+                    DeadAction::Discard => format!("Discard {what} of {} for good?", t.queue),
+                }
             }
             Verb::Cancel(id) => format!("Cancel task {id}?"),
             Verb::Revoke(id) => format!("Revoke the lease of task {id}?"),
@@ -226,26 +230,34 @@ impl Rate {
             return;
         }
         self.samples.push_back((at_ms, totals));
-        while self.samples.len() > 2
-            && self
-                .samples
-                .front()
-                .is_some_and(|(t, _)| at_ms - t > RATE_WINDOW_MS)
-        {
+        // Keep the newest sample at or before the window's start, and all after it.
+        let start = at_ms.saturating_sub(RATE_WINDOW_MS);
+        while self.samples.get(1).is_some_and(|(t, _)| *t <= start) {
             self.samples.pop_front();
         }
     }
 
-    /// Enqueued and acked per second over the window.
-    fn per_second(&self) -> (f64, f64) {
-        let (Some((t0, first)), Some((t1, last))) = (self.samples.front(), self.samples.back())
-        else {
+    /// Enqueued and acked per second over the window ending `now`. A watched screen is
+    /// pushed whenever anything changed, so no sample since the last means no change.
+    fn per_second(&self, now: u64) -> (f64, f64) {
+        let Some((_, last)) = self.samples.back() else {
             return (0.0, 0.0);
         };
-        if t1 <= t0 {
+        let start = now.saturating_sub(RATE_WINDOW_MS);
+        let base = self
+            .samples
+            .iter()
+            .rev()
+            .find(|(t, _)| *t <= start)
+            .or(self.samples.front());
+        let Some((t0, first)) = base else {
+            return (0.0, 0.0);
+        };
+        let span = now.saturating_sub(*t0);
+        if span < 1000 {
             return (0.0, 0.0);
         }
-        let span = (t1 - t0) as f64 / 1000.0;
+        let span = span as f64 / 1000.0;
         let per_s = |a: u64, b: u64| a.saturating_sub(b) as f64 / span;
         (
             per_s(last.enqueued, first.enqueued),
@@ -265,6 +277,14 @@ pub enum Row<'a> {
 }
 
 impl Row<'_> {
+    fn id(&self) -> &str {
+        match self {
+            Row::Queue(q) => &q.name,
+            Row::Task(t) => &t.id,
+            Row::Member(m) => &m.name,
+        }
+    }
+
     fn matches(&self, filter: &str) -> bool {
         if filter.is_empty() {
             return true;
@@ -351,15 +371,22 @@ impl App {
 
     fn open(&mut self, screen: Screen) -> Effect {
         self.stack.push(Page::new(screen));
-        self.data = None;
+        self.leave();
         self.rewatch()
+    }
+
+    /// Forgets what the screen being left showed. Rates restart too: they are only
+    /// right over a span the queue was watched without a break.
+    fn leave(&mut self) {
+        self.data = None;
+        self.rates.clear();
     }
 
     /// Replaces everything above the queues page with `screen` (`:` commands).
     fn jump(&mut self, screen: Screen) -> Effect {
         self.stack.truncate(1);
         if screen == Screen::Queues {
-            self.data = None;
+            self.leave();
             return self.rewatch();
         }
         self.open(screen)
@@ -370,7 +397,7 @@ impl App {
             return None;
         }
         self.stack.pop();
-        self.data = None;
+        self.leave();
         Some(self.rewatch())
     }
 
@@ -386,8 +413,9 @@ impl App {
             }
             update => {
                 self.note_rates(&update);
+                let selected = self.selected_row().map(|r| r.id().to_owned());
                 self.data = Some(update);
-                self.clamp();
+                self.follow(selected);
                 None
             }
         }
@@ -430,7 +458,9 @@ impl App {
 
     /// Enqueued and acked per second of a queue, as last measured.
     pub fn rate(&self, queue: &str) -> (f64, f64) {
-        self.rates.get(queue).map_or((0.0, 0.0), Rate::per_second)
+        self.rates
+            .get(queue)
+            .map_or((0.0, 0.0), |r| r.per_second(self.now_ms))
     }
 
     /// The rows of the current list screen that pass its filter.
@@ -461,13 +491,20 @@ impl App {
         }
     }
 
-    fn clamp(&mut self) {
-        let n = self.rows().len();
+    /// After an update: the selection stays on the row it was on (rows move as tasks
+    /// come and go), marks of rows no longer shown are dropped, and the selection is
+    /// clamped to the rows there are.
+    fn follow(&mut self, selected: Option<String>) {
         if matches!(self.page().screen, Screen::Task { .. }) {
             return;
         }
+        let ids: Vec<String> = self.rows().iter().map(|r| r.id().to_owned()).collect();
         let page = self.page_mut();
-        page.selected = page.selected.min(n.saturating_sub(1));
+        page.marked.retain(|id| ids.contains(id));
+        if let Some(at) = selected.and_then(|s| ids.iter().position(|id| *id == s)) {
+            page.selected = at;
+        }
+        page.selected = page.selected.min(ids.len().saturating_sub(1));
     }
 
     fn selected_row(&self) -> Option<Row<'_>> {
@@ -643,14 +680,19 @@ impl App {
     }
 
     fn step(&mut self, by: isize) -> Option<Effect> {
-        if matches!(self.page().screen, Screen::Task { .. }) {
+        if let Some(WatchUpdate::Task { task }) = &self.data {
+            let last = super::ui::task_lines(task, self.now_ms)
+                .len()
+                .saturating_sub(1);
             let page = self.page_mut();
-            page.selected = page.selected.saturating_add_signed(by);
+            page.selected = page.selected.saturating_add_signed(by).min(last);
             return None;
         }
+        // Nothing on screen yet (a page or screen is on its way): nothing to move over.
+        self.data.as_ref()?;
         let n = self.rows().len();
         let at = self.page().selected;
-        if by > 0 && at + 1 >= n {
+        if by > 0 && at.saturating_add(1) >= n {
             return self.next_page();
         }
         if by < 0 && at == 0 {
@@ -665,6 +707,8 @@ impl App {
         let page = self.page_mut();
         page.cursors.push(Some(next));
         page.selected = 0;
+        // Until the new page arrives there is no row to act on and no cursor to follow.
+        self.data = None;
         Some(self.rewatch())
     }
 
@@ -676,6 +720,7 @@ impl App {
         }
         page.cursors.pop();
         page.selected = selected;
+        self.data = None;
         Some(self.rewatch())
     }
 
@@ -706,7 +751,7 @@ impl App {
             state: TABS[(at + by) % TABS.len()],
         };
         *self.page_mut() = Page::new(screen);
-        self.data = None;
+        self.leave();
         Some(self.rewatch())
     }
 

@@ -22,7 +22,7 @@ use futures_util::StreamExt;
 use ratatui::DefaultTerminal;
 use tokio::sync::mpsc;
 
-use muster_protocol::ops::{DeadSelection, WatchReply};
+use muster_protocol::ops::{DeadSelection, Watch, WatchReply};
 use muster_sdk::{Client, ConnectOptions, Error};
 
 use app::{App, DeadAction, Effect, Verb};
@@ -41,6 +41,16 @@ enum Msg {
     Done(Result<String, String>),
     /// A new connection after the old one was lost.
     Connected(Client),
+    /// An attempt to reconnect failed, for this reason.
+    Reconnecting(String),
+}
+
+/// What woke the loop.
+enum Input {
+    Terminal(Option<std::io::Result<Event>>),
+    Push(Option<Box<WatchReply>>),
+    Msg(Msg),
+    Tick,
 }
 
 /// Runs the console until `q`.
@@ -75,7 +85,7 @@ async fn event_loop(
     loop {
         if let Some(c) = &client {
             for effect in effects.drain(..) {
-                perform(c, &tx, effect);
+                perform(c, &tx, effect).await;
             }
         }
         app.now_ms = now_ms();
@@ -83,24 +93,35 @@ async fn event_loop(
         if app.quit {
             return Ok(());
         }
-        tokio::select! {
-            event = events.next() => match event {
+        let event = tokio::select! {
+            event = events.next() => Input::Terminal(event),
+            push = pushes.recv(), if client.is_some() => Input::Push(push.map(Box::new)),
+            Some(msg) = rx.recv() => Input::Msg(msg),
+            _ = redraw.tick() => Input::Tick,
+        };
+        // Ages and rates are of this moment, not of the last draw.
+        app.now_ms = now_ms();
+        match event {
+            Input::Terminal(event) => match event {
                 Some(Ok(Event::Key(key))) if key.is_press() => effects.extend(app.on_key(key)),
                 // Resizes and everything else just redraw.
                 Some(Ok(_)) => {}
                 Some(Err(e)) => return Err(e).context("reading the terminal"),
                 None => return Ok(()),
             },
-            push = pushes.recv(), if client.is_some() => match push {
-                Some(reply) => effects.extend(app.on_watch(reply)),
+            Input::Push(push) => match push {
+                Some(reply) => effects.extend(app.on_watch(*reply)),
                 None => {
                     // The connection is gone: say so, and keep trying to get it back.
                     client = None;
-                    app.message = Some((app::Level::Error, "connection to musterd lost; reconnecting…".into()));
+                    app.message = Some((
+                        app::Level::Error,
+                        "connection to musterd lost; reconnecting…".into(),
+                    ));
                     reconnect(options.clone(), tx.clone());
                 }
             },
-            Some(msg) = rx.recv() => match msg {
+            Input::Msg(msg) => match msg {
                 Msg::Watched(tag, result) => match *result {
                     Ok(reply) => effects.extend(app.on_watch(reply)),
                     // A lost connection is reported once, by the end of the pushes.
@@ -114,8 +135,14 @@ async fn event_loop(
                     app.message = Some((app::Level::Info, "reconnected".into()));
                     effects.push(app.rewatch());
                 }
+                Msg::Reconnecting(why) => {
+                    app.message = Some((
+                        app::Level::Error,
+                        format!("connection to musterd lost ({why}); reconnecting…"),
+                    ));
+                }
             },
-            _ = redraw.tick() => {}
+            Input::Tick => {}
         }
         if client.is_none() {
             // Verbs asked while disconnected are refused rather than queued.
@@ -135,30 +162,45 @@ fn reconnect(options: ConnectOptions, tx: mpsc::UnboundedSender<Msg>) {
             if tx.is_closed() {
                 return;
             }
-            if let Ok(c) = Client::connect(options.clone()).await {
-                let _ = tx.send(Msg::Connected(c));
-                return;
+            match Client::connect(options.clone()).await {
+                Ok(c) => {
+                    let _ = tx.send(Msg::Connected(c));
+                    return;
+                }
+                // Say why (a daemon still down, a token now refused), and try again.
+                Err(e) => {
+                    let _ = tx.send(Msg::Reconnecting(e.to_string()));
+                }
             }
         }
     });
 }
 
-/// Starts an effect on its own task; its result comes back as a [`Msg`].
-fn perform(client: &Client, tx: &mpsc::UnboundedSender<Msg>, effect: Effect) {
-    let client = client.clone();
+/// Starts an effect; its result comes back as a [`Msg`]. A watch is sent here, in
+/// order (a later watch must reach the daemon after an earlier one, or the daemon would
+/// keep the older screen); only its reply is awaited on a task of its own.
+async fn perform(client: &Client, tx: &mpsc::UnboundedSender<Msg>, effect: Effect) {
     let tx = tx.clone();
-    tokio::spawn(async move {
-        let msg = match effect {
-            Effect::Watch { view, tag } => {
-                Msg::Watched(tag, Box::new(client.watch(view, tag).await))
+    match effect {
+        Effect::Watch { view, tag } => match client.send(&Watch { view, tag }).await {
+            Ok(pending) => {
+                tokio::spawn(async move {
+                    // The loop may have ended; the result is then moot.
+                    let _ = tx.send(Msg::Watched(tag, Box::new(pending.reply().await)));
+                });
             }
-            Effect::Run(verb) => {
-                Msg::Done(run_verb(&client, verb).await.map_err(|e| e.to_string()))
+            Err(e) => {
+                let _ = tx.send(Msg::Watched(tag, Box::new(Err(e))));
             }
-        };
-        // The loop may have ended; the result is then moot.
-        let _ = tx.send(msg);
-    });
+        },
+        Effect::Run(verb) => {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let result = run_verb(&client, verb).await.map_err(|e| e.to_string());
+                let _ = tx.send(Msg::Done(result));
+            });
+        }
+    }
 }
 
 /// Runs a verb and says what happened, as the footer shows it.

@@ -650,3 +650,125 @@ fn small_and_resized_terminals_render() {
     // The error column takes the room a wide terminal gives: the traceback mark shows.
     assert!(wide.contains("CUDA out of memory …"));
 }
+
+#[test]
+fn rates_fall_to_zero_when_nothing_happens() {
+    let mut app = started(false);
+    app.now_ms = NOW + 2 * SEC;
+    let mut later = queue("emails", [0, 12, 3, 880, 0, 0], false);
+    later.totals.enqueued += 10;
+    deliver(
+        &mut app,
+        1,
+        WatchUpdate::Queues {
+            queues: vec![later],
+            next: None,
+        },
+    );
+    assert_eq!(app.rate("emails").0, 5.0);
+    // No push means no change: the rate decays as the window moves on, to nothing.
+    app.now_ms = NOW + 10 * SEC;
+    assert_eq!(app.rate("emails").0, 1.0);
+    app.now_ms = NOW + 13 * SEC;
+    assert_eq!(app.rate("emails").0, 0.0);
+}
+
+#[test]
+fn the_selection_and_the_marks_follow_the_tasks_as_rows_move() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 3, TaskState::Dead, 2..5);
+    press(&mut app, KeyCode::Char('j'));
+    press(&mut app, KeyCode::Char(' '));
+    assert_eq!(app.page().selected, 1);
+    // An older task died (it sorts first) and task 4 was redriven elsewhere.
+    let tag = match app.rewatch() {
+        Effect::Watch { tag, .. } => tag,
+        other => panic!("{other:?}"),
+    };
+    let update = WatchUpdate::Tasks {
+        queue: queue("inference", [2, 100_000, 200, 51_234, 7, 1], false),
+        state: TaskState::Dead,
+        tasks: [1, 2, 3]
+            .iter()
+            .map(|n| task(*n, "inference", TaskState::Dead))
+            .collect(),
+        next: None,
+    };
+    deliver(&mut app, tag, update);
+    assert_eq!(app.page().selected, 2, "still on task 3");
+    assert_eq!(app.page().marked.iter().collect::<Vec<_>>(), [&id(3)]);
+    // The one task is named in the confirm.
+    press(&mut app, KeyCode::Char('r'));
+    match &app.mode {
+        Mode::Confirm(verb) => assert_eq!(
+            verb.question(),
+            format!("Redrive dead task {} of inference?", id(3))
+        ),
+        other => panic!("{other:?}"),
+    }
+    press(&mut app, KeyCode::Esc);
+    // Task 3 goes too: its mark goes, and r falls back to the selected row.
+    let update = WatchUpdate::Tasks {
+        queue: queue("inference", [2, 100_000, 200, 51_234, 7, 1], false),
+        state: TaskState::Dead,
+        tasks: [1, 2]
+            .iter()
+            .map(|n| task(*n, "inference", TaskState::Dead))
+            .collect(),
+        next: None,
+    };
+    deliver(&mut app, tag, update);
+    assert!(app.page().marked.is_empty());
+    assert_eq!(app.page().selected, 1);
+    press(&mut app, KeyCode::Char('x'));
+    match &app.mode {
+        Mode::Confirm(verb) => assert_eq!(
+            verb.question(),
+            format!("Discard dead task {} of inference for good?", id(2))
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_page_on_its_way_takes_no_keys_and_is_not_followed_twice() {
+    let mut app = started(false);
+    press(&mut app, KeyCode::Char('j'));
+    let tag = watched(
+        &press(&mut app, KeyCode::Enter),
+        tasks_view(TaskState::Ready, None),
+    );
+    deliver(
+        &mut app,
+        tag,
+        tasks_update(TaskState::Ready, 1..3, Some(id(2))),
+    );
+    watched(
+        &press(&mut app, KeyCode::Char(']')),
+        tasks_view(TaskState::Ready, Some(id(2))),
+    );
+    // Until page 2 arrives: no second `]`, no moves, no verbs on rows that are gone.
+    assert_eq!(press(&mut app, KeyCode::Char(']')), vec![]);
+    assert_eq!(press(&mut app, KeyCode::Char('j')), vec![]);
+    assert_eq!(press(&mut app, KeyCode::Char('c')), vec![]);
+    assert_eq!(app.mode, Mode::Normal);
+    assert_eq!(app.page().number(), 2);
+    assert!(text(&app).contains("loading"));
+}
+
+#[test]
+fn the_task_screen_scrolls_within_its_lines() {
+    let mut app = started(false);
+    let tag = watched(
+        &chars(&mut app, &format!(":task {}\n", id(1))),
+        View::Task { task: id(1) },
+    );
+    deliver(&mut app, tag, WatchUpdate::Task { task: task_info() });
+    let lines = ui::task_lines(&task_info(), NOW).len();
+    for _ in 0..500 {
+        press(&mut app, KeyCode::Char('j'));
+    }
+    assert_eq!(app.page().selected, lines - 1);
+    press(&mut app, KeyCode::Char('k'));
+    assert_eq!(app.page().selected, lines - 2);
+}

@@ -433,7 +433,19 @@ fn render_members(app: &App, connected: u64, block: Block<'_>, frame: &mut Frame
 }
 
 fn render_task(app: &App, t: &TaskInfo, block: Block<'_>, frame: &mut Frame, area: Rect) {
-    let now = app.now_ms;
+    let lines = task_lines(t, app.now_ms);
+    let scroll = app.page().selected.min(lines.len().saturating_sub(1));
+    frame.render_widget(
+        Paragraph::new(Text::from(lines))
+            .block(block)
+            .wrap(Wrap { trim: false })
+            .scroll((u16::try_from(scroll).unwrap_or(u16::MAX), 0)),
+        area,
+    );
+}
+
+/// The lines of the task screen, at `now`.
+pub fn task_lines(t: &TaskInfo, now: u64) -> Vec<Line<'static>> {
     let field = |name: &'static str, value: String| {
         Line::from(vec![
             Span::styled(format!("{name:<11}"), Style::new().bold()),
@@ -517,14 +529,7 @@ fn render_task(app: &App, t: &TaskInfo, block: Block<'_>, frame: &mut Frame, are
             );
         }
     }
-    let scroll = app.page().selected.min(lines.len().saturating_sub(1));
-    frame.render_widget(
-        Paragraph::new(Text::from(lines))
-            .block(block)
-            .wrap(Wrap { trim: false })
-            .scroll((u16::try_from(scroll).unwrap_or(u16::MAX), 0)),
-        area,
-    );
+    lines
 }
 
 fn render_message(app: &App, frame: &mut Frame, area: Rect) {

@@ -394,3 +394,35 @@ fn a_console_that_stops_reading_has_one_push_queued_not_one_per_second() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn rows_carry_the_last_error_cut_and_the_task_screen_carries_it_whole() {
+    let mut h = Harness::new();
+    h.create("q", QueuePatch::default());
+    let id = h.enqueue("q", "1");
+    let (_, epoch) = h.claim_one("q");
+    let long = "é".repeat(400); // 800 bytes; the cut must land on a character boundary
+    h.call(Request::DeadLetter(ops::DeadLetter {
+        task: id.clone(),
+        epoch,
+        error: long.clone(),
+    }))
+    .unwrap();
+    match watch(
+        &mut h,
+        View::Dead {
+            after: None,
+            limit: None,
+        },
+    ) {
+        WatchUpdate::Dead { tasks, .. } => {
+            let cut = tasks[0].last_error.clone().unwrap();
+            assert_eq!(cut, format!("{}…", "é".repeat(256)));
+        }
+        other => panic!("{other:?}"),
+    }
+    match watch(&mut h, View::Task { task: id }) {
+        WatchUpdate::Task { task } => assert_eq!(task.last_error, Some(long)),
+        other => panic!("{other:?}"),
+    }
+}
