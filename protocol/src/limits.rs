@@ -64,6 +64,10 @@ pub const MAX_PAGE: u32 = 1000;
 /// Most rows one page of a `watch` view holds (queues, tasks or members).
 pub const MAX_WATCH_ROWS: u32 = 500;
 
+/// Most watches open at once in the daemon (one per connection): each costs up to a
+/// page of records read a second.
+pub const MAX_WATCHES: usize = 64;
+
 /// Shortest time between two pushes of one watch.
 pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 

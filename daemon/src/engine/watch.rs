@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use ulid::Ulid;
 
-use muster_protocol::limits::{MAX_WATCH_ROWS, WATCH_INTERVAL};
+use muster_protocol::limits::{MAX_WATCH_ROWS, MAX_WATCHES, WATCH_INTERVAL};
 use muster_protocol::model::{TaskState, TaskSummary};
 use muster_protocol::ops::{Empty, View, Watch, WatchReply, WatchUpdate};
 use muster_protocol::{ErrorCode, Push};
@@ -109,6 +109,12 @@ fn covers(p: Option<&Principal>, queue: &str) -> bool {
 
 impl<W: Waiter> Engine<W> {
     pub(super) fn watch(&mut self, r: Watch, waiter: &W, now: Now) -> OpResult<WatchReply> {
+        if !self.watches.contains_key(&waiter.connection()) && self.watches.len() >= MAX_WATCHES {
+            return Err(client(
+                ErrorCode::Limit,
+                format!("{MAX_WATCHES} watches are open, the most the daemon keeps"),
+            ));
+        }
         let principal = waiter.principal().cloned();
         let update = self.screen(&r.view, principal.as_ref())?;
         self.watches.insert(

@@ -426,3 +426,59 @@ fn rows_carry_the_last_error_cut_and_the_task_screen_carries_it_whole() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn watches_are_limited_and_a_connection_replaces_its_own() {
+    use muster_protocol::limits::MAX_WATCHES;
+    let mut h = Harness::new();
+    let view = || View::Queues {
+        after: None,
+        limit: None,
+    };
+    for conn in 0..MAX_WATCHES as u64 {
+        match h.call_on(
+            100 + conn,
+            Request::Watch(Watch {
+                view: view(),
+                tag: 1,
+            }),
+        ) {
+            Ok(Reply::Watch(_)) => {}
+            other => panic!("watch {conn}: {other:?}"),
+        }
+    }
+    let extra = h.call_on(
+        99,
+        Request::Watch(Watch {
+            view: view(),
+            tag: 1,
+        }),
+    );
+    assert_eq!(extra.map(|_| ()).map_err(|e| e.code), Err(ErrorCode::Limit));
+    // A connection that watches already may change its screen.
+    match h.call_on(
+        100,
+        Request::Watch(Watch {
+            view: View::Dead {
+                after: None,
+                limit: None,
+            },
+            tag: 2,
+        }),
+    ) {
+        Ok(Reply::Watch(r)) => assert_eq!(r.tag, 2),
+        other => panic!("{other:?}"),
+    }
+    // A watch that ends makes room.
+    h.call_on(101, Request::Unwatch(ops::Unwatch {})).unwrap();
+    match h.call_on(
+        99,
+        Request::Watch(Watch {
+            view: view(),
+            tag: 1,
+        }),
+    ) {
+        Ok(Reply::Watch(_)) => {}
+        other => panic!("{other:?}"),
+    }
+}
