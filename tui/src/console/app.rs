@@ -326,6 +326,8 @@ pub struct App {
     rates: HashMap<String, Rate>,
     /// Set by `q`: the loop ends.
     pub quit: bool,
+    /// Why the first screen could not be shown (e.g. the token may not watch it).
+    pub load_error: Option<String>,
 }
 
 impl App {
@@ -342,6 +344,7 @@ impl App {
             now_ms,
             rates: HashMap::new(),
             quit: false,
+            load_error: None,
         };
         let effect = app.rewatch();
         (app, effect)
@@ -412,6 +415,7 @@ impl App {
                 self.back()
             }
             update => {
+                self.load_error = None;
                 self.note_rates(&update);
                 let selected = self.selected_row().map(|r| r.id().to_owned());
                 self.data = Some(update);
@@ -426,8 +430,13 @@ impl App {
         if tag != self.tag {
             return None;
         }
-        self.message = Some((Level::Error, error));
-        self.back()
+        self.message = Some((Level::Error, error.clone()));
+        let back = self.back();
+        if back.is_none() {
+            // Nowhere to go back to: say it where the screen would be.
+            self.load_error = Some(error);
+        }
+        back
     }
 
     /// A verb finished: say how, and refresh the screen at once.

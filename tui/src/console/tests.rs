@@ -772,3 +772,19 @@ fn the_task_screen_scrolls_within_its_lines() {
     press(&mut app, KeyCode::Char('k'));
     assert_eq!(app.page().selected, lines - 2);
 }
+
+#[test]
+fn a_first_screen_the_token_may_not_watch_says_why() {
+    let (mut app, first) = App::new("127.0.0.1:7420".into(), false, NOW);
+    let tag = watched(
+        &[first],
+        View::Queues {
+            after: None,
+            limit: Some(PAGE_ROWS),
+        },
+    );
+    let error = "forbidden: token \"ci\" lacks the role admin".to_owned();
+    assert_eq!(app.on_watch_failed(tag, error.clone()), None);
+    assert_eq!(app.load_error, Some(error));
+    assert!(text(&app).contains("cannot show this screen: forbidden: token \"ci\" lacks"));
+}

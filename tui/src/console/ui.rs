@@ -24,10 +24,21 @@ pub fn render(app: &App, frame: &mut Frame) {
     .areas(frame.area());
     render_title(app, frame, title);
     match &app.data {
-        None => frame.render_widget(
-            Paragraph::new("loading…").block(Block::bordered().title(screen_title(app))),
-            main,
-        ),
+        None => {
+            let text = match &app.load_error {
+                Some(e) => Line::from(Span::styled(
+                    format!("cannot show this screen: {e}"),
+                    Style::new().fg(Color::Red),
+                )),
+                None => Line::raw("loading…"),
+            };
+            frame.render_widget(
+                Paragraph::new(text)
+                    .wrap(Wrap { trim: true })
+                    .block(Block::bordered().title(screen_title(app))),
+                main,
+            )
+        }
         Some(data) => render_screen(app, data, frame, main),
     }
     render_message(app, frame, message);
