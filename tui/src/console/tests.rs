@@ -188,47 +188,31 @@ fn queues_screen_read_only_has_no_verbs() {
     assert!(!app.keys().iter().any(|(k, _)| matches!(*k, "p" | "R")));
 }
 
+/// At `at`, the queues screen with only `emails`, its totals moved on by `enqueued`
+/// and `acked` since the first screen.
+fn emails_at(app: &mut App, at: u64, enqueued: u64, acked: u64) {
+    app.now_ms = at;
+    let mut q = queue("emails", [0, 12, 3, 880, 0, 0], false);
+    q.totals.enqueued += enqueued;
+    q.totals.acked += acked;
+    let update = WatchUpdate::Queues {
+        queues: vec![q],
+        next: None,
+    };
+    deliver(app, 1, update);
+}
+
 #[test]
 fn rates_come_from_the_totals_of_successive_updates() {
     let mut app = started(false);
-    app.now_ms = NOW + 2 * SEC;
-    let mut later = queue("emails", [0, 12, 3, 880, 0, 0], false);
-    later.totals.enqueued += 10;
-    later.totals.acked += 4;
-    deliver(
-        &mut app,
-        1,
-        WatchUpdate::Queues {
-            queues: vec![later],
-            next: None,
-        },
-    );
+    emails_at(&mut app, NOW + 2 * SEC, 10, 4);
     assert_eq!(app.rate("emails"), (5.0, 2.0));
     assert_eq!(app.rate("inference"), (0.0, 0.0));
     // Averaged over the last 10 s: a quiet second after a busy one halves the rate…
-    app.now_ms = NOW + 4 * SEC;
-    let mut quiet = queue("emails", [0, 12, 3, 880, 0, 0], false);
-    quiet.totals.enqueued += 10;
-    quiet.totals.acked += 4;
-    deliver(
-        &mut app,
-        1,
-        WatchUpdate::Queues {
-            queues: vec![quiet.clone()],
-            next: None,
-        },
-    );
+    emails_at(&mut app, NOW + 4 * SEC, 10, 4);
     assert_eq!(app.rate("emails"), (2.5, 1.0));
     // …and what happened more than 10 s ago drops out.
-    app.now_ms = NOW + 30 * SEC;
-    deliver(
-        &mut app,
-        1,
-        WatchUpdate::Queues {
-            queues: vec![quiet],
-            next: None,
-        },
-    );
+    emails_at(&mut app, NOW + 30 * SEC, 10, 4);
     assert_eq!(app.rate("emails"), (0.0, 0.0));
 }
 
@@ -654,17 +638,7 @@ fn small_and_resized_terminals_render() {
 #[test]
 fn rates_fall_to_zero_when_nothing_happens() {
     let mut app = started(false);
-    app.now_ms = NOW + 2 * SEC;
-    let mut later = queue("emails", [0, 12, 3, 880, 0, 0], false);
-    later.totals.enqueued += 10;
-    deliver(
-        &mut app,
-        1,
-        WatchUpdate::Queues {
-            queues: vec![later],
-            next: None,
-        },
-    );
+    emails_at(&mut app, NOW + 2 * SEC, 10, 0);
     assert_eq!(app.rate("emails").0, 5.0);
     // No push means no change: the rate decays as the window moves on, to nothing.
     app.now_ms = NOW + 10 * SEC;
@@ -685,16 +659,7 @@ fn the_selection_and_the_marks_follow_the_tasks_as_rows_move() {
         Effect::Watch { tag, .. } => tag,
         other => panic!("{other:?}"),
     };
-    let update = WatchUpdate::Tasks {
-        queue: queue("inference", [2, 100_000, 200, 51_234, 7, 1], false),
-        state: TaskState::Dead,
-        tasks: [1, 2, 3]
-            .iter()
-            .map(|n| task(*n, "inference", TaskState::Dead))
-            .collect(),
-        next: None,
-    };
-    deliver(&mut app, tag, update);
+    deliver(&mut app, tag, tasks_update(TaskState::Dead, 1..4, None));
     assert_eq!(app.page().selected, 2, "still on task 3");
     assert_eq!(app.page().marked.iter().collect::<Vec<_>>(), [&id(3)]);
     // The one task is named in the confirm.
@@ -708,16 +673,7 @@ fn the_selection_and_the_marks_follow_the_tasks_as_rows_move() {
     }
     press(&mut app, KeyCode::Esc);
     // Task 3 goes too: its mark goes, and r falls back to the selected row.
-    let update = WatchUpdate::Tasks {
-        queue: queue("inference", [2, 100_000, 200, 51_234, 7, 1], false),
-        state: TaskState::Dead,
-        tasks: [1, 2]
-            .iter()
-            .map(|n| task(*n, "inference", TaskState::Dead))
-            .collect(),
-        next: None,
-    };
-    deliver(&mut app, tag, update);
+    deliver(&mut app, tag, tasks_update(TaskState::Dead, 1..3, None));
     assert!(app.page().marked.is_empty());
     assert_eq!(app.page().selected, 1);
     press(&mut app, KeyCode::Char('x'));
