@@ -328,6 +328,8 @@ pub struct App {
     pub quit: bool,
     /// Why the first screen could not be shown (e.g. the token may not watch it).
     pub load_error: Option<String>,
+    /// Whether the loop has a connection; without, the screen may be stale.
+    pub connected: bool,
 }
 
 impl App {
@@ -345,6 +347,7 @@ impl App {
             rates: HashMap::new(),
             quit: false,
             load_error: None,
+            connected: true,
         };
         let effect = app.rewatch();
         (app, effect)
@@ -378,11 +381,10 @@ impl App {
         self.rewatch()
     }
 
-    /// Forgets what the screen being left showed. Rates restart too: they are only
-    /// right over a span the queue was watched without a break.
+    /// Forgets what the screen being left showed. (Rates stay: totals only grow, so a
+    /// span spent on other screens still averages right.)
     fn leave(&mut self) {
         self.data = None;
-        self.rates.clear();
     }
 
     /// Replaces everything above the queues page with `screen` (`:` commands).
@@ -440,7 +442,11 @@ impl App {
     }
 
     /// A verb finished: say how, and refresh the screen at once.
-    pub fn on_done(&mut self, result: Result<String, String>) -> Effect {
+    ///
+    /// `removed` says the verb removed what it named (a discard): on the task screen
+    /// there is then nothing left to show, so the console goes back.
+    pub fn on_done(&mut self, result: Result<String, String>, removed: bool) -> Effect {
+        let ok = result.is_ok();
         self.message = Some(match result {
             Ok(text) => {
                 self.page_mut().marked.clear();
@@ -448,6 +454,9 @@ impl App {
             }
             Err(text) => (Level::Error, text),
         });
+        if ok && removed && matches!(self.page().screen, Screen::Task { .. }) {
+            return self.back().unwrap_or_else(|| self.rewatch());
+        }
         self.rewatch()
     }
 
@@ -475,7 +484,15 @@ impl App {
     /// The rows of the current list screen that pass its filter.
     pub fn rows(&self) -> Vec<Row<'_>> {
         let filter = self.page().filter.to_lowercase();
-        let rows: Vec<Row<'_>> = match &self.data {
+        self.all_rows()
+            .into_iter()
+            .filter(|r| r.matches(&filter))
+            .collect()
+    }
+
+    /// Every row of the current list screen's page, filter or not.
+    pub fn all_rows(&self) -> Vec<Row<'_>> {
+        match &self.data {
             Some(WatchUpdate::Queues { queues, .. }) => queues.iter().map(Row::Queue).collect(),
             Some(
                 WatchUpdate::Tasks { tasks, .. }
@@ -484,8 +501,7 @@ impl App {
             ) => tasks.iter().map(Row::Task).collect(),
             Some(WatchUpdate::Members { members, .. }) => members.iter().map(Row::Member).collect(),
             _ => Vec::new(),
-        };
-        rows.into_iter().filter(|r| r.matches(&filter)).collect()
+        }
     }
 
     fn next_cursor(&self) -> Option<String> {
@@ -507,9 +523,11 @@ impl App {
         if matches!(self.page().screen, Screen::Task { .. }) {
             return;
         }
+        let all: Vec<String> = self.all_rows().iter().map(|r| r.id().to_owned()).collect();
         let ids: Vec<String> = self.rows().iter().map(|r| r.id().to_owned()).collect();
         let page = self.page_mut();
-        page.marked.retain(|id| ids.contains(id));
+        // Marks stay while their rows are on the page, shown or filtered out.
+        page.marked.retain(|id| all.contains(id));
         if let Some(at) = selected.and_then(|s| ids.iter().position(|id| *id == s)) {
             page.selected = at;
         }
@@ -599,24 +617,39 @@ impl App {
 
     fn command(&mut self, text: &str) -> Vec<Effect> {
         let mut words = text.split_whitespace();
-        let screen = match (words.next(), words.next()) {
-            (Some("q" | "quit"), None) => {
+        let screen = match (words.next(), words.next(), words.next()) {
+            (Some("q" | "quit"), None, None) => {
                 self.quit = true;
                 return Vec::new();
             }
-            (Some("queues"), None) => Screen::Queues,
-            (Some("members"), None) => Screen::Members,
-            (Some("dead"), None) => Screen::Dead,
-            (Some("queue"), Some(name)) => Screen::Queue {
-                name: name.to_owned(),
-                state: TaskState::Ready,
-            },
-            (Some("task"), Some(id)) => Screen::Task { id: id.to_owned() },
+            (Some("queues"), None, None) => Screen::Queues,
+            (Some("members"), None, None) => Screen::Members,
+            (Some("dead"), None, None) => Screen::Dead,
+            (Some("queue"), Some(name), state) => {
+                let state = match state.map(TaskState::parse) {
+                    None => TaskState::Ready,
+                    Some(Some(state)) => state,
+                    Some(None) => {
+                        self.message = Some((
+                            Level::Error,
+                            format!(
+                                "unknown state in {text:?}: ready, scheduled, leased, dead, done or cancelled"
+                            ),
+                        ));
+                        return Vec::new();
+                    }
+                };
+                Screen::Queue {
+                    name: name.to_owned(),
+                    state,
+                }
+            }
+            (Some("task"), Some(id), None) => Screen::Task { id: id.to_owned() },
             _ => {
                 self.message = Some((
                     Level::Error,
                     format!(
-                        "unknown command {text:?}: try :queues, :members, :dead, :queue NAME, :task ID, :q"
+                        "unknown command {text:?}: try :queues, :members, :dead, :queue NAME [STATE], :task ID, :q"
                     ),
                 ));
                 return Vec::new();
@@ -764,8 +797,17 @@ impl App {
         Some(self.rewatch())
     }
 
+    /// Marks or unmarks the selected dead task (marks are for redrive and discard).
     fn mark(&mut self) {
-        let Some(task) = self.selected_task() else {
+        let dead = matches!(
+            self.page().screen,
+            Screen::Dead
+                | Screen::Queue {
+                    state: TaskState::Dead,
+                    ..
+                }
+        );
+        let Some(task) = self.selected_task().filter(|_| dead) else {
             return;
         };
         let page = self.page_mut();
@@ -919,34 +961,24 @@ impl App {
     /// read-only), then moving about, then what every screen has.
     pub fn keys(&self) -> Vec<(&'static str, &'static str)> {
         let mut keys: Vec<(&str, &str)> = Vec::new();
+        // The way to the other tabs comes first: it is the only way to them.
+        if matches!(self.page().screen, Screen::Queue { .. }) {
+            keys.push(("tab ←→", "state"));
+        }
         if !self.readonly {
             keys.extend(self.verb_keys());
         }
+        let list = [
+            ("enter", "open"),
+            ("↑↓ j/k", "move"),
+            ("g G", "top, bottom"),
+            ("[ ]", "page"),
+            ("/", "filter"),
+        ];
         match &self.page().screen {
-            Screen::Queues => keys.extend([("enter", "open"), ("↑↓ j/k", "move"), ("/", "filter")]),
-            Screen::Queue { .. } => keys.extend([
-                ("enter", "open"),
-                ("tab ←→", "state"),
-                ("↑↓ j/k", "move"),
-                ("[ ]", "page"),
-                ("/", "filter"),
-            ]),
             Screen::Task { .. } => keys.push(("↑↓ j/k", "scroll")),
-            Screen::Members => keys.extend([
-                ("enter", "open"),
-                ("↑↓ j/k", "move"),
-                ("[ ]", "page"),
-                ("/", "filter"),
-            ]),
-            Screen::Member { .. } => {
-                keys.extend([("enter", "open"), ("↑↓ j/k", "move"), ("/", "filter")]);
-            }
-            Screen::Dead => keys.extend([
-                ("enter", "open"),
-                ("↑↓ j/k", "move"),
-                ("[ ]", "page"),
-                ("/", "filter"),
-            ]),
+            Screen::Member { .. } => keys.extend(list.into_iter().filter(|(k, _)| *k != "[ ]")),
+            _ => keys.extend(list),
         }
         keys.extend([
             (":", "command"),
@@ -959,6 +991,12 @@ impl App {
 
     fn verb_keys(&self) -> Vec<(&'static str, &'static str)> {
         let dead = [("r", "redrive"), ("x", "discard"), ("space", "mark")];
+        let live = |state: TaskState| {
+            matches!(
+                state,
+                TaskState::Ready | TaskState::Scheduled | TaskState::Leased
+            )
+        };
         match &self.page().screen {
             Screen::Queues => vec![("p", "pause/resume"), ("R", "redrive all dead")],
             Screen::Queue { state, .. } => {
@@ -966,24 +1004,25 @@ impl App {
                 if *state == TaskState::Dead {
                     keys.extend(dead);
                 }
-                if matches!(
-                    state,
-                    TaskState::Ready | TaskState::Scheduled | TaskState::Leased
-                ) {
+                if live(*state) {
                     keys.push(("c", "cancel"));
                 }
                 if *state == TaskState::Leased {
                     keys.push(("v", "revoke lease"));
                 }
-                keys.extend([("R", "redrive all"), ("p", "pause/resume")]);
+                keys.extend([("R", "redrive all dead"), ("p", "pause/resume")]);
                 keys
             }
-            Screen::Task { .. } => vec![
-                ("c", "cancel"),
-                ("v", "revoke lease"),
-                ("r", "redrive"),
-                ("x", "discard"),
-            ],
+            Screen::Task { .. } => match &self.data {
+                Some(WatchUpdate::Task { task }) if task.state == TaskState::Dead => {
+                    vec![("r", "redrive"), ("x", "discard")]
+                }
+                Some(WatchUpdate::Task { task }) if task.state == TaskState::Leased => {
+                    vec![("c", "cancel"), ("v", "revoke lease")]
+                }
+                Some(WatchUpdate::Task { task }) if live(task.state) => vec![("c", "cancel")],
+                _ => Vec::new(),
+            },
             Screen::Members => vec![("d", "drain")],
             Screen::Member { .. } => vec![("v", "revoke lease"), ("c", "cancel"), ("d", "drain")],
             Screen::Dead => dead.to_vec(),

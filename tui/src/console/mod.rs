@@ -37,8 +37,8 @@ const RECONNECT: Duration = Duration::from_secs(1);
 enum Msg {
     /// A watch's reply.
     Watched(u64, Box<Result<WatchReply, Error>>),
-    /// A verb's outcome, as the footer says it.
-    Done(Result<String, String>),
+    /// A verb's outcome, as the footer says it, and whether it removed what it named.
+    Done(Result<String, String>, bool),
     /// A new connection after the old one was lost.
     Connected(Client),
     /// An attempt to reconnect failed, for this reason.
@@ -114,6 +114,7 @@ async fn event_loop(
                 None => {
                     // The connection is gone: say so, and keep trying to get it back.
                     client = None;
+                    app.connected = false;
                     app.message = Some((
                         app::Level::Error,
                         "connection to musterd lost; reconnecting…".into(),
@@ -128,10 +129,11 @@ async fn event_loop(
                     Err(Error::Closed(_) | Error::Connect(_)) => {}
                     Err(e) => effects.extend(app.on_watch_failed(tag, e.to_string())),
                 },
-                Msg::Done(result) => effects.push(app.on_done(result)),
+                Msg::Done(result, removed) => effects.push(app.on_done(result, removed)),
                 Msg::Connected(c) => {
                     pushes = c.watch_pushes();
                     client = Some(c);
+                    app.connected = true;
                     app.message = Some((app::Level::Info, "reconnected".into()));
                     effects.push(app.rewatch());
                 }
@@ -195,9 +197,10 @@ async fn perform(client: &Client, tx: &mpsc::UnboundedSender<Msg>, effect: Effec
         },
         Effect::Run(verb) => {
             let client = client.clone();
+            let removes = matches!(verb, Verb::Dead(DeadAction::Discard, _));
             tokio::spawn(async move {
                 let result = run_verb(&client, verb).await.map_err(|e| e.to_string());
-                let _ = tx.send(Msg::Done(result));
+                let _ = tx.send(Msg::Done(result, removes));
             });
         }
     }

@@ -300,7 +300,7 @@ fn dead_tab_redrives_the_marked_tasks_with_their_count() {
     insta::assert_snapshot!("confirm_redrive", screen(&app, 80, 24).backend());
     assert_eq!(press(&mut app, KeyCode::Char('y')), vec![Effect::Run(verb)]);
     // The result lands in the footer, the marks go and the screen is watched afresh.
-    let effect = app.on_done(Ok("redriven 2 tasks of inference".into()));
+    let effect = app.on_done(Ok("redriven 2 tasks of inference".into()), false);
     watched(&[effect], tasks_view(TaskState::Dead, None));
     assert!(app.page().marked.is_empty());
     assert!(text(&app).contains("redriven 2 tasks of inference"));
@@ -337,7 +337,10 @@ fn dead_tab_redrives_the_marked_tasks_with_their_count() {
 #[test]
 fn daemon_errors_show_in_the_footer() {
     let mut app = started(false);
-    let effect = app.on_done(Err("forbidden: token \"ops\" lacks the role admin".into()));
+    let effect = app.on_done(
+        Err("forbidden: token \"ops\" lacks the role admin".into()),
+        false,
+    );
     watched(
         &[effect],
         View::Queues {
@@ -444,7 +447,7 @@ fn members_screen_and_drain() {
             members: vec![
                 member("gpu-1", &["gpu", "a100"], 4, true, false),
                 member("gpu-2", &["gpu"], 2, true, true),
-                member("cpu-9", &[], 1, false, false),
+                member("cpu-9", &[], 1, false, true),
             ],
             connected: 2,
             next: None,
@@ -556,7 +559,7 @@ fn commands_and_their_errors() {
         app.message,
         Some((
             Level::Error,
-            "unknown command \"frobnicate\": try :queues, :members, :dead, :queue NAME, :task ID, :q".into()
+            "unknown command \"frobnicate\": try :queues, :members, :dead, :queue NAME [STATE], :task ID, :q".into()
         ))
     );
     watched(
@@ -743,4 +746,74 @@ fn a_first_screen_the_token_may_not_watch_says_why() {
     assert_eq!(app.on_watch_failed(tag, error.clone()), None);
     assert_eq!(app.load_error, Some(error));
     assert!(text(&app).contains("cannot show this screen: forbidden: token \"ci\" lacks"));
+}
+
+#[test]
+fn a_task_discarded_from_its_own_screen_goes_back_saying_so() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 3, TaskState::Dead, 1..3);
+    let tag = watched(&press(&mut app, KeyCode::Enter), View::Task { task: id(1) });
+    let mut dead = task_info();
+    dead.state = TaskState::Dead;
+    dead.lease = None;
+    dead.dead_reason = Some("max_attempts".into());
+    deliver(&mut app, tag, WatchUpdate::Task { task: dead });
+    assert_eq!(app.keys()[..2], [("r", "redrive"), ("x", "discard")]);
+    press(&mut app, KeyCode::Char('x'));
+    match press(&mut app, KeyCode::Char('y')).as_slice() {
+        [Effect::Run(Verb::Dead(DeadAction::Discard, t))] => assert_eq!(t.ids, [id(1)]),
+        other => panic!("{other:?}"),
+    }
+    let effect = app.on_done(Ok("discarded 1 task of inference".into()), true);
+    watched(&[effect], tasks_view(TaskState::Dead, None));
+    assert_eq!(
+        app.message,
+        Some((Level::Info, "discarded 1 task of inference".into()))
+    );
+}
+
+#[test]
+fn a_queue_opens_on_the_tab_its_command_names() {
+    let mut app = started(false);
+    watched(
+        &chars(&mut app, ":queue inference dead\n"),
+        tasks_view(TaskState::Dead, None),
+    );
+    assert_eq!(chars(&mut app, ":queue inference stuck\n"), vec![]);
+    assert_eq!(
+        app.message,
+        Some((
+            Level::Error,
+            "unknown state in \"queue inference stuck\": ready, scheduled, leased, dead, done or cancelled".into()
+        ))
+    );
+}
+
+#[test]
+fn marks_are_for_dead_tasks_and_survive_a_filter() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 0, TaskState::Ready, 1..3);
+    press(&mut app, KeyCode::Char(' '));
+    assert!(
+        app.page().marked.is_empty(),
+        "nothing to mark for on the ready tab"
+    );
+    let mut app = started(false);
+    on_queue_tab(&mut app, 3, TaskState::Dead, 1..3);
+    press(&mut app, KeyCode::Char(' '));
+    chars(&mut app, "/zzz\n");
+    let tag = match app.rewatch() {
+        Effect::Watch { tag, .. } => tag,
+        other => panic!("{other:?}"),
+    };
+    deliver(&mut app, tag, tasks_update(TaskState::Dead, 1..3, None));
+    assert_eq!(app.page().marked.iter().collect::<Vec<_>>(), [&id(1)]);
+    assert!(text(&app).contains("no row of this page matches /zzz"));
+}
+
+#[test]
+fn a_lost_connection_is_flagged_in_the_title() {
+    let mut app = started(false);
+    app.connected = false;
+    assert!(text(&app).contains("disconnected: what is shown may be stale"));
 }

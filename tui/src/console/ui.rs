@@ -58,6 +58,13 @@ fn render_title(app: &App, frame: &mut Frame, area: Rect) {
     if app.readonly {
         spans.push(Span::styled(" read-only ", Style::new().fg(Color::Yellow)));
     }
+    if !app.connected {
+        let style = Style::new().fg(Color::Red).bold().reversed();
+        spans.push(Span::styled(
+            " disconnected: what is shown may be stale ",
+            style,
+        ));
+    }
     frame.render_widget(Line::from(spans), area);
 }
 
@@ -154,7 +161,7 @@ fn render_queues(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
                 ),
                 Cell::from(format!("{rate_in:.1}")),
                 Cell::from(format!("{rate_out:.1}")),
-                Cell::from(if q.options.paused { "paused" } else { "active" }),
+                queue_state(q),
             ])
         })
         .collect();
@@ -174,6 +181,28 @@ fn render_queues(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
         "QUEUE", "READY", "SCHED", "LEASED", "DEAD", "DONE", "OLDEST", "IN/s", "OUT/s", "STATE",
     ]);
     table(app, rows, &widths, head, block, frame, area);
+}
+
+/// A queue's state at a glance: paused, stuck (ready tasks no connected member can
+/// take), or active.
+fn queue_state(q: &QueueInfo) -> Cell<'static> {
+    if q.options.paused {
+        Cell::from("paused").fg(Color::Yellow)
+    } else if q.unclaimable > 0 {
+        Cell::from("stuck").fg(Color::Red)
+    } else {
+        Cell::from("active")
+    }
+}
+
+/// What an empty list says: nothing there, or nothing that passes the filter.
+fn nothing(app: &App, what: &str) -> String {
+    let filter = &app.page().filter;
+    if filter.is_empty() || app.all_rows().is_empty() {
+        what.to_owned()
+    } else {
+        format!("no row of this page matches /{filter}")
+    }
 }
 
 fn render_queue(
@@ -232,7 +261,8 @@ fn render_queue(
     }
     frame.render_widget(Line::from(facts), info);
     if app.rows().is_empty() {
-        frame.render_widget(Paragraph::new(format!("no {} tasks", state.as_str())), list);
+        let what = format!("no {} tasks", state.as_str());
+        frame.render_widget(Paragraph::new(nothing(app, &what)), list);
         return;
     }
     task_table(app, &columns(state), Block::new(), frame, list);
@@ -241,7 +271,10 @@ fn render_queue(
 fn render_dead(app: &App, total: u64, block: Block<'_>, frame: &mut Frame, area: Rect) {
     let block = block.title_bottom(format!(" {total} dead "));
     if app.rows().is_empty() {
-        frame.render_widget(Paragraph::new("no dead tasks").block(block), area);
+        frame.render_widget(
+            Paragraph::new(nothing(app, "no dead tasks")).block(block),
+            area,
+        );
         return;
     }
     let columns = [QUEUE, ATTEMPTS, REASON, ERROR];
@@ -380,7 +413,7 @@ fn render_member(app: &App, m: &MemberInfo, block: Block<'_>, frame: &mut Frame,
         info,
     );
     if app.rows().is_empty() {
-        frame.render_widget(Paragraph::new("holds no tasks"), list);
+        frame.render_widget(Paragraph::new(nothing(app, "holds no tasks")), list);
         return;
     }
     task_table(app, &[QUEUE, ATTEMPTS, EXPIRES], Block::new(), frame, list);
@@ -388,12 +421,11 @@ fn render_member(app: &App, m: &MemberInfo, block: Block<'_>, frame: &mut Frame,
 
 /// How a member's state reads, and its color.
 fn member_state(m: &MemberInfo) -> (&'static str, Color) {
-    if m.draining {
-        ("draining", Color::Yellow)
-    } else if m.connected {
-        ("connected", Color::Reset)
-    } else {
-        ("offline", Color::Red)
+    match (m.connected, m.draining) {
+        (true, false) => ("connected", Color::Reset),
+        (true, true) => ("draining", Color::Yellow),
+        (false, false) => ("offline", Color::Red),
+        (false, true) => ("offline·drain", Color::Red),
     }
 }
 
@@ -428,7 +460,10 @@ fn render_members(app: &App, connected: u64, block: Block<'_>, frame: &mut Frame
         .collect();
     let block = block.title_bottom(format!(" {connected} connected "));
     if rows.is_empty() {
-        frame.render_widget(Paragraph::new("no members").block(block), area);
+        frame.render_widget(
+            Paragraph::new(nothing(app, "no members")).block(block),
+            area,
+        );
         return;
     }
     let widths = [
@@ -437,7 +472,7 @@ fn render_members(app: &App, connected: u64, block: Block<'_>, frame: &mut Frame
         Constraint::Length(4),
         Constraint::Length(5),
         Constraint::Length(6),
-        Constraint::Length(9),
+        Constraint::Length(13),
     ];
     let head = header(&["MEMBER", "LABELS", "CAP", "HELD", "SEEN", "STATE"]);
     table(app, rows, &widths, head, block, frame, area);
@@ -510,7 +545,11 @@ pub fn task_lines(t: &TaskInfo, now: u64) -> Vec<Line<'static>> {
         lines.push(field("due", until(now, at)));
     }
     if let Some(e) = &t.last_error {
-        lines.push(field("last error", one_line(e)).fg(Color::Red));
+        // The whole error: its first line beside the name, the rest (a traceback) below.
+        let mut error = e.lines();
+        let first = error.next().unwrap_or_default().to_owned();
+        lines.push(field("last error", first).fg(Color::Red));
+        lines.extend(error.map(|l| Line::raw(format!("  {l}")).fg(Color::Red)));
     }
     lines.push(Line::from(Span::styled("timeline", Style::new().bold())));
     for e in &t.history {
