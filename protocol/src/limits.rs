@@ -89,3 +89,32 @@ pub const MAX_CAPACITY: u32 = 1000;
 /// Deepest nesting of JSON arrays and objects in a frame. Deeper frames are refused
 /// before they are parsed, so no parser recursion depends on what a peer sends.
 pub const MAX_JSON_DEPTH: usize = 64;
+
+/// Cuts `text` to at most `max_bytes` bytes, on a character boundary. Returns whether
+/// anything was cut.
+pub fn cut_to(text: &mut String, max_bytes: usize) -> bool {
+    if text.len() <= max_bytes {
+        return false;
+    }
+    let mut cut = max_bytes;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut_to;
+
+    #[test]
+    fn cuts_on_a_character_boundary() {
+        let mut short = "abc".to_owned();
+        assert!(!cut_to(&mut short, 3));
+        assert_eq!(short, "abc");
+        let mut text = "aé".to_owned(); // 3 bytes; byte 2 is inside the é
+        assert!(cut_to(&mut text, 2));
+        assert_eq!(text, "a");
+    }
+}

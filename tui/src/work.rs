@@ -187,14 +187,8 @@ fn failure_text(status: &std::process::ExitStatus, stderr_tail: &str) -> String 
     } else {
         format!("{status}: {tail}")
     };
-    // The daemon refuses longer errors; cut on a character boundary.
-    if text.len() > MAX_ERROR_BYTES {
-        let mut cut = MAX_ERROR_BYTES;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-    }
+    // The daemon refuses longer errors.
+    muster_protocol::limits::cut_to(&mut text, MAX_ERROR_BYTES);
     text
 }
 

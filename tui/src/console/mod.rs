@@ -207,7 +207,7 @@ async fn perform(client: &Client, tx: &mpsc::UnboundedSender<Msg>, effect: Effec
 }
 
 /// Runs a verb and says what happened, as the footer shows it.
-pub async fn run_verb(client: &Client, verb: Verb) -> Result<String, Error> {
+async fn run_verb(client: &Client, verb: Verb) -> Result<String, Error> {
     fn tasks(n: u64) -> String {
         if n == 1 {
             "1 task".into()

@@ -55,6 +55,22 @@ fn watched(effects: &[Effect], view: View) -> u64 {
     }
 }
 
+/// The queues screen's view, as the console watches it.
+fn queues_view() -> View {
+    View::Queues {
+        after: None,
+        limit: Some(PAGE_ROWS),
+    }
+}
+
+/// Watches the current screen again and returns the tag its updates must carry.
+fn current_tag(app: &mut App) -> u64 {
+    match app.rewatch() {
+        Effect::Watch { tag, .. } => tag,
+        other => panic!("{other:?}"),
+    }
+}
+
 fn deliver(app: &mut App, tag: u64, update: WatchUpdate) {
     assert_eq!(app.on_watch(WatchReply { tag, update }), None);
 }
@@ -129,13 +145,7 @@ fn queues_update() -> WatchUpdate {
 /// A console on the queues screen with data.
 fn started(readonly: bool) -> App {
     let (mut app, first) = App::new("127.0.0.1:7420".into(), readonly, NOW);
-    let tag = watched(
-        &[first],
-        View::Queues {
-            after: None,
-            limit: Some(PAGE_ROWS),
-        },
-    );
+    let tag = watched(&[first], queues_view());
     deliver(&mut app, tag, queues_update());
     app
 }
@@ -341,13 +351,7 @@ fn daemon_errors_show_in_the_footer() {
         Err("forbidden: token \"ops\" lacks the role admin".into()),
         false,
     );
-    watched(
-        &[effect],
-        View::Queues {
-            after: None,
-            limit: Some(PAGE_ROWS),
-        },
-    );
+    watched(&[effect], queues_view());
     insta::assert_snapshot!("error_footer", screen(&app, 80, 24).backend());
 }
 
@@ -572,13 +576,7 @@ fn commands_and_their_errors() {
         },
     );
     // Esc from a jumped-to screen returns to the queues.
-    watched(
-        &press(&mut app, KeyCode::Esc),
-        View::Queues {
-            after: None,
-            limit: Some(PAGE_ROWS),
-        },
-    );
+    watched(&press(&mut app, KeyCode::Esc), queues_view());
     assert_eq!(
         press(&mut app, KeyCode::Esc),
         vec![],
@@ -597,23 +595,14 @@ fn stale_and_gone_updates() {
     deliver(&mut app, 1, queues_update());
     assert_eq!(text(&app), before);
     // The queue was deleted: back to the queues, saying why.
-    let current = match app.rewatch() {
-        Effect::Watch { tag, .. } => tag,
-        other => panic!("{other:?}"),
-    };
+    let current = current_tag(&mut app);
     let back = app.on_watch(WatchReply {
         tag: current,
         update: WatchUpdate::Gone {
             error: ErrorBody::new(ErrorCode::NotFound, "no queue \"inference\""),
         },
     });
-    watched(
-        &back.into_iter().collect::<Vec<_>>(),
-        View::Queues {
-            after: None,
-            limit: Some(PAGE_ROWS),
-        },
-    );
+    watched(&back.into_iter().collect::<Vec<_>>(), queues_view());
     assert_eq!(
         app.message,
         Some((Level::Error, "gone: no queue \"inference\"".into()))
@@ -658,10 +647,7 @@ fn the_selection_and_the_marks_follow_the_tasks_as_rows_move() {
     press(&mut app, KeyCode::Char(' '));
     assert_eq!(app.page().selected, 1);
     // An older task died (it sorts first) and task 4 was redriven elsewhere.
-    let tag = match app.rewatch() {
-        Effect::Watch { tag, .. } => tag,
-        other => panic!("{other:?}"),
-    };
+    let tag = current_tag(&mut app);
     deliver(&mut app, tag, tasks_update(TaskState::Dead, 1..4, None));
     assert_eq!(app.page().selected, 2, "still on task 3");
     assert_eq!(app.page().marked.iter().collect::<Vec<_>>(), [&id(3)]);
@@ -735,13 +721,7 @@ fn the_task_screen_scrolls_within_its_lines() {
 #[test]
 fn a_first_screen_the_token_may_not_watch_says_why() {
     let (mut app, first) = App::new("127.0.0.1:7420".into(), false, NOW);
-    let tag = watched(
-        &[first],
-        View::Queues {
-            after: None,
-            limit: Some(PAGE_ROWS),
-        },
-    );
+    let tag = watched(&[first], queues_view());
     let error = "forbidden: token \"ci\" lacks the role admin".to_owned();
     assert_eq!(app.on_watch_failed(tag, error.clone()), None);
     assert_eq!(app.load_error, Some(error));
@@ -802,10 +782,7 @@ fn marks_are_for_dead_tasks_and_survive_a_filter() {
     on_queue_tab(&mut app, 3, TaskState::Dead, 1..3);
     press(&mut app, KeyCode::Char(' '));
     chars(&mut app, "/zzz\n");
-    let tag = match app.rewatch() {
-        Effect::Watch { tag, .. } => tag,
-        other => panic!("{other:?}"),
-    };
+    let tag = current_tag(&mut app);
     deliver(&mut app, tag, tasks_update(TaskState::Dead, 1..3, None));
     assert_eq!(app.page().marked.iter().collect::<Vec<_>>(), [&id(1)]);
     assert!(text(&app).contains("no row of this page matches /zzz"));

@@ -697,7 +697,7 @@ fn pretty(json: &str) -> String {
 }
 
 /// A span of milliseconds in its largest whole unit: `42s`, `7m`, `3h`, `2d`.
-pub fn short(ms: u64) -> String {
+fn short(ms: u64) -> String {
     let s = ms / 1000;
     match s {
         0..60 => format!("{s}s"),
