@@ -398,6 +398,7 @@ where
             capacity: self.config.capacity,
             reclaim: !self.opened && self.config.reclaim_on_start,
             resume: self.opened,
+            liveness_ms: None,
         };
         let (reply, pushes) = client.open_session(&open).await?;
         // From now on this process holds the member's leases: never reclaim them again.

@@ -48,6 +48,8 @@ pub enum Durability {
 pub enum Command {
     /// A decoded request and where its reply goes.
     Request(Request, Responder),
+    /// Packets arrived on a connection since it was last reported: it is alive.
+    Heard(u64),
     /// A connection ended (its member session, if any, ends too).
     Disconnected(u64),
     /// Persist, then stop.
@@ -295,6 +297,7 @@ fn run(
                     engine.handle(req, responder, now)?;
                     debug!("applied");
                 }
+                Command::Heard(connection) => engine.heard(connection, now),
                 Command::Disconnected(connection) => engine.disconnected(connection),
                 Command::Shutdown => stopping = true,
             }

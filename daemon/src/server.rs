@@ -48,6 +48,11 @@ const CLOSE_UNAUTHORIZED: u32 = 4;
 /// How long a stream gets to deliver its last frames before its connection is closed.
 const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// How often each connection's packet count is read: a connection that received any
+/// packet (keep-alive PINGs included) since is reported to the engine as heard from.
+/// Member liveness is therefore known to within this much.
+pub const HEARD_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// UDP receive buffer asked of the kernel (capped by `net.core.rmem_max`): bursts of
 /// pipelined requests must not be dropped before quinn reads them.
 const UDP_RECV_BUFFER: usize = 4 * 1024 * 1024;
@@ -146,6 +151,7 @@ async fn handle_connection(
         });
     }
     let commands = context.commands.clone();
+    streams.spawn(report_heard(conn.clone(), connection, commands.clone()));
     let result = loop {
         let (send, recv) = tokio::select! {
             s = conn.accept_bi() => match s {
@@ -165,6 +171,27 @@ async fn handle_connection(
         Ok(()) | Err(quinn::ConnectionError::ApplicationClosed(_)) => Ok(()),
         Err(quinn::ConnectionError::LocallyClosed) => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Tells the engine, at most every [`HEARD_POLL`], that packets arrived on the
+/// connection: its member session's heartbeat. Ends with the connection, so the engine
+/// hears nothing of it after `Disconnected`.
+async fn report_heard(conn: quinn::Connection, connection: u64, commands: flume::Sender<Command>) {
+    let mut seen = 0;
+    let mut poll = tokio::time::interval(HEARD_POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = poll.tick() => {}
+            _ = conn.closed() => return,
+        }
+        let datagrams = conn.stats().udp_rx.datagrams;
+        if datagrams != seen {
+            seen = datagrams;
+            // A full channel means a busy dispatcher: the next poll tells it again.
+            let _ = commands.try_send(Command::Heard(connection));
+        }
     }
 }
 

@@ -86,6 +86,17 @@ pub const MAX_KEY_CONCURRENCY: u32 = 1000;
 /// Highest capacity (most leases held at once) a member session may declare.
 pub const MAX_CAPACITY: u32 = 1000;
 
+/// How long a member session may be silent (no packet at all, keep-alive PINGs
+/// included) before the daemon marks it unreachable, unless its `session_open` says
+/// otherwise. Also the silence after which a parked claim is no longer served.
+pub const DEFAULT_LIVENESS: Duration = Duration::from_secs(5);
+
+/// Shortest liveness timeout a session may ask for.
+pub const MIN_LIVENESS: Duration = Duration::from_secs(1);
+
+/// Longest liveness timeout a session may ask for.
+pub const MAX_LIVENESS: Duration = Duration::from_secs(60);
+
 /// Deepest nesting of JSON arrays and objects in a frame. Deeper frames are refused
 /// before they are parsed, so no parser recursion depends on what a peer sends.
 pub const MAX_JSON_DEPTH: usize = 64;

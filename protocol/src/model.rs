@@ -309,6 +309,8 @@ pub struct Delivery {
     pub key: Option<String>,
     /// When the lease lapses unless renewed.
     pub lease_expires_ms: u64,
+    /// The lease's length from the moment the daemon granted it.
+    pub lease_ms: u64,
     /// The last progress checkpoint stored by a holder, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<RawJson>,
@@ -434,12 +436,50 @@ pub struct MemberInfo {
     pub capacity: u32,
     /// Leases it holds now.
     pub leased: u64,
-    /// Whether a session of this member is connected.
+    /// Whether a session of this member is connected and heard from (`state` is
+    /// `connected`).
     pub connected: bool,
+    /// Connected, unreachable (its session is silent past its liveness timeout) or gone
+    /// (no session).
+    pub state: MemberState,
+    /// Its session's liveness timeout; 0 if it has no session.
+    pub liveness_ms: u64,
     /// Drained by an operator: it keeps what it holds and takes nothing new.
     pub draining: bool,
     /// Queues its session subscribed to.
     pub subscribed: Vec<String>,
-    /// When a request of its session last arrived (its heartbeat), if it ever had one.
+    /// When the daemon last heard from its session (any packet, keep-alive PINGs
+    /// included), if it ever had one.
     pub last_seen_ms: Option<u64>,
+}
+
+/// Whether the daemon hears from a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemberState {
+    /// Its session is open and was heard from within its liveness timeout: it gets
+    /// pushes and leases.
+    Connected,
+    /// Its session is open but silent past its liveness timeout (crashed, frozen or cut
+    /// off): it gets nothing new; its leases run on to their deadlines.
+    Unreachable,
+    /// It has no session (its connection ended, or it only ever pulled): it gets no pushes.
+    Gone,
+}
+
+impl MemberState {
+    /// The state's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemberState::Connected => "connected",
+            MemberState::Unreachable => "unreachable",
+            MemberState::Gone => "gone",
+        }
+    }
+}
+
+impl std::fmt::Display for MemberState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }

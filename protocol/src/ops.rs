@@ -255,6 +255,9 @@ pub struct Renew {
 pub struct RenewReply {
     /// The new deadline.
     pub lease_expires_ms: u64,
+    /// The lease's length from the moment the daemon renewed it: a holder adds it to
+    /// the instant it sent the renewal to get a deadline that needs no synchronized clock.
+    pub lease_ms: u64,
     /// An operator or producer asked to cancel the task: stop and settle it.
     pub cancel_requested: bool,
 }
@@ -405,6 +408,12 @@ pub struct SessionOpen {
     /// its work). With neither `reclaim` nor `resume`, they are released to their queues.
     #[serde(default)]
     pub resume: bool,
+    /// Milliseconds of silence after which the daemon marks the member unreachable
+    /// ([`crate::limits::MIN_LIVENESS`] to [`crate::limits::MAX_LIVENESS`]; default
+    /// [`crate::limits::DEFAULT_LIVENESS`]). Send packets (keep-alive PINGs count) at
+    /// least three times as often.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub liveness_ms: Option<u64>,
 }
 
 /// Reply to [`SessionOpen`].

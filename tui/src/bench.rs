@@ -323,6 +323,7 @@ async fn start_workers(
             capacity: prefetch,
             reclaim: false,
             resume: false,
+            liveness_ms: None,
         };
         let (_, mut pushes) = client.open_session(&open).await?;
         client.subscribe(&open.member, &[queue.to_owned()]).await?;
@@ -484,6 +485,7 @@ async fn roundtrip(
         capacity: 1,
         reclaim: false,
         resume: false,
+        liveness_ms: None,
     };
     let (_, mut pushes) = worker.open_session(&open).await?;
     worker
@@ -586,6 +588,7 @@ async fn members(
             capacity: 1,
             reclaim: false,
             resume: false,
+            liveness_ms: None,
         };
         let (_, pushes) = client.open_session(&open).await?;
         let got = client

@@ -59,11 +59,7 @@ impl Output {
                 format!(
                     "{}\t{}\t{}/{}\t{}\t{}\t{}",
                     m.name,
-                    if m.connected {
-                        "connected"
-                    } else {
-                        "disconnected"
-                    },
+                    m.state,
                     m.leased,
                     m.capacity,
                     if m.draining { "draining" } else { "active" },

@@ -136,12 +136,20 @@ impl DispatchIndex {
         }
     }
 
-    /// The best dispatchable task for a claimer carrying `labels`.
-    pub fn pick(&self, labels: &[String]) -> Option<Ulid> {
+    /// The best dispatchable task for a claimer carrying `labels` that `allowed`
+    /// accepts. Each class is searched past at most `max_skip` refused tasks (its first
+    /// task alone when `max_skip` is 0), so a pick costs at most
+    /// classes × (`max_skip` + 1) steps, never a scan of the backlog.
+    pub fn pick(
+        &self,
+        labels: &[String],
+        allowed: impl Fn(Ulid) -> bool,
+        max_skip: usize,
+    ) -> Option<Ulid> {
         self.classes
             .iter()
             .filter(|(class, _)| class.iter().all(|l| labels.contains(l)))
-            .filter_map(|(_, set)| set.first())
+            .filter_map(|(_, set)| set.iter().take(max_skip + 1).find(|(_, id)| allowed(*id)))
             .min()
             .map(|(_, id)| *id)
     }
@@ -269,10 +277,10 @@ mod tests {
         for t in [&a, &b, &c] {
             ix.add(t.r(), 1);
         }
-        assert_eq!(ix.pick(&labels(&["gpu"])), Some(b.id));
-        assert_eq!(ix.pick(&[]), Some(c.id));
+        assert_eq!(ix.pick(&labels(&["gpu"]), |_| true, 0), Some(b.id));
+        assert_eq!(ix.pick(&[], |_| true, 0), Some(c.id));
         ix.remove(c.r(), 1);
-        assert_eq!(ix.pick(&[]), Some(a.id));
+        assert_eq!(ix.pick(&[], |_| true, 0), Some(a.id));
     }
 
     #[test]
@@ -285,28 +293,28 @@ mod tests {
             ix.add(t.r(), 1);
         }
         // k2 has a higher priority, but k1 is ahead of it in the key's line.
-        assert_eq!(ix.pick(&[]), Some(k1.id));
+        assert_eq!(ix.pick(&[], |_| true, 0), Some(k1.id));
         assert_eq!(ix.held_back(), 1);
         // k1 leased: k2 still waits; the other key does not.
         ix.remove(k1.r(), 1);
         k1.state = TaskState::Leased;
         ix.add(k1.r(), 1);
-        assert_eq!(ix.pick(&[]), Some(other.id));
+        assert_eq!(ix.pick(&[], |_| true, 0), Some(other.id));
         ix.remove(other.r(), 1);
-        assert_eq!(ix.pick(&[]), None);
+        assert_eq!(ix.pick(&[], |_| true, 0), None);
         // k1 fails and waits for its retry: it still heads the line.
         ix.remove(k1.r(), 1);
         k1.state = TaskState::Scheduled;
         ix.add(k1.r(), 1);
-        assert_eq!(ix.pick(&[]), None);
+        assert_eq!(ix.pick(&[], |_| true, 0), None);
         // With a key concurrency of 2 the second place may go.
         ix.rebuild(2);
-        assert_eq!(ix.pick(&[]), Some(k2.id));
+        assert_eq!(ix.pick(&[], |_| true, 0), Some(k2.id));
         ix.rebuild(1);
-        assert_eq!(ix.pick(&[]), None);
+        assert_eq!(ix.pick(&[], |_| true, 0), None);
         // k1 done: k2 is head now.
         ix.remove(k1.r(), 1);
-        assert_eq!(ix.pick(&[]), Some(k2.id));
+        assert_eq!(ix.pick(&[], |_| true, 0), Some(k2.id));
         assert_eq!(ix.held_back(), 0);
     }
 
@@ -320,8 +328,8 @@ mod tests {
         ix.add(b.r(), 1);
         // A is redriven: it rejoins the line ahead of B, but B holds the key's one place.
         ix.add(a.r(), 1);
-        assert_eq!(ix.pick(&[]), None);
+        assert_eq!(ix.pick(&[], |_| true, 0), None);
         ix.remove(b.r(), 1);
-        assert_eq!(ix.pick(&[]), Some(a.id));
+        assert_eq!(ix.pick(&[], |_| true, 0), Some(a.id));
     }
 }

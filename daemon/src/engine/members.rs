@@ -1,18 +1,25 @@
-//! Members: agent sessions, push delivery, reclaim, drain and revoke (DESIGN §3).
+//! Members: agent sessions, liveness, push delivery, reclaim, drain and revoke.
 //!
 //! Leases belong to a member's name, not to a connection. A session binds a member to
 //! one connection (and the stream it was opened on, where pushes go); a newer session
 //! under the same name takes over and the old one is told `replaced`. Pushes follow
 //! credit: a subscribed member is handed tasks while it holds fewer leases than its
 //! capacity, members taking turns.
-
+//!
+//! **Liveness** is apart from leases: a session is `connected` while the daemon hears
+//! from its connection (any packet, reported by the connection layer as [`Engine::heard`],
+//! and every request), `unreachable` once it was silent for longer than its liveness
+//! timeout, and `gone` when its connection ended. Only a connected member gets pushes.
+//! A task whose lease lapsed (or was revoked) is not handed back to the member that
+//! held it while another member could take it, nor before that member was heard from
+//! again after the lapse: a dead agent costs each of its tasks at most one failure.
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use ulid::Ulid;
 
-use muster_protocol::limits::{MAX_CAPACITY, MAX_CLAIM_REPLY_BYTES};
-use muster_protocol::model::{MemberInfo, TaskState};
+use muster_protocol::limits::{MAX_CAPACITY, MAX_CLAIM_REPLY_BYTES, MAX_LIVENESS, MIN_LIVENESS};
+use muster_protocol::model::{MemberInfo, MemberState, TaskState};
 use muster_protocol::names;
 use muster_protocol::ops::{
     Empty, LeaseRef, LeaseRevoke, MemberDescribeReply, MemberListReply, MemberName, MemberReply,
@@ -34,11 +41,18 @@ pub(super) struct Member<S> {
     draining: bool,
     subscribed: Vec<String>,
     last_seen_ms: Option<u64>,
+    /// The event number of its latest lease that lapsed or was revoked, until it is
+    /// heard from after it: the tasks it let go may come back to it then.
+    lapsed_at: Option<u64>,
 }
 
 struct Session<S> {
     connection: u64,
     sink: S,
+    /// Silence after which the member is unreachable.
+    liveness_ms: u64,
+    /// False once the liveness sweep found it silent; true again when heard from.
+    reachable: bool,
 }
 
 impl<S: Sink> Member<S> {
@@ -51,11 +65,17 @@ impl<S: Sink> Member<S> {
             draining: false,
             subscribed: Vec::new(),
             last_seen_ms: None,
+            lapsed_at: None,
         }
     }
 
-    fn connected(&self) -> bool {
-        self.session.as_ref().is_some_and(|s| !s.sink.is_closed())
+    /// Connected, unreachable or gone, as of the last liveness sweep.
+    pub(super) fn state(&self) -> MemberState {
+        match &self.session {
+            Some(s) if !s.sink.is_closed() && s.reachable => MemberState::Connected,
+            Some(s) if !s.sink.is_closed() => MemberState::Unreachable,
+            _ => MemberState::Gone,
+        }
     }
 
     pub(super) fn info(&self, name: &str) -> MemberInfo {
@@ -64,16 +84,23 @@ impl<S: Sink> Member<S> {
             labels: self.labels.clone(),
             capacity: self.capacity,
             leased: self.leased.len() as u64,
-            connected: self.connected(),
+            connected: self.state() == MemberState::Connected,
+            state: self.state(),
+            liveness_ms: self.session.as_ref().map_or(0, |s| s.liveness_ms),
             draining: self.draining,
             subscribed: self.subscribed.clone(),
             last_seen_ms: self.last_seen_ms,
         }
     }
 
-    /// Room for pushes: subscribed, connected, not draining, under capacity.
-    fn free(&self) -> usize {
-        if self.subscribed.is_empty() || self.draining || !self.connected() {
+    /// Room for pushes at `now`: subscribed, heard from within its liveness timeout
+    /// (`heard` is when its connection was last heard from), not draining, under capacity.
+    fn free(&self, heard: Option<super::Heard>, now: Now) -> usize {
+        let alive = self.session.as_ref().is_some_and(|s| {
+            !s.sink.is_closed()
+                && heard.is_some_and(|h| now.mono_ms.saturating_sub(h.at_ms) <= s.liveness_ms)
+        });
+        if self.subscribed.is_empty() || self.draining || !alive {
             return 0;
         }
         (self.capacity as usize).saturating_sub(self.leased.len())
@@ -102,26 +129,140 @@ impl<W: Waiter> Engine<W> {
         }
     }
 
-    /// Records a request from a member's session as its heartbeat.
+    /// The connection layer heard from `connection` (a packet of any kind arrived): its
+    /// member session, if any, is alive.
+    pub fn heard(&mut self, connection: u64, now: Now) {
+        self.heard_from(connection, now);
+    }
+
+    /// Records that `connection` was heard from at `now` (a request or any packet): the
+    /// heartbeat of its member session and of its parked claims.
     pub(super) fn heard_from(&mut self, connection: u64, now: Now) {
-        if let Some(name) = self.sessions.get(&connection)
-            && let Some(m) = self.members.get_mut(name)
+        self.events += 1;
+        let event = self.events;
+        let previous = self.heard.insert(
+            connection,
+            super::Heard {
+                at_ms: now.mono_ms,
+                event,
+            },
+        );
+        let liveness = muster_protocol::limits::DEFAULT_LIVENESS.as_millis() as u64;
+        if previous.is_some_and(|h| now.mono_ms.saturating_sub(h.at_ms) > liveness) {
+            // Claims it parked while silent were passed over: serve them again.
+            self.ready_changed = true;
+        }
+        let Some(name) = self.sessions.get(&connection) else {
+            return;
+        };
+        let Some(m) = self.members.get_mut(name) else {
+            return;
+        };
+        m.last_seen_ms = Some(now.wall_ms);
+        if let Some(s) = m.session.as_mut()
+            && !s.reachable
         {
-            m.last_seen_ms = Some(now.wall_ms);
+            s.reachable = true;
             self.generation += 1;
+            self.push_changed = true;
+            tracing::info!(member = %name, "member reachable again");
+        }
+        if m.lapsed_at.is_some_and(|at| event > at) {
+            // Tasks it let lapse may go back to it now that it is alive.
+            m.lapsed_at = None;
+            self.push_changed = true;
+            self.ready_changed = true;
+        }
+    }
+
+    /// Marks members silent past their liveness timeout unreachable. Runs at most every
+    /// [`LIVENESS_SWEEP`](super::LIVENESS_SWEEP); pushes check liveness exactly.
+    pub(super) fn sweep_liveness(&mut self, now: Now) {
+        if now.mono_ms < self.liveness_sweep_at {
+            return;
+        }
+        self.liveness_sweep_at = now.mono_ms + super::LIVENESS_SWEEP.as_millis() as u64;
+        for (name, m) in &mut self.members {
+            let Some(s) = m.session.as_mut() else {
+                continue;
+            };
+            let heard = self.heard.get(&s.connection).map_or(0, |h| h.at_ms);
+            let silent = now.mono_ms.saturating_sub(heard);
+            if s.reachable && !s.sink.is_closed() && silent > s.liveness_ms {
+                s.reachable = false;
+                self.generation += 1;
+                tracing::info!(member = %name, silent_ms = silent, leases = m.leased.len(), "member unreachable");
+            }
         }
     }
 
     /// Members with a connected session.
     pub(super) fn connected_members(&self) -> usize {
-        self.members.values().filter(|m| m.connected()).count()
+        self.members
+            .values()
+            .filter(|m| m.state() == MemberState::Connected)
+            .count()
     }
 
     /// True if some connected member carries every label of `class`.
     pub(super) fn connected_member_carries(&self, class: &[String]) -> bool {
-        self.members
-            .values()
-            .any(|m| m.connected() && class.iter().all(|l| m.labels.contains(l)))
+        self.members.values().any(|m| {
+            m.state() == MemberState::Connected && class.iter().all(|l| m.labels.contains(l))
+        })
+    }
+
+    /// Room for pushes a member has at `now`.
+    fn room(&self, m: &Member<W::Sink>, now: Now) -> usize {
+        let heard = m
+            .session
+            .as_ref()
+            .and_then(|s| self.heard.get(&s.connection).copied());
+        m.free(heard, now)
+    }
+
+    /// Remembers that `member` let task `id` go (a lapse or a revoke).
+    pub(super) fn let_go(&mut self, id: Ulid, member: &str) {
+        if member.is_empty() {
+            return;
+        }
+        self.events += 1;
+        let name = self.member_name(member);
+        if let Some(m) = self.members.get_mut(&name) {
+            m.lapsed_at = Some(self.events);
+        }
+        self.avoid.insert(id, (name, self.events));
+    }
+
+    /// The event number of the last time the connection of `m`'s session was heard from.
+    fn heard_event(&self, m: &Member<W::Sink>) -> u64 {
+        m.session
+            .as_ref()
+            .and_then(|s| self.heard.get(&s.connection))
+            .map_or(0, |h| h.event)
+    }
+
+    /// True if task `id` must not go to `claimer` now: the claimer let it lapse (or had
+    /// it revoked) and either was not heard from since (`heard` is the event number of
+    /// when it last was), or another connected member with room could take it.
+    pub(super) fn avoided(&self, id: Ulid, claimer: &str, heard: u64, now: Now) -> bool {
+        let Some((member, at)) = self.avoid.get(&id) else {
+            return false;
+        };
+        if **member != *claimer {
+            return false;
+        }
+        if heard <= *at {
+            return true;
+        }
+        let Some(meta) = self.tasks.get(&id) else {
+            return false;
+        };
+        self.members.iter().any(|(name, m)| {
+            **name != *claimer
+                && self.room(m, now) > 0
+                && m.subscribed.iter().any(|q| **q == *meta.queue)
+                && meta.class.iter().all(|l| m.labels.contains(l))
+        })
     }
 
     /// True if the member is drained: claims in its name get nothing.
@@ -165,6 +306,18 @@ impl<W: Waiter> Engine<W> {
         if r.reclaim && r.resume {
             return Err(bad("reclaim and resume exclude each other"));
         }
+        let liveness_ms = r
+            .liveness_ms
+            .unwrap_or(muster_protocol::limits::DEFAULT_LIVENESS.as_millis() as u64);
+        let (min, max) = (
+            MIN_LIVENESS.as_millis() as u64,
+            MAX_LIVENESS.as_millis() as u64,
+        );
+        if !(min..=max).contains(&liveness_ms) {
+            return Err(bad(format!(
+                "liveness of {liveness_ms} ms is outside {min}..={max} ms"
+            )));
+        }
         if let Some(other) = self.sessions.get(&waiter.connection())
             && **other != *r.member
         {
@@ -181,6 +334,7 @@ impl<W: Waiter> Engine<W> {
         if let Some(old) = member.session.take() {
             self.sessions.remove(&old.connection);
             if old.connection != waiter.connection() && !old.sink.is_closed() {
+                tracing::info!(member = %r.member, "member replaced by a newer session");
                 let error = ErrorBody::new(
                     ErrorCode::Replaced,
                     format!("a newer session of member {:?} took over", r.member),
@@ -191,6 +345,8 @@ impl<W: Waiter> Engine<W> {
         member.session = Some(Session {
             connection: waiter.connection(),
             sink: waiter.sink(),
+            liveness_ms,
+            reachable: true,
         });
         member.labels = r.labels;
         member.capacity = r.capacity;
@@ -200,6 +356,7 @@ impl<W: Waiter> Engine<W> {
         }
         member.subscribed.clear();
         member.last_seen_ms = Some(now.wall_ms);
+        member.lapsed_at = None;
         let held: Vec<Ulid> = member.leased.iter().copied().collect();
         self.sessions.insert(waiter.connection(), Arc::clone(&name));
         self.push_changed = true;
@@ -264,12 +421,22 @@ impl<W: Waiter> Engine<W> {
                 reply.released += 1;
             }
         }
+        tracing::info!(
+            member = %r.member,
+            liveness_ms,
+            reclaimed = reply.reclaimed.len(),
+            kept = reply.kept,
+            released = reply.released,
+            dead = reply.dead,
+            "member connected"
+        );
         Ok(reply)
     }
 
     /// A connection ended: its member session (if any) ends with it. Leases stay.
     pub fn disconnected(&mut self, connection: u64) {
         self.watches.remove(&connection);
+        self.heard.remove(&connection);
         let Some(name) = self.sessions.remove(&connection) else {
             return;
         };
@@ -281,6 +448,7 @@ impl<W: Waiter> Engine<W> {
             {
                 m.session = None;
                 m.subscribed.clear();
+                tracing::info!(member = %name, leases = m.leased.len(), "member gone");
             }
             // A drained member is remembered until a fresh session clears the drain.
             if m.leased.is_empty() && m.session.is_none() && !m.draining {
@@ -411,6 +579,10 @@ impl<W: Waiter> Engine<W> {
             format!("lease revoked by an operator (member {holder:?}, epoch {epoch})"),
             Some(0),
         );
+        if state == TaskState::Ready {
+            // It goes to another member if one can take it.
+            self.let_go(id, &holder);
+        }
         if let Some(member) = member {
             self.push_to(
                 &member,
@@ -434,7 +606,7 @@ impl<W: Waiter> Engine<W> {
         let mut order: Vec<Arc<str>> = self
             .members
             .iter()
-            .filter(|(_, m)| m.free() > 0)
+            .filter(|(_, m)| self.room(m, now) > 0)
             .map(|(name, _)| Arc::clone(name))
             .collect();
         if order.is_empty() {
@@ -449,15 +621,17 @@ impl<W: Waiter> Engine<W> {
                 let Some(m) = self.members.get(name) else {
                     continue;
                 };
-                if m.free() == 0 {
+                if self.room(m, now) == 0 {
                     continue;
                 }
+                let heard = self.heard_event(m);
                 let spec = ClaimSpec {
                     queues: m.subscribed.clone(),
                     max: 1,
                     lease_ms: None,
                     member: name.to_string(),
                     labels: m.labels.clone(),
+                    heard,
                 };
                 let tasks = self.take_ready(&spec, now).map_err(super::store_only)?;
                 for task in tasks {

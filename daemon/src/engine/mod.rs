@@ -43,6 +43,14 @@ use dispatch::{Class, DispatchIndex, TaskRef};
 /// Most retention removals done per round, so a large expiry never stalls dispatch.
 const RETENTION_BATCH: usize = 512;
 
+/// How often member sessions are checked for silence past their liveness timeout (the
+/// `unreachable` state shows up to this much late; pushes check liveness exactly).
+const LIVENESS_SWEEP: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Most tasks a claimer's pick skips in one label class because the claimer let them
+/// lapse ([`Engine::avoided`]); past it the class gives that claimer nothing this time.
+const MAX_AVOID_SKIP: usize = 64;
+
 /// The time of one engine step: wall-clock for what users schedule and see, monotonic
 /// for lease deadlines (a wall-clock jump neither expires nor prolongs a lease).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,6 +220,15 @@ struct Meta {
     member: Option<Arc<str>>,
 }
 
+/// When a connection was last heard from.
+#[derive(Debug, Clone, Copy)]
+struct Heard {
+    /// Monotonic milliseconds: for liveness timeouts.
+    at_ms: u64,
+    /// The event number (`Engine::events`): for "heard from since".
+    event: u64,
+}
+
 /// A claim waiting for tasks.
 struct ClaimWaiter<W> {
     waiter: W,
@@ -271,6 +288,17 @@ pub struct Engine<W: Waiter> {
     /// Moves with every committed change and member event: watches compare it with what
     /// they last sent.
     generation: u64,
+    /// When each open connection was last heard from: any packet, as reported by the
+    /// connection layer, or any request.
+    heard: HashMap<u64, Heard>,
+    /// Ready tasks whose last lease lapsed or was revoked: the member that let each go,
+    /// and the event number of that moment. See [`Engine::avoided`].
+    avoid: HashMap<Ulid, (Arc<str>, u64)>,
+    /// Numbers hearing from connections and leases let go, in the order they happen:
+    /// "heard from since the lapse" compares these, never milliseconds.
+    events: u64,
+    /// Monotonic time of the next liveness sweep.
+    liveness_sweep_at: u64,
 }
 
 impl<W: Waiter> Engine<W> {
@@ -307,6 +335,10 @@ impl<W: Waiter> Engine<W> {
             owners: HashMap::new(),
             watches: HashMap::new(),
             generation: 0,
+            heard: HashMap::new(),
+            avoid: HashMap::new(),
+            events: 0,
+            liveness_sweep_at: 0,
         };
         engine.owners = engine.store.load_owners()?.into_iter().collect();
         for (name, rec) in engine.store.load_queues()? {
@@ -388,6 +420,7 @@ impl<W: Waiter> Engine<W> {
 
     /// Runs every timer due at `now` and serves waiting claims and waits.
     pub fn tick(&mut self, now: Now) -> Result<(), StoreError> {
+        self.sweep_liveness(now);
         self.promote_scheduled(now)?;
         self.lapse_leases(now)?;
         self.expire_finished(now)?;
@@ -410,6 +443,7 @@ impl<W: Waiter> Engine<W> {
             self.claim_waiters.iter().map(|w| mono(w.deadline)).min(),
             self.task_waits.iter().map(|w| mono(w.deadline)).min(),
             self.next_watch().map(mono),
+            (!self.sessions.is_empty()).then(|| mono(self.liveness_sweep_at)),
         ]
         .into_iter()
         .flatten()
@@ -507,6 +541,7 @@ impl<W: Waiter> Engine<W> {
     fn remove(&mut self, id: Ulid, rec: &TaskRecord) {
         self.unindex(id);
         self.tasks.remove(&id);
+        self.avoid.remove(&id);
         // A wait on this task can end now: it reports it as removed.
         self.finished_changed = true;
         self.pending
@@ -545,6 +580,10 @@ impl<W: Waiter> Engine<W> {
     }
 
     fn index(&mut self, id: Ulid, meta: &Meta) {
+        if meta.state != TaskState::Ready {
+            // Only a ready task can go to the member that let it lapse.
+            self.avoid.remove(&id);
+        }
         let Some(queue) = self.queues.get_mut(&*meta.queue) else {
             return;
         };
@@ -649,7 +688,10 @@ impl<W: Waiter> Engine<W> {
                 q.totals.lapsed += 1;
             }
             push_event(&mut rec, now, "lapsed", Some(&member), Some(epoch), None);
-            self.fail(id, &mut rec, now, error, Some(0));
+            tracing::info!(task = %id, member = %member, epoch, "lease lapsed");
+            if self.fail(id, &mut rec, now, error, Some(0)) == TaskState::Ready {
+                self.let_go(id, &member);
+            }
             self.commit()?;
         }
         Ok(())
@@ -668,8 +710,9 @@ impl<W: Waiter> Engine<W> {
         self.commit()
     }
 
-    /// Counts a failure of a leased task and moves it on: cancelled if a cancel is
-    /// pending, dead if out of attempts, else retried after `delay_ms` (or the backoff).
+    /// Ends a leased task's delivery that failed: cancelled if a cancel is pending (no
+    /// failure counted: the work was to stop anyway), else counts a failure and moves
+    /// it to dead if out of attempts, else retries it after `delay_ms` (or the backoff).
     fn fail(
         &mut self,
         id: Ulid,
@@ -679,7 +722,9 @@ impl<W: Waiter> Engine<W> {
         delay_ms: Option<u64>,
     ) -> TaskState {
         rec.lease = None;
-        rec.failures += 1;
+        if !rec.cancel_requested {
+            rec.failures += 1;
+        }
         rec.last_error = Some(error);
         let max = self
             .queues

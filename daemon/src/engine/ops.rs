@@ -34,6 +34,9 @@ pub(super) struct ClaimSpec {
     pub(super) lease_ms: Option<u64>,
     pub(super) member: String,
     pub(super) labels: Vec<String>,
+    /// The event number of when the claimer was last heard from: tasks it let lapse
+    /// come back to it only if it was heard from since.
+    pub(super) heard: u64,
 }
 
 fn ms(d: std::time::Duration) -> u64 {
@@ -507,15 +510,18 @@ impl<W: Waiter> Engine<W> {
             lease_ms: r.lease_ms,
             member,
             labels: r.labels,
+            heard: 0,
         };
         Ok((spec, wait))
     }
 
     fn claim(&mut self, r: Claim, waiter: W, now: Now) -> Result<(), (W, Failure)> {
-        let (spec, wait) = match self.claim_spec(r) {
+        let (mut spec, wait) = match self.claim_spec(r) {
             Ok(v) => v,
             Err(e) => return Err((waiter, e)),
         };
+        // The claim itself is news of the claimer, after anything that happened before.
+        spec.heard = self.heard.get(&waiter.connection()).map_or(0, |h| h.event);
         self.take_member(&spec.member, waiter.principal());
         // A drained member takes nothing new, by pull as by push.
         let tasks = if self.is_draining(&spec.member) {
@@ -555,7 +561,7 @@ impl<W: Waiter> Engine<W> {
                 if full(&out, bytes) || exhausted[qi] {
                     continue;
                 }
-                match self.pick(&spec.queues[qi], &spec.labels) {
+                match self.pick(&spec.queues[qi], spec, now) {
                     Some(id) => {
                         let delivery = self.grant(id, spec, now)?;
                         bytes += delivery.payload.get().len()
@@ -570,12 +576,19 @@ impl<W: Waiter> Engine<W> {
     }
 
     /// The next ready task of a queue that this claimer may take.
-    fn pick(&self, queue: &str, labels: &[String]) -> Option<Ulid> {
+    fn pick(&self, queue: &str, spec: &ClaimSpec, now: Now) -> Option<Ulid> {
         let q = self.queues.get(queue)?;
         if q.options.paused {
             return None;
         }
-        q.dispatch.pick(labels)
+        if self.avoid.is_empty() || spec.member.is_empty() {
+            return q.dispatch.pick(&spec.labels, |_| true, 0);
+        }
+        q.dispatch.pick(
+            &spec.labels,
+            |id| !self.avoided(id, &spec.member, spec.heard, now),
+            super::MAX_AVOID_SKIP,
+        )
     }
 
     fn grant(&mut self, id: Ulid, spec: &ClaimSpec, now: Now) -> OpResult<Delivery> {
@@ -624,6 +637,7 @@ impl<W: Waiter> Engine<W> {
             priority: rec.priority,
             key: rec.key.clone(),
             lease_expires_ms: expires,
+            lease_ms: deadline - now.mono_ms,
             progress: rec.progress.clone(),
             reclaimed,
         })
@@ -739,6 +753,7 @@ impl<W: Waiter> Engine<W> {
         self.save(id, &rec, deadline, granted);
         Ok(RenewReply {
             lease_expires_ms: expires,
+            lease_ms: deadline.saturating_sub(now.mono_ms),
             cancel_requested: rec.cancel_requested,
         })
     }
@@ -931,11 +946,17 @@ impl<W: Waiter> Engine<W> {
     pub(super) fn serve_claims(&mut self, serve: bool, now: Now) -> Result<(), StoreError> {
         let waiters = std::mem::take(&mut self.claim_waiters);
         let mut keep = Vec::with_capacity(waiters.len());
-        for w in waiters {
+        let liveness = muster_protocol::limits::DEFAULT_LIVENESS.as_millis() as u64;
+        for mut w in waiters {
             if w.waiter.is_closed() {
                 continue;
             }
-            if serve && !self.is_draining(&w.claim.member) {
+            // A claim parked by a connection gone silent (a crashed or cut-off client)
+            // gets nothing: a lease granted to it would only lapse.
+            let heard = self.heard.get(&w.waiter.connection()).copied();
+            w.claim.heard = heard.map_or(0, |h| h.event);
+            let alive = heard.is_some_and(|h| now.mono_ms.saturating_sub(h.at_ms) <= liveness);
+            if serve && alive && !self.is_draining(&w.claim.member) {
                 match self.take_ready(&w.claim, now) {
                     Ok(tasks) if !tasks.is_empty() => {
                         self.outbox

@@ -170,7 +170,7 @@ fn required_labels_gate_delivery_and_unclaimable_tasks_show_in_describe() {
         std::thread::sleep(Duration::from_millis(50));
     }
     // The pull claimer holds its lease under its name, without a session.
-    assert!(held.starts_with("cpu-1\tdisconnected\t1/0\t"), "{held}");
+    assert!(held.starts_with("cpu-1\tgone\t1/0\t"), "{held}");
     assert!(
         held.contains("\ngpu-1\tconnected\t1/1\tactive\tgpu,big\t"),
         "{held}"

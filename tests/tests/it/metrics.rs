@@ -76,6 +76,7 @@ async fn scraped_metrics_match_the_queue() {
         capacity: 1,
         reclaim: false,
         resume: false,
+        liveness_ms: None,
     };
     let _session = agent.open_session(&open).await.unwrap();
     let want = [

@@ -313,6 +313,7 @@ async fn a_member_name_belongs_to_the_principal_that_first_used_it() {
         capacity: 1,
         reclaim: true,
         resume: false,
+        liveness_ms: None,
     };
     a.open_session(&open)
         .await

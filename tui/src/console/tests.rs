@@ -7,7 +7,7 @@ use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
 use muster_protocol::model::{
-    LeaseInfo, MemberInfo, QueueInfo, QueueOptions, QueueTotals, StateCounts, TaskInfo, TaskState,
+    LeaseInfo, MemberInfo, MemberState, QueueInfo, QueueOptions, QueueTotals, StateCounts, TaskInfo, TaskState,
     TaskSummary, TimelineEvent,
 };
 use muster_protocol::ops::{View, WatchReply, WatchUpdate, raw};
@@ -434,12 +434,14 @@ fn members_screen_and_drain() {
         },
     );
     let member =
-        |name: &str, labels: &[&str], leased: u64, connected: bool, draining: bool| MemberInfo {
+        |name: &str, labels: &[&str], leased: u64, state: MemberState, draining: bool| MemberInfo {
             name: name.into(),
             labels: labels.iter().map(|l| (*l).to_owned()).collect(),
             capacity: 4,
             leased,
-            connected,
+            connected: state == MemberState::Connected,
+            state,
+            liveness_ms: 5_000,
             draining,
             subscribed: vec!["inference".into()],
             last_seen_ms: Some(NOW - 3 * SEC),
@@ -449,9 +451,10 @@ fn members_screen_and_drain() {
         tag,
         WatchUpdate::Members {
             members: vec![
-                member("gpu-1", &["gpu", "a100"], 4, true, false),
-                member("gpu-2", &["gpu"], 2, true, true),
-                member("cpu-9", &[], 1, false, true),
+                member("gpu-1", &["gpu", "a100"], 4, MemberState::Connected, false),
+                member("gpu-2", &["gpu"], 2, MemberState::Connected, true),
+                member("cpu-9", &[], 1, MemberState::Gone, true),
+                member("cpu-4", &[], 2, MemberState::Unreachable, false),
             ],
             connected: 2,
             next: None,
@@ -470,7 +473,7 @@ fn members_screen_and_drain() {
     press(&mut app, KeyCode::Enter);
     assert_eq!(app.rows().len(), 1);
     press(&mut app, KeyCode::Esc);
-    assert_eq!(app.rows().len(), 3);
+    assert_eq!(app.rows().len(), 4);
     // Enter opens a member with the tasks it holds: revoke one, or drain the member.
     let tag = watched(
         &press(&mut app, KeyCode::Enter),
@@ -482,7 +485,7 @@ fn members_screen_and_drain() {
         &mut app,
         tag,
         WatchUpdate::Member {
-            member: member("gpu-1", &["gpu", "a100"], 2, true, false),
+            member: member("gpu-1", &["gpu", "a100"], 2, MemberState::Connected, false),
             leases: vec![
                 task(4, "inference", TaskState::Leased),
                 task(5, "emails", TaskState::Leased),

@@ -8,7 +8,7 @@ use ratatui::widgets::{
     Block, Cell, Clear, HighlightSpacing, Paragraph, Row as TableRow, Table, TableState, Tabs, Wrap,
 };
 
-use muster_protocol::model::{MemberInfo, QueueInfo, TaskInfo, TaskState, TaskSummary};
+use muster_protocol::model::{MemberInfo, MemberState, QueueInfo, TaskInfo, TaskState, TaskSummary};
 use muster_protocol::ops::WatchUpdate;
 
 use super::app::{App, Level, Mode, Row, Screen, TABS};
@@ -421,11 +421,13 @@ fn render_member(app: &App, m: &MemberInfo, block: Block<'_>, frame: &mut Frame,
 
 /// How a member's state reads, and its color.
 fn member_state(m: &MemberInfo) -> (&'static str, Color) {
-    match (m.connected, m.draining) {
-        (true, false) => ("connected", Color::Reset),
-        (true, true) => ("draining", Color::Yellow),
-        (false, false) => ("offline", Color::Red),
-        (false, true) => ("offline·drain", Color::Red),
+    match (m.state, m.draining) {
+        (MemberState::Connected, false) => ("connected", Color::Reset),
+        (MemberState::Connected, true) => ("draining", Color::Yellow),
+        (MemberState::Unreachable, false) => ("unreachable", Color::Red),
+        (MemberState::Unreachable, true) => ("unreach·drain", Color::Red),
+        (MemberState::Gone, false) => ("gone", Color::Red),
+        (MemberState::Gone, true) => ("gone·drain", Color::Red),
     }
 }
 

@@ -113,14 +113,17 @@ impl Model {
         t.state = if t.cancel_requested { M::Cancelled } else { to };
     }
 
-    /// A nack or a lapse: one more failure, then cancelled, dead or retried.
+    /// A nack or a lapse: cancelled if a cancel is pending (no failure counted), else
+    /// one more failure, then dead or retried.
     fn fail(&mut self, i: usize, delay: u64) {
         let now = self.now;
         let t = &mut self.tasks[i];
+        if t.cancel_requested {
+            t.state = M::Cancelled;
+            return;
+        }
         t.failures += 1;
-        t.state = if t.cancel_requested {
-            M::Cancelled
-        } else if t.failures >= MAX_ATTEMPTS {
+        t.state = if t.failures >= MAX_ATTEMPTS {
             M::Dead
         } else if delay == 0 {
             M::Ready
