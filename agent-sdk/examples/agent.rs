@@ -58,7 +58,9 @@ async fn work(task: Task) -> Outcome {
         tokio::select! {
             () = task.cancelled() => {
                 say(format!("cancelled {}", task.id()));
-                return Outcome::Nack { delay: None, error: "cancelled".into() };
+                // Not a failure: a cancelled task released ends cancelled, a task
+                // stopped by a drain goes back with its last checkpoint.
+                return Outcome::Release;
             }
             () = tokio::time::sleep(Duration::from_millis(step_ms)) => {}
         }

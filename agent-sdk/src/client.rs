@@ -34,6 +34,9 @@ const WRITE_QUEUE: usize = 1024;
 /// Bytes of requests gathered into one stream write.
 const WRITE_CHUNK: usize = 256 * 1024;
 
+/// Longest [`Client::close`] waits for the daemon to be told the connection closed.
+pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Where the reader puts the body of one reply frame.
 type ReplySlot = oneshot::Sender<Result<Vec<u8>, Error>>;
 
@@ -57,6 +60,9 @@ pub struct Client {
 
 struct Inner {
     conn: quinn::Connection,
+    /// The endpoint this client opened for itself (not a shared one), so closing can
+    /// wait until the daemon was told.
+    endpoint: Option<quinn::Endpoint>,
     frames: mpsc::Sender<Vec<u8>>,
     pending: Arc<Pending>,
     next_id: AtomicU64,
@@ -71,8 +77,8 @@ impl Drop for Inner {
 impl Client {
     /// Connects, opens the request stream and says hello.
     pub async fn connect(options: ConnectOptions) -> Result<Client, Error> {
-        let conn = connect::open(&options).await?;
-        Client::start(conn, &options).await
+        let (endpoint, conn) = connect::open_own(&options).await?;
+        Client::start(conn, Some(endpoint), &options).await
     }
 
     /// Connects on a shared endpoint (see [`connect::endpoint_for`]).
@@ -81,10 +87,14 @@ impl Client {
         options: ConnectOptions,
     ) -> Result<Client, Error> {
         let conn = connect::open_on(endpoint, &options).await?;
-        Client::start(conn, &options).await
+        Client::start(conn, None, &options).await
     }
 
-    async fn start(conn: quinn::Connection, options: &ConnectOptions) -> Result<Client, Error> {
+    async fn start(
+        conn: quinn::Connection,
+        endpoint: Option<quinn::Endpoint>,
+        options: &ConnectOptions,
+    ) -> Result<Client, Error> {
         let (send, recv) = conn
             .open_bi()
             .await
@@ -96,6 +106,7 @@ impl Client {
         let client = Client {
             inner: Arc::new(Inner {
                 conn,
+                endpoint,
                 frames,
                 pending,
                 next_id: AtomicU64::new(1),
@@ -142,6 +153,18 @@ impl Client {
         match self.inner.conn.close_reason() {
             Some(reason) => Error::Closed(reason.to_string()),
             None => Error::Closed("the request stream ended".into()),
+        }
+    }
+
+    /// Closes the connection and waits (at most [`CLOSE_WAIT`]) until the daemon has been
+    /// told, so a process that exits next is seen gone at once rather than after the
+    /// idle timeout. Requests still in flight fail with [`Error::Closed`]. Clones of
+    /// this client are closed too.
+    pub async fn close(&self) {
+        self.inner.conn.close(0u32.into(), b"client closed");
+        if let Some(endpoint) = &self.inner.endpoint {
+            // Idle once the CONNECTION_CLOSE went out and its drain period passed.
+            let _ = tokio::time::timeout(CLOSE_WAIT, endpoint.wait_idle()).await;
         }
     }
 

@@ -24,8 +24,10 @@ use crate::Error;
 /// command waits to say so.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How often the client pings an idle connection, well below the daemon's idle timeout.
-const KEEP_ALIVE: Duration = Duration::from_secs(5);
+/// How often the client pings an idle connection: the daemon counts any packet as news
+/// of a member's session, so this keeps a session `connected` with a liveness timeout
+/// of 2 s or more (the default is 5 s), far below the idle timeout.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(1);
 
 /// How long a connection may be silent before the client gives it up.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -99,9 +101,18 @@ pub fn default_data_dir() -> PathBuf {
 /// Opens a raw QUIC connection (TLS 1.3, ALPN `muster/1`, the options' trust), for
 /// clients that frame their own requests. [`crate::Client::connect`] builds on it.
 pub async fn open(options: &ConnectOptions) -> Result<quinn::Connection, Error> {
+    Ok(open_own(options).await?.1)
+}
+
+/// Opens a connection on an endpoint of its own, returned with it so that closing can
+/// wait for the daemon to be told.
+pub(crate) async fn open_own(
+    options: &ConnectOptions,
+) -> Result<(quinn::Endpoint, quinn::Connection), Error> {
     let addr = resolve(&options.addr).await?;
     let endpoint = endpoint_for(addr)?;
-    open_on(&endpoint, options).await
+    let conn = open_on(&endpoint, options).await?;
+    Ok((endpoint, conn))
 }
 
 /// A client endpoint (one UDP socket) that many connections can share, e.g. a process

@@ -13,8 +13,21 @@
 //!
 //! Shutting down ([`WorkerHandle::shutdown`], a signal with
 //! [`WorkerHandle::shutdown_on_signals`], or an operator's drain) stops taking work,
-//! keeps renewing, lets handlers finish within the grace period, releases the rest
-//! (no attempt spent) and returns.
+//! keeps renewing, tells handlers ([`Task::draining`]) and lets them finish within the
+//! grace period. Then it cancels those still running, gives them [`STOP_LINGER`] to
+//! return, releases what is left (no attempt spent, the latest checkpoint stored
+//! first), closes the connection so the daemon sees the member gone at once, and
+//! returns.
+//!
+//! **Leases by the agent's own clock.** Each lease has a local deadline: the instant
+//! the renewal that granted it was sent plus the lease's length, less a safety margin
+//! ([`lease_margin`]: 1 % of the lease for clock rates plus 100 ms). When no renewal
+//! has been confirmed by the deadline less the stop window (the grace period, at most a
+//! third of the lease), the handler is cancelled; at the deadline it is aborted and the
+//! task forgotten. An agent cut off from the daemon therefore stops its work before
+//! the daemon can lapse the lease and hand the task to anyone else. A pushed task's
+//! first deadline comes from the daemon's wall-clock expiry (clocks assumed in sync
+//! within the margin), bounded by the lease's length from its arrival.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -51,6 +64,28 @@ const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// How long after the grace period a stopping worker waits for its last settles.
 const SETTLE_LINGER: Duration = Duration::from_secs(5);
 
+/// How long a handler cancelled by the worker (grace over) has to return its own
+/// outcome before it is aborted and its task released.
+pub const STOP_LINGER: Duration = Duration::from_secs(1);
+
+/// Fraction of a lease kept back from the local deadline for clock-rate differences.
+const CLOCK_RATE_MARGIN: f64 = 0.01;
+
+/// Fixed part of the safety margin of a local lease deadline.
+const LEASE_SLACK: Duration = Duration::from_millis(100);
+
+/// How long before its local deadline a lease whose renewal is not confirmed is given
+/// up (its handler cancelled): the grace period, at most a third of the lease.
+fn stop_window(lease: Duration, grace: Duration) -> Duration {
+    grace.min(lease / 3)
+}
+
+/// The safety margin of a local lease deadline: [`CLOCK_RATE_MARGIN`] of the lease plus
+/// [`LEASE_SLACK`].
+pub fn lease_margin(lease: Duration) -> Duration {
+    lease.mul_f64(CLOCK_RATE_MARGIN) + LEASE_SLACK
+}
+
 /// What a worker is.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -66,6 +101,9 @@ pub struct WorkerConfig {
     pub grace: Duration,
     /// Reclaim the member's leases on start (a restarted agent gets its work back).
     pub reclaim_on_start: bool,
+    /// How long the daemon may not hear from this agent before it counts it
+    /// unreachable and gives it nothing new (2 s to 60 s; the client pings every second).
+    pub liveness: Duration,
 }
 
 impl WorkerConfig {
@@ -81,6 +119,7 @@ impl WorkerConfig {
             labels: Vec::new(),
             grace: Duration::from_secs(25),
             reclaim_on_start: true,
+            liveness: muster_protocol::limits::DEFAULT_LIVENESS,
         }
     }
 }
@@ -99,13 +138,19 @@ pub enum Outcome {
     },
     /// Failed for good: send it to dead.
     DeadLetter(String),
+    /// Not done, not failed: hand it back for another holder without counting a
+    /// failure (the handler was stopped by a drain or a cancel). A cancelled task
+    /// released ends `cancelled`.
+    Release,
 }
 
 /// A task in a handler's hands.
 pub struct Task {
     delivery: Delivery,
     cancel: CancellationToken,
+    draining: CancellationToken,
     progress: Arc<Progress>,
+    deadline: Arc<Mutex<Instant>>,
 }
 
 /// A task's latest checkpoint and whether the daemon has it yet.
@@ -155,7 +200,9 @@ impl Task {
             .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// Resolves when the task should stop: a cancel was asked, or its lease was lost.
+    /// Resolves when the task should stop: a cancel was asked, its lease was lost,
+    /// revoked or may lapse before a renewal gets through, or the worker's grace period
+    /// is over.
     pub async fn cancelled(&self) {
         self.cancel.cancelled().await;
     }
@@ -163,6 +210,24 @@ impl Task {
     /// True once the task should stop.
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()
+    }
+
+    /// Resolves when the worker begins to shut down: finish within the grace period,
+    /// or checkpoint ([`Task::set_progress`]) and return [`Outcome::Release`].
+    pub async fn draining(&self) {
+        self.draining.cancelled().await;
+    }
+
+    /// True once the worker is shutting down.
+    pub fn is_draining(&self) -> bool {
+        self.draining.is_cancelled()
+    }
+
+    /// The latest instant this agent knows its lease to be held, by its own clock: the
+    /// handler is aborted then unless a renewal moved it. Work that must not outlive
+    /// the lease (a child process) should be stopped by it.
+    pub fn lease_deadline(&self) -> Instant {
+        *lock(&self.deadline)
     }
 }
 
@@ -214,10 +279,13 @@ pub struct Worker {
     shutdown: CancellationToken,
 }
 
-/// How a held task is settled.
-enum Settle {
-    Outcome(Outcome),
-    Release,
+/// A settle to send: the outcome, and a checkpoint to store first (with a renewal) when
+/// the task goes back to its queue.
+struct Settle {
+    id: String,
+    epoch: u64,
+    outcome: Outcome,
+    progress: Option<RawJson>,
 }
 
 /// A task in hand.
@@ -229,13 +297,36 @@ struct Held {
     renewed: Instant,
     renewing: bool,
     handler: AbortHandle,
+    /// Set when the worker itself cancelled the handler (grace over): when it is
+    /// aborted and its task released if it has not returned by then.
+    stop_by: Option<Instant>,
+    /// The local lease deadline, shared with the handler's [`Task`] and its watchdog.
+    deadline: Arc<Mutex<Instant>>,
+    /// Cancelled once the handler's future has ended.
+    done: CancellationToken,
+}
+
+/// A handler whose lease is gone, told to stop and not yet ended.
+struct Stopping {
+    handler: AbortHandle,
+    done: CancellationToken,
+    /// When it is aborted if it has not ended.
+    abort_at: Instant,
 }
 
 /// Results of the worker's background calls, back to its loop.
 enum Event {
     Done(String, u64, Outcome),
-    Renewed(String, u64, Result<muster_protocol::ops::RenewReply, Error>),
-    Settled(String, u64, Settle, Result<SettleReply, Error>),
+    /// A renewal's result, with the instant it was sent.
+    Renewed(
+        String,
+        u64,
+        Instant,
+        Result<muster_protocol::ops::RenewReply, Error>,
+    ),
+    Settled(Settle, Result<SettleReply, Error>),
+    /// The local deadline of a lease passed with no renewal confirmed.
+    Expired(String, u64),
 }
 
 impl Worker {
@@ -288,7 +379,7 @@ struct Run<H> {
     handler: Arc<H>,
     held: HashMap<String, Held>,
     /// Settles that failed for want of a connection, to retry after reconnecting.
-    unsettled: Vec<(String, u64, Settle)>,
+    unsettled: Vec<Settle>,
     /// Settles in flight.
     settling: usize,
     /// Set once stopping: when the grace period ends.
@@ -296,7 +387,7 @@ struct Run<H> {
     /// A session was opened once: later sessions resume instead of reclaiming.
     opened: bool,
     /// Handlers of leases lost or revoked, told to stop and not yet ended.
-    stopping: HashMap<String, AbortHandle>,
+    stopping: HashMap<String, Stopping>,
     events: (mpsc::UnboundedSender<Event>, mpsc::UnboundedReceiver<Event>),
 }
 
@@ -327,9 +418,13 @@ where
                 }
             };
             failures = 0;
-            match self.serve(&client, pushes).await {
+            let served = self.serve(&client, pushes).await;
+            match served {
                 Ok(true) => {
                     self.abandon();
+                    // Tell the daemon before the process may exit: the member is gone now,
+                    // not at the idle timeout.
+                    client.close().await;
                     return Ok(());
                 }
                 Ok(false) => {
@@ -338,6 +433,7 @@ where
                 }
                 Err(e) => {
                     self.abandon();
+                    client.close().await;
                     return Err(e);
                 }
             }
@@ -349,7 +445,7 @@ where
         match self.draining {
             Some(deadline) => {
                 (self.held.is_empty() && self.unsettled.is_empty() && self.settling == 0)
-                    || Instant::now() >= deadline + SETTLE_LINGER
+                    || Instant::now() >= deadline + STOP_LINGER + SETTLE_LINGER
             }
             None => false,
         }
@@ -358,11 +454,13 @@ where
     /// Waits out a reconnect delay while still taking handler results and shutdown.
     async fn pause(&mut self, delay: Duration) {
         let until = tokio::time::Instant::now() + delay;
+        let mut tick = tokio::time::interval(TICK);
         loop {
             tokio::select! {
                 () = tokio::time::sleep_until(until) => return,
                 () = self.shutdown.cancelled(), if self.draining.is_none() => self.begin_drain(),
                 Some(event) = self.events.1.recv() => self.offline(event),
+                _ = tick.tick() => self.stop_overdue(None),
             }
         }
     }
@@ -378,15 +476,13 @@ where
     fn offline(&mut self, event: Event) {
         match event {
             Event::Done(id, epoch, outcome) => {
-                if self.held.get(&id).is_some_and(|h| h.epoch == epoch) {
-                    self.held.remove(&id);
-                    self.unsettled.push((id, epoch, Settle::Outcome(outcome)));
-                } else {
-                    self.stopping.remove(&id);
+                if let Some(settle) = self.finish(id, epoch, outcome) {
+                    self.unsettled.push(settle);
                 }
             }
-            Event::Renewed(id, epoch, result) => self.renewed(id, epoch, result),
-            Event::Settled(id, epoch, settle, result) => self.settled(id, epoch, settle, result),
+            Event::Renewed(id, epoch, sent, result) => self.renewed(id, epoch, sent, result),
+            Event::Settled(settle, result) => self.settled(settle, result),
+            Event::Expired(id, epoch) => self.expired(&id, epoch),
         }
     }
 
@@ -398,8 +494,9 @@ where
             capacity: self.config.capacity,
             reclaim: !self.opened && self.config.reclaim_on_start,
             resume: self.opened,
-            liveness_ms: None,
+            liveness_ms: Some(self.config.liveness.as_millis() as u64),
         };
+        let sent = Instant::now();
         let (reply, pushes) = client.open_session(&open).await?;
         // From now on this process holds the member's leases: never reclaim them again.
         self.opened = true;
@@ -412,7 +509,7 @@ where
             );
         }
         for delivery in reply.reclaimed {
-            self.start(delivery);
+            self.start(delivery, Some(sent));
         }
         if self.draining.is_none() {
             client
@@ -431,8 +528,8 @@ where
     ) -> Result<bool, Error> {
         // Settle what finished while disconnected, and renew everything at once: the
         // leases may be close to their end.
-        for (id, epoch, settle) in std::mem::take(&mut self.unsettled) {
-            self.settle(client, id, epoch, settle);
+        for settle in std::mem::take(&mut self.unsettled) {
+            self.settle(client, settle);
         }
         let now = Instant::now();
         for held in self.held.values_mut() {
@@ -452,7 +549,7 @@ where
                     });
                 }
                 push = pushes.recv() => match push {
-                    Some(Push::Deliver(delivery)) => self.start(delivery),
+                    Some(Push::Deliver(delivery)) => self.start(delivery, None),
                     Some(Push::Cancel(lease)) => {
                         if let Some(h) = self.held.get(&lease.task).filter(|h| h.epoch == lease.epoch) {
                             info!(task = %lease.task, "cancel requested");
@@ -474,27 +571,26 @@ where
                 },
                 Some(event) = self.events.1.recv() => match event {
                     Event::Done(id, epoch, outcome) => {
-                        if self.held.get(&id).is_some_and(|h| h.epoch == epoch) {
-                            self.held.remove(&id);
-                            self.settle(client, id, epoch, Settle::Outcome(outcome));
-                        } else {
-                            self.stopping.remove(&id);
+                        if let Some(settle) = self.finish(id, epoch, outcome) {
+                            self.settle(client, settle);
                         }
                     }
-                    Event::Renewed(id, epoch, result) => self.renewed(id, epoch, result),
-                    Event::Settled(id, epoch, settle, result) => self.settled(id, epoch, settle, result),
+                    Event::Renewed(id, epoch, sent, result) => self.renewed(id, epoch, sent, result),
+                    Event::Settled(settle, result) => self.settled(settle, result),
+                    Event::Expired(id, epoch) => self.expired(&id, epoch),
                 },
                 _ = tick.tick() => {
                     // Settles that failed on an earlier connection go out on this one.
-                    for (id, epoch, settle) in std::mem::take(&mut self.unsettled) {
-                        self.settle(client, id, epoch, settle);
+                    for settle in std::mem::take(&mut self.unsettled) {
+                        self.settle(client, settle);
                     }
                     self.renew_due(client);
                     if let Some(deadline) = self.draining
                         && Instant::now() >= deadline
                     {
-                        self.release_all(client);
+                        self.stop_all();
                     }
+                    self.stop_overdue(Some(client));
                     if self.finished() {
                         return Ok(true);
                     }
@@ -503,27 +599,80 @@ where
         }
     }
 
-    fn start(&mut self, delivery: Delivery) {
+    /// A handler returned: the settle to send, unless its lease is no longer ours.
+    fn finish(&mut self, id: String, epoch: u64, outcome: Outcome) -> Option<Settle> {
+        if self.held.get(&id).is_none_or(|h| h.epoch != epoch) {
+            self.stopping.remove(&id);
+            return None;
+        }
+        let held = self.held.remove(&id)?;
+        let outcome = match outcome {
+            // A handler the worker stopped itself cannot fail its task.
+            Outcome::Nack { .. } if held.stop_by.is_some() => Outcome::Release,
+            other => other,
+        };
+        Some(Settle {
+            id,
+            epoch,
+            outcome,
+            progress: unsent_progress(&held.progress),
+        })
+    }
+
+    /// Starts a handler for a delivery. `sent` is when the request that brought it was
+    /// sent (a claim or session open), if it came as a reply rather than a push.
+    fn start(&mut self, delivery: Delivery, sent: Option<Instant>) {
         let (id, epoch) = (delivery.id.clone(), delivery.epoch);
-        let delivery_id = id.clone();
         let cancel = CancellationToken::new();
+        let done = CancellationToken::new();
         let progress = Arc::new(Progress {
             latest: Mutex::new(delivery.progress.clone()),
             unsent: std::sync::atomic::AtomicBool::new(false),
         });
+        let lease = Duration::from_millis(delivery.lease_ms);
+        let deadline = Arc::new(Mutex::new(first_deadline(&delivery, sent)));
         let renew_at = renew_at(delivery.lease_expires_ms);
         info!(task = %id, epoch, attempt = delivery.attempt, reclaimed = delivery.reclaimed, "task started");
         let task = Task {
             delivery,
             cancel: cancel.clone(),
+            draining: self.shutdown.clone(),
             progress: Arc::clone(&progress),
+            deadline: Arc::clone(&deadline),
         };
-        let work = tokio::spawn((self.handler)(task));
+        // The same task again (a new epoch): its old handler is void; the new one starts
+        // once the old one has ended, so one agent never runs a task twice at once.
+        let previous = match self.stopping.remove(&id) {
+            Some(s) => Some((s.handler, s.done)),
+            None => self.held.remove(&id).map(|h| {
+                h.cancel.cancel();
+                (h.handler, h.done)
+            }),
+        };
+        let before = previous.map(|(handler, old_done)| {
+            // Bounded: the old handler is aborted at the end of its stop window.
+            let abort_at = tokio::time::Instant::now() + self.config.grace + STOP_LINGER;
+            async move {
+                tokio::select! {
+                    () = old_done.cancelled() => {}
+                    () = tokio::time::sleep_until(abort_at) => handler.abort(),
+                }
+            }
+        });
+        let handler_fut = (self.handler)(task);
+        let work = tokio::spawn(async move {
+            if let Some(before) = before {
+                before.await;
+            }
+            handler_fut.await
+        });
         let handler = work.abort_handle();
         let events = self.events.0.clone();
-        let (done_id, done_epoch) = (id.clone(), epoch);
+        let (done_id, done_epoch, ended) = (id.clone(), epoch, done.clone());
         tokio::spawn(async move {
-            let outcome = match work.await {
+            let result = work.await;
+            ended.cancel();
+            let outcome = match result {
                 Ok(outcome) => outcome,
                 Err(e) if e.is_cancelled() => return,
                 Err(e) => Outcome::Nack {
@@ -533,7 +682,15 @@ where
             };
             let _ = events.send(Event::Done(done_id, done_epoch, outcome));
         });
-        let previous = self.held.insert(
+        tokio::spawn(watch_deadline(
+            (id.clone(), epoch),
+            Arc::clone(&deadline),
+            stop_window(lease, self.config.grace),
+            cancel.clone(),
+            done.clone(),
+            self.events.0.clone(),
+        ));
+        self.held.insert(
             id,
             Held {
                 epoch,
@@ -543,16 +700,11 @@ where
                 renewed: Instant::now(),
                 renewing: false,
                 handler,
+                stop_by: None,
+                deadline,
+                done,
             },
         );
-        // The same task again (a new epoch): the old handler's work is void.
-        if let Some(old) = previous {
-            old.cancel.cancel();
-            old.handler.abort();
-        }
-        if let Some(old) = self.stopping.remove(&delivery_id) {
-            old.abort();
-        }
     }
 
     /// A lease is gone (lost or revoked): stop the handler's work, forget the task.
@@ -562,9 +714,28 @@ where
         {
             warn!(task = %id, epoch, "lease {why}; stopping its handler");
             h.cancel.cancel();
-            // Kept until the handler ends, so a new delivery of the same task can stop it
-            // for good rather than run beside it.
-            self.stopping.insert(id.to_owned(), h.handler);
+            // Kept until the handler ends, so a new delivery of the same task can wait
+            // for it rather than run beside it; aborted if it does not stop in time.
+            self.stopping.insert(
+                id.to_owned(),
+                Stopping {
+                    handler: h.handler,
+                    done: h.done,
+                    abort_at: Instant::now() + self.config.grace + STOP_LINGER,
+                },
+            );
+        }
+    }
+
+    /// A lease's local deadline passed with no renewal confirmed: it may have lapsed at
+    /// the daemon, so its handler must not run on.
+    fn expired(&mut self, id: &str, epoch: u64) {
+        if self.held.get(id).is_some_and(|h| h.epoch == epoch)
+            && let Some(h) = self.held.remove(id)
+        {
+            warn!(task = %id, epoch, "lease may have lapsed (no renewal confirmed in time); handler aborted");
+            h.cancel.cancel();
+            h.handler.abort();
         }
     }
 
@@ -592,8 +763,9 @@ where
                 held.epoch,
             );
             tokio::spawn(async move {
+                let sent = Instant::now();
                 let result = client.renew(&id, epoch, None, progress).await;
-                let _ = events.send(Event::Renewed(id, epoch, result));
+                let _ = events.send(Event::Renewed(id, epoch, sent, result));
             });
         }
     }
@@ -602,6 +774,7 @@ where
         &mut self,
         id: String,
         epoch: u64,
+        sent: Instant,
         result: Result<muster_protocol::ops::RenewReply, Error>,
     ) {
         let Some(held) = self.held.get_mut(&id).filter(|h| h.epoch == epoch) else {
@@ -611,6 +784,13 @@ where
         match result {
             Ok(reply) => {
                 held.renew_at = renew_at(reply.lease_expires_ms);
+                let lease = Duration::from_millis(reply.lease_ms);
+                // The daemon renewed after we sent: from `sent`, the lease is surely ours
+                // for its length (less the margin).
+                let deadline = sent + lease.saturating_sub(lease_margin(lease));
+                let mut current = lock(&held.deadline);
+                *current = (*current).max(deadline);
+                drop(current);
                 if reply.cancel_requested && !held.cancel.is_cancelled() {
                     info!(task = %id, "cancel requested");
                     held.cancel.cancel();
@@ -638,62 +818,102 @@ where
         }
     }
 
-    fn settle(&mut self, client: &Client, id: String, epoch: u64, settle: Settle) {
+    fn settle(&mut self, client: &Client, settle: Settle) {
         self.settling += 1;
         let (client, events) = (client.clone(), self.events.0.clone());
         tokio::spawn(async move {
-            let result = match &settle {
-                Settle::Outcome(Outcome::Ack(result)) => {
-                    client.ack(&id, epoch, result.clone()).await
-                }
-                Settle::Outcome(Outcome::Nack { delay, error }) => {
+            let (id, epoch) = (settle.id.as_str(), settle.epoch);
+            // A checkpoint taken while stopping is stored before the task goes back, so
+            // the next holder resumes from it.
+            if let Some(progress) = settle.progress.clone()
+                && !matches!(settle.outcome, Outcome::Ack(_))
+                && let Err(e) = client.renew(id, epoch, None, Some(progress)).await
+            {
+                debug!(task = %id, error = %e, "storing the last checkpoint");
+            }
+            let result = match &settle.outcome {
+                Outcome::Ack(result) => client.ack(id, epoch, result.clone()).await,
+                Outcome::Nack { delay, error } => {
                     let delay_ms = delay.map(|d| d.as_millis() as u64);
-                    client.nack(&id, epoch, delay_ms, Some(error.clone())).await
+                    client.nack(id, epoch, delay_ms, Some(error.clone())).await
                 }
-                Settle::Outcome(Outcome::DeadLetter(error)) => {
-                    client.dead_letter(&id, epoch, error).await
-                }
-                Settle::Release => client.release(&id, epoch).await,
+                Outcome::DeadLetter(error) => client.dead_letter(id, epoch, error).await,
+                Outcome::Release => client.release(id, epoch).await,
             };
-            let _ = events.send(Event::Settled(id, epoch, settle, result));
+            let _ = events.send(Event::Settled(settle, result));
         });
     }
 
-    fn settled(
-        &mut self,
-        id: String,
-        epoch: u64,
-        settle: Settle,
-        result: Result<SettleReply, Error>,
-    ) {
+    fn settled(&mut self, settle: Settle, result: Result<SettleReply, Error>) {
         self.settling -= 1;
+        let id = settle.id.clone();
         match result {
             Ok(reply) => info!(task = %id, state = %reply.state, "settled"),
             // The daemon refused it (the lease was lost meanwhile): nothing to retry.
             Err(Error::Server(e)) => warn!(task = %id, error = %e, "settle refused"),
             // Unknown whether it landed: settle again on the next connection. A repeat
             // of a settle that did land is refused with lease_lost, which is harmless.
-            Err(Error::Closed(_) | Error::Connect(_)) => self.unsettled.push((id, epoch, settle)),
+            Err(Error::Closed(_) | Error::Connect(_)) => self.unsettled.push(settle),
             // It could not even be sent (e.g. a result over the frame limit): fail the
             // task instead, once, so it is retried rather than left to lapse.
             Err(e) => {
                 warn!(task = %id, error = %e, "settle could not be sent");
-                if let Settle::Outcome(Outcome::Ack(_)) = settle {
+                if let Outcome::Ack(_) = settle.outcome {
                     let error = format!("the handler's result could not be sent: {e}");
-                    let nack = Outcome::Nack { delay: None, error };
-                    self.unsettled.push((id, epoch, Settle::Outcome(nack)));
+                    self.unsettled.push(Settle {
+                        outcome: Outcome::Nack { delay: None, error },
+                        ..settle
+                    });
                 }
             }
         }
     }
 
-    /// The grace period is over: release every task still in hand and stop its handler.
-    fn release_all(&mut self, client: &Client) {
-        for (id, held) in std::mem::take(&mut self.held) {
-            info!(task = %id, "grace period over; releasing");
-            held.cancel.cancel();
+    /// The grace period is over: cancel every handler still running; each gets
+    /// [`STOP_LINGER`] to return its own outcome before it is aborted.
+    fn stop_all(&mut self) {
+        let by = Instant::now() + STOP_LINGER;
+        for (id, held) in &mut self.held {
+            if held.stop_by.is_none() {
+                info!(task = %id, "grace period over; stopping its handler");
+                held.cancel.cancel();
+                held.stop_by = Some(by);
+            }
+        }
+    }
+
+    /// Aborts handlers past their stop time: those the worker stopped are released
+    /// (when connected), those whose lease is gone are forgotten.
+    fn stop_overdue(&mut self, client: Option<&Client>) {
+        let now = Instant::now();
+        self.stopping.retain(|_, s| {
+            if now >= s.abort_at {
+                s.handler.abort();
+            }
+            now < s.abort_at && !s.done.is_cancelled()
+        });
+        let overdue: Vec<String> = self
+            .held
+            .iter()
+            .filter(|(_, h)| h.stop_by.is_some_and(|by| now >= by))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in overdue {
+            let Some(held) = self.held.remove(&id) else {
+                continue;
+            };
+            info!(task = %id, "handler did not stop in time; releasing");
             held.handler.abort();
-            self.settle(client, id, held.epoch, Settle::Release);
+            let settle = Settle {
+                id,
+                epoch: held.epoch,
+                outcome: Outcome::Release,
+                progress: unsent_progress(&held.progress),
+            };
+            match client {
+                Some(client) => self.settle(client, settle),
+                None => self.unsettled.push(settle),
+            }
         }
     }
 
@@ -703,8 +923,64 @@ where
             held.cancel.cancel();
             held.handler.abort();
         }
-        for (_, handler) in self.stopping.drain() {
-            handler.abort();
+        for (_, s) in self.stopping.drain() {
+            s.handler.abort();
+        }
+    }
+}
+
+/// The checkpoint a handler set that the daemon has not stored yet.
+fn unsent_progress(progress: &Progress) -> Option<RawJson> {
+    progress
+        .unsent
+        .load(std::sync::atomic::Ordering::SeqCst)
+        .then(|| lock(&progress.latest).clone())
+        .flatten()
+}
+
+/// The local deadline of a new delivery: from the daemon's wall-clock expiry, bounded
+/// by the lease's length from when its request was sent (or, for a push, from now).
+fn first_deadline(delivery: &Delivery, sent: Option<Instant>) -> Instant {
+    let now = Instant::now();
+    let lease = Duration::from_millis(delivery.lease_ms);
+    let wall_now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let by_wall = now + Duration::from_millis(delivery.lease_expires_ms.saturating_sub(wall_now));
+    let by_length = sent.unwrap_or(now) + lease;
+    let end = by_wall.min(by_length);
+    end.checked_sub(lease_margin(lease)).unwrap_or(end)
+}
+
+/// Cancels a handler when its lease's local deadline (which renewals move) is near,
+/// and reports the lease expired when the deadline passes. Ends with the handler.
+async fn watch_deadline(
+    (id, epoch): (String, u64),
+    deadline: Arc<Mutex<Instant>>,
+    window: Duration,
+    cancel: CancellationToken,
+    done: CancellationToken,
+    events: mpsc::UnboundedSender<Event>,
+) {
+    loop {
+        let at = *lock(&deadline);
+        let now = Instant::now();
+        if now >= at {
+            let _ = events.send(Event::Expired(id, epoch));
+            return;
+        }
+        let wake = if cancel.is_cancelled() || now + window >= at {
+            if !cancel.is_cancelled() {
+                warn!(task = %id, epoch, "no renewal confirmed and the lease may lapse soon: stopping its handler");
+                cancel.cancel();
+            }
+            at
+        } else {
+            at - window
+        };
+        tokio::select! {
+            () = done.cancelled() => return,
+            () = tokio::time::sleep_until(wake.into()) => {}
         }
     }
 }

@@ -157,6 +157,14 @@ pub enum Command {
         #[arg(long)]
         readonly: bool,
     },
+    /// The guardian `muster work` starts for itself: kills the process groups named on
+    /// stdin (`+PGID` holds, `-PGID` lets go) when stdin ends, then removes DIR.
+    #[command(hide = true)]
+    Guard {
+        /// The runner's private directory, removed at the end.
+        #[arg(long)]
+        dir: std::path::PathBuf,
+    },
 }
 
 /// Arguments of `bench`.
@@ -248,10 +256,15 @@ pub struct WorkArgs {
     /// The agent's labels, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub labels: Vec<String>,
-    /// On SIGTERM, how long running programs get before their tasks are released; also
-    /// the time between SIGTERM and SIGKILL for a stopped program.
+    /// Time between SIGTERM and SIGKILL whenever a program is stopped: on a drain
+    /// (SIGTERM to muster work, or an operator's drain), a cancel, a lost or revoked
+    /// lease. A program that exits 0 within it acks its task; any other end releases it.
     #[arg(long, value_parser = duration, default_value = "25s")]
     pub grace: Duration,
+    /// How long the daemon may not hear from this runner before it counts it
+    /// unreachable and gives it nothing new (2s to 60s).
+    #[arg(long, value_parser = duration, default_value = "5s")]
+    pub liveness: Duration,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,

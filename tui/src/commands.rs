@@ -32,6 +32,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 labels: args.labels,
                 grace: args.grace,
                 reclaim_on_start: true,
+                liveness: args.liveness,
             };
             let spec = work::WorkSpec {
                 command: args.command,
@@ -45,12 +46,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let addr = cli.global.addr.clone();
             return console::run(options(&cli.global), addr, readonly).await;
         }
+        Command::Guard { dir } => return work::guard(&dir),
         other => other,
     };
     let client = Client::connect(options(&cli.global)).await?;
+    let result = one_shot(&client, &out, command).await;
+    // The daemon learns at once that this client is gone (not at the idle timeout).
+    client.close().await;
+    result
+}
+
+/// Runs a command that needs one connection and nothing else.
+async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Queue(cmd) => queue(&client, &out, cmd).await,
-        Command::Enqueue(args) => enqueue(&client, &out, args).await,
+        Command::Queue(cmd) => queue(client, out, cmd).await,
+        Command::Enqueue(args) => enqueue(client, out, args).await,
         Command::Claim(args) => {
             let claim = Claim {
                 queues: args.queues,
@@ -125,7 +135,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let state = TaskState::parse(&state).with_context(|| {
                 format!("invalid state {state:?}: want scheduled, ready, leased, done, dead or cancelled")
             })?;
-            list(&client, &out, &queue, state, after, limit).await
+            list(client, out, &queue, state, after, limit).await
         }
         Command::Wait { ids, timeout } => {
             let reply = client.wait(ids, ms(timeout)).await?;
@@ -168,17 +178,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             )
         }
         Command::Dead { queue } => {
-            list(&client, &out, &queue, TaskState::Dead, None, u32::MAX).await
+            list(client, out, &queue, TaskState::Dead, None, u32::MAX).await
         }
         Command::Redrive(args) => {
             let reply = client.redrive(selection(&args)).await?;
-            counted(&out, &args, "redriven", &reply)
+            counted(out, &args, "redriven", &reply)
         }
         Command::Discard(args) => {
             let reply = client.discard(selection(&args)).await?;
-            counted(&out, &args, "discarded", &reply)
+            counted(out, &args, "discarded", &reply)
         }
-        Command::Stats { queue } => stats(&client, &out, queue.as_deref()).await,
+        Command::Stats { queue } => stats(client, out, queue.as_deref()).await,
         Command::Members => {
             for m in client.member_list().await? {
                 out.member(&m)?;
@@ -203,7 +213,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let reply = client.lease_revoke(&id).await?;
             out.item(|| reply.state.to_string(), &reply)
         }
-        Command::Work(_) | Command::Demo { .. } | Command::Bench(_) | Command::Tui { .. } => {
+        Command::Work(_)
+        | Command::Demo { .. }
+        | Command::Bench(_)
+        | Command::Tui { .. }
+        | Command::Guard { .. } => {
             unreachable!("handled before connecting")
         }
     }

@@ -4,7 +4,9 @@
 //! A producer enqueues fake jobs on queue `demo` at a steady rate; four agents
 //! (`demo/agent-1` to `demo/agent-4`, capacity 2, the last two labelled `gpu`) work on
 //! them step by step with progress checkpoints. Some jobs need a GPU, some fail once
-//! and are retried, a few are poison and end in dead. Ctrl-C drains and stops it.
+//! and are retried, a few are poison and end in dead. Ctrl-C or SIGTERM drains the
+//! agents (what they hold is released, no attempt spent) and stops it; every
+//! connection is closed before the process exits, so the daemon sees the agents gone.
 
 use std::time::Duration;
 
@@ -53,9 +55,12 @@ pub async fn run(options: ConnectOptions, rate: f64) -> anyhow::Result<()> {
     println!("demo: {AGENTS} agents on queue {QUEUE:?}, {rate} tasks/s; Ctrl-C to stop");
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
     let mut n: u64 = 0;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("listening for SIGTERM")?;
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
             _ = tick.tick() => {
                 n += 1;
                 let mut task = NewTask::new(muster_sdk::json(&serde_json::json!({
@@ -79,6 +84,7 @@ pub async fn run(options: ConnectOptions, rate: f64) -> anyhow::Result<()> {
     for a in agents {
         a.await.context("joining an agent")??;
     }
+    client.close().await;
     Ok(())
 }
 
@@ -96,7 +102,8 @@ async fn work(task: Task) -> Outcome {
         .unwrap_or(0);
     for step in start..steps {
         tokio::select! {
-            () = task.cancelled() => return Outcome::Nack { delay: None, error: "cancelled".into() },
+            // Stopped (a cancel, a drain): back to the queue with its checkpoint.
+            () = task.cancelled() => return Outcome::Release,
             () = tokio::time::sleep(Duration::from_millis(200)) => {}
         }
         if let Ok(p) = muster_sdk::json(&serde_json::json!({ "step": step + 1 })) {

@@ -9,19 +9,44 @@
 //! | 0 | ack; stdout is the result (JSON if it parses, else a JSON string) |
 //! | [`EXIT_DEAD_LETTER`] (65, `EX_DATAERR`) | dead-letter with the stderr tail |
 //! | anything else, or killed by a signal | nack with the exit status and the stderr tail |
+//! | anything but 0 or 65 after the runner stopped it | release: no failure counted |
 //!
-//! A cancel or a lost lease stops the program: SIGTERM, then SIGKILL after the grace
-//! period. The program reports progress by writing a JSON checkpoint into the file
-//! named by `MUSTER_PROGRESS_FILE`; the latest one is stored with the next renewal and
-//! handed to the next attempt in `MUSTER_PROGRESS`.
+//! **Supervision.** Each program runs in a process group of its own. Stopping it (a
+//! cancel, a lost or revoked lease, a lease that may lapse, a drain, shutdown) is
+//! always SIGTERM to the group, then SIGKILL after `--grace` (sooner if the lease
+//! would otherwise outlive it); when the program ends, what is left of its group is
+//! killed. A guardian process (`muster guard`, started by the runner in a process group
+//! of its own) holds the groups of the running programs and kills them with SIGKILL the
+//! moment the runner dies, whatever killed it (`kill -9` included): it notices because
+//! its stdin, a pipe only the runner writes, reaches end of file.
+//!
+//! **Progress.** The program reports progress by writing a JSON checkpoint into the
+//! file named by `MUSTER_PROGRESS_FILE`, in a directory private to the runner (mode
+//! 0700, removed when the runner exits or dies); the latest one is stored with the next
+//! renewal, and before a stopped task is released, and handed to the next attempt in
+//! `MUSTER_PROGRESS`. Only a regular file owned by the runner's user is read, without
+//! following links or blocking, and at most [`MAX_PROGRESS_BYTES`] of it.
+//!
+//! **A broken runner is not the task's fault.** COMMAND must exist and be executable
+//! when `muster work` starts. A program that cannot be started later is a runner
+//! failure: its task is held for a backoff (1 s doubling to [`SPAWN_BACKOFF_CAP`]) and
+//! released without a failure, so a broken runner never burns a backlog.
 
-use std::path::PathBuf;
+use std::collections::HashSet;
+use std::io::{BufRead, Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
+use tracing::{info, warn};
 
 use muster_protocol::limits::{MAX_ERROR_BYTES, MAX_PROGRESS_BYTES, MAX_RESULT_BYTES};
 use muster_sdk::{ConnectOptions, Outcome, Task, Worker, WorkerConfig};
@@ -38,13 +63,31 @@ const PROGRESS_POLL: Duration = Duration::from_millis(250);
 /// Bytes of stderr kept for the error of a failed run.
 const STDERR_TAIL: usize = MAX_ERROR_BYTES / 2;
 
+/// First hold of a task whose program could not be started; doubles per failure.
+const SPAWN_BACKOFF_BASE: Duration = Duration::from_secs(1);
+
+/// Longest hold of a task whose program could not be started.
+pub const SPAWN_BACKOFF_CAP: Duration = Duration::from_secs(30);
+
 /// What `muster work` runs.
 #[derive(Debug, Clone)]
 pub struct WorkSpec {
     /// The program and its arguments.
     pub command: Vec<String>,
-    /// How long a stopped program gets between SIGTERM and SIGKILL; also the drain grace.
+    /// How long a stopped program gets between SIGTERM and SIGKILL.
     pub grace: Duration,
+}
+
+/// What every task's handler shares.
+struct Runner {
+    spec: WorkSpec,
+    /// COMMAND resolved to a file when the runner started.
+    program: PathBuf,
+    /// The private directory of progress files.
+    dir: PathBuf,
+    guardian: Guardian,
+    /// Programs that could not be started in a row: the backoff of the next one.
+    spawn_failures: AtomicU32,
 }
 
 /// Runs the worker until SIGTERM/SIGINT (then drains) or until its session is taken over.
@@ -54,39 +97,123 @@ pub async fn run(
     spec: WorkSpec,
 ) -> anyhow::Result<()> {
     anyhow::ensure!(!spec.command.is_empty(), "no COMMAND given after --");
+    let program = resolve_program(&spec.command[0])?;
+    let dir = tempfile::Builder::new()
+        .prefix("muster-work-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .context("creating the private progress directory")?;
+    let guardian = Guardian::start(dir.path())?;
+    let runner = Arc::new(Runner {
+        spec,
+        program,
+        dir: dir.path().to_owned(),
+        guardian,
+        spawn_failures: AtomicU32::new(0),
+    });
     let worker = Worker::new(options, config);
     worker.handle().shutdown_on_signals();
-    let spec = std::sync::Arc::new(spec);
-    worker
+    let result = worker
         .run(move |task| {
-            let spec = std::sync::Arc::clone(&spec);
-            async move {
-                match run_task(&spec, &task).await {
-                    Ok(outcome) => outcome,
-                    Err(e) => Outcome::Nack {
-                        delay: None,
-                        error: format!("muster work: {e:#}"),
-                    },
-                }
-            }
+            let runner = Arc::clone(&runner);
+            async move { run_task(&runner, &task).await }
         })
         .await
-        .context("worker stopped")
+        .context("worker stopped");
+    // Every handler has ended: the guardian sees its stdin close and exits; the private
+    // directory goes with the TempDir.
+    drop(dir);
+    result
 }
 
-async fn run_task(spec: &WorkSpec, task: &Task) -> anyhow::Result<Outcome> {
+/// COMMAND as a file that exists and is executable: a path if it names one, else the
+/// first match on `PATH`.
+fn resolve_program(command: &str) -> anyhow::Result<PathBuf> {
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if command.contains('/') {
+        let path = PathBuf::from(command);
+        anyhow::ensure!(
+            executable(&path),
+            "COMMAND {command:?} is not an executable file"
+        );
+        return Ok(path);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(command))
+        .find(|p| executable(p))
+        .with_context(|| format!("COMMAND {command:?} is not found on PATH or not executable"))
+}
+
+/// Why a running program was stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// Cancelled, lease lost or revoked, lease may lapse, or the grace period is over.
+    Cancelled,
+    /// The worker is draining.
+    Draining,
+}
+
+async fn run_task(runner: &Runner, task: &Task) -> Outcome {
     let d = task.delivery();
     let claim = ClaimString {
         id: d.id.clone(),
         epoch: d.epoch,
     };
-    let progress_file = progress_path(&claim);
+    let started = Instant::now();
+    let (outcome, status) = match execute(runner, task, &claim).await {
+        Ok(done) => done,
+        Err(e) => (
+            Outcome::Nack {
+                delay: None,
+                error: format!("muster work: {e:#}"),
+            },
+            "-".into(),
+        ),
+    };
+    let duration_ms = started.elapsed().as_millis() as u64;
+    match &outcome {
+        Outcome::Ack(_) => {
+            info!(task = %claim.id, epoch = claim.epoch, %status, duration_ms, outcome = "ack", "task ended")
+        }
+        Outcome::Release => {
+            info!(task = %claim.id, epoch = claim.epoch, %status, duration_ms, outcome = "release", "task ended")
+        }
+        Outcome::Nack { error, .. } => {
+            warn!(task = %claim.id, epoch = claim.epoch, %status, duration_ms, outcome = "nack", %error, "task ended")
+        }
+        Outcome::DeadLetter(error) => {
+            warn!(task = %claim.id, epoch = claim.epoch, %status, duration_ms, outcome = "dead_letter", %error, "task ended")
+        }
+    }
+    outcome
+}
+
+/// Runs the program for one delivery; returns the outcome and the exit status as text.
+async fn execute(
+    runner: &Runner,
+    task: &Task,
+    claim: &ClaimString,
+) -> anyhow::Result<(Outcome, String)> {
+    let d = task.delivery();
+    let progress_file = runner
+        .dir
+        .join(format!("{}-{}.json", claim.id, claim.epoch));
     let last_progress = task
         .progress()
         .map(|p| p.get().to_owned())
         .unwrap_or_default();
-    let mut child = Command::new(&spec.command[0])
-        .args(&spec.command[1..])
+    let mut command = Command::new(&runner.program);
+    command.args(&runner.spec.command[1..]);
+    // The runner's own client settings (a token above all) are not the program's.
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("MUSTER_") {
+            command.env_remove(name);
+        }
+    }
+    command
         .env("MUSTER_TASK_ID", &d.id)
         .env("MUSTER_CLAIM", claim.to_string())
         .env("MUSTER_QUEUE", &d.queue)
@@ -95,60 +222,61 @@ async fn run_task(spec: &WorkSpec, task: &Task) -> anyhow::Result<Outcome> {
         .env("MUSTER_RECLAIMED", d.reclaimed.to_string())
         .env("MUSTER_PROGRESS", &last_progress)
         .env("MUSTER_PROGRESS_FILE", &progress_file)
+        .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {:?}", spec.command[0]))?;
-    let mut stdin = child.stdin.take().context("child stdin")?;
+        .stderr(Stdio::piped());
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => return Ok((runner_failure(runner, task, &e).await, "-".into())),
+    };
+    runner.spawn_failures.store(0, Ordering::Relaxed);
+    let mut program = Program::new(child, &runner.guardian)?;
+    let mut stdin = program.child.stdin.take().context("child stdin")?;
     let payload = d.payload.get().as_bytes().to_vec();
     let feed = tokio::spawn(async move {
         // A program that does not read its stdin is not an error.
         let _ = stdin.write_all(&payload).await;
     });
     let stdout = tokio::spawn(read_bounded(
-        child.stdout.take().context("child stdout")?,
+        program.child.stdout.take().context("child stdout")?,
         MAX_RESULT_BYTES + 1,
         Keep::Head,
     ));
     let stderr = tokio::spawn(read_bounded(
-        child.stderr.take().context("child stderr")?,
+        program.child.stderr.take().context("child stderr")?,
         STDERR_TAIL,
         Keep::Tail,
     ));
 
     let mut poll = tokio::time::interval(PROGRESS_POLL);
-    let mut seen: Option<std::time::SystemTime> = None;
+    let mut seen = None;
+    let mut stopped = None;
     let status = loop {
         tokio::select! {
-            status = child.wait() => break Some(status.context("waiting for the program")?),
-            () = task.cancelled() => break None,
-            _ = poll.tick() => report_progress(task, &progress_file, &mut seen).await,
+            status = program.child.wait() => break status.context("waiting for the program")?,
+            () = task.cancelled(), if stopped.is_none() => stopped = Some(Stop::Cancelled),
+            () = task.draining(), if stopped.is_none() => stopped = Some(Stop::Draining),
+            _ = poll.tick() => report_progress(task, &progress_file, &runner.dir, &mut seen),
+        }
+        if let Some(why) = stopped {
+            info!(task = %claim.id, epoch = claim.epoch, reason = ?why, "stopping the program (SIGTERM, SIGKILL after the grace period)");
+            let kill_at = (Instant::now() + runner.spec.grace).min(task.lease_deadline());
+            break program
+                .stop(kill_at, task, &progress_file, &runner.dir, &mut seen)
+                .await?;
         }
     };
-    let status = match status {
-        Some(status) => status,
-        None => {
-            stop(&mut child, spec.grace).await;
-            feed.abort();
-            stdout.abort();
-            stderr.abort();
-            let _ = tokio::fs::remove_file(&progress_file).await;
-            return Ok(Outcome::Nack {
-                delay: None,
-                error: "stopped: the task was cancelled or its lease was lost".into(),
-            });
-        }
-    };
-    report_progress(task, &progress_file, &mut seen).await;
-    let _ = tokio::fs::remove_file(&progress_file).await;
+    // Whatever the program left running in its group goes with it.
+    program.kill_group();
+    report_progress(task, &progress_file, &runner.dir, &mut seen);
+    let _ = std::fs::remove_file(&progress_file);
     // A background process of the program may hold the pipes open: read what is there
     // for a moment, then give up on the rest rather than hang the task.
     feed.abort();
     let out = finish_reader(stdout).await;
     let err_tail = String::from_utf8_lossy(&finish_reader(stderr).await).into_owned();
-    Ok(match status.code() {
+    let outcome = match status.code() {
         Some(0) => {
             let result = result_json(&out)?;
             if out.len() > MAX_RESULT_BYTES || result.get().len() > MAX_RESULT_BYTES {
@@ -161,11 +289,199 @@ async fn run_task(spec: &WorkSpec, task: &Task) -> anyhow::Result<Outcome> {
             }
         }
         Some(EXIT_DEAD_LETTER) => Outcome::DeadLetter(failure_text(&status, &err_tail)),
+        // Stopped by the runner: not the task's failure.
+        _ if stopped.is_some() => Outcome::Release,
         _ => Outcome::Nack {
             delay: None,
             error: failure_text(&status, &err_tail),
         },
-    })
+    };
+    Ok((outcome, status.to_string()))
+}
+
+/// A program that could not be started: the runner is broken, not the task. Holds the
+/// task for a backoff (so a broken runner does not spin through the backlog), then
+/// releases it without a failure.
+async fn runner_failure(runner: &Runner, task: &Task, error: &std::io::Error) -> Outcome {
+    let n = runner.spawn_failures.fetch_add(1, Ordering::Relaxed);
+    let hold = SPAWN_BACKOFF_BASE
+        .saturating_mul(1u32 << n.min(16))
+        .min(SPAWN_BACKOFF_CAP);
+    warn!(
+        task = %task.id(),
+        program = %runner.program.display(),
+        %error,
+        hold_ms = hold.as_millis() as u64,
+        "cannot start the program: a runner failure; the task is released without a failure after the hold"
+    );
+    tokio::select! {
+        () = tokio::time::sleep(hold) => {}
+        () = task.cancelled() => {}
+        () = task.draining() => {}
+    }
+    Outcome::Release
+}
+
+/// A running program: its process group is killed when this is dropped (the handler
+/// was aborted, or the task ended), and the guardian holds it while it runs.
+struct Program<'a> {
+    child: tokio::process::Child,
+    pgid: i32,
+    guardian: &'a Guardian,
+}
+
+impl<'a> Program<'a> {
+    fn new(child: tokio::process::Child, guardian: &'a Guardian) -> anyhow::Result<Program<'a>> {
+        let pgid = child
+            .id()
+            .and_then(|p| i32::try_from(p).ok())
+            .context("the program has no process id")?;
+        guardian.hold(pgid);
+        Ok(Program {
+            child,
+            pgid,
+            guardian,
+        })
+    }
+
+    fn signal_group(&self, signal: Signal) {
+        // The group may be gone already.
+        let _ = kill(Pid::from_raw(-self.pgid), signal);
+    }
+
+    fn kill_group(&self) {
+        self.signal_group(Signal::SIGKILL);
+    }
+
+    /// SIGTERM to the group, then SIGKILL at `kill_at` if the program is still there.
+    /// Checkpoints written meanwhile are still reported.
+    async fn stop(
+        &mut self,
+        kill_at: Instant,
+        task: &Task,
+        progress_file: &Path,
+        dir: &Path,
+        seen: &mut Option<(std::time::SystemTime, u64)>,
+    ) -> anyhow::Result<std::process::ExitStatus> {
+        self.signal_group(Signal::SIGTERM);
+        let mut poll = tokio::time::interval(PROGRESS_POLL);
+        let deadline = tokio::time::Instant::from_std(kill_at);
+        loop {
+            tokio::select! {
+                status = self.child.wait() => return status.context("waiting for the program"),
+                () = tokio::time::sleep_until(deadline) => break,
+                _ = poll.tick() => report_progress(task, progress_file, dir, seen),
+            }
+        }
+        self.kill_group();
+        self.child.wait().await.context("waiting for the program")
+    }
+}
+
+impl Drop for Program<'_> {
+    fn drop(&mut self) {
+        self.kill_group();
+        self.guardian.release(self.pgid);
+    }
+}
+
+/// The guardian process: kills the process groups it holds when the runner dies.
+struct Guardian {
+    /// The pipe to its stdin; `None` once closed.
+    stdin: Mutex<Option<std::process::ChildStdin>>,
+    child: std::process::Child,
+}
+
+impl Guardian {
+    /// Starts `muster guard` in a process group of its own (so a signal to the runner's
+    /// group does not reach it), its stdin a pipe from this process.
+    fn start(dir: &Path) -> anyhow::Result<Guardian> {
+        use std::os::unix::process::CommandExt;
+        let exe = std::env::current_exe().context("locating the muster binary")?;
+        let mut child = std::process::Command::new(exe)
+            .arg("guard")
+            .arg("--dir")
+            .arg(dir)
+            .process_group(0)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting the guardian process")?;
+        let stdin = child.stdin.take();
+        Ok(Guardian {
+            stdin: Mutex::new(stdin),
+            child,
+        })
+    }
+
+    fn tell(&self, line: &str) {
+        let mut stdin = self
+            .stdin
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(pipe) = stdin.as_mut()
+            && let Err(e) = writeln!(pipe, "{line}")
+        {
+            warn!(error = %e, "the guardian process is gone: programs would outlive a killed runner");
+        }
+    }
+
+    fn hold(&self, pgid: i32) {
+        self.tell(&format!("+{pgid}"));
+    }
+
+    fn release(&self, pgid: i32) {
+        self.tell(&format!("-{pgid}"));
+    }
+}
+
+impl Drop for Guardian {
+    fn drop(&mut self) {
+        // Its stdin closes with nothing held: it removes the directory and exits.
+        drop(
+            self.stdin
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
+        );
+        let _ = self.child.wait();
+    }
+}
+
+/// `muster guard`: holds process groups named on stdin (`+PGID`, `-PGID`) and, when
+/// stdin ends (the runner exited or died), kills every group still held with SIGKILL
+/// and removes `dir`.
+pub fn guard(dir: &Path) -> anyhow::Result<()> {
+    let mut held: HashSet<i32> = HashSet::new();
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else { break };
+        let (sign, pgid) = line.split_at(line.len().min(1));
+        let Ok(pgid) = pgid.parse::<i32>() else {
+            continue;
+        };
+        // Only real groups: never 0, 1 or a negative "all processes".
+        if pgid <= 1 {
+            continue;
+        }
+        match sign {
+            "+" => {
+                held.insert(pgid);
+            }
+            "-" => {
+                held.remove(&pgid);
+            }
+            _ => {}
+        }
+    }
+    for pgid in held {
+        let _ = kill(Pid::from_raw(-pgid), Signal::SIGKILL);
+    }
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    Ok(())
 }
 
 /// stdout as the task's result: JSON if it is JSON, else a JSON string of the text.
@@ -208,38 +524,42 @@ async fn finish_reader(reader: tokio::task::JoinHandle<std::io::Result<Vec<u8>>>
     }
 }
 
-fn progress_path(claim: &ClaimString) -> PathBuf {
-    std::env::temp_dir().join(format!("muster-progress-{}-{}.json", claim.id, claim.epoch))
-}
-
 /// Reads the progress file if it changed and hands a valid checkpoint to the worker.
-async fn report_progress(task: &Task, path: &PathBuf, seen: &mut Option<std::time::SystemTime>) {
-    let Ok(meta) = tokio::fs::metadata(path).await else {
+/// Only a regular file owned by the owner of `dir` (the runner's user) is read, opened
+/// without following a link and without blocking (a FIFO cannot stall the runner), and
+/// at most [`MAX_PROGRESS_BYTES`] + 1 bytes of it: a longer one is ignored.
+fn report_progress(
+    task: &Task,
+    path: &Path,
+    dir: &Path,
+    seen: &mut Option<(std::time::SystemTime, u64)>,
+) {
+    let Ok(owner) = std::fs::metadata(dir).map(|m| m.uid()) else {
         return;
     };
-    let modified = meta.modified().ok();
-    if modified == *seen || meta.len() > MAX_PROGRESS_BYTES as u64 {
+    let Ok(mut file) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)
+    else {
+        return;
+    };
+    let Ok(meta) = file.metadata() else { return };
+    if !meta.is_file() || meta.uid() != owner {
         return;
     }
-    *seen = modified;
-    if let Ok(text) = tokio::fs::read_to_string(path).await
-        && let Ok(raw) = muster_sdk::raw_json(text.trim())
-    {
+    let stamp = (meta.modified().unwrap_or(std::time::UNIX_EPOCH), meta.len());
+    if *seen == Some(stamp) {
+        return;
+    }
+    *seen = Some(stamp);
+    let mut text = String::new();
+    let limit = MAX_PROGRESS_BYTES as u64 + 1;
+    if (&mut file).take(limit).read_to_string(&mut text).is_err() || text.len() as u64 >= limit {
+        return;
+    }
+    if let Ok(raw) = muster_sdk::raw_json(text.trim()) {
         task.set_progress(raw);
-    }
-}
-
-/// SIGTERM, then SIGKILL if the program is still there after `grace`.
-async fn stop(child: &mut tokio::process::Child, grace: Duration) {
-    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-    }
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        let _ = child.start_kill();
-        let _ = child.wait().await;
     }
 }
 

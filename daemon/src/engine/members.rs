@@ -204,6 +204,14 @@ impl<W: Waiter> Engine<W> {
             .count()
     }
 
+    /// Members whose session is open but silent past its liveness timeout.
+    pub(super) fn unreachable_members(&self) -> usize {
+        self.members
+            .values()
+            .filter(|m| m.state() == MemberState::Unreachable)
+            .count()
+    }
+
     /// True if some connected member carries every label of `class`.
     pub(super) fn connected_member_carries(&self, class: &[String]) -> bool {
         self.members.values().any(|m| {

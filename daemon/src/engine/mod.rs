@@ -486,6 +486,7 @@ impl<W: Waiter> Engine<W> {
             metrics::gauge!("muster_oldest_ready_age_seconds", "queue" => name.clone()).set(age);
         }
         metrics::gauge!("muster_members_connected").set(self.connected_members() as f64);
+        metrics::gauge!("muster_members_unreachable").set(self.unreachable_members() as f64);
     }
 
     /// The store, for persisting.

@@ -5,6 +5,9 @@
 //! - `cli`: the CLI as a new user types it, with exact output.
 //! - `fencing`: stale claims after a lapse and a new claim, across a kill -9.
 //! - `lapse`: leases that run out, max_attempts, dead letters and redrive.
+//! - `liveness`: agents that die and are not restarted, clean exits, `muster work`'s
+//!   supervision of its programs (signals, orphans, checkpoints), broken runners,
+//!   revoke and cancel.
 //! - `metrics`: the Prometheus endpoint.
 //! - `security`: tokens and roles, member ownership, bad input, floods.
 //! - `checker`: the Jepsen-style checker under kill -9 and simulated power loss.
@@ -23,6 +26,7 @@ mod disk;
 mod dispatch;
 mod fencing;
 mod lapse;
+mod liveness;
 mod metrics;
 mod security;
 mod tui;

@@ -117,6 +117,7 @@ async fn scraped_metrics_match_the_queue() {
         (r#"muster_acked_total{queue="jobs"}"#, 1.0),
         (r#"muster_nacked_total{queue="jobs"}"#, 1.0),
         ("muster_members_connected", 1.0),
+        ("muster_members_unreachable", 0.0),
     ] {
         assert_eq!(value(&text, series), Some(n), "{series} in\n{text}");
     }

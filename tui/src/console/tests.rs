@@ -7,8 +7,8 @@ use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
 use muster_protocol::model::{
-    LeaseInfo, MemberInfo, MemberState, QueueInfo, QueueOptions, QueueTotals, StateCounts, TaskInfo, TaskState,
-    TaskSummary, TimelineEvent,
+    LeaseInfo, MemberInfo, MemberState, QueueInfo, QueueOptions, QueueTotals, StateCounts,
+    TaskInfo, TaskState, TaskSummary, TimelineEvent,
 };
 use muster_protocol::ops::{View, WatchReply, WatchUpdate, raw};
 use muster_protocol::{ErrorBody, ErrorCode};

@@ -8,7 +8,9 @@ use ratatui::widgets::{
     Block, Cell, Clear, HighlightSpacing, Paragraph, Row as TableRow, Table, TableState, Tabs, Wrap,
 };
 
-use muster_protocol::model::{MemberInfo, MemberState, QueueInfo, TaskInfo, TaskState, TaskSummary};
+use muster_protocol::model::{
+    MemberInfo, MemberState, QueueInfo, TaskInfo, TaskState, TaskSummary,
+};
 use muster_protocol::ops::WatchUpdate;
 
 use super::app::{App, Level, Mode, Row, Screen, TABS};

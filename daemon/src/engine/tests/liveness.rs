@@ -11,9 +11,11 @@ use crate::engine::Reply;
 
 fn member(h: &mut Harness, name: &str) -> MemberInfo {
     match h
-        .call(Request::MemberDescribe(ops::MemberDescribe(ops::MemberName {
-            member: name.into(),
-        })))
+        .call(Request::MemberDescribe(ops::MemberDescribe(
+            ops::MemberName {
+                member: name.into(),
+            },
+        )))
         .unwrap()
     {
         Reply::MemberDescribe(d) => d.member,
@@ -68,7 +70,10 @@ fn a_silent_member_becomes_unreachable_gets_nothing_and_comes_back_when_heard() 
     let m = member(&mut h, "a");
     assert_eq!((m.state, m.connected), (MemberState::Unreachable, false));
     let id = h.enqueue("jobs", "1");
-    assert!(h.pushed(1).is_empty(), "nothing is pushed to a silent member");
+    assert!(
+        h.pushed(1).is_empty(),
+        "nothing is pushed to a silent member"
+    );
     assert_eq!(h.state(&id), (TaskState::Ready, 0, 0));
     // A packet arrives: it is connected again and takes the task.
     let now = h.now;
@@ -79,7 +84,10 @@ fn a_silent_member_becomes_unreachable_gets_nothing_and_comes_back_when_heard() 
     // Its connection ends: gone, its lease kept.
     h.engine().disconnected(1);
     let m = member(&mut h, "a");
-    assert_eq!((m.state, m.leased, m.liveness_ms), (MemberState::Gone, 1, 0));
+    assert_eq!(
+        (m.state, m.leased, m.liveness_ms),
+        (MemberState::Gone, 1, 0)
+    );
 }
 
 #[test]
@@ -108,7 +116,10 @@ fn a_dead_members_lapsed_tasks_wait_for_another_member_with_one_failure_each() {
     assert_eq!(h.state(&a), (TaskState::Ready, 1, 1));
     assert_eq!(h.state(&b), (TaskState::Ready, 1, 1));
     assert_eq!(member(&mut h, "ghost").state, MemberState::Connected);
-    assert!(h.pushed(1).is_empty(), "not handed back to the silent member");
+    assert!(
+        h.pushed(1).is_empty(),
+        "not handed back to the silent member"
+    );
     // Long after, the tasks still wait with one failure each.
     h.advance(30_000);
     assert_eq!(member(&mut h, "ghost").state, MemberState::Unreachable);
@@ -166,7 +177,10 @@ fn a_lapsed_task_goes_to_another_member_with_room_even_when_its_holder_is_alive(
     // Again, but now b has room: b gets it although a is alive.
     h.call_on(2, super::ack(&u, 1)).unwrap();
     advance_heard(&mut h, 1, 3_000);
-    assert!(h.pushed(1).is_empty(), "a must not get it back while b has room");
+    assert!(
+        h.pushed(1).is_empty(),
+        "a must not get it back while b has room"
+    );
     assert_eq!(delivered(&h.pushed(2)), vec![(t.clone(), 3, false)]);
     assert_eq!(h.state(&t), (TaskState::Leased, 3, 2));
 }
