@@ -177,9 +177,7 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
                 &reply,
             )
         }
-        Command::Dead { queue } => {
-            list(client, out, &queue, TaskState::Dead, None, u32::MAX).await
-        }
+        Command::Dead { queue } => list(client, out, &queue, TaskState::Dead, None, u32::MAX).await,
         Command::Redrive(args) => {
             let reply = client.redrive(selection(&args)).await?;
             counted(out, &args, "redriven", &reply)
