@@ -9,10 +9,9 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::io::{AsyncReadExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 
-use muster_protocol::frame::{self, HEADER_LEN};
+use muster_protocol::frame;
 use muster_protocol::model::{
     Delivery, EnqueuedTask, MemberInfo, NewTask, QueueInfo, QueuePatch, TaskInfo, TaskState,
 };
@@ -66,6 +65,8 @@ struct Inner {
     frames: mpsc::Sender<Vec<u8>>,
     pending: Arc<Pending>,
     next_id: AtomicU64,
+    /// The daemon's name and version from its `hello` reply.
+    server: std::sync::OnceLock<String>,
 }
 
 impl Drop for Inner {
@@ -110,16 +111,23 @@ impl Client {
                 frames,
                 pending,
                 next_id: AtomicU64::new(1),
+                server: std::sync::OnceLock::new(),
             }),
         };
-        client
+        let hello = client
             .call(&Hello {
                 version: PROTOCOL_VERSION,
                 token: options.token.clone(),
                 client: Some(concat!("muster-sdk ", env!("CARGO_PKG_VERSION")).into()),
             })
             .await?;
+        let _ = client.inner.server.set(hello.server);
         Ok(client)
+    }
+
+    /// The daemon's name and version as its `hello` reply gave them (`musterd 0.1.0`).
+    pub fn server(&self) -> &str {
+        self.inner.server.get().map_or("", String::as_str)
     }
 
     /// Sends any request and waits for its reply.
@@ -182,9 +190,23 @@ impl Client {
         Ok(self.call(&req).await?.queue)
     }
 
-    /// Every queue with its counts.
+    /// Every queue with its counts, by name (page after page).
     pub async fn queue_list(&self) -> Result<Vec<QueueInfo>, Error> {
-        Ok(self.call(&ops::QueueList {}).await?.queues)
+        let mut queues = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .call(&ops::QueueList {
+                    after,
+                    limit: Some(muster_protocol::limits::MAX_PAGE),
+                })
+                .await?;
+            queues.extend(page.queues);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(queues),
+            }
+        }
     }
 
     /// One queue with its counts.
@@ -533,21 +555,37 @@ async fn write_frames(mut send: quinn::SendStream, mut queued: mpsc::Receiver<Ve
     let _ = send.finish();
 }
 
-async fn read_replies(recv: quinn::RecvStream, pending: Arc<Pending>, conn: quinn::Connection) {
-    let mut reader = BufReader::with_capacity(64 * 1024, recv);
+/// Bytes read from the reply stream at a time.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// The next reply frame body, or why the stream ended.
+async fn next_frame(
+    recv: &mut quinn::RecvStream,
+    frames: &mut frame::FrameReader,
+    chunk: &mut [u8],
+) -> Result<Vec<u8>, String> {
+    loop {
+        match frames.next_frame() {
+            Ok(Some(body)) => return Ok(body),
+            Ok(None) => {}
+            Err(e) => return Err(format!("bad reply frame: {e}")),
+        }
+        match recv.read(chunk).await {
+            Ok(Some(n)) => frames.push(&chunk[..n]),
+            Ok(None) => return Err("the reply stream ended".into()),
+            Err(e) => return Err(format!("reading a reply: {e}")),
+        }
+    }
+}
+
+async fn read_replies(mut recv: quinn::RecvStream, pending: Arc<Pending>, conn: quinn::Connection) {
+    let mut frames = frame::FrameReader::new();
+    let mut chunk = vec![0u8; READ_CHUNK];
     let reason = loop {
-        let mut header = [0u8; HEADER_LEN];
-        if let Err(e) = reader.read_exact(&mut header).await {
-            break format!("reading a reply: {e}");
-        }
-        let len = match frame::body_len(header) {
-            Ok(len) => len,
-            Err(e) => break format!("bad reply frame: {e}"),
+        let body = match next_frame(&mut recv, &mut frames, &mut chunk).await {
+            Ok(body) => body,
+            Err(reason) => break reason,
         };
-        let mut body = vec![0u8; len];
-        if let Err(e) = reader.read_exact(&mut body).await {
-            break format!("reading a reply: {e}");
-        }
         let envelope = match serde_json::from_slice::<ServerEnvelope>(&body) {
             Ok(env) => env,
             Err(e) => break format!("unreadable reply: {e}"),

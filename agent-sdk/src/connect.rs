@@ -54,6 +54,9 @@ pub struct ConnectOptions {
     pub token: Option<String>,
     /// The name to verify in the certificate; the host of `addr` if absent.
     pub server_name: Option<String>,
+    /// The local address to bind; if absent, the loopback address of the daemon's
+    /// family for a loopback daemon, else the unspecified one, port 0 either way.
+    pub bind: Option<SocketAddr>,
 }
 
 impl Default for ConnectOptions {
@@ -64,6 +67,7 @@ impl Default for ConnectOptions {
             trust: Trust::DataDir(default_data_dir()),
             token: None,
             server_name: None,
+            bind: None,
         }
     }
 }
@@ -110,7 +114,11 @@ pub(crate) async fn open_own(
     options: &ConnectOptions,
 ) -> Result<(quinn::Endpoint, quinn::Connection), Error> {
     let addr = resolve(&options.addr).await?;
-    let endpoint = endpoint_for(addr)?;
+    let endpoint = match options.bind {
+        Some(bind) => quinn::Endpoint::client(bind)
+            .map_err(|e| Error::Connect(format!("binding {bind}: {e}")))?,
+        None => endpoint_for(addr)?,
+    };
     let conn = open_on(&endpoint, options).await?;
     Ok((endpoint, conn))
 }
@@ -118,10 +126,12 @@ pub(crate) async fn open_own(
 /// A client endpoint (one UDP socket) that many connections can share, e.g. a process
 /// that runs hundreds of agents.
 pub fn endpoint_for(addr: SocketAddr) -> Result<quinn::Endpoint, Error> {
-    let bind: SocketAddr = if addr.is_ipv6() {
-        SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0))
-    } else {
-        SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0))
+    // A loopback daemon is reached from loopback: nothing listens on other interfaces.
+    let bind: SocketAddr = match (addr.is_ipv6(), addr.ip().is_loopback()) {
+        (true, true) => SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 0)),
+        (true, false) => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
+        (false, true) => SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, 0)),
+        (false, false) => SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0)),
     };
     quinn::Endpoint::client(bind).map_err(|e| Error::Connect(format!("binding a UDP socket: {e}")))
 }
@@ -314,6 +324,18 @@ impl ServerCertVerifier for PinnedCert {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_loopback_daemon_is_reached_from_loopback() {
+        for (daemon, local) in [("127.0.0.1:7420", "127.0.0.1"), ("[::1]:7420", "::1")] {
+            let Ok(endpoint) = endpoint_for(daemon.parse().unwrap()) else {
+                continue; // no IPv6 on this host
+            };
+            assert_eq!(endpoint.local_addr().unwrap().ip().to_string(), local);
+        }
+        let remote = endpoint_for("192.0.2.1:7420".parse().unwrap()).unwrap();
+        assert!(remote.local_addr().unwrap().ip().is_unspecified());
+    }
 
     #[test]
     fn pins_and_hosts() {

@@ -630,7 +630,14 @@ where
             unsent: std::sync::atomic::AtomicBool::new(false),
         });
         let lease = Duration::from_millis(delivery.lease_ms);
-        let deadline = Arc::new(Mutex::new(first_deadline(&delivery, sent)));
+        let first = first_deadline(&delivery, sent);
+        if first <= Instant::now() {
+            // It arrived too late (a push held up by a partition, say): the lease may
+            // already be someone else's. Running it could only run it twice.
+            warn!(task = %id, epoch, "delivery arrived after its lease may have lapsed; not run");
+            return;
+        }
+        let deadline = Arc::new(Mutex::new(first));
         let renew_at = renew_at(delivery.lease_expires_ms);
         info!(task = %id, epoch, attempt = delivery.attempt, reclaimed = delivery.reclaimed, "task started");
         let task = Task {
@@ -686,7 +693,7 @@ where
             (id.clone(), epoch),
             Arc::clone(&deadline),
             stop_window(lease, self.config.grace),
-            cancel.clone(),
+            (cancel.clone(), handler.clone()),
             done.clone(),
             self.events.0.clone(),
         ));
@@ -953,12 +960,13 @@ fn first_deadline(delivery: &Delivery, sent: Option<Instant>) -> Instant {
 }
 
 /// Cancels a handler when its lease's local deadline (which renewals move) is near,
-/// and reports the lease expired when the deadline passes. Ends with the handler.
+/// aborts it when the deadline passes and reports the lease expired. Ends with the
+/// handler. It acts on its own, whatever the worker's loop is doing (reconnecting, say).
 async fn watch_deadline(
     (id, epoch): (String, u64),
     deadline: Arc<Mutex<Instant>>,
     window: Duration,
-    cancel: CancellationToken,
+    (cancel, handler): (CancellationToken, AbortHandle),
     done: CancellationToken,
     events: mpsc::UnboundedSender<Event>,
 ) {
@@ -966,6 +974,9 @@ async fn watch_deadline(
         let at = *lock(&deadline);
         let now = Instant::now();
         if now >= at {
+            // The lease may be someone else's from now on: no more of this handler.
+            cancel.cancel();
+            handler.abort();
             let _ = events.send(Event::Expired(id, epoch));
             return;
         }

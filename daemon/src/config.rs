@@ -71,6 +71,11 @@ pub struct Config {
     #[arg(long, env = "MUSTER_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
 
+    /// Once serving, write `{"addr", "fingerprint", "cert", "pid"}` (JSON, one line) to
+    /// this file, atomically, for a supervisor to read; removed on a clean stop.
+    #[arg(long, env = "MUSTER_READY_FILE")]
+    pub ready_file: Option<PathBuf>,
+
     /// Block cache of the store, in MiB: task records and payloads read by claims and
     /// lookups come from it. More helps large backlogs; it counts in resident memory.
     #[arg(long, env = "MUSTER_CACHE_MIB", default_value_t = DEFAULT_CACHE_MIB)]

@@ -44,6 +44,16 @@ pub enum Durability {
     Buffered,
 }
 
+impl Durability {
+    /// The mode's name, as the command line and `server_stats` spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::Sync => "sync",
+            Durability::Buffered => "buffered",
+        }
+    }
+}
+
 /// A message from a connection to the dispatcher thread.
 pub enum Command {
     /// A decoded request and where its reply goes.

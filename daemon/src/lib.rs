@@ -31,6 +31,26 @@ use tracing::{error, info};
 use crate::config::Config;
 use crate::dispatcher::Dispatcher;
 
+/// Writes where the daemon listens and how to trust it, for a supervisor: to a
+/// temporary file beside `path`, renamed over it, so a reader never sees half of it.
+fn write_ready_file(
+    path: &std::path::Path,
+    addr: std::net::SocketAddr,
+    fingerprint: &str,
+    cert: &std::path::Path,
+) -> anyhow::Result<()> {
+    let body = serde_json::json!({
+        "addr": addr.to_string(),
+        "fingerprint": fingerprint,
+        "cert": cert.display().to_string(),
+        "pid": std::process::id(),
+    });
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{body}\n"))
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
 /// Runs the daemon until SIGINT or SIGTERM, or until the store fails.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let tokens = Arc::new(match &config.config {
@@ -65,6 +85,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let secrets = tls::reset_secrets(&config.data)?;
     let endpoint = server::bind(config.listen, server_config, secrets)?;
     let addr = endpoint.local_addr().context("reading the bound address")?;
+    if let Some(path) = &config.ready_file {
+        write_ready_file(path, addr, &fingerprint, &cert_path)?;
+    }
     server::log_listening(addr, &fingerprint, &cert_path);
 
     let shutdown = CancellationToken::new();
@@ -74,6 +97,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tokens: Arc::clone(&tokens),
         hello_timeout: config.hello_timeout,
         stats: Arc::clone(&dispatcher.stats),
+        durability: config.durability.name(),
     };
     let server = tokio::spawn(server::serve(endpoint, context, shutdown.clone()));
     let failed = tokio::select! {
@@ -85,6 +109,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         () = watch_dispatcher(&dispatcher) => true,
     };
     shutdown.cancel();
+    if let Some(path) = &config.ready_file {
+        // Not serving any more: a supervisor must not find a stale address.
+        let _ = std::fs::remove_file(path);
+    }
     server.await.context("joining the server")?;
     let stats = &dispatcher.stats;
     let (syncs, requests) = (

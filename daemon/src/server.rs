@@ -10,13 +10,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
-use tokio::io::{AsyncReadExt, BufReader};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use muster_protocol::frame::{self, FrameError, HEADER_LEN};
+use muster_protocol::frame::{self, FrameError, FrameReader};
 use muster_protocol::ops::{ErrFrame, HelloReply, OkFrame, decode_request};
 use muster_protocol::{ErrorBody, ErrorCode, PROTOCOL_VERSION, Push, Request};
 
@@ -27,7 +26,7 @@ use crate::engine::Reply;
 /// Requests one connection may have in flight (sent, not yet answered), over all its streams.
 pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 4096;
 
-/// Bytes reserved up front for a frame body; larger bodies grow as their bytes arrive.
+/// Bytes read from a stream at a time.
 const READ_CHUNK: usize = 64 * 1024;
 
 /// Bytes of replies gathered into one stream write.
@@ -210,96 +209,118 @@ async fn handle_stream(
 }
 
 async fn read_requests(
-    recv: quinn::RecvStream,
+    mut recv: quinn::RecvStream,
     state: Arc<ConnState>,
     out: mpsc::UnboundedSender<Outgoing>,
 ) {
-    let commands = &state.context.commands;
-    let mut reader = BufReader::with_capacity(64 * 1024, recv);
+    let mut frames = FrameReader::new();
+    let mut chunk = vec![0u8; READ_CHUNK];
     loop {
-        let mut header = [0u8; HEADER_LEN];
-        if reader.read_exact(&mut header).await.is_err() {
-            return; // end of stream, or the stream was reset
-        }
-        // Every frame takes a slot of the connection's in-flight limit until its reply
-        // is encoded: past the limit the daemon stops reading (QUIC flow control then
-        // holds the client back).
-        let Ok(slot) = Arc::clone(&state.in_flight).acquire_owned().await else {
-            return;
-        };
-        let len = match frame::body_len(header) {
-            Ok(len) => len,
-            Err(e) => {
-                let code = match e {
-                    FrameError::TooLarge { .. } => ErrorCode::TooLarge,
-                    FrameError::Empty => ErrorCode::BadRequest,
-                };
-                let error = ErrorBody::new(code, e.to_string());
-                let _ = out.send(Outgoing::reply(None, Err(error), slot));
-                // The frame boundary is lost: stop reading this stream, keep the connection.
-                let _ = reader.into_inner().stop(RESET_BAD_FRAME.into());
+        loop {
+            let body = match frames.next_frame() {
+                Ok(Some(body)) => body,
+                Ok(None) => break,
+                Err(e) => {
+                    let Ok(slot) = Arc::clone(&state.in_flight).acquire_owned().await else {
+                        return;
+                    };
+                    let code = match e {
+                        FrameError::TooLarge { .. } => ErrorCode::TooLarge,
+                        FrameError::Empty => ErrorCode::BadRequest,
+                    };
+                    let error = ErrorBody::new(code, e.to_string());
+                    let _ = out.send(Outgoing::reply(None, Err(error), slot));
+                    // The frame boundary is lost: stop reading this stream, keep the connection.
+                    let _ = recv.stop(RESET_BAD_FRAME.into());
+                    return;
+                }
+            };
+            // Every frame takes a slot of the connection's in-flight limit until its
+            // reply is encoded: past the limit the daemon stops reading (QUIC flow
+            // control then holds the client back).
+            let Ok(slot) = Arc::clone(&state.in_flight).acquire_owned().await else {
+                return;
+            };
+            if handle_frame(&body, slot, &state, &out).await.is_break() {
                 return;
             }
-        };
+        }
         // The buffer grows with the bytes that actually arrive (bounded by QUIC flow
-        // control), not with what the header announces: a peer cannot make the daemon
-        // reserve 4 MiB per stream by sending headers alone.
-        let mut body = Vec::with_capacity(len.min(READ_CHUNK));
-        match (&mut reader).take(len as u64).read_to_end(&mut body).await {
-            Ok(n) if n == len => {}
-            _ => return, // truncated frame: the peer ended the stream mid-frame
-        }
-        let (id, req) = match decode_request(&body) {
-            Ok(decoded) => decoded,
-            Err(e) => {
-                let _ = out.send(Outgoing::reply(e.id, Err(e.error), slot));
-                continue;
-            }
-        };
-        if let Request::Hello(hello) = &req {
-            let reply = state.hello(hello);
-            let refused = reply.is_err() && !state.context.tokens.is_empty();
-            let _ = out.send(Outgoing::reply(Some(id), reply, slot));
-            if refused && state.principal.get().is_none() {
-                // A wrong token costs the connection: guesses need a new handshake each.
-                let _ = out.send(Outgoing::Close(CLOSE_UNAUTHORIZED, b"invalid token"));
-                return;
-            }
-            continue;
-        }
-        let principal = state.principal.get().cloned();
-        if let Request::ServerStats(_) = &req
-            && principal
-                .as_ref()
-                .is_none_or(|p| p.has(crate::auth::Role::Admin))
-            && (principal.is_some() || state.context.tokens.is_empty())
-        {
-            let stats = &state.context.stats;
-            let reply = Reply::ServerStats(muster_protocol::ops::ServerStatsReply {
-                syncs: stats.syncs.load(std::sync::atomic::Ordering::Relaxed),
-                synced_requests: stats
-                    .synced_requests
-                    .load(std::sync::atomic::Ordering::Relaxed),
-            });
-            let _ = out.send(Outgoing::reply(Some(id), Ok(reply), slot));
-            continue;
-        }
-        if principal.is_none() && !state.context.tokens.is_empty() {
-            let error = ErrorBody::new(ErrorCode::Unauthorized, "present a token with hello first");
-            let _ = out.send(Outgoing::reply(Some(id), Err(error), slot));
-            continue;
-        }
-        let responder = Responder::new(out.clone(), state.id, principal, id, slot);
-        if let Err(flume::SendError(Command::Request(_, responder))) =
-            commands.send_async(Command::Request(req, responder)).await
-        {
-            responder.refuse(ErrorBody::new(
-                ErrorCode::ShuttingDown,
-                "the daemon is shutting down",
-            ));
-            return;
+        // control), not with what a header announces.
+        match recv.read(&mut chunk).await {
+            Ok(Some(n)) => frames.push(&chunk[..n]),
+            // End of stream (a frame cut short is dropped), or the stream was reset.
+            Ok(None) | Err(_) => return,
         }
     }
+}
+
+/// Decodes one request frame and answers it here (`hello`, `server_stats`, refusals
+/// before `hello`) or forwards it to the dispatcher. Breaks when the stream must stop.
+async fn handle_frame(
+    body: &[u8],
+    slot: tokio::sync::OwnedSemaphorePermit,
+    state: &ConnState,
+    out: &mpsc::UnboundedSender<Outgoing>,
+) -> std::ops::ControlFlow<()> {
+    use std::ops::ControlFlow::{Break, Continue};
+    let (id, req) = match decode_request(body) {
+        Ok(decoded) => decoded,
+        Err(e) => {
+            let _ = out.send(Outgoing::reply(e.id, Err(e.error), slot));
+            return Continue(());
+        }
+    };
+    if let Request::Hello(hello) = &req {
+        let reply = state.hello(hello);
+        let refused = reply.is_err() && !state.context.tokens.is_empty();
+        let _ = out.send(Outgoing::reply(Some(id), reply, slot));
+        if refused && state.principal.get().is_none() {
+            // A wrong token costs the connection: guesses need a new handshake each.
+            let _ = out.send(Outgoing::Close(CLOSE_UNAUTHORIZED, b"invalid token"));
+            return Break(());
+        }
+        return Continue(());
+    }
+    let principal = state.principal.get().cloned();
+    // Answered here when allowed; refusals go the engine's way below.
+    let allowed = match &principal {
+        Some(p) => crate::engine::authorize_stateless(&req, p).is_some_and(|r| r.is_ok()),
+        None => state.context.tokens.is_empty(),
+    };
+    if let Request::ServerStats(_) = &req
+        && allowed
+    {
+        let stats = &state.context.stats;
+        let reply = Reply::ServerStats(muster_protocol::ops::ServerStatsReply {
+            syncs: stats.syncs.load(std::sync::atomic::Ordering::Relaxed),
+            synced_requests: stats
+                .synced_requests
+                .load(std::sync::atomic::Ordering::Relaxed),
+            durability: state.context.durability.into(),
+        });
+        let _ = out.send(Outgoing::reply(Some(id), Ok(reply), slot));
+        return Continue(());
+    }
+    if principal.is_none() && !state.context.tokens.is_empty() {
+        let error = ErrorBody::new(ErrorCode::Unauthorized, "present a token with hello first");
+        let _ = out.send(Outgoing::reply(Some(id), Err(error), slot));
+        return Continue(());
+    }
+    let responder = Responder::new(out.clone(), state.id, principal, id, slot);
+    if let Err(flume::SendError(Command::Request(_, responder))) = state
+        .context
+        .commands
+        .send_async(Command::Request(req, responder))
+        .await
+    {
+        responder.refuse(ErrorBody::new(
+            ErrorCode::ShuttingDown,
+            "the daemon is shutting down",
+        ));
+        return Break(());
+    }
+    Continue(())
 }
 
 /// What every connection of the server shares.
@@ -314,6 +335,8 @@ pub struct ServerContext {
     pub hello_timeout: std::time::Duration,
     /// The dispatcher's group-commit counters, for `server_stats`.
     pub stats: Arc<crate::dispatcher::CommitStats>,
+    /// The durability mode's name, for `server_stats`.
+    pub durability: &'static str,
 }
 
 /// One connection's state, shared by its streams.
@@ -432,7 +455,9 @@ fn encode(buf: &mut Vec<u8>, msg: Outgoing) -> Option<(u32, &'static [u8])> {
                 .encode(),
                 _ => Err(e),
             });
-            buf.extend_from_slice(&frame.unwrap_or_default());
+            buf.extend_from_slice(
+                &frame.expect("a push fits a frame: one delivery, one screen or its `gone`"),
+            );
             if let Some(queued) = queued {
                 queued.store(false, std::sync::atomic::Ordering::Release);
             }

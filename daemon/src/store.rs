@@ -10,6 +10,11 @@
 //! | `payloads` | task id, 16 bytes big-endian | the payload's raw JSON bytes    |
 //! | `idem`     | queue name, 0x00, idem key   | task id, 16 bytes big-endian    |
 //! | `owners`   | member name                  | the owning principal's name     |
+//! | `meta`     | `format`                     | the store's format, decimal     |
+//!
+//! Records are written through the store's own types (`format`), each carrying its
+//! format version; the store's format is checked when it is opened: a store of a newer
+//! format is refused with a message saying so, and an older one would be migrated.
 //!
 //! Payloads live apart from task records because they never change: a lease, renewal or
 //! settle rewrites the small record, not a payload of up to 1 MiB.
@@ -20,6 +25,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+pub mod format;
 mod torn_tail;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
@@ -29,11 +35,11 @@ use ulid::Ulid;
 use muster_protocol::RawJson;
 use muster_protocol::model::{QueueOptions, TaskState, TimelineEvent};
 
+/// The key of the store's format in the `meta` keyspace.
+const FORMAT_KEY: &[u8] = b"format";
+
 /// Largest memtable of a keyspace before it is flushed to disk.
 const MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
-
-/// The on-disk format version written into every record.
-const FORMAT: u32 = 1;
 
 /// How far [`Store::persist`] takes what was committed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +59,20 @@ pub enum StoreError {
     /// fjall reported an error (I/O, fsync, corruption, poisoned database).
     #[error("store: {0}")]
     Fjall(#[from] fjall::Error),
+    /// The store was written by a newer musterd.
+    #[error(
+        "store: {dir} has format {found}, written by a newer musterd; this one reads formats {oldest} to {newest}"
+    )]
+    NewerFormat {
+        /// The store's directory.
+        dir: String,
+        /// The format found.
+        found: u32,
+        /// The oldest format this build reads.
+        oldest: u32,
+        /// The newest format this build reads.
+        newest: u32,
+    },
     /// A stored record does not decode: the store is corrupt or from another version.
     #[error("store: corrupt record {what}: {detail}")]
     Corrupt {
@@ -63,11 +83,10 @@ pub enum StoreError {
     },
 }
 
-/// A queue as stored.
+/// A queue as stored (on disk as a [`format::StoredQueue`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(into = "format::StoredQueue", try_from = "format::StoredQueue")]
 pub struct QueueRecord {
-    /// The format version.
-    pub v: u32,
     /// The queue's options.
     pub options: QueueOptions,
     /// When the queue was created.
@@ -78,7 +97,6 @@ impl QueueRecord {
     /// A queue record of the current format.
     pub fn new(options: QueueOptions, created_ms: u64) -> Self {
         QueueRecord {
-            v: FORMAT,
             options,
             created_ms,
         }
@@ -99,11 +117,10 @@ pub struct LeaseRecord {
     pub granted_ms: u64,
 }
 
-/// A task as stored, without its payload.
+/// A task as stored, without its payload (on disk as a [`format::StoredTask`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(into = "format::StoredTask", try_from = "format::StoredTask")]
 pub struct TaskRecord {
-    /// The format version.
-    pub v: u32,
     /// The task's queue.
     pub queue: String,
     /// Its state.
@@ -148,10 +165,12 @@ pub struct TaskRecord {
 /// the rest (history, progress, result are skipped, not built).
 #[derive(Debug, Deserialize)]
 pub struct TaskIndex {
+    /// The record's format.
+    v: u32,
     /// The task's queue.
     pub queue: String,
     /// Its state.
-    pub state: TaskState,
+    state: format::StoredState,
     /// Its priority.
     pub priority: u8,
     /// Its key.
@@ -213,7 +232,7 @@ impl TaskIndex {
     pub fn view(&self) -> IndexView<'_> {
         IndexView {
             queue: &self.queue,
-            state: self.state,
+            state: self.state.into(),
             priority: self.priority,
             key: self.key.as_deref(),
             requires: &self.requires,
@@ -233,6 +252,7 @@ pub struct Store {
 }
 
 struct Keyspaces {
+    meta: Keyspace,
     owners: Keyspace,
     queues: Keyspace,
     tasks: Keyspace,
@@ -268,16 +288,57 @@ impl Store {
         };
         let opts = || KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES);
         let ks = Keyspaces {
+            meta: db.keyspace("meta", opts)?,
             owners: db.keyspace("owners", opts)?,
             queues: db.keyspace("queues", opts)?,
             tasks: db.keyspace("tasks", opts)?,
             payloads: db.keyspace("payloads", opts)?,
             idem: db.keyspace("idem", opts)?,
         };
-        Ok(Store {
+        let store = Store {
             db,
             ks: Arc::new(ks),
-        })
+        };
+        store.check_format(dir)?;
+        Ok(store)
+    }
+
+    /// Checks (and on a new or pre-`meta` store, records) the store's format.
+    fn check_format(&self, dir: &Path) -> Result<(), StoreError> {
+        let found = match self.ks.meta.get(FORMAT_KEY)? {
+            Some(v) => std::str::from_utf8(&v)
+                .ok()
+                .and_then(|s| s.parse::<u32>().ok())
+                .ok_or_else(|| StoreError::Corrupt {
+                    what: "meta format".into(),
+                    detail: format!("{:?} is not a number", String::from_utf8_lossy(&v)),
+                })?,
+            // A new store, or one from before formats were recorded (format 1).
+            None => format::OLDEST_FORMAT,
+        };
+        if found > format::FORMAT {
+            return Err(StoreError::NewerFormat {
+                dir: dir.display().to_string(),
+                found,
+                oldest: format::OLDEST_FORMAT,
+                newest: format::FORMAT,
+            });
+        }
+        // Older formats would be migrated here, record by record, before anything is
+        // served; format 1 is the oldest there is.
+        if found < format::OLDEST_FORMAT {
+            return Err(StoreError::Corrupt {
+                what: "meta format".into(),
+                detail: format!("format {found} is not a muster format"),
+            });
+        }
+        if found != format::FORMAT || self.ks.meta.get(FORMAT_KEY)?.is_none() {
+            self.ks
+                .meta
+                .insert(FORMAT_KEY, format::FORMAT.to_string().as_bytes())?;
+            self.persist(Persist::All)?;
+        }
+        Ok(())
     }
 
     /// Takes every committed batch as far as `to` says.
@@ -321,7 +382,12 @@ impl Store {
         for guard in self.ks.tasks.iter() {
             let (k, v) = guard.into_inner()?;
             let id = id_from_key(&k)?;
-            f(id, decode(&v, || format!("task {id}"))?);
+            let index: TaskIndex = decode(&v, || format!("task {id}"))?;
+            format::check_version(index.v).map_err(|detail| StoreError::Corrupt {
+                what: format!("task {id}"),
+                detail,
+            })?;
+            f(id, index);
         }
         Ok(())
     }
@@ -462,4 +528,30 @@ fn decode<T: serde::de::DeserializeOwned>(
         what: what(),
         detail: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_of_a_newer_format_is_refused_with_a_message_saying_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        assert_eq!(
+            store.ks.meta.get(FORMAT_KEY).unwrap().as_deref(),
+            Some(format::FORMAT.to_string().as_bytes())
+        );
+        store.ks.meta.insert(FORMAT_KEY, b"99").unwrap();
+        store.persist(Persist::All).unwrap();
+        drop(store);
+        let err = Store::open(dir.path(), 1 << 20).err().expect("refused");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "store: {} has format 99, written by a newer musterd; this one reads formats 1 to 1",
+                dir.path().display()
+            )
+        );
+    }
 }

@@ -39,6 +39,83 @@ pub fn body_len(header: [u8; HEADER_LEN]) -> Result<usize, FrameError> {
     Ok(len)
 }
 
+/// Splits a byte stream into frame bodies: the one frame reader of the daemon, the SDK
+/// and the fuzz targets. It does no I/O: feed it the bytes that arrived with
+/// [`FrameReader::push`], then take every complete body with [`FrameReader::next_frame`].
+///
+/// Each header is checked ([`body_len`]) before any of its body is kept, and the
+/// buffer only ever holds bytes that arrived: a peer cannot make it reserve a frame's
+/// announced length by sending a header alone. After a refused header the stream's
+/// frame boundaries are lost: the reader returns the error again and takes no more.
+#[derive(Debug, Default)]
+pub struct FrameReader {
+    /// Bytes received and not yet returned as frames.
+    buf: Vec<u8>,
+    /// Where the unread part of `buf` starts.
+    start: usize,
+    /// Set once a header was refused.
+    failed: Option<FrameError>,
+}
+
+impl FrameReader {
+    /// A reader at the start of a stream.
+    pub fn new() -> FrameReader {
+        FrameReader::default()
+    }
+
+    /// Appends bytes that arrived on the stream.
+    pub fn push(&mut self, bytes: &[u8]) {
+        if self.failed.is_some() {
+            return;
+        }
+        if self.start > 0 && self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The next complete frame body; `Ok(None)` until more bytes arrive.
+    pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let rest = &self.buf[self.start..];
+        let Some(header) = rest.first_chunk::<HEADER_LEN>() else {
+            return Ok(None);
+        };
+        let len = match body_len(*header) {
+            Ok(len) => len,
+            Err(e) => {
+                self.buf = Vec::new();
+                self.start = 0;
+                self.failed = Some(e.clone());
+                return Err(e);
+            }
+        };
+        let Some(body) = rest.get(HEADER_LEN..HEADER_LEN + len) else {
+            return Ok(None);
+        };
+        let body = body.to_vec();
+        self.start += HEADER_LEN + len;
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        } else if self.start >= MAX_FRAME_BYTES {
+            // Keep the buffer from growing with a long run of small frames.
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        Ok(Some(body))
+    }
+
+    /// True if bytes of an unfinished frame are buffered: a stream ending now ends
+    /// in the middle of a frame.
+    pub fn in_frame(&self) -> bool {
+        self.start < self.buf.len()
+    }
+}
+
 /// The deepest nesting of arrays and objects in JSON text, counting only brackets
 /// outside strings. It does not validate the JSON (the parser does that); it only
 /// measures, in one pass and without recursion, so depth can be refused up front.
@@ -97,6 +174,48 @@ pub fn encode_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, F
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reader_splits_frames_however_the_bytes_arrive() {
+        let mut stream = Vec::new();
+        for body in [&b"{\"a\":1}"[..], b"{}", b"[1,2,3]"] {
+            push_frame(&mut stream, body);
+        }
+        for chunk in [1, 2, 3, 5, 7, stream.len()] {
+            let mut reader = FrameReader::new();
+            let mut bodies = Vec::new();
+            for piece in stream.chunks(chunk) {
+                reader.push(piece);
+                while let Some(body) = reader.next_frame().unwrap() {
+                    bodies.push(body);
+                }
+            }
+            assert_eq!(
+                bodies,
+                [b"{\"a\":1}".to_vec(), b"{}".to_vec(), b"[1,2,3]".to_vec()],
+                "chunks of {chunk}"
+            );
+            assert!(!reader.in_frame());
+        }
+        let mut half = FrameReader::new();
+        half.push(&stream[..6]);
+        assert_eq!(half.next_frame(), Ok(None));
+        assert!(half.in_frame());
+    }
+
+    #[test]
+    fn the_reader_refuses_a_bad_header_for_good_without_buffering_its_body() {
+        let mut reader = FrameReader::new();
+        reader.push(&(MAX_FRAME_BYTES as u32 + 1).to_be_bytes());
+        let err = reader.next_frame().unwrap_err();
+        assert!(matches!(err, FrameError::TooLarge { .. }));
+        reader.push(&[0u8; 1024]);
+        assert_eq!(reader.next_frame(), Err(err));
+        assert!(!reader.in_frame());
+        let mut empty = FrameReader::new();
+        empty.push(&0u32.to_be_bytes());
+        assert_eq!(empty.next_frame(), Err(FrameError::Empty));
+    }
 
     #[test]
     fn depth_counts_brackets_outside_strings() {

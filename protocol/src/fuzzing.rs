@@ -4,27 +4,26 @@
 //! Neither may panic on any input: they are the daemon's first contact with bytes
 //! from the network.
 
-use crate::frame::{self, HEADER_LEN};
+use crate::frame::FrameReader;
 use crate::ops::decode_request;
 
-/// Reads `data` as the daemon reads a stream: header, body, decode; until the bytes
-/// run out or a header is refused. Returns how many frames decoded into requests.
+/// Reads `data` as the daemon reads a stream, with the daemon's [`FrameReader`], the
+/// bytes arriving in pieces whose sizes the first byte picks; decodes every frame,
+/// until the bytes run out or a header is refused. Returns how many frames decoded
+/// into requests.
 pub fn frames(data: &[u8]) -> usize {
-    let mut rest = data;
+    let piece = usize::from(data.first().copied().unwrap_or(0)).max(1);
+    let mut reader = FrameReader::new();
     let mut decoded = 0;
-    while rest.len() >= HEADER_LEN {
-        let mut header = [0u8; HEADER_LEN];
-        header.copy_from_slice(&rest[..HEADER_LEN]);
-        let Ok(len) = frame::body_len(header) else {
-            break;
-        };
-        let Some(body) = rest.get(HEADER_LEN..HEADER_LEN + len) else {
-            break;
-        };
-        if decode_request(body).is_ok() {
-            decoded += 1;
+    for chunk in data.chunks(piece) {
+        reader.push(chunk);
+        loop {
+            match reader.next_frame() {
+                Ok(Some(body)) => decoded += usize::from(decode_request(&body).is_ok()),
+                Ok(None) => break,
+                Err(_) => return decoded,
+            }
         }
-        rest = &rest[HEADER_LEN + len..];
     }
     decoded
 }

@@ -11,6 +11,7 @@
 //! - [`model`]: queue options, task states and the task views sent to clients.
 //! - [`ops`]: one struct per request with its reply type, and the decoder for request frames.
 //! - [`names`]: validation of queue names, member names and labels.
+//! - [`nulls`]: what `null` means in a request field.
 //! - [`fuzzing`]: the entry points of the fuzz targets in `protocol/fuzz`.
 
 pub mod error;
@@ -19,6 +20,7 @@ pub mod fuzzing;
 pub mod limits;
 pub mod model;
 pub mod names;
+pub mod nulls;
 pub mod ops;
 
 pub use error::{ErrorBody, ErrorCode};

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::RawJson;
 
-/// The state of a task. See DESIGN §2 for the transitions.
+/// The state of a task. See PROTOCOL.md §4.12 for the transitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskState {
@@ -138,7 +138,11 @@ pub struct QueuePatch {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_attempts: Option<u32>,
     /// See [`QueueOptions::retry_backoff`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::nulls::refused"
+    )]
     pub retry_backoff: Option<Backoff>,
     /// See [`QueueOptions::key_concurrency`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -150,7 +154,11 @@ pub struct QueuePatch {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_runtime_ms: Option<u64>,
     /// See [`QueueOptions::paused`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::nulls::refused"
+    )]
     pub paused: Option<bool>,
 }
 

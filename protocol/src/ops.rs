@@ -66,15 +66,25 @@ pub struct QueueReply {
     pub queue: QueueInfo,
 }
 
-/// Lists every queue.
+/// Lists queues, a page at a time, by name.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct QueueList {}
+pub struct QueueList {
+    /// Start after this queue name (the `next` of the previous page).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// Page size, 1 to [`crate::limits::MAX_PAGE`]; 100 if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
 
 /// Reply to [`QueueList`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct QueueListReply {
-    /// Every queue, by name.
+    /// The page of queues, by name.
     pub queues: Vec<QueueInfo>,
+    /// The cursor of the next page; `None` on the last one.
+    #[serde(default)]
+    pub next: Option<String>,
 }
 
 /// Names one queue (describe, pause, resume, purge, delete).
@@ -520,6 +530,10 @@ pub struct ServerStatsReply {
     /// Requests applied in those rounds: `synced_requests / syncs` is the group-commit
     /// batch factor.
     pub synced_requests: u64,
+    /// When a reply leaves: `sync` (after fdatasync: nothing acknowledged is lost) or
+    /// `buffered` (after the journal is handed to the OS: a power loss may lose the last
+    /// moments).
+    pub durability: String,
 }
 
 /// One screen of the operator's view, as a `watch` asks for it. Lists come a page at a
@@ -652,7 +666,8 @@ pub struct Watch {
     pub view: View,
     /// A number of the client's choosing, echoed in the reply and every push of this
     /// watch, so a client can tell pushes of a replaced watch from the new one's.
-    #[serde(default)]
+    /// Absent or `null`: 0.
+    #[serde(default, deserialize_with = "crate::nulls::absent")]
     pub tag: u64,
 }
 

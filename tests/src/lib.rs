@@ -8,8 +8,13 @@
 //! # Layout
 //! - this file: [`Daemon`], [`Proc`] and the paths of the binaries.
 //! - `checker`: the Jepsen-style total-queue checker with its kill -9 and power-loss nemesis.
+//! - `agent_chaos`: the Jepsen-style agent checker: kill -9, drain, freeze and partition
+//!   of `muster work` and SDK agents (`src/bin/chaos_agent.rs`) against one daemon.
+//! - `relay`: a UDP relay between an agent and the daemon that can partition them.
 
+pub mod agent_chaos;
 pub mod checker;
+pub mod relay;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -45,6 +50,8 @@ fn bin_dir() -> &'static Path {
             "muster-daemon",
             "-p",
             "muster-tui",
+            "-p",
+            "muster-tests",
             "--bins",
         ]);
         if dir.file_name().is_some_and(|n| n == "release") {
@@ -52,7 +59,10 @@ fn bin_dir() -> &'static Path {
         }
         cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
         let status = cmd.status().expect("running cargo build for the binaries");
-        assert!(status.success(), "cargo build of musterd and muster failed");
+        assert!(
+            status.success(),
+            "cargo build of musterd, muster and chaos_agent failed"
+        );
         dir
     })
 }
@@ -65,6 +75,11 @@ pub fn musterd_bin() -> PathBuf {
 /// Path of the `muster` binary.
 pub fn muster_bin() -> PathBuf {
     bin_dir().join("muster")
+}
+
+/// Path of the agent chaos checker's SDK agent (`src/bin/chaos_agent.rs`).
+pub fn chaos_agent_bin() -> PathBuf {
+    bin_dir().join("chaos_agent")
 }
 
 /// Path of the SDK's example agent.
@@ -215,6 +230,23 @@ impl Daemon {
         d
     }
 
+    /// Starts a daemon on a copy of the store in `store` (a `store` directory of a data
+    /// directory), with extra flags: how a store written by an earlier version is opened.
+    pub fn start_from(store: &Path, extra: &[&str]) -> Daemon {
+        let data = tempfile::tempdir().expect("temporary data directory");
+        copy_dir(store, &data.path().join("store"));
+        let mut d = Daemon {
+            child: None,
+            addr: "127.0.0.1:0".into(),
+            fingerprint: String::new(),
+            data,
+            extra_args: extra.iter().map(|s| (*s).to_owned()).collect(),
+            log_thread: None,
+        };
+        d.spawn();
+        d
+    }
+
     /// The data directory.
     pub fn data(&self) -> &Path {
         self.data.path()
@@ -293,6 +325,7 @@ impl Daemon {
             trust: Trust::DataDir(self.data.path().to_path_buf()),
             token: None,
             server_name: None,
+            bind: None,
         }
     }
 
@@ -440,5 +473,19 @@ pub async fn fill(client: &Client, queue: &str, count: usize, task: impl Fn(usiz
     }
     for p in pending {
         p.reply().await.expect("enqueue");
+    }
+}
+
+/// Copies a directory tree (files and directories only).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("creating a directory");
+    for entry in std::fs::read_dir(from).expect("reading a directory") {
+        let entry = entry.expect("a directory entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("a file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copying a file");
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! `muster bench`: the workload of DESIGN §9, against a daemon it starts.
+//! `muster bench`: the workload BENCHMARKS.md describes, against a daemon it starts.
 //!
 //! Phases (each run starts a fresh `musterd` on a temporary data directory):
 //! - `enqueue`: producers, each with up to `window` unconfirmed enqueues in flight, put
@@ -109,6 +109,7 @@ impl Daemon {
             trust: Trust::DataDir(self.data.clone()),
             token: None,
             server_name: None,
+            bind: None,
         }
     }
 

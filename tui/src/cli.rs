@@ -142,7 +142,7 @@ pub enum Command {
     Lease(LeaseCommand),
     /// Run any program as an agent: one process per task, payload on stdin.
     Work(WorkArgs),
-    /// The benchmark of DESIGN §9 against a daemon it starts: a table, and JSON.
+    /// The benchmark of BENCHMARKS.md against a daemon it starts: a table, and JSON.
     Bench(BenchArgs),
     /// A live swarm on the daemon to watch: a producer and four agents on queue `demo`.
     Demo {

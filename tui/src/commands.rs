@@ -237,6 +237,7 @@ pub fn options(g: &Global) -> ConnectOptions {
         trust,
         token: g.token.clone(),
         server_name: None,
+        bind: None,
     }
 }
 

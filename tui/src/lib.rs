@@ -9,7 +9,7 @@
 //! - [`output`]: how results are printed, as text or JSON lines.
 //! - [`work`]: `muster work`, any program as an agent.
 //! - [`demo`]: `muster demo`, a live swarm to watch.
-//! - [`bench`]: `muster bench`, the benchmark of DESIGN §9.
+//! - [`bench`]: `muster bench`, the benchmark BENCHMARKS.md describes.
 //! - [`console`]: `muster tui`, the operator's console.
 
 pub mod bench;

@@ -116,20 +116,28 @@ impl DispatchIndex {
                 }
             }
             Some(key) => {
-                let Some(line) = self.keys.get_mut(key) else {
-                    return;
-                };
-                let Some(slot) = line.slots.remove(&t.id) else {
-                    return;
-                };
-                line.leased -= u32::from(slot.leased);
+                let line = self
+                    .keys
+                    .get_mut(key)
+                    .unwrap_or_else(|| panic!("task {}: key {key:?} has no line", t.id));
+                let slot = line
+                    .slots
+                    .remove(&t.id)
+                    .unwrap_or_else(|| panic!("task {} is not in its key's line", t.id));
+                line.leased = line
+                    .leased
+                    .checked_sub(u32::from(slot.leased))
+                    .expect("a line counts its leased tasks");
                 if line.slots.is_empty() {
                     self.keys.remove(key);
                 }
                 if slot.dispatchable {
                     self.unclass(&slot.class, slot.priority, t.id);
                 } else if slot.ready {
-                    self.held_back -= 1;
+                    self.held_back = self
+                        .held_back
+                        .checked_sub(1)
+                        .expect("held_back counts the held-back tasks");
                 }
                 self.refresh(key, key_concurrency);
             }
@@ -177,11 +185,16 @@ impl DispatchIndex {
     }
 
     fn unclass(&mut self, class: &Class, priority: u8, id: Ulid) {
-        if let Some(set) = self.classes.get_mut(class) {
-            set.remove(&(Reverse(priority), id));
-            if set.is_empty() {
-                self.classes.remove(class);
-            }
+        let set = self
+            .classes
+            .get_mut(class)
+            .unwrap_or_else(|| panic!("task {id}: its label class is not indexed"));
+        assert!(
+            set.remove(&(Reverse(priority), id)),
+            "task {id} was not dispatchable in its class"
+        );
+        if set.is_empty() {
+            self.classes.remove(class);
         }
     }
 
@@ -213,8 +226,14 @@ impl DispatchIndex {
         }
         for (on, class, priority, id) in changes {
             if on {
-                self.class_set(&class).insert((Reverse(priority), id));
-                self.held_back -= 1;
+                assert!(
+                    self.class_set(&class).insert((Reverse(priority), id)),
+                    "task {id} dispatchable twice"
+                );
+                self.held_back = self
+                    .held_back
+                    .checked_sub(1)
+                    .expect("held_back counts the held-back tasks");
             } else {
                 self.unclass(&class, priority, id);
                 self.held_back += 1;

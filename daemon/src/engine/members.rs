@@ -69,6 +69,11 @@ impl<S: Sink> Member<S> {
         }
     }
 
+    /// Neither leases nor a session nor a drain: nothing to remember it by.
+    pub(super) fn is_idle(&self) -> bool {
+        self.leased.is_empty() && self.session.is_none() && !self.draining
+    }
+
     /// Connected, unreachable or gone, as of the last liveness sweep.
     pub(super) fn state(&self) -> MemberState {
         match &self.session {
@@ -94,8 +99,13 @@ impl<S: Sink> Member<S> {
     }
 
     /// Room for pushes at `now`: subscribed, heard from within its liveness timeout
-    /// (`heard` is when its connection was last heard from), not draining, under capacity.
+    /// (`heard` is when its connection was last heard from) and since its last lapse,
+    /// not draining, under capacity. A member that let a lease lapse and has been silent
+    /// since is in trouble (frozen, cut off, dying): it gets nothing until heard from.
     fn free(&self, heard: Option<super::Heard>, now: Now) -> usize {
+        if self.lapsed_at.is_some() {
+            return 0;
+        }
         let alive = self.session.as_ref().is_some_and(|s| {
             !s.sink.is_closed()
                 && heard.is_some_and(|h| now.mono_ms.saturating_sub(h.at_ms) <= s.liveness_ms)
@@ -116,16 +126,18 @@ impl<W: Waiter> Engine<W> {
         }
     }
 
-    /// Forgets a lease of a member; a member with neither leases nor a session (nor a
-    /// drain to remember) is dropped.
+    /// Forgets a lease of a member; a member left with neither leases nor a session
+    /// (nor a drain to remember) is dropped at the end of the request or timer.
     pub(super) fn release_slot(&mut self, member: &Arc<str>, id: Ulid) {
-        if let Some(m) = self.members.get_mut(member) {
-            m.leased.remove(&id);
-            // A freed slot may take a pushed task.
-            self.push_changed = true;
-            if m.leased.is_empty() && m.session.is_none() && !m.draining {
-                self.members.remove(member);
-            }
+        let m = self
+            .members
+            .get_mut(member)
+            .unwrap_or_else(|| panic!("task {id} is leased to unknown member {member:?}"));
+        assert!(m.leased.remove(&id), "task {id} was not held by {member:?}");
+        // A freed slot may take a pushed task.
+        self.push_changed = true;
+        if m.is_idle() {
+            self.idle_members.push(Arc::clone(member));
         }
     }
 
@@ -383,31 +395,17 @@ impl<W: Waiter> Engine<W> {
             }
             let mut rec = self.record(id)?;
             let epoch = rec.lease.take().map(|l| l.epoch);
-            if rec.cancel_requested {
-                // Its work was to stop anyway: nothing to hand back.
-                push_event(&mut rec, now, "cancelled", Some(&r.member), epoch, None);
-                self.finish(&mut rec, TaskState::Cancelled, now);
-                self.save(id, &rec, 0, 0);
+            // Its work was to stop anyway: nothing to hand back.
+            if self.cancel_if_requested(&mut rec, now, Some(&r.member), epoch) {
+                self.save(id, &rec, None);
                 reply.released += 1;
             } else if r.reclaim {
                 // The agent restarted and lost its work in progress: a failure, like a lapse,
                 // but handed straight back instead of waiting for the lease to run out.
                 rec.failures += 1;
                 rec.last_error = Some(format!("member {:?} restarted", r.member));
-                let max = self.queue_max_attempts(&rec.queue);
-                if max > 0 && rec.failures >= u64::from(max) {
-                    rec.state = TaskState::Dead;
-                    rec.dead_reason = Some("max_attempts".into());
-                    rec.updated_ms = now.wall_ms;
-                    push_event(
-                        &mut rec,
-                        now,
-                        "dead_lettered",
-                        None,
-                        None,
-                        Some("max_attempts"),
-                    );
-                    self.save(id, &rec, 0, 0);
+                if self.dead_if_out_of_attempts(&mut rec, now, Some(&r.member)) {
+                    self.save(id, &rec, None);
                     reply.dead += 1;
                 } else {
                     let delivery = self.lease_to(id, rec, &r.member, None, now, true)?;
@@ -425,7 +423,7 @@ impl<W: Waiter> Engine<W> {
                 push_event(&mut rec, now, "released", Some(&r.member), epoch, None);
                 rec.state = TaskState::Ready;
                 rec.updated_ms = now.wall_ms;
-                self.save(id, &rec, 0, 0);
+                self.save(id, &rec, None);
                 reply.released += 1;
             }
         }
@@ -459,21 +457,10 @@ impl<W: Waiter> Engine<W> {
                 tracing::info!(member = %name, leases = m.leased.len(), "member gone");
             }
             // A drained member is remembered until a fresh session clears the drain.
-            if m.leased.is_empty() && m.session.is_none() && !m.draining {
+            if m.is_idle() {
                 self.members.remove(&name);
             }
         }
-    }
-
-    /// A queue was deleted: no subscription names it any more.
-    pub(super) fn forget_queue(&mut self, queue: &str) {
-        for m in self.members.values_mut() {
-            m.subscribed.retain(|q| q != queue);
-        }
-    }
-
-    fn queue_max_attempts(&self, queue: &str) -> u32 {
-        self.queues.get(queue).map_or(0, |q| q.options.max_attempts)
     }
 
     pub(super) fn session_update(&mut self, r: SessionUpdate, waiter: &W) -> OpResult<MemberReply> {
@@ -510,7 +497,10 @@ impl<W: Waiter> Engine<W> {
                 muster_protocol::limits::MAX_CLAIM_QUEUES
             )));
         }
-        for q in &r.queues {
+        for (i, q) in r.queues.iter().enumerate() {
+            if r.queues[..i].contains(q) {
+                return Err(bad(format!("queue {q:?} is named twice")));
+            }
             if !self.queues.contains_key(q) {
                 return Err(client(ErrorCode::NotFound, format!("no queue {q:?}")));
             }

@@ -13,6 +13,8 @@
 
 mod authz;
 pub mod dispatch;
+
+pub use authz::authorize_stateless;
 mod members;
 mod ops;
 #[cfg(test)]
@@ -212,12 +214,30 @@ struct Meta {
     remove_at_ms: u64,
     /// Current lease epoch.
     epoch: u64,
-    /// Monotonic lease deadline.
-    lease_deadline: u64,
-    /// Monotonic time the current delivery was granted (for `max_runtime`).
-    lease_granted: u64,
+    /// The lease's monotonic times; `Some` exactly when the task is leased.
+    lease: Option<LeaseClock>,
     /// The member holding the lease, unless anonymous.
     member: Option<Arc<str>>,
+}
+
+/// The monotonic times of a lease, kept in memory beside its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LeaseClock {
+    /// When it lapses unless renewed.
+    deadline: u64,
+    /// When its delivery was granted. Signed: a lease restored at start-up may have been
+    /// granted before this run's monotonic clock began.
+    granted: i64,
+}
+
+impl LeaseClock {
+    /// The latest deadline `max_runtime_ms` allows this delivery (0 if already past).
+    fn runtime_cap(&self, max_runtime_ms: Option<u64>) -> u64 {
+        match max_runtime_ms {
+            Some(max) => u64::try_from(self.granted.saturating_add_unsigned(max)).unwrap_or(0),
+            None => u64::MAX,
+        }
+    }
 }
 
 /// When a connection was last heard from.
@@ -248,6 +268,10 @@ pub struct Engine<W: Waiter> {
     store: Store,
     /// Changes of the request being handled; committed when it ends.
     pending: Batch,
+    /// Members whose last lease ended while they had no session: forgotten at the end
+    /// of the request or timer, once it is sure no lease came back (a renewal re-indexes
+    /// its task: the member must survive the moment in between).
+    idle_members: Vec<Arc<str>>,
     /// True once a round has committed anything that needs persisting.
     dirty: bool,
     queues: BTreeMap<String, Queue>,
@@ -312,6 +336,7 @@ impl<W: Waiter> Engine<W> {
         let mut engine = Engine {
             store,
             pending,
+            idle_members: Vec::new(),
             dirty: false,
             queues: BTreeMap::new(),
             tasks: HashMap::new(),
@@ -373,26 +398,33 @@ impl<W: Waiter> Engine<W> {
                 detail: format!("names missing queue {}", rec.queue),
             });
         };
-        let mut deadline = 0;
-        let mut granted = now.mono_ms;
-        if let Some(lease) = &rec.lease {
+        let clock = rec.lease.as_ref().map(|lease| {
             let left = lease.expires_ms.saturating_sub(now.wall_ms);
             let full = queue.options.lease_ms;
-            deadline = now.mono_ms + left.max(full).min(MAX_LEASE.as_millis() as u64);
-            granted = now
-                .mono_ms
-                .saturating_sub(now.wall_ms.saturating_sub(lease.granted_ms));
-        }
+            let elapsed =
+                i64::try_from(now.wall_ms.saturating_sub(lease.granted_ms)).unwrap_or(i64::MAX);
+            let mut clock = LeaseClock {
+                deadline: now.mono_ms + left.max(full).min(MAX_LEASE.as_millis() as u64),
+                // The delivery's age carries over the restart: max_runtime_ms still holds.
+                granted: (now.mono_ms as i64).saturating_sub(elapsed),
+            };
+            clock.deadline = clock.deadline.min(
+                clock
+                    .runtime_cap(queue.options.max_runtime_ms)
+                    .max(now.mono_ms),
+            );
+            clock
+        });
         self.last_id = self.last_id.max(id);
-        if rec.lease.is_some()
+        if let Some(clock) = clock
             && let Some(mut full) = self.store.task(id)?
             && let Some(lease) = full.lease.as_mut()
         {
             // Show the deadline the lease really has now.
-            lease.expires_ms = now.wall_ms + (deadline - now.mono_ms);
+            lease.expires_ms = now.wall_ms + (clock.deadline - now.mono_ms);
             self.pending.put_task(id, &full);
         }
-        self.index_record(id, rec.view(), deadline, granted);
+        self.index_record(id, rec.view(), clock);
         Ok(())
     }
 
@@ -405,17 +437,56 @@ impl<W: Waiter> Engine<W> {
         waiter: W,
         now: Now,
     ) -> Result<(), StoreError> {
-        match self.dispatch(req, waiter, now) {
+        #[cfg(debug_assertions)]
+        let before = self.digest();
+        let result = match self.dispatch(req, waiter, now) {
             Ok(()) => self.commit(),
             Err((waiter, Failure::Client(e))) => {
                 tracing::debug!(code = e.code.as_str(), message = %e.message, "refused");
+                // A refused request changed nothing: every op validates before it mutates.
+                #[cfg(debug_assertions)]
+                assert_eq!(
+                    self.digest(),
+                    before,
+                    "a refused request ({}) changed the engine",
+                    e.code.as_str()
+                );
                 // Nothing was written for a refused request; drop any partial batch.
                 self.pending = self.store.batch();
                 self.outbox.push((waiter, Err(e)));
                 Ok(())
             }
             Err((_, Failure::Store(e))) => Err(e),
+        };
+        self.forget_idle_members();
+        result
+    }
+
+    /// What a request may change in memory, in brief: compared before and after a
+    /// refused request (debug builds, so every test checks it).
+    #[cfg(debug_assertions)]
+    fn digest(&self) -> Vec<usize> {
+        let mut d = vec![
+            self.tasks.len(),
+            self.scheduled.len(),
+            self.leases.len(),
+            self.expiry.len(),
+            self.members.len(),
+            self.queues.len(),
+            self.claim_waiters.len(),
+            self.task_waits.len(),
+            self.outbox.len(),
+            self.pushes.len(),
+            self.owners.len(),
+            self.watches.len(),
+            self.avoid.len(),
+        ];
+        for q in self.queues.values() {
+            d.extend(q.by_state.iter().map(BTreeSet::len));
+            d.push(q.dispatch.held_back() as usize);
         }
+        d.extend(self.members.values().map(|m| m.leased.len()));
+        d
     }
 
     /// Runs every timer due at `now` and serves waiting claims and waits.
@@ -429,6 +500,7 @@ impl<W: Waiter> Engine<W> {
         self.serve_pushes(ready, now)?;
         self.serve_waits(now)?;
         self.commit()?;
+        self.forget_idle_members();
         self.serve_watches(now)
     }
 
@@ -529,12 +601,11 @@ impl<W: Waiter> Engine<W> {
         })
     }
 
-    /// Writes a task's record and re-indexes it from the record.
-    ///
-    /// `lease_deadline` and `lease_granted` are the monotonic times of a leased record.
-    fn save(&mut self, id: Ulid, rec: &TaskRecord, lease_deadline: u64, lease_granted: u64) {
+    /// Writes a task's record and re-indexes it from the record. `clock` holds the
+    /// monotonic times of a leased record and must be `Some` exactly when it is leased.
+    fn save(&mut self, id: Ulid, rec: &TaskRecord, clock: Option<LeaseClock>) {
         self.unindex(id);
-        self.index_record(id, rec.view(), lease_deadline, lease_granted);
+        self.index_record(id, rec.view(), clock);
         self.pending.put_task(id, rec);
     }
 
@@ -549,9 +620,14 @@ impl<W: Waiter> Engine<W> {
             .remove_task(id, &rec.queue, rec.idempotency_key.as_deref());
     }
 
-    fn index_record(&mut self, id: Ulid, rec: IndexView<'_>, lease_deadline: u64, granted: u64) {
+    fn index_record(&mut self, id: Ulid, rec: IndexView<'_>, clock: Option<LeaseClock>) {
+        assert_eq!(
+            rec.state == TaskState::Leased,
+            clock.is_some() && rec.lease.is_some(),
+            "task {id}: a lease clock exactly for a leased record"
+        );
         let Some(queue) = self.queues.get(rec.queue) else {
-            return;
+            panic!("task {id} names queue {:?}, which is not loaded", rec.queue);
         };
         let queue_name = Arc::clone(&queue.name);
         let remove_at = rec
@@ -566,8 +642,7 @@ impl<W: Waiter> Engine<W> {
             ready_at_ms: rec.not_before_ms.unwrap_or(0),
             remove_at_ms: remove_at,
             epoch: rec.lease.map_or(rec.deliveries, |l| l.epoch),
-            lease_deadline,
-            lease_granted: granted,
+            lease: clock,
             member: rec
                 .lease
                 .filter(|l| !l.member.is_empty())
@@ -585,10 +660,15 @@ impl<W: Waiter> Engine<W> {
             // Only a ready task can go to the member that let it lapse.
             self.avoid.remove(&id);
         }
-        let Some(queue) = self.queues.get_mut(&*meta.queue) else {
-            return;
-        };
-        queue.by_state[state_index(meta.state)].insert(id);
+        let queue = self
+            .queues
+            .get_mut(&*meta.queue)
+            .unwrap_or_else(|| panic!("task {id}: its queue {:?} is not loaded", meta.queue));
+        assert!(
+            queue.by_state[state_index(meta.state)].insert(id),
+            "task {id} indexed twice as {}",
+            meta.state
+        );
         if matches!(
             meta.state,
             TaskState::Ready | TaskState::Scheduled | TaskState::Leased
@@ -602,33 +682,51 @@ impl<W: Waiter> Engine<W> {
                 self.ready_changed = true;
             }
             TaskState::Scheduled => {
-                self.scheduled.insert((meta.ready_at_ms, id));
+                assert!(
+                    self.scheduled.insert((meta.ready_at_ms, id)),
+                    "task {id} scheduled twice"
+                );
             }
             TaskState::Leased => {
-                self.leases.insert((meta.lease_deadline, id));
+                let clock = meta.lease.expect("a leased task has a lease clock");
+                assert!(
+                    self.leases.insert((clock.deadline, id)),
+                    "task {id} leased twice"
+                );
                 if let Some(member) = &meta.member {
-                    self.members
+                    let fresh = self
+                        .members
                         .entry(Arc::clone(member))
                         .or_insert_with(members::Member::new)
                         .leased
                         .insert(id);
+                    assert!(fresh, "task {id} held twice by member {member:?}");
                 }
             }
             TaskState::Done | TaskState::Cancelled => {
-                self.expiry.insert((meta.remove_at_ms, id));
+                assert!(
+                    self.expiry.insert((meta.remove_at_ms, id)),
+                    "task {id} expires twice"
+                );
             }
             TaskState::Dead => {}
         }
     }
 
     fn unindex(&mut self, id: Ulid) {
+        // A task being enqueued has nothing to remove yet.
         let Some(meta) = self.tasks.get(&id) else {
             return;
         };
-        let Some(queue) = self.queues.get_mut(&*meta.queue) else {
-            return;
-        };
-        queue.by_state[state_index(meta.state)].remove(&id);
+        let queue = self
+            .queues
+            .get_mut(&*meta.queue)
+            .unwrap_or_else(|| panic!("task {id}: its queue {:?} is not loaded", meta.queue));
+        assert!(
+            queue.by_state[state_index(meta.state)].remove(&id),
+            "task {id} was not indexed as {}",
+            meta.state
+        );
         if matches!(
             meta.state,
             TaskState::Ready | TaskState::Scheduled | TaskState::Leased
@@ -644,19 +742,43 @@ impl<W: Waiter> Engine<W> {
         match meta.state {
             TaskState::Ready => {}
             TaskState::Scheduled => {
-                self.scheduled.remove(&(meta.ready_at_ms, id));
+                assert!(
+                    self.scheduled.remove(&(meta.ready_at_ms, id)),
+                    "task {id}: not scheduled"
+                );
             }
             TaskState::Leased => {
-                self.leases.remove(&(meta.lease_deadline, id));
+                let clock = meta.lease.expect("a leased task has a lease clock");
+                assert!(
+                    self.leases.remove(&(clock.deadline, id)),
+                    "task {id}: lease not indexed"
+                );
                 if let Some(member) = &meta.member {
                     let member = Arc::clone(member);
                     self.release_slot(&member, id);
                 }
             }
             TaskState::Done | TaskState::Cancelled => {
-                self.expiry.remove(&(meta.remove_at_ms, id));
+                assert!(
+                    self.expiry.remove(&(meta.remove_at_ms, id)),
+                    "task {id}: no expiry"
+                );
             }
             TaskState::Dead => {}
+        }
+    }
+
+    /// Forgets members left with neither a lease nor a session (nor a drain) by the
+    /// request or timer that just ran.
+    fn forget_idle_members(&mut self) {
+        for name in std::mem::take(&mut self.idle_members) {
+            if self
+                .members
+                .get(&name)
+                .is_some_and(members::Member::is_idle)
+            {
+                self.members.remove(&name);
+            }
         }
     }
 
@@ -669,7 +791,7 @@ impl<W: Waiter> Engine<W> {
             rec.state = TaskState::Ready;
             rec.not_before_ms = None;
             rec.updated_ms = now.wall_ms;
-            self.save(id, &rec, 0, 0);
+            self.save(id, &rec, None);
             self.commit()?;
         }
         Ok(())
@@ -727,23 +849,15 @@ impl<W: Waiter> Engine<W> {
             rec.failures += 1;
         }
         rec.last_error = Some(error);
-        let max = self
-            .queues
-            .get(&rec.queue)
-            .map_or(0, |q| q.options.max_attempts);
         let backoff = self
             .queues
             .get(&rec.queue)
             .map(|q| q.options.retry_backoff)
             .unwrap_or_default();
-        if rec.cancel_requested {
-            push_event(rec, now, "cancelled", None, None, None);
-            self.finish(rec, TaskState::Cancelled, now);
-        } else if max > 0 && rec.failures >= u64::from(max) {
-            rec.state = TaskState::Dead;
-            rec.dead_reason = Some("max_attempts".into());
-            rec.updated_ms = now.wall_ms;
-            push_event(rec, now, "dead_lettered", None, None, Some("max_attempts"));
+        if self.cancel_if_requested(rec, now, None, None)
+            || self.dead_if_out_of_attempts(rec, now, None)
+        {
+            // Ended: cancelled, or dead.
         } else {
             let delay = delay_ms.unwrap_or_else(|| {
                 let exp = backoff
@@ -763,8 +877,57 @@ impl<W: Waiter> Engine<W> {
                 rec.not_before_ms = Some(now.wall_ms + delay);
             }
         }
-        self.save(id, rec, 0, 0);
+        self.save(id, rec, None);
         rec.state
+    }
+
+    /// A task whose cancel is pending ends `cancelled` (event `cancelled`, naming the
+    /// member and epoch when given). Returns whether it did. The one place that turns a
+    /// pending cancel into `cancelled`.
+    fn cancel_if_requested(
+        &self,
+        rec: &mut TaskRecord,
+        now: Now,
+        member: Option<&str>,
+        epoch: Option<u64>,
+    ) -> bool {
+        if !rec.cancel_requested {
+            return false;
+        }
+        push_event(rec, now, "cancelled", member, epoch, None);
+        self.finish(rec, TaskState::Cancelled, now);
+        true
+    }
+
+    /// A task whose failures reached its queue's `max_attempts` goes to dead (reason
+    /// `max_attempts`, event `dead_lettered` naming `member` when given). Returns whether
+    /// it did. The one place that turns failures into dead.
+    fn dead_if_out_of_attempts(
+        &self,
+        rec: &mut TaskRecord,
+        now: Now,
+        member: Option<&str>,
+    ) -> bool {
+        let max = self
+            .queues
+            .get(&rec.queue)
+            .map_or(0, |q| q.options.max_attempts);
+        if max == 0 || rec.failures < u64::from(max) {
+            return false;
+        }
+        rec.state = TaskState::Dead;
+        rec.lease = None;
+        rec.dead_reason = Some("max_attempts".into());
+        rec.updated_ms = now.wall_ms;
+        push_event(
+            rec,
+            now,
+            "dead_lettered",
+            member,
+            None,
+            Some("max_attempts"),
+        );
+        true
     }
 
     /// Moves a task to done or cancelled, starting its retention.

@@ -23,7 +23,8 @@ use muster_protocol::ops::{
 use muster_protocol::{ErrorCode, RawJson, Request};
 
 use super::{
-    ClaimWaiter, Engine, Failure, Now, OpResult, Queue, Reply, TaskWait, Waiter, client, push_event,
+    ClaimWaiter, Engine, Failure, LeaseClock, Now, OpResult, Queue, Reply, TaskWait, Waiter,
+    client, push_event,
 };
 use crate::store::{LeaseRecord, QueueRecord, StoreError, TaskRecord};
 
@@ -200,22 +201,19 @@ impl<W: Waiter> Engine<W> {
                 Err(bad("answered by the connection, not the engine"))
             }
             Request::QueueCreate(r) => self.queue_create(r, now).map(Reply::Queue),
-            Request::QueueList(_) => Ok(Reply::QueueList(QueueListReply {
-                queues: self
-                    .queues
-                    .iter()
-                    .filter(|(name, _)| waiter.principal().is_none_or(|p| p.covers(name)))
-                    .map(|(name, q)| self.queue_info(name, q))
-                    .collect(),
-            })),
+            Request::QueueList(r) => self
+                .queue_list(&r, waiter.principal())
+                .map(Reply::QueueList),
             Request::QueueDescribe(r) => self.queue(&r.0.queue).map(|q| {
                 Reply::Queue(QueueReply {
                     queue: self.queue_info(&r.0.queue, q),
                 })
             }),
-            Request::QueueUpdate(r) => self.queue_update(&r.queue, &r.options).map(Reply::Queue),
-            Request::QueuePause(r) => self.queue_pause(&r.0, true).map(Reply::Queue),
-            Request::QueueResume(r) => self.queue_pause(&r.0, false).map(Reply::Queue),
+            Request::QueueUpdate(r) => self
+                .queue_update(&r.queue, &r.options, now)
+                .map(Reply::Queue),
+            Request::QueuePause(r) => self.queue_pause(&r.0, true, now).map(Reply::Queue),
+            Request::QueueResume(r) => self.queue_pause(&r.0, false, now).map(Reply::Queue),
             Request::QueuePurge(r) => self.queue_purge(&r.0).map(Reply::Count),
             Request::QueueDelete(r) => self.queue_delete(&r.0).map(Reply::Count),
             Request::Enqueue(r) => self.enqueue(r, now).map(Reply::Enqueue),
@@ -255,6 +253,37 @@ impl<W: Waiter> Engine<W> {
         }
     }
 
+    /// A page of the queues the principal covers, by name.
+    fn queue_list(
+        &self,
+        r: &muster_protocol::ops::QueueList,
+        principal: Option<&crate::auth::Principal>,
+    ) -> OpResult<QueueListReply> {
+        let limit = r.limit.unwrap_or(100);
+        if limit == 0 || limit > MAX_PAGE {
+            return Err(bad(format!("limit {limit} is outside 1..={MAX_PAGE}")));
+        }
+        let start = match &r.after {
+            Some(a) => Bound::Excluded(a.as_str()),
+            None => Bound::Unbounded,
+        };
+        let mut queues: Vec<QueueInfo> = self
+            .queues
+            .range::<str, _>((start, Bound::Unbounded))
+            .filter(|(name, _)| principal.is_none_or(|p| p.covers(name)))
+            .take(limit as usize + 1)
+            .map(|(name, q)| self.queue_info(name, q))
+            .collect();
+        let next = (queues.len() > limit as usize).then(|| {
+            queues.truncate(limit as usize);
+            queues.last().map(|q| q.name.clone())
+        });
+        Ok(QueueListReply {
+            queues,
+            next: next.flatten(),
+        })
+    }
+
     pub(super) fn queue(&self, name: &str) -> OpResult<&Queue> {
         self.queues
             .get(name)
@@ -285,14 +314,16 @@ impl<W: Waiter> Engine<W> {
         Ok(QueueReply { queue: info })
     }
 
-    fn queue_update(&mut self, name: &str, patch: &QueuePatch) -> OpResult<QueueReply> {
+    fn queue_update(&mut self, name: &str, patch: &QueuePatch, now: Now) -> OpResult<QueueReply> {
         let queue = self
             .queues
             .get_mut(name)
             .ok_or_else(|| client(ErrorCode::NotFound, format!("no queue {name:?}")))?;
         let old_retention = queue.options.retention_ms;
         let old_key_concurrency = queue.options.key_concurrency;
+        let old_max_runtime = queue.options.max_runtime_ms;
         apply_patch(&mut queue.options, patch)?;
+        let new_max_runtime = queue.options.max_runtime_ms;
         if queue.options.key_concurrency != old_key_concurrency {
             queue.dispatch.rebuild(queue.options.key_concurrency);
         }
@@ -314,6 +345,9 @@ impl<W: Waiter> Engine<W> {
                 }
             }
         }
+        if new_max_runtime.unwrap_or(u64::MAX) < old_max_runtime.unwrap_or(u64::MAX) {
+            self.cap_running_leases(name, now)?;
+        }
         let queue = &self.queues[name];
         self.pending.put_queue(
             name,
@@ -326,12 +360,36 @@ impl<W: Waiter> Engine<W> {
         })
     }
 
-    fn queue_pause(&mut self, r: &QueueName, paused: bool) -> OpResult<QueueReply> {
+    /// Shortens the running leases of a queue to their new runtime cap: a lease past it
+    /// lapses at the next timer run, and its holder's renewals get `lease_lost`.
+    fn cap_running_leases(&mut self, name: &str, now: Now) -> OpResult<()> {
+        let queue = &self.queues[name];
+        let max = queue.options.max_runtime_ms;
+        let leased: Vec<Ulid> = queue.ids(TaskState::Leased).iter().copied().collect();
+        for id in leased {
+            let mut clock = self.tasks[&id]
+                .lease
+                .expect("a leased task has a lease clock");
+            let cap = clock.runtime_cap(max);
+            if clock.deadline <= cap {
+                continue;
+            }
+            clock.deadline = cap;
+            let mut rec = self.record(id)?;
+            if let Some(lease) = rec.lease.as_mut() {
+                lease.expires_ms = now.wall_ms + cap.saturating_sub(now.mono_ms);
+            }
+            self.save(id, &rec, Some(clock));
+        }
+        Ok(())
+    }
+
+    fn queue_pause(&mut self, r: &QueueName, paused: bool, now: Now) -> OpResult<QueueReply> {
         let patch = QueuePatch {
             paused: Some(paused),
             ..QueuePatch::default()
         };
-        self.queue_update(&r.queue, &patch)
+        self.queue_update(&r.queue, &patch, now)
     }
 
     fn queue_purge(&mut self, r: &QueueName) -> OpResult<CountReply> {
@@ -361,7 +419,7 @@ impl<W: Waiter> Engine<W> {
         }
         self.queues.remove(&r.queue);
         self.pending.remove_queue(&r.queue);
-        self.forget_queue(&r.queue);
+        // Subscriptions keep naming it: a queue created again under the name serves them.
         Ok(CountReply {
             count: ids.len() as u64,
             ids: Vec::new(),
@@ -430,7 +488,6 @@ impl<W: Waiter> Engine<W> {
                 .max()
                 .filter(|&nb| nb > now.wall_ms);
             let mut rec = TaskRecord {
-                v: 1,
                 queue: r.queue.clone(),
                 state: if not_before.is_some() {
                     TaskState::Scheduled
@@ -458,7 +515,7 @@ impl<W: Waiter> Engine<W> {
             push_event(&mut rec, now, "enqueued", None, None, None);
             self.pending
                 .put_payload(id, &r.queue, t.payload.get(), t.idempotency_key.as_deref());
-            self.save(id, &rec, 0, 0);
+            self.save(id, &rec, None);
             if let Some(key) = t.idempotency_key.as_deref() {
                 fresh.push((key, id));
             }
@@ -482,7 +539,10 @@ impl<W: Waiter> Engine<W> {
                 r.queues.len()
             )));
         }
-        for q in &r.queues {
+        for (i, q) in r.queues.iter().enumerate() {
+            if r.queues[..i].contains(q) {
+                return Err(bad(format!("queue {q:?} is named twice")));
+            }
             self.queue(q)?;
         }
         let max = r.max.unwrap_or(1);
@@ -626,7 +686,11 @@ impl<W: Waiter> Engine<W> {
         rec.updated_ms = now.wall_ms;
         let event = if reclaimed { "reclaimed" } else { "leased" };
         push_event(&mut rec, now, event, Some(member), Some(epoch), None);
-        self.save(id, &rec, deadline, now.mono_ms);
+        let clock = LeaseClock {
+            deadline,
+            granted: now.mono_ms as i64,
+        };
+        self.save(id, &rec, Some(clock));
         Ok(Delivery {
             id: id.to_string(),
             epoch,
@@ -679,14 +743,11 @@ impl<W: Waiter> Engine<W> {
             Some(r.epoch),
             None,
         );
-        let to = if rec.cancel_requested {
-            push_event(&mut rec, now, "cancelled", None, None, None);
-            TaskState::Cancelled
-        } else {
-            TaskState::Done
-        };
-        self.finish(&mut rec, to, now);
-        self.save(id, &rec, 0, 0);
+        if !self.cancel_if_requested(&mut rec, now, None, None) {
+            self.finish(&mut rec, TaskState::Done, now);
+        }
+        let to = rec.state;
+        self.save(id, &rec, None);
         Ok(SettleReply {
             state: to,
             not_before_ms: None,
@@ -729,20 +790,28 @@ impl<W: Waiter> Engine<W> {
         check_size("progress", r.progress.as_ref(), MAX_PROGRESS_BYTES)?;
         let (id, mut rec) = self.held(&r.task, r.epoch)?;
         let options = &self.queue(&rec.queue)?.options;
-        let granted = self.tasks[&id].lease_granted;
-        let mut deadline = now.mono_ms + r.extend_ms.unwrap_or(options.lease_ms);
-        if let Some(max) = options.max_runtime_ms {
-            if granted + max <= now.mono_ms {
-                return Err(client(
-                    ErrorCode::LeaseLost,
-                    format!(
-                        "task {id} epoch {} reached the queue's max_runtime of {max} ms",
-                        r.epoch
-                    ),
-                ));
-            }
-            deadline = deadline.min(granted + max);
+        let mut clock = self.tasks[&id]
+            .lease
+            .expect("a held task has a lease clock");
+        let cap = clock.runtime_cap(options.max_runtime_ms);
+        // Every lease's deadline stays within its runtime cap (grants, renewals, queue
+        // updates and restarts keep it so): a lease past its cap lapses this round.
+        assert!(
+            clock.deadline <= cap,
+            "task {id}: deadline past its runtime cap"
+        );
+        if cap <= now.mono_ms {
+            return Err(client(
+                ErrorCode::LeaseLost,
+                format!(
+                    "task {id} epoch {} reached the queue's max_runtime of {} ms: its lease ends now",
+                    r.epoch,
+                    options.max_runtime_ms.unwrap_or_default()
+                ),
+            ));
         }
+        let deadline = (now.mono_ms + r.extend_ms.unwrap_or(options.lease_ms)).min(cap);
+        clock.deadline = deadline;
         let expires = now.wall_ms + deadline.saturating_sub(now.mono_ms);
         if let Some(lease) = rec.lease.as_mut() {
             lease.expires_ms = expires;
@@ -750,7 +819,7 @@ impl<W: Waiter> Engine<W> {
         if r.progress.is_some() {
             rec.progress = r.progress;
         }
-        self.save(id, &rec, deadline, granted);
+        self.save(id, &rec, Some(clock));
         Ok(RenewReply {
             lease_expires_ms: expires,
             lease_ms: deadline.saturating_sub(now.mono_ms),
@@ -770,14 +839,11 @@ impl<W: Waiter> Engine<W> {
             Some(epoch),
             None,
         );
-        if rec.cancel_requested {
-            push_event(&mut rec, now, "cancelled", None, None, None);
-            self.finish(&mut rec, TaskState::Cancelled, now);
-        } else {
+        if !self.cancel_if_requested(&mut rec, now, None, None) {
             rec.state = TaskState::Ready;
             rec.updated_ms = now.wall_ms;
         }
-        self.save(id, &rec, 0, 0);
+        self.save(id, &rec, None);
         Ok(SettleReply {
             state: rec.state,
             not_before_ms: None,
@@ -797,15 +863,12 @@ impl<W: Waiter> Engine<W> {
             Some(&r.error),
         );
         rec.last_error = Some(r.error);
-        if rec.cancel_requested {
-            push_event(&mut rec, now, "cancelled", None, None, None);
-            self.finish(&mut rec, TaskState::Cancelled, now);
-        } else {
+        if !self.cancel_if_requested(&mut rec, now, None, None) {
             rec.state = TaskState::Dead;
             rec.dead_reason = Some("dead_lettered".into());
             rec.updated_ms = now.wall_ms;
         }
-        self.save(id, &rec, 0, 0);
+        self.save(id, &rec, None);
         Ok(SettleReply {
             state: rec.state,
             not_before_ms: None,
@@ -1012,7 +1075,7 @@ impl<W: Waiter> Engine<W> {
             TaskState::Ready | TaskState::Scheduled => {
                 push_event(&mut rec, now, "cancelled", None, None, None);
                 self.finish(&mut rec, TaskState::Cancelled, now);
-                self.save(id, &rec, 0, 0);
+                self.save(id, &rec, None);
                 Ok(CancelReply {
                     state: TaskState::Cancelled,
                     cancel_requested: false,
@@ -1024,9 +1087,8 @@ impl<W: Waiter> Engine<W> {
                     rec.updated_ms = now.wall_ms;
                     push_event(&mut rec, now, "cancel_requested", None, None, None);
                     let meta = &self.tasks[&id];
-                    let (deadline, granted, member) =
-                        (meta.lease_deadline, meta.lease_granted, meta.member.clone());
-                    self.save(id, &rec, deadline, granted);
+                    let (clock, member) = (meta.lease, meta.member.clone());
+                    self.save(id, &rec, clock);
                     if let Some(member) = member {
                         let epoch = rec.lease.as_ref().map_or(rec.deliveries, |l| l.epoch);
                         let lease = muster_protocol::ops::LeaseRef {
@@ -1095,7 +1157,7 @@ impl<W: Waiter> Engine<W> {
                 rec.dead_reason = None;
                 rec.updated_ms = now.wall_ms;
                 push_event(&mut rec, now, "redriven", None, None, None);
-                self.save(id, &rec, 0, 0);
+                self.save(id, &rec, None);
             }
         }
         Ok(count_reply(&ids, sel.dry_run))

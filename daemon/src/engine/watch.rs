@@ -1,4 +1,4 @@
-//! Watches: the operator's screens, pushed when they change (DESIGN §7).
+//! Watches: the operator's screens, pushed when they change (PROTOCOL.md §5.32).
 //!
 //! A connection watches one [`View`] at a time. The `watch` reply carries the screen at
 //! once; afterwards the engine pushes it again when something changed, at most once per

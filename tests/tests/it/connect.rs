@@ -6,6 +6,28 @@ use muster_sdk::{Client, ConnectOptions, NewTask, QueuePatch, Trust};
 use muster_tests::Daemon;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_supervisor_learns_address_and_fingerprint_from_the_ready_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("musterd.ready");
+    let mut d = Daemon::start_with(&["--ready-file", ready.to_str().unwrap()]);
+    let text = std::fs::read_to_string(&ready).expect("the ready file exists once serving");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["addr"].as_str(), Some(d.addr.as_str()));
+    assert_eq!(v["fingerprint"].as_str(), Some(d.fingerprint.as_str()));
+    assert_eq!(v["pid"].as_u64(), Some(u64::from(d.pid())));
+    let options = ConnectOptions {
+        trust: Trust::Pin(v["fingerprint"].as_str().unwrap().to_owned()),
+        addr: v["addr"].as_str().unwrap().to_owned(),
+        ..d.options()
+    };
+    Client::connect(options)
+        .await
+        .expect("connecting from the ready file");
+    assert_eq!(d.terminate(), Some(0));
+    assert!(!ready.exists(), "removed on a clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pins_and_ca_files_are_checked() {
     let d = Daemon::start();
     assert_eq!(d.fingerprint.len(), 64);
@@ -17,6 +39,12 @@ async fn pins_and_ca_files_are_checked() {
         .await
         .unwrap();
     assert!(pinned.queue_list().await.unwrap().is_empty());
+    // The daemon's version from hello, and its durability mode, are the client's to see.
+    assert_eq!(
+        pinned.server(),
+        concat!("musterd ", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(pinned.server_stats().await.unwrap().durability, "sync");
     let ca = Client::connect(with(Trust::CaFile(d.data().join("cert.pem"))))
         .await
         .unwrap();

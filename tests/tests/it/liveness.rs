@@ -447,3 +447,104 @@ async fn sigterm_to_the_demo_drains_its_agents_without_lapses_and_they_leave_at_
     let info = client.queue_describe("demo").await.expect("queue_describe");
     assert_eq!(info.totals.lapsed, 0, "no lease lapsed");
 }
+
+/// Records the wall-clock time it is dropped: when a handler's future ended, whether
+/// it returned or was aborted.
+struct EndsAt(std::sync::Arc<std::sync::Mutex<Option<u64>>>);
+
+impl Drop for EndsAt {
+    fn drop(&mut self) {
+        *self.0.lock().expect("lock") = Some(wall_ms());
+    }
+}
+
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_cut_off_from_the_daemon_stops_its_handler_before_the_lease_can_lapse() {
+    use muster_sdk::{Outcome, Worker, WorkerConfig};
+    use std::sync::{Arc, Mutex};
+    let d = Daemon::start();
+    let client = d.client().await;
+    queue(&client, "cut", 3_000, 5).await;
+    let relay = muster_tests::relay::Relay::start(d.addr.parse().expect("daemon address"))
+        .await
+        .expect("relay");
+    let mut options = d.options();
+    options.addr = relay.addr().to_string();
+    let ended = Arc::new(Mutex::new(None));
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let mut config = WorkerConfig::new("islander", ["cut"]);
+    config.grace = Duration::from_secs(2);
+    let worker = Worker::new(options, config);
+    let handle = worker.handle();
+    let end = Arc::clone(&ended);
+    let running = tokio::spawn(worker.run(move |task| {
+        let (end, started_tx) = (EndsAt(Arc::clone(&end)), started_tx.clone());
+        async move {
+            let _end = end;
+            let _ = started_tx.send(task.id().to_owned());
+            // Works until told to stop, then hands the task back.
+            task.cancelled().await;
+            Outcome::Release
+        }
+    }));
+    let id = enqueue(&client, "cut", 1).await;
+    assert_eq!(started.recv().await.as_deref(), Some(id.as_str()));
+    // Let one renewal through (at a third of the lease), then cut the cable.
+    until(
+        Duration::from_secs(5),
+        "a renewal moved the deadline",
+        || async {
+            let t = client.task_get(&id).await.expect("task_get");
+            t.lease.is_some_and(|l| l.expires_ms > t.created_ms + 3_500)
+        },
+    )
+    .await;
+    relay.partition();
+    let cut_at = wall_ms();
+    until(
+        Duration::from_secs(10),
+        "the daemon lapsed the lease",
+        || async {
+            let t = client.task_get(&id).await.expect("task_get");
+            t.history.iter().any(|e| e.event == "lapsed")
+        },
+    )
+    .await;
+    let t = client.task_get(&id).await.expect("task_get");
+    let lapsed_at = t
+        .history
+        .iter()
+        .find(|e| e.event == "lapsed")
+        .map(|e| e.at_ms)
+        .expect("a lapse");
+    let ended_at = ended
+        .lock()
+        .expect("lock")
+        .expect("the handler must have ended before the lapse");
+    eprintln!(
+        "cut at {cut_at}: handler ended {} ms later, the daemon lapsed the lease {} ms later",
+        ended_at - cut_at,
+        lapsed_at - cut_at
+    );
+    assert!(
+        ended_at < lapsed_at,
+        "handler ended at {ended_at}, after the lapse at {lapsed_at}"
+    );
+    assert_eq!((t.state, t.failures), (TaskState::Ready, 1));
+    relay.heal();
+    let healed = Instant::now();
+    handle.shutdown();
+    tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the worker stops")
+        .expect("join")
+        .expect("the worker ends cleanly");
+    eprintln!("worker stopped {:?} after the heal", healed.elapsed());
+}

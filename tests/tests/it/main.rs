@@ -4,19 +4,25 @@
 //! - `agents`: member sessions, reclaim, takeover, drain, capacity and cancels.
 //! - `cli`: the CLI as a new user types it, with exact output.
 //! - `fencing`: stale claims after a lapse and a new claim, across a kill -9.
+//! - `fixture`: a store written by an earlier version opens with everything intact.
 //! - `lapse`: leases that run out, max_attempts, dead letters and redrive.
 //! - `liveness`: agents that die and are not restarted, clean exits, `muster work`'s
 //!   supervision of its programs (signals, orphans, checkpoints), broken runners,
 //!   revoke and cancel.
 //! - `metrics`: the Prometheus endpoint.
 //! - `security`: tokens and roles, member ownership, bad input, floods.
+//! - `spec`: the daemon as PROTOCOL.md describes it (subscriptions, waits, `null`,
+//!   paging, member records, `max_runtime_ms` across restarts and queue updates).
 //! - `checker`: the Jepsen-style checker under kill -9 and simulated power loss.
+//! - `agent_chaos`: the Jepsen-style agent checker: agents killed, drained, frozen and
+//!   partitioned while they work one queue.
 //! - `crash`: kill -9 during a burst of enqueues, and leases held across restarts.
 //! - `disk`: a full disk during a burst of enqueues, and recovery once space is freed.
 //! - `dispatch`: priorities, delays, keys, labels, fairness and retention.
 //! - `connect`: trust (pins, CA files), refusals at start-up, pipelining.
 //! - `tui`: `muster tui` in tmux: redrive with confirm, read-only, no daemon.
 
+mod agent_chaos;
 mod agents;
 mod checker;
 mod cli;
@@ -25,8 +31,10 @@ mod crash;
 mod disk;
 mod dispatch;
 mod fencing;
+mod fixture;
 mod lapse;
 mod liveness;
 mod metrics;
 mod security;
+mod spec;
 mod tui;

@@ -108,7 +108,29 @@ async fn attempt(c: &Client, op: &str, queue: &str, task: &str, member: &str) ->
         "redrive" => code(c.redrive(sel(queue)).await),
         "discard" => code(c.discard(sel(queue)).await),
         "subscribe_without_session" => code(c.subscribe(member, &[queue.into()]).await),
+        "session_update_without_session" => code(
+            c.session_update(&muster_sdk::protocol::ops::SessionUpdate {
+                member: member.into(),
+                labels: None,
+                capacity: Some(1),
+            })
+            .await,
+        ),
+        "unsubscribe_without_session" => code(c.unsubscribe(member).await),
+        "session_open" => code(
+            c.open_session(&muster_sdk::protocol::ops::SessionOpen {
+                member: member.into(),
+                labels: vec![],
+                capacity: 1,
+                reclaim: false,
+                resume: false,
+                liveness_ms: None,
+            })
+            .await,
+        ),
         "member_list" => code(c.member_list().await),
+        "member_describe" => code(c.member_describe(member).await),
+        "server_stats" => code(c.server_stats().await),
         "member_drain" => code(c.member_drain(member).await),
         "lease_revoke" => code(c.lease_revoke(task).await),
         "watch_queues" => code(
@@ -191,7 +213,12 @@ const OPS: &[&str] = &[
     "redrive",
     "discard",
     "subscribe_without_session",
+    "session_update_without_session",
+    "unsubscribe_without_session",
+    "session_open",
     "member_list",
+    "member_describe",
+    "server_stats",
     "member_drain",
     "lease_revoke",
     "watch_queues",
@@ -203,9 +230,40 @@ const OPS: &[&str] = &[
     "unwatch",
 ];
 
+/// The wire op a cell of the matrix exercises.
+fn wire_op(cell: &str) -> &str {
+    let op = cell.strip_suffix("_without_session").unwrap_or(cell);
+    if op.starts_with("watch_") {
+        "watch"
+    } else {
+        op
+    }
+}
+
+#[test]
+fn the_authorization_matrix_covers_every_op() {
+    // `hello` is how a token is presented: it is never refused for its role.
+    let missing: Vec<&str> = muster_sdk::protocol::ops::OP_NAMES
+        .iter()
+        .copied()
+        .filter(|op| *op != "hello" && !OPS.iter().any(|cell| wire_op(cell) == *op))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "ops missing from the matrix: {missing:?}"
+    );
+}
+
 /// Whether `role` may do `op` on a queue its token covers (`own`) or not.
 fn allowed(role: &str, op: &str, own: bool) -> bool {
-    let any_queue = matches!(op, "queue_list");
+    // Ops without a queue, or that filter by queue rather than refuse.
+    let any_queue = matches!(
+        op,
+        "queue_list"
+            | "session_open"
+            | "session_update_without_session"
+            | "unsubscribe_without_session"
+    );
     let by_role = match role {
         "admin" => true,
         "producer" => matches!(
@@ -224,6 +282,9 @@ fn allowed(role: &str, op: &str, own: bool) -> bool {
                 | "dead_letter"
                 | "task_get"
                 | "subscribe_without_session"
+                | "session_update_without_session"
+                | "unsubscribe_without_session"
+                | "session_open"
         ),
         other => panic!("no role {other}"),
     };

@@ -1,4 +1,4 @@
-//! `muster tui`: the operator's console (DESIGN §7), in the spirit of k9s.
+//! `muster tui`: the operator's console (README.md, "The console"), in the spirit of k9s.
 //!
 //! - [`app`]: the state and the key handling, pure and tested without a terminal.
 //! - [`ui`]: drawing, a function of the state.

@@ -2,7 +2,9 @@
 //! property-based testing.
 //!
 //! Random sequences of enqueue, claim, renew, ack, nack, release, dead-letter, lapse
-//! (time driven by the test), cancel, redrive and restart. Settles name any claim ever
+//! (time driven by the test), cancel, redrive, restart and changes of the queue's
+//! `max_runtime_ms` under running leases (a delivery's runtime cap holds across
+//! restarts and queue updates; a renewal refused at the cap means the lease ended). Settles name any claim ever
 //! handed out, so stale and future epochs come in every order: the model says whether
 //! the claim is current, and a refused settle must be `lease_lost` and change nothing.
 //! After every step: every task's state, counters, epoch and lease deadline equal the
@@ -15,7 +17,7 @@ use std::collections::HashSet;
 use proptest::prelude::*;
 
 use muster_protocol::model::{QueuePatch, TaskState};
-use muster_protocol::ops::{Cancel, Claim, DeadSelection, Redrive};
+use muster_protocol::ops::{Cancel, Claim, DeadSelection, QueueUpdate, Redrive};
 use muster_protocol::{ErrorCode, Request};
 
 use super::{Harness, ack, dead_letter, nack, release, renew};
@@ -27,17 +29,44 @@ const NACK_DELAY_MS: u64 = 700;
 
 #[derive(Debug, Clone)]
 enum Step {
-    Enqueue { delay: bool },
-    Claim { max: u32 },
-    Renew { pick: usize },
-    Ack { pick: usize },
-    Nack { pick: usize, delay: bool },
-    Release { pick: usize },
-    DeadLetter { pick: usize },
-    Advance { ms: u64 },
-    Cancel { pick: usize },
-    Redrive { pick: usize },
-    Restart { gap_ms: u64 },
+    Enqueue {
+        delay: bool,
+    },
+    Claim {
+        max: u32,
+    },
+    Renew {
+        pick: usize,
+    },
+    Ack {
+        pick: usize,
+    },
+    Nack {
+        pick: usize,
+        delay: bool,
+    },
+    Release {
+        pick: usize,
+    },
+    DeadLetter {
+        pick: usize,
+    },
+    Advance {
+        ms: u64,
+    },
+    Cancel {
+        pick: usize,
+    },
+    Redrive {
+        pick: usize,
+    },
+    Restart {
+        gap_ms: u64,
+    },
+    /// Sets the queue's max_runtime_ms (`None` clears it).
+    MaxRuntime {
+        ms: Option<u64>,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -53,18 +82,34 @@ fn step() -> impl Strategy<Value = Step> {
         1 => any::<usize>().prop_map(|pick| Step::Cancel { pick }),
         1 => any::<usize>().prop_map(|pick| Step::Redrive { pick }),
         1 => (0u64..3000).prop_map(|gap_ms| Step::Restart { gap_ms }),
+        1 => prop_oneof![Just(None), (500u64..4000).prop_map(Some)]
+            .prop_map(|ms| Step::MaxRuntime { ms }),
     ]
 }
 
 /// A task's state in the model; times are wall-clock ms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum M {
-    Scheduled { at: u64 },
+    Scheduled {
+        at: u64,
+    },
     Ready,
-    Leased { epoch: u64, expires: u64 },
+    Leased {
+        epoch: u64,
+        expires: u64,
+        /// When the delivery was granted (its runtime cap counts from here).
+        granted: u64,
+    },
     Done,
     Dead,
     Cancelled,
+}
+
+impl Model {
+    /// The latest deadline the queue's runtime cap allows a delivery granted at `granted`.
+    fn cap(&self, granted: u64) -> u64 {
+        self.max_runtime.map_or(u64::MAX, |max| granted + max)
+    }
 }
 
 impl M {
@@ -91,6 +136,8 @@ struct ModelTask {
 
 struct Model {
     now: u64,
+    /// The queue's max_runtime_ms.
+    max_runtime: Option<u64>,
     tasks: Vec<ModelTask>,
     /// Every claim ever handed out: (task index, epoch).
     claims: Vec<(usize, u64)>,
@@ -209,6 +256,7 @@ fn run(steps: &[Step]) {
     );
     let mut m = Model {
         now: h.now.wall_ms,
+        max_runtime: None,
         tasks: Vec::new(),
         claims: Vec::new(),
         acked: HashSet::new(),
@@ -259,9 +307,12 @@ fn run(steps: &[Step]) {
                     t.deliveries += 1;
                     assert_eq!((d.epoch, d.attempt), (t.deliveries, t.deliveries));
                     assert_eq!(d.failures, t.failures);
+                    let expires =
+                        (m.now + LEASE_MS).min(m.max_runtime.map_or(u64::MAX, |max| m.now + max));
                     t.state = M::Leased {
                         epoch: d.epoch,
-                        expires: m.now + LEASE_MS,
+                        expires,
+                        granted: m.now,
                     };
                     m.claims.push((i, d.epoch));
                 }
@@ -271,14 +322,28 @@ fn run(steps: &[Step]) {
                     continue;
                 };
                 let id = m.tasks[i].id.clone();
-                if let Some(reply) = settle(&mut h, &mut m, (i, epoch), renew(&id, epoch)) {
+                if let M::Leased { granted, .. } = m.tasks[i].state
+                    && m.current(i) == Some(epoch)
+                    && m.cap(granted) <= m.now
+                {
+                    // At its runtime cap the renewal is refused and the lease ends now.
+                    assert_eq!(h.code(renew(&id, epoch)), ErrorCode::LeaseLost, "step {n}");
+                    m.fail(i, 0);
+                } else if let Some(reply) = settle(&mut h, &mut m, (i, epoch), renew(&id, epoch)) {
                     let Reply::Renew(r) = reply else {
                         panic!("renew reply: {reply:?}")
                     };
-                    let expires = m.now + LEASE_MS;
-                    assert_eq!(r.lease_expires_ms, expires);
+                    let M::Leased { granted, .. } = m.tasks[i].state else {
+                        panic!("a renewed task is leased")
+                    };
+                    let expires = (m.now + LEASE_MS).min(m.cap(granted));
+                    assert_eq!(r.lease_expires_ms, expires, "step {n}: renew");
                     assert_eq!(r.cancel_requested, m.tasks[i].cancel_requested);
-                    m.tasks[i].state = M::Leased { epoch, expires };
+                    m.tasks[i].state = M::Leased {
+                        epoch,
+                        expires,
+                        granted,
+                    };
                 }
             }
             Step::Ack { pick } => {
@@ -382,13 +447,22 @@ fn run(steps: &[Step]) {
                     .collect();
                 h.restart(gap_ms);
                 m.now += gap_ms;
-                // Every lease held gets at least a full period from the restart.
+                // Every lease held gets at least a full period from the restart, within
+                // its runtime cap (a cap passed while down ends it at once).
+                let (now, max_runtime) = (m.now, m.max_runtime);
                 for t in &mut m.tasks {
-                    if let M::Leased { epoch, expires } = t.state {
-                        let left = expires.saturating_sub(m.now);
+                    if let M::Leased {
+                        epoch,
+                        expires,
+                        granted,
+                    } = t.state
+                    {
+                        let left = expires.saturating_sub(now);
+                        let cap = max_runtime.map_or(u64::MAX, |max| granted + max);
                         t.state = M::Leased {
                             epoch,
-                            expires: m.now + left.max(LEASE_MS),
+                            expires: (now + left.max(LEASE_MS)).min(cap.max(now)),
+                            granted,
                         };
                     }
                 }
@@ -407,13 +481,45 @@ fn run(steps: &[Step]) {
                     }
                 }
             }
+            Step::MaxRuntime { ms } => {
+                h.call(Request::QueueUpdate(QueueUpdate {
+                    queue: "q".into(),
+                    options: QueuePatch {
+                        max_runtime_ms: Some(ms.unwrap_or(0)),
+                        ..QueuePatch::default()
+                    },
+                }))
+                .unwrap_or_else(|e| panic!("step {n}: max_runtime update refused: {e}"));
+                let lowered = ms.unwrap_or(u64::MAX) < m.max_runtime.unwrap_or(u64::MAX);
+                m.max_runtime = ms;
+                if lowered {
+                    // Running leases end at their new cap; those past it lapse this round.
+                    let max_runtime = m.max_runtime;
+                    for t in &mut m.tasks {
+                        if let M::Leased {
+                            epoch,
+                            expires,
+                            granted,
+                        } = t.state
+                        {
+                            let cap = max_runtime.map_or(u64::MAX, |max| granted + max);
+                            t.state = M::Leased {
+                                epoch,
+                                expires: expires.min(cap),
+                                granted,
+                            };
+                        }
+                    }
+                    m.tick();
+                }
+            }
         }
         assert_eq!(h.counts("q"), m.counts(), "step {n}: {s:?}");
         for (i, t) in m.tasks.iter().enumerate() {
             let got = h.task(&t.id);
             let lease = got.lease.as_ref().map(|l| (l.epoch, l.expires_ms));
             let want_lease = match t.state {
-                M::Leased { epoch, expires } => Some((epoch, expires)),
+                M::Leased { epoch, expires, .. } => Some((epoch, expires)),
                 _ => None,
             };
             assert_eq!(

@@ -234,3 +234,29 @@ fn a_cancelled_running_task_ends_cancelled_without_a_failure() {
         assert_eq!((t.state, t.failures), (TaskState::Cancelled, 0), "{id}");
     }
 }
+
+#[test]
+fn a_member_that_let_a_lease_lapse_gets_nothing_new_until_heard_from() {
+    let mut h = Harness::new();
+    queue(&mut h, 3_000);
+    let first = h.enqueue("jobs", "1");
+    h.call_on(1, open("a", 2, true, false)).unwrap();
+    h.call_on(1, subscribe("a", &["jobs"])).unwrap();
+    assert_eq!(delivered(&h.pushed(1)), vec![(first.clone(), 1, false)]);
+    // Cut off: its lease lapses while it still counts as connected (3 s < 5 s).
+    h.advance(3_000);
+    assert_eq!(member(&mut h, "a").state, MemberState::Connected);
+    let second = h.enqueue("jobs", "2");
+    assert!(
+        h.pushed(1).is_empty(),
+        "a member silent since its lapse gets no new task"
+    );
+    assert_eq!(h.state(&second), (TaskState::Ready, 0, 0));
+    // Heard from again: both come to it.
+    advance_heard(&mut h, 1, 10);
+    let mut got = delivered(&h.pushed(1));
+    got.sort();
+    let mut want = vec![(first, 2, false), (second, 1, false)];
+    want.sort();
+    assert_eq!(got, want);
+}

@@ -1,5 +1,5 @@
 //! In-process tests of the engine: a real fjall store in a temporary directory, and a
-//! clock the test moves by hand. Every row of DESIGN §2's state table, fencing, backoff,
+//! clock the test moves by hand. Every row of PROTOCOL.md §4.12's state table, fencing, backoff,
 //! max_attempts, redrive, retention, waiting and restarts.
 
 use muster_protocol::model::{Backoff, NewTask, QueuePatch, TaskState};
@@ -1026,7 +1026,10 @@ fn purge_and_delete_remove_tasks() {
         ErrorCode::NotFound
     );
     h.restart(0);
-    match h.call(Request::QueueList(ops::QueueList {})).unwrap() {
+    match h
+        .call(Request::QueueList(ops::QueueList::default()))
+        .unwrap()
+    {
         Reply::QueueList(l) => assert!(l.queues.is_empty()),
         other => panic!("{other:?}"),
     }
@@ -1159,7 +1162,10 @@ fn state_after_a_restart_equals_state_before_it() {
             .iter()
             .map(|id| serde_json::to_string(&h.task(id)).unwrap())
             .collect();
-        let queues = match h.call(Request::QueueList(ops::QueueList {})).unwrap() {
+        let queues = match h
+            .call(Request::QueueList(ops::QueueList::default()))
+            .unwrap()
+        {
             // Totals count since the daemon started: everything else must survive.
             Reply::QueueList(mut l) => {
                 for q in &mut l.queues {
@@ -1635,7 +1641,42 @@ fn a_member_whose_connection_ends_without_leases_is_forgotten() {
 }
 
 #[test]
-fn a_deleted_queue_leaves_every_subscription() {
+fn queue_list_pages_by_name() {
+    let mut h = Harness::new();
+    for name in ["c", "a", "b", "d", "e"] {
+        h.create(name, QueuePatch::default());
+    }
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let req = Request::QueueList(ops::QueueList {
+            after: after.clone(),
+            limit: Some(2),
+        });
+        match h.call(req).unwrap() {
+            Reply::QueueList(l) => {
+                assert!(l.queues.len() <= 2);
+                seen.extend(l.queues.into_iter().map(|q| q.name));
+                match l.next {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(seen, ["a", "b", "c", "d", "e"]);
+    let e = h
+        .call(Request::QueueList(ops::QueueList {
+            after: None,
+            limit: Some(0),
+        }))
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::BadRequest);
+}
+
+#[test]
+fn a_deleted_queue_stays_subscribed_and_serves_again_when_created_again() {
     let mut h = Harness::new();
     h.create("a", QueuePatch::default());
     h.create("b", QueuePatch::default());
@@ -1646,9 +1687,151 @@ fn a_deleted_queue_leaves_every_subscription() {
     })))
     .unwrap();
     match h.call(Request::MemberList(ops::MemberList {})).unwrap() {
-        Reply::MemberList(l) => assert_eq!(l.members[0].subscribed, ["b"]),
+        Reply::MemberList(l) => assert_eq!(l.members[0].subscribed, ["a", "b"]),
         other => panic!("{other:?}"),
     }
+    // The name comes back: the subscription serves it again.
+    h.create("a", QueuePatch::default());
+    let id = h.enqueue("a", "1");
+    assert_eq!(delivered(&h.pushed(1)), vec![(id, 1, false)]);
+}
+
+#[test]
+fn a_renewal_keeps_a_disconnected_members_labels_capacity_and_last_seen() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let id = h.enqueue("jobs", "1");
+    let mut o = match open("m", 3, false, false) {
+        Request::SessionOpen(o) => o,
+        _ => unreachable!(),
+    };
+    o.labels = vec!["gpu".into()];
+    h.call_on(1, Request::SessionOpen(o)).unwrap();
+    h.call_on(1, subscribe("m", &["jobs"])).unwrap();
+    assert_eq!(delivered(&h.pushed(1)).len(), 1);
+    h.engine().disconnected(1);
+    let before = member_info(&mut h, "m");
+    h.call(renew(&id, 1)).unwrap();
+    h.call(Request::Cancel(Cancel { task: id.clone() }))
+        .unwrap();
+    let after = member_info(&mut h, "m");
+    assert_eq!(after, before);
+    assert_eq!(
+        (
+            after.labels,
+            after.capacity,
+            after.leased,
+            after.last_seen_ms.is_some()
+        ),
+        (vec!["gpu".to_owned()], 3, 1, true)
+    );
+}
+
+fn member_info(h: &mut Harness, name: &str) -> muster_protocol::model::MemberInfo {
+    match h
+        .call(Request::MemberDescribe(ops::MemberDescribe(
+            ops::MemberName {
+                member: name.into(),
+            },
+        )))
+        .unwrap()
+    {
+        Reply::MemberDescribe(d) => d.member,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn max_runtime_holds_across_a_restart() {
+    let mut h = Harness::new();
+    h.create(
+        "jobs",
+        QueuePatch {
+            lease_ms: Some(1_000),
+            max_runtime_ms: Some(3_000),
+            ..QueuePatch::default()
+        },
+    );
+    let id = h.enqueue("jobs", "1");
+    let (_, epoch) = h.claim_one("jobs");
+    h.advance(900);
+    h.call(renew(&id, epoch)).unwrap();
+    // Down for a second; the delivery is 1.9 s old when the daemon is back.
+    h.restart(1_000);
+    h.call(renew(&id, epoch)).unwrap();
+    h.advance(900);
+    h.call(renew(&id, epoch)).unwrap();
+    // 2.8 s old: the renewal is granted up to the cap (3 s from the grant), not beyond.
+    match h.call(renew(&id, epoch)).unwrap() {
+        Reply::Renew(r) => assert_eq!(r.lease_ms, 200),
+        other => panic!("{other:?}"),
+    }
+    h.advance(200);
+    assert_eq!(h.code(renew(&id, epoch)), ErrorCode::LeaseLost);
+    let t = h.task(&id);
+    assert_eq!(
+        (t.state, t.failures),
+        (TaskState::Ready, 1),
+        "{:?}",
+        t.history
+    );
+}
+
+#[test]
+fn lowering_max_runtime_ends_running_leases_at_the_new_cap() {
+    let mut h = Harness::new();
+    h.create(
+        "jobs",
+        QueuePatch {
+            lease_ms: Some(10_000),
+            ..QueuePatch::default()
+        },
+    );
+    let id = h.enqueue("jobs", "1");
+    let (_, epoch) = h.claim_one("jobs");
+    h.advance(2_000);
+    h.call(Request::QueueUpdate(ops::QueueUpdate {
+        queue: "jobs".into(),
+        options: QueuePatch {
+            max_runtime_ms: Some(1_000),
+            ..QueuePatch::default()
+        },
+    }))
+    .unwrap();
+    // The delivery is 2 s old, past the new 1 s cap: the lease ended with the update's
+    // round, so the refusal of a renewal is the truth, and an ack is refused too.
+    assert_eq!(h.code(renew(&id, epoch)), ErrorCode::LeaseLost);
+    assert_eq!(h.code(ack(&id, epoch)), ErrorCode::LeaseLost);
+    let t = h.task(&id);
+    assert_eq!((t.state, t.failures), (TaskState::Ready, 1));
+}
+
+#[test]
+fn a_reclaim_reaching_max_attempts_names_the_member_in_its_dead_lettered_event() {
+    let mut h = Harness::new();
+    h.create(
+        "jobs",
+        QueuePatch {
+            max_attempts: Some(1),
+            ..QueuePatch::default()
+        },
+    );
+    let id = h.enqueue("jobs", "1");
+    h.call_on(1, open("m", 1, false, false)).unwrap();
+    h.call_on(1, subscribe("m", &["jobs"])).unwrap();
+    assert_eq!(delivered(&h.pushed(1)).len(), 1);
+    h.call_on(2, open("m", 1, true, false)).unwrap();
+    let t = h.task(&id);
+    assert_eq!(t.state, TaskState::Dead);
+    let last = t.history.last().expect("events");
+    assert_eq!(
+        (
+            last.event.as_str(),
+            last.member.as_deref(),
+            last.error.as_deref()
+        ),
+        ("dead_lettered", Some("m"), Some("max_attempts"))
+    );
 }
 
 mod crash_model;

@@ -2,7 +2,7 @@
 //!
 //! Random enqueues (priorities, keys, required labels, delays), claims by members with
 //! random labels, acks, nacks and lapses, with time driven by the test. The model is
-//! the rules of DESIGN §2 written as plainly as possible (a scan of every task); the
+//! the rules of PROTOCOL.md §4.12 written as plainly as possible (a scan of every task); the
 //! engine must hand out exactly the task the model picks, and agree on every count.
 
 use proptest::prelude::*;

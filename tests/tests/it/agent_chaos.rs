@@ -1,0 +1,20 @@
+//! The agent chaos checker against a real daemon: producers, `muster work` runners and
+//! SDK workers share one queue while a nemesis kill -9s, drains, freezes and partitions
+//! the agents (24 faults in CI); nothing acknowledged is lost, nothing is done twice or
+//! run twice at once, nothing dies, and every failure the daemon counts belongs to a
+//! fault. `MUSTER_AGENT_CHAOS_SEED` replays a seed, `MUSTER_AGENT_CHAOS_SECONDS` runs long.
+
+use muster_tests::agent_chaos::{self, Config};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_killed_drained_frozen_and_cut_off_lose_nothing_and_never_run_twice_at_once() {
+    let config = Config::from_env();
+    let long = config.run_for.is_some();
+    let report = agent_chaos::run(config).await;
+    assert!(report.is_clean(), "the checker found violations: {report}");
+    assert!(long || report.faults() >= 20, "too few faults: {report}");
+    assert!(
+        report.acknowledged > 0 && report.completions > 0,
+        "no work done: {report}"
+    );
+}
