@@ -217,17 +217,10 @@ impl Daemon {
     /// Starts a daemon with extra flags, its data directory a fresh one inside `parent`
     /// (e.g. a small file system the test mounted).
     pub fn start_in(parent: &Path, extra: &[&str]) -> Daemon {
-        let data = tempfile::tempdir_in(parent).expect("temporary data directory");
-        let mut d = Daemon {
-            child: None,
-            addr: "127.0.0.1:0".into(),
-            fingerprint: String::new(),
-            data,
-            extra_args: extra.iter().map(|s| (*s).to_owned()).collect(),
-            log_thread: None,
-        };
-        d.spawn();
-        d
+        Daemon::start_on(
+            tempfile::tempdir_in(parent).expect("temporary data directory"),
+            extra,
+        )
     }
 
     /// Starts a daemon on a copy of the store in `store` (a `store` directory of a data
@@ -235,6 +228,10 @@ impl Daemon {
     pub fn start_from(store: &Path, extra: &[&str]) -> Daemon {
         let data = tempfile::tempdir().expect("temporary data directory");
         copy_dir(store, &data.path().join("store"));
+        Daemon::start_on(data, extra)
+    }
+
+    fn start_on(data: tempfile::TempDir, extra: &[&str]) -> Daemon {
         let mut d = Daemon {
             child: None,
             addr: "127.0.0.1:0".into(),
@@ -327,6 +324,17 @@ impl Daemon {
             server_name: None,
             bind: None,
         }
+    }
+
+    /// A connected SDK client presenting `token`.
+    pub async fn client_as(&self, token: &str) -> Client {
+        let options = ConnectOptions {
+            token: Some(token.into()),
+            ..self.options()
+        };
+        Client::connect(options)
+            .await
+            .expect("connecting with a token")
     }
 
     /// A connected SDK client.

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use muster_sdk::protocol::ops::SessionOpen;
-use muster_sdk::{Client, ConnectOptions, ErrorCode, NewTask, TaskState};
+use muster_sdk::{ErrorCode, NewTask, TaskState};
 use muster_tests::Daemon;
 
 /// The tokens `muster.toml` of the fixture names (by their SHA-256).
@@ -19,16 +19,6 @@ const OTHER: &str = "fixture-other-token";
 
 fn fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/store-v1")
-}
-
-async fn as_token(d: &Daemon, token: &str) -> Client {
-    let options = ConnectOptions {
-        token: Some(token.into()),
-        ..d.options()
-    };
-    Client::connect(options)
-        .await
-        .expect("connecting with a token")
 }
 
 fn sha256_hex(text: &str) -> String {
@@ -67,7 +57,7 @@ async fn a_format_1_store_opens_with_every_task_lease_and_member_binding() {
         &fixture().join("store"),
         &["--config", config.to_str().unwrap()],
     );
-    let admin = as_token(&d, ADMIN).await;
+    let admin = d.client_as(ADMIN).await;
 
     let q = admin.queue_describe("fixture").await.unwrap();
     assert_eq!(
@@ -157,11 +147,11 @@ async fn a_format_1_store_opens_with_every_task_lease_and_member_binding() {
         resume,
         liveness_ms: None,
     };
-    let other = as_token(&d, OTHER).await;
+    let other = d.client_as(OTHER).await;
     let e = other.open_session(&open(false, true)).await.unwrap_err();
     assert_eq!(e.code(), Some(ErrorCode::Forbidden), "{e}");
     // ...while its owner resumes it with the lease as it was.
-    let agent = as_token(&d, AGENT).await;
+    let agent = d.client_as(AGENT).await;
     let (reply, _pushes) = agent.open_session(&open(false, true)).await.unwrap();
     assert_eq!(reply.kept, 1);
     agent
@@ -173,7 +163,7 @@ async fn a_format_1_store_opens_with_every_task_lease_and_member_binding() {
     drop((admin, other, agent));
     assert_eq!(d.terminate(), Some(0));
     d.restart();
-    let admin = as_token(&d, ADMIN).await;
+    let admin = d.client_as(ADMIN).await;
     assert_eq!(
         admin.task_get(&id("leased")).await.unwrap().state,
         TaskState::Leased

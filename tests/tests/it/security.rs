@@ -51,16 +51,6 @@ fn secured(extra: &[&str]) -> (Daemon, tempfile::TempDir) {
     (Daemon::start_with(&args), dir)
 }
 
-async fn as_token(d: &Daemon, token: &str) -> Client {
-    let options = ConnectOptions {
-        token: Some(token.into()),
-        ..d.options()
-    };
-    Client::connect(options)
-        .await
-        .expect("connecting with a token")
-}
-
 /// The code of a call's error, or None if it succeeded.
 fn code<T>(r: Result<T, muster_sdk::Error>) -> Option<ErrorCode> {
     r.err().map(|e| {
@@ -295,7 +285,7 @@ fn allowed(role: &str, op: &str, own: bool) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_authorization_matrix_has_no_unauthorized_success() {
     let (d, _config) = secured(&[]);
-    let admin = as_token(&d, ADMIN).await;
+    let admin = d.client_as(ADMIN).await;
     for q in ["jobs", "other"] {
         admin
             .queue_create(q, QueuePatch::default())
@@ -309,7 +299,7 @@ async fn the_authorization_matrix_has_no_unauthorized_success() {
         ("producer", PRODUCER),
         ("consumer", CONSUMER),
     ] {
-        let client = as_token(&d, token).await;
+        let client = d.client_as(token).await;
         for own in [true, false] {
             let queue = if own { "jobs" } else { "other" };
             for op in OPS {
@@ -340,7 +330,7 @@ async fn the_authorization_matrix_has_no_unauthorized_success() {
         wrong.join("\n")
     );
     // queue_list only shows what a token covers.
-    let producer = as_token(&d, PRODUCER).await;
+    let producer = d.client_as(PRODUCER).await;
     let names: Vec<String> = producer
         .queue_list()
         .await
@@ -358,7 +348,7 @@ async fn the_authorization_matrix_has_no_unauthorized_success() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_name_belongs_to_the_principal_that_first_used_it() {
     let (d, _config) = secured(&[]);
-    let admin = as_token(&d, ADMIN).await;
+    let admin = d.client_as(ADMIN).await;
     admin
         .queue_create("jobs", QueuePatch::default())
         .await
@@ -367,7 +357,7 @@ async fn a_member_name_belongs_to_the_principal_that_first_used_it() {
         .enqueue("jobs", NewTask::new(muster_sdk::json(&1).expect("json")))
         .await
         .expect("enqueue");
-    let a = as_token(&d, CONSUMER).await;
+    let a = d.client_as(CONSUMER).await;
     let open = muster_sdk::protocol::ops::SessionOpen {
         member: "shared-name".into(),
         labels: vec![],
@@ -383,7 +373,7 @@ async fn a_member_name_belongs_to_the_principal_that_first_used_it() {
         .claim(&Claim::new(["jobs"]).member("shared-name"))
         .await
         .expect("claim");
-    let b = as_token(&d, CONSUMER_B).await;
+    let b = d.client_as(CONSUMER_B).await;
     assert_eq!(
         code(b.open_session(&open).await),
         Some(ErrorCode::Forbidden)
@@ -412,7 +402,7 @@ async fn a_member_name_belongs_to_the_principal_that_first_used_it() {
     let mut d = d;
     assert_eq!(d.terminate(), Some(0));
     d.restart();
-    let b = as_token(&d, CONSUMER_B).await;
+    let b = d.client_as(CONSUMER_B).await;
     assert_eq!(
         code(b.open_session(&open).await),
         Some(ErrorCode::Forbidden)
@@ -452,7 +442,7 @@ async fn nothing_is_served_before_a_valid_token_and_silent_connections_are_close
         closed.to_string().contains("no token presented in time"),
         "{closed}"
     );
-    let admin = as_token(&d, ADMIN).await;
+    let admin = d.client_as(ADMIN).await;
     assert!(admin.queue_list().await.expect("list").is_empty());
 }
 

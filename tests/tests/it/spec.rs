@@ -19,6 +19,17 @@ async fn enqueue(client: &Client, queue: &str) -> String {
         .id
 }
 
+/// A daemon with a queue of default options, and a client.
+async fn with_queue(queue: &str) -> (Daemon, Client) {
+    let d = Daemon::start();
+    let client = d.client().await;
+    client
+        .queue_create(queue, QueuePatch::default())
+        .await
+        .expect("queue_create");
+    (d, client)
+}
+
 fn session(member: &str, labels: &[&str]) -> SessionOpen {
     SessionOpen {
         member: member.into(),
@@ -60,12 +71,7 @@ async fn a_subscription_outlives_its_queue_and_serves_it_again_when_created_agai
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_ends_at_once_when_its_tasks_are_purged() {
-    let d = Daemon::start();
-    let client = d.client().await;
-    client
-        .queue_create("q", QueuePatch::default())
-        .await
-        .unwrap();
+    let (_d, client) = with_queue("q").await;
     let id = enqueue(&client, "q").await;
     // Requests sent one after another on a connection arrive in that order: the wait
     // is parked before the purge.
@@ -118,12 +124,7 @@ async fn raw_frames(d: &Daemon, bodies: &[&str]) -> Vec<serde_json::Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn null_is_absent_for_numbers_and_refused_for_booleans_and_objects_on_the_wire() {
-    let d = Daemon::start();
-    let client = d.client().await;
-    client
-        .queue_create("q", QueuePatch::default())
-        .await
-        .unwrap();
+    let (d, client) = with_queue("q").await;
     let replies = raw_frames(
         &d,
         &[
@@ -184,12 +185,7 @@ async fn queue_list_pages_and_duplicate_queues_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_of_a_disconnected_members_last_lease_keeps_its_record() {
-    let d = Daemon::start();
-    let client = d.client().await;
-    client
-        .queue_create("q", QueuePatch::default())
-        .await
-        .unwrap();
+    let (d, client) = with_queue("q").await;
     let id = enqueue(&client, "q").await;
     let agent = d.client().await;
     let (_, _pushes) = agent

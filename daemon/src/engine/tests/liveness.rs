@@ -2,26 +2,12 @@
 //! silent member; a lapsed or revoked task is not handed back to the member that let it
 //! go while another member can take it, nor before that member is heard from again.
 
-use muster_protocol::model::{MemberInfo, MemberState, QueuePatch, TaskState};
+use muster_protocol::model::{MemberState, QueuePatch, TaskState};
 use muster_protocol::ops::{self, Claim, Nack};
 use muster_protocol::{ErrorCode, Request};
 
-use super::{Harness, delivered, open, subscribe};
+use super::{Harness, delivered, member_info, open, subscribe};
 use crate::engine::Reply;
-
-fn member(h: &mut Harness, name: &str) -> MemberInfo {
-    match h
-        .call(Request::MemberDescribe(ops::MemberDescribe(
-            ops::MemberName {
-                member: name.into(),
-            },
-        )))
-        .unwrap()
-    {
-        Reply::MemberDescribe(d) => d.member,
-        other => panic!("{other:?}"),
-    }
-}
 
 fn open_with_liveness(name: &str, capacity: u32, liveness_ms: u64) -> Request {
     match open(name, capacity, true, false) {
@@ -58,16 +44,16 @@ fn a_silent_member_becomes_unreachable_gets_nothing_and_comes_back_when_heard() 
     queue(&mut h, 60_000);
     h.call_on(1, open_with_liveness("a", 2, 2_000)).unwrap();
     h.call_on(1, subscribe("a", &["jobs"])).unwrap();
-    let m = member(&mut h, "a");
+    let m = member_info(&mut h, "a");
     assert_eq!(
         (m.state, m.connected, m.liveness_ms),
         (MemberState::Connected, true, 2_000)
     );
     // Exactly the timeout is still alive; past it (and past a sweep) it is not.
     h.advance(2_000);
-    assert_eq!(member(&mut h, "a").state, MemberState::Connected);
+    assert_eq!(member_info(&mut h, "a").state, MemberState::Connected);
     h.advance(251);
-    let m = member(&mut h, "a");
+    let m = member_info(&mut h, "a");
     assert_eq!((m.state, m.connected), (MemberState::Unreachable, false));
     let id = h.enqueue("jobs", "1");
     assert!(
@@ -79,11 +65,11 @@ fn a_silent_member_becomes_unreachable_gets_nothing_and_comes_back_when_heard() 
     let now = h.now;
     h.engine().heard(1, now);
     h.round();
-    assert_eq!(member(&mut h, "a").state, MemberState::Connected);
+    assert_eq!(member_info(&mut h, "a").state, MemberState::Connected);
     assert_eq!(delivered(&h.pushed(1)), vec![(id.clone(), 1, false)]);
     // Its connection ends: gone, its lease kept.
     h.engine().disconnected(1);
-    let m = member(&mut h, "a");
+    let m = member_info(&mut h, "a");
     assert_eq!(
         (m.state, m.leased, m.liveness_ms),
         (MemberState::Gone, 1, 0)
@@ -115,14 +101,14 @@ fn a_dead_members_lapsed_tasks_wait_for_another_member_with_one_failure_each() {
     h.advance(3_000);
     assert_eq!(h.state(&a), (TaskState::Ready, 1, 1));
     assert_eq!(h.state(&b), (TaskState::Ready, 1, 1));
-    assert_eq!(member(&mut h, "ghost").state, MemberState::Connected);
+    assert_eq!(member_info(&mut h, "ghost").state, MemberState::Connected);
     assert!(
         h.pushed(1).is_empty(),
         "not handed back to the silent member"
     );
     // Long after, the tasks still wait with one failure each.
     h.advance(30_000);
-    assert_eq!(member(&mut h, "ghost").state, MemberState::Unreachable);
+    assert_eq!(member_info(&mut h, "ghost").state, MemberState::Unreachable);
     assert_eq!(h.state(&a), (TaskState::Ready, 1, 1));
     // Another agent starts: it gets both at once.
     h.call_on(2, open("fresh", 2, true, false)).unwrap();
@@ -245,7 +231,7 @@ fn a_member_that_let_a_lease_lapse_gets_nothing_new_until_heard_from() {
     assert_eq!(delivered(&h.pushed(1)), vec![(first.clone(), 1, false)]);
     // Cut off: its lease lapses while it still counts as connected (3 s < 5 s).
     h.advance(3_000);
-    assert_eq!(member(&mut h, "a").state, MemberState::Connected);
+    assert_eq!(member_info(&mut h, "a").state, MemberState::Connected);
     let second = h.enqueue("jobs", "2");
     assert!(
         h.pushed(1).is_empty(),

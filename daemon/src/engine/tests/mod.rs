@@ -509,19 +509,25 @@ fn renew_extends_the_lease_and_stores_progress() {
     }
 }
 
-#[test]
-fn max_runtime_bounds_renewals() {
-    let mut h = Harness::new();
+/// A queue `jobs` with the given lease and runtime cap, and one task claimed from it.
+fn claimed_under_runtime_cap(h: &mut Harness, lease_ms: u64, max_runtime_ms: u64) -> (String, u64) {
     h.create(
         "jobs",
         QueuePatch {
-            lease_ms: Some(1000),
-            max_runtime_ms: Some(2500),
+            lease_ms: Some(lease_ms),
+            max_runtime_ms: Some(max_runtime_ms),
             ..QueuePatch::default()
         },
     );
     let id = h.enqueue("jobs", "1");
-    let (_, e) = h.claim_one("jobs");
+    let (_, epoch) = h.claim_one("jobs");
+    (id, epoch)
+}
+
+#[test]
+fn max_runtime_bounds_renewals() {
+    let mut h = Harness::new();
+    let (id, e) = claimed_under_runtime_cap(&mut h, 1000, 2500);
     h.advance(900);
     h.call(renew(&id, e)).unwrap();
     h.advance(900);
@@ -1744,16 +1750,7 @@ fn member_info(h: &mut Harness, name: &str) -> muster_protocol::model::MemberInf
 #[test]
 fn max_runtime_holds_across_a_restart() {
     let mut h = Harness::new();
-    h.create(
-        "jobs",
-        QueuePatch {
-            lease_ms: Some(1_000),
-            max_runtime_ms: Some(3_000),
-            ..QueuePatch::default()
-        },
-    );
-    let id = h.enqueue("jobs", "1");
-    let (_, epoch) = h.claim_one("jobs");
+    let (id, epoch) = claimed_under_runtime_cap(&mut h, 1_000, 3_000);
     h.advance(900);
     h.call(renew(&id, epoch)).unwrap();
     // Down for a second; the delivery is 1.9 s old when the daemon is back.

@@ -1,0 +1,150 @@
+"""muster for Python: producers and agents on the Rust SDK's core.
+
+``Client`` speaks every op of the protocol; ``Worker`` turns a handler into an agent,
+with the Rust ``Worker``'s lease logic (renewals, cancellation, progress, reclaim,
+drain, fencing) running in Rust on a runtime of the extension's own. Both are
+asyncio-native; :mod:`muster.sync` has a blocking facade for scripts::
+
+    import asyncio, muster
+
+    async def handle(task: muster.Task):
+        await task.set_progress({"step": 1})
+        return {"echo": task.payload}
+
+    asyncio.run(muster.Worker("gpu-3/agent-7", "jobs", capacity=4).run(handle))
+
+Connection options and the ``MUSTER_*`` variables are the CLI's. The SDK's warnings
+go to the :mod:`logging` logger ``muster``; ``MUSTER_LOG`` (``tracing`` directives, e.g.
+``info`` or ``muster_sdk=debug``) shows more.
+
+Supported: CPython 3.9 and later (one abi3 wheel), Linux and macOS.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+
+from . import _native
+from ._client import ClaimRef, Client, NewTask
+from ._convert import Duration
+from ._native import (
+    AlreadyExists,
+    BadRequest,
+    ConnectError,
+    ConnectionLost,
+    Forbidden,
+    InvalidInput,
+    InvalidState,
+    LeaseLost,
+    LimitExceeded,
+    MusterError,
+    NotFound,
+    ProtocolError,
+    Replaced,
+    ServerError,
+    ShuttingDown,
+    TooLarge,
+    Unauthorized,
+    UnknownOp,
+)
+from ._worker import DeadLetter, Handler, Retry, Task, Worker
+from .records import (
+    Backoff,
+    CancelResult,
+    Claim,
+    CountResult,
+    LeaseInfo,
+    MemberDescription,
+    MemberInfo,
+    MemberState,
+    QueueInfo,
+    QueueOptions,
+    QueueTotals,
+    RenewResult,
+    ServerStats,
+    SettleResult,
+    TaskInfo,
+    TaskPage,
+    TaskState,
+    TaskSummary,
+    TimelineEvent,
+    WaitResult,
+)
+
+MAX_BATCH: int = _native.MAX_BATCH
+"""Most tasks in one atomic enqueue request (PROTOCOL.md §3)."""
+
+__all__ = [
+    "MAX_BATCH",
+    "AlreadyExists",
+    "Backoff",
+    "BadRequest",
+    "CancelResult",
+    "Claim",
+    "ClaimRef",
+    "Client",
+    "ConnectError",
+    "ConnectionLost",
+    "CountResult",
+    "DeadLetter",
+    "Duration",
+    "Forbidden",
+    "Handler",
+    "InvalidInput",
+    "InvalidState",
+    "LeaseInfo",
+    "LeaseLost",
+    "LimitExceeded",
+    "MemberDescription",
+    "MemberInfo",
+    "MemberState",
+    "MusterError",
+    "NewTask",
+    "NotFound",
+    "ProtocolError",
+    "QueueInfo",
+    "QueueOptions",
+    "QueueTotals",
+    "Replaced",
+    "RenewResult",
+    "Retry",
+    "ServerError",
+    "ServerStats",
+    "SettleResult",
+    "ShuttingDown",
+    "Task",
+    "TaskInfo",
+    "TaskPage",
+    "TaskState",
+    "TaskSummary",
+    "TimelineEvent",
+    "TooLarge",
+    "Unauthorized",
+    "UnknownOp",
+    "WaitResult",
+    "Worker",
+]
+
+
+def _pump_logs() -> None:
+    """Logs the SDK's records to the ``muster`` logger until :func:`_stop_logs`."""
+    log = logging.getLogger("muster")
+    while True:
+        record = _native.next_log()
+        if record is None:
+            return
+        level, message = record
+        log.log(level, "%s", message)
+
+
+_logs = threading.Thread(target=_pump_logs, name="muster-logs", daemon=True)
+_logs.start()
+
+
+@atexit.register
+def _stop_logs() -> None:
+    """Ends the log thread before the interpreter finalizes (see ``src/logging.rs``)."""
+    _native.stop_logs()
+    _logs.join(timeout=1.0)

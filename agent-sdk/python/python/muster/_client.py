@@ -1,0 +1,441 @@
+"""The asyncio ``Client``: every op of the protocol, one method each."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, TypeVar, Union
+
+from . import _loop, _native
+from ._convert import Duration, claim_of, instant_ms, json_text, ms, ms_required, optional_json
+from .records import (
+    Backoff,
+    CancelResult,
+    Claim,
+    CountResult,
+    MemberDescription,
+    MemberInfo,
+    QueueInfo,
+    RenewResult,
+    ServerStats,
+    SettleResult,
+    TaskInfo,
+    TaskPage,
+    TaskState,
+    WaitResult,
+)
+
+_T = TypeVar("_T")
+
+ClaimRef = Union[Claim, str]
+"""A claim to settle: a :class:`Claim`, or the claim string ``ID.EPOCH``."""
+
+
+@dataclass(frozen=True)
+class NewTask:
+    """One task to enqueue with :meth:`Client.enqueue_many`.
+
+    ``payload`` is any JSON-serialisable object, or ``bytes`` holding JSON text. Durations
+    are seconds (or :class:`~datetime.timedelta`); ``at`` is a :class:`~datetime.datetime`
+    or seconds since the Unix epoch. Without an ``idempotency_key`` the client attaches a
+    fresh one, so a retry after a lost reply cannot enqueue twice.
+    """
+
+    payload: Any
+    priority: Optional[int] = None
+    """0..9, higher first."""
+    key: Optional[str] = None
+    """Tasks of one key go in enqueue order, at most the queue's ``key_concurrency`` at once."""
+    delay: Optional[Duration] = None
+    """Not handed out before this long from now."""
+    at: Optional[Union[datetime, float]] = None
+    """Not handed out before this instant (the later of ``delay`` and ``at`` wins)."""
+    requires: Sequence[str] = field(default_factory=tuple)
+    """Labels a member must carry to get the task."""
+    idempotency_key: Optional[str] = None
+    """A repeated enqueue with this key returns the first task instead of a new one."""
+
+    def _json(self) -> str:
+        fields: Dict[str, Any] = {}
+        if self.priority is not None:
+            fields["priority"] = self.priority
+        if self.key is not None:
+            fields["key"] = self.key
+        if self.requires:
+            fields["requires"] = list(self.requires)
+        if self.delay is not None:
+            fields["delay_ms"] = ms(self.delay, "delay")
+        if self.at is not None:
+            fields["not_before_ms"] = instant_ms(self.at)
+        if self.idempotency_key is not None:
+            fields["idempotency_key"] = self.idempotency_key
+        payload = json_text(self.payload, "payload")
+        if not fields:
+            return f'{{"payload":{payload}}}'
+        return f'{{"payload":{payload},{json.dumps(fields)[1:-1]}}}'
+
+
+def _queue_options(
+    lease: Optional[Duration],
+    max_attempts: Optional[int],
+    retry_backoff: Optional[Backoff],
+    key_concurrency: Optional[int],
+    retention: Optional[Duration],
+    max_runtime: Optional[Duration],
+    paused: Optional[bool],
+) -> str:
+    patch: Dict[str, Any] = {}
+    if lease is not None:
+        patch["lease_ms"] = ms(lease, "lease")
+    if max_attempts is not None:
+        patch["max_attempts"] = max_attempts
+    if retry_backoff is not None:
+        patch["retry_backoff"] = {
+            "base_ms": retry_backoff.base_ms,
+            "factor": retry_backoff.factor,
+            "cap_ms": retry_backoff.cap_ms,
+            "jitter": retry_backoff.jitter,
+        }
+    if key_concurrency is not None:
+        patch["key_concurrency"] = key_concurrency
+    if retention is not None:
+        patch["retention_ms"] = ms(retention, "retention")
+    if max_runtime is not None:
+        patch["max_runtime_ms"] = ms(max_runtime, "max_runtime")
+    if paused is not None:
+        patch["paused"] = paused
+    return json.dumps(patch)
+
+
+def _one(make: Callable[[Dict[str, Any]], _T], text: str) -> _T:
+    return make(json.loads(text))
+
+
+def _many(make: Callable[[Dict[str, Any]], _T], text: str) -> List[_T]:
+    return [make(d) for d in json.loads(text)]
+
+
+class Client:
+    """A connection to ``musterd``, for producers, operators and pulling consumers.
+
+    Make one with ``await Client.connect(...)``; it is safe to share between tasks:
+    concurrent calls are pipelined over one QUIC stream. Every method is a coroutine
+    that waits without holding the GIL and raises a :class:`~muster.MusterError`
+    subclass on failure (a refusal by the daemon is the :class:`~muster.ServerError`
+    subclass of its code, e.g. :class:`~muster.NotFound`). Use it as an async context
+    manager, or call :meth:`close`.
+
+    Durations are seconds (``float``) or :class:`~datetime.timedelta`; records mirror
+    the protocol (PROTOCOL.md §4), with ``*_ms`` fields in milliseconds.
+    """
+
+    __slots__ = ("_native",)
+
+    def __init__(self, native: _native.Client) -> None:
+        """Wraps a native client; use :meth:`connect` instead."""
+        self._native = native
+
+    @classmethod
+    async def connect(
+        cls,
+        addr: Optional[str] = None,
+        *,
+        data: Optional[str] = None,
+        ca: Optional[str] = None,
+        pin: Optional[str] = None,
+        token: Optional[str] = None,
+        server_name: Optional[str] = None,
+    ) -> Client:
+        """Connects to a daemon, as the CLI does.
+
+        Unset arguments come from ``MUSTER_ADDR``, ``MUSTER_DATA``, ``MUSTER_CA``,
+        ``MUSTER_PIN`` and ``MUSTER_TOKEN``, else the defaults: ``127.0.0.1:7420``,
+        trusting the certificate the daemon wrote in its data directory. ``pin`` (the
+        certificate's SHA-256, hex) beats ``ca`` (a PEM file) beats ``data`` (a data
+        directory). Raises :class:`~muster.ConnectError` when the daemon cannot be
+        reached or trusted (after at most 5 s).
+        """
+        native = await _native.connect(_loop.current(), addr, data, ca, pin, token, server_name)
+        return cls(native)
+
+    async def close(self) -> None:
+        """Closes the connection, waiting (at most 1 s) until the daemon was told.
+
+        Calls still in flight fail with :class:`~muster.ConnectionLost`.
+        """
+        await self._native.close(_loop.current())
+
+    async def __aenter__(self) -> Client:
+        """The client itself; it is closed on exit."""
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Closes the client."""
+        await self.close()
+
+    # Queues.
+
+    async def queue_create(
+        self,
+        queue: str,
+        *,
+        lease: Optional[Duration] = None,
+        max_attempts: Optional[int] = None,
+        retry_backoff: Optional[Backoff] = None,
+        key_concurrency: Optional[int] = None,
+        retention: Optional[Duration] = None,
+        max_runtime: Optional[Duration] = None,
+        paused: Optional[bool] = None,
+    ) -> QueueInfo:
+        """Creates a queue; options not given take their defaults (PROTOCOL.md §4.2).
+
+        ``max_attempts`` 0 means unlimited; ``max_runtime`` 0 removes the bound.
+        Raises :class:`~muster.AlreadyExists` if it exists.
+        """
+        options = _queue_options(
+            lease, max_attempts, retry_backoff, key_concurrency, retention, max_runtime, paused
+        )
+        return _one(
+            QueueInfo._from, await self._native.queue_create(_loop.current(), queue, options)
+        )
+
+    async def queue_list(self) -> List[QueueInfo]:
+        """Every queue with its counts, by name."""
+        return _many(QueueInfo._from, await self._native.queue_list(_loop.current()))
+
+    async def queue_describe(self, queue: str) -> QueueInfo:
+        """One queue with its counts."""
+        return _one(QueueInfo._from, await self._native.queue_describe(_loop.current(), queue))
+
+    async def queue_update(
+        self,
+        queue: str,
+        *,
+        lease: Optional[Duration] = None,
+        max_attempts: Optional[int] = None,
+        retry_backoff: Optional[Backoff] = None,
+        key_concurrency: Optional[int] = None,
+        retention: Optional[Duration] = None,
+        max_runtime: Optional[Duration] = None,
+        paused: Optional[bool] = None,
+    ) -> QueueInfo:
+        """Changes the options given; the others keep their values."""
+        options = _queue_options(
+            lease, max_attempts, retry_backoff, key_concurrency, retention, max_runtime, paused
+        )
+        return _one(
+            QueueInfo._from, await self._native.queue_update(_loop.current(), queue, options)
+        )
+
+    async def queue_pause(self, queue: str) -> QueueInfo:
+        """Pauses a queue: it accepts enqueues and hands nothing out."""
+        return _one(QueueInfo._from, await self._native.queue_pause(_loop.current(), queue))
+
+    async def queue_resume(self, queue: str) -> QueueInfo:
+        """Resumes a paused queue."""
+        return _one(QueueInfo._from, await self._native.queue_resume(_loop.current(), queue))
+
+    async def queue_purge(self, queue: str) -> int:
+        """Removes every ready and scheduled task of a queue; returns how many."""
+        return await self._native.queue_purge(_loop.current(), queue)
+
+    async def queue_delete(self, queue: str) -> int:
+        """Deletes a queue and all its tasks; returns how many tasks went with it."""
+        return await self._native.queue_delete(_loop.current(), queue)
+
+    # Producing.
+
+    async def enqueue(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        priority: Optional[int] = None,
+        key: Optional[str] = None,
+        delay: Optional[Duration] = None,
+        at: Optional[Union[datetime, float]] = None,
+        requires: Sequence[str] = (),
+        idempotency_key: Optional[str] = None,
+    ) -> str:
+        """Enqueues one task and returns its id (see :class:`NewTask` for the options).
+
+        With an ``idempotency_key`` that names an existing task of the queue, that
+        task's id is returned and nothing is created.
+        """
+        task = NewTask(payload, priority, key, delay, at, requires, idempotency_key)
+        ids = await self._native.enqueue(_loop.current(), queue, f"[{task._json()}]")
+        return ids[0]
+
+    async def enqueue_many(self, queue: str, tasks: Iterable[Union[NewTask, Any]]) -> List[str]:
+        """Enqueues tasks in order and returns their ids in the same order.
+
+        Each item is a :class:`NewTask`, or a payload enqueued with no options. Up to
+        :data:`MAX_BATCH` (1000) tasks go in one atomic request; more are sent as
+        several requests back to back (each atomic, all pipelined on the connection).
+        """
+        items = [t._json() if isinstance(t, NewTask) else NewTask(t)._json() for t in tasks]
+        if not items:
+            return []
+        return await self._native.enqueue(_loop.current(), queue, f"[{','.join(items)}]")
+
+    # Reading and waiting.
+
+    async def task_get(self, task: str) -> TaskInfo:
+        """Reads a whole task, with its timeline."""
+        return _one(TaskInfo._from, await self._native.task_get(_loop.current(), task))
+
+    async def task_list(
+        self,
+        queue: str,
+        state: TaskState,
+        *,
+        after: Optional[str] = None,
+        limit: Optional[int] = None,
+    ) -> TaskPage:
+        """One page (``limit``, default 100, at most 1000) of a queue's tasks in a state,
+        oldest first; pass the page's ``next`` as ``after`` for the next page."""
+        return _one(
+            TaskPage._from,
+            await self._native.task_list(_loop.current(), queue, state, after, limit),
+        )
+
+    async def wait(self, tasks: Union[str, Sequence[str]], timeout: Duration) -> WaitResult:
+        """Waits until the tasks (an id or up to 1000 ids) are finished (done, dead or
+        cancelled) or removed, or ``timeout`` (at most 300 s) has passed."""
+        ids = [tasks] if isinstance(tasks, str) else list(tasks)
+        timeout_ms = ms_required(timeout, "timeout")
+        return _one(WaitResult._from, await self._native.wait(_loop.current(), ids, timeout_ms))
+
+    async def cancel(self, task: str) -> CancelResult:
+        """Cancels a task: at once if it is waiting; a leased task's holder is told to
+        stop, and its settle ends it ``cancelled``."""
+        return _one(CancelResult._from, await self._native.cancel(_loop.current(), task))
+
+    # Consuming by pull.
+
+    async def claim(
+        self,
+        queues: Union[str, Sequence[str]],
+        *,
+        max: int = 1,
+        wait: Optional[Duration] = None,
+        lease: Optional[Duration] = None,
+        member: Optional[str] = None,
+        labels: Sequence[str] = (),
+    ) -> List[Claim]:
+        """Leases up to ``max`` ready tasks of the queues, waiting up to ``wait`` (at
+        most 300 s) for the first. Renew and settle each with its :class:`Claim`.
+
+        Agents should prefer :class:`~muster.Worker`, which renews, cancels and
+        settles by itself.
+        """
+        names = [queues] if isinstance(queues, str) else list(queues)
+        text = await self._native.claim(
+            _loop.current(), names, max, ms(wait, "wait"), ms(lease, "lease"), member, list(labels)
+        )
+        return _many(Claim._from, text)
+
+    async def renew(
+        self,
+        claim: ClaimRef,
+        *,
+        extend: Optional[Duration] = None,
+        progress: Any = None,
+    ) -> RenewResult:
+        """Extends a lease (by the queue's lease if ``extend`` is absent), storing a
+        progress checkpoint if given. Raises :class:`~muster.LeaseLost` if the claim is
+        no longer the task's lease."""
+        task, epoch = claim_of(claim)
+        text = await self._native.renew(
+            _loop.current(), task, epoch, ms(extend, "extend"), optional_json(progress, "progress")
+        )
+        return _one(RenewResult._from, text)
+
+    async def ack(self, claim: ClaimRef, result: Any = None) -> SettleResult:
+        """Settles a leased task as done, with an optional result."""
+        task, epoch = claim_of(claim)
+        text = await self._native.ack(_loop.current(), task, epoch, optional_json(result, "result"))
+        return _one(SettleResult._from, text)
+
+    async def nack(
+        self,
+        claim: ClaimRef,
+        *,
+        delay: Optional[Duration] = None,
+        error: Optional[str] = None,
+    ) -> SettleResult:
+        """Hands a leased task back as failed: retried after ``delay`` (the queue's
+        backoff if absent), or dead when out of attempts."""
+        task, epoch = claim_of(claim)
+        return _one(
+            SettleResult._from,
+            await self._native.nack(_loop.current(), task, epoch, ms(delay, "delay"), error),
+        )
+
+    async def release(self, claim: ClaimRef) -> SettleResult:
+        """Hands a leased task back without counting a failure."""
+        task, epoch = claim_of(claim)
+        return _one(SettleResult._from, await self._native.release(_loop.current(), task, epoch))
+
+    async def dead_letter(self, claim: ClaimRef, error: str) -> SettleResult:
+        """Sends a leased task to dead at once, with an error."""
+        task, epoch = claim_of(claim)
+        return _one(
+            SettleResult._from, await self._native.dead_letter(_loop.current(), task, epoch, error)
+        )
+
+    # Dead letters.
+
+    async def redrive(
+        self,
+        queue: str,
+        ids: Sequence[str] = (),
+        *,
+        all: bool = False,
+        dry_run: bool = False,
+    ) -> CountResult:
+        """Makes dead tasks of a queue (these ``ids``, or ``all``) ready again with their
+        failures reset; ``dry_run`` only counts and lists them."""
+        return _one(
+            CountResult._from,
+            await self._native.redrive(_loop.current(), queue, list(ids), all, dry_run),
+        )
+
+    async def discard(
+        self,
+        queue: str,
+        ids: Sequence[str] = (),
+        *,
+        all: bool = False,
+        dry_run: bool = False,
+    ) -> CountResult:
+        """Removes dead tasks of a queue (these ``ids``, or ``all``)."""
+        return _one(
+            CountResult._from,
+            await self._native.discard(_loop.current(), queue, list(ids), all, dry_run),
+        )
+
+    # Members.
+
+    async def member_list(self) -> List[MemberInfo]:
+        """Every member the daemon knows, by name."""
+        return _many(MemberInfo._from, await self._native.member_list(_loop.current()))
+
+    async def member_describe(self, member: str) -> MemberDescription:
+        """One member and the tasks it holds."""
+        return _one(
+            MemberDescription._from, await self._native.member_describe(_loop.current(), member)
+        )
+
+    async def member_drain(self, member: str) -> MemberInfo:
+        """Drains a member: it keeps its leases, gets nothing new, and its worker drains."""
+        return _one(MemberInfo._from, await self._native.member_drain(_loop.current(), member))
+
+    async def lease_revoke(self, task: str) -> SettleResult:
+        """Revokes a task's lease: it lapses now (one failure) and its holder is told to stop."""
+        return _one(SettleResult._from, await self._native.lease_revoke(_loop.current(), task))
+
+    async def server_stats(self) -> ServerStats:
+        """The daemon's group-commit counters."""
+        return _one(ServerStats._from, await self._native.server_stats(_loop.current()))

@@ -1,0 +1,382 @@
+"""The asyncio ``Worker``: the Rust worker's semantics with a Python handler per task."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import inspect
+import json
+import logging
+import signal
+import threading
+import time
+import traceback
+from typing import Any, Awaitable, Callable, List, Optional, Sequence, Union
+
+from . import _loop, _native
+from ._convert import Duration, json_text, ms, ms_required
+
+_log = logging.getLogger("muster")
+
+Handler = Callable[["Task"], Union[Awaitable[Any], Any]]
+"""A handler: ``async def handle(task)``, or a plain function run in a thread pool."""
+
+
+class Retry(Exception):
+    """Raise from a handler to fail the task and have it retried after ``delay``.
+
+    ``delay`` is seconds or a :class:`~datetime.timedelta`; ``None`` uses the queue's
+    backoff. The failure counts toward the queue's ``max_attempts``; the message becomes
+    the task's ``last_error``.
+    """
+
+    def __init__(self, message: str = "retry requested", *, delay: Optional[Duration] = None):
+        """A retry after ``delay`` with ``message`` as the task's error."""
+        super().__init__(message)
+        self.delay = delay
+        """The delay before the retry; the queue's backoff if ``None``."""
+
+
+class DeadLetter(Exception):
+    """Raise from a handler to send the task to dead at once, with ``reason`` as its error.
+
+    No retry follows and no failure is counted; an operator can redrive it.
+    """
+
+    def __init__(self, reason: str):
+        """Dead-letters the task with ``reason``."""
+        super().__init__(reason)
+        self.reason = reason
+        """Why the task is dead; it becomes the task's ``last_error``."""
+
+
+class Task:
+    """A task in a handler's hands.
+
+    Its lease is renewed by the worker, in Rust, whatever the handler does. When the
+    task must stop (a cancel, a lost or revoked lease, a lease that may lapse before a
+    renewal gets through, or the grace period of a drain over) the handler's asyncio
+    task is cancelled: it sees :class:`asyncio.CancelledError`, and the task is
+    released without a failure unless the handler returns or raises something else. A
+    synchronous handler cannot be interrupted: it should check :attr:`is_cancelled`.
+    """
+
+    __slots__ = ("_native", "_payload")
+
+    def __init__(self, native: _native.Task) -> None:
+        """Wraps the worker's native task; handlers are given one."""
+        self._native = native
+        self._payload: Any = _UNSET
+
+    def __repr__(self) -> str:
+        return f"<muster.Task {self.id}.{self.epoch} attempt={self.attempt}>"
+
+    @property
+    def id(self) -> str:
+        """The task's id."""
+        return self._native.id
+
+    @property
+    def queue(self) -> str:
+        """The task's queue."""
+        return self._native.queue
+
+    @property
+    def epoch(self) -> int:
+        """The lease epoch of this delivery."""
+        return self._native.epoch
+
+    @property
+    def attempt(self) -> int:
+        """The delivery number: 1 on the first."""
+        return self._native.attempt
+
+    @property
+    def failures(self) -> int:
+        """Failures so far (nacks, lapses, revokes and reclaims)."""
+        return self._native.failures
+
+    @property
+    def priority(self) -> int:
+        """The task's priority, 0..9."""
+        return self._native.priority
+
+    @property
+    def key(self) -> Optional[str]:
+        """The task's key, if any."""
+        return self._native.key
+
+    @property
+    def reclaimed(self) -> bool:
+        """True if this member held the task before it restarted and got it back."""
+        return self._native.reclaimed
+
+    @property
+    def payload(self) -> Any:
+        """The payload, decoded from JSON."""
+        if self._payload is _UNSET:
+            self._payload = json.loads(self._native.payload)
+        return self._payload
+
+    @property
+    def raw_payload(self) -> str:
+        """The payload as the JSON text the producer sent."""
+        return self._native.payload
+
+    @property
+    def progress(self) -> Any:
+        """The latest checkpoint, decoded: the one this handler set, else the one stored
+        by an earlier holder (``None`` if there is none)."""
+        text = self._native.progress
+        return None if text is None else json.loads(text)
+
+    async def set_progress(self, progress: Any) -> None:
+        """Sets a checkpoint (any JSON-serialisable object, at most 64 KiB of JSON).
+
+        The worker stores it with a renewal within about a second, and before the task
+        is released when the handler is stopped, so a new holder (or this member after a
+        restart, with :attr:`reclaimed`) resumes from it. Awaiting does not wait for the
+        daemon.
+        """
+        self.set_progress_nowait(progress)
+
+    def set_progress_nowait(self, progress: Any) -> None:
+        """:meth:`set_progress` for synchronous handlers (callable from any thread)."""
+        self._native.set_progress(json_text(progress, "progress"))
+
+    @property
+    def is_cancelled(self) -> bool:
+        """True once the task should stop; synchronous handlers should poll it."""
+        return self._native.is_cancelled
+
+    @property
+    def is_draining(self) -> bool:
+        """True once the worker is shutting down: finish within the grace period, or
+        checkpoint and stop."""
+        return self._native.is_draining
+
+    async def draining(self) -> None:
+        """Returns when the worker starts shutting down."""
+        await self._native.draining(_loop.current())
+
+    @property
+    def lease_deadline(self) -> float:
+        """When, on the :func:`time.monotonic` clock, the worker stops this handler unless
+        a renewal moves it: work that must not outlive the lease (a child process) should
+        end by then."""
+        return time.monotonic() + self._native.lease_remaining
+
+
+_UNSET = object()
+
+
+class Worker:
+    """An agent: a member session that runs ``handler(task)`` for every task pushed to it.
+
+    It is the Rust SDK's ``muster_sdk::Worker``, driven from asyncio: the member
+    session, renewals (at a third of the lease, sooner with new progress), local lease
+    deadlines, reconnects with resume, reclaim on start and drain all run in Rust, so a
+    slow handler never delays another task's renewal.
+
+    The handler's outcome settles the task: a return value acks it (the value, if not
+    ``None``, is the result: JSON-serialisable, or ``bytes`` of JSON text); raising
+    :class:`Retry` or any other exception nacks it (with the exception's text as the
+    error); :class:`DeadLetter` dead-letters it; a handler cancelled by the worker
+    (:class:`asyncio.CancelledError`) releases it without a failure. Coroutine
+    functions run on the event loop that awaits :meth:`run`; plain functions run in a
+    thread pool (``executor``, else one of ``capacity`` threads), so they never block
+    it, and stop early by raising :class:`asyncio.CancelledError` themselves.
+
+    ``member`` is the stable agent name leases belong to; a restarted process under the
+    same name gets its tasks back at once (``reclaim_on_start``). ``grace`` (seconds) is
+    how long handlers get to finish on shutdown; ``liveness`` (2 to 60 s) how long the
+    daemon may not hear from the agent before it counts it unreachable. Connection
+    arguments are those of :meth:`Client.connect <muster.Client.connect>`.
+    """
+
+    def __init__(
+        self,
+        member: str,
+        queues: Union[str, Sequence[str]],
+        *,
+        capacity: int = 1,
+        labels: Sequence[str] = (),
+        grace: Duration = 25.0,
+        reclaim_on_start: bool = True,
+        liveness: Duration = 5.0,
+        executor: Optional[concurrent.futures.Executor] = None,
+        addr: Optional[str] = None,
+        data: Optional[str] = None,
+        ca: Optional[str] = None,
+        pin: Optional[str] = None,
+        token: Optional[str] = None,
+        server_name: Optional[str] = None,
+    ) -> None:
+        """Configures a worker; nothing connects before :meth:`run`."""
+        names = [queues] if isinstance(queues, str) else list(queues)
+        self._capacity = capacity
+        self._executor = executor
+        self._native = _native.Worker(
+            member,
+            names,
+            capacity,
+            list(labels),
+            ms_required(grace, "grace"),
+            reclaim_on_start,
+            ms_required(liveness, "liveness"),
+            addr,
+            data,
+            ca,
+            pin,
+            token,
+            server_name,
+        )
+
+    def shutdown(self) -> None:
+        """Starts a graceful shutdown (from any thread): take nothing new, let handlers
+        finish within the grace period, cancel the rest, release what is left with its
+        latest checkpoint, and close the connection. :meth:`run` returns then."""
+        self._native.shutdown()
+
+    async def run(self, handler: Handler, *, handle_signals: bool = True) -> None:
+        """Runs until shut down (by :meth:`shutdown`, SIGTERM or SIGINT when
+        ``handle_signals`` and this is the main thread, or an operator's drain) and every
+        task is settled or released. A worker runs once.
+
+        Cancelling this coroutine drains the worker as :meth:`shutdown` does, then
+        raises :class:`asyncio.CancelledError`. Raises :class:`~muster.Replaced` when
+        another process took the member name over, or the daemon's refusal of the
+        session (e.g. :class:`~muster.BadRequest` for a bad name).
+        """
+        loop = asyncio.get_running_loop()
+        signals = self._install_signals(loop) if handle_signals else []
+        pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        executor = self._executor
+        is_async = _is_coroutine_function(handler)
+        if executor is None and not is_async:
+            pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=self._capacity, thread_name_prefix="muster-handler"
+            )
+            executor = pool
+        runner = functools.partial(_run_one, handler, is_async, executor)
+        # Handlers start and are cancelled from the native worker's inbox, which wakes
+        # the loop through this file descriptor (src/worker.rs).
+        wakeup = self._native.wakeup_fd
+        loop.add_reader(wakeup, self._native.pump)
+        try:
+            running = self._native.run(_loop.current(), runner, loop)
+            stopped = False
+            while not running.done():
+                try:
+                    await asyncio.shield(running)
+                except asyncio.CancelledError:
+                    if running.done():
+                        raise
+                    stopped = True
+                    self.shutdown()
+            running.result()
+            if stopped:
+                raise asyncio.CancelledError
+        finally:
+            loop.remove_reader(wakeup)
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+            if pool is not None:
+                # Threads of handlers that were given up may still run: do not wait.
+                pool.shutdown(wait=False)
+
+    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> List[signal.Signals]:
+        if threading.current_thread() is not threading.main_thread():
+            return []
+        installed: List[signal.Signals] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self._on_signal, sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                continue
+            installed.append(sig)
+        return installed
+
+    def _on_signal(self, sig: int) -> None:
+        _log.info("%s received: draining", signal.Signals(sig).name)
+        self.shutdown()
+
+
+def _is_coroutine_function(handler: Handler) -> bool:
+    call = getattr(handler, "__call__", None)  # noqa: B004 - callable objects too
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+
+
+async def _run_one(
+    handler: Handler,
+    is_async: bool,
+    executor: Optional[concurrent.futures.Executor],
+    native: _native.Task,
+) -> None:
+    """Runs the handler on one task and hands its outcome to the native worker."""
+    task = Task(native)
+    try:
+        if is_async:
+            result = await handler(task)
+        else:
+            result = await _in_thread(handler, task, executor)
+        if inspect.isawaitable(result):
+            result = await result
+    except asyncio.CancelledError:
+        native.release()
+        raise
+    except Retry as e:
+        native.nack(ms(e.delay, "Retry.delay"), str(e))
+        return
+    except DeadLetter as e:
+        native.dead_letter(e.reason)
+        return
+    except Exception as e:
+        _log.warning("task %s: the handler failed", native.id, exc_info=True)
+        native.nack(None, _error_text(e))
+        return
+    try:
+        native.ack(None if result is None else json_text(result, "the handler's result"))
+    except _native.MusterError as e:
+        native.nack(None, f"the handler's result could not be sent: {e}")
+
+
+async def _in_thread(
+    handler: Handler, task: Task, executor: Optional[concurrent.futures.Executor]
+) -> Any:
+    """Runs a synchronous handler in the executor. A cancel cannot stop the thread, so
+    it is waited for all the same (the handler should check ``task.is_cancelled`` and
+    raise :class:`asyncio.CancelledError` to stop); if the worker gives the handler up
+    (its lease ended), the thread's outcome is moot."""
+    loop = asyncio.get_running_loop()
+    call = functools.partial(contextvars.copy_context().run, _stoppable, handler, task)
+    running = loop.run_in_executor(executor, call)
+    while True:
+        try:
+            result = await asyncio.shield(running)
+        except asyncio.CancelledError:
+            if running.cancelled():
+                raise
+            continue
+        if result is _STOPPED:
+            raise asyncio.CancelledError
+        return result
+
+
+def _stoppable(handler: Handler, task: Task) -> Any:
+    """Calls a synchronous handler; its :class:`asyncio.CancelledError` becomes
+    :data:`_STOPPED`, which the event loop's side raises again."""
+    try:
+        return handler(task)
+    except asyncio.CancelledError:
+        return _STOPPED
+
+
+_STOPPED = object()
+
+
+def _error_text(error: BaseException) -> str:
+    """``Type: message`` of an exception, as a task's error."""
+    return "".join(traceback.format_exception_only(type(error), error)).strip()

@@ -1,0 +1,408 @@
+"""What the daemon answers, as frozen dataclasses.
+
+The fields mirror PROTOCOL.md §4 one to one, names included: instants and durations
+stay integers of milliseconds (``created_ms``, ``lease_ms``), task states are the
+protocol's strings. Payloads, results and progress checkpoints are decoded from JSON
+into Python objects (``None`` when absent).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Literal, Optional
+
+TaskState = Literal["scheduled", "ready", "leased", "done", "dead", "cancelled"]
+"""A task's state: ``scheduled``, ``ready``, ``leased``, ``done``, ``dead`` or ``cancelled``."""
+
+MemberState = Literal["connected", "unreachable", "gone"]
+"""Whether the daemon hears from a member: ``connected``, ``unreachable`` or ``gone``."""
+
+_Dict = Dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential retry backoff: ``base_ms * factor**(failures-1)``, capped, ± jitter."""
+
+    base_ms: int
+    factor: float
+    cap_ms: int
+    jitter: float
+
+    @staticmethod
+    def _from(d: _Dict) -> Backoff:
+        return Backoff(d["base_ms"], d["factor"], d["cap_ms"], d["jitter"])
+
+
+@dataclass(frozen=True)
+class QueueOptions:
+    """A queue's options (PROTOCOL.md §4.2)."""
+
+    lease_ms: int
+    max_attempts: int
+    retry_backoff: Backoff
+    key_concurrency: int
+    retention_ms: int
+    max_runtime_ms: Optional[int]
+    paused: bool
+
+    @staticmethod
+    def _from(d: _Dict) -> QueueOptions:
+        return QueueOptions(
+            lease_ms=d["lease_ms"],
+            max_attempts=d["max_attempts"],
+            retry_backoff=Backoff._from(d["retry_backoff"]),
+            key_concurrency=d["key_concurrency"],
+            retention_ms=d["retention_ms"],
+            max_runtime_ms=d.get("max_runtime_ms"),
+            paused=d["paused"],
+        )
+
+
+@dataclass(frozen=True)
+class QueueTotals:
+    """A queue's counters since the daemon started."""
+
+    enqueued: int
+    acked: int
+    nacked: int
+    lapsed: int
+
+    @staticmethod
+    def _from(d: _Dict) -> QueueTotals:
+        return QueueTotals(d["enqueued"], d["acked"], d["nacked"], d["lapsed"])
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """A queue with its options and counts (PROTOCOL.md §4.4)."""
+
+    name: str
+    options: QueueOptions
+    scheduled: int
+    ready: int
+    leased: int
+    done: int
+    dead: int
+    cancelled: int
+    held_back: int
+    """Ready tasks waiting behind an earlier task of their key."""
+    unclaimable: int
+    """Ready tasks whose ``requires`` no connected member's labels cover."""
+    unclaimable_requires: List[List[str]]
+    totals: QueueTotals
+    oldest_ready_ms: Optional[int]
+    created_ms: int
+
+    @staticmethod
+    def _from(d: _Dict) -> QueueInfo:
+        return QueueInfo(
+            name=d["name"],
+            options=QueueOptions._from(d["options"]),
+            scheduled=d["scheduled"],
+            ready=d["ready"],
+            leased=d["leased"],
+            done=d["done"],
+            dead=d["dead"],
+            cancelled=d["cancelled"],
+            held_back=d.get("held_back", 0),
+            unclaimable=d.get("unclaimable", 0),
+            unclaimable_requires=d.get("unclaimable_requires", []),
+            totals=QueueTotals._from(d["totals"]),
+            oldest_ready_ms=d.get("oldest_ready_ms"),
+            created_ms=d["created_ms"],
+        )
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """The lease of a leased task."""
+
+    member: str
+    """The holder; ``""`` for an anonymous claim."""
+    epoch: int
+    expires_ms: int
+
+    @staticmethod
+    def _from(d: Optional[_Dict]) -> Optional[LeaseInfo]:
+        return None if d is None else LeaseInfo(d["member"], d["epoch"], d["expires_ms"])
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    """One event of a task's timeline (PROTOCOL.md §4.11)."""
+
+    at_ms: int
+    event: str
+    member: Optional[str]
+    epoch: Optional[int]
+    error: Optional[str]
+
+    @staticmethod
+    def _from(d: _Dict) -> TimelineEvent:
+        return TimelineEvent(
+            d["at_ms"], d["event"], d.get("member"), d.get("epoch"), d.get("error")
+        )
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """A whole task, as ``task_get`` and ``wait`` return it (PROTOCOL.md §4.9)."""
+
+    id: str
+    queue: str
+    state: TaskState
+    payload: Any
+    priority: int
+    key: Optional[str]
+    requires: List[str]
+    not_before_ms: Optional[int]
+    idempotency_key: Optional[str]
+    deliveries: int
+    failures: int
+    lease: Optional[LeaseInfo]
+    cancel_requested: bool
+    progress: Any
+    result: Any
+    last_error: Optional[str]
+    dead_reason: Optional[str]
+    created_ms: int
+    updated_ms: int
+    history: List[TimelineEvent]
+
+    @staticmethod
+    def _from(d: _Dict) -> TaskInfo:
+        return TaskInfo(
+            id=d["id"],
+            queue=d["queue"],
+            state=d["state"],
+            payload=d["payload"],
+            priority=d["priority"],
+            key=d.get("key"),
+            requires=d.get("requires", []),
+            not_before_ms=d.get("not_before_ms"),
+            idempotency_key=d.get("idempotency_key"),
+            deliveries=d["deliveries"],
+            failures=d["failures"],
+            lease=LeaseInfo._from(d.get("lease")),
+            cancel_requested=d["cancel_requested"],
+            progress=d.get("progress"),
+            result=d.get("result"),
+            last_error=d.get("last_error"),
+            dead_reason=d.get("dead_reason"),
+            created_ms=d["created_ms"],
+            updated_ms=d["updated_ms"],
+            history=[TimelineEvent._from(e) for e in d.get("history", [])],
+        )
+
+
+@dataclass(frozen=True)
+class TaskSummary:
+    """A task in a listing: no payload, result, progress or history (PROTOCOL.md §4.10)."""
+
+    id: str
+    queue: str
+    state: TaskState
+    priority: int
+    key: Optional[str]
+    deliveries: int
+    failures: int
+    not_before_ms: Optional[int]
+    lease: Optional[LeaseInfo]
+    last_error: Optional[str]
+    dead_reason: Optional[str]
+    created_ms: int
+    updated_ms: int
+
+    @staticmethod
+    def _from(d: _Dict) -> TaskSummary:
+        return TaskSummary(
+            id=d["id"],
+            queue=d["queue"],
+            state=d["state"],
+            priority=d["priority"],
+            key=d.get("key"),
+            deliveries=d["deliveries"],
+            failures=d["failures"],
+            not_before_ms=d.get("not_before_ms"),
+            lease=LeaseInfo._from(d.get("lease")),
+            last_error=d.get("last_error"),
+            dead_reason=d.get("dead_reason"),
+            created_ms=d["created_ms"],
+            updated_ms=d["updated_ms"],
+        )
+
+
+@dataclass(frozen=True)
+class TaskPage:
+    """One page of ``task_list``: pass ``next`` as ``after`` for the next page (``None``
+    on the last)."""
+
+    tasks: List[TaskSummary]
+    next: Optional[str]
+
+    @staticmethod
+    def _from(d: _Dict) -> TaskPage:
+        return TaskPage([TaskSummary._from(t) for t in d["tasks"]], d.get("next"))
+
+
+@dataclass(frozen=True)
+class WaitResult:
+    """What ``wait`` saw: every id asked for is in exactly one of the three lists."""
+
+    finished: List[TaskInfo]
+    pending: List[str]
+    removed: List[str]
+
+    @staticmethod
+    def _from(d: _Dict) -> WaitResult:
+        return WaitResult([TaskInfo._from(t) for t in d["finished"]], d["pending"], d["removed"])
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """The task's state after ``cancel``; ``cancel_requested`` when it was leased."""
+
+    state: TaskState
+    cancel_requested: bool
+
+    @staticmethod
+    def _from(d: _Dict) -> CancelResult:
+        return CancelResult(d["state"], d["cancel_requested"])
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A task leased by ``claim``: settle it with its id and epoch (PROTOCOL.md §4.7).
+
+    ``str(claim)`` is the CLI's claim string ``ID.EPOCH``, which the settle methods
+    accept too.
+    """
+
+    id: str
+    epoch: int
+    queue: str
+    payload: Any
+    attempt: int
+    failures: int
+    priority: int
+    key: Optional[str]
+    lease_expires_ms: int
+    lease_ms: int
+    progress: Any
+    reclaimed: bool
+
+    def __str__(self) -> str:
+        """The claim string ``ID.EPOCH``."""
+        return f"{self.id}.{self.epoch}"
+
+    @staticmethod
+    def _from(d: _Dict) -> Claim:
+        return Claim(
+            id=d["id"],
+            epoch=d["epoch"],
+            queue=d["queue"],
+            payload=d["payload"],
+            attempt=d["attempt"],
+            failures=d["failures"],
+            priority=d["priority"],
+            key=d.get("key"),
+            lease_expires_ms=d["lease_expires_ms"],
+            lease_ms=d["lease_ms"],
+            progress=d.get("progress"),
+            reclaimed=d["reclaimed"],
+        )
+
+
+@dataclass(frozen=True)
+class RenewResult:
+    """A renewed lease: its new deadline, its length, and whether a cancel is pending."""
+
+    lease_expires_ms: int
+    lease_ms: int
+    cancel_requested: bool
+
+    @staticmethod
+    def _from(d: _Dict) -> RenewResult:
+        return RenewResult(d["lease_expires_ms"], d["lease_ms"], d["cancel_requested"])
+
+
+@dataclass(frozen=True)
+class SettleResult:
+    """The task's state after a settle; ``not_before_ms`` when it was scheduled for a retry."""
+
+    state: TaskState
+    not_before_ms: Optional[int]
+
+    @staticmethod
+    def _from(d: _Dict) -> SettleResult:
+        return SettleResult(d["state"], d.get("not_before_ms"))
+
+
+@dataclass(frozen=True)
+class CountResult:
+    """How many tasks a redrive or discard touched; ``ids`` only for a dry run."""
+
+    count: int
+    ids: List[str]
+
+    @staticmethod
+    def _from(d: _Dict) -> CountResult:
+        return CountResult(d["count"], d.get("ids", []))
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    """A member: a stable agent name with its session's state (PROTOCOL.md §4.13)."""
+
+    name: str
+    labels: List[str]
+    capacity: int
+    leased: int
+    connected: bool
+    state: MemberState
+    liveness_ms: int
+    draining: bool
+    subscribed: List[str]
+    last_seen_ms: Optional[int]
+
+    @staticmethod
+    def _from(d: _Dict) -> MemberInfo:
+        return MemberInfo(
+            name=d["name"],
+            labels=d["labels"],
+            capacity=d["capacity"],
+            leased=d["leased"],
+            connected=d["connected"],
+            state=d["state"],
+            liveness_ms=d["liveness_ms"],
+            draining=d["draining"],
+            subscribed=d["subscribed"],
+            last_seen_ms=d.get("last_seen_ms"),
+        )
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    """A member and the tasks it holds."""
+
+    member: MemberInfo
+    leases: List[TaskSummary]
+
+    @staticmethod
+    def _from(d: _Dict) -> MemberDescription:
+        return MemberDescription(
+            MemberInfo._from(d["member"]), [TaskSummary._from(t) for t in d["leases"]]
+        )
+
+
+@dataclass(frozen=True)
+class ServerStats:
+    """The daemon's group-commit counters: ``synced_requests / syncs`` is the batch factor."""
+
+    syncs: int
+    synced_requests: int
+
+    @staticmethod
+    def _from(d: _Dict) -> ServerStats:
+        return ServerStats(d["syncs"], d["synced_requests"])

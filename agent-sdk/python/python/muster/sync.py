@@ -1,0 +1,332 @@
+"""A blocking facade for scripts: the same ``Client`` and ``Worker``, without ``await``.
+
+Each :class:`Client` keeps a private event loop and runs every call to completion on
+it, so it must not be used from inside a running event loop (use :class:`muster.Client`
+there). Methods take the same arguments and return the same records as their asyncio
+counterparts; see those for the details::
+
+    from muster.sync import Client
+
+    with Client.connect() as client:
+        client.queue_create("jobs")
+        ids = client.enqueue_many("jobs", [{"n": n} for n in range(10)])
+        print(client.wait(ids, timeout=60).finished)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any, Coroutine, Iterable, List, Optional, Sequence, TypeVar, Union
+
+from . import _client, _worker
+from ._convert import Duration
+from .records import (
+    Backoff,
+    CancelResult,
+    Claim,
+    CountResult,
+    MemberDescription,
+    MemberInfo,
+    QueueInfo,
+    RenewResult,
+    ServerStats,
+    SettleResult,
+    TaskInfo,
+    TaskPage,
+    TaskState,
+    WaitResult,
+)
+
+_T = TypeVar("_T")
+
+__all__ = ["Client", "Worker"]
+
+
+class Client:
+    """A blocking :class:`muster.Client`. Not thread-safe: one thread at a time."""
+
+    __slots__ = ("_client", "_loop")
+
+    def __init__(self, client: _client.Client, loop: asyncio.AbstractEventLoop) -> None:
+        """Wraps an asyncio client and its loop; use :meth:`connect` instead."""
+        self._client = client
+        self._loop = loop
+
+    @classmethod
+    def connect(
+        cls,
+        addr: Optional[str] = None,
+        *,
+        data: Optional[str] = None,
+        ca: Optional[str] = None,
+        pin: Optional[str] = None,
+        token: Optional[str] = None,
+        server_name: Optional[str] = None,
+    ) -> Client:
+        """Connects as :meth:`muster.Client.connect` does."""
+        _refuse_inside_a_loop()
+        loop = asyncio.new_event_loop()
+        try:
+            client = loop.run_until_complete(
+                _client.Client.connect(
+                    addr, data=data, ca=ca, pin=pin, token=token, server_name=server_name
+                )
+            )
+        except BaseException:
+            loop.close()
+            raise
+        return cls(client, loop)
+
+    def _run(self, call: Coroutine[Any, Any, _T]) -> _T:
+        try:
+            _refuse_inside_a_loop()
+        except RuntimeError:
+            call.close()
+            raise
+        return self._loop.run_until_complete(call)
+
+    def close(self) -> None:
+        """Closes the connection and the private loop."""
+        try:
+            self._run(self._client.close())
+        finally:
+            self._loop.close()
+
+    def __enter__(self) -> Client:
+        """The client itself; it is closed on exit."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Closes the client."""
+        self.close()
+
+    def queue_create(
+        self,
+        queue: str,
+        *,
+        lease: Optional[Duration] = None,
+        max_attempts: Optional[int] = None,
+        retry_backoff: Optional[Backoff] = None,
+        key_concurrency: Optional[int] = None,
+        retention: Optional[Duration] = None,
+        max_runtime: Optional[Duration] = None,
+        paused: Optional[bool] = None,
+    ) -> QueueInfo:
+        """Blocking :meth:`muster.Client.queue_create`."""
+        return self._run(
+            self._client.queue_create(
+                queue,
+                lease=lease,
+                max_attempts=max_attempts,
+                retry_backoff=retry_backoff,
+                key_concurrency=key_concurrency,
+                retention=retention,
+                max_runtime=max_runtime,
+                paused=paused,
+            )
+        )
+
+    def queue_list(self) -> List[QueueInfo]:
+        """Blocking :meth:`muster.Client.queue_list`."""
+        return self._run(self._client.queue_list())
+
+    def queue_describe(self, queue: str) -> QueueInfo:
+        """Blocking :meth:`muster.Client.queue_describe`."""
+        return self._run(self._client.queue_describe(queue))
+
+    def queue_update(
+        self,
+        queue: str,
+        *,
+        lease: Optional[Duration] = None,
+        max_attempts: Optional[int] = None,
+        retry_backoff: Optional[Backoff] = None,
+        key_concurrency: Optional[int] = None,
+        retention: Optional[Duration] = None,
+        max_runtime: Optional[Duration] = None,
+        paused: Optional[bool] = None,
+    ) -> QueueInfo:
+        """Blocking :meth:`muster.Client.queue_update`."""
+        return self._run(
+            self._client.queue_update(
+                queue,
+                lease=lease,
+                max_attempts=max_attempts,
+                retry_backoff=retry_backoff,
+                key_concurrency=key_concurrency,
+                retention=retention,
+                max_runtime=max_runtime,
+                paused=paused,
+            )
+        )
+
+    def queue_pause(self, queue: str) -> QueueInfo:
+        """Blocking :meth:`muster.Client.queue_pause`."""
+        return self._run(self._client.queue_pause(queue))
+
+    def queue_resume(self, queue: str) -> QueueInfo:
+        """Blocking :meth:`muster.Client.queue_resume`."""
+        return self._run(self._client.queue_resume(queue))
+
+    def queue_purge(self, queue: str) -> int:
+        """Blocking :meth:`muster.Client.queue_purge`."""
+        return self._run(self._client.queue_purge(queue))
+
+    def queue_delete(self, queue: str) -> int:
+        """Blocking :meth:`muster.Client.queue_delete`."""
+        return self._run(self._client.queue_delete(queue))
+
+    def enqueue(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        priority: Optional[int] = None,
+        key: Optional[str] = None,
+        delay: Optional[Duration] = None,
+        at: Optional[Union[datetime, float]] = None,
+        requires: Sequence[str] = (),
+        idempotency_key: Optional[str] = None,
+    ) -> str:
+        """Blocking :meth:`muster.Client.enqueue`."""
+        return self._run(
+            self._client.enqueue(
+                queue,
+                payload,
+                priority=priority,
+                key=key,
+                delay=delay,
+                at=at,
+                requires=requires,
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    def enqueue_many(self, queue: str, tasks: Iterable[Union[_client.NewTask, Any]]) -> List[str]:
+        """Blocking :meth:`muster.Client.enqueue_many`."""
+        return self._run(self._client.enqueue_many(queue, tasks))
+
+    def task_get(self, task: str) -> TaskInfo:
+        """Blocking :meth:`muster.Client.task_get`."""
+        return self._run(self._client.task_get(task))
+
+    def task_list(
+        self,
+        queue: str,
+        state: TaskState,
+        *,
+        after: Optional[str] = None,
+        limit: Optional[int] = None,
+    ) -> TaskPage:
+        """Blocking :meth:`muster.Client.task_list`."""
+        return self._run(self._client.task_list(queue, state, after=after, limit=limit))
+
+    def wait(self, tasks: Union[str, Sequence[str]], timeout: Duration) -> WaitResult:
+        """Blocking :meth:`muster.Client.wait`."""
+        return self._run(self._client.wait(tasks, timeout))
+
+    def cancel(self, task: str) -> CancelResult:
+        """Blocking :meth:`muster.Client.cancel`."""
+        return self._run(self._client.cancel(task))
+
+    def claim(
+        self,
+        queues: Union[str, Sequence[str]],
+        *,
+        max: int = 1,
+        wait: Optional[Duration] = None,
+        lease: Optional[Duration] = None,
+        member: Optional[str] = None,
+        labels: Sequence[str] = (),
+    ) -> List[Claim]:
+        """Blocking :meth:`muster.Client.claim`."""
+        return self._run(
+            self._client.claim(
+                queues, max=max, wait=wait, lease=lease, member=member, labels=labels
+            )
+        )
+
+    def renew(
+        self,
+        claim: _client.ClaimRef,
+        *,
+        extend: Optional[Duration] = None,
+        progress: Any = None,
+    ) -> RenewResult:
+        """Blocking :meth:`muster.Client.renew`."""
+        return self._run(self._client.renew(claim, extend=extend, progress=progress))
+
+    def ack(self, claim: _client.ClaimRef, result: Any = None) -> SettleResult:
+        """Blocking :meth:`muster.Client.ack`."""
+        return self._run(self._client.ack(claim, result))
+
+    def nack(
+        self,
+        claim: _client.ClaimRef,
+        *,
+        delay: Optional[Duration] = None,
+        error: Optional[str] = None,
+    ) -> SettleResult:
+        """Blocking :meth:`muster.Client.nack`."""
+        return self._run(self._client.nack(claim, delay=delay, error=error))
+
+    def release(self, claim: _client.ClaimRef) -> SettleResult:
+        """Blocking :meth:`muster.Client.release`."""
+        return self._run(self._client.release(claim))
+
+    def dead_letter(self, claim: _client.ClaimRef, error: str) -> SettleResult:
+        """Blocking :meth:`muster.Client.dead_letter`."""
+        return self._run(self._client.dead_letter(claim, error))
+
+    def redrive(
+        self, queue: str, ids: Sequence[str] = (), *, all: bool = False, dry_run: bool = False
+    ) -> CountResult:
+        """Blocking :meth:`muster.Client.redrive`."""
+        return self._run(self._client.redrive(queue, ids, all=all, dry_run=dry_run))
+
+    def discard(
+        self, queue: str, ids: Sequence[str] = (), *, all: bool = False, dry_run: bool = False
+    ) -> CountResult:
+        """Blocking :meth:`muster.Client.discard`."""
+        return self._run(self._client.discard(queue, ids, all=all, dry_run=dry_run))
+
+    def member_list(self) -> List[MemberInfo]:
+        """Blocking :meth:`muster.Client.member_list`."""
+        return self._run(self._client.member_list())
+
+    def member_describe(self, member: str) -> MemberDescription:
+        """Blocking :meth:`muster.Client.member_describe`."""
+        return self._run(self._client.member_describe(member))
+
+    def member_drain(self, member: str) -> MemberInfo:
+        """Blocking :meth:`muster.Client.member_drain`."""
+        return self._run(self._client.member_drain(member))
+
+    def lease_revoke(self, task: str) -> SettleResult:
+        """Blocking :meth:`muster.Client.lease_revoke`."""
+        return self._run(self._client.lease_revoke(task))
+
+    def server_stats(self) -> ServerStats:
+        """Blocking :meth:`muster.Client.server_stats`."""
+        return self._run(self._client.server_stats())
+
+
+def _refuse_inside_a_loop() -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError("muster.sync blocks: inside a running event loop, use muster.Client")
+
+
+class Worker(_worker.Worker):
+    """A :class:`muster.Worker` whose :meth:`run` blocks until the worker is done.
+
+    Handlers may be coroutine functions or plain functions (run in a thread pool).
+    """
+
+    def run(self, handler: _worker.Handler, *, handle_signals: bool = True) -> None:  # type: ignore[override]
+        """Runs the worker on a new event loop until it is shut down (SIGTERM and SIGINT
+        drain it when this is the main thread)."""
+        asyncio.run(super().run(handler, handle_signals=handle_signals))

@@ -1,0 +1,245 @@
+"""The test harness: real ``musterd`` processes on loopback, as ``tests/src/lib.rs`` runs them.
+
+``daemon`` starts ``musterd`` on ``127.0.0.1:0`` with a fresh data directory and reads the
+address it bound from its JSON log. The binaries are ``target/debug/musterd`` and
+``target/debug/muster`` (``CARGO_TARGET_DIR`` honoured, or ``MUSTER_BIN_DIR``), built
+with cargo when missing. Every wait here is bounded; only processes a test started are
+signalled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Coroutine, Dict, List, Optional, Sequence, TypeVar
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+START_TIMEOUT = 60.0
+"""Longest a daemon may take to report that it listens."""
+
+TEST_TIMEOUT = 60.0
+"""Longest one test's asyncio body may run (see :func:`run`)."""
+
+_T = TypeVar("_T")
+
+
+def bin_dir() -> Path:
+    """Where the muster binaries are, built first if missing."""
+    explicit = os.environ.get("MUSTER_BIN_DIR")
+    if explicit:
+        return Path(explicit)
+    target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
+    built = target / "debug"
+    if not (built / "musterd").exists() or not (built / "muster").exists():
+        subprocess.run(
+            ["cargo", "build", "-p", "muster-daemon", "-p", "muster-tui", "--bins"],
+            cwd=REPO,
+            check=True,
+            timeout=1800,
+        )
+    return built
+
+
+def run(body: Coroutine[Any, Any, _T], timeout: float = TEST_TIMEOUT) -> _T:
+    """Runs a test's asyncio body on a fresh loop, failing it after ``timeout`` seconds."""
+    return asyncio.run(asyncio.wait_for(body, timeout))
+
+
+class Daemon:
+    """A running ``musterd`` with its data directory."""
+
+    def __init__(self, bins: Path, data: Path) -> None:
+        self.bins = bins
+        self.data = data
+        self.addr = "127.0.0.1:0"
+        self.fingerprint = ""
+        self.proc: Optional[subprocess.Popen[str]] = None
+        self.start()
+
+    def start(self) -> None:
+        """Starts the daemon (again, on the same port and data directory)."""
+        assert self.proc is None, "stop the daemon before starting it again"
+        log = open(self.data / "musterd.log", "a")
+        self.proc = subprocess.Popen(
+            [
+                str(self.bins / "musterd"),
+                "--data",
+                str(self.data),
+                "--listen",
+                self.addr,
+                "--log-format",
+                "json",
+            ],
+            env={**os.environ, "MUSTER_LOG": "info"},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        lines: queue.Queue[str] = queue.Queue()
+        stderr = self.proc.stderr
+        assert stderr is not None
+
+        def copy() -> None:
+            # Keeps draining the log, so the daemon never blocks on a full pipe.
+            with log:
+                for line in stderr:
+                    log.write(line)
+                    log.flush()
+                    lines.put(line)
+
+        threading.Thread(target=copy, daemon=True).start()
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(
+                    f"musterd did not report listening within {START_TIMEOUT}s; log in {self.data}"
+                ) from None
+            try:
+                fields = json.loads(line).get("fields", {})
+            except ValueError:
+                continue
+            if str(fields.get("message", "")).startswith("musterd listening"):
+                self.addr = fields["addr"]
+                self.fingerprint = fields["fingerprint"]
+                return
+
+    @property
+    def connect(self) -> Dict[str, Any]:
+        """Keyword arguments of ``Client.connect`` and ``Worker`` for this daemon."""
+        return {"addr": self.addr, "data": str(self.data)}
+
+    def env(self) -> Dict[str, str]:
+        """The environment of a program that connects to this daemon."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_")}
+        env.update(MUSTER_ADDR=self.addr, MUSTER_DATA=str(self.data), PYTHONUNBUFFERED="1")
+        return env
+
+    def kill9(self) -> None:
+        """SIGKILL, and waits for the daemon to be gone."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+            self.proc = None
+
+    def stop(self) -> None:
+        """SIGTERM, and waits (SIGKILL after 30 s)."""
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        self.proc = None
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Runs the ``muster`` CLI against this daemon."""
+        return subprocess.run(
+            [str(self.bins / "muster"), *args],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+
+class Program:
+    """A Python program a test started in a process group of its own, with its stdout
+    lines (each with the monotonic time it was read)."""
+
+    def __init__(self, args: Sequence[str], env: Dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, *args],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=None,
+            text=True,
+            start_new_session=True,
+        )
+        self.lines: queue.Queue[tuple[float, str]] = queue.Queue()
+        stdout = self.proc.stdout
+        assert stdout is not None
+
+        def read() -> None:
+            for line in stdout:
+                self.lines.put((time.monotonic(), line.rstrip("\n")))
+
+        threading.Thread(target=read, daemon=True).start()
+
+    def lines_matching(
+        self, n: int, timeout: float, pred: Callable[[str], bool]
+    ) -> List[tuple[float, str]]:
+        """The next ``n`` stdout lines matching ``pred`` with their times; fails after
+        ``timeout`` seconds."""
+        found: List[tuple[float, str]] = []
+        deadline = time.monotonic() + timeout
+        while len(found) < n:
+            try:
+                at, line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(
+                    f"only {len(found)} of {n} expected lines within {timeout}s: {found}"
+                ) from None
+            if pred(line):
+                found.append((at, line))
+        return found
+
+    def signal(self, sig: int) -> None:
+        """Signals the program's process group."""
+        os.killpg(self.proc.pid, sig)
+
+    def kill9(self) -> None:
+        """kill -9 of the program's process group, and waits for it."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def wait(self, timeout: float) -> int:
+        """Waits for the program to exit; returns its status."""
+        return self.proc.wait(timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def bins() -> Path:
+    """The directory of ``musterd`` and ``muster``."""
+    return bin_dir()
+
+
+@pytest.fixture
+def daemon(bins: Path, tmp_path: Path) -> Any:
+    """A fresh daemon, stopped after the test."""
+    d = Daemon(bins, tmp_path)
+    yield d
+    d.stop()
+
+
+@pytest.fixture
+def programs() -> Any:
+    """Starts Python programs; kills whatever is left of them after the test."""
+    started: List[Program] = []
+
+    def start(args: Sequence[str], env: Dict[str, str]) -> Program:
+        program = Program(args, env)
+        started.append(program)
+        return program
+
+    yield start
+    for program in started:
+        program.kill9()

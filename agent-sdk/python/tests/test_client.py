@@ -1,0 +1,296 @@
+"""Every ``Client`` method against a real daemon, and the synchronous facade."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+import muster
+import muster.sync
+import pytest
+from conftest import Daemon, run
+
+
+def test_queues_are_created_changed_and_deleted(daemon: Daemon) -> None:
+    async def body() -> None:
+        async with await muster.Client.connect(**daemon.connect) as client:
+            backoff = muster.Backoff(base_ms=500, factor=3.0, cap_ms=60_000, jitter=0.1)
+            q = await client.queue_create(
+                "jobs",
+                lease=timedelta(seconds=45),
+                max_attempts=3,
+                retry_backoff=backoff,
+                key_concurrency=2,
+                retention=3600,
+                max_runtime=600.5,
+            )
+            assert q.name == "jobs"
+            assert q.options.lease_ms == 45_000
+            assert q.options.max_attempts == 3
+            assert q.options.retry_backoff == backoff
+            assert q.options.key_concurrency == 2
+            assert q.options.retention_ms == 3_600_000
+            assert q.options.max_runtime_ms == 600_500
+            assert (q.ready, q.leased, q.totals.enqueued) == (0, 0, 0)
+            with pytest.raises(muster.AlreadyExists) as exists:
+                await client.queue_create("jobs")
+            assert exists.value.code == "already_exists"
+            assert isinstance(exists.value, muster.ServerError)
+            with pytest.raises(muster.BadRequest):
+                await client.queue_create("Not A Name")
+
+            await client.queue_create("other")
+            assert [q.name for q in await client.queue_list()] == ["jobs", "other"]
+            updated = await client.queue_update("jobs", max_attempts=0, max_runtime=0)
+            assert updated.options.max_attempts == 0
+            assert updated.options.max_runtime_ms is None
+            assert updated.options.lease_ms == 45_000
+
+            assert (await client.queue_pause("jobs")).options.paused
+            assert (await client.queue_describe("jobs")).options.paused
+            assert not (await client.queue_resume("jobs")).options.paused
+
+            await client.enqueue_many("jobs", [{"n": n} for n in range(3)])
+            await client.enqueue("jobs", {"later": True}, delay=3600)
+            described = await client.queue_describe("jobs")
+            assert (described.ready, described.scheduled) == (3, 1)
+            assert described.oldest_ready_ms is not None
+            assert await client.queue_purge("jobs") == 4
+            await client.enqueue("jobs", 1)
+            assert await client.queue_delete("jobs") == 1
+            with pytest.raises(muster.NotFound) as missing:
+                await client.queue_describe("jobs")
+            assert "jobs" in str(missing.value)
+
+    run(body())
+
+
+def test_enqueue_shapes_tasks_and_returns_ids_in_order(daemon: Daemon) -> None:
+    async def body() -> None:
+        async with await muster.Client.connect(**daemon.connect) as client:
+            await client.queue_create("jobs")
+            at = time.time() + 7200
+            task_id = await client.enqueue(
+                "jobs",
+                {"order": 42},
+                priority=7,
+                key="customer-7",
+                at=at,
+                requires=["gpu", "big"],
+                idempotency_key="order-42",
+            )
+            task = await client.task_get(task_id)
+            assert task.payload == {"order": 42}
+            assert (task.priority, task.key, task.state) == (7, "customer-7", "scheduled")
+            assert task.requires == ["gpu", "big"]
+            assert task.idempotency_key == "order-42"
+            assert task.not_before_ms is not None
+            assert abs(task.not_before_ms - at * 1000) < 2
+            assert [e.event for e in task.history] == ["enqueued"]
+            again = await client.enqueue("jobs", {"order": 43}, idempotency_key="order-42")
+            assert again == task_id
+
+            # Raw JSON bytes go through verbatim.
+            raw_id = await client.enqueue("jobs", b'{"kept" :  [1, 2.50]}')
+            assert (await client.task_get(raw_id)).payload == {"kept": [1, 2.5]}
+            with pytest.raises(muster.InvalidInput):
+                await client.enqueue("jobs", b"{not json")
+            with pytest.raises(muster.InvalidInput):
+                await client.enqueue("jobs", {"when": object()})
+            with pytest.raises(muster.InvalidInput):
+                await client.enqueue("jobs", float("nan"))
+            with pytest.raises(muster.InvalidInput):
+                await client.enqueue("jobs", 1, delay=-1)
+            with pytest.raises(muster.BadRequest):
+                await client.enqueue("jobs", 1, priority=10)
+            with pytest.raises(muster.TooLarge):
+                await client.enqueue("jobs", "x" * (1 << 20))
+
+            # More than one batch: several requests, ids in input order.
+            tasks = [muster.NewTask({"n": n}, priority=n % 3) for n in range(2500)]
+            ids = await client.enqueue_many("jobs", tasks)
+            assert len(ids) == 2500
+            assert ids == sorted(ids)
+            assert await client.enqueue_many("jobs", []) == []
+            # Concurrent calls are pipelined over one connection.
+            many = await asyncio.gather(*(client.enqueue("jobs", n) for n in range(200)))
+            assert len(set(many)) == 200
+
+            page = await client.task_list("jobs", "ready", limit=1000)
+            assert len(page.tasks) == 1000
+            assert page.next == page.tasks[-1].id
+            rest = await client.task_list("jobs", "ready", after=page.next, limit=1000)
+            total = len(page.tasks) + len(rest.tasks)
+            while rest.next is not None:
+                rest = await client.task_list("jobs", "ready", after=rest.next, limit=1000)
+                total += len(rest.tasks)
+            assert total == 2500 + 200 + 1
+            with pytest.raises(muster.InvalidInput):
+                await client.task_list("jobs", "sleeping")  # type: ignore[arg-type]
+
+    run(body())
+
+
+def test_claims_are_renewed_and_settled_by_epoch(daemon: Daemon) -> None:
+    async def body() -> None:
+        async with await muster.Client.connect(**daemon.connect) as client:
+            await client.queue_create("jobs", max_attempts=5)
+            ids = await client.enqueue_many("jobs", [{"n": n} for n in range(5)])
+            claims = await client.claim("jobs", max=5, wait=1, lease=30, member="py-1")
+            assert [c.id for c in claims] == ids
+            first = claims[0]
+            assert isinstance(first, muster.Claim)
+            assert (first.epoch, first.attempt, first.failures) == (1, 1, 0)
+            assert first.payload == {"n": 0}
+            assert first.lease_ms == 30_000
+            assert not first.reclaimed
+            assert str(first) == f"{first.id}.1"
+
+            renewed = await client.renew(first, extend=60, progress={"page": 7})
+            assert renewed.lease_ms == 60_000
+            assert not renewed.cancel_requested
+            assert (await client.task_get(first.id)).progress == {"page": 7}
+
+            done = await client.ack(first, {"pages": 12})
+            assert done.state == "done"
+            assert (await client.task_get(first.id)).result == {"pages": 12}
+            with pytest.raises(muster.LeaseLost) as lost:
+                await client.ack(first)
+            assert lost.value.code == "lease_lost"
+
+            nacked = await client.nack(str(claims[1]), delay=3600, error="upstream timed out")
+            assert nacked.state == "scheduled"
+            assert nacked.not_before_ms is not None
+            assert (await client.task_get(claims[1].id)).last_error == "upstream timed out"
+            assert (await client.release(claims[2])).state == "ready"
+            assert (await client.dead_letter(claims[3], "schema v1")).state == "dead"
+            assert (await client.nack(claims[4], delay=0)).state == "ready"
+
+            again = await client.claim(["jobs"], max=10)
+            assert sorted(c.id for c in again) == sorted([claims[2].id, claims[4].id])
+            assert all(c.epoch == 2 and c.attempt == 2 for c in again)
+            with pytest.raises(muster.LeaseLost):
+                await client.renew(claims[2])
+            assert await client.claim("jobs", wait=0.1) == []
+            with pytest.raises(muster.InvalidInput):
+                await client.ack("not-a-claim")
+
+    run(body())
+
+
+def test_wait_cancel_redrive_and_discard(daemon: Daemon) -> None:
+    async def body() -> None:
+        async with await muster.Client.connect(**daemon.connect) as client:
+            await client.queue_create("jobs", max_attempts=1)
+            a, b, c, d = await client.enqueue_many("jobs", ["a", "b", "c", "d"])
+            waited = await client.wait([a, b], timeout=0)
+            assert waited.pending == [a, b]
+            assert waited.finished == [] and waited.removed == []
+
+            cancelled = await client.cancel(a)
+            assert (cancelled.state, cancelled.cancel_requested) == ("cancelled", False)
+            (claimed,) = await client.claim("jobs")
+            assert claimed.id == b
+            leased = await client.cancel(b)
+            assert (leased.state, leased.cancel_requested) == ("leased", True)
+            renewed = await client.renew(claimed)
+            assert renewed.cancel_requested
+
+            waiting = asyncio.ensure_future(client.wait(b, timeout=10))
+            await asyncio.sleep(0.05)
+            assert not waiting.done()
+            assert (await client.release(claimed)).state == "cancelled"
+            finished = (await waiting).finished
+            assert [(t.id, t.state) for t in finished] == [(b, "cancelled")]
+
+            for claim in await client.claim("jobs", max=2):
+                await client.nack(claim, error="broken")
+            assert {t.state for t in (await client.wait([c, d], 1)).finished} == {"dead"}
+            with pytest.raises(muster.InvalidState):
+                await client.cancel(c)
+            dry = await client.redrive("jobs", all=True, dry_run=True)
+            assert (dry.count, sorted(dry.ids)) == (2, sorted([c, d]))
+            assert (await client.redrive("jobs", [c])).count == 1
+            assert (await client.task_get(c)).state == "ready"
+            assert (await client.discard("jobs", all=True)).count == 1
+            with pytest.raises(muster.NotFound):
+                await client.task_get(d)
+            with pytest.raises(muster.BadRequest):
+                await client.redrive("jobs")
+
+    run(body())
+
+
+def test_members_drain_revoke_and_stats(daemon: Daemon) -> None:
+    async def body() -> None:
+        async with await muster.Client.connect(**daemon.connect) as client:
+            await client.queue_create("jobs")
+            a, b = await client.enqueue_many("jobs", [1, 2])
+            await client.claim("jobs", max=2, member="cli-7")
+            (member,) = await client.member_list()
+            assert (member.name, member.leased, member.state) == ("cli-7", 2, "gone")
+            described = await client.member_describe("cli-7")
+            assert [t.id for t in described.leases] == [a, b]
+            assert described.leases[0].lease is not None
+            assert described.leases[0].lease.member == "cli-7"
+            revoked = await client.lease_revoke(a)
+            assert revoked.state == "ready"
+            info = await client.task_get(a)
+            assert info.failures == 1
+            assert info.last_error is not None and "revoked" in info.last_error
+            assert (await client.member_drain("cli-7")).draining
+            with pytest.raises(muster.NotFound):
+                await client.member_describe("nobody")
+            stats = await client.server_stats()
+            assert stats.syncs > 0 and stats.synced_requests >= stats.syncs
+
+    run(body())
+
+
+def test_connection_options_and_errors(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def body() -> None:
+        pinned = await muster.Client.connect(daemon.addr, pin=daemon.fingerprint)
+        assert await pinned.queue_list() == []
+        await pinned.close()
+        with pytest.raises(muster.ConnectionLost):
+            await pinned.queue_list()
+        with pytest.raises(muster.ConnectError) as wrong:
+            await muster.Client.connect(daemon.addr, pin="ab" * 32)
+        assert "fingerprint" in str(wrong.value)
+        with pytest.raises(muster.ConnectError):
+            await muster.Client.connect(daemon.addr, data=str(daemon.data / "nowhere"))
+        # The CLI's variables.
+        monkeypatch.setenv("MUSTER_ADDR", daemon.addr)
+        monkeypatch.setenv("MUSTER_DATA", str(daemon.data))
+        async with await muster.Client.connect() as client:
+            assert await client.queue_list() == []
+        # A call cancelled by its caller is abandoned; the client goes on.
+        async with await muster.Client.connect() as client:
+            await client.queue_create("jobs")
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(client.claim("jobs", wait=10), 0.2)
+            assert await client.enqueue("jobs", 1)
+
+    run(body())
+
+
+def test_sync_client(daemon: Daemon) -> None:
+    with muster.sync.Client.connect(**daemon.connect) as client:
+        client.queue_create("jobs", lease=10)
+        ids = client.enqueue_many("jobs", [{"n": n} for n in range(3)])
+        assert client.enqueue("jobs", {"n": 3}, key="k") not in ids
+        (claim,) = client.claim("jobs", member="script")
+        assert [m.name for m in client.member_list()] == ["script"]
+        client.renew(claim, progress={"half": True})
+        assert client.ack(claim, {"ok": True}).state == "done"
+        assert client.wait(claim.id, timeout=1).finished[0].result == {"ok": True}
+        assert client.queue_describe("jobs").done == 1
+        with pytest.raises(muster.NotFound):
+            client.task_get("01JHMPFNMW1HEAD8X4A1JH69RE")
+
+    async def inside_a_loop() -> None:
+        with pytest.raises(RuntimeError):
+            muster.sync.Client.connect(**daemon.connect)
+
+    run(inside_a_loop())
