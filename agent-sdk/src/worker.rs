@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use muster_protocol::model::Delivery;
-use muster_protocol::ops::{SessionOpen, SettleReply};
+use muster_protocol::ops::{SessionOpen, SettleReply, Unsubscribe};
 use muster_protocol::{ErrorCode, Push, RawJson};
 
 use crate::{Client, ConnectOptions, Error};
@@ -541,14 +541,33 @@ where
             tokio::select! {
                 () = self.shutdown.cancelled(), if self.draining.is_none() => {
                     self.begin_drain();
-                    let (client, member) = (client.clone(), self.config.member.clone());
-                    tokio::spawn(async move {
-                        if let Err(e) = client.unsubscribe(&member).await {
-                            debug!(error = %e, "unsubscribe on drain");
+                    // Sent before any release of the drain (requests on a connection
+                    // arrive in order), so a released task is not pushed straight back.
+                    let unsubscribe = Unsubscribe {
+                        member: self.config.member.clone(),
+                    };
+                    match client.send(&unsubscribe).await {
+                        Ok(pending) => {
+                            tokio::spawn(async move {
+                                if let Err(e) = pending.reply().await {
+                                    debug!(error = %e, "unsubscribe on drain");
+                                }
+                            });
                         }
-                    });
+                        Err(e) => debug!(error = %e, "unsubscribe on drain"),
+                    }
                 }
                 push = pushes.recv() => match push {
+                    // Pushed before the unsubscribe landed: hand it back untouched.
+                    Some(Push::Deliver(delivery)) if self.draining.is_some() => {
+                        let settle = Settle {
+                            id: delivery.id,
+                            epoch: delivery.epoch,
+                            outcome: Outcome::Release,
+                            progress: None,
+                        };
+                        self.settle(client, settle);
+                    }
                     Some(Push::Deliver(delivery)) => self.start(delivery, None),
                     Some(Push::Cancel(lease)) => {
                         if let Some(h) = self.held.get(&lease.task).filter(|h| h.epoch == lease.epoch) {

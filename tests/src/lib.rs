@@ -28,6 +28,10 @@ use muster_sdk::{Client, ConnectOptions, NewTask, Trust};
 /// Longest a daemon may take to start serving.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Set (to anything) when the binaries are built already and cargo is not to be run:
+/// how `.ci/run` runs tests as an unprivileged user that has no toolchain.
+pub const PREBUILT_VAR: &str = "MUSTER_TEST_PREBUILT";
+
 /// Where cargo put the binaries of this workspace, built on first use.
 fn bin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -39,6 +43,15 @@ fn bin_dir() -> &'static Path {
             .and_then(Path::parent)
             .expect("test binary lives in target/<profile>/deps")
             .to_path_buf();
+        if std::env::var_os(PREBUILT_VAR).is_some() {
+            // Run by someone without cargo (another user, in CI): the binaries are there.
+            assert!(
+                dir.join("musterd").is_file() && dir.join("muster").is_file(),
+                "{PREBUILT_VAR} is set but {} holds no musterd and muster: build them first",
+                dir.display()
+            );
+            return dir;
+        }
         // The cargo that runs us (`cargo test`, `cargo run`), else the one on PATH: the
         // rustup proxy then picks the toolchain as it did for the build of this binary.
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());

@@ -1,5 +1,5 @@
-//! A full disk: the daemon's data directory is a 16 MiB tmpfs the test mounts, and a
-//! burst of enqueues fills it. The daemon acknowledges nothing it could not store, its
+//! A full disk: the daemon's data directory is on a tmpfs the test mounts (as root, or
+//! in an unprivileged user namespace) with 16 MiB free, and a burst of enqueues fills it. The daemon acknowledges nothing it could not store, its
 //! clients get an error (the connection closes) instead of hanging, it stops with a
 //! non-zero exit and a clear log line, and after the file system grows and the daemon
 //! restarts every acknowledged task is there with its payload and new work is taken.
@@ -22,48 +22,118 @@ const PER_SENDER: u64 = 2_000;
 /// Longest one enqueue may take: a hang fails the test.
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// A tmpfs mounted by the test, unmounted when dropped.
+/// A small tmpfs for the test: mounted directly when the test may (root), else inside
+/// an unprivileged user and mount namespace (`unshare --user --map-root-user --mount`)
+/// held by a `sleep`, and reached from outside through `/proc/<holder>/root`. Its free
+/// space is bounded by a ballast file, removed to free space up (a remount would need
+/// privileges the namespace does not give). Unmounted, or its holder killed, on drop.
 struct Tmpfs {
-    dir: tempfile::TempDir,
+    mount_point: tempfile::TempDir,
+    /// The namespace's holder, when not mounted directly.
+    holder: Option<std::process::Child>,
 }
 
+/// Longest the namespace's holder may take to mount the tmpfs.
+const MOUNT_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl Tmpfs {
-    fn mount(size: &str) -> Tmpfs {
-        let dir = tempfile::tempdir().expect("mount point");
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
+    /// A tmpfs of `total_mib`, of which `free_mib` are free at first.
+    fn mount(total_mib: u64, free_mib: u64) -> Tmpfs {
+        let mount_point = tempfile::tempdir().expect("mount point");
+        let size = format!("size={total_mib}m");
+        let direct = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &size, "tmpfs"])
+            .arg(mount_point.path())
             .output()
             .expect("running mount");
-        assert!(
-            out.status.success(),
-            "this test needs to mount a tmpfs (root or CAP_SYS_ADMIN): mount failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Tmpfs { dir }
+        let holder = if direct.status.success() {
+            None
+        } else {
+            Some(Tmpfs::namespaced(mount_point.path(), &size, &direct.stderr))
+        };
+        let fs = Tmpfs {
+            mount_point,
+            holder,
+        };
+        let ballast = vec![1u8; ((total_mib - free_mib) << 20) as usize];
+        std::fs::write(fs.path().join("ballast"), ballast).expect("writing the ballast");
+        fs
     }
 
-    fn path(&self) -> &Path {
-        self.dir.path()
+    /// Mounts the tmpfs in a user and mount namespace of its own; returns its holder.
+    fn namespaced(dir: &Path, size: &str, direct_error: &[u8]) -> std::process::Child {
+        use std::io::BufRead;
+        let mut holder = Command::new("unshare")
+            .args([
+                "--user",
+                "--map-root-user",
+                "--mount",
+                "--propagation",
+                "private",
+            ])
+            .args([
+                "sh",
+                "-c",
+                "mount -t tmpfs -o \"$1\" tmpfs \"$2\" && echo mounted && exec sleep 86400",
+            ])
+            .arg("sh")
+            .arg(size)
+            .arg(dir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("running unshare (util-linux)");
+        let stdout = holder.stdout.take().expect("holder stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        match rx.recv_timeout(MOUNT_TIMEOUT) {
+            Ok(line) if line.trim() == "mounted" => holder,
+            _ => {
+                let _ = holder.kill();
+                let out = holder.wait_with_output().expect("holder output");
+                panic!(
+                    "this test mounts a small tmpfs: as root with mount ({}), else in an \
+                     unprivileged user namespace with unshare --user --map-root-user --mount ({}); \
+                     both failed",
+                    String::from_utf8_lossy(direct_error).trim(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )
+            }
+        }
     }
 
-    fn resize(&self, size: &str) {
-        let out = Command::new("mount")
-            .args(["-o", &format!("remount,size={size}")])
-            .arg(self.dir.path())
-            .output()
-            .expect("running mount -o remount");
-        assert!(
-            out.status.success(),
-            "remount failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+    /// Where the tmpfs is seen from this process.
+    fn path(&self) -> PathBuf {
+        match &self.holder {
+            None => self.mount_point.path().to_path_buf(),
+            Some(holder) => {
+                let inside = self.mount_point.path().strip_prefix("/").expect("absolute");
+                PathBuf::from(format!("/proc/{}/root", holder.id())).join(inside)
+            }
+        }
+    }
+
+    /// Frees the ballast's space.
+    fn free_up(&self) {
+        std::fs::remove_file(self.path().join("ballast")).expect("removing the ballast");
     }
 }
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.dir.path()).status();
+        match self.holder.as_mut() {
+            Some(holder) => {
+                let _ = holder.kill();
+                let _ = holder.wait();
+            }
+            None => {
+                let _ = Command::new("umount").arg(self.mount_point.path()).status();
+            }
+        }
     }
 }
 
@@ -79,8 +149,8 @@ fn payload(sender: u64, n: u64) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_acknowledges_nothing_unstored_and_recovers_after_space_is_freed() {
-    let fs = Tmpfs::mount("16m");
-    let mut d = Daemon::start_in(fs.path(), &[]);
+    let fs = Tmpfs::mount(64, 16);
+    let mut d = Daemon::start_in(&fs.path(), &[]);
     let data: PathBuf = d.data().to_path_buf();
     d.client()
         .await
@@ -143,7 +213,7 @@ async fn a_full_disk_acknowledges_nothing_unstored_and_recovers_after_space_is_f
         "nothing was acknowledged before the disk filled"
     );
 
-    fs.resize("64m");
+    fs.free_up();
     d.restart();
     assert_eq!(d.data(), data);
     let client = d.client().await;
