@@ -80,6 +80,15 @@ fn bin_dir() -> &'static Path {
     })
 }
 
+/// The test fixtures (`tests/fixtures`), or where `MUSTER_TEST_FIXTURES` says a copy
+/// is (for a user who cannot read the checkout).
+pub fn fixtures_dir() -> PathBuf {
+    std::env::var_os("MUSTER_TEST_FIXTURES").map_or_else(
+        || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures")),
+        PathBuf::from,
+    )
+}
+
 /// Path of the `musterd` binary.
 pub fn musterd_bin() -> PathBuf {
     bin_dir().join("musterd")

@@ -18,7 +18,7 @@ const AGENT: &str = "fixture-agent-token";
 const OTHER: &str = "fixture-other-token";
 
 fn fixture() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/store-v1")
+    muster_tests::fixtures_dir().join("store-v1")
 }
 
 fn sha256_hex(text: &str) -> String {
