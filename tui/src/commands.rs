@@ -76,7 +76,13 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
                     epoch: d.epoch,
                 };
                 out.item(
-                    || format!("{claim}\t{}\t{}", d.attempt, d.payload.get()),
+                    || {
+                        format!(
+                            "{claim}\t{}\t{}",
+                            d.attempt,
+                            output::safe_json(d.payload.get())
+                        )
+                    },
                     &d,
                 )?;
             }

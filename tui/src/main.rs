@@ -33,8 +33,10 @@ fn main() -> std::process::ExitCode {
     match runtime.block_on(muster_tui::commands::run(cli)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            let message = format!("{e:#}").replace('\n', " ");
-            eprintln!("muster: {message}");
+            // One line, whatever the error carries (a daemon's message can quote text
+            // from other clients).
+            let message = format!("{e:#}");
+            eprintln!("muster: {}", muster_tui::output::safe(&message));
             std::process::ExitCode::FAILURE
         }
     }

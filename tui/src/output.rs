@@ -86,12 +86,66 @@ impl Output {
                     t.priority,
                     t.deliveries,
                     t.failures,
-                    t.last_error.as_deref().unwrap_or("-")
+                    t.last_error.as_deref().map_or("-".into(), safe)
                 )
             },
             t,
         )
     }
+}
+
+/// Text from others (an error a consumer wrote, a payload a producer sent, a task key)
+/// made safe to print on an operator's terminal and to parse line by line: control
+/// characters (C0, DEL, C1), line and paragraph separators and the bidi overrides and
+/// isolates are written as escapes (`\n`, `\t`, `\r`, `\\`, else `\u{..}`), so no
+/// field can move the cursor, set the title, write the clipboard (OSC 52) or forge a
+/// line of its own.
+pub fn safe(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c == '\\' || dangerous(c);
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '\\' => out.push_str("\\\\"),
+            c if unsafe_char(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Raw JSON (a payload, result or checkpoint) made safe to print: the same JSON value,
+/// on one line, with no character a terminal acts on. Line breaks and tabs can only
+/// stand between tokens (JSON strings escape them): they become spaces; the others
+/// (DEL, C1, separators, bidi controls) can only stand inside strings: they become
+/// `\uXXXX` escapes there.
+pub fn safe_json(raw: &str) -> std::borrow::Cow<'_, str> {
+    if !raw.chars().any(dangerous) {
+        return std::borrow::Cow::Borrowed(raw);
+    }
+    let mut out = String::with_capacity(raw.len() + 8);
+    for c in raw.chars() {
+        match c {
+            '\n' | '\t' | '\r' => out.push(' '),
+            c if dangerous(c) => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Characters a terminal may act on, or that break a line apart.
+fn dangerous(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{2028}' | '\u{2029}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+        )
 }
 
 /// An instant as RFC 3339 with milliseconds.
@@ -155,9 +209,10 @@ fn queue_text(q: &QueueInfo) -> String {
 }
 
 fn task_text(t: &TaskInfo) -> String {
-    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let opt = |v: &Option<String>| v.as_deref().map_or("-".into(), |s| safe(s).into_owned());
     let raw = |v: &Option<muster_protocol::RawJson>| {
-        v.as_ref().map_or("-".into(), |r| r.get().to_owned())
+        v.as_ref()
+            .map_or("-".into(), |r| safe_json(r.get()).into_owned())
     };
     let mut lines = vec![
         format!("id\t{}", t.id),
@@ -188,7 +243,7 @@ fn task_text(t: &TaskInfo) -> String {
         format!("cancel_requested\t{}", t.cancel_requested),
         format!("last_error\t{}", opt(&t.last_error)),
         format!("dead_reason\t{}", opt(&t.dead_reason)),
-        format!("payload\t{}", t.payload.get()),
+        format!("payload\t{}", safe_json(t.payload.get())),
         format!("progress\t{}", raw(&t.progress)),
         format!("result\t{}", raw(&t.result)),
         format!("created\t{}", time(t.created_ms)),
@@ -203,9 +258,44 @@ fn task_text(t: &TaskInfo) -> String {
             line.push_str(&format!(" epoch={ep}"));
         }
         if let Some(err) = &e.error {
-            line.push_str(&format!(" error={err:?}"));
+            line.push_str(&format!(" error=\"{}\"", safe(err)));
         }
         lines.push(line);
     }
     lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{safe, safe_json};
+
+    #[test]
+    fn text_from_others_cannot_drive_the_terminal_or_forge_lines() {
+        // A title change, a screen clear, an OSC 52 clipboard write, a forged line.
+        let hostile =
+            "x\u{1b}]0;pwned\u{7}\u{1b}[2J\u{1b}]52;c;ZXZpbA==\u{7}\nstate\tdone\u{9b}\u{202e}";
+        assert_eq!(
+            safe(hostile),
+            "x\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\u{1b}]52;c;ZXZpbA==\\u{7}\\nstate\\tdone\\u{9b}\\u{202e}"
+        );
+        assert_eq!(
+            safe("a\\nb"),
+            "a\\\\nb",
+            "a backslash is escaped too: escapes stay unambiguous"
+        );
+        assert!(matches!(
+            safe("plain – ünïcode"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
+
+    #[test]
+    fn json_stays_the_same_json_on_one_line() {
+        let raw = "{\n  \"a\": \"\u{9b}31m\u{202e}\",\t\"b\": \"x\\ny\"\n}";
+        let safe = safe_json(raw);
+        assert_eq!(safe, "{   \"a\": \"\\u009b31m\\u202e\", \"b\": \"x\\ny\" }");
+        let before: serde_json::Value = serde_json::from_str(raw).unwrap();
+        let after: serde_json::Value = serde_json::from_str(&safe).unwrap();
+        assert_eq!(before, after);
+    }
 }

@@ -221,3 +221,44 @@ fn stats_show_counts_totals_and_group_commit() {
         "{all}"
     );
 }
+
+#[test]
+fn text_from_other_clients_cannot_drive_the_operators_terminal() {
+    let d = Daemon::start();
+    d.ok(&["queue", "create", "jobs", "--max-attempts", "1"]);
+    // A producer's payload and a consumer's error carrying a title change, a screen
+    // clear, an OSC 52 clipboard write, a C1 CSI, a bidi override and a forged line.
+    let evil =
+        "\u{1b}]0;pwned\u{7}\u{1b}[2J\u{1b}]52;c;ZXZpbA==\u{7}\u{9b}31m\u{202e}\nstate\tdone";
+    let payload = serde_json::json!({ "note": evil }).to_string();
+    let id = d.ok(&["enqueue", "jobs", &payload]).trim().to_owned();
+    let claimed = d.ok(&["claim", "jobs"]);
+    let claim = claimed.split('\t').next().unwrap().to_owned();
+    d.ok(&["nack", &claim, "--error", evil]);
+    let dangerous = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t') || ('\u{202a}'..='\u{202e}').contains(&c)
+    };
+    for args in [
+        vec!["task", "get", id.as_str()],
+        vec!["dead", "jobs"],
+        vec!["claim", "jobs"],
+    ] {
+        let out = d.ok(&args);
+        assert!(
+            !out.contains(dangerous),
+            "{args:?} printed a control character: {out:?}"
+        );
+        assert!(
+            !out.lines().any(|l| l == "state\tdone"),
+            "{args:?} let a field forge a line: {out:?}"
+        );
+    }
+    let got = d.ok(&["task", "get", &id]);
+    assert_eq!(
+        field(&got, "last_error"),
+        "\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\u{1b}]52;c;ZXZpbA==\\u{7}\\u{9b}31m\\u{202e}\\nstate\\tdone"
+    );
+    // The JSON stays the same JSON.
+    let shown: serde_json::Value = serde_json::from_str(field(&got, "payload")).unwrap();
+    assert_eq!(shown["note"], evil);
+}
