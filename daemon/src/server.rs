@@ -213,7 +213,7 @@ async fn read_requests(
     state: Arc<ConnState>,
     out: mpsc::UnboundedSender<Outgoing>,
 ) {
-    let mut frames = FrameReader::new();
+    let mut frames = FrameReader::with_capacity(2 * READ_CHUNK);
     let mut chunk = vec![0u8; READ_CHUNK];
     loop {
         loop {

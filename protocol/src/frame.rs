@@ -39,6 +39,9 @@ pub fn body_len(header: [u8; HEADER_LEN]) -> Result<usize, FrameError> {
     Ok(len)
 }
 
+/// Bytes of frames already taken after which [`FrameReader`] drops them from its buffer.
+const COMPACT_BYTES: usize = 64 * 1024;
+
 /// Splits a byte stream into frame bodies: the one frame reader of the daemon, the SDK
 /// and the fuzz targets. It does no I/O: feed it the bytes that arrived with
 /// [`FrameReader::push`], then take every complete body with [`FrameReader::next_frame`].
@@ -63,13 +66,24 @@ impl FrameReader {
         FrameReader::default()
     }
 
+    /// A reader whose buffer starts with room for `bytes` (what a stream is read with at
+    /// a time, plus a frame in progress): it then never reallocates for small frames.
+    pub fn with_capacity(bytes: usize) -> FrameReader {
+        FrameReader {
+            buf: Vec::with_capacity(bytes),
+            ..FrameReader::default()
+        }
+    }
+
     /// Appends bytes that arrived on the stream.
     pub fn push(&mut self, bytes: &[u8]) {
         if self.failed.is_some() {
             return;
         }
-        if self.start > 0 && self.start == self.buf.len() {
-            self.buf.clear();
+        if self.start > 0 {
+            // Drop what was read before taking more: the buffer stays one chunk plus
+            // the frame in progress.
+            self.buf.drain(..self.start);
             self.start = 0;
         }
         self.buf.extend_from_slice(bytes);
@@ -101,8 +115,8 @@ impl FrameReader {
         if self.start == self.buf.len() {
             self.buf.clear();
             self.start = 0;
-        } else if self.start >= MAX_FRAME_BYTES {
-            // Keep the buffer from growing with a long run of small frames.
+        } else if self.start >= COMPACT_BYTES {
+            // A long run of small frames must not grow the buffer: drop what was read.
             self.buf.drain(..self.start);
             self.start = 0;
         }
