@@ -12,7 +12,7 @@ const SCREEN_TIMEOUT: Duration = Duration::from_secs(15);
 /// A tmux server of the test's own (its socket in a temporary directory), one session
 /// running `muster tui` in an 100×30 window. Dropping it kills that server only.
 struct Tmux {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     socket: PathBuf,
     /// Where the pane's shell writes the console's exit status.
     status: PathBuf,
@@ -24,14 +24,18 @@ impl Tmux {
         let t = Tmux {
             socket: dir.path().join("tmux.sock"),
             status: dir.path().join("status"),
-            _dir: dir,
+            dir,
         };
         let mut command = vec![muster_bin().display().to_string(), "tui".into()];
         command.extend(args.iter().map(|a| (*a).to_owned()));
         let command = format!("{}; echo $? > {}", command.join(" "), t.status.display());
+        // Keep the pane after the program exits, to read the screen it left: set in the
+        // server's configuration, so it holds from the pane's first moment.
+        let config = t.dir.path().join("tmux.conf");
+        std::fs::write(&config, "set-option -g remain-on-exit on\n").expect("tmux.conf");
         let out = t.run(&[
             "-f",
-            "/dev/null",
+            config.to_str().expect("a UTF-8 temporary path"),
             "new-session",
             "-d",
             "-s",
@@ -53,13 +57,14 @@ impl Tmux {
             "tmux new-session: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        // Keep the pane after the program exits, to read the screen it left.
-        t.run(&["set-option", "-t", "console", "remain-on-exit", "on"]);
         t
     }
 
     fn run(&self, args: &[&str]) -> Output {
         Command::new("tmux")
+            // The pane's shell: the user's login shell may be nologin (CI runs these
+            // tests as `nobody`), and tmux takes SHELL first.
+            .env("SHELL", "/bin/sh")
             .arg("-S")
             .arg(&self.socket)
             .args(args)
