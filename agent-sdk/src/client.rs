@@ -460,7 +460,16 @@ impl Client {
 
     /// Every member with a session or leases.
     pub async fn member_list(&self) -> Result<Vec<MemberInfo>, Error> {
-        Ok(self.call(&ops::MemberList {}).await?.members)
+        let mut members = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self.call(&ops::MemberList { after, limit: None }).await?;
+            members.extend(page.members);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(members),
+            }
+        }
     }
 
     /// One member and the tasks it holds.

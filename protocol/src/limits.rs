@@ -97,6 +97,29 @@ pub const MIN_LIVENESS: Duration = Duration::from_secs(1);
 /// Longest liveness timeout a session may ask for.
 pub const MAX_LIVENESS: Duration = Duration::from_secs(60);
 
+/// Most claims one connection may have parked (waiting for tasks) at once: a claim
+/// with a wait sent while its connection has this many parked is refused with `limit`.
+pub const MAX_PARKED_CLAIMS_PER_CONNECTION: usize = 64;
+
+/// Most claims one principal (token name) may have parked at once over all its
+/// connections, when tokens are configured: past it, `limit`.
+pub const MAX_PARKED_CLAIMS_PER_PRINCIPAL: usize = 1024;
+
+/// Most label classes (distinct `requires` sets) among one queue's scheduled, ready and
+/// leased tasks: an enqueue that would add another is refused with `limit`. A pick
+/// visits every class a claimer carries, so this bounds the work of a claim or push.
+pub const MAX_LABEL_CLASSES: usize = 256;
+
+/// Most label sets listed in a queue's `unclaimable_requires` (those holding the most
+/// tasks); `unclaimable_sets` counts them all.
+pub const MAX_LISTED_LABEL_SETS: usize = 16;
+
+/// Bytes of listed items (tasks, queues, members) after which a page, a `wait` reply's
+/// `finished` or a member's leases stop growing; at least one item is always listed
+/// (a single task always fits a frame). What is left out is reachable by the page's
+/// cursor (or, for `wait`, by `task_get`).
+pub const MAX_LISTING_BYTES: usize = MAX_FRAME_BYTES - 256 * 1024;
+
 /// Deepest nesting of JSON arrays and objects in a frame. Deeper frames are refused
 /// before they are parsed, so no parser recursion depends on what a peer sends.
 pub const MAX_JSON_DEPTH: usize = 64;

@@ -233,8 +233,12 @@ pub struct QueueInfo {
     pub held_back: u64,
     /// Ready tasks that require labels no connected member carries: nobody can take them.
     pub unclaimable: u64,
-    /// The label sets those unclaimable tasks require.
+    /// The label sets those unclaimable tasks require: at most
+    /// [`crate::limits::MAX_LISTED_LABEL_SETS`], those holding the most tasks, sorted.
     pub unclaimable_requires: Vec<Vec<String>>,
+    /// How many label sets unclaimable tasks require in all.
+    #[serde(default)]
+    pub unclaimable_sets: u64,
     /// What happened on the queue since the daemon started.
     pub totals: QueueTotals,
     /// When the oldest ready task (by id) was enqueued, if any task is ready.

@@ -353,8 +353,12 @@ pub struct Wait {
 /// Reply to [`Wait`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WaitReply {
-    /// The finished tasks.
+    /// The finished tasks, as many as fit [`crate::limits::MAX_LISTING_BYTES`].
     pub finished: Vec<TaskInfo>,
+    /// Finished tasks left out of `finished` to keep the reply within a frame: read
+    /// them with `task_get`.
+    #[serde(default)]
+    pub omitted: Vec<String>,
     /// The ids still unfinished when the wait ended.
     pub pending: Vec<String>,
     /// The ids of tasks removed while waiting (purged, discarded or deleted with their queue).
@@ -476,9 +480,16 @@ pub struct MemberName {
     pub member: String,
 }
 
-/// Lists members: those with a session or with leases.
+/// Lists members (those with a session or with leases), a page at a time by name.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct MemberList {}
+pub struct MemberList {
+    /// Start after this member name (a previous page's `next`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// Most members in the page (1..=[`crate::limits::MAX_PAGE`], default 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
 
 /// Shows one member and its leases.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -500,6 +511,9 @@ pub struct MemberReply {
 pub struct MemberListReply {
     /// Members by name.
     pub members: Vec<MemberInfo>,
+    /// The cursor of the next page; null on the last.
+    #[serde(default)]
+    pub next: Option<String>,
 }
 
 /// Reply to [`MemberDescribe`].
@@ -507,8 +521,11 @@ pub struct MemberListReply {
 pub struct MemberDescribeReply {
     /// The member.
     pub member: MemberInfo,
-    /// The tasks it holds.
+    /// The tasks it holds, as many as fit [`crate::limits::MAX_LISTING_BYTES`].
     pub leases: Vec<TaskSummary>,
+    /// How many tasks it holds in all.
+    #[serde(default)]
+    pub leases_total: u64,
 }
 
 /// Revokes a lease: it lapses now (a failure is counted) and its holder is told.

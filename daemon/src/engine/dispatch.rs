@@ -23,6 +23,14 @@ use muster_protocol::model::TaskState;
 /// The labels a task requires, sorted and without duplicates; shared by its class.
 pub type Class = Arc<[String]>;
 
+/// A label set as its class holds it: sorted, without duplicates.
+pub fn sorted(requires: &[String]) -> Vec<String> {
+    let mut labels = requires.to_vec();
+    labels.sort();
+    labels.dedup();
+    labels
+}
+
 /// A task as the index sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct TaskRef<'a> {
@@ -58,6 +66,9 @@ struct Line {
 /// The dispatch index of one queue.
 #[derive(Debug, Default)]
 pub struct DispatchIndex {
+    /// How many indexed tasks (scheduled, ready or leased) require each label class:
+    /// the classes the queue knows, capped at `MAX_LABEL_CLASSES` for new tasks.
+    refs: HashMap<Class, u32>,
     /// Dispatchable ready tasks per label class.
     classes: HashMap<Class, BTreeSet<(Reverse<u8>, Ulid)>>,
     /// Each key's line of unfinished tasks, in enqueue order.
@@ -69,17 +80,26 @@ pub struct DispatchIndex {
 impl DispatchIndex {
     /// The shared class of a label set (sorted, without duplicates).
     pub fn class(&self, requires: &[String]) -> Class {
-        let mut labels = requires.to_vec();
-        labels.sort();
-        labels.dedup();
-        match self.classes.get_key_value(labels.as_slice()) {
+        let labels = sorted(requires);
+        match self.refs.get_key_value(labels.as_slice()) {
             Some((class, _)) => Arc::clone(class),
             None => Arc::from(labels),
         }
     }
 
+    /// Whether tasks of the queue already require this label set.
+    pub fn knows(&self, requires: &[String]) -> bool {
+        self.refs.contains_key(sorted(requires).as_slice())
+    }
+
+    /// The label classes of the queue's scheduled, ready and leased tasks.
+    pub fn class_count(&self) -> usize {
+        self.refs.len()
+    }
+
     /// Adds a task that entered a scheduled, ready or leased state.
     pub fn add(&mut self, t: TaskRef<'_>, key_concurrency: u32) {
+        *self.refs.entry(Arc::clone(t.class)).or_default() += 1;
         let ready = t.state == TaskState::Ready;
         match t.key {
             None => {
@@ -109,6 +129,14 @@ impl DispatchIndex {
 
     /// Removes a task that leaves its scheduled, ready or leased state.
     pub fn remove(&mut self, t: TaskRef<'_>, key_concurrency: u32) {
+        let refs = self
+            .refs
+            .get_mut(t.class)
+            .unwrap_or_else(|| panic!("task {}: its label class is not counted", t.id));
+        *refs -= 1;
+        if *refs == 0 {
+            self.refs.remove(t.class);
+        }
         match t.key {
             None => {
                 if t.state == TaskState::Ready {
@@ -154,12 +182,20 @@ impl DispatchIndex {
         allowed: impl Fn(Ulid) -> bool,
         max_skip: usize,
     ) -> Option<Ulid> {
+        let first = |set: &BTreeSet<(Reverse<u8>, Ulid)>| {
+            set.iter().take(max_skip + 1).find(|(_, id)| allowed(*id)).copied()
+        };
+        if labels.is_empty() {
+            // A claimer without labels can take only tasks that require none.
+            let none: &[String] = &[];
+            return self.classes.get(none).and_then(first).map(|(_, id)| id);
+        }
         self.classes
             .iter()
             .filter(|(class, _)| class.iter().all(|l| labels.contains(l)))
-            .filter_map(|(_, set)| set.iter().take(max_skip + 1).find(|(_, id)| allowed(*id)))
+            .filter_map(|(_, set)| first(set))
             .min()
-            .map(|(_, id)| *id)
+            .map(|(_, id)| id)
     }
 
     /// Recomputes every key's dispatchable tasks, after `key_concurrency` changed.

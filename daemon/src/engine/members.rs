@@ -14,19 +14,23 @@
 //! held it while another member could take it, nor before that member was heard from
 //! again after the lapse: a dead agent costs each of its tasks at most one failure.
 use std::collections::BTreeSet;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use ulid::Ulid;
 
-use muster_protocol::limits::{MAX_CAPACITY, MAX_CLAIM_REPLY_BYTES, MAX_LIVENESS, MIN_LIVENESS};
+use muster_protocol::limits::{
+    MAX_CAPACITY, MAX_CLAIM_REPLY_BYTES, MAX_LIVENESS, MAX_PAGE, MIN_LIVENESS,
+};
 use muster_protocol::model::{MemberInfo, MemberState, TaskState};
 use muster_protocol::names;
 use muster_protocol::ops::{
-    Empty, LeaseRef, LeaseRevoke, MemberDescribeReply, MemberListReply, MemberName, MemberReply,
+    Empty, LeaseRef, LeaseRevoke, MemberDescribeReply, MemberList, MemberListReply, MemberName, MemberReply,
     SessionOpen, SessionOpenReply, SessionUpdate, SettleReply, Subscribe, Unsubscribe,
 };
 use muster_protocol::{ErrorBody, ErrorCode, Push};
 
+use super::listing::fill;
 use super::ops::{ClaimSpec, bad, parse_id, summary};
 use super::{Engine, Failure, Now, OpResult, Sink, Waiter, client, push_event};
 use crate::store::StoreError;
@@ -162,7 +166,7 @@ impl<W: Waiter> Engine<W> {
         let liveness = muster_protocol::limits::DEFAULT_LIVENESS.as_millis() as u64;
         if previous.is_some_and(|h| now.mono_ms.saturating_sub(h.at_ms) > liveness) {
             // Claims it parked while silent were passed over: serve them again.
-            self.ready_changed = true;
+            self.ready_changed.everywhere();
         }
         let Some(name) = self.sessions.get(&connection) else {
             return;
@@ -183,7 +187,7 @@ impl<W: Waiter> Engine<W> {
             // Tasks it let lapse may go back to it now that it is alive.
             m.lapsed_at = None;
             self.push_changed = true;
-            self.ready_changed = true;
+            self.ready_changed.everywhere();
         }
     }
 
@@ -224,11 +228,17 @@ impl<W: Waiter> Engine<W> {
             .count()
     }
 
-    /// True if some connected member carries every label of `class`.
-    pub(super) fn connected_member_carries(&self, class: &[String]) -> bool {
-        self.members.values().any(|m| {
-            m.state() == MemberState::Connected && class.iter().all(|l| m.labels.contains(l))
-        })
+    /// The distinct label sets of connected members.
+    pub(super) fn carried_label_sets(&self) -> Vec<&[String]> {
+        let mut sets: Vec<&[String]> = self
+            .members
+            .values()
+            .filter(|m| m.state() == MemberState::Connected)
+            .map(|m| m.labels.as_slice())
+            .collect();
+        sets.sort_unstable();
+        sets.dedup();
+        sets
     }
 
     /// Room for pushes a member has at `now`.
@@ -522,10 +532,26 @@ impl<W: Waiter> Engine<W> {
         Ok(Empty {})
     }
 
-    pub(super) fn member_list(&self) -> MemberListReply {
-        MemberListReply {
-            members: self.members.iter().map(|(name, m)| m.info(name)).collect(),
+    pub(super) fn member_list(&self, r: &MemberList) -> OpResult<MemberListReply> {
+        let limit = r.limit.unwrap_or(MAX_PAGE);
+        if limit == 0 || limit > MAX_PAGE {
+            return Err(bad(format!("limit {limit} is outside 1..={MAX_PAGE}")));
         }
+        let start = r
+            .after
+            .as_deref()
+            .map_or(Bound::Unbounded, Bound::Excluded);
+        let page = fill(
+            self.members
+                .range::<str, _>((start, Bound::Unbounded))
+                .map(|(name, m)| Ok::<_, Failure>(m.info(name))),
+            limit as usize,
+            |m| m.name.clone(),
+        )?;
+        Ok(MemberListReply {
+            members: page.items,
+            next: page.next,
+        })
     }
 
     pub(super) fn member_describe(&self, r: &MemberName) -> OpResult<MemberDescribeReply> {
@@ -533,13 +559,17 @@ impl<W: Waiter> Engine<W> {
             .members
             .get(r.member.as_str())
             .ok_or_else(|| not_a_member(&r.member))?;
-        let mut leases = Vec::with_capacity(m.leased.len());
-        for &id in &m.leased {
-            leases.push(summary(id, &self.record(id)?));
-        }
+        let leases = fill(
+            m.leased
+                .iter()
+                .map(|&id| Ok::<_, Failure>(summary(id, &self.record(id)?))),
+            m.leased.len().max(1),
+            |t| t.id.clone(),
+        )?;
         Ok(MemberDescribeReply {
             member: m.info(&r.member),
-            leases,
+            leases: leases.items,
+            leases_total: m.leased.len() as u64,
         })
     }
 
@@ -597,13 +627,19 @@ impl<W: Waiter> Engine<W> {
     }
 
     /// Pushes tasks to subscribed members with free capacity, one task per member per turn.
-    pub(super) fn serve_pushes(&mut self, ready_changed: bool, now: Now) -> Result<(), StoreError> {
-        if !(ready_changed || std::mem::take(&mut self.push_changed)) {
+    pub(super) fn serve_pushes(
+        &mut self,
+        ready: &super::ReadyChanged,
+        now: Now,
+    ) -> Result<(), StoreError> {
+        let every = std::mem::take(&mut self.push_changed);
+        if !(every || ready.any()) {
             return Ok(());
         }
         let mut order: Vec<Arc<str>> = self
             .members
             .iter()
+            .filter(|(_, m)| every || ready.touches(m.subscribed.iter().map(String::as_str)))
             .filter(|(_, m)| self.room(m, now) > 0)
             .map(|(name, _)| Arc::clone(name))
             .collect();

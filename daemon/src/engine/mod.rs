@@ -15,6 +15,7 @@ mod authz;
 pub mod dispatch;
 
 pub use authz::authorize_stateless;
+mod listing;
 mod members;
 mod ops;
 #[cfg(test)]
@@ -263,6 +264,60 @@ struct TaskWait<W> {
     deadline: u64,
 }
 
+/// Who parked a claim.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) enum Parked {
+    Connection(u64),
+    Principal(Box<str>),
+}
+
+/// Parked claims per connection and per principal, for their caps.
+#[derive(Debug, Default)]
+pub(super) struct ParkedCounts(HashMap<Parked, usize>);
+
+impl ParkedCounts {
+    fn add(&mut self, waiter: &impl Waiter) {
+        *self.0.entry(Parked::Connection(waiter.connection())).or_default() += 1;
+        if let Some(p) = waiter.principal() {
+            *self.0.entry(Parked::Principal(p.name.as_str().into())).or_default() += 1;
+        }
+    }
+
+    fn count(&self, who: &Parked) -> usize {
+        self.0.get(who).copied().unwrap_or(0)
+    }
+}
+
+/// Where tasks may have become available since parked claims and pushes were served.
+#[derive(Debug, Default)]
+pub(super) struct ReadyChanged {
+    /// Everywhere: a claimer or member may take tasks it could not before.
+    every: bool,
+    queues: std::collections::HashSet<Arc<str>>,
+}
+
+impl ReadyChanged {
+    fn queue(&mut self, queue: &Arc<str>) {
+        if !self.every && !self.queues.contains(queue) {
+            self.queues.insert(Arc::clone(queue));
+        }
+    }
+
+    fn everywhere(&mut self) {
+        self.every = true;
+        self.queues.clear();
+    }
+
+    fn any(&self) -> bool {
+        self.every || !self.queues.is_empty()
+    }
+
+    /// Whether a claim or subscription over `queues` may find something new.
+    fn touches<'a>(&self, mut queues: impl Iterator<Item = &'a str>) -> bool {
+        self.every || (!self.queues.is_empty() && queues.any(|q| self.queues.contains(q)))
+    }
+}
+
 /// The engine. `W` is where replies go.
 pub struct Engine<W: Waiter> {
     store: Store,
@@ -283,9 +338,12 @@ pub struct Engine<W: Waiter> {
     /// Finished tasks by the wall time retention removes them.
     expiry: BTreeSet<(u64, Ulid)>,
     claim_waiters: Vec<ClaimWaiter<W>>,
+    /// How many of `claim_waiters` each connection and principal parked.
+    parked: ParkedCounts,
     task_waits: Vec<TaskWait<W>>,
-    /// Some task became ready (or a key or queue freed up) since claims were last served.
-    ready_changed: bool,
+    /// The queues where some task became ready (or a key or the queue freed up) since
+    /// claims and pushes were last served: only claims and members of those are served.
+    ready_changed: ReadyChanged,
     /// Some task finished since waits were last checked.
     finished_changed: bool,
     /// The last id handed out, so ids grow even if the wall clock steps back.
@@ -344,8 +402,9 @@ impl<W: Waiter> Engine<W> {
             leases: BTreeSet::new(),
             expiry: BTreeSet::new(),
             claim_waiters: Vec::new(),
+            parked: ParkedCounts::default(),
             task_waits: Vec::new(),
-            ready_changed: false,
+            ready_changed: ReadyChanged::default(),
             finished_changed: false,
             last_id: Ulid::nil(),
             rotation: 0,
@@ -496,8 +555,8 @@ impl<W: Waiter> Engine<W> {
         self.lapse_leases(now)?;
         self.expire_finished(now)?;
         let ready = std::mem::take(&mut self.ready_changed);
-        self.serve_claims(ready, now)?;
-        self.serve_pushes(ready, now)?;
+        self.serve_claims(&ready, now)?;
+        self.serve_pushes(&ready, now)?;
         self.serve_waits(now)?;
         self.commit()?;
         self.forget_idle_members();
@@ -679,7 +738,7 @@ impl<W: Waiter> Engine<W> {
         }
         match meta.state {
             TaskState::Ready => {
-                self.ready_changed = true;
+                self.ready_changed.queue(&meta.queue);
             }
             TaskState::Scheduled => {
                 assert!(
@@ -736,7 +795,7 @@ impl<W: Waiter> Engine<W> {
                 .remove(task_ref(id, meta), queue.options.key_concurrency);
             if meta.key.is_some() {
                 // The key's line moved: its next task may be dispatchable now.
-                self.ready_changed = true;
+                self.ready_changed.queue(&meta.queue);
             }
         }
         match meta.state {

@@ -6,7 +6,8 @@ use std::ops::Bound;
 use ulid::Ulid;
 
 use muster_protocol::limits::{
-    MAX_BATCH, MAX_CLAIM, MAX_CLAIM_QUEUES, MAX_CLAIM_REPLY_BYTES, MAX_DELAY, MAX_ERROR_BYTES,
+    MAX_BATCH, MAX_CLAIM, MAX_CLAIM_QUEUES, MAX_LABEL_CLASSES, MAX_PARKED_CLAIMS_PER_CONNECTION,
+    MAX_PARKED_CLAIMS_PER_PRINCIPAL, MAX_LISTED_LABEL_SETS, MAX_LISTING_BYTES, MAX_CLAIM_REPLY_BYTES, MAX_DELAY, MAX_ERROR_BYTES,
     MAX_IDS, MAX_KEY_CONCURRENCY, MAX_LEASE, MAX_PAGE, MAX_PAYLOAD_BYTES, MAX_PRIORITY,
     MAX_PROGRESS_BYTES, MAX_QUEUES, MAX_RESULT_BYTES, MAX_RETENTION, MAX_WAIT, MIN_LEASE,
 };
@@ -22,7 +23,8 @@ use muster_protocol::ops::{
 };
 use muster_protocol::{ErrorCode, RawJson, Request};
 
-use super::{
+use super::listing::{self, fill};
+use super::{Parked, ParkedCounts, 
     ClaimWaiter, Engine, Failure, LeaseClock, Now, OpResult, Queue, Reply, TaskWait, Waiter,
     client, push_event,
 };
@@ -233,7 +235,7 @@ impl<W: Waiter> Engine<W> {
             Request::SessionUpdate(r) => self.session_update(r, &waiter).map(Reply::Member),
             Request::Subscribe(r) => self.subscribe(r, &waiter).map(Reply::Empty),
             Request::Unsubscribe(r) => self.unsubscribe(r, &waiter).map(Reply::Empty),
-            Request::MemberList(_) => Ok(Reply::MemberList(self.member_list())),
+            Request::MemberList(r) => self.member_list(&r).map(Reply::MemberList),
             Request::MemberDescribe(r) => self.member_describe(&r.0).map(Reply::MemberDescribe),
             Request::MemberDrain(r) => self.member_drain(&r.0).map(Reply::Member),
             Request::LeaseRevoke(r) => self.lease_revoke(r, now).map(Reply::Settle),
@@ -267,20 +269,18 @@ impl<W: Waiter> Engine<W> {
             Some(a) => Bound::Excluded(a.as_str()),
             None => Bound::Unbounded,
         };
-        let mut queues: Vec<QueueInfo> = self
-            .queues
-            .range::<str, _>((start, Bound::Unbounded))
-            .filter(|(name, _)| principal.is_none_or(|p| p.covers(name)))
-            .take(limit as usize + 1)
-            .map(|(name, q)| self.queue_info(name, q))
-            .collect();
-        let next = (queues.len() > limit as usize).then(|| {
-            queues.truncate(limit as usize);
-            queues.last().map(|q| q.name.clone())
-        });
+        let carried = self.carried_label_sets();
+        let page = fill(
+            self.queues
+                .range::<str, _>((start, Bound::Unbounded))
+                .filter(|(name, _)| principal.is_none_or(|p| p.covers(name)))
+                .map(|(name, q)| Ok::<_, Failure>(self.queue_info_with(name, q, &carried))),
+            limit as usize,
+            |q| q.name.clone(),
+        )?;
         Ok(QueueListReply {
-            queues,
-            next: next.flatten(),
+            queues: page.items,
+            next: page.next,
         })
     }
 
@@ -354,7 +354,7 @@ impl<W: Waiter> Engine<W> {
             &QueueRecord::new(queue.options.clone(), queue.created_ms),
         );
         // Resuming a queue or raising its key concurrency can make tasks available.
-        self.ready_changed = true;
+        self.ready_changed.queue(&std::sync::Arc::from(name));
         Ok(QueueReply {
             queue: self.queue_info(name, queue),
         })
@@ -463,6 +463,7 @@ impl<W: Waiter> Engine<W> {
                 return Err(at("not_before is more than a year away".into()));
             }
         }
+        self.check_label_classes(&r)?;
         let mut out = Vec::with_capacity(r.tasks.len());
         let mut fresh: Vec<(&str, Ulid)> = Vec::new();
         for t in &r.tasks {
@@ -532,6 +533,55 @@ impl<W: Waiter> Engine<W> {
         Ok(EnqueueReply { tasks: out })
     }
 
+    /// Refuses a claim that may park when its connection or principal already has as
+    /// many claims parked as allowed.
+    fn check_parked(&self, waiter: &W) -> OpResult<()> {
+        let on_connection = self.parked.count(&Parked::Connection(waiter.connection()));
+        let principal = waiter.principal().map(|p| p.name.as_str());
+        let by_principal =
+            principal.map_or(0, |p| self.parked.count(&Parked::Principal(p.into())));
+        if on_connection >= MAX_PARKED_CLAIMS_PER_CONNECTION {
+            return Err(client(
+                ErrorCode::Limit,
+                format!("this connection has {on_connection} claims waiting already (at most {MAX_PARKED_CLAIMS_PER_CONNECTION})"),
+            ));
+        }
+        if by_principal >= MAX_PARKED_CLAIMS_PER_PRINCIPAL {
+            return Err(client(
+                ErrorCode::Limit,
+                format!("{:?} has {by_principal} claims waiting already (at most {MAX_PARKED_CLAIMS_PER_PRINCIPAL})", principal.unwrap_or_default()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses an enqueue that would give its queue more than [`MAX_LABEL_CLASSES`]
+    /// label classes.
+    fn check_label_classes(&self, r: &Enqueue) -> OpResult<()> {
+        let dispatch = &self.queue(&r.queue)?.dispatch;
+        let mut new: Vec<Vec<String>> = Vec::new();
+        for t in &r.tasks {
+            if dispatch.knows(&t.requires) {
+                continue;
+            }
+            let labels = super::dispatch::sorted(&t.requires);
+            if !new.contains(&labels) {
+                new.push(labels);
+            }
+        }
+        let total = dispatch.class_count() + new.len();
+        if total > MAX_LABEL_CLASSES {
+            return Err(client(
+                ErrorCode::Limit,
+                format!(
+                    "queue {:?} would hold tasks of {total} label sets (requires); at most {MAX_LABEL_CLASSES} are allowed among its unfinished tasks",
+                    r.queue
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn claim_spec(&self, r: Claim) -> OpResult<(ClaimSpec, u64)> {
         if r.queues.is_empty() || r.queues.len() > MAX_CLAIM_QUEUES {
             return Err(bad(format!(
@@ -580,6 +630,11 @@ impl<W: Waiter> Engine<W> {
             Ok(v) => v,
             Err(e) => return Err((waiter, e)),
         };
+        if wait > 0
+            && let Err(e) = self.check_parked(&waiter)
+        {
+            return Err((waiter, e));
+        }
         // The claim itself is news of the claimer, after anything that happened before.
         spec.heard = self.heard.get(&waiter.connection()).map_or(0, |h| h.event);
         self.take_member(&spec.member, waiter.principal());
@@ -593,6 +648,7 @@ impl<W: Waiter> Engine<W> {
             }
         };
         if tasks.is_empty() && wait > 0 {
+            self.parked.add(&waiter);
             self.claim_waiters.push(ClaimWaiter {
                 waiter,
                 claim: spec,
@@ -918,25 +974,16 @@ impl<W: Waiter> Engine<W> {
             Some(a) => Bound::Excluded(parse_id(a)?),
             None => Bound::Unbounded,
         };
-        let ids: Vec<Ulid> = q
-            .ids(r.state)
-            .range((after, Bound::Unbounded))
-            .take(limit as usize + 1)
-            .copied()
-            .collect();
-        let more = ids.len() > limit as usize;
-        let page = &ids[..ids.len().min(limit as usize)];
-        let mut tasks = Vec::with_capacity(page.len());
-        for &id in page {
-            tasks.push(summary(id, &self.record(id)?));
-        }
+        let page = fill(
+            q.ids(r.state)
+                .range((after, Bound::Unbounded))
+                .map(|&id| Ok::<_, Failure>(summary(id, &self.record(id)?))),
+            limit as usize,
+            |t| t.id.clone(),
+        )?;
         Ok(TaskListReply {
-            next: if more {
-                page.last().map(Ulid::to_string)
-            } else {
-                None
-            },
-            tasks,
+            tasks: page.items,
+            next: page.next,
         })
     }
 
@@ -960,6 +1007,9 @@ impl<W: Waiter> Engine<W> {
                 }
                 ids.push(id);
             }
+            // Each task is answered once, however often it is named.
+            let mut seen = std::collections::HashSet::with_capacity(ids.len());
+            ids.retain(|id| seen.insert(*id));
             Ok((ids, timeout))
         })();
         let (ids, timeout) = match parsed {
@@ -988,16 +1038,31 @@ impl<W: Waiter> Engine<W> {
     fn answer_wait(&mut self, wait: TaskWait<W>) -> Result<(), WaitFailure<W>> {
         let mut reply = WaitReply {
             finished: Vec::new(),
+            omitted: Vec::new(),
             pending: Vec::new(),
             removed: Vec::new(),
         };
+        let mut bytes = 0;
         for &id in &wait.ids {
             match self.tasks.get(&id) {
                 None => reply.removed.push(id.to_string()),
-                Some(m) if m.state.is_finished() => match self.task_info(id) {
-                    Ok(info) => reply.finished.push(info),
-                    Err(f) => return Err(WaitFailure(wait.waiter, f)),
-                },
+                Some(m) if m.state.is_finished() => {
+                    if !reply.finished.is_empty() && bytes >= MAX_LISTING_BYTES {
+                        reply.omitted.push(id.to_string());
+                        continue;
+                    }
+                    let info = match self.task_info(id) {
+                        Ok(info) => info,
+                        Err(f) => return Err(WaitFailure(wait.waiter, f)),
+                    };
+                    let len = listing::json_len(&info);
+                    if !reply.finished.is_empty() && bytes + len > MAX_LISTING_BYTES {
+                        reply.omitted.push(id.to_string());
+                    } else {
+                        bytes += len;
+                        reply.finished.push(info);
+                    }
+                }
                 Some(_) => reply.pending.push(id.to_string()),
             }
         }
@@ -1006,7 +1071,11 @@ impl<W: Waiter> Engine<W> {
     }
 
     /// Serves parked claims when tasks became available, and ends those past their wait.
-    pub(super) fn serve_claims(&mut self, serve: bool, now: Now) -> Result<(), StoreError> {
+    pub(super) fn serve_claims(
+        &mut self,
+        ready: &super::ReadyChanged,
+        now: Now,
+    ) -> Result<(), StoreError> {
         let waiters = std::mem::take(&mut self.claim_waiters);
         let mut keep = Vec::with_capacity(waiters.len());
         let liveness = muster_protocol::limits::DEFAULT_LIVENESS.as_millis() as u64;
@@ -1019,6 +1088,7 @@ impl<W: Waiter> Engine<W> {
             let heard = self.heard.get(&w.waiter.connection()).copied();
             w.claim.heard = heard.map_or(0, |h| h.event);
             let alive = heard.is_some_and(|h| now.mono_ms.saturating_sub(h.at_ms) <= liveness);
+            let serve = ready.touches(w.claim.queues.iter().map(String::as_str));
             if serve && alive && !self.is_draining(&w.claim.member) {
                 match self.take_ready(&w.claim, now) {
                     Ok(tasks) if !tasks.is_empty() => {
@@ -1040,6 +1110,10 @@ impl<W: Waiter> Engine<W> {
                 continue;
             }
             keep.push(w);
+        }
+        self.parked = ParkedCounts::default();
+        for w in &keep {
+            self.parked.add(&w.waiter);
         }
         self.claim_waiters = keep;
         Ok(())
@@ -1198,18 +1272,33 @@ impl<W: Waiter> Engine<W> {
     /// A queue with its counts, what its key lines hold back, and what no connected
     /// member can take.
     pub(super) fn queue_info(&self, name: &str, q: &Queue) -> QueueInfo {
+        self.queue_info_with(name, q, &self.carried_label_sets())
+    }
+
+    /// [`Self::queue_info`] with the label sets of connected members computed once for
+    /// a whole listing: its cost is classes × distinct label sets, not × members.
+    pub(super) fn queue_info_with(&self, name: &str, q: &Queue, carried: &[&[String]]) -> QueueInfo {
         let mut counts = StateCounts::default();
         for state in TaskState::ALL {
             *counts.get_mut(state) = q.ids(state).len() as u64;
         }
         let mut unclaimable = 0;
-        let mut unclaimable_requires = Vec::new();
+        let mut unclaimed: Vec<(usize, &[String])> = Vec::new();
         for (class, ready) in q.dispatch.classes() {
-            if !class.is_empty() && !self.connected_member_carries(class) {
+            let carries = |set: &&[String]| class.iter().all(|l| set.contains(l));
+            if !class.is_empty() && !carried.iter().any(carries) {
                 unclaimable += ready as u64;
-                unclaimable_requires.push(class.to_vec());
+                unclaimed.push((ready, class));
             }
         }
+        let unclaimable_sets = unclaimed.len() as u64;
+        // The sets holding the most tasks first; ties by name, so the reply is stable.
+        unclaimed.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+        let mut unclaimable_requires: Vec<Vec<String>> = unclaimed
+            .iter()
+            .take(MAX_LISTED_LABEL_SETS)
+            .map(|(_, class)| class.to_vec())
+            .collect();
         unclaimable_requires.sort();
         QueueInfo {
             name: name.to_owned(),
@@ -1218,6 +1307,7 @@ impl<W: Waiter> Engine<W> {
             held_back: q.dispatch.held_back(),
             unclaimable,
             unclaimable_requires,
+            unclaimable_sets,
             totals: q.totals,
             oldest_ready_ms: q.ids(TaskState::Ready).first().map(|id| id.timestamp_ms()),
             created_ms: q.created_ms,

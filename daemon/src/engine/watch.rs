@@ -23,6 +23,7 @@ use muster_protocol::model::{TaskState, TaskSummary};
 use muster_protocol::ops::{Empty, View, Watch, WatchReply, WatchUpdate};
 use muster_protocol::{ErrorCode, Push};
 
+use super::listing::fill;
 use super::ops::{bad, parse_id};
 use super::{Engine, Failure, Now, OpResult, Sink, Waiter, client};
 use crate::auth::Principal;
@@ -80,20 +81,6 @@ fn rows(limit: Option<u32>) -> OpResult<usize> {
 }
 
 /// Splits `items` (fetched with one extra) into a page and the cursor of the next one.
-fn page<T>(
-    mut items: Vec<T>,
-    limit: usize,
-    cursor: impl Fn(&T) -> String,
-) -> (Vec<T>, Option<String>) {
-    let next = if items.len() > limit {
-        items.truncate(limit);
-        items.last().map(cursor)
-    } else {
-        None
-    };
-    (items, next)
-}
-
 fn after(cursor: Option<&String>) -> Bound<&str> {
     cursor.map_or(Bound::Unbounded, |c| Bound::Excluded(c.as_str()))
 }
@@ -184,15 +171,19 @@ impl<W: Waiter> Engine<W> {
         match view {
             View::Queues { after: a, limit } => {
                 let limit = rows(*limit)?;
-                let queues = self
-                    .queues
-                    .range::<str, _>((after(a.as_ref()), Bound::Unbounded))
-                    .filter(|(name, _)| covers(principal, name))
-                    .take(limit + 1)
-                    .map(|(name, q)| self.queue_info(name, q))
-                    .collect();
-                let (queues, next) = page(queues, limit, |q| q.name.clone());
-                Ok(WatchUpdate::Queues { queues, next })
+                let carried = self.carried_label_sets();
+                let page = fill(
+                    self.queues
+                        .range::<str, _>((after(a.as_ref()), Bound::Unbounded))
+                        .filter(|(name, _)| covers(principal, name))
+                        .map(|(name, q)| Ok::<_, Failure>(self.queue_info_with(name, q, &carried))),
+                    limit,
+                    |q| q.name.clone(),
+                )?;
+                Ok(WatchUpdate::Queues {
+                    queues: page.items,
+                    next: page.next,
+                })
             }
             View::Tasks {
                 queue,
@@ -206,20 +197,18 @@ impl<W: Waiter> Engine<W> {
                     Some(a) => Bound::Excluded(parse_id(a)?),
                     None => Bound::Unbounded,
                 };
-                let mut tasks = Vec::new();
-                for &id in q
-                    .ids(*state)
-                    .range((start, Bound::Unbounded))
-                    .take(limit + 1)
-                {
-                    tasks.push(row(id, &self.record(id)?));
-                }
-                let (tasks, next) = page(tasks, limit, |t| t.id.clone());
+                let page = fill(
+                    q.ids(*state)
+                        .range((start, Bound::Unbounded))
+                        .map(|&id| Ok::<_, Failure>(row(id, &self.record(id)?))),
+                    limit,
+                    |t| t.id.clone(),
+                )?;
                 Ok(WatchUpdate::Tasks {
                     queue: self.queue_info(queue, q),
                     state: *state,
-                    tasks,
-                    next,
+                    tasks: page.items,
+                    next: page.next,
                 })
             }
             View::Dead { after: a, limit } => {
@@ -247,17 +236,17 @@ impl<W: Waiter> Engine<W> {
             }
             View::Members { after: a, limit } => {
                 let limit = rows(*limit)?;
-                let members = self
-                    .members
-                    .range::<str, _>((after(a.as_ref()), Bound::Unbounded))
-                    .take(limit + 1)
-                    .map(|(name, m)| m.info(name))
-                    .collect();
-                let (members, next) = page(members, limit, |m| m.name.clone());
+                let page = fill(
+                    self.members
+                        .range::<str, _>((after(a.as_ref()), Bound::Unbounded))
+                        .map(|(name, m)| Ok::<_, Failure>(m.info(name))),
+                    limit,
+                    |m| m.name.clone(),
+                )?;
                 Ok(WatchUpdate::Members {
-                    members,
+                    members: page.items,
                     connected: self.connected_members() as u64,
-                    next,
+                    next: page.next,
                 })
             }
         }
@@ -298,17 +287,22 @@ impl<W: Waiter> Engine<W> {
                     .take(limit + 1 - ids.len()),
             );
         }
-        let mut tasks = Vec::with_capacity(ids.len());
-        for id in ids {
-            tasks.push(row(id, &self.record(id)?));
-        }
-        let (tasks, next) = page(tasks, limit, |t| format!("{}/{}", t.queue, t.id));
+        let page = fill(
+            ids.into_iter()
+                .map(|id| Ok::<_, Failure>(row(id, &self.record(id)?))),
+            limit,
+            |t| format!("{}/{}", t.queue, t.id),
+        )?;
         let total = self
             .queues
             .iter()
             .filter(|(name, _)| covers(principal, name))
             .map(|(_, q)| q.ids(TaskState::Dead).len() as u64)
             .sum();
-        Ok(WatchUpdate::Dead { tasks, total, next })
+        Ok(WatchUpdate::Dead {
+            tasks: page.items,
+            total,
+            next: page.next,
+        })
     }
 }

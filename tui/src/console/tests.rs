@@ -94,6 +94,7 @@ fn queue(name: &str, counts: [u64; 6], paused: bool) -> QueueInfo {
         held_back: 0,
         unclaimable: 0,
         unclaimable_requires: Vec::new(),
+        unclaimable_sets: 0,
         totals: QueueTotals {
             enqueued: 100,
             acked: 40,

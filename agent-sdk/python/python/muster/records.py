@@ -90,6 +90,9 @@ class QueueInfo:
     unclaimable: int
     """Ready tasks whose ``requires`` no connected member's labels cover."""
     unclaimable_requires: List[List[str]]
+    """The label sets holding the most unclaimable tasks (at most 16)."""
+    unclaimable_sets: int
+    """How many label sets unclaimable tasks require in all."""
     totals: QueueTotals
     oldest_ready_ms: Optional[int]
     created_ms: int
@@ -108,6 +111,7 @@ class QueueInfo:
             held_back=d.get("held_back", 0),
             unclaimable=d.get("unclaimable", 0),
             unclaimable_requires=d.get("unclaimable_requires", []),
+            unclaimable_sets=d.get("unclaimable_sets", 0),
             totals=QueueTotals._from(d["totals"]),
             oldest_ready_ms=d.get("oldest_ready_ms"),
             created_ms=d["created_ms"],
@@ -248,15 +252,25 @@ class TaskPage:
 
 @dataclass(frozen=True)
 class WaitResult:
-    """What ``wait`` saw: every id asked for is in exactly one of the three lists."""
+    """What ``wait`` saw: every id asked for is in exactly one of the four lists.
+
+    ``omitted`` names finished tasks left out of ``finished`` so that the reply fits
+    one frame: read them with ``task_get``.
+    """
 
     finished: List[TaskInfo]
     pending: List[str]
     removed: List[str]
+    omitted: List[str]
 
     @staticmethod
     def _from(d: _Dict) -> WaitResult:
-        return WaitResult([TaskInfo._from(t) for t in d["finished"]], d["pending"], d["removed"])
+        return WaitResult(
+            [TaskInfo._from(t) for t in d["finished"]],
+            d["pending"],
+            d["removed"],
+            d.get("omitted", []),
+        )
 
 
 @dataclass(frozen=True)
@@ -384,15 +398,19 @@ class MemberInfo:
 
 @dataclass(frozen=True)
 class MemberDescription:
-    """A member and the tasks it holds."""
+    """A member and the tasks it holds (``leases`` as many as fit one frame, of
+    ``leases_total``)."""
 
     member: MemberInfo
     leases: List[TaskSummary]
+    leases_total: int
 
     @staticmethod
     def _from(d: _Dict) -> MemberDescription:
         return MemberDescription(
-            MemberInfo._from(d["member"]), [TaskSummary._from(t) for t in d["leases"]]
+            MemberInfo._from(d["member"]),
+            [TaskSummary._from(t) for t in d["leases"]],
+            d.get("leases_total", len(d["leases"])),
         )
 
 
