@@ -68,16 +68,15 @@ pub enum Command {
 
 /// A frame for a stream's writer.
 pub enum Outgoing {
-    /// A reply. It holds its request's slot of the connection's in-flight limit until
-    /// the writer has encoded it, so a client that sends but never reads cannot make
-    /// the daemon queue replies without bound.
+    /// A reply. It holds its request's [`Slot`]: a client that sends but never reads
+    /// cannot make the daemon queue replies without bound.
     Reply {
         /// The request id; `None` for a frame whose id could not be read.
         id: Option<u64>,
         /// The reply.
         result: Box<Result<Reply, ErrorBody>>,
-        /// The request's in-flight slot.
-        slot: OwnedSemaphorePermit,
+        /// The request's slot.
+        slot: Slot,
     },
     /// A push to a member session (bounded by the member's leases) or of a watch (with
     /// the watch's flag, cleared once the push is encoded: one queued push per watch).
@@ -87,12 +86,8 @@ pub enum Outgoing {
 }
 
 impl Outgoing {
-    /// A reply holding an in-flight slot.
-    pub fn reply(
-        id: Option<u64>,
-        result: Result<Reply, ErrorBody>,
-        slot: OwnedSemaphorePermit,
-    ) -> Self {
+    /// A reply holding its request's slot.
+    pub fn reply(id: Option<u64>, result: Result<Reply, ErrorBody>, slot: Slot) -> Self {
         Outgoing::Reply {
             id,
             result: Box::new(result),
@@ -101,13 +96,23 @@ impl Outgoing {
     }
 }
 
-/// Where a request's reply goes: its stream's writer, with the request's in-flight slot.
+/// What a request holds of its connection's budgets until its reply is out: a place of
+/// the in-flight limit (until the reply is encoded) and the most bytes its reply can
+/// take (until the reply is written to the stream).
+pub struct Slot {
+    /// A place of the connection's in-flight limit.
+    pub in_flight: OwnedSemaphorePermit,
+    /// The reply's bytes, in KiB, of the connection's reply budget.
+    pub reply_bytes: OwnedSemaphorePermit,
+}
+
+/// Where a request's reply goes: its stream's writer, with the request's slot.
 pub struct Responder {
     out: mpsc::UnboundedSender<Outgoing>,
     connection: u64,
     principal: Option<Arc<Principal>>,
     id: u64,
-    slot: OwnedSemaphorePermit,
+    slot: Slot,
 }
 
 impl Responder {
@@ -118,7 +123,7 @@ impl Responder {
         connection: u64,
         principal: Option<Arc<Principal>>,
         id: u64,
-        slot: OwnedSemaphorePermit,
+        slot: Slot,
     ) -> Self {
         Responder {
             out,

@@ -13,6 +13,7 @@
 //! - [`metrics`]: the Prometheus endpoint.
 //! - [`tls`]: the certificate and the QUIC/TLS configuration.
 
+pub mod admission;
 pub mod auth;
 pub mod config;
 pub mod dispatcher;

@@ -7,7 +7,9 @@
 //! typed requests.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use anyhow::Context;
 use tokio::sync::{Semaphore, mpsc};
@@ -16,15 +18,68 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use muster_protocol::frame::{self, FrameError, FrameReader};
+use muster_protocol::limits::{MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES, MAX_PROGRESS_BYTES};
 use muster_protocol::ops::{ErrFrame, HelloReply, OkFrame, decode_request};
 use muster_protocol::{ErrorBody, ErrorCode, PROTOCOL_VERSION, Push, Request};
 
+use crate::admission::{Place, Pool};
 use crate::auth::{Principal, Tokens};
-use crate::dispatcher::{Command, Outgoing, Responder};
+use crate::dispatcher::{Command, Outgoing, Responder, Slot};
 use crate::engine::Reply;
 
 /// Requests one connection may have in flight (sent, not yet answered), over all its streams.
 pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 4096;
+
+/// Handshakes in progress at once; past it the oldest is dropped for a newcomer.
+pub const MAX_HANDSHAKES: usize = 256;
+
+/// Handshakes in progress from one source address; past it that address's oldest is
+/// dropped for its newcomer.
+pub const MAX_HANDSHAKES_PER_ADDRESS: usize = 32;
+
+/// Handshakes in progress past which a client must prove it receives at its address
+/// (a QUIC Retry, one round trip) before it gets a place: spoofed Initials then hold
+/// nothing. Clients off loopback always get a Retry.
+pub const RETRY_ABOVE_HANDSHAKES: usize = 16;
+
+/// Longest a QUIC handshake may take.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// With tokens configured: connections that finished their handshake but have not
+/// presented a valid token yet. Past it the oldest of them is closed for a newcomer.
+pub const MAX_UNAUTHENTICATED: usize = 128;
+
+/// The same from one source address.
+pub const MAX_UNAUTHENTICATED_PER_ADDRESS: usize = 32;
+
+/// Streams a connection may open before it presented its token (tokens configured);
+/// raised to the full limit by its `hello`.
+pub const STREAMS_BEFORE_HELLO: u32 = 2;
+
+/// Connection receive window before the token is presented (tokens configured).
+pub const WINDOW_BEFORE_HELLO: u32 = 64 * 1024;
+
+/// Bytes of unfinished request frames a connection may hold buffered over all its
+/// streams (each stream's buffer counted by its allocation). A stream that would pass
+/// it is answered `too_large` and stopped.
+pub const MAX_BUFFERED_REQUEST_BYTES: usize = 4 * MAX_FRAME_BYTES;
+
+/// The same before the connection presented its token (tokens configured).
+pub const MAX_BUFFERED_BEFORE_HELLO: usize = 256 * 1024;
+
+/// Bytes of replies a connection may have in preparation or waiting to be written.
+/// Each request reserves the most its reply can take ([`reply_bound`]) until its reply
+/// is written to the stream; past the budget the daemon stops reading the connection's
+/// requests, except that a claim or wait that may wait is refused with `limit` rather
+/// than holding up the connection's other requests.
+pub const MAX_REPLY_BYTES_PER_CONNECTION: usize = 8 * MAX_FRAME_BYTES;
+
+/// What a reply that lists nothing large can take: ids, states, options, one queue.
+const SMALL_REPLY_BYTES: usize = 128 * 1024;
+
+/// Application error code on a connection closed because `--max-connections`
+/// connections are served already.
+const CLOSE_LIMIT: u32 = 5;
 
 /// Bytes read from a stream at a time.
 const READ_CHUNK: usize = 64 * 1024;
@@ -79,11 +134,20 @@ pub fn bind(
 }
 
 /// Accepts connections until `shutdown`, then closes them all and waits for their tasks.
+///
+/// A connection goes through three budgets: a handshake place ([`MAX_HANDSHAKES`]),
+/// then with tokens configured a place among the unauthenticated
+/// ([`MAX_UNAUTHENTICATED`]), and only then one of `--max-connections`: connections
+/// that never finish a handshake or never present a token cannot keep a client with
+/// a valid token out.
 pub async fn serve(endpoint: quinn::Endpoint, context: ServerContext, shutdown: CancellationToken) {
-    let max_connections = context.max_connections;
-    let context = Arc::new(context);
+    let admission = Admission {
+        slots: Arc::new(Semaphore::new(context.max_connections)),
+        handshakes: Pool::new(MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS),
+        unauthenticated: Pool::new(MAX_UNAUTHENTICATED, MAX_UNAUTHENTICATED_PER_ADDRESS),
+    };
+    let context = Arc::new((context, admission));
     let tracker = TaskTracker::new();
-    let slots = Arc::new(Semaphore::new(max_connections));
     // Connection ids, so the engine can tell which connection holds a member session.
     let mut connections: u64 = 0;
     loop {
@@ -92,22 +156,33 @@ pub async fn serve(endpoint: quinn::Endpoint, context: ServerContext, shutdown: 
             () = shutdown.cancelled() => break,
         };
         let Some(incoming) = incoming else { break };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            warn!(remote = %incoming.remote_address(), max_connections, "connection refused: limit reached");
-            incoming.refuse();
-            continue;
-        };
+        let remote = incoming.remote_address();
+        if !incoming.remote_address_validated() {
+            let busy = context.1.handshakes.held() >= RETRY_ABOVE_HANDSHAKES;
+            if incoming.may_retry() && (busy || !remote.ip().is_loopback()) {
+                // Stateless: the client comes back with a token proving its address.
+                let _ = incoming.retry();
+                continue;
+            }
+            if busy {
+                // A token that does not validate, while busy: nothing to spend on it.
+                incoming.ignore();
+                continue;
+            }
+        }
+        let handshake = context.1.handshakes.admit(remote.ip());
         connections += 1;
         let connection = connections;
-        let span = info_span!("connection", id = connection, remote = %incoming.remote_address());
+        let span = info_span!("connection", id = connection, remote = %remote);
         let context = Arc::clone(&context);
         let shutdown = shutdown.clone();
         tracker.spawn(
             async move {
-                if let Err(e) = handle_connection(incoming, connection, context, shutdown).await {
+                if let Err(e) =
+                    handle_connection(incoming, handshake, connection, context, shutdown).await
+                {
                     debug!("connection ended: {e:#}");
                 }
-                drop(slot);
             }
             .instrument(span),
         );
@@ -118,38 +193,68 @@ pub async fn serve(endpoint: quinn::Endpoint, context: ServerContext, shutdown: 
     endpoint.wait_idle().await;
 }
 
+/// The budgets connections are admitted through (see [`serve`]).
+struct Admission {
+    /// Places of `--max-connections`.
+    slots: Arc<Semaphore>,
+    handshakes: Arc<Pool>,
+    unauthenticated: Arc<Pool>,
+}
+
 async fn handle_connection(
     incoming: quinn::Incoming,
+    handshake: Place,
     connection: u64,
-    context: Arc<ServerContext>,
+    context: Arc<(ServerContext, Admission)>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let conn = incoming.await.context("handshake")?;
+    let connecting = incoming.accept().context("accepting")?;
+    let conn = tokio::select! {
+        conn = tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting) => {
+            conn.context("handshake timed out")?.context("handshake")?
+        }
+        () = handshake.evicted.cancelled() => anyhow::bail!("handshake dropped for a newer one"),
+        () = shutdown.cancelled() => return Ok(()),
+    };
+    drop(handshake);
     debug!("connected");
     let state = Arc::new(ConnState {
         conn: conn.clone(),
         id: connection,
         principal: OnceLock::new(),
+        slot: OnceLock::new(),
         in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT_PER_CONNECTION)),
+        reply_bytes: Arc::new(Semaphore::new(kib(MAX_REPLY_BYTES_PER_CONNECTION))),
+        buffered: AtomicUsize::new(0),
+        authenticated: CancellationToken::new(),
         context: Arc::clone(&context),
     });
     let streams = TaskTracker::new();
-    if !context.tokens.is_empty() {
-        // A connection must present its token in time; a silent one is closed.
-        let (state, timeout) = (Arc::clone(&state), context.hello_timeout);
+    if context.0.tokens.is_empty() {
+        if let Err(e) = state.take_slot() {
+            conn.close(CLOSE_LIMIT.into(), b"connection limit reached");
+            return Err(anyhow::anyhow!(e.message));
+        }
+    } else {
+        // A connection must present its token in time, and holds a place among the
+        // unauthenticated until it does; a silent one is closed, and the oldest silent
+        // one is closed for a newcomer when they are too many.
+        let place = context.1.unauthenticated.admit(conn.remote_address().ip());
+        let (state, timeout) = (Arc::clone(&state), context.0.hello_timeout);
         streams.spawn(async move {
-            tokio::select! {
-                () = tokio::time::sleep(timeout) => {
-                    if state.principal.get().is_none() {
-                        debug!("no token within {timeout:?}: closing");
-                        state.conn.close(CLOSE_UNAUTHORIZED.into(), b"no token presented in time");
-                    }
-                }
-                _ = state.conn.closed() => {}
+            let reason: &'static [u8] = tokio::select! {
+                () = tokio::time::sleep(timeout) => b"no token presented in time",
+                () = place.evicted.cancelled() => b"no token presented; dropped for newer connections",
+                () = state.authenticated.cancelled() => return,
+                _ = state.conn.closed() => return,
+            };
+            if state.principal.get().is_none() {
+                debug!("closing: {}", String::from_utf8_lossy(reason));
+                state.conn.close(CLOSE_UNAUTHORIZED.into(), reason);
             }
         });
     }
-    let commands = context.commands.clone();
+    let commands = context.0.commands.clone();
     streams.spawn(report_heard(conn.clone(), connection, commands.clone()));
     let result = loop {
         let (send, recv) = tokio::select! {
@@ -213,7 +318,12 @@ async fn read_requests(
     state: Arc<ConnState>,
     out: mpsc::UnboundedSender<Outgoing>,
 ) {
-    let mut frames = FrameReader::with_capacity(2 * READ_CHUNK);
+    let mut frames = FrameReader::new();
+    // This stream's share of the connection's buffered request bytes.
+    let mut buffered = Buffered {
+        total: &state.buffered,
+        mine: 0,
+    };
     let mut chunk = vec![0u8; READ_CHUNK];
     loop {
         loop {
@@ -221,20 +331,16 @@ async fn read_requests(
                 Ok(Some(body)) => body,
                 Ok(None) => break,
                 Err(e) => {
-                    let Ok(slot) = Arc::clone(&state.in_flight).acquire_owned().await else {
-                        return;
-                    };
                     let code = match e {
                         FrameError::TooLarge { .. } => ErrorCode::TooLarge,
                         FrameError::Empty => ErrorCode::BadRequest,
                     };
-                    let error = ErrorBody::new(code, e.to_string());
-                    let _ = out.send(Outgoing::reply(None, Err(error), slot));
-                    // The frame boundary is lost: stop reading this stream, keep the connection.
-                    let _ = recv.stop(RESET_BAD_FRAME.into());
+                    refuse_stream(&state, &out, &mut recv, ErrorBody::new(code, e.to_string()))
+                        .await;
                     return;
                 }
             };
+            buffered.set(frames.capacity());
             // Every frame takes a slot of the connection's in-flight limit until its
             // reply is encoded: past the limit the daemon stops reading (QUIC flow
             // control then holds the client back).
@@ -245,6 +351,24 @@ async fn read_requests(
                 return;
             }
         }
+        buffered.set(frames.capacity());
+        let limit = state.buffer_limit();
+        if frames.in_frame() && buffered.total.load(Ordering::Relaxed) > limit {
+            let error = ErrorBody::new(
+                ErrorCode::TooLarge,
+                format!(
+                    "this connection holds {} bytes of unfinished request frames; at most {limit} are buffered{}",
+                    buffered.total.load(Ordering::Relaxed),
+                    if limit == MAX_BUFFERED_BEFORE_HELLO {
+                        " before hello"
+                    } else {
+                        ""
+                    },
+                ),
+            );
+            refuse_stream(&state, &out, &mut recv, error).await;
+            return;
+        }
         // The buffer grows with the bytes that actually arrive (bounded by QUIC flow
         // control), not with what a header announces.
         match recv.read(&mut chunk).await {
@@ -252,6 +376,78 @@ async fn read_requests(
             // End of stream (a frame cut short is dropped), or the stream was reset.
             Ok(None) | Err(_) => return,
         }
+    }
+}
+
+/// Answers a stream whose frames cannot be read on with `error`, then stops reading
+/// it: the frame boundary is lost. The connection and its other streams go on.
+async fn refuse_stream(
+    state: &ConnState,
+    out: &mpsc::UnboundedSender<Outgoing>,
+    recv: &mut quinn::RecvStream,
+    error: ErrorBody,
+) {
+    if let Some(slot) = state.slot_for_refusal().await {
+        let _ = out.send(Outgoing::reply(None, Err(error), slot));
+    }
+    let _ = recv.stop(RESET_BAD_FRAME.into());
+}
+
+/// One stream's part of its connection's buffered request bytes.
+struct Buffered<'a> {
+    total: &'a AtomicUsize,
+    mine: usize,
+}
+
+impl Buffered<'_> {
+    fn set(&mut self, bytes: usize) {
+        if bytes >= self.mine {
+            self.total.fetch_add(bytes - self.mine, Ordering::Relaxed);
+        } else {
+            self.total.fetch_sub(self.mine - bytes, Ordering::Relaxed);
+        }
+        self.mine = bytes;
+    }
+}
+
+impl Drop for Buffered<'_> {
+    fn drop(&mut self) {
+        self.set(0);
+    }
+}
+
+/// KiB, rounded up: reply budgets count in KiB so that a 4 MiB reply fits a permit count.
+fn kib(bytes: usize) -> usize {
+    bytes.div_ceil(1024)
+}
+
+/// The most bytes the reply to `req` can take, reserved from its connection's reply
+/// budget until the reply is written.
+fn reply_bound(req: &Request) -> usize {
+    match req {
+        // One delivery: its payload, its progress checkpoint and the fields around them.
+        Request::Claim(c) => (c.max.unwrap_or(1) as usize)
+            .saturating_mul(MAX_PAYLOAD_BYTES + MAX_PROGRESS_BYTES + 4096)
+            .min(MAX_FRAME_BYTES),
+        Request::TaskGet(_)
+        | Request::TaskList(_)
+        | Request::Wait(_)
+        | Request::QueueList(_)
+        | Request::MemberList(_)
+        | Request::MemberDescribe(_)
+        | Request::SessionOpen(_)
+        | Request::Watch(_) => MAX_FRAME_BYTES,
+        _ => SMALL_REPLY_BYTES,
+    }
+}
+
+/// True for requests that may park in the engine (a claim or wait that may wait):
+/// refused when the reply budget is spent, rather than holding up the connection.
+fn may_park(req: &Request) -> bool {
+    match req {
+        Request::Claim(c) => c.wait_ms.unwrap_or(0) > 0,
+        Request::Wait(w) => w.timeout_ms.unwrap_or(0) > 0,
+        _ => false,
     }
 }
 
@@ -267,17 +463,50 @@ async fn handle_frame(
     let (id, req) = match decode_request(body) {
         Ok(decoded) => decoded,
         Err(e) => {
-            let _ = out.send(Outgoing::reply(e.id, Err(e.error), slot));
+            if let Some(slot) = state.reserve(slot, SMALL_REPLY_BYTES).await {
+                let _ = out.send(Outgoing::reply(e.id, Err(e.error), slot));
+            }
             return Continue(());
+        }
+    };
+    let bound = reply_bound(&req);
+    let slot = if may_park(&req) {
+        match Arc::clone(&state.reply_bytes).try_acquire_many_owned(kib(bound) as u32) {
+            Ok(reply_bytes) => Slot {
+                in_flight: slot,
+                reply_bytes,
+            },
+            Err(_) => {
+                let error = ErrorBody::new(
+                    ErrorCode::Limit,
+                    format!(
+                        "this connection has {MAX_REPLY_BYTES_PER_CONNECTION} bytes of replies in preparation or unread; a claim or wait that may wait is refused until they are read"
+                    ),
+                );
+                if let Some(slot) = state.reserve(slot, SMALL_REPLY_BYTES).await {
+                    let _ = out.send(Outgoing::reply(Some(id), Err(error), slot));
+                }
+                return Continue(());
+            }
+        }
+    } else {
+        match state.reserve(slot, bound).await {
+            Some(slot) => slot,
+            None => return Break(()),
         }
     };
     if let Request::Hello(hello) = &req {
         let reply = state.hello(hello);
-        let refused = reply.is_err() && !state.context.tokens.is_empty();
+        let refused = reply.is_err() && !state.context.0.tokens.is_empty();
+        let limit_reached = matches!(&reply, Err(e) if e.code == ErrorCode::Limit);
         let _ = out.send(Outgoing::reply(Some(id), reply, slot));
         if refused && state.principal.get().is_none() {
             // A wrong token costs the connection: guesses need a new handshake each.
-            let _ = out.send(Outgoing::Close(CLOSE_UNAUTHORIZED, b"invalid token"));
+            let _ = out.send(if state.slot.get().is_none() && limit_reached {
+                Outgoing::Close(CLOSE_LIMIT, b"connection limit reached")
+            } else {
+                Outgoing::Close(CLOSE_UNAUTHORIZED, b"invalid token")
+            });
             return Break(());
         }
         return Continue(());
@@ -286,23 +515,23 @@ async fn handle_frame(
     // Answered here when allowed; refusals go the engine's way below.
     let allowed = match &principal {
         Some(p) => crate::engine::authorize_stateless(&req, p).is_some_and(|r| r.is_ok()),
-        None => state.context.tokens.is_empty(),
+        None => state.context.0.tokens.is_empty(),
     };
     if let Request::ServerStats(_) = &req
         && allowed
     {
-        let stats = &state.context.stats;
+        let stats = &state.context.0.stats;
         let reply = Reply::ServerStats(muster_protocol::ops::ServerStatsReply {
             syncs: stats.syncs.load(std::sync::atomic::Ordering::Relaxed),
             synced_requests: stats
                 .synced_requests
                 .load(std::sync::atomic::Ordering::Relaxed),
-            durability: state.context.durability.into(),
+            durability: state.context.0.durability.into(),
         });
         let _ = out.send(Outgoing::reply(Some(id), Ok(reply), slot));
         return Continue(());
     }
-    if principal.is_none() && !state.context.tokens.is_empty() {
+    if principal.is_none() && !state.context.0.tokens.is_empty() {
         let error = ErrorBody::new(ErrorCode::Unauthorized, "present a token with hello first");
         let _ = out.send(Outgoing::reply(Some(id), Err(error), slot));
         return Continue(());
@@ -310,6 +539,7 @@ async fn handle_frame(
     let responder = Responder::new(out.clone(), state.id, principal, id, slot);
     if let Err(flume::SendError(Command::Request(_, responder))) = state
         .context
+        .0
         .commands
         .send_async(Command::Request(req, responder))
         .await
@@ -345,17 +575,94 @@ struct ConnState {
     id: u64,
     /// Set by the first `hello` with a valid token.
     principal: OnceLock<Arc<Principal>>,
+    /// Its place of `--max-connections`: at the handshake without tokens, at the first
+    /// valid `hello` with them.
+    slot: OnceLock<tokio::sync::OwnedSemaphorePermit>,
     in_flight: Arc<Semaphore>,
-    context: Arc<ServerContext>,
+    /// The reply budget, in KiB ([`MAX_REPLY_BYTES_PER_CONNECTION`]).
+    reply_bytes: Arc<Semaphore>,
+    /// Bytes buffered by its streams' frame readers.
+    buffered: AtomicUsize,
+    /// Cancelled once a token was accepted: ends the wait for one.
+    authenticated: CancellationToken,
+    context: Arc<(ServerContext, Admission)>,
 }
 
 impl ConnState {
+    /// Takes a place of `--max-connections` for the connection (once), and opens its
+    /// streams and receive window fully.
+    fn take_slot(&self) -> Result<(), ErrorBody> {
+        if self.slot.get().is_some() {
+            return Ok(());
+        }
+        let permit = Arc::clone(&self.context.1.slots)
+            .try_acquire_owned()
+            .map_err(|_| {
+                warn!(
+                    max_connections = self.context.0.max_connections,
+                    "connection refused: limit reached"
+                );
+                ErrorBody::new(
+                    ErrorCode::Limit,
+                    format!(
+                        "the daemon serves {} connections already (--max-connections)",
+                        self.context.0.max_connections
+                    ),
+                )
+            })?;
+        let _ = self.slot.set(permit);
+        self.conn
+            .set_max_concurrent_bi_streams(crate::tls::MAX_STREAMS_PER_CONNECTION.into());
+        self.conn
+            .set_receive_window(crate::tls::CONNECTION_WINDOW.into());
+        Ok(())
+    }
+
+    /// How many request bytes the connection's streams may hold buffered now.
+    fn buffer_limit(&self) -> usize {
+        if self.context.0.tokens.is_empty() || self.principal.get().is_some() {
+            MAX_BUFFERED_REQUEST_BYTES
+        } else {
+            MAX_BUFFERED_BEFORE_HELLO
+        }
+    }
+
+    /// Adds `bytes` of the reply budget to an in-flight slot, waiting for them (the
+    /// daemon reads nothing more of this stream meanwhile). `None` if the connection
+    /// is gone.
+    async fn reserve(
+        &self,
+        in_flight: tokio::sync::OwnedSemaphorePermit,
+        bytes: usize,
+    ) -> Option<Slot> {
+        let reply_bytes = Arc::clone(&self.reply_bytes)
+            .acquire_many_owned(kib(bytes) as u32)
+            .await
+            .ok()?;
+        Some(Slot {
+            in_flight,
+            reply_bytes,
+        })
+    }
+
+    /// A slot for the reply to a frame that cannot be read.
+    async fn slot_for_refusal(&self) -> Option<Slot> {
+        let in_flight = Arc::clone(&self.in_flight).acquire_owned().await.ok()?;
+        self.reserve(in_flight, SMALL_REPLY_BYTES).await
+    }
+
     /// Answers `hello`: checks the version and, with tokens configured, the token.
     fn hello(&self, hello: &muster_protocol::ops::Hello) -> Result<Reply, ErrorBody> {
-        if !self.context.tokens.is_empty() {
+        if !self.context.0.tokens.is_empty() {
             let presented = hello.token.as_deref().unwrap_or_default();
-            match self.context.tokens.authenticate(presented) {
+            match self.context.0.tokens.authenticate(presented) {
                 Some(p) => {
+                    if self.principal.get().is_none() {
+                        // The connection's place of --max-connections comes with its
+                        // first valid token; without one, the token gains nothing.
+                        self.take_slot()?;
+                        self.authenticated.cancel();
+                    }
                     let current = self.principal.get_or_init(|| Arc::clone(&p));
                     if current.name != p.name {
                         return Err(ErrorBody::new(
@@ -401,6 +708,8 @@ async fn write_replies(
     let stopped = send.stopped();
     tokio::pin!(stopped);
     let mut buf = Vec::with_capacity(WRITE_CHUNK);
+    // The reply budget of what `buf` holds: given back once it is written.
+    let mut held = Vec::new();
     loop {
         let first = tokio::select! {
             msg = replies.recv() => match msg {
@@ -410,15 +719,20 @@ async fn write_replies(
             _ = &mut stopped => return, // the peer stopped reading, or the connection is gone
         };
         buf.clear();
-        let mut close = encode(&mut buf, first);
+        let mut close = encode(&mut buf, first, &mut held);
         while buf.len() < WRITE_CHUNK && close.is_none() {
             match replies.try_recv() {
-                Ok(m) => close = encode(&mut buf, m),
+                Ok(m) => close = encode(&mut buf, m, &mut held),
                 Err(_) => break,
             }
         }
         if send.write_all(&buf).await.is_err() {
             return;
+        }
+        held.clear();
+        if buf.capacity() > 2 * WRITE_CHUNK {
+            // A large reply went out: do not keep its room.
+            buf = Vec::with_capacity(WRITE_CHUNK);
         }
         if let Some((code, reason)) = close {
             // Let what was written arrive, then end the connection.
@@ -431,13 +745,19 @@ async fn write_replies(
     let _ = send.finish();
 }
 
-/// Appends one frame; a reply over the frame limit becomes a `too_large` error.
+/// Appends one frame; a reply over the frame limit becomes a `too_large` error. The
+/// reply's budget goes to `held` until the frame is written.
 /// Returns the code and reason to close the connection with once it is written: after
 /// the push telling a session it was replaced, or on request.
-fn encode(buf: &mut Vec<u8>, msg: Outgoing) -> Option<(u32, &'static [u8])> {
+fn encode(
+    buf: &mut Vec<u8>,
+    msg: Outgoing,
+    held: &mut Vec<tokio::sync::OwnedSemaphorePermit>,
+) -> Option<(u32, &'static [u8])> {
     let (id, result) = match msg {
         Outgoing::Reply { id, result, slot } => {
-            drop(slot);
+            drop(slot.in_flight);
+            held.push(slot.reply_bytes);
             (id, result)
         }
         Outgoing::Push(push, queued) => {

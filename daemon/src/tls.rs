@@ -27,7 +27,7 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 const STREAM_WINDOW: u32 = 2 * MAX_FRAME_BYTES as u32;
 
 /// Bytes a peer may have in flight on one connection, over all its streams.
-const CONNECTION_WINDOW: u32 = 8 * MAX_FRAME_BYTES as u32;
+pub const CONNECTION_WINDOW: u32 = 8 * MAX_FRAME_BYTES as u32;
 
 /// The certificate and key the daemon serves with.
 pub struct Identity {
@@ -164,10 +164,13 @@ pub fn server_config(identity: Identity) -> anyhow::Result<quinn::ServerConfig> 
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let mut transport = quinn::TransportConfig::default();
     transport
-        .max_concurrent_bidi_streams(MAX_STREAMS_PER_CONNECTION.into())
+        // A connection starts small and gets the full limits with its place of
+        // --max-connections (at once without tokens, at its first valid `hello` with
+        // them): one that never presents a token can buffer little.
+        .max_concurrent_bidi_streams(crate::server::STREAMS_BEFORE_HELLO.into())
         .max_concurrent_uni_streams(0u32.into())
         .stream_receive_window(STREAM_WINDOW.into())
-        .receive_window(CONNECTION_WINDOW.into())
+        .receive_window(crate::server::WINDOW_BEFORE_HELLO.into())
         .send_window(u64::from(CONNECTION_WINDOW))
         .max_idle_timeout(Some(IDLE_TIMEOUT.try_into().context("idle timeout")?))
         .datagram_receive_buffer_size(None);

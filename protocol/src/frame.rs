@@ -42,6 +42,9 @@ pub fn body_len(header: [u8; HEADER_LEN]) -> Result<usize, FrameError> {
 /// Bytes of frames already taken after which [`FrameReader`] drops them from its buffer.
 const COMPACT_BYTES: usize = 64 * 1024;
 
+/// Buffer room a reader keeps once it is empty; more is given back.
+const KEEP_BYTES: usize = 256 * 1024;
+
 /// Splits a byte stream into frame bodies: the one frame reader of the daemon, the SDK
 /// and the fuzz targets. It does no I/O: feed it the bytes that arrived with
 /// [`FrameReader::push`], then take every complete body with [`FrameReader::next_frame`].
@@ -115,12 +118,21 @@ impl FrameReader {
         if self.start == self.buf.len() {
             self.buf.clear();
             self.start = 0;
+            if self.buf.capacity() > KEEP_BYTES {
+                // A large frame went through: do not keep its room.
+                self.buf = Vec::new();
+            }
         } else if self.start >= COMPACT_BYTES {
             // A long run of small frames must not grow the buffer: drop what was read.
             self.buf.drain(..self.start);
             self.start = 0;
         }
         Ok(Some(body))
+    }
+
+    /// Bytes the reader holds allocated: what it costs in memory now.
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
     }
 
     /// True if bytes of an unfinished frame are buffered: a stream ending now ends

@@ -183,7 +183,10 @@ impl DispatchIndex {
         max_skip: usize,
     ) -> Option<Ulid> {
         let first = |set: &BTreeSet<(Reverse<u8>, Ulid)>| {
-            set.iter().take(max_skip + 1).find(|(_, id)| allowed(*id)).copied()
+            set.iter()
+                .take(max_skip + 1)
+                .find(|(_, id)| allowed(*id))
+                .copied()
         };
         if labels.is_empty() {
             // A claimer without labels can take only tasks that require none.

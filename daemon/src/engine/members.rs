@@ -25,8 +25,8 @@ use muster_protocol::limits::{
 use muster_protocol::model::{MemberInfo, MemberState, TaskState};
 use muster_protocol::names;
 use muster_protocol::ops::{
-    Empty, LeaseRef, LeaseRevoke, MemberDescribeReply, MemberList, MemberListReply, MemberName, MemberReply,
-    SessionOpen, SessionOpenReply, SessionUpdate, SettleReply, Subscribe, Unsubscribe,
+    Empty, LeaseRef, LeaseRevoke, MemberDescribeReply, MemberList, MemberListReply, MemberName,
+    MemberReply, SessionOpen, SessionOpenReply, SessionUpdate, SettleReply, Subscribe, Unsubscribe,
 };
 use muster_protocol::{ErrorBody, ErrorCode, Push};
 
@@ -537,10 +537,7 @@ impl<W: Waiter> Engine<W> {
         if limit == 0 || limit > MAX_PAGE {
             return Err(bad(format!("limit {limit} is outside 1..={MAX_PAGE}")));
         }
-        let start = r
-            .after
-            .as_deref()
-            .map_or(Bound::Unbounded, Bound::Excluded);
+        let start = r.after.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
         let page = fill(
             self.members
                 .range::<str, _>((start, Bound::Unbounded))

@@ -277,9 +277,15 @@ pub(super) struct ParkedCounts(HashMap<Parked, usize>);
 
 impl ParkedCounts {
     fn add(&mut self, waiter: &impl Waiter) {
-        *self.0.entry(Parked::Connection(waiter.connection())).or_default() += 1;
+        *self
+            .0
+            .entry(Parked::Connection(waiter.connection()))
+            .or_default() += 1;
         if let Some(p) = waiter.principal() {
-            *self.0.entry(Parked::Principal(p.name.as_str().into())).or_default() += 1;
+            *self
+                .0
+                .entry(Parked::Principal(p.name.as_str().into()))
+                .or_default() += 1;
         }
     }
 

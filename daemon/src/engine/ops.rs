@@ -6,10 +6,11 @@ use std::ops::Bound;
 use ulid::Ulid;
 
 use muster_protocol::limits::{
-    MAX_BATCH, MAX_CLAIM, MAX_CLAIM_QUEUES, MAX_LABEL_CLASSES, MAX_PARKED_CLAIMS_PER_CONNECTION,
-    MAX_PARKED_CLAIMS_PER_PRINCIPAL, MAX_LISTED_LABEL_SETS, MAX_LISTING_BYTES, MAX_CLAIM_REPLY_BYTES, MAX_DELAY, MAX_ERROR_BYTES,
-    MAX_IDS, MAX_KEY_CONCURRENCY, MAX_LEASE, MAX_PAGE, MAX_PAYLOAD_BYTES, MAX_PRIORITY,
-    MAX_PROGRESS_BYTES, MAX_QUEUES, MAX_RESULT_BYTES, MAX_RETENTION, MAX_WAIT, MIN_LEASE,
+    MAX_BATCH, MAX_CLAIM, MAX_CLAIM_QUEUES, MAX_CLAIM_REPLY_BYTES, MAX_DELAY, MAX_ERROR_BYTES,
+    MAX_IDS, MAX_KEY_CONCURRENCY, MAX_LABEL_CLASSES, MAX_LEASE, MAX_LISTED_LABEL_SETS,
+    MAX_LISTING_BYTES, MAX_PAGE, MAX_PARKED_CLAIMS_PER_CONNECTION, MAX_PARKED_CLAIMS_PER_PRINCIPAL,
+    MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_PROGRESS_BYTES, MAX_QUEUES, MAX_RESULT_BYTES,
+    MAX_RETENTION, MAX_WAIT, MIN_LEASE,
 };
 use muster_protocol::model::{
     Delivery, EnqueuedTask, LeaseInfo, QueueInfo, QueueOptions, QueuePatch, StateCounts, TaskInfo,
@@ -24,9 +25,9 @@ use muster_protocol::ops::{
 use muster_protocol::{ErrorCode, RawJson, Request};
 
 use super::listing::{self, fill};
-use super::{Parked, ParkedCounts, 
-    ClaimWaiter, Engine, Failure, LeaseClock, Now, OpResult, Queue, Reply, TaskWait, Waiter,
-    client, push_event,
+use super::{
+    ClaimWaiter, Engine, Failure, LeaseClock, Now, OpResult, Parked, ParkedCounts, Queue, Reply,
+    TaskWait, Waiter, client, push_event,
 };
 use crate::store::{LeaseRecord, QueueRecord, StoreError, TaskRecord};
 
@@ -538,18 +539,22 @@ impl<W: Waiter> Engine<W> {
     fn check_parked(&self, waiter: &W) -> OpResult<()> {
         let on_connection = self.parked.count(&Parked::Connection(waiter.connection()));
         let principal = waiter.principal().map(|p| p.name.as_str());
-        let by_principal =
-            principal.map_or(0, |p| self.parked.count(&Parked::Principal(p.into())));
+        let by_principal = principal.map_or(0, |p| self.parked.count(&Parked::Principal(p.into())));
         if on_connection >= MAX_PARKED_CLAIMS_PER_CONNECTION {
             return Err(client(
                 ErrorCode::Limit,
-                format!("this connection has {on_connection} claims waiting already (at most {MAX_PARKED_CLAIMS_PER_CONNECTION})"),
+                format!(
+                    "this connection has {on_connection} claims waiting already (at most {MAX_PARKED_CLAIMS_PER_CONNECTION})"
+                ),
             ));
         }
         if by_principal >= MAX_PARKED_CLAIMS_PER_PRINCIPAL {
             return Err(client(
                 ErrorCode::Limit,
-                format!("{:?} has {by_principal} claims waiting already (at most {MAX_PARKED_CLAIMS_PER_PRINCIPAL})", principal.unwrap_or_default()),
+                format!(
+                    "{:?} has {by_principal} claims waiting already (at most {MAX_PARKED_CLAIMS_PER_PRINCIPAL})",
+                    principal.unwrap_or_default()
+                ),
             ));
         }
         Ok(())
@@ -1277,7 +1282,12 @@ impl<W: Waiter> Engine<W> {
 
     /// [`Self::queue_info`] with the label sets of connected members computed once for
     /// a whole listing: its cost is classes × distinct label sets, not × members.
-    pub(super) fn queue_info_with(&self, name: &str, q: &Queue, carried: &[&[String]]) -> QueueInfo {
+    pub(super) fn queue_info_with(
+        &self,
+        name: &str,
+        q: &Queue,
+        carried: &[&[String]],
+    ) -> QueueInfo {
         let mut counts = StateCounts::default();
         for state in TaskState::ALL {
             *counts.get_mut(state) = q.ids(state).len() as u64;

@@ -721,7 +721,7 @@ async fn flood(d: &Daemon) {
         match Client::connect(d.options()).await {
             Ok(c) => held.push(c),
             Err(e) => {
-                assert!(e.to_string().contains("refused"), "{e}");
+                assert!(e.to_string().contains("connection limit reached"), "{e}");
                 refused += 1;
             }
         }

@@ -29,11 +29,20 @@ fn a_queue_holds_at_most_max_label_classes_and_a_refused_enqueue_changes_nothing
     h.create("q", QueuePatch::default());
     // Classes 0..MAX-1 (the empty set is one of them), enqueued in batches.
     let classes: Vec<Vec<String>> = (0..MAX_LABEL_CLASSES)
-        .map(|i| if i == 0 { Vec::new() } else { vec![format!("l{i}")] })
+        .map(|i| {
+            if i == 0 {
+                Vec::new()
+            } else {
+                vec![format!("l{i}")]
+            }
+        })
         .collect();
     let mut ids = Vec::new();
     for chunk in classes.chunks(100) {
-        match h.call(enqueue_many("q", chunk.iter().map(|c| requiring(c)).collect())) {
+        match h.call(enqueue_many(
+            "q",
+            chunk.iter().map(|c| requiring(c)).collect(),
+        )) {
             Ok(Reply::Enqueue(r)) => ids.extend(r.tasks.into_iter().map(|t| t.id)),
             other => panic!("enqueue: {other:?}"),
         }
@@ -48,7 +57,10 @@ fn a_queue_holds_at_most_max_label_classes_and_a_refused_enqueue_changes_nothing
     // One new class in a batch of known ones: the whole batch is refused.
     let refused = enqueue_many(
         "q",
-        vec![requiring(&["l1".into()]), requiring(&["l1".into(), "l2".into()])],
+        vec![
+            requiring(&["l1".into()]),
+            requiring(&["l1".into(), "l2".into()]),
+        ],
     );
     match h.call(refused.clone()) {
         Err(e) => {
@@ -86,7 +98,11 @@ fn unclaimable_label_sets_are_listed_most_tasks_first_up_to_the_limit_and_counte
     assert_eq!(q.unclaimable_sets, sets as u64);
     assert_eq!(q.unclaimable, (sets * (sets + 1) / 2) as u64);
     // The four smallest sets (s00..s03) are left out; the rest are listed, sorted.
-    let listed: Vec<String> = q.unclaimable_requires.iter().map(|s| s[0].clone()).collect();
+    let listed: Vec<String> = q
+        .unclaimable_requires
+        .iter()
+        .map(|s| s[0].clone())
+        .collect();
     let want: Vec<String> = (4..sets).map(|i| format!("s{i:02}")).collect();
     assert_eq!(listed, want);
 }
@@ -95,9 +111,8 @@ fn unclaimable_label_sets_are_listed_most_tasks_first_up_to_the_limit_and_counte
 fn a_connection_parks_at_most_its_share_of_claims() {
     let mut h = Harness::new();
     h.create("q", QueuePatch::default());
-    let parked = |h: &mut Harness, conn| {
-        h.send_on(conn, Request::Claim(Claim::new(["q"]).wait_ms(60_000)))
-    };
+    let parked =
+        |h: &mut Harness, conn| h.send_on(conn, Request::Claim(Claim::new(["q"]).wait_ms(60_000)));
     let mut tags = Vec::new();
     for _ in 0..MAX_PARKED_CLAIMS_PER_CONNECTION {
         tags.push(parked(&mut h, 1));
@@ -177,8 +192,11 @@ fn a_page_of_tasks_stops_before_it_outgrows_a_frame_and_its_cursor_reaches_the_r
     h.create("q", QueuePatch::default());
     let n = 600;
     for chunk in (0..n).collect::<Vec<_>>().chunks(200) {
-        h.call(enqueue_many("q", chunk.iter().map(|_| NewTask::new(raw("1"))).collect()))
-            .unwrap();
+        h.call(enqueue_many(
+            "q",
+            chunk.iter().map(|_| NewTask::new(raw("1"))).collect(),
+        ))
+        .unwrap();
     }
     // Dead letters with the largest errors, full of bytes JSON must escape.
     let error = "\u{1}".repeat(muster_protocol::limits::MAX_ERROR_BYTES);

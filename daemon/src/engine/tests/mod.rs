@@ -1536,7 +1536,10 @@ fn cancel_drain_and_revoke_reach_the_holder() {
     h.enqueue("jobs", "3");
     assert!(h.pushed(1).is_empty());
     assert!(h.claim_as("jobs", 1, "m").is_empty());
-    match h.call(Request::MemberList(ops::MemberList::default())).unwrap() {
+    match h
+        .call(Request::MemberList(ops::MemberList::default()))
+        .unwrap()
+    {
         Reply::MemberList(l) => {
             let m = &l.members[0];
             assert_eq!(
@@ -1633,7 +1636,10 @@ fn a_member_whose_connection_ends_without_leases_is_forgotten() {
     h.claim_as("jobs", 1, "busy");
     h.engine().disconnected(1);
     h.engine().disconnected(2);
-    match h.call(Request::MemberList(ops::MemberList::default())).unwrap() {
+    match h
+        .call(Request::MemberList(ops::MemberList::default()))
+        .unwrap()
+    {
         Reply::MemberList(l) => {
             let names: Vec<_> = l
                 .members
@@ -1692,7 +1698,10 @@ fn a_deleted_queue_stays_subscribed_and_serves_again_when_created_again() {
         queue: "a".into(),
     })))
     .unwrap();
-    match h.call(Request::MemberList(ops::MemberList::default())).unwrap() {
+    match h
+        .call(Request::MemberList(ops::MemberList::default()))
+        .unwrap()
+    {
         Reply::MemberList(l) => assert_eq!(l.members[0].subscribed, ["a", "b"]),
         other => panic!("{other:?}"),
     }
