@@ -62,7 +62,7 @@ pub const WINDOW_BEFORE_HELLO: u32 = 64 * 1024;
 /// Bytes of unfinished request frames a connection may hold buffered over all its
 /// streams (each stream's buffer counted by its allocation). A stream that would pass
 /// it is answered `too_large` and stopped.
-pub const MAX_BUFFERED_REQUEST_BYTES: usize = 4 * MAX_FRAME_BYTES;
+pub const MAX_BUFFERED_REQUEST_BYTES: usize = 2 * MAX_FRAME_BYTES + 4 * READ_CHUNK;
 
 /// The same before the connection presented its token (tokens configured).
 pub const MAX_BUFFERED_BEFORE_HELLO: usize = 256 * 1024;
@@ -76,6 +76,11 @@ pub const MAX_REPLY_BYTES_PER_CONNECTION: usize = 8 * MAX_FRAME_BYTES;
 
 /// What a reply that lists nothing large can take: ids, states, options, one queue.
 const SMALL_REPLY_BYTES: usize = 128 * 1024;
+
+/// What a refusal takes of the reply budget: nothing. An error reply is a code and a
+/// one-line message, bounded by the in-flight limit; a refusal must never wait for the
+/// budget that the requests it refuses would have needed.
+const REFUSAL_BYTES: usize = 0;
 
 /// Application error code on a connection closed because `--max-connections`
 /// connections are served already.
@@ -463,7 +468,7 @@ async fn handle_frame(
     let (id, req) = match decode_request(body) {
         Ok(decoded) => decoded,
         Err(e) => {
-            if let Some(slot) = state.reserve(slot, SMALL_REPLY_BYTES).await {
+            if let Some(slot) = state.reserve(slot, REFUSAL_BYTES).await {
                 let _ = out.send(Outgoing::reply(e.id, Err(e.error), slot));
             }
             return Continue(());
@@ -483,7 +488,7 @@ async fn handle_frame(
                         "this connection has {MAX_REPLY_BYTES_PER_CONNECTION} bytes of replies in preparation or unread; a claim or wait that may wait is refused until they are read"
                     ),
                 );
-                if let Some(slot) = state.reserve(slot, SMALL_REPLY_BYTES).await {
+                if let Some(slot) = state.reserve(slot, REFUSAL_BYTES).await {
                     let _ = out.send(Outgoing::reply(Some(id), Err(error), slot));
                 }
                 return Continue(());
@@ -648,7 +653,7 @@ impl ConnState {
     /// A slot for the reply to a frame that cannot be read.
     async fn slot_for_refusal(&self) -> Option<Slot> {
         let in_flight = Arc::clone(&self.in_flight).acquire_owned().await.ok()?;
-        self.reserve(in_flight, SMALL_REPLY_BYTES).await
+        self.reserve(in_flight, REFUSAL_BYTES).await
     }
 
     /// Answers `hello`: checks the version and, with tokens configured, the token.

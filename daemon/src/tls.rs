@@ -27,7 +27,7 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 const STREAM_WINDOW: u32 = 2 * MAX_FRAME_BYTES as u32;
 
 /// Bytes a peer may have in flight on one connection, over all its streams.
-pub const CONNECTION_WINDOW: u32 = 8 * MAX_FRAME_BYTES as u32;
+pub const CONNECTION_WINDOW: u32 = 4 * MAX_FRAME_BYTES as u32;
 
 /// The certificate and key the daemon serves with.
 pub struct Identity {

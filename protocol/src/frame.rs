@@ -111,6 +111,9 @@ impl FrameReader {
             }
         };
         let Some(body) = rest.get(HEADER_LEN..HEADER_LEN + len) else {
+            // Room for exactly the rest of this frame, not a doubling of the buffer.
+            let missing = HEADER_LEN + len - rest.len();
+            self.buf.reserve_exact(missing);
             return Ok(None);
         };
         let body = body.to_vec();

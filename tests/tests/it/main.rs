@@ -30,6 +30,7 @@ mod connect;
 mod crash;
 mod disk;
 mod dispatch;
+mod exhaustion;
 mod fencing;
 mod fixture;
 mod lapse;

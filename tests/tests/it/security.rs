@@ -8,9 +8,9 @@ use muster_sdk::protocol::ops::{Claim, DeadSelection, View};
 use muster_sdk::{Client, ConnectOptions, ErrorCode, NewTask, QueuePatch};
 use muster_tests::Daemon;
 
-const ADMIN: &str = "admin-token-0123456789abcdef";
-const PRODUCER: &str = "producer-token-0123456789ab";
-const CONSUMER: &str = "consumer-token-0123456789ab";
+pub(crate) const ADMIN: &str = "admin-token-0123456789abcdef";
+pub(crate) const PRODUCER: &str = "producer-token-0123456789ab";
+pub(crate) const CONSUMER: &str = "consumer-token-0123456789ab";
 const CONSUMER_B: &str = "consumer-b-token-0123456789";
 
 fn config() -> String {
@@ -42,7 +42,7 @@ queues = ["jobs", "jobs.*"]
     )
 }
 
-fn secured(extra: &[&str]) -> (Daemon, tempfile::TempDir) {
+pub(crate) fn secured(extra: &[&str]) -> (Daemon, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("config dir");
     let path = dir.path().join("muster.toml");
     std::fs::write(&path, config()).expect("writing config");
@@ -446,7 +446,7 @@ async fn nothing_is_served_before_a_valid_token_and_silent_connections_are_close
     assert!(admin.queue_list().await.expect("list").is_empty());
 }
 
-fn frame(body: &str) -> Vec<u8> {
+pub(crate) fn frame(body: &str) -> Vec<u8> {
     frame_bytes(body.as_bytes())
 }
 
@@ -464,7 +464,7 @@ async fn exchange(conn: &quinn::Connection, bytes: &[u8]) -> serde_json::Value {
     read_frame(&mut recv).await.expect("a reply frame")
 }
 
-async fn read_frame(recv: &mut quinn::RecvStream) -> Option<serde_json::Value> {
+pub(crate) async fn read_frame(recv: &mut quinn::RecvStream) -> Option<serde_json::Value> {
     let mut header = [0u8; 4];
     tokio::time::timeout(Duration::from_secs(10), recv.read_exact(&mut header))
         .await
@@ -475,7 +475,7 @@ async fn read_frame(recv: &mut quinn::RecvStream) -> Option<serde_json::Value> {
     Some(serde_json::from_slice(&body).expect("reply is JSON"))
 }
 
-fn rss_kib(pid: u32) -> u64 {
+pub(crate) fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
     status
         .lines()
