@@ -265,7 +265,9 @@ async fn replies_and_unfinished_requests_are_bounded_in_bytes_per_connection() {
     assert_eq!(admin.task_get(&id).await.expect("task_get").id, id);
 }
 
-/// The median of `rounds` enqueue → claim → ack round trips on `queue`.
+/// The fastest of `rounds` enqueue → claim → ack round trips on `queue`: work the
+/// daemon adds to every round shows in it, bursts of other processes on the machine
+/// (tests run in parallel) do not.
 async fn round_trip(client: &Client, queue: &str, rounds: usize) -> Duration {
     let mut times = Vec::with_capacity(rounds);
     for _ in 0..rounds {
@@ -288,8 +290,7 @@ async fn round_trip(client: &Client, queue: &str, rounds: usize) -> Duration {
             .expect("ack");
         times.push(started.elapsed());
     }
-    times.sort();
-    times[rounds / 2]
+    times.into_iter().min().expect("at least one round")
 }
 
 /// Tasks that each require their own label set: `first..first + n`.
@@ -409,12 +410,9 @@ async fn one_tenant_cannot_slow_another() {
     eprintln!(
         "another tenant's round trip: {before:?} before, {after:?} under attack; queue_describe {describe:?}"
     );
-    // The caps keep the attack from growing with its size (245 ms before them, against
-    // 3.5 ms); what it still costs a round is bounded by them: measured 3.2x here in a
-    // debug build, the goal is under 2x.
-    let floor = Duration::from_millis(3);
+    let floor = Duration::from_millis(2);
     assert!(
-        after < 4 * before.max(floor),
+        after < 2 * before.max(floor),
         "round trip {before:?} -> {after:?}"
     );
     assert!(
