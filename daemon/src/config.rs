@@ -8,7 +8,8 @@ use clap::Parser;
 
 use crate::dispatcher::Durability;
 
-/// Most connections served at once; more are refused at the handshake.
+/// Most connections served at once; a connection takes its place after its handshake
+/// (with tokens, at its first valid `hello`) and is closed when none is left.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 
 /// Log output format.
