@@ -14,8 +14,10 @@
 //! - `members`: `members` connected members each renewing a lease every second: the
 //!   daemon's CPU use.
 //!
-//! Besides throughput and latency it reports the group-commit batch factor (requests
-//! per fsync), the daemon's CPU seconds per 1,000 tasks and its resident memory. The
+//! Every run first measures the disk it runs on: `FSYNC_SAMPLES` 4 KiB writes each
+//! followed by an fdatasync, in the run's data directory (p50 and p99), so that every
+//! latency can be read against the disk. Besides throughput and latency it reports the
+//! group-commit batch factor (requests per fsync), the daemon's CPU seconds per 1,000 tasks and its resident memory. The
 //! table goes to stdout, every figure of every run to the JSON file.
 
 use std::collections::VecDeque;
@@ -36,6 +38,9 @@ use crate::cli::BenchArgs;
 
 /// Payload bytes of every benchmark task.
 const PAYLOAD_BYTES: usize = 256;
+
+/// fdatasyncs timed at the start of each run.
+const FSYNC_SAMPLES: usize = 200;
 
 /// Longest a started daemon may take to serve.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
@@ -174,6 +179,8 @@ fn payload(stamp: u64) -> anyhow::Result<muster_sdk::RawJson> {
 /// The figures of one run.
 #[derive(Debug, Default, Clone, Serialize)]
 struct Run {
+    fdatasync_p50_ms: Option<f64>,
+    fdatasync_p99_ms: Option<f64>,
     enqueue_per_s: Option<f64>,
     enqueue_batch_factor: Option<f64>,
     enqueue_cpu_s_per_1000: Option<f64>,
@@ -205,9 +212,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut runs = Vec::new();
     for n in 0..args.runs {
         let dir = tempfile::tempdir()?;
+        let mut run = Run::default();
+        let (p50, p99) = fdatasync_ms(dir.path())?;
+        run.fdatasync_p50_ms = Some(p50);
+        run.fdatasync_p99_ms = Some(p99);
         let (daemon, _) = Daemon::start(&musterd, dir.path(), &args.durability)?;
         let options = daemon.options();
-        let mut run = Run::default();
         if want("enqueue") || want("drain") {
             enqueue(&args, &options, daemon.pid(), &mut run).await?;
         }
@@ -621,6 +631,27 @@ async fn members(
     Ok(())
 }
 
+/// The p50 and p99 of [`FSYNC_SAMPLES`] 4 KiB appends each made durable with
+/// fdatasync, in `dir`, in milliseconds.
+fn fdatasync_ms(dir: &Path) -> anyhow::Result<(f64, f64)> {
+    use std::io::Write;
+    let path = dir.join("fdatasync-probe");
+    let mut file =
+        std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    let block = [0x5au8; 4096];
+    let mut times = Vec::with_capacity(FSYNC_SAMPLES);
+    for _ in 0..FSYNC_SAMPLES {
+        file.write_all(&block)?;
+        let started = Instant::now();
+        file.sync_data()?;
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    drop(file);
+    std::fs::remove_file(&path)?;
+    times.sort_by(f64::total_cmp);
+    Ok((percentile(&times, 0.5), percentile(&times, 0.99)))
+}
+
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -631,6 +662,8 @@ type Figure = fn(&Run) -> Option<f64>;
 
 fn print_table(runs: &[Run]) -> anyhow::Result<()> {
     let rows: Vec<(&str, Figure)> = vec![
+        ("disk fdatasync p50 ms", |r| r.fdatasync_p50_ms),
+        ("disk fdatasync p99 ms", |r| r.fdatasync_p99_ms),
         ("enqueue tasks/s", |r| r.enqueue_per_s),
         ("enqueue fsync batch factor", |r| r.enqueue_batch_factor),
         ("enqueue daemon CPU s / 1000 tasks", |r| {
