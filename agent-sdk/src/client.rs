@@ -117,7 +117,7 @@ impl Client {
         let hello = client
             .call(&Hello {
                 version: PROTOCOL_VERSION,
-                token: options.token.clone(),
+                token: options.hello_token()?,
                 client: Some(concat!("muster-sdk ", env!("CARGO_PKG_VERSION")).into()),
             })
             .await?;

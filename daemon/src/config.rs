@@ -62,10 +62,16 @@ pub struct Config {
     #[arg(long, env = "MUSTER_KEY")]
     pub key: Option<PathBuf>,
 
-    /// Allow listening on a non-loopback address without tokens (anyone who can reach
+    /// Allow listening on a non-loopback address with --open (anyone who can reach
     /// the port can then take and settle tasks).
     #[arg(long, env = "MUSTER_INSECURE")]
     pub insecure: bool,
+
+    /// With no tokens configured, serve every client that can connect instead of only
+    /// those that read the admin token the daemon keeps in its data directory (0600):
+    /// on a shared host, every local user is then an admin.
+    #[arg(long, env = "MUSTER_OPEN")]
+    pub open: bool,
 
     /// Most connections served at once.
     #[arg(long, env = "MUSTER_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
@@ -90,7 +96,7 @@ impl Config {
     pub fn check(&self, tokens_configured: bool) -> anyhow::Result<()> {
         if !self.listen.ip().is_loopback() && !self.insecure && !tokens_configured {
             bail!(
-                "refusing to listen on {}: it is not a loopback address and no tokens are configured; \
+                "refusing to listen on {}: it is not a loopback address and --open serves without tokens; \
                  anyone who can reach it could take and settle tasks (pass --insecure to do it anyway)",
                 self.listen
             );

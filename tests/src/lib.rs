@@ -342,9 +342,7 @@ impl Daemon {
         ConnectOptions {
             addr: self.addr.clone(),
             trust: Trust::DataDir(self.data.path().to_path_buf()),
-            token: None,
-            server_name: None,
-            bind: None,
+            ..ConnectOptions::default()
         }
     }
 

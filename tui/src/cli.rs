@@ -34,9 +34,15 @@ pub struct Global {
     /// The SHA-256 fingerprint of the daemon's certificate to trust (as musterd logs it).
     #[arg(long, global = true, env = "MUSTER_PIN")]
     pub pin: Option<String>,
-    /// A token, for daemons that require one.
+    /// A token, for daemons that require one. Every local user can read a process's
+    /// arguments: prefer --token-file.
     #[arg(long, global = true, env = "MUSTER_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// A file holding the token (read at each connect; --token beats it). Without
+    /// either, a daemon trusted through its data directory is sent the token it wrote
+    /// there for its own user, if it wrote one.
+    #[arg(long, global = true, env = "MUSTER_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
     /// Print JSON lines instead of text.
     #[arg(long, global = true)]
     pub json: bool,

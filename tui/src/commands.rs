@@ -242,6 +242,7 @@ pub fn options(g: &Global) -> ConnectOptions {
         addr: g.addr.clone(),
         trust,
         token: g.token.clone(),
+        token_file: g.token_file.clone(),
         server_name: None,
         bind: None,
     }
