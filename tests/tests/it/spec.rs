@@ -114,7 +114,7 @@ async fn raw_frames(d: &Daemon, bodies: &[&str]) -> Vec<serde_json::Value> {
         "id": 0, "op": "hello", "version": 1, "token": options.hello_token().unwrap(),
     })
     .to_string();
-    let mut replies = Vec::new();
+    let mut replies: Vec<serde_json::Value> = Vec::new();
     for body in std::iter::once(hello.as_str()).chain(bodies.iter().copied()) {
         let mut frame = (body.len() as u32).to_be_bytes().to_vec();
         frame.extend_from_slice(body.as_bytes());
