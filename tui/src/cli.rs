@@ -163,6 +163,9 @@ pub enum Command {
         #[arg(long)]
         readonly: bool,
     },
+    /// Administration that needs no daemon.
+    #[command(subcommand)]
+    Admin(AdminCommand),
     /// The guardian `muster work` starts for itself: kills the process groups named on
     /// stdin (`+PGID` holds, `-PGID` lets go) when stdin ends, then removes DIR.
     #[command(hide = true)]
@@ -221,6 +224,40 @@ pub struct BenchArgs {
     /// Where every figure of every run is written (JSON).
     #[arg(long, default_value = "bench.json")]
     pub out: PathBuf,
+}
+
+/// `muster admin`.
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Tokens for the daemon's config file.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+/// `muster admin token`.
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Print a new random token (256 bits, hex), its SHA-256 and a config entry that
+    /// holds only the SHA-256.
+    New {
+        /// The principal's name in the config entry.
+        #[arg(long, default_value = "new-token")]
+        name: String,
+        /// The roles in the config entry (produce, consume, admin).
+        #[arg(long, value_delimiter = ',', default_value = "consume")]
+        roles: Vec<TokenRole>,
+    },
+}
+
+/// A role in a generated config entry.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum TokenRole {
+    /// Enqueue, read tasks, wait, cancel.
+    Produce,
+    /// Member sessions, claim, renew, settle.
+    Consume,
+    /// Everything.
+    Admin,
 }
 
 /// Member subcommands.

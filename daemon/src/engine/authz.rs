@@ -6,23 +6,25 @@
 //! | `queue_list` | any | lists only covered queues |
 //! | `queue_describe` | any | the queue |
 //! | `enqueue` | produce | the queue |
-//! | `claim` | consume | every queue; a named member must be free or the principal's |
+//! | `claim` | consume | every queue; a named member must be free or the principal's, and match its member patterns |
 //! | `ack`, `nack`, `renew`, `release`, `dead_letter` | consume | the task's queue; the lease's member must be the principal's |
 //! | `task_get` | produce or consume | the task's queue |
 //! | `wait`, `cancel` | produce | every task's queue |
 //! | `task_list`, `redrive`, `discard` | admin | the queue |
-//! | `session_open` | consume | the member must be free or the principal's |
+//! | `session_open` | consume | the member must be free or the principal's and match its member patterns; every queue the member holds leases in |
 //! | `session_update`, `unsubscribe` | consume | (the session is the connection's own) |
 //! | `subscribe` | consume | every queue |
-//! | `member_list`, `member_describe`, `member_drain` | admin | |
+//! | `member_list` | admin | a queue-scoped admin lists only members with a lease or a subscription in a covered queue |
+//! | `member_describe`, `member_drain` | admin | the member must have a lease or a subscription in a covered queue (any member for an admin of every queue) |
+//! | `member_release` | admin, of every queue | the member must have no session and no lease |
 //! | `lease_revoke` | admin | the task's queue |
 //! | `server_stats` | admin | |
-//! | `watch` | admin | the view's queue or task; queue and dead screens show only covered queues; member screens: admin |
+//! | `watch` | admin | the view's queue or task; queue and dead screens show only covered queues; member screens: admin of every queue |
 //! | `unwatch` | admin | |
 //!
 //! Admin holds every role. A member name belongs to the principal that first used it
-//! (recorded in the store); no other principal can open its session, claim in its name
-//! or settle its leases.
+//! in a session or in a claim that got tasks (recorded in the store); no other
+//! principal can open its session, claim in its name or settle its leases.
 
 use ulid::Ulid;
 
@@ -46,6 +48,19 @@ pub fn authorize_stateless(req: &Request, p: &Principal) -> Option<Result<(), Er
         Request::ServerStats(_) => Some(p.check(ADMIN, None)),
         _ => None,
     }
+}
+
+/// `forbidden` unless an admin whose token covers every queue: what only such an
+/// admin may see or do (every member's screen, releasing member names).
+fn every_queue_admin(p: &Principal) -> Result<(), ErrorBody> {
+    p.check(ADMIN, None)?;
+    if p.covers_all() {
+        return Ok(());
+    }
+    Err(ErrorBody::new(
+        ErrorCode::Forbidden,
+        format!("token {:?} is limited to some queues", p.name),
+    ))
 }
 
 impl<W: Waiter> Engine<W> {
@@ -73,7 +88,10 @@ impl<W: Waiter> Engine<W> {
                     p.check(CONSUME, Some(q))?;
                 }
                 match r.member.as_deref() {
-                    Some(m) if !m.is_empty() => self.member_free_or_own(m, p),
+                    Some(m) if !m.is_empty() => {
+                        p.check_member(m)?;
+                        self.member_free_or_own(m, p)
+                    }
                     _ => Ok(()),
                 }
             }
@@ -93,21 +111,24 @@ impl<W: Waiter> Engine<W> {
             Request::Discard(r) => p.check(ADMIN, Some(&r.0.queue)),
             Request::SessionOpen(r) => {
                 p.check(CONSUME, None)?;
-                self.member_free_or_own(&r.member, p)
+                p.check_member(&r.member)?;
+                self.member_free_or_own(&r.member, p)?;
+                // Reclaim hands back, and release and resume act on, every lease the
+                // member holds: each must be in a queue the token covers.
+                self.member_queues(&r.member)
+                    .try_for_each(|q| p.check(CONSUME, Some(q)))
             }
             Request::SessionUpdate(_) | Request::Unsubscribe(_) => p.check(CONSUME, None),
             Request::Subscribe(r) => r.queues.iter().try_for_each(|q| p.check(CONSUME, Some(q))),
-            Request::MemberList(_) | Request::MemberDescribe(_) | Request::MemberDrain(_) => {
-                p.check(ADMIN, None)
-            }
+            Request::MemberList(_) => p.check(ADMIN, None),
+            Request::MemberDescribe(r) => self.member_in_scope(&r.0.member, p),
+            Request::MemberDrain(r) => self.member_in_scope(&r.0.member, p),
             Request::LeaseRevoke(r) => self.task_allowed(&r.task, ADMIN, p),
             Request::Watch(r) => match &r.view {
                 View::Tasks { queue, .. } => p.check(ADMIN, Some(queue)),
                 View::Task { task } => self.task_allowed(task, ADMIN, p),
-                View::Queues { .. }
-                | View::Dead { .. }
-                | View::Member { .. }
-                | View::Members { .. } => p.check(ADMIN, None),
+                View::Queues { .. } | View::Dead { .. } => p.check(ADMIN, None),
+                View::Member { .. } | View::Members { .. } => every_queue_admin(p),
             },
             Request::Unwatch(_) => p.check(ADMIN, None),
         }
@@ -134,6 +155,40 @@ impl<W: Waiter> Engine<W> {
             Some(m) => self.member_free_or_own(&m, p),
             None => Ok(()),
         }
+    }
+
+    /// The queues a member holds leases in or subscribes to, repeats included.
+    fn member_queues<'a>(&'a self, member: &str) -> impl Iterator<Item = &'a str> + 'a {
+        let m = self.members.get(member);
+        let leased = m.into_iter().flat_map(|m| m.leased.iter()).filter_map(|id| {
+            self.tasks.get(id).map(|t| &*t.queue)
+        });
+        let subscribed = m
+            .into_iter()
+            .flat_map(|m| m.subscribed().iter().map(String::as_str));
+        leased.chain(subscribed)
+    }
+
+    /// Whether the principal covers a queue the member holds a lease in or subscribes
+    /// to: a queue-scoped admin sees only the members working on its queues.
+    pub(super) fn member_visible(&self, member: &str, p: &Principal) -> bool {
+        p.covers_all() || self.member_queues(member).any(|q| p.covers(q))
+    }
+
+    /// `forbidden` unless an admin that sees the member (an unknown member is left to
+    /// the op, which answers `not_found`).
+    fn member_in_scope(&self, member: &str, p: &Principal) -> Result<(), ErrorBody> {
+        p.check(ADMIN, None)?;
+        if !self.members.contains_key(member) || self.member_visible(member, p) {
+            return Ok(());
+        }
+        Err(ErrorBody::new(
+            ErrorCode::Forbidden,
+            format!(
+                "member {member:?} has no lease or subscription in a queue token {:?} covers",
+                p.name
+            ),
+        ))
     }
 
     /// `forbidden` if the member name belongs to another principal.

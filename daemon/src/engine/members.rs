@@ -29,6 +29,7 @@ use muster_protocol::{ErrorBody, ErrorCode, Push};
 
 use super::ops::{ClaimSpec, bad, parse_id, summary};
 use super::{Engine, Failure, Now, OpResult, Sink, Waiter, client, push_event};
+use crate::auth::Principal;
 use crate::store::StoreError;
 
 /// What the engine knows of one member.
@@ -56,6 +57,11 @@ struct Session<S> {
 }
 
 impl<S: Sink> Member<S> {
+    /// The queues its session subscribes to.
+    pub(super) fn subscribed(&self) -> &[String] {
+        &self.subscribed
+    }
+
     pub(super) fn new() -> Member<S> {
         Member {
             leased: BTreeSet::new(),
@@ -522,9 +528,15 @@ impl<W: Waiter> Engine<W> {
         Ok(Empty {})
     }
 
-    pub(super) fn member_list(&self) -> MemberListReply {
+    /// Every member, or for a queue-scoped admin those working on its queues.
+    pub(super) fn member_list(&self, p: Option<&Principal>) -> MemberListReply {
         MemberListReply {
-            members: self.members.iter().map(|(name, m)| m.info(name)).collect(),
+            members: self
+                .members
+                .iter()
+                .filter(|(name, _)| p.is_none_or(|p| self.member_visible(name, p)))
+                .map(|(name, m)| m.info(name))
+                .collect(),
         }
     }
 

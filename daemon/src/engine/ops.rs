@@ -233,7 +233,7 @@ impl<W: Waiter> Engine<W> {
             Request::SessionUpdate(r) => self.session_update(r, &waiter).map(Reply::Member),
             Request::Subscribe(r) => self.subscribe(r, &waiter).map(Reply::Empty),
             Request::Unsubscribe(r) => self.unsubscribe(r, &waiter).map(Reply::Empty),
-            Request::MemberList(_) => Ok(Reply::MemberList(self.member_list())),
+            Request::MemberList(_) => Ok(Reply::MemberList(self.member_list(waiter.principal()))),
             Request::MemberDescribe(r) => self.member_describe(&r.0).map(Reply::MemberDescribe),
             Request::MemberDrain(r) => self.member_drain(&r.0).map(Reply::Member),
             Request::LeaseRevoke(r) => self.lease_revoke(r, now).map(Reply::Settle),
