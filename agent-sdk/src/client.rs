@@ -481,6 +481,16 @@ impl Client {
             .member)
     }
 
+    /// Frees a member name from the principal that first used it, so that another
+    /// token may use it (`invalid_state` while the member has a session or leases).
+    pub async fn member_release(&self, member: &str) -> Result<(), Error> {
+        self.call(&ops::MemberRelease(MemberName {
+            member: member.into(),
+        }))
+        .await?;
+        Ok(())
+    }
+
     /// Revokes a lease: it lapses now and its holder is told.
     pub async fn lease_revoke(&self, task: &str) -> Result<SettleReply, Error> {
         self.call(&LeaseRevoke { task: task.into() }).await

@@ -65,6 +65,9 @@ pub struct Principal {
     queues: Vec<glob::Pattern>,
     /// Member-name patterns; empty means any name.
     members: Vec<glob::Pattern>,
+    /// Whether member names it uses are bound to it. Not for the local-only token:
+    /// with one principal there is nobody to keep a name from.
+    binds_members: bool,
 }
 
 impl Principal {
@@ -76,6 +79,11 @@ impl Principal {
     /// Whether the principal's patterns cover `queue`.
     pub fn covers(&self, queue: &str) -> bool {
         self.queues.is_empty() || self.queues.iter().any(|p| p.matches(queue))
+    }
+
+    /// Whether member names it uses become its own (see [`Principal::binds_members`]).
+    pub fn binds_members(&self) -> bool {
+        self.binds_members
     }
 
     /// Whether the principal covers every queue (no queue patterns).
@@ -223,6 +231,7 @@ impl Tokens {
                 roles: entry.roles,
                 queues,
                 members,
+                binds_members: true,
             };
             if tokens
                 .by_digest
@@ -243,6 +252,7 @@ impl Tokens {
             roles: vec![Role::Admin],
             queues: Vec::new(),
             members: Vec::new(),
+            binds_members: false,
         };
         Tokens {
             by_digest: HashMap::from([(digest(token), Arc::new(principal))]),

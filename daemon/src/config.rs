@@ -82,6 +82,11 @@ pub struct Config {
     #[arg(long, env = "MUSTER_READY_FILE")]
     pub ready_file: Option<PathBuf>,
 
+    /// How long a member name stays bound to the token that first used it once the
+    /// member has no session and no lease (then another token may use it).
+    #[arg(long, env = "MUSTER_MEMBER_NAME_EXPIRY", value_parser = humantime::parse_duration, default_value = "24h")]
+    pub member_name_expiry: std::time::Duration,
+
     /// Block cache of the store, in MiB: task records and payloads read by claims and
     /// lookups come from it. More helps large backlogs; it counts in resident memory.
     #[arg(long, env = "MUSTER_CACHE_MIB", default_value_t = DEFAULT_CACHE_MIB)]
@@ -103,6 +108,9 @@ impl Config {
         }
         if self.max_connections == 0 {
             bail!("--max-connections must be at least 1");
+        }
+        if self.member_name_expiry < crate::engine::MIN_MEMBER_NAME_EXPIRY {
+            bail!("--member-name-expiry must be at least 1s");
         }
         if !(1..=1 << 20).contains(&self.cache_mib) {
             bail!("--cache-mib must be between 1 and 1048576");

@@ -96,7 +96,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let cache_bytes = config.cache_mib << 20;
     let opened = tokio::task::spawn_blocking(move || {
         let store = store::Store::open(&store_dir, cache_bytes).context("opening the store")?;
-        Dispatcher::start(store, config.durability)
+        Dispatcher::start(store, config.durability, config.member_name_expiry)
     });
     let dispatcher = opened
         .await

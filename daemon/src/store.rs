@@ -456,6 +456,11 @@ impl Batch {
             .insert(&self.ks.owners, member.as_bytes(), principal.as_bytes());
     }
 
+    /// Forgets the principal that owns a member name.
+    pub fn remove_owner(&mut self, member: &str) {
+        self.inner.remove(&self.ks.owners, member.as_bytes());
+    }
+
     /// Removes a queue record.
     pub fn remove_queue(&mut self, name: &str) {
         self.inner.remove(&self.ks.queues, name.as_bytes());

@@ -273,6 +273,12 @@ pub enum MemberCommand {
         /// The member.
         name: String,
     },
+    /// Free a member name from the token that first used it, so another token may use
+    /// it (the member must have no session and no lease).
+    Release {
+        /// The member.
+        name: String,
+    },
 }
 
 /// Lease subcommands.

@@ -216,6 +216,13 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
         Command::Member(MemberCommand::Drain { name }) => {
             out.member(&client.member_drain(&name).await?)
         }
+        Command::Member(MemberCommand::Release { name }) => {
+            client.member_release(&name).await?;
+            out.item(
+                || "released".to_owned(),
+                &serde_json::json!({"member": name, "released": true}),
+            )
+        }
         Command::Lease(LeaseCommand::Revoke { id }) => {
             let reply = client.lease_revoke(&id).await?;
             out.item(|| reply.state.to_string(), &reply)

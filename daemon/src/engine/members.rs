@@ -351,7 +351,7 @@ impl<W: Waiter> Engine<W> {
                 "this connection holds the session of member {other:?}; open one connection per member"
             )));
         }
-        self.take_member(&r.member, waiter.principal());
+        self.take_member(&r.member, waiter.principal(), now);
         let name = self.member_name(&r.member);
         let member = self
             .members

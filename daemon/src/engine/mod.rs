@@ -12,6 +12,9 @@
 //! its new state says, so the indexes cannot drift from the records.
 
 mod authz;
+pub use authz::{
+    DEFAULT_MEMBER_NAME_EXPIRY, MAX_MEMBER_NAMES_PER_PRINCIPAL, MIN_MEMBER_NAME_EXPIRY,
+};
 pub mod dispatch;
 
 pub use authz::authorize_stateless;
@@ -306,7 +309,7 @@ pub struct Engine<W: Waiter> {
     /// Watch pushes, each with its watch's flag for the writer to clear once written.
     watch_pushes: Vec<WatchPush<W::Sink>>,
     /// Member names and the principal that first used each (with tokens configured).
-    owners: HashMap<String, String>,
+    owners: authz::Owners,
     /// Each connection's watch, if it has one.
     watches: HashMap<u64, watch::Watcher<W::Sink>>,
     /// Moves with every committed change and member event: watches compare it with what
@@ -333,6 +336,7 @@ impl<W: Waiter> Engine<W> {
     /// the first round, so readers see the lease a holder really has.
     pub fn open(store: Store, now: Now, seed: u64) -> Result<Engine<W>, StoreError> {
         let pending = store.batch();
+        let owners = authz::Owners::new(store.load_owners()?, now);
         let mut engine = Engine {
             store,
             pending,
@@ -357,7 +361,7 @@ impl<W: Waiter> Engine<W> {
             member_rotation: 0,
             pushes: Vec::new(),
             watch_pushes: Vec::new(),
-            owners: HashMap::new(),
+            owners,
             watches: HashMap::new(),
             generation: 0,
             heard: HashMap::new(),
@@ -365,7 +369,6 @@ impl<W: Waiter> Engine<W> {
             events: 0,
             liveness_sweep_at: 0,
         };
-        engine.owners = engine.store.load_owners()?.into_iter().collect();
         for (name, rec) in engine.store.load_queues()? {
             engine
                 .queues
@@ -495,6 +498,7 @@ impl<W: Waiter> Engine<W> {
         self.promote_scheduled(now)?;
         self.lapse_leases(now)?;
         self.expire_finished(now)?;
+        self.expire_member_names(now);
         let ready = std::mem::take(&mut self.ready_changed);
         self.serve_claims(ready, now)?;
         self.serve_pushes(ready, now)?;
@@ -516,6 +520,7 @@ impl<W: Waiter> Engine<W> {
             self.task_waits.iter().map(|w| mono(w.deadline)).min(),
             self.next_watch().map(mono),
             (!self.sessions.is_empty()).then(|| mono(self.liveness_sweep_at)),
+            self.owners.next_sweep().map(mono),
         ]
         .into_iter()
         .flatten()

@@ -236,6 +236,10 @@ impl<W: Waiter> Engine<W> {
             Request::MemberList(_) => Ok(Reply::MemberList(self.member_list(waiter.principal()))),
             Request::MemberDescribe(r) => self.member_describe(&r.0).map(Reply::MemberDescribe),
             Request::MemberDrain(r) => self.member_drain(&r.0).map(Reply::Member),
+            Request::MemberRelease(r) => self
+                .member_release(&r.0.member)
+                .map(|()| Reply::Empty(muster_protocol::ops::Empty {}))
+                .map_err(Failure::Client),
             Request::LeaseRevoke(r) => self.lease_revoke(r, now).map(Reply::Settle),
             Request::Watch(r) => self.watch(r, &waiter, now).map(Reply::Watch),
             Request::Unwatch(_) => Ok(Reply::Empty(self.unwatch(&waiter))),
@@ -582,7 +586,6 @@ impl<W: Waiter> Engine<W> {
         };
         // The claim itself is news of the claimer, after anything that happened before.
         spec.heard = self.heard.get(&waiter.connection()).map_or(0, |h| h.event);
-        self.take_member(&spec.member, waiter.principal());
         // A drained member takes nothing new, by pull as by push.
         let tasks = if self.is_draining(&spec.member) {
             Vec::new()
@@ -592,6 +595,9 @@ impl<W: Waiter> Engine<W> {
                 Err(e) => return Err((waiter, e)),
             }
         };
+        if !tasks.is_empty() {
+            self.take_member(&spec.member, waiter.principal(), now);
+        }
         if tasks.is_empty() && wait > 0 {
             self.claim_waiters.push(ClaimWaiter {
                 waiter,
@@ -1022,6 +1028,7 @@ impl<W: Waiter> Engine<W> {
             if serve && alive && !self.is_draining(&w.claim.member) {
                 match self.take_ready(&w.claim, now) {
                     Ok(tasks) if !tasks.is_empty() => {
+                        self.take_member(&w.claim.member, w.waiter.principal(), now);
                         self.outbox
                             .push((w.waiter, Ok(Reply::Claim(ClaimReply { tasks }))));
                         continue;
