@@ -122,6 +122,7 @@ async fn attempt(c: &Client, op: &str, queue: &str, task: &str, member: &str) ->
         "member_describe" => code(c.member_describe(member).await),
         "server_stats" => code(c.server_stats().await),
         "member_drain" => code(c.member_drain(member).await),
+        "member_release" => code(c.member_release(member).await),
         "lease_revoke" => code(c.lease_revoke(task).await),
         "watch_queues" => code(
             c.watch(
@@ -210,6 +211,7 @@ const OPS: &[&str] = &[
     "member_describe",
     "server_stats",
     "member_drain",
+    "member_release",
     "lease_revoke",
     "watch_queues",
     "watch_tasks",
