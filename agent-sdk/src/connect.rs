@@ -269,11 +269,21 @@ fn tls_config(trust: &Trust) -> Result<rustls::ClientConfig, Error> {
             .with_no_client_auth(),
         Trust::DataDir(dir) => {
             let path = dir.join(CERT_FILE);
-            if !path.exists() {
-                return Err(Error::Connect(format!(
-                    "no daemon certificate at {}: start musterd with this data directory, or pass --ca or --pin",
-                    path.display()
-                )));
+            match std::fs::metadata(&path) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(Error::Connect(format!(
+                        "no daemon certificate at {}: start musterd with this data directory, or pass --ca or --pin",
+                        path.display()
+                    )));
+                }
+                // Another user's private data directory, most likely.
+                Err(e) => {
+                    return Err(Error::Connect(format!(
+                        "reading the daemon certificate at {}: {e}",
+                        path.display()
+                    )));
+                }
             }
             builder
                 .with_root_certificates(roots(&path)?)
