@@ -87,6 +87,15 @@ pub struct Config {
     #[arg(long, env = "MUSTER_MEMBER_NAME_EXPIRY", value_parser = humantime::parse_duration, default_value = "24h")]
     pub member_name_expiry: std::time::Duration,
 
+    /// Most tasks one queue may hold, in every state; past it `enqueue` gets `limit`.
+    #[arg(long, env = "MUSTER_MAX_TASKS_PER_QUEUE", default_value_t = crate::engine::DEFAULT_MAX_TASKS_PER_QUEUE)]
+    pub max_tasks_per_queue: u64,
+
+    /// Most payload bytes the stored tasks one token enqueued may hold; past it its
+    /// `enqueue` gets `limit` until tasks are removed (purge, discard, retention).
+    #[arg(long, env = "MUSTER_MAX_BYTES_PER_TOKEN", default_value_t = crate::engine::DEFAULT_MAX_BYTES_PER_PRINCIPAL)]
+    pub max_bytes_per_token: u64,
+
     /// Block cache of the store, in MiB: task records and payloads read by claims and
     /// lookups come from it. More helps large backlogs; it counts in resident memory.
     #[arg(long, env = "MUSTER_CACHE_MIB", default_value_t = DEFAULT_CACHE_MIB)]
@@ -108,6 +117,9 @@ impl Config {
         }
         if self.max_connections == 0 {
             bail!("--max-connections must be at least 1");
+        }
+        if self.max_tasks_per_queue == 0 || self.max_bytes_per_token == 0 {
+            bail!("--max-tasks-per-queue and --max-bytes-per-token must be at least 1");
         }
         if self.member_name_expiry < crate::engine::MIN_MEMBER_NAME_EXPIRY {
             bail!("--member-name-expiry must be at least 1s");

@@ -207,11 +207,13 @@ impl Dispatcher {
         store: Store,
         durability: Durability,
         member_name_expiry: std::time::Duration,
+        quotas: crate::engine::Quotas,
     ) -> anyhow::Result<Dispatcher> {
         let clock = Clock::new();
         let started = Instant::now();
         let mut engine = Engine::open(store, clock.now(), rand::random())?;
         engine.set_member_name_expiry(member_name_expiry);
+        engine.set_quotas(quotas);
         info!(
             elapsed_ms = started.elapsed().as_millis() as u64,
             "engine state rebuilt from the store"

@@ -96,7 +96,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let cache_bytes = config.cache_mib << 20;
     let opened = tokio::task::spawn_blocking(move || {
         let store = store::Store::open(&store_dir, cache_bytes).context("opening the store")?;
-        Dispatcher::start(store, config.durability, config.member_name_expiry)
+        let quotas = engine::Quotas {
+            max_tasks_per_queue: config.max_tasks_per_queue,
+            max_bytes_per_principal: config.max_bytes_per_token,
+        };
+        Dispatcher::start(store, config.durability, config.member_name_expiry, quotas)
     });
     let dispatcher = opened
         .await

@@ -20,6 +20,7 @@ pub mod dispatch;
 pub use authz::authorize_stateless;
 mod members;
 mod ops;
+mod quotas;
 #[cfg(test)]
 mod tests;
 mod watch;
@@ -44,6 +45,33 @@ use muster_protocol::{ErrorBody, ErrorCode};
 use crate::auth::Principal;
 use crate::store::{Batch, IndexView, Store, StoreError, TaskIndex, TaskRecord};
 use dispatch::{Class, DispatchIndex, TaskRef};
+
+/// Default of `--max-tasks-per-queue`: tasks one queue may hold in any state. The
+/// engine keeps ~200 bytes of index per task, so a queue at the cap costs ~2 GiB.
+pub const DEFAULT_MAX_TASKS_PER_QUEUE: u64 = 10_000_000;
+
+/// Default of `--max-bytes-per-token`: payload bytes the tasks one principal enqueued
+/// may hold in the store, until they are removed (purge, discard, retention).
+pub const DEFAULT_MAX_BYTES_PER_PRINCIPAL: u64 = 16 << 30;
+
+/// Quotas on what producers can make the daemon store: past one, `enqueue` gets
+/// `limit` and nothing of the batch is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quotas {
+    /// Tasks one queue may hold, in every state.
+    pub max_tasks_per_queue: u64,
+    /// Payload bytes the stored tasks of one principal may hold (with tokens).
+    pub max_bytes_per_principal: u64,
+}
+
+impl Default for Quotas {
+    fn default() -> Quotas {
+        Quotas {
+            max_tasks_per_queue: DEFAULT_MAX_TASKS_PER_QUEUE,
+            max_bytes_per_principal: DEFAULT_MAX_BYTES_PER_PRINCIPAL,
+        }
+    }
+}
 
 /// Most retention removals done per round, so a large expiry never stalls dispatch.
 const RETENTION_BATCH: usize = 512;
@@ -326,6 +354,10 @@ pub struct Engine<W: Waiter> {
     events: u64,
     /// Monotonic time of the next liveness sweep.
     liveness_sweep_at: u64,
+    quotas: Quotas,
+    /// Payload bytes of the stored tasks each principal enqueued: kept as tasks are
+    /// enqueued and removed, and rebuilt from the records at start.
+    stored_bytes: HashMap<String, u64>,
 }
 
 impl<W: Waiter> Engine<W> {
@@ -368,6 +400,8 @@ impl<W: Waiter> Engine<W> {
             avoid: HashMap::new(),
             events: 0,
             liveness_sweep_at: 0,
+            quotas: Quotas::default(),
+            stored_bytes: HashMap::new(),
         };
         for (name, rec) in engine.store.load_queues()? {
             engine
@@ -419,6 +453,9 @@ impl<W: Waiter> Engine<W> {
             clock
         });
         self.last_id = self.last_id.max(id);
+        if let Some(principal) = &rec.enqueued_by {
+            *self.stored_bytes.entry(principal.clone()).or_default() += rec.payload_bytes;
+        }
         if let Some(clock) = clock
             && let Some(mut full) = self.store.task(id)?
             && let Some(lease) = full.lease.as_mut()
@@ -616,6 +653,9 @@ impl<W: Waiter> Engine<W> {
 
     /// Removes a task from the store and every index.
     fn remove(&mut self, id: Ulid, rec: &TaskRecord) {
+        if let Some(principal) = &rec.enqueued_by {
+            self.uncount_bytes(principal, rec.payload_bytes);
+        }
         self.unindex(id);
         self.tasks.remove(&id);
         self.avoid.remove(&id);

@@ -26,6 +26,7 @@ use super::{
     ClaimWaiter, Engine, Failure, LeaseClock, Now, OpResult, Queue, Reply, TaskWait, Waiter,
     client, push_event,
 };
+use crate::auth::Principal;
 use crate::store::{LeaseRecord, QueueRecord, StoreError, TaskRecord};
 
 /// A validated claim, kept by a waiting claim until tasks arrive.
@@ -216,7 +217,9 @@ impl<W: Waiter> Engine<W> {
             Request::QueueResume(r) => self.queue_pause(&r.0, false, now).map(Reply::Queue),
             Request::QueuePurge(r) => self.queue_purge(&r.0).map(Reply::Count),
             Request::QueueDelete(r) => self.queue_delete(&r.0).map(Reply::Count),
-            Request::Enqueue(r) => self.enqueue(r, now).map(Reply::Enqueue),
+            Request::Enqueue(r) => self
+                .enqueue(r, waiter.principal(), now)
+                .map(Reply::Enqueue),
             Request::Claim(r) => return self.claim(r, waiter, now),
             Request::Ack(r) => self.ack(r, now).map(Reply::Settle),
             Request::Nack(r) => self.nack(r, now).map(Reply::Settle),
@@ -430,7 +433,12 @@ impl<W: Waiter> Engine<W> {
         })
     }
 
-    fn enqueue(&mut self, r: Enqueue, now: Now) -> OpResult<EnqueueReply> {
+    fn enqueue(
+        &mut self,
+        r: Enqueue,
+        principal: Option<&Principal>,
+        now: Now,
+    ) -> OpResult<EnqueueReply> {
         self.queue(&r.queue)?;
         if r.tasks.is_empty() || r.tasks.len() > MAX_BATCH {
             return Err(client(
@@ -467,6 +475,8 @@ impl<W: Waiter> Engine<W> {
                 return Err(at("not_before is more than a year away".into()));
             }
         }
+        let owner = principal.map(|p| p.name.as_str());
+        self.check_quotas(&r, owner)?;
         let mut out = Vec::with_capacity(r.tasks.len());
         let mut fresh: Vec<(&str, Ulid)> = Vec::new();
         for t in &r.tasks {
@@ -515,7 +525,12 @@ impl<W: Waiter> Engine<W> {
                 updated_ms: now.wall_ms,
                 finished_ms: None,
                 history: Vec::new(),
+                enqueued_by: owner.map(str::to_owned),
+                payload_bytes: t.payload.get().len() as u64,
             };
+            if let Some(owner) = owner {
+                *self.stored_bytes.entry(owner.to_owned()).or_default() += rec.payload_bytes;
+            }
             push_event(&mut rec, now, "enqueued", None, None, None);
             self.pending
                 .put_payload(id, &r.queue, t.payload.get(), t.idempotency_key.as_deref());

@@ -1850,4 +1850,5 @@ mod crash_model;
 mod liveness;
 mod member_names;
 mod model;
+mod quotas;
 mod watch;
