@@ -413,3 +413,50 @@ async fn member_names_are_not_squatted_released_expire_and_are_capped_per_token(
     // Another token is not affected by this one's cap.
     assert_eq!(gpu.claim(&Claim::new(["jobs"]).member("gpu/9")).await.unwrap().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_refuse_with_limit_and_hold_across_a_restart() {
+    let config = format!(
+        "{}\n[[tokens]]\nname = \"producer\"\ntoken = \"producer-token-0123456789\"\nroles = [\"produce\"]\n",
+        tokens_config(r#""jobs""#)
+    );
+    let (mut d, _dir) = with_config(
+        &config,
+        &["--max-tasks-per-queue", "5", "--max-bytes-per-token", "1000"],
+    );
+    let admin = d.client_as(ADMIN).await;
+    admin.queue_create("jobs", QueuePatch::default()).await.unwrap();
+    let producer = d.client_as("producer-token-0123456789").await;
+    let payload = |n: usize| NewTask::new(muster_sdk::json(&"x".repeat(n)).unwrap());
+    // Two payloads of 402 bytes (a JSON string of 400): 804 bytes stored.
+    producer
+        .enqueue_batch("jobs", vec![payload(400), payload(400)])
+        .await
+        .unwrap();
+    let refused = producer.enqueue("jobs", payload(200)).await.unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::Limit), "{refused}");
+    assert!(refused.to_string().contains("--max-bytes-per-token"), "{refused}");
+    // The admin's bytes are its own; the queue's five tasks are everyone's.
+    admin
+        .enqueue_batch("jobs", vec![payload(1), payload(1), payload(1)])
+        .await
+        .unwrap();
+    let out = d.cli(&["--token", ADMIN, "enqueue", "jobs", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("muster: limit: queue \"jobs\" holds 5 tasks"), "{err}");
+    drop((admin, producer));
+    assert_eq!(d.terminate(), Some(0));
+    d.restart();
+    // The producer's 804 bytes were counted again at start: refused on an empty queue.
+    d.client_as(ADMIN)
+        .await
+        .queue_create("more", QueuePatch::default())
+        .await
+        .unwrap();
+    let producer = d.client_as("producer-token-0123456789").await;
+    let refused = producer.enqueue("more", payload(200)).await.unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::Limit), "{refused}");
+    assert!(refused.to_string().contains("has 804 payload bytes"), "{refused}");
+    producer.enqueue("more", payload(100)).await.unwrap();
+}
