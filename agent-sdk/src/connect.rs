@@ -414,7 +414,11 @@ mod tests {
             ..ConnectOptions::default()
         };
         assert_eq!(options.hello_token().unwrap(), None);
-        std::fs::write(dir.path().join(LOCAL_TOKEN_FILE), "local-0123456789abcdef\n").unwrap();
+        std::fs::write(
+            dir.path().join(LOCAL_TOKEN_FILE),
+            "local-0123456789abcdef\n",
+        )
+        .unwrap();
         assert_eq!(
             options.hello_token().unwrap().as_deref(),
             Some("local-0123456789abcdef")

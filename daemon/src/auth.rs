@@ -326,7 +326,11 @@ roles = ["admin"]
         assert_eq!(p.check_member("ci/7"), Ok(()));
         let refused = p.check_member("gpu/1").unwrap_err();
         assert_eq!(refused.code, ErrorCode::Forbidden);
-        assert!(refused.message.contains("member name \"gpu/1\""), "{}", refused.message);
+        assert!(
+            refused.message.contains("member name \"gpu/1\""),
+            "{}",
+            refused.message
+        );
         let mut one = [0u8; 32];
         one[31] = 1;
         let ops = &tokens.by_digest[&one];

@@ -157,8 +157,7 @@ mod tests {
         std::fs::write(dir.join("store/journal"), "iban").unwrap();
         std::fs::set_permissions(&dir, Permissions::from_mode(0o755)).unwrap();
         std::fs::set_permissions(dir.join("store"), Permissions::from_mode(0o775)).unwrap();
-        std::fs::set_permissions(dir.join("store/journal"), Permissions::from_mode(0o644))
-            .unwrap();
+        std::fs::set_permissions(dir.join("store/journal"), Permissions::from_mode(0o644)).unwrap();
         prepare(&dir).unwrap();
         assert_eq!(mode(&dir), 0o700);
         assert_eq!(mode(&dir.join("store")), 0o700);

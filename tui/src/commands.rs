@@ -11,8 +11,8 @@ use muster_sdk::{Client, ConnectOptions, Trust, WorkerConfig};
 
 use crate::ClaimString;
 use crate::cli::{
-    AdminCommand, Cli, Command, DeadArgs, EnqueueArgs, Global, LeaseCommand, MemberCommand, QueueCommand,
-    QueueOptionArgs, TaskCommand, TokenCommand, TokenRole,
+    AdminCommand, Cli, Command, DeadArgs, EnqueueArgs, Global, LeaseCommand, MemberCommand,
+    QueueCommand, QueueOptionArgs, TaskCommand, TokenCommand, TokenRole,
 };
 use crate::output::{self, Output};
 use crate::{bench, console, demo, work};
@@ -247,7 +247,10 @@ fn new_token(out: &Output, name: &str, roles: &[TokenRole]) -> anyhow::Result<()
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
         .map_err(|_| anyhow::anyhow!("the system's random generator failed"))?;
     let token = hex::encode(bytes);
-    let sha256 = hex::encode(ring::digest::digest(&ring::digest::SHA256, token.as_bytes()));
+    let sha256 = hex::encode(ring::digest::digest(
+        &ring::digest::SHA256,
+        token.as_bytes(),
+    ));
     let roles: Vec<String> = roles
         .iter()
         .map(|r| {

@@ -257,9 +257,10 @@ impl<W: Waiter> Engine<W> {
     /// The queues a member holds leases in or subscribes to, repeats included.
     fn member_queues<'a>(&'a self, member: &str) -> impl Iterator<Item = &'a str> + 'a {
         let m = self.members.get(member);
-        let leased = m.into_iter().flat_map(|m| m.leased.iter()).filter_map(|id| {
-            self.tasks.get(id).map(|t| &*t.queue)
-        });
+        let leased = m
+            .into_iter()
+            .flat_map(|m| m.leased.iter())
+            .filter_map(|id| self.tasks.get(id).map(|t| &*t.queue));
         let subscribed = m
             .into_iter()
             .flat_map(|m| m.subscribed().iter().map(String::as_str));
@@ -345,7 +346,10 @@ impl<W: Waiter> Engine<W> {
 
     /// Sets how long a name stays bound with no session and no lease.
     pub fn set_member_name_expiry(&mut self, expiry: Duration) {
-        assert!(expiry >= MIN_MEMBER_NAME_EXPIRY, "checked with the settings");
+        assert!(
+            expiry >= MIN_MEMBER_NAME_EXPIRY,
+            "checked with the settings"
+        );
         self.owners.expiry_ms = expiry.as_millis() as u64;
     }
 
@@ -369,7 +373,10 @@ impl<W: Waiter> Engine<W> {
             self.owners.remove(member, &mut self.pending);
         }
         if !expired.is_empty() {
-            tracing::info!(count = expired.len(), "member names unused past their expiry freed");
+            tracing::info!(
+                count = expired.len(),
+                "member names unused past their expiry freed"
+            );
         }
     }
 

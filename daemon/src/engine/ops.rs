@@ -217,9 +217,7 @@ impl<W: Waiter> Engine<W> {
             Request::QueueResume(r) => self.queue_pause(&r.0, false, now).map(Reply::Queue),
             Request::QueuePurge(r) => self.queue_purge(&r.0).map(Reply::Count),
             Request::QueueDelete(r) => self.queue_delete(&r.0).map(Reply::Count),
-            Request::Enqueue(r) => self
-                .enqueue(r, waiter.principal(), now)
-                .map(Reply::Enqueue),
+            Request::Enqueue(r) => self.enqueue(r, waiter.principal(), now).map(Reply::Enqueue),
             Request::Claim(r) => return self.claim(r, waiter, now),
             Request::Ack(r) => self.ack(r, now).map(Reply::Settle),
             Request::Nack(r) => self.nack(r, now).map(Reply::Settle),

@@ -57,7 +57,10 @@ impl<W: Waiter> Engine<W> {
             .stored_bytes
             .get_mut(principal)
             .expect("a stored task's principal has its bytes counted");
-        assert!(*stored >= bytes, "stored bytes of {principal:?} never underflow");
+        assert!(
+            *stored >= bytes,
+            "stored bytes of {principal:?} never underflow"
+        );
         *stored -= bytes;
         if *stored == 0 {
             self.stored_bytes.remove(principal);

@@ -69,7 +69,14 @@ async fn pins_and_ca_files_are_checked() {
     );
     let token_file = local_token.to_str().unwrap();
     assert_eq!(
-        d.ok(&["--pin", &d.fingerprint, "--token-file", token_file, "queue", "list"]),
+        d.ok(&[
+            "--pin",
+            &d.fingerprint,
+            "--token-file",
+            token_file,
+            "queue",
+            "list"
+        ]),
         ""
     );
 }

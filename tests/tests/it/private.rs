@@ -100,10 +100,16 @@ async fn a_local_only_daemon_serves_its_own_user_and_refuses_every_other() {
             }
         }
     }
-    assert!(files >= 4, "the store, certificate, key and token: {files} files");
+    assert!(
+        files >= 4,
+        "the store, certificate, key and token: {files} files"
+    );
     assert!(d.log().contains("local-only"), "{}", d.log());
     // The daemon's own user: the CLI finds the token by itself.
-    assert_eq!(d.ok(&["queue", "create", "jobs"]).lines().next(), Some("name\tjobs"));
+    assert_eq!(
+        d.ok(&["queue", "create", "jobs"]).lines().next(),
+        Some("name\tjobs")
+    );
 
     // Another user. As root (CI runs the suite as root and as nobody), the CLI really
     // runs as uid 65534: it can read neither the certificate nor the token, and with
@@ -173,7 +179,10 @@ async fn a_token_file_keeps_the_token_off_the_command_line() {
         .env("MUSTER_TOKEN_FILE", file)
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout).split('\t').next(), Some("jobs"));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).split('\t').next(),
+        Some("jobs")
+    );
     let missing = dir.path().join("missing");
     let out = d.cli(&["--token-file", missing.to_str().unwrap(), "queue", "list"]);
     assert_eq!(out.status.code(), Some(1));
@@ -212,7 +221,8 @@ fn duplicate_token_names_are_refused_at_start_and_wide_metrics_warned_about() {
 
     let d = Daemon::start_with(&["--metrics-addr", "0.0.0.0:0"]);
     assert!(
-        d.log().contains("metrics are served without authentication on a non-loopback address"),
+        d.log()
+            .contains("metrics are served without authentication on a non-loopback address"),
         "{}",
         d.log()
     );
@@ -221,7 +231,9 @@ fn duplicate_token_names_are_refused_at_start_and_wide_metrics_warned_about() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_token_and_its_config_entry_work_as_printed() {
     let out = std::process::Command::new(muster_bin())
-        .args(["--json", "admin", "token", "new", "--name", "ci", "--roles", "admin"])
+        .args([
+            "--json", "admin", "token", "new", "--name", "ci", "--roles", "admin",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success());
@@ -234,13 +246,15 @@ async fn a_new_token_and_its_config_entry_work_as_printed() {
     assert!(config.contains(v["token_sha256"].as_str().unwrap()));
     let (d, _dir) = with_config(config, &[]);
     let admin = d.client_as(token).await;
-    admin.queue_create("jobs", QueuePatch::default()).await.unwrap();
+    admin
+        .queue_create("jobs", QueuePatch::default())
+        .await
+        .unwrap();
     assert!(!d.log().contains("plain text"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn queue_scoped_admins_see_only_members_of_their_queues_and_sessions_keep_to_their_scope()
-{
+async fn queue_scoped_admins_see_only_members_of_their_queues_and_sessions_keep_to_their_scope() {
     let (mut d, dir) = with_config(&tokens_config(r#""jobs", "ml""#), &[]);
     let admin = d.client_as(ADMIN).await;
     for q in ["jobs", "ml"] {
@@ -274,14 +288,26 @@ async fn queue_scoped_admins_see_only_members_of_their_queues_and_sessions_keep_
     assert_eq!(names, ["gpu/1"]);
     assert_eq!(admin.member_list().await.unwrap().len(), 2);
     assert!(scoped.member_describe("gpu/1").await.is_ok());
-    assert_eq!(code(scoped.member_describe("gpu/2").await), Some(ErrorCode::Forbidden));
-    assert_eq!(code(scoped.member_drain("gpu/2").await), Some(ErrorCode::Forbidden));
-    assert_eq!(code(scoped.member_release("gpu/2").await), Some(ErrorCode::Forbidden));
+    assert_eq!(
+        code(scoped.member_describe("gpu/2").await),
+        Some(ErrorCode::Forbidden)
+    );
+    assert_eq!(
+        code(scoped.member_drain("gpu/2").await),
+        Some(ErrorCode::Forbidden)
+    );
+    assert_eq!(
+        code(scoped.member_release("gpu/2").await),
+        Some(ErrorCode::Forbidden)
+    );
     let members = View::Members {
         after: None,
         limit: None,
     };
-    assert_eq!(code(scoped.watch(members, 1).await), Some(ErrorCode::Forbidden));
+    assert_eq!(
+        code(scoped.watch(members, 1).await),
+        Some(ErrorCode::Forbidden)
+    );
     assert!(scoped.member_drain("gpu/1").await.unwrap().draining);
 
     // gpu/2 holds an ml task; then the token loses ml. Reopening the session would hand
@@ -328,17 +354,25 @@ async fn eventually(limit: Duration, mut f: impl AsyncFnMut() -> bool) -> Durati
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_names_are_not_squatted_released_expire_and_are_capped_per_token() {
-    let (d, _dir) = with_config(
-        &tokens_config(r#""jobs""#),
-        &["--member-name-expiry", "1s"],
-    );
+    let (d, _dir) = with_config(&tokens_config(r#""jobs""#), &["--member-name-expiry", "1s"]);
     let admin = d.client_as(ADMIN).await;
-    admin.queue_create("jobs", QueuePatch::default()).await.unwrap();
+    admin
+        .queue_create("jobs", QueuePatch::default())
+        .await
+        .unwrap();
     let gpu = d.client_as(GPU).await;
     let other = d.client_as(OTHER).await;
     // An empty claim binds nothing: the other token may use the name at once.
-    assert!(gpu.claim(&Claim::new(["jobs"]).member("gpu/squat")).await.unwrap().is_empty());
-    other.open_session(&session("gpu/squat", false)).await.unwrap();
+    assert!(
+        gpu.claim(&Claim::new(["jobs"]).member("gpu/squat"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    other
+        .open_session(&session("gpu/squat", false))
+        .await
+        .unwrap();
     // Now it is the other token's: released by an admin once its session is gone.
     assert_eq!(
         code(admin.member_release("gpu/squat").await),
@@ -355,7 +389,10 @@ async fn member_names_are_not_squatted_released_expire_and_are_capped_per_token(
         Some(ErrorCode::NotFound)
     );
     let gpu_session = d.client_as(GPU).await;
-    gpu_session.open_session(&session("gpu/squat", false)).await.unwrap();
+    gpu_session
+        .open_session(&session("gpu/squat", false))
+        .await
+        .unwrap();
     // Expiry: once the session is gone the name is free again after about 1 s.
     gpu_session.close().await;
     let other = d.client_as(OTHER).await;
@@ -404,14 +441,23 @@ async fn member_names_are_not_squatted_released_expire_and_are_capped_per_token(
         .await
         .unwrap_err();
     assert_eq!(refused.code(), Some(ErrorCode::Limit), "{refused}");
-    assert!(refused.to_string().contains("4096 member names"), "{refused}");
+    assert!(
+        refused.to_string().contains("4096 member names"),
+        "{refused}"
+    );
     eprintln!(
         "{} names bound in {:?}, the next refused with limit",
         bound + 1,
         start.elapsed()
     );
     // Another token is not affected by this one's cap.
-    assert_eq!(gpu.claim(&Claim::new(["jobs"]).member("gpu/9")).await.unwrap().len(), 1);
+    assert_eq!(
+        gpu.claim(&Claim::new(["jobs"]).member("gpu/9"))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -422,10 +468,18 @@ async fn quotas_refuse_with_limit_and_hold_across_a_restart() {
     );
     let (mut d, _dir) = with_config(
         &config,
-        &["--max-tasks-per-queue", "5", "--max-bytes-per-token", "1000"],
+        &[
+            "--max-tasks-per-queue",
+            "5",
+            "--max-bytes-per-token",
+            "1000",
+        ],
     );
     let admin = d.client_as(ADMIN).await;
-    admin.queue_create("jobs", QueuePatch::default()).await.unwrap();
+    admin
+        .queue_create("jobs", QueuePatch::default())
+        .await
+        .unwrap();
     let producer = d.client_as("producer-token-0123456789").await;
     let payload = |n: usize| NewTask::new(muster_sdk::json(&"x".repeat(n)).unwrap());
     // Two payloads of 402 bytes (a JSON string of 400): 804 bytes stored.
@@ -435,7 +489,10 @@ async fn quotas_refuse_with_limit_and_hold_across_a_restart() {
         .unwrap();
     let refused = producer.enqueue("jobs", payload(200)).await.unwrap_err();
     assert_eq!(refused.code(), Some(ErrorCode::Limit), "{refused}");
-    assert!(refused.to_string().contains("--max-bytes-per-token"), "{refused}");
+    assert!(
+        refused.to_string().contains("--max-bytes-per-token"),
+        "{refused}"
+    );
     // The admin's bytes are its own; the queue's five tasks are everyone's.
     admin
         .enqueue_batch("jobs", vec![payload(1), payload(1), payload(1)])
@@ -444,7 +501,10 @@ async fn quotas_refuse_with_limit_and_hold_across_a_restart() {
     let out = d.cli(&["--token", ADMIN, "enqueue", "jobs", "1"]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.starts_with("muster: limit: queue \"jobs\" holds 5 tasks"), "{err}");
+    assert!(
+        err.starts_with("muster: limit: queue \"jobs\" holds 5 tasks"),
+        "{err}"
+    );
     drop((admin, producer));
     assert_eq!(d.terminate(), Some(0));
     d.restart();
@@ -457,6 +517,9 @@ async fn quotas_refuse_with_limit_and_hold_across_a_restart() {
     let producer = d.client_as("producer-token-0123456789").await;
     let refused = producer.enqueue("more", payload(200)).await.unwrap_err();
     assert_eq!(refused.code(), Some(ErrorCode::Limit), "{refused}");
-    assert!(refused.to_string().contains("has 804 payload bytes"), "{refused}");
+    assert!(
+        refused.to_string().contains("has 804 payload bytes"),
+        "{refused}"
+    );
     producer.enqueue("more", payload(100)).await.unwrap();
 }

@@ -106,9 +106,7 @@ async fn a_wait_ends_at_once_when_its_tasks_are_purged() {
 /// daemon's local token, and returns each reply but the hello's.
 async fn raw_frames(d: &Daemon, bodies: &[&str]) -> Vec<serde_json::Value> {
     let options = d.options();
-    let conn = muster_sdk::connect::open(&options)
-        .await
-        .expect("connect");
+    let conn = muster_sdk::connect::open(&options).await.expect("connect");
     let (mut send, mut recv) = conn.open_bi().await.expect("stream");
     let hello = serde_json::json!({
         "id": 0, "op": "hello", "version": 1, "token": options.hello_token().unwrap(),

@@ -126,7 +126,11 @@ fn a_principal_binds_at_most_its_cap_of_names() {
         } else {
             let refused = h.call(claim(&member)).unwrap_err();
             assert_eq!(refused.code, ErrorCode::Limit);
-            assert!(refused.message.contains("4096 member names"), "{}", refused.message);
+            assert!(
+                refused.message.contains("4096 member names"),
+                "{}",
+                refused.message
+            );
             assert_eq!(h.code(open(&member, 1, false, false)), ErrorCode::Limit);
             // A name it holds already is still its own to use.
             h.call_on(9, open("b/0", 1, true, false)).unwrap();

@@ -52,7 +52,11 @@ fn quotas_refuse_whole_batches_and_count_across_removal_and_restart() {
     // 10 bytes stored: one more byte is past p's quota; nothing of the batch is kept.
     let refused = h.call(enqueue(&["1"])).unwrap_err();
     assert_eq!(refused.code, ErrorCode::Limit);
-    assert!(refused.message.contains("token \"p\" has 10 payload bytes"), "{}", refused.message);
+    assert!(
+        refused.message.contains("token \"p\" has 10 payload bytes"),
+        "{}",
+        refused.message
+    );
     assert_eq!(h.counts("jobs")[1], 2);
     // q has its own bytes; the queue holds at most 4 tasks, batch included.
     h.principal = Some(q);
