@@ -36,15 +36,19 @@ fn session(member: &str, reclaim: bool) -> SessionOpen {
 }
 
 fn mode(path: &Path) -> u32 {
-    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    std::fs::metadata(path)
+        .expect("metadata")
+        .permissions()
+        .mode()
+        & 0o777
 }
 
 /// A daemon with tokens in a config file (plain text, which it warns about).
 fn with_config(config: &str, extra: &[&str]) -> (Daemon, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("config dir");
     let path = dir.path().join("muster.toml");
-    std::fs::write(&path, config).unwrap();
-    let mut args = vec!["--config", path.to_str().unwrap()];
+    std::fs::write(&path, config).expect("writing config");
+    let mut args = vec!["--config", path.to_str().expect("utf-8 path")];
     args.extend_from_slice(extra);
     (Daemon::start_with(&args), dir)
 }
@@ -201,9 +205,9 @@ fn duplicate_token_names_are_refused_at_start_and_wide_metrics_warned_about() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("muster.toml");
     let mut config = tokens_config(r#""jobs""#);
-    config.push_str(&format!(
-        "\n[[tokens]]\nname = \"gpu-agents\"\ntoken = \"sandbox-token-0123456789ab\"\nroles = [\"consume\"]\nqueues = [\"sandbox\"]\n"
-    ));
+    config.push_str(
+        "\n[[tokens]]\nname = \"gpu-agents\"\ntoken = \"sandbox-token-0123456789ab\"\nroles = [\"consume\"]\nqueues = [\"sandbox\"]\n",
+    );
     std::fs::write(&path, config).unwrap();
     let out = std::process::Command::new(muster_tests::musterd_bin())
         .arg("--data")

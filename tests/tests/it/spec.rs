@@ -109,7 +109,7 @@ async fn raw_frames(d: &Daemon, bodies: &[&str]) -> Vec<serde_json::Value> {
     let conn = muster_sdk::connect::open(&options).await.expect("connect");
     let (mut send, mut recv) = conn.open_bi().await.expect("stream");
     let hello = serde_json::json!({
-        "id": 0, "op": "hello", "version": 1, "token": options.hello_token().unwrap(),
+        "id": 0, "op": "hello", "version": 1, "token": options.hello_token().expect("the local token"),
     })
     .to_string();
     let mut replies: Vec<serde_json::Value> = Vec::new();

@@ -8,8 +8,8 @@ use muster_protocol::model::QueuePatch;
 use muster_protocol::ops::{self, Claim};
 use muster_protocol::{ErrorCode, Request};
 
-use super::{Harness, open};
-use crate::auth::{Principal, Tokens};
+use super::{Harness, open, principal};
+use crate::auth::Principal;
 use crate::engine::{MAX_MEMBER_NAMES_PER_PRINCIPAL, Reply};
 
 const CONFIG: &str = r#"
@@ -24,13 +24,6 @@ name = "b"
 token = "b-token-0123456789abcdef"
 roles = ["consume"]
 "#;
-
-/// The principal of a token of [`CONFIG`], for the test's whole run.
-fn principal(token: &str) -> &'static Principal {
-    let tokens = Tokens::parse(CONFIG).unwrap();
-    let p = tokens.authenticate(token).unwrap();
-    Box::leak(Box::new((*p).clone()))
-}
 
 fn release(member: &str) -> Request {
     Request::MemberRelease(ops::MemberRelease(ops::MemberName {
@@ -47,8 +40,8 @@ fn setup() -> (Harness, &'static Principal, &'static Principal) {
     h.create("jobs", QueuePatch::default());
     (
         h,
-        principal("a-token-0123456789abcdef"),
-        principal("b-token-0123456789abcdef"),
+        principal(CONFIG, "a-token-0123456789abcdef"),
+        principal(CONFIG, "b-token-0123456789abcdef"),
     )
 }
 

@@ -78,6 +78,13 @@ struct Harness {
     principal: Option<&'static crate::auth::Principal>,
 }
 
+/// The principal of `token` in a config file's text, for the test's whole run.
+fn principal(config: &str, token: &str) -> &'static crate::auth::Principal {
+    let tokens = crate::auth::Tokens::parse(config).unwrap();
+    let p = tokens.authenticate(token).unwrap();
+    Box::leak(Box::new((*p).clone()))
+}
+
 fn raw(s: &str) -> muster_protocol::RawJson {
     ops::raw(s).unwrap()
 }

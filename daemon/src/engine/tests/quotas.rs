@@ -5,8 +5,7 @@ use muster_protocol::model::{NewTask, QueuePatch};
 use muster_protocol::ops::{self, Enqueue, QueueName};
 use muster_protocol::{ErrorCode, Request};
 
-use super::{Harness, raw};
-use crate::auth::{Principal, Tokens};
+use super::{Harness, principal, raw};
 use crate::engine::Quotas;
 
 const CONFIG: &str = r#"
@@ -20,11 +19,6 @@ name = "q"
 token = "q-token-0123456789abcdef"
 roles = ["produce"]
 "#;
-
-fn principal(token: &str) -> &'static Principal {
-    let p = Tokens::parse(CONFIG).unwrap().authenticate(token).unwrap();
-    Box::leak(Box::new((*p).clone()))
-}
 
 fn enqueue(payloads: &[&str]) -> Request {
     Request::Enqueue(Enqueue {
@@ -44,8 +38,8 @@ fn quotas_refuse_whole_batches_and_count_across_removal_and_restart() {
     h.engine().set_quotas(QUOTAS);
     h.create("jobs", QueuePatch::default());
     let (p, q) = (
-        principal("p-token-0123456789abcdef"),
-        principal("q-token-0123456789abcdef"),
+        principal(CONFIG, "p-token-0123456789abcdef"),
+        principal(CONFIG, "q-token-0123456789abcdef"),
     );
     h.principal = Some(p);
     h.call(enqueue(&["1234", "123456"])).unwrap();
