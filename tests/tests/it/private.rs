@@ -97,18 +97,18 @@ async fn a_local_only_daemon_serves_its_own_user_and_refuses_every_other() {
             if path.is_dir() {
                 assert_eq!(mode(&path), 0o700, "{}", path.display());
                 stack.push(path);
-            } else if path.file_name().is_some_and(|n| n != "musterd.log") {
-                // (the test's own log file is the harness's, not the daemon's)
+            } else {
                 assert_eq!(mode(&path), 0o600, "{}", path.display());
                 files += 1;
             }
         }
     }
     assert!(
-        files >= 4,
-        "the store, certificate, key and token: {files} files"
+        files >= 5,
+        "the store, certificate, key, token, log: {files} files"
     );
     assert!(d.log().contains("local-only"), "{}", d.log());
+    assert!(!d.log().contains("readable by other users"), "{}", d.log());
     // The daemon's own user: the CLI finds the token by itself.
     assert_eq!(
         d.ok(&["queue", "create", "jobs"]).lines().next(),
@@ -150,6 +150,24 @@ async fn a_local_only_daemon_serves_its_own_user_and_refuses_every_other() {
         assert!(err.contains("Permission denied"), "{err}");
     }
     eprintln!("another user (root: {root}) is refused");
+
+    // A data directory opened up by hand is made private again at start, with a warning.
+    let mut d = d;
+    assert_eq!(d.terminate(), Some(0));
+    let journal = std::fs::read_dir(d.data().join("store"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_file())
+        .expect("a file in the store");
+    std::fs::set_permissions(d.data(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o644)).unwrap();
+    d.restart();
+    assert_eq!((mode(d.data()), mode(&journal)), (0o700, 0o600));
+    assert!(
+        d.log().contains("readable by other users: made private"),
+        "{}",
+        d.log()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
