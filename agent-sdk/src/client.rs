@@ -117,7 +117,7 @@ impl Client {
         let hello = client
             .call(&Hello {
                 version: PROTOCOL_VERSION,
-                token: options.token.clone(),
+                token: options.hello_token()?,
                 client: Some(concat!("muster-sdk ", env!("CARGO_PKG_VERSION")).into()),
             })
             .await?;
@@ -488,6 +488,16 @@ impl Client {
             }))
             .await?
             .member)
+    }
+
+    /// Frees a member name from the principal that first used it, so that another
+    /// token may use it (`invalid_state` while the member has a session or leases).
+    pub async fn member_release(&self, member: &str) -> Result<(), Error> {
+        self.call(&ops::MemberRelease(MemberName {
+            member: member.into(),
+        }))
+        .await?;
+        Ok(())
     }
 
     /// Revokes a lease: it lapses now and its holder is told.

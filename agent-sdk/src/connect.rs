@@ -3,6 +3,12 @@
 //! Trust comes from, in order: a pinned SHA-256 fingerprint of the daemon's certificate,
 //! a CA file, or the certificate the daemon wrote into its data directory (found by
 //! itself for a local daemon). Only TLS 1.3 is offered and 0-RTT is never used.
+//!
+//! The token comes from, in order: [`ConnectOptions::token`], the file
+//! [`ConnectOptions::token_file`] names (so it never shows in a process's arguments,
+//! which every local user can read in `/proc/PID/cmdline`), or, when the daemon is
+//! trusted through its data directory, the token the daemon wrote there for its own
+//! user ([`LOCAL_TOKEN_FILE`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,7 +21,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
-use muster_protocol::{ALPN, CERT_FILE, DATA_DIR_NAME, DEFAULT_PORT};
+use muster_protocol::{ALPN, CERT_FILE, DATA_DIR_NAME, DEFAULT_PORT, LOCAL_TOKEN_FILE};
 
 use crate::Error;
 
@@ -52,6 +58,9 @@ pub struct ConnectOptions {
     pub trust: Trust,
     /// A token, for daemons that require one.
     pub token: Option<String>,
+    /// A file holding the token (surrounding whitespace ignored), read at each
+    /// connect when `token` is absent.
+    pub token_file: Option<PathBuf>,
     /// The name to verify in the certificate; the host of `addr` if absent.
     pub server_name: Option<String>,
     /// The local address to bind; if absent, the loopback address of the daemon's
@@ -66,6 +75,7 @@ impl Default for ConnectOptions {
             addr: format!("127.0.0.1:{DEFAULT_PORT}"),
             trust: Trust::DataDir(default_data_dir()),
             token: None,
+            token_file: None,
             server_name: None,
             bind: None,
         }
@@ -74,7 +84,8 @@ impl Default for ConnectOptions {
 
 impl ConnectOptions {
     /// The defaults, changed by the environment variables the CLI reads too:
-    /// `MUSTER_ADDR`, `MUSTER_DATA`, `MUSTER_CA`, `MUSTER_PIN` and `MUSTER_TOKEN`.
+    /// `MUSTER_ADDR`, `MUSTER_DATA`, `MUSTER_CA`, `MUSTER_PIN`, `MUSTER_TOKEN` and
+    /// `MUSTER_TOKEN_FILE`.
     pub fn from_env() -> ConnectOptions {
         let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
         let mut options = ConnectOptions::default();
@@ -91,8 +102,56 @@ impl ConnectOptions {
             options.trust = Trust::Pin(pin);
         }
         options.token = var("MUSTER_TOKEN");
+        options.token_file = var("MUSTER_TOKEN_FILE").map(PathBuf::from);
         options
     }
+
+    /// The token to present in `hello`: `token`, else the contents of `token_file`,
+    /// else the daemon's own token in the data directory the daemon is trusted
+    /// through (when it wrote one and this user can read it), else none.
+    pub fn hello_token(&self) -> Result<Option<String>, Error> {
+        if let Some(token) = &self.token {
+            return Ok(Some(token.clone()));
+        }
+        if let Some(path) = &self.token_file {
+            return read_token_file(path).map(Some);
+        }
+        let Trust::DataDir(dir) = &self.trust else {
+            return Ok(None);
+        };
+        let path = dir.join(LOCAL_TOKEN_FILE);
+        match read_token_file(&path) {
+            Ok(token) => Ok(Some(token)),
+            // No local token: a daemon with configured tokens (or `--open`).
+            Err(_) if !path.exists() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Longest token file read, in bytes: a token is a line, not a document.
+const MAX_TOKEN_FILE_BYTES: u64 = 4096;
+
+/// Reads a token from a file: its contents less surrounding whitespace, which must
+/// leave a token of one line.
+pub fn read_token_file(path: &std::path::Path) -> Result<String, Error> {
+    use std::io::Read;
+    let describe = |e: std::io::Error| {
+        Error::InvalidInput(format!("reading token file {}: {e}", path.display()))
+    };
+    let file = std::fs::File::open(path).map_err(describe)?;
+    let mut text = String::new();
+    file.take(MAX_TOKEN_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(describe)?;
+    let token = text.trim();
+    if text.len() as u64 > MAX_TOKEN_FILE_BYTES || token.is_empty() || token.contains('\n') {
+        return Err(Error::InvalidInput(format!(
+            "token file {} does not hold one token on one line (at most {MAX_TOKEN_FILE_BYTES} bytes)",
+            path.display()
+        )));
+    }
+    Ok(token.to_owned())
 }
 
 /// The per-user data directory `musterd` uses by default.
@@ -210,11 +269,21 @@ fn tls_config(trust: &Trust) -> Result<rustls::ClientConfig, Error> {
             .with_no_client_auth(),
         Trust::DataDir(dir) => {
             let path = dir.join(CERT_FILE);
-            if !path.exists() {
-                return Err(Error::Connect(format!(
-                    "no daemon certificate at {}: start musterd with this data directory, or pass --ca or --pin",
-                    path.display()
-                )));
+            match std::fs::metadata(&path) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(Error::Connect(format!(
+                        "no daemon certificate at {}: start musterd with this data directory, or pass --ca or --pin",
+                        path.display()
+                    )));
+                }
+                // Another user's private data directory, most likely.
+                Err(e) => {
+                    return Err(Error::Connect(format!(
+                        "reading the daemon certificate at {}: {e}",
+                        path.display()
+                    )));
+                }
             }
             builder
                 .with_root_certificates(roots(&path)?)
@@ -335,6 +404,47 @@ mod tests {
         }
         let remote = endpoint_for("192.0.2.1:7420".parse().unwrap()).unwrap();
         assert!(remote.local_addr().unwrap().ip().is_unspecified());
+    }
+
+    #[test]
+    fn tokens_come_from_the_option_the_file_or_the_data_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut options = ConnectOptions {
+            trust: Trust::DataDir(dir.path().to_path_buf()),
+            ..ConnectOptions::default()
+        };
+        assert_eq!(options.hello_token().unwrap(), None);
+        std::fs::write(
+            dir.path().join(LOCAL_TOKEN_FILE),
+            "local-0123456789abcdef\n",
+        )
+        .unwrap();
+        assert_eq!(
+            options.hello_token().unwrap().as_deref(),
+            Some("local-0123456789abcdef")
+        );
+        let file = dir.path().join("agent.token");
+        std::fs::write(&file, "  file-0123456789abcdef \n").unwrap();
+        options.token_file = Some(file.clone());
+        assert_eq!(
+            options.hello_token().unwrap().as_deref(),
+            Some("file-0123456789abcdef")
+        );
+        options.token = Some("given".into());
+        assert_eq!(options.hello_token().unwrap().as_deref(), Some("given"));
+        options.token = None;
+        for bad in ["", "two\nlines", &"x".repeat(5000)] {
+            std::fs::write(&file, bad).unwrap();
+            let err = options.hello_token().unwrap_err().to_string();
+            assert!(err.contains("does not hold one token"), "{err}");
+        }
+        options.token_file = Some(dir.path().join("missing"));
+        let err = options.hello_token().unwrap_err().to_string();
+        assert!(err.contains("reading token file"), "{err}");
+        // Trusted by pin: the data directory's token is never sent elsewhere.
+        options.token_file = None;
+        options.trust = Trust::Pin("ab".repeat(32));
+        assert_eq!(options.hello_token().unwrap(), None);
     }
 
     #[test]

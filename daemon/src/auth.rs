@@ -9,14 +9,17 @@
 //! token_sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 //! roles = ["produce"]
 //! queues = ["jobs", "ml.*"]
+//! members = ["ci/*"]
 //! ```
 //!
 //! `token_sha256` is the lowercase hex SHA-256 of the token, so the file holds no secret;
-//! `token` (the token itself) is accepted too. Roles: `produce` (enqueue, read its
+//! `token` (the token itself) is accepted too, with a warning at start. `members`
+//! limits the member names the token may use (glob patterns; absent = any name). Names
+//! are unique: two tokens with one name would be one principal, so that is refused. Roles: `produce` (enqueue, read its
 //! tasks, wait, cancel), `consume` (member sessions, claim, renew, settle, read its
 //! tasks), `admin` (everything, including queue management, redrive, discard, members).
-//! With no tokens configured the daemon serves everyone fully (and only on loopback,
-//! unless `--insecure`).
+//! With no tokens configured the daemon makes one admin token of its own in its data
+//! directory (see [`LOCAL_TOKEN_FILE`]), unless it runs `--open`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -60,6 +63,11 @@ pub struct Principal {
     roles: Vec<Role>,
     /// Queue-name patterns; empty means every queue.
     queues: Vec<glob::Pattern>,
+    /// Member-name patterns; empty means any name.
+    members: Vec<glob::Pattern>,
+    /// Whether member names it uses are bound to it. Not for the local-only token:
+    /// with one principal there is nobody to keep a name from.
+    binds_members: bool,
 }
 
 impl Principal {
@@ -71,6 +79,30 @@ impl Principal {
     /// Whether the principal's patterns cover `queue`.
     pub fn covers(&self, queue: &str) -> bool {
         self.queues.is_empty() || self.queues.iter().any(|p| p.matches(queue))
+    }
+
+    /// Whether member names it uses become its own (see [`Principal::binds_members`]).
+    pub fn binds_members(&self) -> bool {
+        self.binds_members
+    }
+
+    /// Whether the principal covers every queue (no queue patterns).
+    pub fn covers_all(&self) -> bool {
+        self.queues.is_empty()
+    }
+
+    /// `forbidden` unless the principal's member patterns allow the name `member`.
+    pub fn check_member(&self, member: &str) -> Result<(), ErrorBody> {
+        if self.members.is_empty() || self.members.iter().any(|p| p.matches(member)) {
+            return Ok(());
+        }
+        Err(ErrorBody::new(
+            ErrorCode::Forbidden,
+            format!(
+                "token {:?} may not use the member name {member:?}",
+                self.name
+            ),
+        ))
     }
 
     /// `forbidden` unless the principal holds one of `roles` and covers `queue`.
@@ -114,12 +146,24 @@ struct TokenEntry {
     roles: Vec<Role>,
     #[serde(default)]
     queues: Vec<String>,
+    #[serde(default)]
+    members: Vec<String>,
 }
+
+/// The file in the data directory that holds the daemon's own admin token when no
+/// tokens are configured (mode 0600): local clients of the daemon's user read it, other
+/// users cannot.
+pub const LOCAL_TOKEN_FILE: &str = muster_protocol::LOCAL_TOKEN_FILE;
+
+/// The principal of the data directory's token.
+pub const LOCAL_PRINCIPAL: &str = "local";
 
 /// The configured tokens, by the SHA-256 of the token.
 #[derive(Debug, Default)]
 pub struct Tokens {
     by_digest: HashMap<[u8; 32], Arc<Principal>>,
+    /// Names of the tokens written in the config in plain text (`token =`).
+    plaintext: Vec<String>,
 }
 
 impl Tokens {
@@ -134,7 +178,17 @@ impl Tokens {
     pub fn parse(text: &str) -> anyhow::Result<Tokens> {
         let file: ConfigFile = toml::from_str(text).context("parsing TOML")?;
         let mut tokens = Tokens::default();
-        for entry in file.tokens {
+        let mut names: HashMap<String, usize> = HashMap::new();
+        for (index, entry) in file.tokens.into_iter().enumerate() {
+            if let Some(first) = names.insert(entry.name.clone(), index) {
+                bail!(
+                    "tokens {} and {} are both named {:?}: each token needs a name of its own \
+                     (one name is one principal, with its member names and leases)",
+                    first + 1,
+                    index + 1,
+                    entry.name
+                );
+            }
             let digest = match (&entry.token, &entry.token_sha256) {
                 (Some(token), None) => {
                     if token.len() < MIN_TOKEN_BYTES {
@@ -143,6 +197,7 @@ impl Tokens {
                             entry.name
                         );
                     }
+                    tokens.plaintext.push(entry.name.clone());
                     digest(token)
                 }
                 (None, Some(hex_digest)) => {
@@ -166,10 +221,17 @@ impl Tokens {
                 .iter()
                 .map(|q| glob::Pattern::new(q).with_context(|| format!("queue pattern {q:?}")))
                 .collect::<anyhow::Result<Vec<_>>>()?;
+            let members = entry
+                .members
+                .iter()
+                .map(|m| glob::Pattern::new(m).with_context(|| format!("member pattern {m:?}")))
+                .collect::<anyhow::Result<Vec<_>>>()?;
             let principal = Principal {
                 name: entry.name.clone(),
                 roles: entry.roles,
                 queues,
+                members,
+                binds_members: true,
             };
             if tokens
                 .by_digest
@@ -182,15 +244,41 @@ impl Tokens {
         Ok(tokens)
     }
 
+    /// The daemon's own admin token, for local-only mode: whoever can read the data
+    /// directory's token file is an admin, nobody else is served.
+    pub fn local(token: &str) -> Tokens {
+        let principal = Principal {
+            name: LOCAL_PRINCIPAL.to_owned(),
+            roles: vec![Role::Admin],
+            queues: Vec::new(),
+            members: Vec::new(),
+            binds_members: false,
+        };
+        Tokens {
+            by_digest: HashMap::from([(digest(token), Arc::new(principal))]),
+            plaintext: Vec::new(),
+        }
+    }
+
     /// True if no token is configured: the daemon is open to whoever can connect.
     pub fn is_empty(&self) -> bool {
         self.by_digest.is_empty()
+    }
+
+    /// Names of the tokens the config holds in plain text, to warn about.
+    pub fn plaintext(&self) -> &[String] {
+        &self.plaintext
     }
 
     /// The principal a presented token names, if any.
     pub fn authenticate(&self, token: &str) -> Option<Arc<Principal>> {
         self.by_digest.get(&digest(token)).cloned()
     }
+}
+
+/// The SHA-256 of a token, as `token_sha256` holds it.
+pub fn digest_hex(token: &str) -> String {
+    hex::encode(digest(token))
 }
 
 fn digest(token: &str) -> [u8; 32] {
@@ -210,6 +298,7 @@ name = "producer"
 token = "produce-token-0123456789"
 roles = ["produce"]
 queues = ["jobs", "ml.*"]
+members = ["ci/*"]
 
 [[tokens]]
 name = "ops"
@@ -234,6 +323,19 @@ roles = ["admin"]
             ErrorCode::Forbidden
         );
         assert!(tokens.authenticate("wrong").is_none());
+        assert_eq!(p.check_member("ci/7"), Ok(()));
+        let refused = p.check_member("gpu/1").unwrap_err();
+        assert_eq!(refused.code, ErrorCode::Forbidden);
+        assert!(
+            refused.message.contains("member name \"gpu/1\""),
+            "{}",
+            refused.message
+        );
+        let mut one = [0u8; 32];
+        one[31] = 1;
+        let ops = &tokens.by_digest[&one];
+        assert_eq!(ops.check_member("anything"), Ok(()));
+        assert_eq!(tokens.plaintext(), ["producer".to_owned()]);
     }
 
     #[test]
@@ -262,6 +364,16 @@ roles = ["admin"]
             (
                 "[[tokens]]\nname = \"a\"\ntoken = \"0123456789abcdefX\"\nroles = [\"admin\"]\nqueues = [\"[\"]\n",
                 "queue pattern",
+            ),
+            (
+                "[[tokens]]\nname = \"a\"\ntoken = \"0123456789abcdefX\"\nroles = [\"admin\"]\nmembers = [\"[\"]\n",
+                "member pattern",
+            ),
+            (
+                "[[tokens]]\nname = \"prod\"\ntoken = \"0123456789abcdefX\"\nroles = [\"consume\"]\n\
+                 [[tokens]]\nname = \"sandbox\"\ntoken = \"0123456789abcdefY\"\nroles = [\"consume\"]\n\
+                 [[tokens]]\nname = \"prod\"\ntoken = \"0123456789abcdefZ\"\nroles = [\"consume\"]\n",
+                "tokens 1 and 3 are both named \"prod\"",
             ),
         ];
         for (text, want) in cases {

@@ -63,10 +63,16 @@ pub struct Config {
     #[arg(long, env = "MUSTER_KEY")]
     pub key: Option<PathBuf>,
 
-    /// Allow listening on a non-loopback address without tokens (anyone who can reach
+    /// Allow listening on a non-loopback address with --open (anyone who can reach
     /// the port can then take and settle tasks).
     #[arg(long, env = "MUSTER_INSECURE")]
     pub insecure: bool,
+
+    /// With no tokens configured, serve every client that can connect instead of only
+    /// those that read the admin token the daemon keeps in its data directory (0600):
+    /// on a shared host, every local user is then an admin.
+    #[arg(long, env = "MUSTER_OPEN")]
+    pub open: bool,
 
     /// Most connections served at once.
     #[arg(long, env = "MUSTER_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
@@ -76,6 +82,20 @@ pub struct Config {
     /// this file, atomically, for a supervisor to read; removed on a clean stop.
     #[arg(long, env = "MUSTER_READY_FILE")]
     pub ready_file: Option<PathBuf>,
+
+    /// How long a member name stays bound to the token that first used it once the
+    /// member has no session and no lease (then another token may use it).
+    #[arg(long, env = "MUSTER_MEMBER_NAME_EXPIRY", value_parser = humantime::parse_duration, default_value = "24h")]
+    pub member_name_expiry: std::time::Duration,
+
+    /// Most tasks one queue may hold, in every state; past it `enqueue` gets `limit`.
+    #[arg(long, env = "MUSTER_MAX_TASKS_PER_QUEUE", default_value_t = crate::engine::DEFAULT_MAX_TASKS_PER_QUEUE)]
+    pub max_tasks_per_queue: u64,
+
+    /// Most payload bytes the stored tasks one token enqueued may hold; past it its
+    /// `enqueue` gets `limit` until tasks are removed (purge, discard, retention).
+    #[arg(long, env = "MUSTER_MAX_BYTES_PER_TOKEN", default_value_t = crate::engine::DEFAULT_MAX_BYTES_PER_PRINCIPAL)]
+    pub max_bytes_per_token: u64,
 
     /// Block cache of the store, in MiB: task records and payloads read by claims and
     /// lookups come from it. More helps large backlogs; it counts in resident memory.
@@ -91,13 +111,19 @@ impl Config {
     pub fn check(&self, tokens_configured: bool) -> anyhow::Result<()> {
         if !self.listen.ip().is_loopback() && !self.insecure && !tokens_configured {
             bail!(
-                "refusing to listen on {}: it is not a loopback address and no tokens are configured; \
+                "refusing to listen on {}: it is not a loopback address and --open serves without tokens; \
                  anyone who can reach it could take and settle tasks (pass --insecure to do it anyway)",
                 self.listen
             );
         }
         if self.max_connections == 0 {
             bail!("--max-connections must be at least 1");
+        }
+        if self.max_tasks_per_queue == 0 || self.max_bytes_per_token == 0 {
+            bail!("--max-tasks-per-queue and --max-bytes-per-token must be at least 1");
+        }
+        if self.member_name_expiry < crate::engine::MIN_MEMBER_NAME_EXPIRY {
+            bail!("--member-name-expiry must be at least 1s");
         }
         if !(1..=1 << 20).contains(&self.cache_mib) {
             bail!("--cache-mib must be between 1 and 1048576");

@@ -208,10 +208,17 @@ pub struct Dispatcher {
 
 impl Dispatcher {
     /// Opens the engine over the store (rebuilding its state) and starts the thread.
-    pub fn start(store: Store, durability: Durability) -> anyhow::Result<Dispatcher> {
+    pub fn start(
+        store: Store,
+        durability: Durability,
+        member_name_expiry: std::time::Duration,
+        quotas: crate::engine::Quotas,
+    ) -> anyhow::Result<Dispatcher> {
         let clock = Clock::new();
         let started = Instant::now();
-        let engine = Engine::open(store, clock.now(), rand::random())?;
+        let mut engine = Engine::open(store, clock.now(), rand::random())?;
+        engine.set_member_name_expiry(member_name_expiry);
+        engine.set_quotas(quotas);
         info!(
             elapsed_ms = started.elapsed().as_millis() as u64,
             "engine state rebuilt from the store"

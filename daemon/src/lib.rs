@@ -6,6 +6,7 @@
 //! # Layout
 //! - [`auth`]: tokens from the config file, principals and roles.
 //! - [`config`]: settings from flags and environment variables.
+//! - [`data_dir`]: the private data directory and the local-only token.
 //! - [`store`]: the fjall database; the only module that imports fjall.
 //! - [`engine`]: task state, dispatch indexes, leases and timers; single-threaded, no clock.
 //! - [`dispatcher`]: the OS thread that runs the engine and does group commit.
@@ -16,6 +17,7 @@
 pub mod admission;
 pub mod auth;
 pub mod config;
+pub mod data_dir;
 pub mod dispatcher;
 pub mod engine;
 pub mod metrics;
@@ -27,7 +29,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::dispatcher::Dispatcher;
@@ -54,19 +56,38 @@ fn write_ready_file(
 
 /// Runs the daemon until SIGINT or SIGTERM, or until the store fails.
 pub async fn run(config: Config) -> anyhow::Result<()> {
-    let tokens = Arc::new(match &config.config {
+    let configured = match &config.config {
         Some(path) => auth::Tokens::load(path)?,
         None => auth::Tokens::default(),
+    };
+    for name in configured.plaintext() {
+        warn!(
+            token = %name,
+            "the config holds token {name:?} in plain text: store its SHA-256 as token_sha256 instead (muster admin token new)"
+        );
+    }
+    data_dir::prepare(&config.data)?;
+    let local_only = configured.is_empty() && !config.open;
+    let tokens = Arc::new(match data_dir::local_token(&config.data, local_only)? {
+        Some(token) => {
+            info!(
+                file = %config.data.join(auth::LOCAL_TOKEN_FILE).display(),
+                "local-only: no tokens configured, so only clients that read the data directory's token are served (--open serves everyone)"
+            );
+            auth::Tokens::local(&token)
+        }
+        None => configured,
     });
     config.check(!tokens.is_empty())?;
     if tokens.is_empty() {
-        info!("no tokens configured: every client that can connect is served fully");
+        info!("--open: every client that can connect is served fully");
     }
-    std::fs::create_dir_all(&config.data)
-        .with_context(|| format!("creating data directory {}", config.data.display()))?;
     let identity = tls::load_identity(&config.data, config.cert.as_deref(), config.key.as_deref())?;
     let (fingerprint, cert_path) = (identity.fingerprint.clone(), identity.cert_path.clone());
     if let Some(addr) = config.metrics_addr {
+        if !addr.ip().is_loopback() {
+            warn!(%addr, "metrics are served without authentication on a non-loopback address: queue names and counts are readable by whoever reaches it");
+        }
         metrics::install(addr)?;
         info!(%addr, "serving Prometheus metrics");
     }
@@ -76,7 +97,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let cache_bytes = config.cache_mib << 20;
     let opened = tokio::task::spawn_blocking(move || {
         let store = store::Store::open(&store_dir, cache_bytes).context("opening the store")?;
-        Dispatcher::start(store, config.durability)
+        let quotas = engine::Quotas {
+            max_tasks_per_queue: config.max_tasks_per_queue,
+            max_bytes_per_principal: config.max_bytes_per_token,
+        };
+        Dispatcher::start(store, config.durability, config.member_name_expiry, quotas)
     });
     let dispatcher = opened
         .await

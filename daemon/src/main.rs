@@ -11,6 +11,8 @@ use muster_daemon::config::{Config, LogFormat};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    // Before any file or thread exists: whatever the daemon creates is its user's alone.
+    muster_daemon::data_dir::restrict_umask();
     let config = Config::parse();
     let filter = EnvFilter::try_from_env("MUSTER_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()

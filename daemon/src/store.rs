@@ -159,6 +159,10 @@ pub struct TaskRecord {
     pub finished_ms: Option<u64>,
     /// Its timeline.
     pub history: Vec<TimelineEvent>,
+    /// The principal that enqueued it (with tokens), for its stored-bytes quota.
+    pub enqueued_by: Option<String>,
+    /// The length of its payload, counted against that principal's quota.
+    pub payload_bytes: u64,
 }
 
 /// The fields of a task record the engine's index needs, read at start-up without
@@ -185,6 +189,12 @@ pub struct TaskIndex {
     pub lease: Option<LeaseRecord>,
     /// When it finished.
     pub finished_ms: Option<u64>,
+    /// The principal that enqueued it.
+    #[serde(default)]
+    pub enqueued_by: Option<String>,
+    /// The length of its payload.
+    #[serde(default)]
+    pub payload_bytes: u64,
 }
 
 /// What the engine indexes of a task, borrowed from a full record or a [`TaskIndex`].
@@ -454,6 +464,11 @@ impl Batch {
     pub fn put_owner(&mut self, member: &str, principal: &str) {
         self.inner
             .insert(&self.ks.owners, member.as_bytes(), principal.as_bytes());
+    }
+
+    /// Forgets the principal that owns a member name.
+    pub fn remove_owner(&mut self, member: &str) {
+        self.inner.remove(&self.ks.owners, member.as_bytes());
     }
 
     /// Removes a queue record.

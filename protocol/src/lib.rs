@@ -45,6 +45,11 @@ pub const CERT_FILE: &str = "cert.pem";
 /// The file name of the daemon's private key (PEM) inside its data directory.
 pub const KEY_FILE: &str = "key.pem";
 
+/// The file name of the daemon's own admin token inside its data directory (mode
+/// 0600), written when no tokens are configured: local clients of the daemon's user
+/// present it when they trust the daemon through that directory and were given no token.
+pub const LOCAL_TOKEN_FILE: &str = "local.token";
+
 /// The server name clients verify in the daemon's self-signed certificate.
 pub const SERVER_NAME: &str = "localhost";
 

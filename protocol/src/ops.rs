@@ -499,6 +499,12 @@ pub struct MemberDescribe(pub MemberName);
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MemberDrain(pub MemberName);
 
+/// Frees a member name bound to the principal that first used it, so that another
+/// principal may use it. Refused (`invalid_state`) while the member has a session or
+/// leases; `not_found` if the name is bound to nobody.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemberRelease(pub MemberName);
+
 /// Reply carrying one member.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MemberReply {
@@ -876,6 +882,7 @@ ops! {
     MemberList(MemberList) = "member_list" -> MemberListReply;
     MemberDescribe(MemberDescribe) = "member_describe" -> MemberDescribeReply;
     MemberDrain(MemberDrain) = "member_drain" -> MemberReply;
+    MemberRelease(MemberRelease) = "member_release" -> Empty;
     LeaseRevoke(LeaseRevoke) = "lease_revoke" -> SettleReply;
     ServerStats(ServerStats) = "server_stats" -> ServerStatsReply;
     Watch(Watch) = "watch" -> WatchReply;

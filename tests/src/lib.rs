@@ -254,6 +254,12 @@ impl Daemon {
     }
 
     fn start_on(data: tempfile::TempDir, extra: &[&str]) -> Daemon {
+        // As musterd makes its own (a wider one is narrowed, with a warning).
+        std::fs::set_permissions(
+            data.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .expect("making the data directory private");
         let mut d = Daemon {
             child: None,
             addr: "127.0.0.1:0".into(),
@@ -293,9 +299,13 @@ impl Daemon {
         let log_path = self.data.path().join("musterd.log");
         let log_thread = std::thread::spawn(move || {
             use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            // Private, as everything in the data directory is (the daemon warns
+            // about, and narrows, anything wider there).
             let mut log = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
+                .mode(0o600)
                 .open(log_path)
                 .ok();
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -342,9 +352,7 @@ impl Daemon {
         ConnectOptions {
             addr: self.addr.clone(),
             trust: Trust::DataDir(self.data.path().to_path_buf()),
-            token: None,
-            server_name: None,
-            bind: None,
+            ..ConnectOptions::default()
         }
     }
 

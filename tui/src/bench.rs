@@ -112,9 +112,7 @@ impl Daemon {
         ConnectOptions {
             addr: self.addr.clone(),
             trust: Trust::DataDir(self.data.clone()),
-            token: None,
-            server_name: None,
-            bind: None,
+            ..ConnectOptions::default()
         }
     }
 

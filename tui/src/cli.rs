@@ -34,9 +34,15 @@ pub struct Global {
     /// The SHA-256 fingerprint of the daemon's certificate to trust (as musterd logs it).
     #[arg(long, global = true, env = "MUSTER_PIN")]
     pub pin: Option<String>,
-    /// A token, for daemons that require one.
+    /// A token, for daemons that require one. Every local user can read a process's
+    /// arguments: prefer --token-file.
     #[arg(long, global = true, env = "MUSTER_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// A file holding the token (read at each connect; --token beats it). Without
+    /// either, a daemon trusted through its data directory is sent the token it wrote
+    /// there for its own user, if it wrote one.
+    #[arg(long, global = true, env = "MUSTER_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
     /// Print JSON lines instead of text.
     #[arg(long, global = true)]
     pub json: bool,
@@ -157,6 +163,9 @@ pub enum Command {
         #[arg(long)]
         readonly: bool,
     },
+    /// Administration that needs no daemon.
+    #[command(subcommand)]
+    Admin(AdminCommand),
     /// The guardian `muster work` starts for itself: kills the process groups named on
     /// stdin (`+PGID` holds, `-PGID` lets go) when stdin ends, then removes DIR.
     #[command(hide = true)]
@@ -217,6 +226,40 @@ pub struct BenchArgs {
     pub out: PathBuf,
 }
 
+/// `muster admin`.
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Tokens for the daemon's config file.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+/// `muster admin token`.
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Print a new random token (256 bits, hex), its SHA-256 and a config entry that
+    /// holds only the SHA-256.
+    New {
+        /// The principal's name in the config entry.
+        #[arg(long, default_value = "new-token")]
+        name: String,
+        /// The roles in the config entry (produce, consume, admin).
+        #[arg(long, value_delimiter = ',', default_value = "consume")]
+        roles: Vec<TokenRole>,
+    },
+}
+
+/// A role in a generated config entry.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum TokenRole {
+    /// Enqueue, read tasks, wait, cancel.
+    Produce,
+    /// Member sessions, claim, renew, settle.
+    Consume,
+    /// Everything.
+    Admin,
+}
+
 /// Member subcommands.
 #[derive(Debug, Subcommand)]
 pub enum MemberCommand {
@@ -227,6 +270,12 @@ pub enum MemberCommand {
     },
     /// Drain a member: it finishes what it holds and takes nothing new.
     Drain {
+        /// The member.
+        name: String,
+    },
+    /// Free a member name from the token that first used it, so another token may use
+    /// it (the member must have no session and no lease).
+    Release {
         /// The member.
         name: String,
     },

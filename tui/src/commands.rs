@@ -11,8 +11,8 @@ use muster_sdk::{Client, ConnectOptions, Trust, WorkerConfig};
 
 use crate::ClaimString;
 use crate::cli::{
-    Cli, Command, DeadArgs, EnqueueArgs, Global, LeaseCommand, MemberCommand, QueueCommand,
-    QueueOptionArgs, TaskCommand,
+    AdminCommand, Cli, Command, DeadArgs, EnqueueArgs, Global, LeaseCommand, MemberCommand,
+    QueueCommand, QueueOptionArgs, TaskCommand, TokenCommand, TokenRole,
 };
 use crate::output::{self, Output};
 use crate::{bench, console, demo, work};
@@ -47,6 +47,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             return console::run(options(&cli.global), addr, readonly).await;
         }
         Command::Guard { dir } => return work::guard(&dir),
+        Command::Admin(AdminCommand::Token(TokenCommand::New { name, roles })) => {
+            return new_token(&out, &name, &roles);
+        }
         other => other,
     };
     let client = Client::connect(options(&cli.global)).await?;
@@ -213,6 +216,13 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
         Command::Member(MemberCommand::Drain { name }) => {
             out.member(&client.member_drain(&name).await?)
         }
+        Command::Member(MemberCommand::Release { name }) => {
+            client.member_release(&name).await?;
+            out.item(
+                || "released".to_owned(),
+                &serde_json::json!({"member": name, "released": true}),
+            )
+        }
         Command::Lease(LeaseCommand::Revoke { id }) => {
             let reply = client.lease_revoke(&id).await?;
             out.item(|| reply.state.to_string(), &reply)
@@ -221,10 +231,51 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
         | Command::Demo { .. }
         | Command::Bench(_)
         | Command::Tui { .. }
+        | Command::Admin(_)
         | Command::Guard { .. } => {
             unreachable!("handled before connecting")
         }
     }
+}
+
+/// Random bytes in a token `muster admin token new` prints: 256 bits.
+const NEW_TOKEN_BYTES: usize = 32;
+
+/// Prints a new token, its SHA-256 and a config entry holding only the SHA-256.
+fn new_token(out: &Output, name: &str, roles: &[TokenRole]) -> anyhow::Result<()> {
+    let mut bytes = [0u8; NEW_TOKEN_BYTES];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+        .map_err(|_| anyhow::anyhow!("the system's random generator failed"))?;
+    let token = hex::encode(bytes);
+    let sha256 = hex::encode(ring::digest::digest(
+        &ring::digest::SHA256,
+        token.as_bytes(),
+    ));
+    let roles: Vec<String> = roles
+        .iter()
+        .map(|r| {
+            let name = match r {
+                TokenRole::Produce => "produce",
+                TokenRole::Consume => "consume",
+                TokenRole::Admin => "admin",
+            };
+            format!("{name:?}")
+        })
+        .collect();
+    let config = format!(
+        "[[tokens]]\nname = {}\ntoken_sha256 = \"{sha256}\"\nroles = [{}]\n",
+        toml_string(name),
+        roles.join(", ")
+    );
+    out.item(
+        || format!("token\t{token}\ntoken_sha256\t{sha256}\n\n{config}"),
+        &serde_json::json!({"token": token, "token_sha256": sha256, "config": config}),
+    )
+}
+
+/// A TOML basic string: JSON's escapes are TOML's.
+fn toml_string(text: &str) -> String {
+    serde_json::Value::from(text).to_string()
 }
 
 /// Where the daemon is and how to trust it, from the common options.
@@ -242,6 +293,7 @@ pub fn options(g: &Global) -> ConnectOptions {
         addr: g.addr.clone(),
         trust,
         token: g.token.clone(),
+        token_file: g.token_file.clone(),
         server_name: None,
         bind: None,
     }

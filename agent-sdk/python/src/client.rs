@@ -34,6 +34,7 @@ pub fn options(
     pin: Option<String>,
     token: Option<String>,
     server_name: Option<String>,
+    token_file: Option<String>,
 ) -> ConnectOptions {
     let mut options = ConnectOptions::from_env();
     if let Some(addr) = addr {
@@ -49,6 +50,9 @@ pub fn options(
     if token.is_some() {
         options.token = token;
     }
+    if let Some(file) = token_file {
+        options.token_file = Some(file.into());
+    }
     if server_name.is_some() {
         options.server_name = server_name;
     }
@@ -57,7 +61,7 @@ pub fn options(
 
 /// Connects; resolves to a [`Client`].
 #[pyfunction]
-#[pyo3(signature = (done, addr=None, data=None, ca=None, pin=None, token=None, server_name=None))]
+#[pyo3(signature = (done, addr=None, data=None, ca=None, pin=None, token=None, server_name=None, token_file=None))]
 #[expect(
     clippy::too_many_arguments,
     reason = "the connection options, as Python passes them"
@@ -71,8 +75,9 @@ pub fn connect<'py>(
     pin: Option<String>,
     token: Option<String>,
     server_name: Option<String>,
+    token_file: Option<String>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let options = options(addr, data, ca, pin, token, server_name);
+    let options = options(addr, data, ca, pin, token, server_name, token_file);
     done.get().spawn(py, async move {
         let client = muster_sdk::Client::connect(options).await?;
         Ok(Client { client })

@@ -250,9 +250,16 @@ def test_members_drain_revoke_and_stats(daemon: Daemon) -> None:
 
 def test_connection_options_and_errors(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
     async def body() -> None:
-        pinned = await muster.Client.connect(daemon.addr, pin=daemon.fingerprint)
+        # Trusted by pin, the client presents the daemon's local token from a file.
+        token_file = str(daemon.data / "local.token")
+        pinned = await muster.Client.connect(
+            daemon.addr, pin=daemon.fingerprint, token_file=token_file
+        )
         assert await pinned.queue_list() == []
         await pinned.close()
+        # Without it, the local-only daemon refuses the connection.
+        with pytest.raises(muster.Unauthorized):
+            await muster.Client.connect(daemon.addr, pin=daemon.fingerprint)
         with pytest.raises(muster.ConnectionLost):
             await pinned.queue_list()
         with pytest.raises(muster.ConnectError) as wrong:

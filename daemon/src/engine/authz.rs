@@ -6,31 +6,127 @@
 //! | `queue_list` | any | lists only covered queues |
 //! | `queue_describe` | any | the queue |
 //! | `enqueue` | produce | the queue |
-//! | `claim` | consume | every queue; a named member must be free or the principal's |
+//! | `claim` | consume | every queue; a named member must be free or the principal's, and match its member patterns |
 //! | `ack`, `nack`, `renew`, `release`, `dead_letter` | consume | the task's queue; the lease's member must be the principal's |
 //! | `task_get` | produce or consume | the task's queue |
 //! | `wait`, `cancel` | produce | every task's queue |
 //! | `task_list`, `redrive`, `discard` | admin | the queue |
-//! | `session_open` | consume | the member must be free or the principal's |
+//! | `session_open` | consume | the member must be free or the principal's and match its member patterns; every queue the member holds leases in |
 //! | `session_update`, `unsubscribe` | consume | (the session is the connection's own) |
 //! | `subscribe` | consume | every queue |
-//! | `member_list`, `member_describe`, `member_drain` | admin | |
+//! | `member_list` | admin | a queue-scoped admin lists only members with a lease or a subscription in a covered queue |
+//! | `member_describe`, `member_drain` | admin | the member must have a lease or a subscription in a covered queue (any member for an admin of every queue) |
+//! | `member_release` | admin, of every queue | the member must have no session and no lease |
 //! | `lease_revoke` | admin | the task's queue |
 //! | `server_stats` | admin | |
-//! | `watch` | admin | the view's queue or task; queue and dead screens show only covered queues; member screens: admin |
+//! | `watch` | admin | the view's queue or task; queue and dead screens show only covered queues; member screens: admin of every queue |
 //! | `unwatch` | admin | |
 //!
 //! Admin holds every role. A member name belongs to the principal that first used it
-//! (recorded in the store); no other principal can open its session, claim in its name
-//! or settle its leases.
+//! in a session or in a claim that got tasks (recorded in the store); no other
+//! principal can open its session, claim in its name or settle its leases.
+
+use std::collections::HashMap;
+use std::time::Duration;
 
 use ulid::Ulid;
 
 use muster_protocol::ops::View;
 use muster_protocol::{ErrorBody, ErrorCode, Request};
 
-use super::{Engine, Waiter};
+use super::{Engine, Now, Waiter};
 use crate::auth::{Principal, Role};
+use crate::store::Batch;
+
+/// Most member names one principal may hold: a swarm's worth of agents. Each binding
+/// is a store entry loaded at start and a map entry in memory (~100 bytes), so one
+/// token can make the daemon keep at most ~400 KiB and start ~4,096 rows slower;
+/// past it, `session_open` and claims naming a new member get `limit`.
+pub const MAX_MEMBER_NAMES_PER_PRINCIPAL: usize = 4096;
+
+/// How long a member name stays bound to its principal with no session and no lease
+/// (counted from the last moment it had either, or from the daemon's start):
+/// `--member-name-expiry`. A day outlasts any restart of an agent that still needs
+/// its name; a name left behind is free again after it.
+pub const DEFAULT_MEMBER_NAME_EXPIRY: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Shortest `--member-name-expiry`.
+pub const MIN_MEMBER_NAME_EXPIRY: Duration = Duration::from_secs(1);
+
+/// Longest time between two sweeps for expired member names: expiry is late by at
+/// most this (or an eighth of the expiry, if shorter).
+const MAX_MEMBER_NAME_SWEEP: Duration = Duration::from_secs(60);
+
+/// Member names bound to the principal that first used each, kept in the store.
+pub(super) struct Owners {
+    by_member: HashMap<String, Owner>,
+    /// How many names each principal holds (at most
+    /// [`MAX_MEMBER_NAMES_PER_PRINCIPAL`] when bound through [`Engine::take_member`]).
+    per_principal: HashMap<String, usize>,
+    expiry_ms: u64,
+    /// Monotonic time of the next sweep for expired names.
+    sweep_at: u64,
+}
+
+struct Owner {
+    principal: String,
+    /// Monotonic time the name last had a session or a lease (or the daemon started).
+    used_ms: u64,
+}
+
+impl Owners {
+    /// The bindings read from the store, each counted as used `now`.
+    pub(super) fn new(bindings: Vec<(String, String)>, now: Now) -> Owners {
+        let mut owners = Owners {
+            by_member: HashMap::with_capacity(bindings.len()),
+            per_principal: HashMap::new(),
+            expiry_ms: DEFAULT_MEMBER_NAME_EXPIRY.as_millis() as u64,
+            sweep_at: now.mono_ms,
+        };
+        for (member, principal) in bindings {
+            *owners.per_principal.entry(principal.clone()).or_default() += 1;
+            owners.by_member.insert(
+                member,
+                Owner {
+                    principal,
+                    used_ms: now.mono_ms,
+                },
+            );
+        }
+        owners
+    }
+
+    /// Bound names.
+    pub(super) fn len(&self) -> usize {
+        self.by_member.len()
+    }
+
+    /// Monotonic time of the next sweep, if any name is bound.
+    pub(super) fn next_sweep(&self) -> Option<u64> {
+        (!self.by_member.is_empty()).then_some(self.sweep_at)
+    }
+
+    fn owner(&self, member: &str) -> Option<&str> {
+        self.by_member.get(member).map(|o| &*o.principal)
+    }
+
+    fn remove(&mut self, member: &str, pending: &mut Batch) -> bool {
+        let Some(owner) = self.by_member.remove(member) else {
+            return false;
+        };
+        let count = self
+            .per_principal
+            .get_mut(&owner.principal)
+            .expect("every binding is counted under its principal");
+        assert!(*count > 0, "a principal's binding count never underflows");
+        *count -= 1;
+        if *count == 0 {
+            self.per_principal.remove(&owner.principal);
+        }
+        pending.remove_owner(member);
+        true
+    }
+}
 
 const ADMIN: &[Role] = &[Role::Admin];
 const PRODUCE: &[Role] = &[Role::Produce];
@@ -46,6 +142,19 @@ pub fn authorize_stateless(req: &Request, p: &Principal) -> Option<Result<(), Er
         Request::ServerStats(_) => Some(p.check(ADMIN, None)),
         _ => None,
     }
+}
+
+/// `forbidden` unless an admin whose token covers every queue: what only such an
+/// admin may see or do (every member's screen, releasing member names).
+fn every_queue_admin(p: &Principal) -> Result<(), ErrorBody> {
+    p.check(ADMIN, None)?;
+    if p.covers_all() {
+        return Ok(());
+    }
+    Err(ErrorBody::new(
+        ErrorCode::Forbidden,
+        format!("token {:?} is limited to some queues", p.name),
+    ))
 }
 
 impl<W: Waiter> Engine<W> {
@@ -73,7 +182,11 @@ impl<W: Waiter> Engine<W> {
                     p.check(CONSUME, Some(q))?;
                 }
                 match r.member.as_deref() {
-                    Some(m) if !m.is_empty() => self.member_free_or_own(m, p),
+                    Some(m) if !m.is_empty() => {
+                        p.check_member(m)?;
+                        self.member_free_or_own(m, p)?;
+                        self.member_name_room(m, p)
+                    }
                     _ => Ok(()),
                 }
             }
@@ -93,21 +206,26 @@ impl<W: Waiter> Engine<W> {
             Request::Discard(r) => p.check(ADMIN, Some(&r.0.queue)),
             Request::SessionOpen(r) => {
                 p.check(CONSUME, None)?;
-                self.member_free_or_own(&r.member, p)
+                p.check_member(&r.member)?;
+                self.member_free_or_own(&r.member, p)?;
+                self.member_name_room(&r.member, p)?;
+                // Reclaim hands back, and release and resume act on, every lease the
+                // member holds: each must be in a queue the token covers.
+                self.member_queues(&r.member)
+                    .try_for_each(|q| p.check(CONSUME, Some(q)))
             }
             Request::SessionUpdate(_) | Request::Unsubscribe(_) => p.check(CONSUME, None),
             Request::Subscribe(r) => r.queues.iter().try_for_each(|q| p.check(CONSUME, Some(q))),
-            Request::MemberList(_) | Request::MemberDescribe(_) | Request::MemberDrain(_) => {
-                p.check(ADMIN, None)
-            }
+            Request::MemberList(_) => p.check(ADMIN, None),
+            Request::MemberDescribe(r) => self.member_in_scope(&r.0.member, p),
+            Request::MemberDrain(r) => self.member_in_scope(&r.0.member, p),
+            Request::MemberRelease(_) => every_queue_admin(p),
             Request::LeaseRevoke(r) => self.task_allowed(&r.task, ADMIN, p),
             Request::Watch(r) => match &r.view {
                 View::Tasks { queue, .. } => p.check(ADMIN, Some(queue)),
                 View::Task { task } => self.task_allowed(task, ADMIN, p),
-                View::Queues { .. }
-                | View::Dead { .. }
-                | View::Member { .. }
-                | View::Members { .. } => p.check(ADMIN, None),
+                View::Queues { .. } | View::Dead { .. } => p.check(ADMIN, None),
+                View::Member { .. } | View::Members { .. } => every_queue_admin(p),
             },
             Request::Unwatch(_) => p.check(ADMIN, None),
         }
@@ -136,10 +254,45 @@ impl<W: Waiter> Engine<W> {
         }
     }
 
+    /// The queues a member holds leases in or subscribes to, repeats included.
+    fn member_queues<'a>(&'a self, member: &str) -> impl Iterator<Item = &'a str> + 'a {
+        let m = self.members.get(member);
+        let leased = m
+            .into_iter()
+            .flat_map(|m| m.leased.iter())
+            .filter_map(|id| self.tasks.get(id).map(|t| &*t.queue));
+        let subscribed = m
+            .into_iter()
+            .flat_map(|m| m.subscribed().iter().map(String::as_str));
+        leased.chain(subscribed)
+    }
+
+    /// Whether the principal covers a queue the member holds a lease in or subscribes
+    /// to: a queue-scoped admin sees only the members working on its queues.
+    pub(super) fn member_visible(&self, member: &str, p: &Principal) -> bool {
+        p.covers_all() || self.member_queues(member).any(|q| p.covers(q))
+    }
+
+    /// `forbidden` unless an admin that sees the member (an unknown member is left to
+    /// the op, which answers `not_found`).
+    fn member_in_scope(&self, member: &str, p: &Principal) -> Result<(), ErrorBody> {
+        p.check(ADMIN, None)?;
+        if !self.members.contains_key(member) || self.member_visible(member, p) {
+            return Ok(());
+        }
+        Err(ErrorBody::new(
+            ErrorCode::Forbidden,
+            format!(
+                "member {member:?} has no lease or subscription in a queue token {:?} covers",
+                p.name
+            ),
+        ))
+    }
+
     /// `forbidden` if the member name belongs to another principal.
     fn member_free_or_own(&self, member: &str, p: &Principal) -> Result<(), ErrorBody> {
-        match self.owners.get(member) {
-            Some(owner) if *owner != p.name => Err(ErrorBody::new(
+        match self.owners.owner(member) {
+            Some(owner) if owner != p.name && p.binds_members() => Err(ErrorBody::new(
                 ErrorCode::Forbidden,
                 format!("member {member:?} belongs to another principal"),
             )),
@@ -147,13 +300,102 @@ impl<W: Waiter> Engine<W> {
         }
     }
 
-    /// Records the principal as the owner of a member name it uses first.
-    pub(super) fn take_member(&mut self, member: &str, p: Option<&Principal>) {
+    /// `limit` if using the member name would bind a new name to a principal that
+    /// holds [`MAX_MEMBER_NAMES_PER_PRINCIPAL`] already.
+    fn member_name_room(&self, member: &str, p: &Principal) -> Result<(), ErrorBody> {
+        let held = self.owners.per_principal.get(&p.name).copied().unwrap_or(0);
+        if !p.binds_members()
+            || self.owners.owner(member).is_some()
+            || held < MAX_MEMBER_NAMES_PER_PRINCIPAL
+        {
+            return Ok(());
+        }
+        Err(ErrorBody::new(
+            ErrorCode::Limit,
+            format!(
+                "token {:?} holds {MAX_MEMBER_NAMES_PER_PRINCIPAL} member names already: \
+                 an admin can free one with `muster member release NAME`, and names with no \
+                 session and no lease are freed after --member-name-expiry",
+                p.name
+            ),
+        ))
+    }
+
+    /// Records the principal as the owner of a member name it uses first: in a session,
+    /// or in a claim that got tasks (an empty claim binds nothing). Authorization
+    /// checked the room for it when the request came in.
+    pub(super) fn take_member(&mut self, member: &str, p: Option<&Principal>, now: Now) {
         let Some(p) = p else { return };
-        if member.is_empty() || self.owners.contains_key(member) {
+        if member.is_empty() || !p.binds_members() {
             return;
         }
-        self.owners.insert(member.to_owned(), p.name.clone());
+        if let Some(owner) = self.owners.by_member.get_mut(member) {
+            owner.used_ms = now.mono_ms;
+            return;
+        }
+        self.owners.by_member.insert(
+            member.to_owned(),
+            Owner {
+                principal: p.name.clone(),
+                used_ms: now.mono_ms,
+            },
+        );
+        *self.owners.per_principal.entry(p.name.clone()).or_default() += 1;
         self.pending.put_owner(member, &p.name);
+    }
+
+    /// Sets how long a name stays bound with no session and no lease.
+    pub fn set_member_name_expiry(&mut self, expiry: Duration) {
+        assert!(
+            expiry >= MIN_MEMBER_NAME_EXPIRY,
+            "checked with the settings"
+        );
+        self.owners.expiry_ms = expiry.as_millis() as u64;
+    }
+
+    /// Frees the names that had no session and no lease for the expiry time.
+    pub(super) fn expire_member_names(&mut self, now: Now) {
+        if self.owners.by_member.is_empty() || now.mono_ms < self.owners.sweep_at {
+            return;
+        }
+        let sweep = (self.owners.expiry_ms / 8).clamp(1, MAX_MEMBER_NAME_SWEEP.as_millis() as u64);
+        self.owners.sweep_at = now.mono_ms + sweep;
+        let mut expired = Vec::new();
+        for (member, owner) in &mut self.owners.by_member {
+            // The engine keeps a member while it has a session or leases.
+            if self.members.contains_key(member.as_str()) {
+                owner.used_ms = now.mono_ms;
+            } else if now.mono_ms.saturating_sub(owner.used_ms) >= self.owners.expiry_ms {
+                expired.push(member.clone());
+            }
+        }
+        for member in &expired {
+            self.owners.remove(member, &mut self.pending);
+        }
+        if !expired.is_empty() {
+            tracing::info!(
+                count = expired.len(),
+                "member names unused past their expiry freed"
+            );
+        }
+    }
+
+    /// `member_release`: frees a member name bound to a principal. Refused while the
+    /// member has a session or leases (drain it first).
+    pub(super) fn member_release(&mut self, member: &str) -> Result<(), ErrorBody> {
+        if self.members.contains_key(member) {
+            return Err(ErrorBody::new(
+                ErrorCode::InvalidState,
+                format!("member {member:?} has a session or leases: drain it first"),
+            ));
+        }
+        if !self.owners.remove(member, &mut self.pending) {
+            return Err(ErrorBody::new(
+                ErrorCode::NotFound,
+                format!("member name {member:?} is bound to no principal"),
+            ));
+        }
+        tracing::info!(member, "member name released");
+        Ok(())
     }
 }

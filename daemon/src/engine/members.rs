@@ -33,6 +33,7 @@ use muster_protocol::{ErrorBody, ErrorCode, Push};
 use super::listing::fill;
 use super::ops::{ClaimSpec, bad, parse_id, summary};
 use super::{Engine, Failure, Now, OpResult, Sink, Waiter, client, push_event};
+use crate::auth::Principal;
 use crate::store::StoreError;
 
 /// What the engine knows of one member.
@@ -60,6 +61,11 @@ struct Session<S> {
 }
 
 impl<S: Sink> Member<S> {
+    /// The queues its session subscribes to.
+    pub(super) fn subscribed(&self) -> &[String] {
+        &self.subscribed
+    }
+
     pub(super) fn new() -> Member<S> {
         Member {
             leased: BTreeSet::new(),
@@ -355,7 +361,7 @@ impl<W: Waiter> Engine<W> {
                 "this connection holds the session of member {other:?}; open one connection per member"
             )));
         }
-        self.take_member(&r.member, waiter.principal());
+        self.take_member(&r.member, waiter.principal(), now);
         let name = self.member_name(&r.member);
         let member = self
             .members
@@ -532,7 +538,12 @@ impl<W: Waiter> Engine<W> {
         Ok(Empty {})
     }
 
-    pub(super) fn member_list(&self, r: &MemberList) -> OpResult<MemberListReply> {
+    /// A page of members, or for a queue-scoped admin of those working on its queues.
+    pub(super) fn member_list(
+        &self,
+        r: &MemberList,
+        p: Option<&Principal>,
+    ) -> OpResult<MemberListReply> {
         let limit = r.limit.unwrap_or(MAX_PAGE);
         if limit == 0 || limit > MAX_PAGE {
             return Err(bad(format!("limit {limit} is outside 1..={MAX_PAGE}")));
@@ -541,6 +552,7 @@ impl<W: Waiter> Engine<W> {
         let page = fill(
             self.members
                 .range::<str, _>((start, Bound::Unbounded))
+                .filter(|(name, _)| p.is_none_or(|p| self.member_visible(name, p)))
                 .map(|(name, m)| Ok::<_, Failure>(m.info(name))),
             limit as usize,
             |m| m.name.clone(),

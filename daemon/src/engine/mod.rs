@@ -12,12 +12,16 @@
 //! its new state says, so the indexes cannot drift from the records.
 
 mod authz;
+pub use authz::{
+    DEFAULT_MEMBER_NAME_EXPIRY, MAX_MEMBER_NAMES_PER_PRINCIPAL, MIN_MEMBER_NAME_EXPIRY,
+};
 pub mod dispatch;
 
 pub use authz::authorize_stateless;
 mod listing;
 mod members;
 mod ops;
+mod quotas;
 #[cfg(test)]
 mod tests;
 mod watch;
@@ -42,6 +46,33 @@ use muster_protocol::{ErrorBody, ErrorCode};
 use crate::auth::Principal;
 use crate::store::{Batch, IndexView, Store, StoreError, TaskIndex, TaskRecord};
 use dispatch::{Class, DispatchIndex, TaskRef};
+
+/// Default of `--max-tasks-per-queue`: tasks one queue may hold in any state. The
+/// engine keeps ~200 bytes of index per task, so a queue at the cap costs ~2 GiB.
+pub const DEFAULT_MAX_TASKS_PER_QUEUE: u64 = 10_000_000;
+
+/// Default of `--max-bytes-per-token`: payload bytes the tasks one principal enqueued
+/// may hold in the store, until they are removed (purge, discard, retention).
+pub const DEFAULT_MAX_BYTES_PER_PRINCIPAL: u64 = 16 << 30;
+
+/// Quotas on what producers can make the daemon store: past one, `enqueue` gets
+/// `limit` and nothing of the batch is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quotas {
+    /// Tasks one queue may hold, in every state.
+    pub max_tasks_per_queue: u64,
+    /// Payload bytes the stored tasks of one principal may hold (with tokens).
+    pub max_bytes_per_principal: u64,
+}
+
+impl Default for Quotas {
+    fn default() -> Quotas {
+        Quotas {
+            max_tasks_per_queue: DEFAULT_MAX_TASKS_PER_QUEUE,
+            max_bytes_per_principal: DEFAULT_MAX_BYTES_PER_PRINCIPAL,
+        }
+    }
+}
 
 /// Most retention removals done per round, so a large expiry never stalls dispatch.
 const RETENTION_BATCH: usize = 512;
@@ -370,7 +401,7 @@ pub struct Engine<W: Waiter> {
     /// Watch pushes, each with its watch's flag for the writer to clear once written.
     watch_pushes: Vec<WatchPush<W::Sink>>,
     /// Member names and the principal that first used each (with tokens configured).
-    owners: HashMap<String, String>,
+    owners: authz::Owners,
     /// Each connection's watch, if it has one.
     watches: HashMap<u64, watch::Watcher<W::Sink>>,
     /// Moves with every committed change and member event: watches compare it with what
@@ -387,6 +418,10 @@ pub struct Engine<W: Waiter> {
     events: u64,
     /// Monotonic time of the next liveness sweep.
     liveness_sweep_at: u64,
+    quotas: Quotas,
+    /// Payload bytes of the stored tasks each principal enqueued: kept as tasks are
+    /// enqueued and removed, and rebuilt from the records at start.
+    stored_bytes: HashMap<String, u64>,
 }
 
 impl<W: Waiter> Engine<W> {
@@ -397,6 +432,7 @@ impl<W: Waiter> Engine<W> {
     /// the first round, so readers see the lease a holder really has.
     pub fn open(store: Store, now: Now, seed: u64) -> Result<Engine<W>, StoreError> {
         let pending = store.batch();
+        let owners = authz::Owners::new(store.load_owners()?, now);
         let mut engine = Engine {
             store,
             pending,
@@ -422,15 +458,16 @@ impl<W: Waiter> Engine<W> {
             member_rotation: 0,
             pushes: Vec::new(),
             watch_pushes: Vec::new(),
-            owners: HashMap::new(),
+            owners,
             watches: HashMap::new(),
             generation: 0,
             heard: HashMap::new(),
             avoid: HashMap::new(),
             events: 0,
             liveness_sweep_at: 0,
+            quotas: Quotas::default(),
+            stored_bytes: HashMap::new(),
         };
-        engine.owners = engine.store.load_owners()?.into_iter().collect();
         for (name, rec) in engine.store.load_queues()? {
             engine
                 .queues
@@ -481,6 +518,9 @@ impl<W: Waiter> Engine<W> {
             clock
         });
         self.last_id = self.last_id.max(id);
+        if let Some(principal) = &rec.enqueued_by {
+            *self.stored_bytes.entry(principal.clone()).or_default() += rec.payload_bytes;
+        }
         if let Some(clock) = clock
             && let Some(mut full) = self.store.task(id)?
             && let Some(lease) = full.lease.as_mut()
@@ -560,6 +600,7 @@ impl<W: Waiter> Engine<W> {
         self.promote_scheduled(now)?;
         self.lapse_leases(now)?;
         self.expire_finished(now)?;
+        self.expire_member_names(now);
         let ready = std::mem::take(&mut self.ready_changed);
         self.serve_claims(&ready, now)?;
         self.serve_pushes(&ready, now)?;
@@ -581,6 +622,7 @@ impl<W: Waiter> Engine<W> {
             self.task_waits.iter().map(|w| mono(w.deadline)).min(),
             self.next_watch().map(mono),
             (!self.sessions.is_empty()).then(|| mono(self.liveness_sweep_at)),
+            self.owners.next_sweep().map(mono),
         ]
         .into_iter()
         .flatten()
@@ -676,6 +718,9 @@ impl<W: Waiter> Engine<W> {
 
     /// Removes a task from the store and every index.
     fn remove(&mut self, id: Ulid, rec: &TaskRecord) {
+        if let Some(principal) = &rec.enqueued_by {
+            self.uncount_bytes(principal, rec.payload_bytes);
+        }
         self.unindex(id);
         self.tasks.remove(&id);
         self.avoid.remove(&id);

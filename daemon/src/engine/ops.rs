@@ -29,6 +29,7 @@ use super::{
     ClaimWaiter, Engine, Failure, LeaseClock, Now, OpResult, Parked, ParkedCounts, Queue, Reply,
     TaskWait, Waiter, client, push_event,
 };
+use crate::auth::Principal;
 use crate::store::{LeaseRecord, QueueRecord, StoreError, TaskRecord};
 
 /// A validated claim, kept by a waiting claim until tasks arrive.
@@ -219,7 +220,7 @@ impl<W: Waiter> Engine<W> {
             Request::QueueResume(r) => self.queue_pause(&r.0, false, now).map(Reply::Queue),
             Request::QueuePurge(r) => self.queue_purge(&r.0).map(Reply::Count),
             Request::QueueDelete(r) => self.queue_delete(&r.0).map(Reply::Count),
-            Request::Enqueue(r) => self.enqueue(r, now).map(Reply::Enqueue),
+            Request::Enqueue(r) => self.enqueue(r, waiter.principal(), now).map(Reply::Enqueue),
             Request::Claim(r) => return self.claim(r, waiter, now),
             Request::Ack(r) => self.ack(r, now).map(Reply::Settle),
             Request::Nack(r) => self.nack(r, now).map(Reply::Settle),
@@ -236,9 +237,15 @@ impl<W: Waiter> Engine<W> {
             Request::SessionUpdate(r) => self.session_update(r, &waiter).map(Reply::Member),
             Request::Subscribe(r) => self.subscribe(r, &waiter).map(Reply::Empty),
             Request::Unsubscribe(r) => self.unsubscribe(r, &waiter).map(Reply::Empty),
-            Request::MemberList(r) => self.member_list(&r).map(Reply::MemberList),
+            Request::MemberList(r) => self
+                .member_list(&r, waiter.principal())
+                .map(Reply::MemberList),
             Request::MemberDescribe(r) => self.member_describe(&r.0).map(Reply::MemberDescribe),
             Request::MemberDrain(r) => self.member_drain(&r.0).map(Reply::Member),
+            Request::MemberRelease(r) => self
+                .member_release(&r.0.member)
+                .map(|()| Reply::Empty(muster_protocol::ops::Empty {}))
+                .map_err(Failure::Client),
             Request::LeaseRevoke(r) => self.lease_revoke(r, now).map(Reply::Settle),
             Request::Watch(r) => self.watch(r, &waiter, now).map(Reply::Watch),
             Request::Unwatch(_) => Ok(Reply::Empty(self.unwatch(&waiter))),
@@ -427,7 +434,12 @@ impl<W: Waiter> Engine<W> {
         })
     }
 
-    fn enqueue(&mut self, r: Enqueue, now: Now) -> OpResult<EnqueueReply> {
+    fn enqueue(
+        &mut self,
+        r: Enqueue,
+        principal: Option<&Principal>,
+        now: Now,
+    ) -> OpResult<EnqueueReply> {
         self.queue(&r.queue)?;
         if r.tasks.is_empty() || r.tasks.len() > MAX_BATCH {
             return Err(client(
@@ -465,6 +477,8 @@ impl<W: Waiter> Engine<W> {
             }
         }
         self.check_label_classes(&r)?;
+        let owner = principal.map(|p| p.name.as_str());
+        self.check_quotas(&r, owner)?;
         let mut out = Vec::with_capacity(r.tasks.len());
         let mut fresh: Vec<(&str, Ulid)> = Vec::new();
         for t in &r.tasks {
@@ -513,7 +527,12 @@ impl<W: Waiter> Engine<W> {
                 updated_ms: now.wall_ms,
                 finished_ms: None,
                 history: Vec::new(),
+                enqueued_by: owner.map(str::to_owned),
+                payload_bytes: t.payload.get().len() as u64,
             };
+            if let Some(owner) = owner {
+                *self.stored_bytes.entry(owner.to_owned()).or_default() += rec.payload_bytes;
+            }
             push_event(&mut rec, now, "enqueued", None, None, None);
             self.pending
                 .put_payload(id, &r.queue, t.payload.get(), t.idempotency_key.as_deref());
@@ -642,7 +661,6 @@ impl<W: Waiter> Engine<W> {
         }
         // The claim itself is news of the claimer, after anything that happened before.
         spec.heard = self.heard.get(&waiter.connection()).map_or(0, |h| h.event);
-        self.take_member(&spec.member, waiter.principal());
         // A drained member takes nothing new, by pull as by push.
         let tasks = if self.is_draining(&spec.member) {
             Vec::new()
@@ -652,6 +670,9 @@ impl<W: Waiter> Engine<W> {
                 Err(e) => return Err((waiter, e)),
             }
         };
+        if !tasks.is_empty() {
+            self.take_member(&spec.member, waiter.principal(), now);
+        }
         if tasks.is_empty() && wait > 0 {
             self.parked.add(&waiter);
             self.claim_waiters.push(ClaimWaiter {
@@ -1097,6 +1118,7 @@ impl<W: Waiter> Engine<W> {
             if serve && alive && !self.is_draining(&w.claim.member) {
                 match self.take_ready(&w.claim, now) {
                     Ok(tasks) if !tasks.is_empty() => {
+                        self.take_member(&w.claim.member, w.waiter.principal(), now);
                         self.outbox
                             .push((w.waiter, Ok(Reply::Claim(ClaimReply { tasks }))));
                         continue;

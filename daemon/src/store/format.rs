@@ -8,7 +8,9 @@
 //!
 //! Format history:
 //! - 1: JSON records, `v: 1` in each (the first format). Stores from before the
-//!   `meta` keyspace existed are format 1.
+//!   `meta` keyspace existed are format 1. Task records gained `enqueued_by` and
+//!   `payload_bytes` later in format 1: a record without them was enqueued by nobody
+//!   and counts 0 bytes against any quota.
 
 use serde::{Deserialize, Serialize};
 
@@ -141,6 +143,10 @@ pub struct StoredTask {
     updated_ms: u64,
     finished_ms: Option<u64>,
     history: Vec<StoredEvent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    enqueued_by: Option<String>,
+    #[serde(default)]
+    payload_bytes: u64,
 }
 
 impl From<TaskRecord> for StoredTask {
@@ -166,6 +172,8 @@ impl From<TaskRecord> for StoredTask {
             updated_ms: r.updated_ms,
             finished_ms: r.finished_ms,
             history: r.history.into_iter().map(Into::into).collect(),
+            enqueued_by: r.enqueued_by,
+            payload_bytes: r.payload_bytes,
         }
     }
 }
@@ -195,6 +203,8 @@ impl TryFrom<StoredTask> for TaskRecord {
             updated_ms: s.updated_ms,
             finished_ms: s.finished_ms,
             history: s.history.into_iter().map(Into::into).collect(),
+            enqueued_by: s.enqueued_by,
+            payload_bytes: s.payload_bytes,
         })
     }
 }

@@ -31,6 +31,10 @@ fn decodes_every_documented_example() {
             r#"{"id":7,"op":"redrive","queue":"jobs","all":true}"#,
             "redrive",
         ),
+        (
+            r#"{"id":43,"op":"member_release","member":"gpu-3/agent-7"}"#,
+            "member_release",
+        ),
     ];
     for (body, op) in cases {
         let (_, req) = decode_request(body.as_bytes()).unwrap_or_else(|e| panic!("{body}: {e:?}"));

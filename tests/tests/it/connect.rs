@@ -18,6 +18,7 @@ async fn a_supervisor_learns_address_and_fingerprint_from_the_ready_file() {
     let options = ConnectOptions {
         trust: Trust::Pin(v["fingerprint"].as_str().unwrap().to_owned()),
         addr: v["addr"].as_str().unwrap().to_owned(),
+        token_file: Some(d.data().join(muster_protocol::LOCAL_TOKEN_FILE)),
         ..d.options()
     };
     Client::connect(options)
@@ -31,8 +32,11 @@ async fn a_supervisor_learns_address_and_fingerprint_from_the_ready_file() {
 async fn pins_and_ca_files_are_checked() {
     let d = Daemon::start();
     assert_eq!(d.fingerprint.len(), 64);
+    // Trusted by pin or CA file, a client presents the local-only token itself.
+    let local_token = d.data().join(muster_protocol::LOCAL_TOKEN_FILE);
     let with = |trust| ConnectOptions {
         trust,
+        token_file: Some(local_token.clone()),
         ..d.options()
     };
     let pinned = Client::connect(with(Trust::Pin(d.fingerprint.clone())))
@@ -63,16 +67,27 @@ async fn pins_and_ca_files_are_checked() {
         err.starts_with("muster: connect: ") && err.contains("does not match the pinned"),
         "{err}"
     );
-    assert_eq!(d.ok(&["--pin", &d.fingerprint, "queue", "list"]), "");
+    let token_file = local_token.to_str().unwrap();
+    assert_eq!(
+        d.ok(&[
+            "--pin",
+            &d.fingerprint,
+            "--token-file",
+            token_file,
+            "queue",
+            "list"
+        ]),
+        ""
+    );
 }
 
 #[test]
-fn musterd_refuses_a_public_address_without_tokens_or_insecure() {
+fn musterd_refuses_a_public_address_open_without_insecure() {
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(muster_tests::musterd_bin())
         .arg("--data")
         .arg(dir.path())
-        .args(["--listen", "0.0.0.0:0"])
+        .args(["--listen", "0.0.0.0:0", "--open"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));

@@ -10,6 +10,8 @@
 //!   supervision of its programs (signals, orphans, checkpoints), broken runners,
 //!   revoke and cancel.
 //! - `metrics`: the Prometheus endpoint.
+//! - `private`: local users and tenants: the private data directory and local-only
+//!   mode, token files, principals, member names, start-up warnings.
 //! - `security`: tokens and roles, member ownership, bad input, floods.
 //! - `spec`: the daemon as PROTOCOL.md describes it (subscriptions, waits, `null`,
 //!   paging, member records, `max_runtime_ms` across restarts and queue updates).
@@ -36,6 +38,7 @@ mod fixture;
 mod lapse;
 mod liveness;
 mod metrics;
+mod private;
 mod security;
 mod spec;
 mod tui;

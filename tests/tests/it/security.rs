@@ -122,6 +122,7 @@ async fn attempt(c: &Client, op: &str, queue: &str, task: &str, member: &str) ->
         "member_describe" => code(c.member_describe(member).await),
         "server_stats" => code(c.server_stats().await),
         "member_drain" => code(c.member_drain(member).await),
+        "member_release" => code(c.member_release(member).await),
         "lease_revoke" => code(c.lease_revoke(task).await),
         "watch_queues" => code(
             c.watch(
@@ -210,6 +211,7 @@ const OPS: &[&str] = &[
     "member_describe",
     "server_stats",
     "member_drain",
+    "member_release",
     "lease_revoke",
     "watch_queues",
     "watch_tasks",
@@ -486,7 +488,8 @@ pub(crate) fn rss_kib(pid: u32) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_class_of_bad_input_gets_its_code_and_changes_nothing() {
-    let d = Daemon::start();
+    // Raw frames without `hello`: an --open daemon answers them.
+    let d = Daemon::start_with(&["--open"]);
     let client = d.client().await;
     client
         .queue_create("jobs", QueuePatch::default())
@@ -633,7 +636,8 @@ async fn every_class_of_bad_input_gets_its_code_and_changes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_bad_frames_do_not_disturb_a_working_client() {
-    let d = Daemon::start();
+    // Raw frames without `hello`: an --open daemon answers them.
+    let d = Daemon::start_with(&["--open"]);
     let client = d.client().await;
     client
         .queue_create("jobs", QueuePatch::default())
@@ -771,7 +775,7 @@ async fn flood(d: &Daemon) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_and_streams_past_their_limits_are_refused_cleanly() {
-    let d = Daemon::start_with(&["--max-connections", "8"]);
+    let d = Daemon::start_with(&["--max-connections", "8", "--open"]);
     // Memory must stay bounded: under a cap, and with no upward trend from flood to flood
     // (the allocator keeps freed memory per thread, so single readings wobble).
     let mut rss = Vec::new();

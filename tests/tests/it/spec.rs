@@ -102,14 +102,18 @@ async fn a_wait_ends_at_once_when_its_tasks_are_purged() {
     );
 }
 
-/// Sends raw request frames on a stream of their own and returns each reply.
+/// Sends raw request frames on a stream of their own, after a `hello` with the
+/// daemon's local token, and returns each reply but the hello's.
 async fn raw_frames(d: &Daemon, bodies: &[&str]) -> Vec<serde_json::Value> {
-    let conn = muster_sdk::connect::open(&d.options())
-        .await
-        .expect("connect");
+    let options = d.options();
+    let conn = muster_sdk::connect::open(&options).await.expect("connect");
     let (mut send, mut recv) = conn.open_bi().await.expect("stream");
-    let mut replies = Vec::new();
-    for body in bodies {
+    let hello = serde_json::json!({
+        "id": 0, "op": "hello", "version": 1, "token": options.hello_token().expect("the local token"),
+    })
+    .to_string();
+    let mut replies: Vec<serde_json::Value> = Vec::new();
+    for body in std::iter::once(hello.as_str()).chain(bodies.iter().copied()) {
         let mut frame = (body.len() as u32).to_be_bytes().to_vec();
         frame.extend_from_slice(body.as_bytes());
         send.write_all(&frame).await.expect("write");
@@ -119,7 +123,8 @@ async fn raw_frames(d: &Daemon, bodies: &[&str]) -> Vec<serde_json::Value> {
         recv.read_exact(&mut reply).await.expect("reply body");
         replies.push(serde_json::from_slice(&reply).expect("reply JSON"));
     }
-    replies
+    assert_eq!(replies[0]["ok"], true, "hello: {}", replies[0]);
+    replies.split_off(1)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

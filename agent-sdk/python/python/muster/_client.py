@@ -146,17 +146,22 @@ class Client:
         pin: Optional[str] = None,
         token: Optional[str] = None,
         server_name: Optional[str] = None,
+        token_file: Optional[str] = None,
     ) -> Client:
         """Connects to a daemon, as the CLI does.
 
         Unset arguments come from ``MUSTER_ADDR``, ``MUSTER_DATA``, ``MUSTER_CA``,
-        ``MUSTER_PIN`` and ``MUSTER_TOKEN``, else the defaults: ``127.0.0.1:7420``,
-        trusting the certificate the daemon wrote in its data directory. ``pin`` (the
-        certificate's SHA-256, hex) beats ``ca`` (a PEM file) beats ``data`` (a data
-        directory). Raises :class:`~muster.ConnectError` when the daemon cannot be
+        ``MUSTER_PIN``, ``MUSTER_TOKEN`` and ``MUSTER_TOKEN_FILE``, else the defaults:
+        ``127.0.0.1:7420``, trusting the certificate the daemon wrote in its data
+        directory and presenting the token it wrote there. ``pin`` (the certificate's
+        SHA-256, hex) beats ``ca`` (a PEM file) beats ``data`` (a data directory);
+        ``token`` beats ``token_file`` (a file holding the token, which keeps it out of
+        the process's arguments). Raises :class:`~muster.ConnectError` when the daemon cannot be
         reached or trusted (after at most 5 s).
         """
-        native = await _native.connect(_loop.current(), addr, data, ca, pin, token, server_name)
+        native = await _native.connect(
+            _loop.current(), addr, data, ca, pin, token, server_name, token_file
+        )
         return cls(native)
 
     async def close(self) -> None:

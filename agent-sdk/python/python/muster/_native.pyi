@@ -87,6 +87,7 @@ def connect(
     pin: Optional[str] = None,
     token: Optional[str] = None,
     server_name: Optional[str] = None,
+    token_file: Optional[str] = None,
 ) -> Awaitable[Client]:
     """Connects; resolves to a ``Client``."""
 
@@ -209,6 +210,7 @@ class Worker:
         pin: Optional[str] = None,
         token: Optional[str] = None,
         server_name: Optional[str] = None,
+        token_file: Optional[str] = None,
     ) -> None:
         """A worker for ``member`` on ``queues``."""
     def shutdown(self) -> None:

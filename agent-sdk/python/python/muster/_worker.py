@@ -213,6 +213,7 @@ class Worker:
         pin: Optional[str] = None,
         token: Optional[str] = None,
         server_name: Optional[str] = None,
+        token_file: Optional[str] = None,
     ) -> None:
         """Configures a worker; nothing connects before :meth:`run`."""
         names = [queues] if isinstance(queues, str) else list(queues)
@@ -232,6 +233,7 @@ class Worker:
             pin,
             token,
             server_name,
+            token_file,
         )
 
     def shutdown(self) -> None:

@@ -63,6 +63,7 @@ class Client:
         pin: Optional[str] = None,
         token: Optional[str] = None,
         server_name: Optional[str] = None,
+        token_file: Optional[str] = None,
     ) -> Client:
         """Connects as :meth:`muster.Client.connect` does."""
         _refuse_inside_a_loop()
@@ -70,7 +71,13 @@ class Client:
         try:
             client = loop.run_until_complete(
                 _client.Client.connect(
-                    addr, data=data, ca=ca, pin=pin, token=token, server_name=server_name
+                    addr,
+                    data=data,
+                    ca=ca,
+                    pin=pin,
+                    token=token,
+                    server_name=server_name,
+                    token_file=token_file,
                 )
             )
         except BaseException:

@@ -14,11 +14,22 @@ use crate::store::Store;
 use muster_protocol::Push;
 
 /// A request's identity in tests: a sequence number and the connection it came on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 struct Tag {
     seq: u64,
     conn: u64,
+    /// Who sent it; `None` as on a daemon without tokens.
+    principal: Option<&'static crate::auth::Principal>,
 }
+
+/// A request is known by its number and connection (its principal goes with them).
+impl PartialEq for Tag {
+    fn eq(&self, other: &Tag) -> bool {
+        (self.seq, self.conn) == (other.seq, other.conn)
+    }
+}
+
+impl Eq for Tag {}
 
 /// Pushes in tests are collected per connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +57,7 @@ impl Waiter for Tag {
     }
 
     fn principal(&self) -> Option<&crate::auth::Principal> {
-        None
+        self.principal
     }
 }
 
@@ -63,6 +74,15 @@ struct Harness {
     reading: bool,
     /// Flags of watch pushes sent while not reading.
     unread: Vec<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// The principal requests are sent as from now on (`None`: no tokens).
+    principal: Option<&'static crate::auth::Principal>,
+}
+
+/// The principal of `token` in a config file's text, for the test's whole run.
+fn principal(config: &str, token: &str) -> &'static crate::auth::Principal {
+    let tokens = crate::auth::Tokens::parse(config).unwrap();
+    let p = tokens.authenticate(token).unwrap();
+    Box::leak(Box::new((*p).clone()))
 }
 
 fn raw(s: &str) -> muster_protocol::RawJson {
@@ -86,6 +106,7 @@ impl Harness {
             pushes: Vec::new(),
             reading: true,
             unread: Vec::new(),
+            principal: None,
         }
     }
 
@@ -103,6 +124,7 @@ impl Harness {
         let tag = Tag {
             seq: self.next_tag,
             conn,
+            principal: self.principal,
         };
         let now = self.now;
         self.engine().handle(req, tag, now).unwrap();
@@ -1843,5 +1865,7 @@ fn a_reclaim_reaching_max_attempts_names_the_member_in_its_dead_lettered_event()
 mod bounds;
 mod crash_model;
 mod liveness;
+mod member_names;
 mod model;
+mod quotas;
 mod watch;

@@ -1,0 +1,69 @@
+//! Quotas on what producers make the daemon store: tasks per queue, and payload bytes
+//! per principal. Both are checked against the whole batch before anything of it is
+//! written (an idempotent duplicate counts as new for the check), and both counts are
+//! kept as tasks come and go, never by a scan: tasks per queue are the queue's state
+//! indexes, bytes per principal are summed as tasks are enqueued and removed and
+//! rebuilt from the records at start.
+
+use muster_protocol::ErrorCode;
+use muster_protocol::ops::Enqueue;
+
+use super::{Engine, OpResult, Quotas, Waiter, client};
+
+impl<W: Waiter> Engine<W> {
+    /// Sets the quotas (from the daemon's flags).
+    pub fn set_quotas(&mut self, quotas: Quotas) {
+        self.quotas = quotas;
+    }
+
+    /// `limit` if the batch would take its queue past its task quota, or `owner` past
+    /// its stored-bytes quota.
+    pub(super) fn check_quotas(&self, r: &Enqueue, owner: Option<&str>) -> OpResult<()> {
+        let queue = self.queue(&r.queue)?;
+        let held: u64 = queue.by_state.iter().map(|s| s.len() as u64).sum();
+        let max_tasks = self.quotas.max_tasks_per_queue;
+        if held + r.tasks.len() as u64 > max_tasks {
+            return Err(client(
+                ErrorCode::Limit,
+                format!(
+                    "queue {:?} holds {held} tasks; {} more would pass its quota of {max_tasks} \
+                     (--max-tasks-per-queue): settle, discard or purge some first",
+                    r.queue,
+                    r.tasks.len()
+                ),
+            ));
+        }
+        let Some(owner) = owner else {
+            return Ok(());
+        };
+        let stored = self.stored_bytes.get(owner).copied().unwrap_or(0);
+        let adding: u64 = r.tasks.iter().map(|t| t.payload.get().len() as u64).sum();
+        let max_bytes = self.quotas.max_bytes_per_principal;
+        if stored + adding > max_bytes {
+            return Err(client(
+                ErrorCode::Limit,
+                format!(
+                    "token {owner:?} has {stored} payload bytes stored; {adding} more would pass \
+                     its quota of {max_bytes} (--max-bytes-per-token)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A task `principal` enqueued was removed: its payload no longer counts.
+    pub(super) fn uncount_bytes(&mut self, principal: &str, bytes: u64) {
+        let stored = self
+            .stored_bytes
+            .get_mut(principal)
+            .expect("a stored task's principal has its bytes counted");
+        assert!(
+            *stored >= bytes,
+            "stored bytes of {principal:?} never underflow"
+        );
+        *stored -= bytes;
+        if *stored == 0 {
+            self.stored_bytes.remove(principal);
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! Member names bound to principals, with a driven clock: an empty claim binds nothing,
+//! member patterns, the cap per principal, `member_release`, and expiry of names with
+//! no session and no lease (also across a restart).
+
+use std::time::Duration;
+
+use muster_protocol::model::QueuePatch;
+use muster_protocol::ops::{self, Claim};
+use muster_protocol::{ErrorCode, Request};
+
+use super::{Harness, open, principal};
+use crate::auth::Principal;
+use crate::engine::{MAX_MEMBER_NAMES_PER_PRINCIPAL, Reply};
+
+const CONFIG: &str = r#"
+[[tokens]]
+name = "a"
+token = "a-token-0123456789abcdef"
+roles = ["consume"]
+members = ["a/*"]
+
+[[tokens]]
+name = "b"
+token = "b-token-0123456789abcdef"
+roles = ["consume"]
+"#;
+
+fn release(member: &str) -> Request {
+    Request::MemberRelease(ops::MemberRelease(ops::MemberName {
+        member: member.into(),
+    }))
+}
+
+fn claim(member: &str) -> Request {
+    Request::Claim(Claim::new(["jobs"]).member(member))
+}
+
+fn setup() -> (Harness, &'static Principal, &'static Principal) {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    (
+        h,
+        principal(CONFIG, "a-token-0123456789abcdef"),
+        principal(CONFIG, "b-token-0123456789abcdef"),
+    )
+}
+
+#[test]
+fn an_empty_claim_binds_nothing_and_patterns_limit_names() {
+    let (mut h, a, b) = setup();
+    h.principal = Some(a);
+    match h.call(claim("a/1")) {
+        Ok(Reply::Claim(r)) => assert!(r.tasks.is_empty()),
+        other => panic!("claim: {other:?}"),
+    }
+    assert_eq!(h.code(claim("b/1")), ErrorCode::Forbidden);
+    assert_eq!(h.code(open("b/1", 1, false, false)), ErrorCode::Forbidden);
+    // Not bound: b takes it with a session.
+    h.principal = Some(b);
+    h.call_on(1, open("a/1", 1, false, false)).unwrap();
+    h.principal = Some(a);
+    assert_eq!(h.code(claim("a/1")), ErrorCode::Forbidden);
+    // A claim that gets a task binds.
+    h.principal = None;
+    h.enqueue("jobs", "1");
+    h.principal = Some(a);
+    assert_eq!(h.claim_as("jobs", 1, "a/2").len(), 1);
+    h.principal = Some(b);
+    assert_eq!(h.code(claim("a/2")), ErrorCode::Forbidden);
+}
+
+#[test]
+fn names_without_session_or_lease_expire_and_an_admin_releases_them() {
+    let (mut h, a, b) = setup();
+    h.engine().set_member_name_expiry(Duration::from_secs(10));
+    h.principal = Some(b);
+    h.call_on(1, open("a/1", 1, false, false)).unwrap();
+    h.principal = None;
+    assert_eq!(h.code(release("a/1")), ErrorCode::InvalidState);
+    assert_eq!(h.code(release("nobody")), ErrorCode::NotFound);
+    // The session stays ten minutes: the name stays bound all along.
+    h.advance(600_000);
+    h.principal = Some(a);
+    assert_eq!(h.code(open("a/1", 1, false, false)), ErrorCode::Forbidden);
+    h.engine().disconnected(1);
+    h.advance(9_000);
+    assert_eq!(h.code(open("a/1", 1, false, false)), ErrorCode::Forbidden);
+    // Expired by 10 s after the session ended, late by at most a sweep (1.25 s).
+    h.advance(2_300);
+    h.call_on(2, open("a/1", 1, false, false)).unwrap();
+    h.engine().disconnected(2);
+    h.round();
+    h.principal = None;
+    h.call(release("a/1")).unwrap();
+    assert_eq!(h.code(release("a/1")), ErrorCode::NotFound);
+    h.principal = Some(b);
+    h.call_on(3, open("a/1", 1, false, false)).unwrap();
+    h.engine().disconnected(3);
+
+    // Bindings are stored; after a restart they count as used at the start.
+    h.restart(86_400_000);
+    h.engine().set_member_name_expiry(Duration::from_secs(10));
+    h.principal = Some(a);
+    assert_eq!(h.code(open("a/1", 1, false, false)), ErrorCode::Forbidden);
+    h.advance(11_300);
+    h.call_on(4, open("a/1", 1, false, false)).unwrap();
+}
+
+#[test]
+fn a_principal_binds_at_most_its_cap_of_names() {
+    let (mut h, a, b) = setup();
+    for i in 0..=MAX_MEMBER_NAMES_PER_PRINCIPAL {
+        h.principal = None;
+        h.enqueue("jobs", &i.to_string());
+        h.principal = Some(b);
+        let member = format!("b/{i}");
+        if i < MAX_MEMBER_NAMES_PER_PRINCIPAL {
+            assert_eq!(h.claim_as("jobs", 1, &member).len(), 1);
+        } else {
+            let refused = h.call(claim(&member)).unwrap_err();
+            assert_eq!(refused.code, ErrorCode::Limit);
+            assert!(
+                refused.message.contains("4096 member names"),
+                "{}",
+                refused.message
+            );
+            assert_eq!(h.code(open(&member, 1, false, false)), ErrorCode::Limit);
+            // A name it holds already is still its own to use.
+            h.call_on(9, open("b/0", 1, true, false)).unwrap();
+        }
+    }
+    // Another principal is not affected.
+    h.principal = Some(a);
+    assert_eq!(h.claim_as("jobs", 1, "a/1").len(), 1);
+}
