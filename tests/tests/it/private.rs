@@ -1,7 +1,7 @@
 //! Local users and tenants (issue 18): the private data directory and local-only mode
 //! (another user is refused), token files, principals (duplicate names, queue-scoped
 //! admins, session scope), member names (patterns, empty claims, release, expiry, the
-//! cap per principal) and the start-up warnings.
+//! cap per principal), quotas and the start-up warnings.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
@@ -219,7 +219,7 @@ async fn a_token_file_keeps_the_token_off_the_command_line() {
 }
 
 #[test]
-fn duplicate_token_names_are_refused_at_start_and_wide_metrics_warned_about() {
+fn duplicate_token_names_are_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("muster.toml");
     let mut config = tokens_config(r#""jobs""#);
@@ -239,14 +239,6 @@ fn duplicate_token_names_are_refused_at_start_and_wide_metrics_warned_about() {
     assert!(
         err.contains("tokens 3 and 5 are both named \"gpu-agents\""),
         "{err}"
-    );
-
-    let d = Daemon::start_with(&["--metrics-addr", "0.0.0.0:0"]);
-    assert!(
-        d.log()
-            .contains("metrics are served without authentication on a non-loopback address"),
-        "{}",
-        d.log()
     );
 }
 
