@@ -35,6 +35,13 @@ fn session(member: &str, reclaim: bool) -> SessionOpen {
     }
 }
 
+/// The error output of a command that must have failed with exit status 1.
+fn failed(out: std::process::Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    err
+}
+
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path)
         .expect("metadata")
@@ -138,15 +145,11 @@ async fn a_local_only_daemon_serves_its_own_user_and_refuses_every_other() {
             .output()
             .expect("running muster as another user")
     };
-    let out = other_user(&["--pin", &d.fingerprint, "queue", "list"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let err = failed(other_user(&["--pin", &d.fingerprint, "queue", "list"]));
     assert!(err.starts_with("muster: unauthorized: "), "{err}");
     if root {
         let data = d.data().to_str().unwrap();
-        let out = other_user(&["--data", data, "queue", "list"]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{err}");
+        let err = failed(other_user(&["--data", data, "queue", "list"]));
         assert!(err.contains("Permission denied"), "{err}");
     }
     eprintln!("another user (root: {root}) is refused");
@@ -184,9 +187,8 @@ async fn a_token_file_keeps_the_token_off_the_command_line() {
     std::fs::write(&file, format!("{ADMIN}\n")).unwrap();
     let file = file.to_str().unwrap();
     // No token at all: this daemon keeps no local token, so nothing is presented.
-    let out = d.cli(&["queue", "list"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).starts_with("muster: unauthorized: "));
+    let err = failed(d.cli(&["queue", "list"]));
+    assert!(err.starts_with("muster: unauthorized: "), "{err}");
     assert_eq!(
         d.ok(&["--token-file", file, "queue", "create", "jobs"])
             .lines()
@@ -206,9 +208,7 @@ async fn a_token_file_keeps_the_token_off_the_command_line() {
         Some("jobs")
     );
     let missing = dir.path().join("missing");
-    let out = d.cli(&["--token-file", missing.to_str().unwrap(), "queue", "list"]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = failed(d.cli(&["--token-file", missing.to_str().unwrap(), "queue", "list"]));
     assert!(err.contains("reading token file"), "{err}");
     // The plain-text tokens of this config were warned about.
     assert!(
@@ -234,8 +234,7 @@ fn duplicate_token_names_are_refused_at_start() {
         .arg(&path)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = failed(out);
     assert!(
         err.contains("tokens 3 and 5 are both named \"gpu-agents\""),
         "{err}"
@@ -399,9 +398,7 @@ async fn member_names_are_not_squatted_released_expire_and_are_capped_per_token(
     .await;
     eprintln!("released {waited:?} after the session closed");
     // Released above; the CLI says why a second release fails.
-    let out = d.cli(&["--token", ADMIN, "member", "release", "gpu/squat"]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = failed(d.cli(&["--token", ADMIN, "member", "release", "gpu/squat"]));
     assert!(
         err.starts_with("muster: not_found: member name \"gpu/squat\" is bound to no principal"),
         "{err}"
@@ -530,9 +527,7 @@ async fn quotas_refuse_with_limit_and_hold_across_a_restart() {
         .enqueue_batch("jobs", vec![payload(1), payload(1), payload(1)])
         .await
         .unwrap();
-    let out = d.cli(&["--token", ADMIN, "enqueue", "jobs", "1"]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = failed(d.cli(&["--token", ADMIN, "enqueue", "jobs", "1"]));
     assert!(
         err.starts_with("muster: limit: queue \"jobs\" holds 5 tasks"),
         "{err}"
