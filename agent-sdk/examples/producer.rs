@@ -4,7 +4,7 @@
 //! cargo run -p muster-sdk --example producer -- jobs 10
 //! ```
 //! The daemon is found as the CLI finds it (`ConnectOptions::from_env`): `MUSTER_ADDR`,
-//! `MUSTER_DATA`, `MUSTER_CA`, `MUSTER_PIN`, `MUSTER_TOKEN`.
+//! `MUSTER_DATA`, `MUSTER_CA`, `MUSTER_PIN`, `MUSTER_TOKEN`, `MUSTER_TOKEN_FILE`.
 
 use muster_sdk::{Client, ConnectOptions, ErrorCode, NewTask, QueuePatch};
 

@@ -132,6 +132,22 @@ impl Config {
     }
 }
 
+impl Config {
+    /// Settings that work but expose something: each is logged as a warning at start.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(addr) = self.metrics_addr
+            && !addr.ip().is_loopback()
+        {
+            out.push(format!(
+                "metrics are served without authentication on {addr}, not a loopback address: \
+                 queue names and counts are readable by whoever reaches it"
+            ));
+        }
+        out
+    }
+}
+
 /// The per-user data directory shared with the CLI.
 pub fn default_data_dir() -> PathBuf {
     dirs::data_dir()
@@ -167,5 +183,21 @@ mod tests {
         );
         assert_eq!(config(&[]).check(false).ok(), Some(()));
         assert!(config(&["--cache-mib", "0"]).check(false).is_err());
+    }
+
+    #[test]
+    fn metrics_off_loopback_are_warned_about() {
+        let warnings = config(&["--metrics-addr", "0.0.0.0:9464"]).warnings();
+        assert_eq!(warnings.len(), 1);
+        assert!(
+            warnings[0].starts_with("metrics are served without authentication on 0.0.0.0:9464"),
+            "{warnings:?}"
+        );
+        assert!(
+            config(&["--metrics-addr", "127.0.0.1:9464"])
+                .warnings()
+                .is_empty()
+        );
+        assert!(config(&[]).warnings().is_empty());
     }
 }

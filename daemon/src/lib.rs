@@ -84,10 +84,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     let identity = tls::load_identity(&config.data, config.cert.as_deref(), config.key.as_deref())?;
     let (fingerprint, cert_path) = (identity.fingerprint.clone(), identity.cert_path.clone());
+    for warning in config.warnings() {
+        warn!("{warning}");
+    }
     if let Some(addr) = config.metrics_addr {
-        if !addr.ip().is_loopback() {
-            warn!(%addr, "metrics are served without authentication on a non-loopback address: queue names and counts are readable by whoever reaches it");
-        }
         metrics::install(addr)?;
         info!(%addr, "serving Prometheus metrics");
     }
