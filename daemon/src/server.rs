@@ -92,6 +92,9 @@ const READ_CHUNK: usize = 64 * 1024;
 /// Bytes of replies gathered into one stream write.
 const WRITE_CHUNK: usize = 256 * 1024;
 
+/// Room a stream's writer keeps between writes; more is given back.
+const KEEP_WRITE_BUFFER: usize = 16 * 1024;
+
 /// Application error code on a stream reset for an unreadable frame header.
 const RESET_BAD_FRAME: u32 = 1;
 
@@ -329,7 +332,6 @@ async fn read_requests(
         total: &state.buffered,
         mine: 0,
     };
-    let mut chunk = vec![0u8; READ_CHUNK];
     loop {
         loop {
             let body = match frames.next_frame() {
@@ -376,8 +378,9 @@ async fn read_requests(
         }
         // The buffer grows with the bytes that actually arrive (bounded by QUIC flow
         // control), not with what a header announces.
-        match recv.read(&mut chunk).await {
-            Ok(Some(n)) => frames.push(&chunk[..n]),
+        // quinn hands over the bytes it holds: no read buffer of our own per stream.
+        match recv.read_chunk(READ_CHUNK, true).await {
+            Ok(Some(chunk)) => frames.push(&chunk.bytes),
             // End of stream (a frame cut short is dropped), or the stream was reset.
             Ok(None) | Err(_) => return,
         }
@@ -712,7 +715,8 @@ async fn write_replies(
 ) {
     let stopped = send.stopped();
     tokio::pin!(stopped);
-    let mut buf = Vec::with_capacity(WRITE_CHUNK);
+    // Grows with what is written; an idle stream (most member sessions) holds nothing.
+    let mut buf = Vec::new();
     // The reply budget of what `buf` holds: given back once it is written.
     let mut held = Vec::new();
     loop {
@@ -735,9 +739,9 @@ async fn write_replies(
             return;
         }
         held.clear();
-        if buf.capacity() > 2 * WRITE_CHUNK {
-            // A large reply went out: do not keep its room.
-            buf = Vec::with_capacity(WRITE_CHUNK);
+        if buf.capacity() > KEEP_WRITE_BUFFER {
+            // A large batch went out: do not keep its room.
+            buf = Vec::new();
         }
         if let Some((code, reason)) = close {
             // Let what was written arrive, then end the connection.

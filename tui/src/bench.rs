@@ -12,7 +12,8 @@
 //! - `startup`: `stored` tasks in the store, then the daemon is restarted: time from
 //!   start to serving, and resident memory.
 //! - `members`: `members` connected members each renewing a lease every second: the
-//!   daemon's CPU use.
+//!   daemon's CPU use, and its resident memory with them connected (in all and per
+//!   member).
 //!
 //! Every run first measures the disk it runs on: `FSYNC_SAMPLES` 4 KiB writes each
 //! followed by an fdatasync, in the run's data directory (p50 and p99), so that every
@@ -193,6 +194,8 @@ struct Run {
     startup_s: Option<f64>,
     startup_rss_mib: Option<f64>,
     members_cpu_percent: Option<f64>,
+    members_rss_mib: Option<f64>,
+    members_kib_per_member: Option<f64>,
     rss_mib: Option<f64>,
 }
 
@@ -586,6 +589,7 @@ async fn members(
         .next()
         .context("daemon address")?;
     let endpoint = muster_sdk::connect::endpoint_for(addr)?;
+    let before_mib = rss_mib(pid);
     let stop = Arc::new(tokio::sync::Notify::new());
     let mut agents = Vec::new();
     for m in 0..args.members {
@@ -622,6 +626,9 @@ async fn members(
     tokio::time::sleep(Duration::from_secs_f64(args.seconds)).await;
     run.members_cpu_percent =
         Some((cpu_seconds(pid) - cpu) / started.elapsed().as_secs_f64() * 100.0);
+    let rss = rss_mib(pid);
+    run.members_rss_mib = Some(rss);
+    run.members_kib_per_member = Some((rss - before_mib) * 1024.0 / args.members as f64);
     stop.notify_waiters();
     for a in agents {
         a.abort();
@@ -680,6 +687,10 @@ fn print_table(runs: &[Run]) -> anyhow::Result<()> {
         ("startup to serving s", |r| r.startup_s),
         ("startup RSS MiB", |r| r.startup_rss_mib),
         ("members: daemon CPU %", |r| r.members_cpu_percent),
+        ("members: daemon RSS MiB", |r| r.members_rss_mib),
+        ("members: daemon KiB per member", |r| {
+            r.members_kib_per_member
+        }),
         ("daemon RSS after the run MiB", |r| r.rss_mib),
     ];
     println!(

@@ -96,7 +96,8 @@ impl Owners {
         owners
     }
 
-    /// Bound names.
+    /// Bound names (for the debug digest of refused requests).
+    #[cfg(debug_assertions)]
     pub(super) fn len(&self) -> usize {
         self.by_member.len()
     }
