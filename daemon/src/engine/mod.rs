@@ -13,6 +13,7 @@
 
 mod authz;
 pub mod dispatch;
+mod find;
 
 pub use authz::authorize_stateless;
 mod members;
@@ -34,7 +35,7 @@ use muster_protocol::model::{QueueOptions, QueueTotals, TaskState, TimelineEvent
 use muster_protocol::ops::{
     CancelReply, ClaimReply, CountReply, Empty, EnqueueReply, HelloReply, MemberDescribeReply,
     MemberListReply, MemberReply, QueueListReply, QueueReply, RenewReply, ServerStatsReply,
-    SessionOpenReply, SettleReply, TaskListReply, TaskReply, WaitReply, WatchReply,
+    SessionOpenReply, SettleReply, TaskFindReply, TaskListReply, TaskReply, WaitReply, WatchReply,
 };
 use muster_protocol::{ErrorBody, ErrorCode};
 
@@ -122,6 +123,8 @@ pub enum Reply {
     Task(TaskReply),
     /// Task list.
     TaskList(TaskListReply),
+    /// Task find.
+    TaskFind(TaskFindReply),
     /// Wait.
     Wait(WaitReply),
     /// Cancel.

@@ -1832,6 +1832,7 @@ fn a_reclaim_reaching_max_attempts_names_the_member_in_its_dead_lettered_event()
 }
 
 mod crash_model;
+mod find;
 mod liveness;
 mod model;
 mod watch;
