@@ -72,7 +72,7 @@ impl Work {
 }
 
 impl<W: Waiter> Engine<W> {
-    /// Searches tasks: see `PROTOCOL.md` §5.19 and the module's doc for the cost.
+    /// Searches tasks: see `PROTOCOL.md` §5.34 and the module's doc for the cost.
     pub(super) fn task_find(
         &self,
         r: TaskFind,
@@ -310,7 +310,11 @@ impl Iterator for Merged<'_> {
 }
 
 /// The part of `range` after `cursor` in the search's order; `None` if nothing is left.
-fn past(range: RangeInclusive<Ulid>, cursor: Ulid, newest_first: bool) -> Option<RangeInclusive<Ulid>> {
+fn past(
+    range: RangeInclusive<Ulid>,
+    cursor: Ulid,
+    newest_first: bool,
+) -> Option<RangeInclusive<Ulid>> {
     let (lo, hi) = range.into_inner();
     let (lo, hi) = if newest_first {
         (lo, hi.min(Ulid(cursor.0.checked_sub(1)?)))
@@ -396,7 +400,10 @@ fn field_path(f: &FieldMatch) -> OpResult<(Vec<String>, serde_json::Value)> {
             f.path
         )));
     }
-    Ok((f.path.split('.').map(str::to_owned).collect(), f.value.clone()))
+    Ok((
+        f.path.split('.').map(str::to_owned).collect(),
+        f.value.clone(),
+    ))
 }
 
 /// Whether the payload has `value` at `path` (object keys, or indexes into arrays).
@@ -434,10 +441,7 @@ mod tests {
         assert_eq!(range.start().to_string(), "01JHMP00000000000000000000");
         assert_eq!(range.end().to_string(), "01JHMPZZZZZZZZZZZZZZZZZZZZ");
         assert_eq!(prefix_range("8").unwrap(), None);
-        assert_eq!(
-            prefix_range("7").unwrap().unwrap().end(),
-            &Ulid(u128::MAX)
-        );
+        assert_eq!(prefix_range("7").unwrap().unwrap().end(), &Ulid(u128::MAX));
         assert!(prefix_range("01I").is_err());
         assert!(prefix_range("").is_err());
         assert!(prefix_range(&"0".repeat(27)).is_err());
@@ -450,8 +454,16 @@ mod tests {
         assert!(field_equals(payload, &path("order.id"), &json!(42)));
         assert!(field_equals(payload, &path("order.id"), &json!(42.0)));
         assert!(!field_equals(payload, &path("order.id"), &json!("42")));
-        assert!(field_equals(payload, &path("order.lines.1.sku"), &json!("b-2")));
-        assert!(!field_equals(payload, &path("order.lines.2.sku"), &json!("b-2")));
+        assert!(field_equals(
+            payload,
+            &path("order.lines.1.sku"),
+            &json!("b-2")
+        ));
+        assert!(!field_equals(
+            payload,
+            &path("order.lines.2.sku"),
+            &json!("b-2")
+        ));
         assert!(field_equals(payload, &path("x"), &json!(null)));
         assert!(!field_equals(payload, &path("y"), &json!(null)));
         assert!(!field_equals(payload, &path("order.id.deeper"), &json!(42)));

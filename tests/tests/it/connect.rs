@@ -63,7 +63,10 @@ async fn pins_and_ca_files_are_checked() {
         err.starts_with("muster: connect: ") && err.contains("does not match the pinned"),
         "{err}"
     );
-    assert_eq!(d.ok(&["--pin", &d.fingerprint, "queue", "list"]), "");
+    assert_eq!(
+        d.ok(&["--pin", &d.fingerprint, "queue", "list", "--no-headers"]),
+        ""
+    );
 }
 
 #[test]

@@ -10,6 +10,8 @@
 //!   supervision of its programs (signals, orphans, checkpoints), broken runners,
 //!   revoke and cancel.
 //! - `metrics`: the Prometheus endpoint.
+//! - `scripting`: `task find`, header lines, JSON errors, closed pipes, confirmations,
+//!   contexts, completions and the man page.
 //! - `security`: tokens and roles, member ownership, bad input, floods.
 //! - `spec`: the daemon as PROTOCOL.md describes it (subscriptions, waits, `null`,
 //!   paging, member records, `max_runtime_ms` across restarts and queue updates).
@@ -35,6 +37,7 @@ mod fixture;
 mod lapse;
 mod liveness;
 mod metrics;
+mod scripting;
 mod security;
 mod spec;
 mod tui;

@@ -192,7 +192,11 @@ fn one_request_reads_at_most_its_share_and_the_cursor_goes_on() {
         let n = (total - chunk * 1000).min(1000);
         let tasks = (0..n)
             .map(|i| {
-                let text = if chunk * 1000 + i == total - 1 { r#""needle""# } else { r#""hay""# };
+                let text = if chunk * 1000 + i == total - 1 {
+                    r#""needle""#
+                } else {
+                    r#""hay""#
+                };
                 NewTask::new(raw(text))
             })
             .collect();
@@ -213,7 +217,10 @@ fn one_request_reads_at_most_its_share_and_the_cursor_goes_on() {
     assert_eq!(ids(&first), Vec::<String>::new());
     // One index entry for the queue, then one per task read.
     assert_eq!(first.scanned, 1 + MAX_FIND_READS);
-    let cursor = first.next.clone().expect("a cursor: the search stopped early");
+    let cursor = first
+        .next
+        .clone()
+        .expect("a cursor: the search stopped early");
     assert_eq!(cursor.queue, "big");
     let second = find(
         &mut h,
@@ -296,6 +303,10 @@ fn bad_searches_are_refused() {
         ),
     ];
     for (search, code) in cases {
-        assert_eq!(h.code(Request::TaskFind(search.clone())), code, "{search:?}");
+        assert_eq!(
+            h.code(Request::TaskFind(search.clone())),
+            code,
+            "{search:?}"
+        );
     }
 }
