@@ -348,3 +348,25 @@ fn completions_and_the_man_page_come_from_the_command_line_definition() {
     let bad = bare_cli(dir.path(), &["completions", "cmd.exe"], &[]);
     assert_eq!(bad.status.code(), Some(1));
 }
+
+#[test]
+fn nothing_listening_is_reported_within_a_second() {
+    // A port nobody listens on: taken from the OS, then let go.
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    let pin = "ab".repeat(32);
+    let started = std::time::Instant::now();
+    let out = bare_cli(dir.path(), &["--addr", &addr, "--pin", &pin, "queue", "list"], &[]);
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        format!("muster: connect: {addr}: nothing listens there (the host answered \"port unreachable\"): is musterd running?\n")
+    );
+    assert!(took < std::time::Duration::from_secs(1), "took {took:?}");
+}
