@@ -20,6 +20,7 @@
 //!   partitioned while they work one queue.
 //! - `crash`: kill -9 during a burst of enqueues, and leases held across restarts.
 //! - `disk`: a full disk during a burst of enqueues, and recovery once space is freed.
+//! - `demo`: `muster demo` across a daemon restart, drained by SIGTERM.
 //! - `dispatch`: priorities, delays, keys, labels, fairness and retention.
 //! - `connect`: trust (pins, CA files), refusals at start-up, pipelining.
 //! - `tui`: `muster tui` in tmux: redrive with confirm, read-only, no daemon.
@@ -30,6 +31,7 @@ mod checker;
 mod cli;
 mod connect;
 mod crash;
+mod demo;
 mod disk;
 mod dispatch;
 mod fencing;

@@ -361,12 +361,18 @@ fn nothing_listening_is_reported_within_a_second() {
     let addr = format!("127.0.0.1:{port}");
     let pin = "ab".repeat(32);
     let started = std::time::Instant::now();
-    let out = bare_cli(dir.path(), &["--addr", &addr, "--pin", &pin, "queue", "list"], &[]);
+    let out = bare_cli(
+        dir.path(),
+        &["--addr", &addr, "--pin", &pin, "queue", "list"],
+        &[],
+    );
     let took = started.elapsed();
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         String::from_utf8(out.stderr).unwrap(),
-        format!("muster: connect: {addr}: nothing listens there (the host answered \"port unreachable\"): is musterd running?\n")
+        format!(
+            "muster: connect: {addr}: nothing listens there (the host answered \"port unreachable\"): is musterd running?\n"
+        )
     );
     assert!(took < std::time::Duration::from_secs(1), "took {took:?}");
 }
