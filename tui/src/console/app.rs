@@ -9,7 +9,9 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use muster_protocol::model::{MemberInfo, QueueInfo, QueueTotals, TaskState, TaskSummary};
-use muster_protocol::ops::{View, WatchReply, WatchUpdate};
+use muster_protocol::ops::{
+    FieldMatch, FindCursor, TaskFind, TaskFindReply, View, WatchReply, WatchUpdate,
+};
 
 /// Rows asked for per page of a list screen.
 pub const PAGE_ROWS: u32 = 100;
@@ -50,6 +52,13 @@ pub enum Screen {
     },
     /// Dead tasks of every queue.
     Dead,
+    /// A search over a whole queue (or every queue), newest first.
+    Found {
+        /// The queue searched; every queue if `None`.
+        queue: Option<String>,
+        /// What the operator typed after `/`.
+        query: String,
+    },
 }
 
 /// A screen on the navigation stack, with where the operator is on it.
@@ -63,8 +72,10 @@ pub struct Page {
     pub selected: usize,
     /// Rows marked with space, by id, for verbs on several tasks.
     pub marked: BTreeSet<String>,
-    /// The filter typed with `/`, applied to this page's rows.
+    /// The quick filter typed with `f`, applied to this page's rows.
     pub filter: String,
+    /// A search's pages: where each started; the last is the current page's.
+    found_cursors: Vec<Option<FindCursor>>,
 }
 
 impl Page {
@@ -75,14 +86,15 @@ impl Page {
             selected: 0,
             marked: BTreeSet::new(),
             filter: String::new(),
+            found_cursors: vec![None],
         }
     }
 
-    /// The watch view of this page.
-    pub fn view(&self) -> View {
+    /// The watch view of this page; `None` for a search, which is not watched.
+    pub fn view(&self) -> Option<View> {
         let after = self.cursors.last().cloned().flatten();
         let limit = Some(PAGE_ROWS);
-        match &self.screen {
+        Some(match &self.screen {
             Screen::Queues => View::Queues { after, limit },
             Screen::Queue { name, state } => View::Tasks {
                 queue: name.clone(),
@@ -96,12 +108,13 @@ impl Page {
                 member: name.clone(),
             },
             Screen::Dead => View::Dead { after, limit },
-        }
+            Screen::Found { .. } => return None,
+        })
     }
 
     /// The page number, from 1.
     pub fn number(&self) -> usize {
-        self.cursors.len()
+        self.cursors.len().max(self.found_cursors.len())
     }
 }
 
@@ -110,8 +123,10 @@ impl Page {
 pub enum Mode {
     /// Keys act on the screen.
     Normal,
-    /// Typing a filter after `/`.
+    /// Typing a quick filter of the page's rows after `f`.
     Filter(String),
+    /// Typing a search of the whole queue after `/`.
+    Search(String),
     /// Typing a command after `:`.
     Command(String),
     /// A verb waits for `y`.
@@ -192,7 +207,7 @@ impl Verb {
 }
 
 /// Something for the loop to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
     /// Watch a screen (replacing the previous watch).
     Watch {
@@ -203,6 +218,86 @@ pub enum Effect {
     },
     /// Ask the daemon to do something.
     Run(Verb),
+    /// Search tasks (one bounded request; [`App::on_found`] asks for more).
+    Find {
+        /// The request.
+        search: TaskFind,
+        /// Replies carry it; others are stale.
+        tag: u64,
+    },
+}
+
+/// What a search found so far, newest first.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Found {
+    /// The matches, in search order.
+    pub tasks: Vec<TaskSummary>,
+    /// Where the search goes on; `None` once every task was examined.
+    pub next: Option<FindCursor>,
+    /// Tasks examined so far.
+    pub scanned: u64,
+    /// The search stopped with a full page although more may match (`]` goes on).
+    pub more: bool,
+}
+
+/// Turns what was typed after `/` into a search: words `id:PREFIX`, `key:K`, `idem:K`,
+/// `label:L`, `error:TEXT`, `payload:TEXT`, `state:STATE`, `field:PATH=VALUE`; a bare
+/// word is an id prefix if it can be one (Crockford base32), else payload text.
+pub fn search_query(queue: Option<String>, text: &str) -> Result<TaskFind, String> {
+    let mut search = TaskFind {
+        queue,
+        newest_first: true,
+        limit: Some(PAGE_ROWS),
+        ..TaskFind::default()
+    };
+    if text.trim().is_empty() {
+        return Err(
+            "type what to search for: an id prefix, key:K, error:TEXT, … (? for all)".into(),
+        );
+    }
+    for word in text.split_whitespace() {
+        let (name, value) = word.split_once(':').unwrap_or(("", word));
+        if value.is_empty() {
+            return Err(format!("nothing after {name}: in {word:?}"));
+        }
+        let value = value.to_owned();
+        match name {
+            "id" => search.id_prefix = Some(value),
+            "key" => search.key = Some(value),
+            "idem" => search.idempotency_key = Some(value),
+            "label" => search.label = Some(value),
+            "error" => search.error = Some(value),
+            "payload" => search.payload = Some(value),
+            "state" => {
+                search.state = Some(
+                    TaskState::parse(&value).ok_or_else(|| format!("unknown state {value:?}"))?,
+                )
+            }
+            "field" => {
+                let (path, v) = value
+                    .split_once('=')
+                    .ok_or_else(|| format!("want field:PATH=VALUE, not {word:?}"))?;
+                search.field = Some(FieldMatch {
+                    path: path.to_owned(),
+                    value: serde_json::from_str(v).unwrap_or_else(|_| v.into()),
+                });
+            }
+            "" if is_id_prefix(&value) => search.id_prefix = Some(value),
+            "" => search.payload = Some(value),
+            other => return Err(format!("unknown search word {other}: (? lists them)")),
+        }
+    }
+    Ok(search)
+}
+
+/// Whether `text` can begin a task id (two or more characters of Crockford base32).
+fn is_id_prefix(text: &str) -> bool {
+    text.len() >= 2
+        && text.len() <= 26
+        && text
+            .to_ascii_uppercase()
+            .chars()
+            .all(|c| "0123456789ABCDEFGHJKMNPQRSTVWXYZ".contains(c))
 }
 
 /// Whether the footer's message is good news or bad.
@@ -330,6 +425,10 @@ pub struct App {
     pub load_error: Option<String>,
     /// Whether the loop has a connection; without, the screen may be stale.
     pub connected: bool,
+    /// The current search's results (on a [`Screen::Found`]).
+    pub found: Option<Found>,
+    /// The current search's request, continued by [`App::on_found`].
+    search: Option<TaskFind>,
 }
 
 impl App {
@@ -348,6 +447,8 @@ impl App {
             quit: false,
             load_error: None,
             connected: true,
+            found: None,
+            search: None,
         };
         let effect = app.rewatch();
         (app, effect)
@@ -366,12 +467,62 @@ impl App {
             .expect("the stack always holds the queues page")
     }
 
-    /// Watches the current page again under a new tag (after navigation or a verb).
+    /// Watches the current page again under a new tag (after navigation or a verb); a
+    /// search's page is searched again from the cursor it started at.
     pub fn rewatch(&mut self) -> Effect {
         self.tag += 1;
+        let page = self.page();
+        if let Screen::Found { queue, query } = &page.screen {
+            let mut search = search_query(queue.clone(), query).unwrap_or_default();
+            search.after = page.found_cursors.last().cloned().flatten();
+            self.search = Some(search.clone());
+            self.found = None;
+            return Effect::Find {
+                search,
+                tag: self.tag,
+            };
+        }
         Effect::Watch {
-            view: self.page().view(),
+            view: page.view().expect("every screen but a search is watched"),
             tag: self.tag,
+        }
+    }
+
+    /// A search's reply arrived: its matches join the page, and while the page is not
+    /// full and tasks are left the search goes on (each request is bounded by the daemon).
+    pub fn on_found(&mut self, tag: u64, reply: Result<TaskFindReply, String>) -> Option<Effect> {
+        if tag != self.tag {
+            return None;
+        }
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(e) => {
+                self.message = Some((Level::Error, format!("search: {e}")));
+                self.found.get_or_insert_with(Found::default);
+                return None;
+            }
+        };
+        let found = self.found.get_or_insert_with(Found::default);
+        found.tasks.extend(reply.tasks);
+        found.scanned += reply.scanned;
+        found.next = reply.next;
+        let full = found.tasks.len() >= PAGE_ROWS as usize;
+        found.more = full && found.next.is_some();
+        let search = self.search.as_mut()?;
+        match (&found.next, full) {
+            (Some(next), false) => {
+                search.after = Some(next.clone());
+                search.limit = Some(PAGE_ROWS - found.tasks.len() as u32);
+                Some(Effect::Find {
+                    search: search.clone(),
+                    tag: self.tag,
+                })
+            }
+            _ => {
+                let selected = self.page().selected;
+                self.page_mut().selected = selected.min(self.rows().len().saturating_sub(1));
+                None
+            }
         }
     }
 
@@ -385,6 +536,7 @@ impl App {
     /// span spent on other screens still averages right.)
     fn leave(&mut self) {
         self.data = None;
+        self.found = None;
     }
 
     /// Replaces everything above the queues page with `screen` (`:` commands).
@@ -492,6 +644,13 @@ impl App {
 
     /// Every row of the current list screen's page, filter or not.
     pub fn all_rows(&self) -> Vec<Row<'_>> {
+        if matches!(self.page().screen, Screen::Found { .. }) {
+            return self
+                .found
+                .iter()
+                .flat_map(|f| f.tasks.iter().map(Row::Task))
+                .collect();
+        }
         match &self.data {
             Some(WatchUpdate::Queues { queues, .. }) => queues.iter().map(Row::Queue).collect(),
             Some(
@@ -594,6 +753,36 @@ impl App {
                 self.page_mut().selected = 0;
                 Vec::new()
             }
+            Mode::Search(mut text) => match key.code {
+                KeyCode::Enter => {
+                    let queue = self.search_scope().flatten();
+                    match search_query(queue.clone(), &text) {
+                        Ok(_) => {
+                            self.message = None;
+                            vec![self.open(Screen::Found { queue, query: text })]
+                        }
+                        Err(e) => {
+                            self.message = Some((Level::Error, e));
+                            Vec::new()
+                        }
+                    }
+                }
+                KeyCode::Esc => Vec::new(),
+                KeyCode::Backspace => {
+                    text.pop();
+                    self.mode = Mode::Search(text);
+                    Vec::new()
+                }
+                KeyCode::Char(c) => {
+                    text.push(c);
+                    self.mode = Mode::Search(text);
+                    Vec::new()
+                }
+                _ => {
+                    self.mode = Mode::Search(text);
+                    Vec::new()
+                }
+            },
             Mode::Command(mut text) => match key.code {
                 KeyCode::Enter => self.command(text.trim()),
                 KeyCode::Esc => Vec::new(),
@@ -674,8 +863,12 @@ impl App {
                 self.mode = Mode::Command(String::new());
                 None
             }
-            KeyCode::Char('/') if !matches!(screen, Screen::Task { .. }) => {
+            KeyCode::Char('f') if !matches!(screen, Screen::Task { .. }) => {
                 self.mode = Mode::Filter(self.page().filter.clone());
+                None
+            }
+            KeyCode::Char('/') if self.search_scope().is_some() => {
+                self.mode = Mode::Search(String::new());
                 None
             }
             KeyCode::Esc => {
@@ -721,6 +914,17 @@ impl App {
         effect.into_iter().collect()
     }
 
+    /// What `/` searches from this screen: `Some(Some(queue))` a queue, `Some(None)`
+    /// every queue, `None` nothing (a task or member screen).
+    fn search_scope(&self) -> Option<Option<String>> {
+        match &self.page().screen {
+            Screen::Queue { name, .. } => Some(Some(name.clone())),
+            Screen::Found { queue, .. } => Some(queue.clone()),
+            Screen::Queues | Screen::Dead => Some(None),
+            Screen::Task { .. } | Screen::Members | Screen::Member { .. } => None,
+        }
+    }
+
     fn step(&mut self, by: isize) -> Option<Effect> {
         if let Some(WatchUpdate::Task { task }) = &self.data {
             let last = super::ui::task_lines(task, self.now_ms)
@@ -731,7 +935,9 @@ impl App {
             return None;
         }
         // Nothing on screen yet (a page or screen is on its way): nothing to move over.
-        self.data.as_ref()?;
+        if self.data.is_none() && self.found.is_none() {
+            return None;
+        }
         let n = self.rows().len();
         let at = self.page().selected;
         if by > 0 && at.saturating_add(1) >= n {
@@ -745,6 +951,14 @@ impl App {
     }
 
     fn next_page(&mut self) -> Option<Effect> {
+        if matches!(self.page().screen, Screen::Found { .. }) {
+            let found = self.found.as_ref().filter(|f| f.more)?;
+            let next = found.next.clone();
+            let page = self.page_mut();
+            page.found_cursors.push(next);
+            page.selected = 0;
+            return Some(self.rewatch());
+        }
         let next = self.next_cursor()?;
         let page = self.page_mut();
         page.cursors.push(Some(next));
@@ -757,6 +971,11 @@ impl App {
     /// Goes to the previous page, selecting `selected` there (clamped when it arrives).
     fn previous_page(&mut self, selected: usize) -> Option<Effect> {
         let page = self.page_mut();
+        if page.found_cursors.len() > 1 {
+            page.found_cursors.pop();
+            page.selected = selected;
+            return Some(self.rewatch());
+        }
         if page.cursors.len() < 2 {
             return None;
         }
@@ -772,9 +991,10 @@ impl App {
                 name: q.name.clone(),
                 state: TaskState::Ready,
             },
-            (Screen::Queue { .. } | Screen::Dead | Screen::Member { .. }, Row::Task(t)) => {
-                Screen::Task { id: t.id.clone() }
-            }
+            (
+                Screen::Queue { .. } | Screen::Dead | Screen::Member { .. } | Screen::Found { .. },
+                Row::Task(t),
+            ) => Screen::Task { id: t.id.clone() },
             (Screen::Members, Row::Member(m)) => Screen::Member {
                 name: m.name.clone(),
             },
@@ -850,7 +1070,7 @@ impl App {
                 };
                 Verb::Dead(dead_action(key), tasks)
             }
-            ('c', Screen::Queue { .. } | Screen::Member { .. }) => {
+            ('c', Screen::Queue { .. } | Screen::Member { .. } | Screen::Found { .. }) => {
                 let t = self.selected_task()?;
                 if !matches!(
                     t.state,
@@ -870,7 +1090,7 @@ impl App {
                 }
                 Verb::Cancel(id)
             }
-            ('v', Screen::Queue { .. } | Screen::Member { .. }) => {
+            ('v', Screen::Queue { .. } | Screen::Member { .. } | Screen::Found { .. }) => {
                 let t = self.selected_task()?;
                 if t.state != TaskState::Leased {
                     return self.refuse("only a leased task has a lease to revoke");
@@ -973,11 +1193,16 @@ impl App {
             ("↑↓ j/k", "move"),
             ("g G", "top, bottom"),
             ("[ ]", "page"),
-            ("/", "filter"),
+            ("/", "search queue"),
+            ("f", "filter page"),
         ];
         match &self.page().screen {
             Screen::Task { .. } => keys.push(("↑↓ j/k", "scroll")),
-            Screen::Member { .. } => keys.extend(list.into_iter().filter(|(k, _)| *k != "[ ]")),
+            Screen::Member { .. } | Screen::Members => {
+                keys.extend(list.into_iter().filter(|(k, _)| {
+                    *k != "/" && (*k != "[ ]" || self.page().screen == Screen::Members)
+                }))
+            }
             _ => keys.extend(list),
         }
         keys.extend([
@@ -1026,6 +1251,7 @@ impl App {
             Screen::Members => vec![("d", "drain")],
             Screen::Member { .. } => vec![("v", "revoke lease"), ("c", "cancel"), ("d", "drain")],
             Screen::Dead => dead.to_vec(),
+            Screen::Found { .. } => vec![("c", "cancel"), ("v", "revoke lease")],
         }
     }
 }

@@ -22,7 +22,7 @@ use futures_util::StreamExt;
 use ratatui::DefaultTerminal;
 use tokio::sync::mpsc;
 
-use muster_protocol::ops::{DeadSelection, Watch, WatchReply};
+use muster_protocol::ops::{DeadSelection, TaskFindReply, Watch, WatchReply};
 use muster_sdk::{Client, ConnectOptions, Error};
 
 use app::{App, DeadAction, Effect, Verb};
@@ -39,6 +39,8 @@ enum Msg {
     Watched(u64, Box<Result<WatchReply, Error>>),
     /// A verb's outcome, as the footer says it, and whether it removed what it named.
     Done(Result<String, String>, bool),
+    /// A search's reply (or why it failed), with the tag of the search.
+    Found(u64, Result<TaskFindReply, String>),
     /// A new connection after the old one was lost.
     Connected(Client),
     /// An attempt to reconnect failed, for this reason.
@@ -130,6 +132,7 @@ async fn event_loop(
                     Err(e) => effects.extend(app.on_watch_failed(tag, e.to_string())),
                 },
                 Msg::Done(result, removed) => effects.push(app.on_done(result, removed)),
+                Msg::Found(tag, reply) => effects.extend(app.on_found(tag, reply)),
                 Msg::Connected(c) => {
                     pushes = c.watch_pushes();
                     client = Some(c);
@@ -195,6 +198,13 @@ async fn perform(client: &Client, tx: &mpsc::UnboundedSender<Msg>, effect: Effec
                 let _ = tx.send(Msg::Watched(tag, Box::new(Err(e))));
             }
         },
+        Effect::Find { search, tag } => {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let reply = client.task_find(&search).await.map_err(|e| e.to_string());
+                let _ = tx.send(Msg::Found(tag, reply));
+            });
+        }
         Effect::Run(verb) => {
             let client = client.clone();
             let removes = matches!(verb, Verb::Dead(DeadAction::Discard, _));

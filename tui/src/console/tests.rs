@@ -10,10 +10,14 @@ use muster_protocol::model::{
     LeaseInfo, MemberInfo, MemberState, QueueInfo, QueueOptions, QueueTotals, StateCounts,
     TaskInfo, TaskState, TaskSummary, TimelineEvent,
 };
-use muster_protocol::ops::{View, WatchReply, WatchUpdate, raw};
+use muster_protocol::ops::{
+    FindCursor, TaskFind, TaskFindReply, View, WatchReply, WatchUpdate, raw,
+};
 use muster_protocol::{ErrorBody, ErrorCode};
 
-use super::app::{App, DeadAction, DeadTasks, Effect, Level, Mode, PAGE_ROWS, TABS, Verb};
+use super::app::{
+    App, DeadAction, DeadTasks, Effect, Level, Mode, PAGE_ROWS, TABS, Verb, search_query,
+};
 use super::ui;
 
 const NOW: u64 = 1_800_000_000_000;
@@ -468,7 +472,7 @@ fn members_screen_and_drain() {
         vec![Effect::Run(Verb::Drain("gpu-1".into()))]
     );
     // The filter narrows the rows to those that match.
-    chars(&mut app, "/a100");
+    chars(&mut app, "fa100");
     assert_eq!(app.rows().len(), 1);
     press(&mut app, KeyCode::Enter);
     assert_eq!(app.rows().len(), 1);
@@ -784,7 +788,7 @@ fn marks_are_for_dead_tasks_and_survive_a_filter() {
     let mut app = started(false);
     on_queue_tab(&mut app, 3, TaskState::Dead, 1..3);
     press(&mut app, KeyCode::Char(' '));
-    chars(&mut app, "/zzz\n");
+    chars(&mut app, "fzzz\n");
     let tag = current_tag(&mut app);
     deliver(&mut app, tag, tasks_update(TaskState::Dead, 1..3, None));
     assert_eq!(app.page().marked.iter().collect::<Vec<_>>(), [&id(1)]);
@@ -796,4 +800,144 @@ fn a_lost_connection_is_flagged_in_the_title() {
     let mut app = started(false);
     app.connected = false;
     assert!(text(&app).contains("disconnected: what is shown may be stale"));
+}
+
+/// The one search the effects ask for, and its tag.
+fn searched(effects: &[Effect]) -> (TaskFind, u64) {
+    match effects {
+        [Effect::Find { search, tag }] => (search.clone(), *tag),
+        other => panic!("expected one search, got {other:?}"),
+    }
+}
+
+fn cursor(n: u32) -> FindCursor {
+    FindCursor {
+        queue: "inference".into(),
+        id: id(n),
+    }
+}
+
+#[test]
+fn slash_searches_the_whole_queue_and_goes_on_until_a_page_is_full() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 2, TaskState::Leased, 1..3);
+    // Typing shows in the footer; enter searches the queue, newest first.
+    chars(&mut app, "/error:timeout key:user-4");
+    assert_eq!(app.mode, Mode::Search("error:timeout key:user-4".into()));
+    insta::assert_snapshot!("search_typing", screen(&app, 80, 24).backend());
+    let (search, tag) = searched(&press(&mut app, KeyCode::Enter));
+    assert_eq!(
+        search,
+        TaskFind {
+            queue: Some("inference".into()),
+            error: Some("timeout".into()),
+            key: Some("user-4".into()),
+            newest_first: true,
+            limit: Some(PAGE_ROWS),
+            ..TaskFind::default()
+        }
+    );
+    insta::assert_snapshot!("search_waiting", screen(&app, 80, 24).backend());
+    // A reply that stopped at the daemon's bound: the console asks for more at once.
+    let more = app.on_found(
+        tag,
+        Ok(TaskFindReply {
+            tasks: vec![task(4, "inference", TaskState::Dead)],
+            next: Some(cursor(4)),
+            scanned: 20_000,
+        }),
+    );
+    let (next, next_tag) = searched(&more.into_iter().collect::<Vec<_>>());
+    assert_eq!(next_tag, tag);
+    assert_eq!(next.after, Some(cursor(4)));
+    assert_eq!(next.limit, Some(PAGE_ROWS - 1));
+    // A stale reply (an older search) is dropped.
+    assert_eq!(
+        app.on_found(
+            tag - 1,
+            Ok(TaskFindReply {
+                tasks: vec![],
+                next: None,
+                scanned: 1
+            })
+        ),
+        None
+    );
+    let done = app.on_found(
+        tag,
+        Ok(TaskFindReply {
+            tasks: vec![task(2, "inference", TaskState::Leased)],
+            next: None,
+            scanned: 7_000,
+        }),
+    );
+    assert_eq!(done, None);
+    assert_eq!(app.rows().len(), 2);
+    insta::assert_snapshot!("search_found", screen(&app, 80, 24).backend());
+    insta::assert_snapshot!("search_found_200x50", screen(&app, 200, 50).backend());
+    // The results act like a list: move, open a task, revoke a leased one.
+    press(&mut app, KeyCode::Char('j'));
+    press(&mut app, KeyCode::Char('v'));
+    assert_eq!(app.mode, Mode::Confirm(Verb::Revoke(id(2))));
+    press(&mut app, KeyCode::Esc);
+    let opened = press(&mut app, KeyCode::Enter);
+    watched(&opened, View::Task { task: id(2) });
+    // Back on the results, the search runs again from where its page began.
+    let (again, _) = searched(&press(&mut app, KeyCode::Esc));
+    assert_eq!(again.after, None);
+    assert!(app.keys().contains(&("/", "search queue")));
+}
+
+#[test]
+fn search_words_and_their_errors() {
+    let q = || Some("jobs".to_owned());
+    let ok = |text: &str| search_query(q(), text).unwrap_or_else(|e| panic!("{text}: {e}"));
+    assert_eq!(ok("01kA").id_prefix.as_deref(), Some("01kA"));
+    assert_eq!(ok("timeout").payload.as_deref(), Some("timeout"));
+    assert_eq!(ok("state:dead").state, Some(TaskState::Dead));
+    assert_eq!(
+        ok("idem:o-1 label:gpu").idempotency_key.as_deref(),
+        Some("o-1")
+    );
+    assert_eq!(
+        ok("field:order.id=42").field.map(|f| (f.path, f.value)),
+        Some(("order.id".to_owned(), serde_json::json!(42)))
+    );
+    assert_eq!(
+        ok("field:who=ann").field.map(|f| f.value),
+        Some(serde_json::json!("ann"))
+    );
+    for bad in ["", "state:sleepy", "colour:red", "key:", "field:nopath"] {
+        assert!(search_query(q(), bad).is_err(), "{bad:?}");
+    }
+    // A bad search says why in the footer and changes nothing.
+    let mut app = started(false);
+    assert_eq!(chars(&mut app, "/state:sleepy\n"), vec![]);
+    assert_eq!(
+        app.message,
+        Some((Level::Error, "unknown state \"sleepy\"".into()))
+    );
+    assert_eq!(app.stack.len(), 1);
+    // Every queue from the queues screen; a page of results pages on with ].
+    let (search, tag) = searched(&chars(&mut app, "/payload:x\n"));
+    assert_eq!(search.queue, None);
+    let full: Vec<TaskSummary> = (0..PAGE_ROWS)
+        .map(|n| task(n, "inference", TaskState::Ready))
+        .collect();
+    assert_eq!(
+        app.on_found(
+            tag,
+            Ok(TaskFindReply {
+                tasks: full,
+                next: Some(cursor(0)),
+                scanned: 5
+            })
+        ),
+        None
+    );
+    let (page2, _) = searched(&press(&mut app, KeyCode::Char(']')));
+    assert_eq!(page2.after, Some(cursor(0)));
+    assert_eq!(app.page().number(), 2);
+    let (page1, _) = searched(&press(&mut app, KeyCode::Char('[')));
+    assert_eq!(page1.after, None);
 }

@@ -25,6 +25,64 @@ pub fn render(app: &App, frame: &mut Frame) {
     ])
     .areas(frame.area());
     render_title(app, frame, title);
+    if matches!(app.page().screen, Screen::Found { .. }) {
+        render_found(app, frame, main);
+    } else {
+        render_data(app, frame, main);
+    }
+    render_message(app, frame, message);
+    render_keys(app, frame, keys);
+    match &app.mode {
+        Mode::Help => render_help(app, frame),
+        Mode::Confirm(verb) => render_confirm(&verb.question(), frame),
+        _ => {}
+    }
+}
+
+/// A search's results: newest first, with how far the search got.
+fn render_found(app: &App, frame: &mut Frame, area: Rect) {
+    let block = Block::bordered().title(screen_title(app));
+    let Some(found) = &app.found else {
+        frame.render_widget(Paragraph::new("searching…").block(block), area);
+        return;
+    };
+    let progress = match (&found.next, found.more) {
+        (None, _) => format!(
+            " {} found · {} examined, all ",
+            found.tasks.len(),
+            found.scanned
+        ),
+        (Some(_), true) => format!(
+            " {} found · {} examined · ] for more ",
+            found.tasks.len(),
+            found.scanned
+        ),
+        (Some(_), false) => format!(
+            " {} found · {} examined · searching… ",
+            found.tasks.len(),
+            found.scanned
+        ),
+    };
+    let block = block.title_bottom(progress);
+    if app.rows().is_empty() {
+        let what = if found.next.is_none() {
+            "no task matches"
+        } else {
+            "no match yet"
+        };
+        frame.render_widget(Paragraph::new(nothing(app, what)).block(block), area);
+        return;
+    }
+    task_table(
+        app,
+        &[QUEUE, STATE, ATTEMPTS, AGE, ERROR],
+        block,
+        frame,
+        area,
+    );
+}
+
+fn render_data(app: &App, frame: &mut Frame, main: Rect) {
     match &app.data {
         None => {
             let text = match &app.load_error {
@@ -42,13 +100,6 @@ pub fn render(app: &App, frame: &mut Frame) {
             )
         }
         Some(data) => render_screen(app, data, frame, main),
-    }
-    render_message(app, frame, message);
-    render_keys(app, frame, keys);
-    match &app.mode {
-        Mode::Help => render_help(app, frame),
-        Mode::Confirm(verb) => render_confirm(&verb.question(), frame),
-        _ => {}
     }
 }
 
@@ -79,6 +130,11 @@ fn screen_title(app: &App) -> String {
         Screen::Members => " Members ".to_owned(),
         Screen::Member { name } => format!(" Member {name} "),
         Screen::Dead => " Dead letters ".to_owned(),
+        Screen::Found { queue, query } => format!(
+            " Search {} for {} ",
+            queue.as_deref().unwrap_or("every queue"),
+            one_line(query)
+        ),
     };
     if page.number() > 1 {
         title.push_str(&format!("· page {} ", page.number()));
@@ -344,6 +400,11 @@ const ERROR: Column = Column {
     width: Constraint::Min(8),
     cell: |t, _| one_line(t.last_error.as_deref().unwrap_or("")),
 };
+const STATE: Column = Column {
+    title: "STATE",
+    width: Constraint::Length(9),
+    cell: |t, _| t.state.as_str().to_owned(),
+};
 const QUEUE: Column = Column {
     title: "QUEUE",
     width: Constraint::Length(10),
@@ -588,7 +649,8 @@ pub fn task_lines(t: &TaskInfo, now: u64) -> Vec<Line<'static>> {
 
 fn render_message(app: &App, frame: &mut Frame, area: Rect) {
     let line = match &app.mode {
-        Mode::Filter(text) => Line::from(format!("/{text}▏")),
+        Mode::Filter(text) => Line::from(format!("filter page: {text}▏")),
+        Mode::Search(text) => Line::from(format!("/{text}▏")),
         Mode::Command(text) => Line::from(format!(":{text}▏")),
         _ => match &app.message {
             Some((Level::Info, text)) => {
@@ -641,19 +703,38 @@ fn popup(frame: &mut Frame, width: u16, height: u16) -> Rect {
     area
 }
 
+/// What `?` adds under the keys: the `:` commands and the words of a `/` search.
+const HELP_NOTES: [(&str, &str); 4] = [
+    (
+        ":",
+        "queues · members · dead · queue NAME [STATE] · task ID · q",
+    ),
+    ("/", "ID-PREFIX · key:K · idem:K · label:L · state:S"),
+    ("", "error:TEXT · payload:TEXT · field:PATH=VALUE"),
+    ("", "(a bare word that is no id prefix is payload text)"),
+];
+
 fn render_help(app: &App, frame: &mut Frame) {
     let keys = app.keys();
-    let lines: Vec<Line<'_>> = keys
+    let key_style = Style::new().bold().fg(Color::Cyan);
+    let mut lines: Vec<Line<'_>> = keys
         .iter()
         .map(|(key, what)| {
             Line::from(vec![
-                Span::styled(format!("{key:>8}  "), Style::new().bold().fg(Color::Cyan)),
+                Span::styled(format!("{key:>8}  "), key_style),
                 Span::raw(*what),
             ])
         })
         .collect();
-    let height = u16::try_from(lines.len()).unwrap_or(20) + 2;
-    let area = popup(frame, 40, height);
+    lines.push(Line::default());
+    lines.extend(HELP_NOTES.iter().map(|(key, what)| {
+        Line::from(vec![
+            Span::styled(format!("{key:>8}  "), key_style),
+            Span::raw(*what),
+        ])
+    }));
+    let height = (u16::try_from(lines.len()).unwrap_or(20) + 2).min(frame.area().height);
+    let area = popup(frame, 72.min(frame.area().width), height);
     frame.render_widget(
         Paragraph::new(lines).block(Block::bordered().title(" Keys · any key closes ")),
         area,
