@@ -153,6 +153,10 @@ async fn key_latency(d: &Daemon, rounds: usize) {
                     let reply = client.watch(view, tag).await.expect("watch");
                     effects.extend(app.on_watch(reply));
                 }
+                Effect::Find { search, tag } => {
+                    let reply = client.task_find(&search).await.map_err(|e| e.to_string());
+                    effects.extend(app.on_found(tag, reply));
+                }
                 Effect::Run(verb) => panic!("the script runs no verbs: {verb:?}"),
             }
         }

@@ -352,3 +352,64 @@ async fn the_daemon_pushes_the_watched_screen_when_it_changes_at_most_once_a_sec
     }
     agent.kill9();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slash_finds_one_task_among_100_000_and_says_how_long_it_took() {
+    const TASKS: usize = 100_000;
+    const NEEDLE: usize = 61_803;
+    let d = Daemon::start();
+    let client = d.client().await;
+    client
+        .queue_create("big", muster_sdk::QueuePatch::default())
+        .await
+        .expect("queue");
+    muster_tests::fill(&client, "big", TASKS, |i| {
+        let text = if i == NEEDLE {
+            r#"{"n":"needle-61803"}"#.to_owned()
+        } else {
+            format!(r#"{{"n":{i}}}"#)
+        };
+        muster_sdk::NewTask::new(muster_sdk::raw_json(&text).expect("json"))
+    })
+    .await;
+    // The SDK's own search, paged to the end, names the task the console must find.
+    let mut request = muster_sdk::protocol::ops::TaskFind {
+        queue: Some("big".into()),
+        payload: Some("needle".into()),
+        ..Default::default()
+    };
+    let mut want = None;
+    for _ in 0..TASKS {
+        let page = client.task_find(&request).await.expect("find");
+        if let Some(t) = page.tasks.first() {
+            want = Some(t.id.clone());
+            break;
+        }
+        match page.next {
+            Some(next) => request.after = Some(next),
+            None => break,
+        }
+    }
+    let want = want.expect("the needle is stored");
+    client.close().await;
+
+    let tmux = Tmux::start(&d, &[]);
+    tmux.wait_for("big");
+    tmux.keys(&[":queue big", "Enter"]);
+    tmux.wait_for("Queue big");
+    tmux.keys(&["/payload:needle"]);
+    tmux.wait_for("/payload:needle");
+    let started = Instant::now();
+    tmux.keys(&["Enter"]);
+    tmux.wait_for(&want);
+    let took = started.elapsed();
+    eprintln!("console: / over {TASKS} tasks showed the match in {took:?}");
+    // The search goes on to the end of the queue (the page is not full): one match.
+    let found = tmux.wait_for("examined, all");
+    assert!(found.contains("1 found"), "{found}");
+    // Enter opens it: the payload is the needle's.
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("needle-61803");
+    tmux.keys(&["q"]);
+    assert_eq!(tmux.wait_exit(), 0);
+}
