@@ -383,6 +383,13 @@ pub struct TaskFind {
     pub limit: Option<u32>,
 }
 
+// A search is large next to the other requests: it travels boxed in a [`Request`] (the
+// table above implements `Op` for the box), and clients send it as it is.
+impl Op for TaskFind {
+    const NAME: &'static str = "task_find";
+    type Reply = TaskFindReply;
+}
+
 /// A payload field to compare: a dotted path of object keys and array indexes
 /// (`order.lines.0.sku`) and the JSON value it must equal.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -921,7 +928,7 @@ ops! {
     DeadLetter(DeadLetter) = "dead_letter" -> SettleReply;
     TaskGet(TaskGet) = "task_get" -> TaskReply;
     TaskList(TaskList) = "task_list" -> TaskListReply;
-    TaskFind(TaskFind) = "task_find" -> TaskFindReply;
+    TaskFind(Box<TaskFind>) = "task_find" -> TaskFindReply;
     Wait(Wait) = "wait" -> WaitReply;
     Cancel(Cancel) = "cancel" -> CancelReply;
     Redrive(Redrive) = "redrive" -> CountReply;

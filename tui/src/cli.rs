@@ -481,7 +481,7 @@ pub enum TaskCommand {
     /// Search tasks across a queue, or every queue, by what they hold. Every filter
     /// given must match; the daemon examines a bounded amount per request and the
     /// search goes on until LIMIT matches are printed or every task was examined.
-    Find(FindArgs),
+    Find(Box<FindArgs>),
 }
 
 /// Arguments of `task find`.

@@ -161,7 +161,7 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
             let state = parse_state(&state)?;
             list(client, out, &queue, state, after, limit).await
         }
-        Command::Task(TaskCommand::Find(args)) => find(client, out, args).await,
+        Command::Task(TaskCommand::Find(args)) => find(client, out, *args).await,
         Command::Wait { ids, timeout } => {
             let reply = client.wait(ids, ms(timeout)).await?;
             for t in &reply.finished {

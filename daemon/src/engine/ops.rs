@@ -225,7 +225,7 @@ impl<W: Waiter> Engine<W> {
             Request::DeadLetter(r) => self.dead_letter(r, now).map(Reply::Settle),
             Request::TaskGet(r) => self.task_get(r).map(Reply::Task),
             Request::TaskList(r) => self.task_list(r).map(Reply::TaskList),
-            Request::TaskFind(r) => self.task_find(r, waiter.principal()).map(Reply::TaskFind),
+            Request::TaskFind(r) => self.task_find(*r, waiter.principal()).map(Reply::TaskFind),
             Request::Wait(r) => return self.wait(r, waiter, now),
             Request::Cancel(r) => self.cancel(r, now).map(Reply::Cancel),
             Request::Redrive(r) => self.redrive(r.0, now).map(Reply::Count),

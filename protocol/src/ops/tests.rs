@@ -183,7 +183,7 @@ fn task_find_round_trips_and_omits_what_is_unset() {
         panic!("not a task_find: {req:?}")
     };
     assert_eq!(
-        find,
+        *find,
         TaskFind {
             queue: Some("jobs".into()),
             state: Some(TaskState::Dead),
@@ -213,7 +213,7 @@ fn task_find_round_trips_and_omits_what_is_unset() {
     let Request::TaskFind(back) = decode_request(&framed[4..]).unwrap().1 else {
         panic!("not a task_find")
     };
-    assert_eq!(back, full);
+    assert_eq!(*back, full);
     assert_eq!(
         code(r#"{"id":6,"op":"task_find","field":{"path":"a"}}"#),
         (Some(6), ErrorCode::BadRequest)

@@ -109,7 +109,7 @@ fn stdout(out: &std::process::Output) -> String {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout.clone()).unwrap()
+    String::from_utf8(out.stdout.clone()).expect("utf-8 output")
 }
 
 #[test]

@@ -220,8 +220,8 @@ pub enum Effect {
     Run(Verb),
     /// Search tasks (one bounded request; [`App::on_found`] asks for more).
     Find {
-        /// The request.
-        search: TaskFind,
+        /// The request (boxed: it is large next to the other effects).
+        search: Box<TaskFind>,
         /// Replies carry it; others are stale.
         tag: u64,
     },
@@ -473,12 +473,13 @@ impl App {
         self.tag += 1;
         let page = self.page();
         if let Screen::Found { queue, query } = &page.screen {
-            let mut search = search_query(queue.clone(), query).unwrap_or_default();
+            let mut search = search_query(queue.clone(), query)
+                .expect("a search's query was checked when the search was opened");
             search.after = page.found_cursors.last().cloned().flatten();
             self.search = Some(search.clone());
             self.found = None;
             return Effect::Find {
-                search,
+                search: Box::new(search),
                 tag: self.tag,
             };
         }
@@ -514,7 +515,7 @@ impl App {
                 search.after = Some(next.clone());
                 search.limit = Some(PAGE_ROWS - found.tasks.len() as u32);
                 Some(Effect::Find {
-                    search: search.clone(),
+                    search: Box::new(search.clone()),
                     tag: self.tag,
                 })
             }

@@ -805,7 +805,7 @@ fn a_lost_connection_is_flagged_in_the_title() {
 /// The one search the effects ask for, and its tag.
 fn searched(effects: &[Effect]) -> (TaskFind, u64) {
     match effects {
-        [Effect::Find { search, tag }] => (search.clone(), *tag),
+        [Effect::Find { search, tag }] => (*search.clone(), *tag),
         other => panic!("expected one search, got {other:?}"),
     }
 }

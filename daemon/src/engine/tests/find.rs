@@ -9,7 +9,7 @@ use serde_json::json;
 use super::{Harness, Reply, nack, raw};
 
 fn find(h: &mut Harness, r: TaskFind) -> TaskFindReply {
-    match h.call(Request::TaskFind(r)) {
+    match h.call(Request::TaskFind(Box::new(r))) {
         Ok(Reply::TaskFind(f)) => f,
         other => panic!("task_find: {other:?}"),
     }
@@ -304,7 +304,7 @@ fn bad_searches_are_refused() {
     ];
     for (search, code) in cases {
         assert_eq!(
-            h.code(Request::TaskFind(search.clone())),
+            h.code(Request::TaskFind(Box::new(search.clone()))),
             code,
             "{search:?}"
         );
