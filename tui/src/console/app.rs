@@ -429,6 +429,8 @@ pub struct App {
     pub found: Option<Found>,
     /// The current search's request, continued by [`App::on_found`].
     search: Option<TaskFind>,
+    /// The tag of a `G` in flight: the search for where the last page starts.
+    end_lookup: Option<u64>,
 }
 
 impl App {
@@ -449,6 +451,7 @@ impl App {
             connected: true,
             found: None,
             search: None,
+            end_lookup: None,
         };
         let effect = app.rewatch();
         (app, effect)
@@ -494,6 +497,9 @@ impl App {
     pub fn on_found(&mut self, tag: u64, reply: Result<TaskFindReply, String>) -> Option<Effect> {
         if tag != self.tag {
             return None;
+        }
+        if self.end_lookup.take() == Some(tag) {
+            return self.on_end(reply);
         }
         let reply = match reply {
             Ok(reply) => reply,
@@ -890,11 +896,8 @@ impl App {
                 self.page_mut().selected = 0;
                 None
             }
-            KeyCode::End | KeyCode::Char('G') => {
-                let last = self.rows().len().saturating_sub(1);
-                self.page_mut().selected = last;
-                None
-            }
+            KeyCode::End | KeyCode::Char('G') => self.end(),
+            KeyCode::Char('n') => self.newest_first(),
             KeyCode::PageDown | KeyCode::Char(']') => self.next_page(),
             KeyCode::PageUp | KeyCode::Char('[') => self.previous_page(0),
             KeyCode::Enter => self.enter(),
@@ -913,6 +916,73 @@ impl App {
             _ => None,
         };
         effect.into_iter().collect()
+    }
+
+    /// `G`: the last row of the whole list. A queue's tab with more pages than this one
+    /// asks the daemon for its newest `PAGE_ROWS + 1` tasks: the oldest of them is the
+    /// cursor after which the last page starts.
+    fn end(&mut self) -> Option<Effect> {
+        let more = self.next_cursor().is_some();
+        match self.page().screen.clone() {
+            Screen::Queue { name, state } if more => {
+                self.tag += 1;
+                self.end_lookup = Some(self.tag);
+                let search = TaskFind {
+                    queue: Some(name),
+                    state: Some(state),
+                    newest_first: true,
+                    limit: Some(PAGE_ROWS + 1),
+                    ..TaskFind::default()
+                };
+                Some(Effect::Find {
+                    search: Box::new(search),
+                    tag: self.tag,
+                })
+            }
+            _ => {
+                let last = self.rows().len().saturating_sub(1);
+                self.page_mut().selected = last;
+                None
+            }
+        }
+    }
+
+    /// Where the last page starts arrived: watch that page, its last row selected.
+    fn on_end(&mut self, reply: Result<TaskFindReply, String>) -> Option<Effect> {
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(e) => {
+                self.message = Some((Level::Error, format!("to the end: {e}")));
+                return Some(self.rewatch());
+            }
+        };
+        let after = (reply.tasks.len() > PAGE_ROWS as usize)
+            .then(|| reply.tasks.last().map(|t| t.id.clone()))
+            .flatten();
+        let page = self.page_mut();
+        page.cursors = vec![None];
+        if after.is_some() {
+            page.cursors.push(after);
+        }
+        // Clamped to the last row when the page arrives.
+        page.selected = usize::MAX;
+        self.data = None;
+        Some(self.rewatch())
+    }
+
+    /// `n` on a queue's tab: the same tab newest first (a search by state); `n` again,
+    /// or esc, goes back to it.
+    fn newest_first(&mut self) -> Option<Effect> {
+        match self.page().screen.clone() {
+            Screen::Queue { name, state } => Some(self.open(Screen::Found {
+                queue: Some(name),
+                query: format!("state:{}", state.as_str()),
+            })),
+            Screen::Found { query, .. } if query.starts_with("state:") && self.stack.len() > 1 => {
+                self.back()
+            }
+            _ => None,
+        }
     }
 
     /// What `/` searches from this screen: `Some(Some(queue))` a queue, `Some(None)`
@@ -1188,6 +1258,9 @@ impl App {
         }
         if !self.readonly {
             keys.extend(self.verb_keys());
+        }
+        if matches!(self.page().screen, Screen::Queue { .. }) {
+            keys.push(("n", "newest first"));
         }
         let list = [
             ("enter", "open"),

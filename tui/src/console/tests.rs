@@ -941,3 +941,62 @@ fn search_words_and_their_errors() {
     let (page1, _) = searched(&press(&mut app, KeyCode::Char('[')));
     assert_eq!(page1.after, None);
 }
+
+#[test]
+fn capital_g_reaches_the_real_end_and_n_shows_the_newest_first() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 0, TaskState::Ready, 0..2);
+    // One page and no more: G is its last row.
+    assert_eq!(press(&mut app, KeyCode::Char('G')), vec![]);
+    assert_eq!(app.page().selected, 1);
+    // With more pages, G asks where the last page starts…
+    let tag = current_tag(&mut app);
+    deliver(
+        &mut app,
+        tag,
+        tasks_update(TaskState::Ready, 0..100, Some(id(99))),
+    );
+    let (search, end_tag) = searched(&press(&mut app, KeyCode::Char('G')));
+    assert_eq!(
+        search,
+        TaskFind {
+            queue: Some("inference".into()),
+            state: Some(TaskState::Ready),
+            newest_first: true,
+            limit: Some(PAGE_ROWS + 1),
+            ..TaskFind::default()
+        }
+    );
+    // …the newest 101 tasks: the oldest of them is the cursor of the last page.
+    let newest: Vec<TaskSummary> = (0..=PAGE_ROWS)
+        .rev()
+        .map(|n| task(100_000 + n, "inference", TaskState::Ready))
+        .collect();
+    let effect = app.on_found(
+        end_tag,
+        Ok(TaskFindReply {
+            tasks: newest,
+            next: Some(cursor(100_000)),
+            scanned: 101,
+        }),
+    );
+    let tag = watched(
+        &effect.into_iter().collect::<Vec<_>>(),
+        tasks_view(TaskState::Ready, Some(id(100_000))),
+    );
+    deliver(
+        &mut app,
+        tag,
+        tasks_update(TaskState::Ready, 100_001..100_101, None),
+    );
+    assert_eq!(app.page().selected, 99, "the last row of the last page");
+    assert_eq!(app.page().number(), 2);
+    // n: the same tab, newest first; n again goes back.
+    let (search, _) = searched(&press(&mut app, KeyCode::Char('n')));
+    assert_eq!(
+        (search.state, search.newest_first, search.queue.as_deref()),
+        (Some(TaskState::Ready), true, Some("inference"))
+    );
+    let back = press(&mut app, KeyCode::Char('n'));
+    watched(&back, tasks_view(TaskState::Ready, Some(id(100_000))));
+}
