@@ -235,6 +235,10 @@ pub struct QueueInfo {
     pub unclaimable: u64,
     /// The label sets those unclaimable tasks require.
     pub unclaimable_requires: Vec<Vec<String>>,
+    /// Who can take its tasks now: members with a connected session subscribed to it
+    /// (not draining), and claims parked on it. Ready tasks and none: nobody takes them.
+    #[serde(default)]
+    pub consumers: u64,
     /// What happened on the queue since the daemon started.
     pub totals: QueueTotals,
     /// When the oldest ready task (by id) was enqueued, if any task is ready.

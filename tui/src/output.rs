@@ -252,6 +252,7 @@ fn queue_text(q: &QueueInfo) -> String {
         lines.push(format!("{state}\t{}", q.counts.get(state)));
     }
     lines.push(format!("held_back\t{}", q.held_back));
+    lines.push(format!("consumers\t{}", q.consumers));
     lines.push(format!(
         "unclaimable\t{}{}",
         q.unclaimable,

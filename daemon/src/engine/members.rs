@@ -225,6 +225,26 @@ impl<W: Waiter> Engine<W> {
     }
 
     /// True if some connected member carries every label of `class`.
+    /// Who can take a queue's tasks now: connected, not draining member sessions
+    /// subscribed to it, and claims parked on it.
+    pub(super) fn consumers(&self, queue: &str) -> u64 {
+        let subscribed = self
+            .members
+            .values()
+            .filter(|m| {
+                m.state() == MemberState::Connected
+                    && !m.draining
+                    && m.subscribed.iter().any(|q| q == queue)
+            })
+            .count();
+        let parked = self
+            .claim_waiters
+            .iter()
+            .filter(|w| w.claim.queues.iter().any(|q| q == queue))
+            .count();
+        (subscribed + parked) as u64
+    }
+
     pub(super) fn connected_member_carries(&self, class: &[String]) -> bool {
         self.members.values().any(|m| {
             m.state() == MemberState::Connected && class.iter().all(|l| m.labels.contains(l))

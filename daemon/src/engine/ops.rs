@@ -1219,6 +1219,7 @@ impl<W: Waiter> Engine<W> {
             held_back: q.dispatch.held_back(),
             unclaimable,
             unclaimable_requires,
+            consumers: self.consumers(name),
             totals: q.totals,
             oldest_ready_ms: q.ids(TaskState::Ready).first().map(|id| id.timestamp_ms()),
             created_ms: q.created_ms,

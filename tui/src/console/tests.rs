@@ -98,6 +98,7 @@ fn queue(name: &str, counts: [u64; 6], paused: bool) -> QueueInfo {
         held_back: 0,
         unclaimable: 0,
         unclaimable_requires: Vec::new(),
+        consumers: if name == "inference" { 2 } else { 0 },
         totals: QueueTotals {
             enqueued: 100,
             acked: 40,
@@ -999,4 +1000,57 @@ fn capital_g_reaches_the_real_end_and_n_shows_the_newest_first() {
     );
     let back = press(&mut app, KeyCode::Char('n'));
     watched(&back, tasks_view(TaskState::Ready, Some(id(100_000))));
+}
+
+#[test]
+fn numbers_are_abbreviated_and_text_is_cut_with_an_ellipsis() {
+    let cases = [
+        (0, "0"),
+        (2002, "2002"),
+        (9_999, "9999"),
+        (10_000, "10.0k"),
+        (51_234, "51.2k"),
+        (99_960, "100k"),
+        (100_000, "100k"),
+        (1_260_000, "1.3M"),
+        (u64::MAX, "18446744074G"),
+    ];
+    for (n, want) in cases {
+        assert_eq!(ui::count(n), want, "{n}");
+    }
+    assert_eq!(ui::fit("inference", 9), "inference");
+    assert_eq!(ui::fit("inference", 6), "infer…");
+    assert_eq!(ui::fit("日本語のキュー", 7), "日本語…");
+    assert_eq!(ui::fit("x", 0), "…");
+}
+
+#[test]
+fn a_queue_with_ready_work_and_no_consumer_is_stuck_and_says_why() {
+    let mut app = started(false);
+    // emails: 12 ready, no consumer; inference: 2 consumers.
+    let queues = text(&app);
+    let row = |name: &str| {
+        queues
+            .lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("no {name} row:\n{queues}"))
+            .to_owned()
+    };
+    assert!(row("emails").contains("stuck"), "{queues}");
+    assert!(row("inference").contains("100k") && row("inference").contains("active"), "{queues}");
+    insta::assert_snapshot!("queues_200x50", screen(&app, 200, 50).backend());
+    press(&mut app, KeyCode::Enter);
+    let tag = current_tag(&mut app);
+    deliver(
+        &mut app,
+        tag,
+        WatchUpdate::Tasks {
+            queue: queue("emails", [0, 12, 3, 880, 0, 0], false),
+            state: TaskState::Ready,
+            tasks: (0..3).map(|n| task(n, "emails", TaskState::Ready)).collect(),
+            next: None,
+        },
+    );
+    let screen_text = text(&app);
+    assert!(screen_text.contains("0 consumers · stuck: ready work and no consumer"), "{screen_text}");
 }

@@ -191,7 +191,24 @@ fn table<'a>(
     frame.render_stateful_widget(table, area, &mut state);
 }
 
+/// The columns of the queues screen.
+const QUEUES_WIDTHS: [Constraint; 11] = [
+    Constraint::Min(8),
+    Constraint::Length(6),
+    Constraint::Length(6),
+    Constraint::Length(6),
+    Constraint::Length(6),
+    Constraint::Length(6),
+    Constraint::Length(4),
+    Constraint::Length(6),
+    Constraint::Length(5),
+    Constraint::Length(5),
+    Constraint::Length(6),
+];
+
 fn render_queues(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
+    let name_width = column_widths(block.inner(area), &QUEUES_WIDTHS)[0];
+    let widths = QUEUES_WIDTHS;
     let rows = app
         .rows()
         .into_iter()
@@ -201,18 +218,19 @@ fn render_queues(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
         })
         .map(|q| {
             let (rate_in, rate_out) = app.rate(&q.name);
-            let dead = Cell::from(q.counts.dead.to_string());
+            let dead = Cell::from(count(q.counts.dead));
             TableRow::new(vec![
-                Cell::from(q.name.clone()),
-                Cell::from(q.counts.ready.to_string()),
-                Cell::from(q.counts.scheduled.to_string()),
-                Cell::from(q.counts.leased.to_string()),
+                Cell::from(fit(&q.name, name_width)),
+                Cell::from(count(q.counts.ready)),
+                Cell::from(count(q.counts.scheduled)),
+                Cell::from(count(q.counts.leased)),
                 if q.counts.dead > 0 {
                     dead.fg(Color::Red)
                 } else {
                     dead
                 },
-                Cell::from(q.counts.done.to_string()),
+                Cell::from(count(q.counts.done)),
+                Cell::from(count(q.consumers)),
                 Cell::from(
                     q.oldest_ready_ms
                         .map_or("-".into(), |at| ago(app.now_ms, at)),
@@ -223,20 +241,9 @@ fn render_queues(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
             ])
         })
         .collect();
-    let widths = [
-        Constraint::Min(8),
-        Constraint::Length(7),
-        Constraint::Length(6),
-        Constraint::Length(7),
-        Constraint::Length(6),
-        Constraint::Length(7),
-        Constraint::Length(6),
-        Constraint::Length(6),
-        Constraint::Length(6),
-        Constraint::Length(6),
-    ];
     let head = header(&[
-        "QUEUE", "READY", "SCHED", "LEASED", "DEAD", "DONE", "OLDEST", "IN/s", "OUT/s", "STATE",
+        "QUEUE", "READY", "SCHED", "LEASED", "DEAD", "DONE", "CONS", "OLDEST", "IN/s", "OUT/s",
+        "STATE",
     ]);
     table(app, rows, &widths, head, block, frame, area);
 }
@@ -246,11 +253,71 @@ fn render_queues(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
 fn queue_state(q: &QueueInfo) -> Cell<'static> {
     if q.options.paused {
         Cell::from("paused").fg(Color::Yellow)
-    } else if q.unclaimable > 0 {
+    } else if q.unclaimable > 0 || stuck_for_want_of_consumers(q) {
         Cell::from("stuck").fg(Color::Red)
     } else {
         Cell::from("active")
     }
+}
+
+/// Ready work (not held back by its key) and nobody to take it: no subscribed session
+/// that is connected and not draining, no claim waiting.
+fn stuck_for_want_of_consumers(q: &QueueInfo) -> bool {
+    q.counts.ready > q.held_back && q.consumers == 0
+}
+
+/// A count in at most 5 characters: `2002`, `51.2k`, `100k`, `1.3M`, never cut.
+pub fn count(n: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k")];
+    if n < 10_000 {
+        return n.to_string();
+    }
+    let (size, unit) = UNITS
+        .into_iter()
+        .find(|(size, _)| n >= *size)
+        .expect("n >= 10,000 has a unit");
+    let value = n as f64 / size as f64;
+    if value < 99.95 {
+        format!("{value:.1}{unit}")
+    } else {
+        format!("{value:.0}{unit}")
+    }
+}
+
+/// `text` cut to `width` columns with an ellipsis where it was cut.
+pub fn fit(text: &str, width: u16) -> String {
+    use unicode_width::UnicodeWidthStr;
+    let width = usize::from(width);
+    if text.width() <= width {
+        return text.to_owned();
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        let w = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+        if used + w + 1 > width {
+            break;
+        }
+        used += w;
+        out.push(c);
+    }
+    out.push('…');
+    out
+}
+
+/// The widths a table with these constraints gives its columns inside `inner` (as
+/// ratatui lays them out: one column of spacing, and the highlight symbol's column).
+fn column_widths(inner: Rect, constraints: &[Constraint]) -> Vec<u16> {
+    let area = Rect {
+        width: inner.width.saturating_sub(1),
+        ..inner
+    };
+    Layout::horizontal(constraints.iter().copied())
+        .spacing(1)
+        .split(area)
+        .iter()
+        .map(|r| r.width)
+        .collect()
 }
 
 /// What an empty list says: nothing there, or nothing that passes the filter.
@@ -281,7 +348,7 @@ fn render_queue(
     .areas(inner);
     let titles: Vec<String> = TABS
         .iter()
-        .map(|s| format!("{} {}", s.as_str(), q.counts.get(*s)))
+        .map(|s| format!("{} {}", s.as_str(), count(q.counts.get(*s))))
         .collect();
     let selected = TABS.iter().position(|s| *s == state).unwrap_or(0);
     frame.render_widget(
@@ -299,8 +366,15 @@ fn render_queue(
         Span::raw("active")
     }];
     facts.push(Span::raw(format!(
-        " · in {rate_in:.1}/s out {rate_out:.1}/s"
+        " · in {rate_in:.1}/s out {rate_out:.1}/s · {} consumers",
+        q.consumers
     )));
+    if !q.options.paused && stuck_for_want_of_consumers(q) {
+        facts.push(Span::styled(
+            " · stuck: ready work and no consumer (no subscribed session, no waiting claim)",
+            Style::new().fg(Color::Red),
+        ));
+    }
     if let Some(at) = q.oldest_ready_ms {
         facts.push(Span::raw(format!(
             " · oldest ready {}",
@@ -427,6 +501,9 @@ fn columns(state: TaskState) -> Vec<Column> {
 fn task_table(app: &App, columns: &[Column], block: Block<'_>, frame: &mut Frame, area: Rect) {
     let marked = &app.page().marked;
     let now = app.now_ms;
+    let mut widths = vec![Constraint::Length(27)];
+    widths.extend(columns.iter().map(|c| c.width));
+    let fitted = column_widths(block.inner(area), &widths);
     let rows = app
         .rows()
         .into_iter()
@@ -437,12 +514,15 @@ fn task_table(app: &App, columns: &[Column], block: Block<'_>, frame: &mut Frame
         .map(|t| {
             let mark = if marked.contains(&t.id) { "*" } else { " " };
             let mut cells = vec![Cell::from(format!("{mark}{}", t.id))];
-            cells.extend(columns.iter().map(|c| Cell::from((c.cell)(t, now))));
+            cells.extend(
+                columns
+                    .iter()
+                    .zip(&fitted[1..])
+                    .map(|(c, w)| Cell::from(fit(&(c.cell)(t, now), *w))),
+            );
             TableRow::new(cells)
         })
         .collect();
-    let mut widths = vec![Constraint::Length(27)];
-    widths.extend(columns.iter().map(|c| c.width));
     let mut titles = vec![" ID"];
     titles.extend(columns.iter().map(|c| c.title));
     table(app, rows, &widths, header(&titles), block, frame, area);

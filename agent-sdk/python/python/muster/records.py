@@ -90,6 +90,8 @@ class QueueInfo:
     unclaimable: int
     """Ready tasks whose ``requires`` no connected member's labels cover."""
     unclaimable_requires: List[List[str]]
+    consumers: int
+    """Connected, not draining sessions subscribed to it, and claims parked on it."""
     totals: QueueTotals
     oldest_ready_ms: Optional[int]
     created_ms: int
@@ -108,6 +110,7 @@ class QueueInfo:
             held_back=d.get("held_back", 0),
             unclaimable=d.get("unclaimable", 0),
             unclaimable_requires=d.get("unclaimable_requires", []),
+            consumers=d.get("consumers", 0),
             totals=QueueTotals._from(d["totals"]),
             oldest_ready_ms=d.get("oldest_ready_ms"),
             created_ms=d["created_ms"],
