@@ -172,6 +172,10 @@ pub enum Verb {
     Resume(String),
     /// Drain a member.
     Drain(String),
+    /// Remove a queue's ready and scheduled tasks (this many, as last shown).
+    Purge(String, u64),
+    /// Delete a queue and its tasks (this many, as last shown).
+    DeleteQueue(String, u64),
 }
 
 impl Verb {
@@ -202,6 +206,12 @@ impl Verb {
             Verb::Drain(m) => {
                 format!("Drain member {m}? It finishes what it holds, gets nothing new.")
             }
+            Verb::Purge(q, n) => {
+                format!("Purge queue {q}: remove its {n} ready and scheduled tasks for good?")
+            }
+            Verb::DeleteQueue(q, n) => {
+                format!("Delete queue {q} and its {n} tasks for good?")
+            }
         }
     }
 }
@@ -218,6 +228,13 @@ pub enum Effect {
     },
     /// Ask the daemon to do something.
     Run(Verb),
+    /// Put text on the terminal's clipboard (OSC 52).
+    Copy {
+        /// What is copied.
+        text: String,
+        /// What the footer says was copied.
+        what: String,
+    },
     /// Search tasks (one bounded request; [`App::on_found`] asks for more).
     Find {
         /// The request (boxed: it is large next to the other effects).
@@ -600,6 +617,14 @@ impl App {
         back
     }
 
+    /// Says in the footer how something that changed nothing went (a copy).
+    pub fn say(&mut self, result: Result<String, String>) {
+        self.message = Some(match result {
+            Ok(text) => (Level::Info, text),
+            Err(text) => (Level::Error, text),
+        });
+    }
+
     /// A verb finished: say how, and refresh the screen at once.
     ///
     /// `removed` says the verb removed what it named (a discard): on the task screen
@@ -792,6 +817,10 @@ impl App {
             },
             Mode::Command(mut text) => match key.code {
                 KeyCode::Enter => self.command(text.trim()),
+                KeyCode::Tab => {
+                    self.mode = Mode::Command(self.complete(&text));
+                    Vec::new()
+                }
                 KeyCode::Esc => Vec::new(),
                 KeyCode::Backspace => {
                     text.pop();
@@ -809,6 +838,43 @@ impl App {
                 }
             },
         }
+    }
+
+    /// Completes the last word of a `:` command: the command, then a queue name (of
+    /// the queues seen), then a state. Several candidates complete to what they share.
+    fn complete(&self, text: &str) -> String {
+        const COMMANDS: [&str; 6] = ["queues", "queue", "members", "dead", "task", "quit"];
+        let words: Vec<&str> = text.split(' ').collect();
+        let (done, last) = words.split_at(words.len() - 1);
+        let last = last[0];
+        let mut queues: Vec<&str> = self.rates.keys().map(String::as_str).collect();
+        queues.sort_unstable();
+        let candidates: Vec<&str> = match done {
+            [] => COMMANDS.to_vec(),
+            ["queue"] => queues,
+            ["queue", _] => TaskState::ALL.iter().map(|s| s.as_str()).collect(),
+            _ => return text.to_owned(),
+        };
+        let matching: Vec<&str> = candidates
+            .into_iter()
+            .filter(|c| c.starts_with(last))
+            .collect();
+        let completed = match matching.as_slice() {
+            [] => return text.to_owned(),
+            [one] => format!("{one} "),
+            [first, rest @ ..] => {
+                let mut shared = first.to_string();
+                for c in rest {
+                    while !c.starts_with(&shared) {
+                        shared.pop();
+                    }
+                }
+                shared
+            }
+        };
+        let mut out: Vec<String> = done.iter().map(|w| (*w).to_owned()).collect();
+        out.push(completed);
+        out.join(" ")
     }
 
     fn command(&mut self, text: &str) -> Vec<Effect> {
@@ -907,6 +973,9 @@ impl App {
                 self.mark();
                 None
             }
+            // Copying changes nothing: read-only consoles copy too.
+            KeyCode::Char('y') => return self.copy(false).into_iter().collect(),
+            KeyCode::Char('Y') => return self.copy(true).into_iter().collect(),
             KeyCode::Char(c) if !self.readonly => {
                 if let Some(verb) = self.verb(c) {
                     self.mode = Mode::Confirm(verb);
@@ -983,6 +1052,24 @@ impl App {
             }
             _ => None,
         }
+    }
+
+    /// `y` copies the selected task's id (or the queue's or member's name), `Y` the
+    /// shown task's payload.
+    fn copy(&mut self, payload: bool) -> Option<Effect> {
+        let (text, what) = match (&self.data, payload) {
+            (Some(WatchUpdate::Task { task }), true) => (
+                task.payload.get().to_owned(),
+                format!("the payload of {}", task.id),
+            ),
+            (Some(WatchUpdate::Task { task }), false) => (task.id.clone(), task.id.clone()),
+            (_, false) => {
+                let id = self.selected_row()?.id().to_owned();
+                (id.clone(), id)
+            }
+            (_, true) => return None,
+        };
+        Some(Effect::Copy { text, what })
     }
 
     /// What `/` searches from this screen: `Some(Some(queue))` a queue, `Some(None)`
@@ -1174,6 +1261,20 @@ impl App {
                 _ => return None,
             },
             ('d', Screen::Member { name }) => Verb::Drain(name.clone()),
+            ('P', Screen::Queues | Screen::Queue { .. }) => {
+                let q = self.selected_queue()?;
+                let n = q.counts.ready + q.counts.scheduled;
+                if n == 0 {
+                    return self
+                        .refuse(&format!("queue {} has no ready or scheduled tasks", q.name));
+                }
+                Verb::Purge(q.name, n)
+            }
+            ('D', Screen::Queues) => {
+                let q = self.selected_queue()?;
+                let n = TaskState::ALL.iter().map(|s| q.counts.get(*s)).sum();
+                Verb::DeleteQueue(q.name, n)
+            }
             _ => return None,
         };
         Some(verb)
@@ -1279,6 +1380,12 @@ impl App {
             }
             _ => keys.extend(list),
         }
+        if !matches!(self.page().screen, Screen::Members | Screen::Member { .. }) {
+            keys.push(("y", "copy id"));
+        }
+        if matches!(self.page().screen, Screen::Task { .. }) {
+            keys.push(("Y", "copy payload"));
+        }
         keys.extend([
             (":", "command"),
             ("esc", "back"),
@@ -1297,7 +1404,12 @@ impl App {
             )
         };
         match &self.page().screen {
-            Screen::Queues => vec![("p", "pause/resume"), ("R", "redrive all dead")],
+            Screen::Queues => vec![
+                ("p", "pause/resume"),
+                ("R", "redrive all dead"),
+                ("P", "purge"),
+                ("D", "delete queue"),
+            ],
             Screen::Queue { state, .. } => {
                 let mut keys = Vec::new();
                 if *state == TaskState::Dead {
@@ -1309,7 +1421,11 @@ impl App {
                 if *state == TaskState::Leased {
                     keys.push(("v", "revoke lease"));
                 }
-                keys.extend([("R", "redrive all dead"), ("p", "pause/resume")]);
+                keys.extend([
+                    ("R", "redrive all dead"),
+                    ("p", "pause/resume"),
+                    ("P", "purge"),
+                ]);
                 keys
             }
             Screen::Task { .. } => match &self.data {

@@ -39,6 +39,8 @@ enum Msg {
     Watched(u64, Box<Result<WatchReply, Error>>),
     /// A verb's outcome, as the footer says it, and whether it removed what it named.
     Done(Result<String, String>, bool),
+    /// Something to say in the footer that changed nothing (a copy).
+    Said(Result<String, String>),
     /// A search's reply (or why it failed), with the tag of the search.
     Found(u64, Result<TaskFindReply, String>),
     /// A new connection after the old one was lost.
@@ -133,6 +135,7 @@ async fn event_loop(
                 },
                 Msg::Done(result, removed) => effects.push(app.on_done(result, removed)),
                 Msg::Found(tag, reply) => effects.extend(app.on_found(tag, reply)),
+                Msg::Said(result) => app.say(result),
                 Msg::Connected(c) => {
                     pushes = c.watch_pushes();
                     client = Some(c);
@@ -198,6 +201,12 @@ async fn perform(client: &Client, tx: &mpsc::UnboundedSender<Msg>, effect: Effec
                 let _ = tx.send(Msg::Watched(tag, Box::new(Err(e))));
             }
         },
+        Effect::Copy { text, what } => {
+            let copied = copy_to_clipboard(&text)
+                .map(|()| format!("copied {what} (OSC 52: the terminal puts it on the clipboard)"))
+                .map_err(|e| format!("copying: {e}"));
+            let _ = tx.send(Msg::Said(copied));
+        }
         Effect::Find { search, tag } => {
             let client = client.clone();
             tokio::spawn(async move {
@@ -214,6 +223,26 @@ async fn perform(client: &Client, tx: &mpsc::UnboundedSender<Msg>, effect: Effec
             });
         }
     }
+}
+
+/// Largest text put on the clipboard: terminals drop longer OSC 52 sequences (xterm's
+/// default limit is about 100 KB of base64).
+const MAX_COPY_BYTES: usize = 64 * 1024;
+
+/// Writes `text` to the terminal as an OSC 52 clipboard sequence.
+fn copy_to_clipboard(text: &str) -> std::io::Result<()> {
+    use base64::Engine as _;
+    use std::io::Write;
+    if text.len() > MAX_COPY_BYTES {
+        return Err(std::io::Error::other(format!(
+            "{} bytes exceed the {MAX_COPY_BYTES} a terminal takes",
+            text.len()
+        )));
+    }
+    let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+    let mut out = std::io::stdout();
+    write!(out, "\x1b]52;c;{encoded}\x07")?;
+    out.flush()
 }
 
 /// Runs a verb and says what happened, as the footer shows it.
@@ -262,6 +291,14 @@ async fn run_verb(client: &Client, verb: Verb) -> Result<String, Error> {
         Verb::Drain(m) => {
             client.member_drain(&m).await?;
             format!("draining {m}")
+        }
+        Verb::Purge(q, _) => {
+            let n = client.queue_purge(&q).await?;
+            format!("purged {} of {q}", tasks(n))
+        }
+        Verb::DeleteQueue(q, _) => {
+            let n = client.queue_delete(&q).await?;
+            format!("deleted queue {q} with {}", tasks(n))
         }
     })
 }

@@ -1037,7 +1037,10 @@ fn a_queue_with_ready_work_and_no_consumer_is_stuck_and_says_why() {
             .to_owned()
     };
     assert!(row("emails").contains("stuck"), "{queues}");
-    assert!(row("inference").contains("100k") && row("inference").contains("active"), "{queues}");
+    assert!(
+        row("inference").contains("100k") && row("inference").contains("active"),
+        "{queues}"
+    );
     insta::assert_snapshot!("queues_200x50", screen(&app, 200, 50).backend());
     press(&mut app, KeyCode::Enter);
     let tag = current_tag(&mut app);
@@ -1047,10 +1050,99 @@ fn a_queue_with_ready_work_and_no_consumer_is_stuck_and_says_why() {
         WatchUpdate::Tasks {
             queue: queue("emails", [0, 12, 3, 880, 0, 0], false),
             state: TaskState::Ready,
-            tasks: (0..3).map(|n| task(n, "emails", TaskState::Ready)).collect(),
+            tasks: (0..3)
+                .map(|n| task(n, "emails", TaskState::Ready))
+                .collect(),
             next: None,
         },
     );
     let screen_text = text(&app);
-    assert!(screen_text.contains("0 consumers · stuck: ready work and no consumer"), "{screen_text}");
+    assert!(
+        screen_text.contains("0 consumers · stuck: ready work and no consumer"),
+        "{screen_text}"
+    );
+}
+
+#[test]
+fn purge_delete_and_copy_name_their_target() {
+    let mut app = started(false);
+    // The selected queue is emails: 12 ready, 0 scheduled, 895 tasks in all.
+    press(&mut app, KeyCode::Char('P'));
+    assert_eq!(app.mode, Mode::Confirm(Verb::Purge("emails".into(), 12)));
+    insta::assert_snapshot!("confirm_purge", screen(&app, 80, 24).backend());
+    assert_eq!(
+        press(&mut app, KeyCode::Char('y')),
+        vec![Effect::Run(Verb::Purge("emails".into(), 12))]
+    );
+    press(&mut app, KeyCode::Char('D'));
+    assert_eq!(
+        app.mode,
+        Mode::Confirm(Verb::DeleteQueue("emails".into(), 895))
+    );
+    assert_eq!(
+        Verb::DeleteQueue("emails".into(), 895).question(),
+        "Delete queue emails and its 895 tasks for good?"
+    );
+    // Any other key: nothing done.
+    assert_eq!(press(&mut app, KeyCode::Char('n')), vec![]);
+    assert_eq!(app.message, Some((Level::Info, "nothing done".into())));
+    // reports has nothing to purge: said, not asked.
+    press(&mut app, KeyCode::Char('j'));
+    press(&mut app, KeyCode::Char('j'));
+    assert_eq!(press(&mut app, KeyCode::Char('P')), vec![]);
+    assert_eq!(app.mode, Mode::Normal);
+    assert_eq!(
+        app.message,
+        Some((
+            Level::Error,
+            "queue reports has no ready or scheduled tasks".into()
+        ))
+    );
+    // y copies what is selected; read-only consoles copy too, but never purge.
+    let mut ro = started(true);
+    assert_eq!(
+        press(&mut ro, KeyCode::Char('y')),
+        vec![Effect::Copy {
+            text: "emails".into(),
+            what: "emails".into()
+        }]
+    );
+    assert_eq!(press(&mut ro, KeyCode::Char('P')), vec![]);
+    assert_eq!(ro.mode, Mode::Normal);
+    ro.say(Ok("copied emails".into()));
+    assert_eq!(ro.message, Some((Level::Info, "copied emails".into())));
+}
+
+#[test]
+fn tab_completes_commands_queue_names_and_states() {
+    let mut app = started(false);
+    let typed = |app: &mut App, text: &str| {
+        press(app, KeyCode::Char(':'));
+        chars(app, text);
+        press(app, KeyCode::Tab);
+        let Mode::Command(now) = app.mode.clone() else {
+            panic!("still typing a command: {:?}", app.mode)
+        };
+        press(app, KeyCode::Esc);
+        now
+    };
+    assert_eq!(typed(&mut app, "mem"), "members ");
+    assert_eq!(typed(&mut app, "qu"), "qu", "queue, queues and quit");
+    assert_eq!(typed(&mut app, "que"), "queue", "queue and queues share it");
+    assert_eq!(typed(&mut app, "queue inf"), "queue inference ");
+    assert_eq!(typed(&mut app, "queue e"), "queue emails ");
+    assert_eq!(typed(&mut app, "queue emails de"), "queue emails dead ");
+    assert_eq!(
+        typed(&mut app, "queue emails d"),
+        "queue emails d",
+        "dead and done"
+    );
+    assert_eq!(typed(&mut app, "frob"), "frob");
+    assert_eq!(typed(&mut app, "task 01"), "task 01");
+    // Completed, then entered: the command runs.
+    press(&mut app, KeyCode::Char(':'));
+    chars(&mut app, "queue inf");
+    press(&mut app, KeyCode::Tab);
+    let effects = press(&mut app, KeyCode::Enter);
+    watched(&effects, tasks_view(TaskState::Ready, None));
 }

@@ -787,7 +787,7 @@ fn popup(frame: &mut Frame, width: u16, height: u16) -> Rect {
 const HELP_NOTES: [(&str, &str); 4] = [
     (
         ":",
-        "queues · members · dead · queue NAME [STATE] · task ID · q",
+        "queues · members · dead · queue NAME [STATE] · task ID · q (tab)",
     ),
     ("/", "ID-PREFIX · key:K · idem:K · label:L · state:S"),
     ("", "error:TEXT · payload:TEXT · field:PATH=VALUE"),
@@ -822,7 +822,7 @@ fn render_help(app: &App, frame: &mut Frame) {
 }
 
 fn render_confirm(question: &str, frame: &mut Frame) {
-    let area = popup(frame, 60, 5);
+    let area = popup(frame, 60, 6);
     frame.render_widget(
         Paragraph::new(vec![
             Line::raw(question.to_owned()),

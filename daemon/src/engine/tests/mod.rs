@@ -1336,14 +1336,28 @@ fn consumers_are_subscribed_sessions_and_parked_claims() {
     };
     assert_eq!(consumers(&mut h, "jobs"), 0);
     h.call_on(1, open("a", 1, false, false)).unwrap();
-    assert_eq!(consumers(&mut h, "jobs"), 0, "a session alone takes nothing");
+    assert_eq!(
+        consumers(&mut h, "jobs"),
+        0,
+        "a session alone takes nothing"
+    );
     h.call_on(1, subscribe("a", &["jobs"])).unwrap();
     assert_eq!(consumers(&mut h, "jobs"), 1);
     assert_eq!(consumers(&mut h, "other"), 0);
     // A claim parked on a queue counts while it waits.
-    let parked = h.send_on(2, Request::Claim(Claim::new(["jobs", "other"]).wait_ms(10_000)));
-    assert_eq!(h.reply_for(parked).map(|r| r.is_ok()), None, "still waiting");
-    assert_eq!((consumers(&mut h, "jobs"), consumers(&mut h, "other")), (2, 1));
+    let parked = h.send_on(
+        2,
+        Request::Claim(Claim::new(["jobs", "other"]).wait_ms(10_000)),
+    );
+    assert_eq!(
+        h.reply_for(parked).map(|r| r.is_ok()),
+        None,
+        "still waiting"
+    );
+    assert_eq!(
+        (consumers(&mut h, "jobs"), consumers(&mut h, "other")),
+        (2, 1)
+    );
     h.advance(10_000);
     assert!(h.reply_for(parked).is_some());
     // A draining member takes nothing new.
