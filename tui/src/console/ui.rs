@@ -787,7 +787,7 @@ fn popup(frame: &mut Frame, width: u16, height: u16) -> Rect {
 const HELP_NOTES: [(&str, &str); 4] = [
     (
         ":",
-        "queues · members · dead · queue NAME [STATE] · task ID · q (tab)",
+        "queues, members, dead, queue NAME [STATE], task ID, q (tab)",
     ),
     ("/", "ID-PREFIX · key:K · idem:K · label:L · state:S"),
     ("", "error:TEXT · payload:TEXT · field:PATH=VALUE"),
