@@ -158,6 +158,9 @@ async fn key_latency(d: &Daemon, rounds: usize) {
                     effects.extend(app.on_found(tag, reply));
                 }
                 Effect::Run(verb) => panic!("the script runs no verbs: {verb:?}"),
+                Effect::Edit(_) | Effect::Copy { .. } => {
+                    panic!("the script edits and copies nothing")
+                }
             }
         }
         terminal.draw(|f| ui::render(&app, f)).expect("draw");

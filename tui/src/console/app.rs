@@ -176,6 +176,25 @@ pub enum Verb {
     Purge(String, u64),
     /// Delete a queue and its tasks (this many, as last shown).
     DeleteQueue(String, u64),
+    /// Enqueue an edited copy of a dead task, then discard the dead one.
+    Requeue(Requeue),
+}
+
+/// A dead task to enqueue again with an edited payload: what the new task keeps of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requeue {
+    /// The dead task, discarded once the copy is enqueued.
+    pub id: String,
+    /// Its queue, where the copy goes.
+    pub queue: String,
+    /// The edited payload (checked to be JSON).
+    pub payload: String,
+    /// Its priority, key and required labels, which the copy keeps.
+    pub priority: u8,
+    /// Its key.
+    pub key: Option<String>,
+    /// Its required labels.
+    pub requires: Vec<String>,
 }
 
 impl Verb {
@@ -212,6 +231,10 @@ impl Verb {
             Verb::DeleteQueue(q, n) => {
                 format!("Delete queue {q} and its {n} tasks for good?")
             }
+            Verb::Requeue(r) => format!(
+                "Enqueue the edited payload on queue {} and discard dead task {}?",
+                r.queue, r.id
+            ),
         }
     }
 }
@@ -228,6 +251,9 @@ pub enum Effect {
     },
     /// Ask the daemon to do something.
     Run(Verb),
+    /// Let the operator edit a dead task's payload in `$EDITOR`; the result comes back
+    /// through [`App::on_edited`].
+    Edit(Requeue),
     /// Put text on the terminal's clipboard (OSC 52).
     Copy {
         /// What is copied.
@@ -305,6 +331,13 @@ pub fn search_query(queue: Option<String>, text: &str) -> Result<TaskFind, Strin
         }
     }
     Ok(search)
+}
+
+/// JSON laid out for editing; text that is not JSON stays as it is.
+fn pretty_json(text: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(text)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or_else(|_| text.to_owned())
 }
 
 /// Whether `text` can begin a task id (two or more characters of Crockford base32).
@@ -615,6 +648,26 @@ impl App {
             self.load_error = Some(error);
         }
         back
+    }
+
+    /// The editor closed with `edited` (or failed): an edited, valid payload asks for
+    /// the confirm of its requeue; an unchanged one does nothing.
+    pub fn on_edited(&mut self, mut requeue: Requeue, edited: Result<String, String>) {
+        let text = match edited {
+            Ok(text) => text,
+            Err(e) => return self.say(Err(format!("editing: {e}"))),
+        };
+        let text = text.trim();
+        if text == requeue.payload.trim() {
+            return self.say(Ok("payload unchanged: nothing done".into()));
+        }
+        if let Err(e) = serde_json::from_str::<serde_json::Value>(text) {
+            return self.say(Err(format!(
+                "the edited payload is not JSON ({e}): nothing done"
+            )));
+        }
+        requeue.payload = text.to_owned();
+        self.mode = Mode::Confirm(Verb::Requeue(requeue));
     }
 
     /// Says in the footer how something that changed nothing went (a copy).
@@ -975,6 +1028,7 @@ impl App {
             }
             // Copying changes nothing: read-only consoles copy too.
             KeyCode::Char('y') => return self.copy(false).into_iter().collect(),
+            KeyCode::Char('e') if !self.readonly => return self.edit().into_iter().collect(),
             KeyCode::Char('Y') => return self.copy(true).into_iter().collect(),
             KeyCode::Char(c) if !self.readonly => {
                 if let Some(verb) = self.verb(c) {
@@ -1052,6 +1106,25 @@ impl App {
             }
             _ => None,
         }
+    }
+
+    /// `e` on a dead task's screen: edit its payload, to enqueue it again.
+    fn edit(&mut self) -> Option<Effect> {
+        let Some(WatchUpdate::Task { task }) = &self.data else {
+            return None;
+        };
+        if task.state != TaskState::Dead {
+            self.refuse("only a dead task is edited and enqueued again");
+            return None;
+        }
+        Some(Effect::Edit(Requeue {
+            id: task.id.clone(),
+            queue: task.queue.clone(),
+            payload: pretty_json(task.payload.get()),
+            priority: task.priority,
+            key: task.key.clone(),
+            requires: task.requires.clone(),
+        }))
     }
 
     /// `y` copies the selected task's id (or the queue's or member's name), `Y` the
@@ -1430,7 +1503,11 @@ impl App {
             }
             Screen::Task { .. } => match &self.data {
                 Some(WatchUpdate::Task { task }) if task.state == TaskState::Dead => {
-                    vec![("r", "redrive"), ("x", "discard")]
+                    vec![
+                        ("r", "redrive"),
+                        ("x", "discard"),
+                        ("e", "edit and requeue"),
+                    ]
                 }
                 Some(WatchUpdate::Task { task }) if task.state == TaskState::Leased => {
                     vec![("c", "cancel"), ("v", "revoke lease")]

@@ -87,6 +87,16 @@ async fn event_loop(
     let mut redraw = tokio::time::interval(REDRAW);
     let mut effects = vec![first];
     loop {
+        // Editing takes the terminal: it is handed to the editor and back, here.
+        for effect in std::mem::take(&mut effects) {
+            match effect {
+                Effect::Edit(requeue) => {
+                    let edited = edit_in_editor(terminal, &requeue.payload);
+                    app.on_edited(requeue, edited);
+                }
+                other => effects.push(other),
+            }
+        }
         if let Some(c) = &client {
             for effect in effects.drain(..) {
                 perform(c, &tx, effect).await;
@@ -201,6 +211,7 @@ async fn perform(client: &Client, tx: &mpsc::UnboundedSender<Msg>, effect: Effec
                 let _ = tx.send(Msg::Watched(tag, Box::new(Err(e))));
             }
         },
+        Effect::Edit(_) => unreachable!("the loop, which owns the terminal, runs the editor"),
         Effect::Copy { text, what } => {
             let copied = copy_to_clipboard(&text)
                 .map(|()| format!("copied {what} (OSC 52: the terminal puts it on the clipboard)"))
@@ -216,13 +227,48 @@ async fn perform(client: &Client, tx: &mpsc::UnboundedSender<Msg>, effect: Effec
         }
         Effect::Run(verb) => {
             let client = client.clone();
-            let removes = matches!(verb, Verb::Dead(DeadAction::Discard, _));
+            let removes = matches!(verb, Verb::Dead(DeadAction::Discard, _) | Verb::Requeue(_));
             tokio::spawn(async move {
                 let result = run_verb(&client, verb).await.map_err(|e| e.to_string());
                 let _ = tx.send(Msg::Done(result, removes));
             });
         }
     }
+}
+
+/// Hands the terminal to `$VISUAL` or `$EDITOR` (the first set and not empty, else `vi`) on a private temporary
+/// file holding `text`, and takes it back when the editor exits; the file's text then.
+fn edit_in_editor(terminal: &mut DefaultTerminal, text: &str) -> Result<String, String> {
+    use std::io::Write;
+    let set = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let editor = set("VISUAL")
+        .or_else(|| set("EDITOR"))
+        .unwrap_or_else(|| "vi".into());
+    let mut file = tempfile::Builder::new()
+        .prefix("muster-payload-")
+        .suffix(".json")
+        .tempfile()
+        .map_err(|e| format!("creating a temporary file: {e}"))?;
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.flush())
+        .map_err(|e| format!("writing the temporary file: {e}"))?;
+    ratatui::restore();
+    // The editor command may carry arguments (`code --wait`): split as a shell would.
+    let mut words = editor.split_whitespace();
+    let status = match words.next() {
+        Some(program) => std::process::Command::new(program)
+            .args(words)
+            .arg(file.path())
+            .status()
+            .map_err(|e| format!("starting {editor:?}: {e}")),
+        None => Err("$EDITOR is empty".into()),
+    };
+    *terminal = ratatui::init();
+    let status = status?;
+    if !status.success() {
+        return Err(format!("{editor:?} exited with {status}: nothing done"));
+    }
+    std::fs::read_to_string(file.path()).map_err(|e| format!("reading the edited file: {e}"))
 }
 
 /// Largest text put on the clipboard: terminals drop longer OSC 52 sequences (xterm's
@@ -299,6 +345,24 @@ async fn run_verb(client: &Client, verb: Verb) -> Result<String, Error> {
         Verb::DeleteQueue(q, _) => {
             let n = client.queue_delete(&q).await?;
             format!("deleted queue {q} with {}", tasks(n))
+        }
+        Verb::Requeue(r) => {
+            let payload = muster_sdk::raw_json(&r.payload)?;
+            let mut task = muster_sdk::NewTask::new(payload);
+            task.priority = Some(r.priority);
+            task.key = r.key;
+            task.requires = r.requires;
+            let new = client.enqueue(&r.queue, task).await?;
+            // Discarded only once the copy is durable: nothing is lost if either fails.
+            client
+                .discard(DeadSelection {
+                    queue: r.queue.clone(),
+                    ids: vec![r.id.clone()],
+                    all: false,
+                    dry_run: false,
+                })
+                .await?;
+            format!("requeued {} as {} on {}", r.id, new.id, r.queue)
         }
     })
 }

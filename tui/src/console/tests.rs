@@ -16,7 +16,7 @@ use muster_protocol::ops::{
 use muster_protocol::{ErrorBody, ErrorCode};
 
 use super::app::{
-    App, DeadAction, DeadTasks, Effect, Level, Mode, PAGE_ROWS, TABS, Verb, search_query,
+    App, DeadAction, DeadTasks, Effect, Level, Mode, PAGE_ROWS, Requeue, TABS, Verb, search_query,
 };
 use super::ui;
 
@@ -1145,4 +1145,67 @@ fn tab_completes_commands_queue_names_and_states() {
     press(&mut app, KeyCode::Tab);
     let effects = press(&mut app, KeyCode::Enter);
     watched(&effects, tasks_view(TaskState::Ready, None));
+}
+
+#[test]
+fn e_edits_a_dead_tasks_payload_and_requeues_it_after_a_confirm() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 3, TaskState::Dead, 1..3);
+    let tag = watched(&press(&mut app, KeyCode::Enter), View::Task { task: id(1) });
+    let mut dead = task_info();
+    dead.state = TaskState::Dead;
+    dead.lease = None;
+    deliver(&mut app, tag, WatchUpdate::Task { task: dead.clone() });
+    let requeue = match press(&mut app, KeyCode::Char('e')).as_slice() {
+        [Effect::Edit(r)] => r.clone(),
+        other => panic!("expected an edit, got {other:?}"),
+    };
+    assert_eq!(
+        (
+            requeue.id.as_str(),
+            requeue.queue.as_str(),
+            requeue.priority,
+            requeue.key.clone()
+        ),
+        (
+            dead.id.as_str(),
+            dead.queue.as_str(),
+            dead.priority,
+            dead.key.clone()
+        )
+    );
+    let shown: serde_json::Value = serde_json::from_str(&requeue.payload).unwrap();
+    let stored: serde_json::Value = serde_json::from_str(dead.payload.get()).unwrap();
+    assert_eq!(shown, stored, "the editor gets the payload, laid out");
+    // Unchanged, not JSON, or a failed editor: nothing happens, and the footer says so.
+    app.on_edited(requeue.clone(), Ok(requeue.payload.clone()));
+    assert_eq!(app.mode, Mode::Normal);
+    assert_eq!(
+        app.message,
+        Some((Level::Info, "payload unchanged: nothing done".into()))
+    );
+    app.on_edited(requeue.clone(), Ok("{oops".into()));
+    assert_eq!(app.mode, Mode::Normal);
+    assert!(
+        matches!(&app.message, Some((Level::Error, m)) if m.contains("is not JSON")),
+        "{:?}",
+        app.message
+    );
+    app.on_edited(
+        requeue.clone(),
+        Err("\"false\" exited with exit status: 1".into()),
+    );
+    assert_eq!(app.mode, Mode::Normal);
+    // Edited: the confirm names the queue and the dead task; y runs it.
+    app.on_edited(requeue.clone(), Ok("{\"prompt\":\"fixed\"}\n".into()));
+    let want = Verb::Requeue(Requeue {
+        payload: "{\"prompt\":\"fixed\"}".into(),
+        ..requeue
+    });
+    assert_eq!(app.mode, Mode::Confirm(want.clone()));
+    insta::assert_snapshot!("confirm_requeue", screen(&app, 80, 24).backend());
+    assert_eq!(press(&mut app, KeyCode::Char('y')), vec![Effect::Run(want)]);
+    // Only dead tasks, and never read-only.
+    let mut ro = started(true);
+    assert_eq!(press(&mut ro, KeyCode::Char('e')), vec![]);
 }
