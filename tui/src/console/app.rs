@@ -481,6 +481,8 @@ pub struct App {
     search: Option<TaskFind>,
     /// The tag of a `G` in flight: the search for where the last page starts.
     end_lookup: Option<u64>,
+    /// The task timeline shows times of day (UTC) instead of ages (`t`).
+    pub absolute_times: bool,
 }
 
 impl App {
@@ -502,6 +504,7 @@ impl App {
             found: None,
             search: None,
             end_lookup: None,
+            absolute_times: false,
         };
         let effect = app.rewatch();
         (app, effect)
@@ -1028,6 +1031,10 @@ impl App {
             }
             // Copying changes nothing: read-only consoles copy too.
             KeyCode::Char('y') => return self.copy(false).into_iter().collect(),
+            KeyCode::Char('t') if matches!(screen, Screen::Task { .. }) => {
+                self.absolute_times = !self.absolute_times;
+                None
+            }
             KeyCode::Char('e') if !self.readonly => return self.edit().into_iter().collect(),
             KeyCode::Char('Y') => return self.copy(true).into_iter().collect(),
             KeyCode::Char(c) if !self.readonly => {
@@ -1158,7 +1165,7 @@ impl App {
 
     fn step(&mut self, by: isize) -> Option<Effect> {
         if let Some(WatchUpdate::Task { task }) = &self.data {
-            let last = super::ui::task_lines(task, self.now_ms)
+            let last = super::ui::task_lines(task, self.now_ms, self.absolute_times)
                 .len()
                 .saturating_sub(1);
             let page = self.page_mut();
@@ -1458,6 +1465,7 @@ impl App {
         }
         if matches!(self.page().screen, Screen::Task { .. }) {
             keys.push(("Y", "copy payload"));
+            keys.push(("t", "times of day / ages"));
         }
         keys.extend([
             (":", "command"),

@@ -717,7 +717,7 @@ fn the_task_screen_scrolls_within_its_lines() {
         View::Task { task: id(1) },
     );
     deliver(&mut app, tag, WatchUpdate::Task { task: task_info() });
-    let lines = ui::task_lines(&task_info(), NOW).len();
+    let lines = ui::task_lines(&task_info(), NOW, false).len();
     for _ in 0..500 {
         press(&mut app, KeyCode::Char('j'));
     }
@@ -1208,4 +1208,24 @@ fn e_edits_a_dead_tasks_payload_and_requeues_it_after_a_confirm() {
     // Only dead tasks, and never read-only.
     let mut ro = started(true);
     assert_eq!(press(&mut ro, KeyCode::Char('e')), vec![]);
+}
+
+#[test]
+fn the_timeline_shows_each_attempts_length_and_times_of_day_on_t() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 2, TaskState::Leased, 1..3);
+    let tag = watched(&press(&mut app, KeyCode::Enter), View::Task { task: id(1) });
+    deliver(&mut app, tag, WatchUpdate::Task { task: task_info() });
+    let ages = text(&app);
+    assert!(ages.contains("gpu-3 #2 running 1m"), "{ages}");
+    press(&mut app, KeyCode::Char('t'));
+    assert!(app.absolute_times);
+    let times = screen(&app, 200, 50).backend().to_string();
+    assert!(
+        times.contains("2027-01-15T07:46:40.000Z  leased           gpu-1 #1 ran 11m"),
+        "{times}"
+    );
+    insta::assert_snapshot!("task_times_200x50", screen(&app, 200, 50).backend());
+    press(&mut app, KeyCode::Char('t'));
+    assert!(!app.absolute_times);
 }

@@ -409,7 +409,7 @@ fn render_dead(app: &App, total: u64, block: Block<'_>, frame: &mut Frame, area:
         );
         return;
     }
-    let columns = [QUEUE, ATTEMPTS, REASON, ERROR];
+    let columns = [QUEUE, ATTEMPTS, DIED, REASON, ERROR];
     task_table(app, &columns, block, frame, area);
 }
 
@@ -479,6 +479,16 @@ const STATE: Column = Column {
     width: Constraint::Length(9),
     cell: |t, _| t.state.as_str().to_owned(),
 };
+const DIED: Column = Column {
+    title: "DIED",
+    width: Constraint::Length(6),
+    cell: |t, now| ago(now, t.updated_ms),
+};
+const RUNNING: Column = Column {
+    title: "RUNNING",
+    width: Constraint::Length(8),
+    cell: |t, now| ago(now, t.updated_ms),
+};
 const QUEUE: Column = Column {
     title: "QUEUE",
     width: Constraint::Length(10),
@@ -488,8 +498,8 @@ const QUEUE: Column = Column {
 /// The columns of a queue's tab, after the id.
 fn columns(state: TaskState) -> Vec<Column> {
     match state {
-        TaskState::Leased => vec![HOLDER, ATTEMPTS, EXPIRES],
-        TaskState::Dead => vec![ATTEMPTS, REASON, ERROR],
+        TaskState::Leased => vec![HOLDER, ATTEMPTS, RUNNING, EXPIRES],
+        TaskState::Dead => vec![ATTEMPTS, DIED, REASON, ERROR],
         TaskState::Scheduled => vec![PRIORITY, KEY, FAILURES, DUE],
         TaskState::Ready | TaskState::Done | TaskState::Cancelled => {
             vec![PRIORITY, KEY, ATTEMPTS, FAILURES, AGE]
@@ -624,7 +634,7 @@ fn render_members(app: &App, connected: u64, block: Block<'_>, frame: &mut Frame
 }
 
 fn render_task(app: &App, t: &TaskInfo, block: Block<'_>, frame: &mut Frame, area: Rect) {
-    let lines = task_lines(t, app.now_ms);
+    let lines = task_lines(t, app.now_ms, app.absolute_times);
     let scroll = app.page().selected.min(lines.len().saturating_sub(1));
     frame.render_widget(
         Paragraph::new(Text::from(lines))
@@ -636,7 +646,7 @@ fn render_task(app: &App, t: &TaskInfo, block: Block<'_>, frame: &mut Frame, are
 }
 
 /// The lines of the task screen, at `now`.
-pub fn task_lines(t: &TaskInfo, now: u64) -> Vec<Line<'static>> {
+pub fn task_lines(t: &TaskInfo, now: u64, absolute: bool) -> Vec<Line<'static>> {
     let field = |name: &'static str, value: String| {
         Line::from(vec![
             Span::styled(format!("{name:<11}"), Style::new().bold()),
@@ -697,13 +707,21 @@ pub fn task_lines(t: &TaskInfo, now: u64) -> Vec<Line<'static>> {
         lines.extend(error.map(|l| Line::raw(format!("  {l}")).fg(Color::Red)));
     }
     lines.push(Line::from(Span::styled("timeline", Style::new().bold())));
-    for e in &t.history {
-        let mut text = format!("  {:>4} ago  {:<16}", ago(now, e.at_ms), e.event);
+    for (i, e) in t.history.iter().enumerate() {
+        let when = if absolute {
+            crate::output::time(e.at_ms)
+        } else {
+            format!("{:>4} ago", ago(now, e.at_ms))
+        };
+        let mut text = format!("  {when}  {:<16}", e.event);
         if let Some(m) = e.member.as_deref().filter(|m| !m.is_empty()) {
             text.push_str(&format!(" {m}"));
         }
         if let Some(epoch) = e.epoch {
             text.push_str(&format!(" #{epoch}"));
+        }
+        if let Some(ran) = attempt_length(t, i, now) {
+            text.push_str(&format!(" {ran}"));
         }
         if let Some(err) = &e.error {
             text.push_str(&format!(" {}", one_line(err)));
@@ -862,6 +880,25 @@ fn pretty(json: &str) -> String {
 }
 
 /// A span of milliseconds in its largest whole unit: `42s`, `7m`, `3h`, `2d`.
+/// How long the attempt that event `i` (a lease) began ran: to the next event of its
+/// epoch (its settle, lapse, revoke or release), or, still leased, until now.
+fn attempt_length(t: &TaskInfo, i: usize, now: u64) -> Option<String> {
+    let e = &t.history[i];
+    if e.event != "leased" {
+        return None;
+    }
+    let end = t.history[i + 1..]
+        .iter()
+        .find(|later| later.epoch == e.epoch || later.event == "leased");
+    match end {
+        Some(end) => Some(format!("ran {}", short(end.at_ms.saturating_sub(e.at_ms)))),
+        None if t.state == TaskState::Leased => {
+            Some(format!("running {}", short(now.saturating_sub(e.at_ms))))
+        }
+        None => None,
+    }
+}
+
 fn short(ms: u64) -> String {
     let s = ms / 1000;
     match s {
