@@ -74,6 +74,9 @@ pub struct Page {
     pub marked: BTreeSet<String>,
     /// The quick filter typed with `f`, applied to this page's rows.
     pub filter: String,
+    /// The column (of [`Row::sort_columns`]) the page's rows are sorted by, and whether
+    /// descending; the daemon's order (by id or name) if `None`.
+    pub sort: Option<(usize, bool)>,
     /// A search's pages: where each started; the last is the current page's.
     found_cursors: Vec<Option<FindCursor>>,
 }
@@ -86,6 +89,7 @@ impl Page {
             selected: 0,
             marked: BTreeSet::new(),
             filter: String::new(),
+            sort: None,
             found_cursors: vec![None],
         }
     }
@@ -421,7 +425,68 @@ pub enum Row<'a> {
     Member(&'a MemberInfo),
 }
 
+/// A value rows are sorted by: numbers as numbers, text as text.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SortValue {
+    /// A count, a priority, a time.
+    Number(u64),
+    /// A name, a key, an error.
+    Text(String),
+}
+
 impl Row<'_> {
+    /// The columns `s` sorts by, in the order it steps through them.
+    pub fn sort_columns(&self) -> &'static [&'static str] {
+        match self {
+            Row::Queue(_) => &[
+                "name",
+                "ready",
+                "scheduled",
+                "leased",
+                "dead",
+                "done",
+                "consumers",
+                "oldest",
+            ],
+            Row::Task(_) => &[
+                "id", "priority", "key", "attempts", "failures", "changed", "error",
+            ],
+            Row::Member(_) => &["name", "leases", "capacity", "last seen"],
+        }
+    }
+
+    fn sort_value(&self, column: usize) -> SortValue {
+        use SortValue::{Number, Text};
+        match self {
+            Row::Queue(q) => match column {
+                0 => Text(q.name.clone()),
+                1 => Number(q.counts.ready),
+                2 => Number(q.counts.scheduled),
+                3 => Number(q.counts.leased),
+                4 => Number(q.counts.dead),
+                5 => Number(q.counts.done),
+                6 => Number(q.consumers),
+                // Oldest first: the smallest time.
+                _ => Number(q.oldest_ready_ms.unwrap_or(u64::MAX)),
+            },
+            Row::Task(t) => match column {
+                0 => Text(t.id.clone()),
+                1 => Number(u64::from(t.priority)),
+                2 => Text(t.key.clone().unwrap_or_default()),
+                3 => Number(t.deliveries),
+                4 => Number(t.failures),
+                5 => Number(t.updated_ms),
+                _ => Text(t.last_error.clone().unwrap_or_default()),
+            },
+            Row::Member(m) => match column {
+                0 => Text(m.name.clone()),
+                1 => Number(m.leased),
+                2 => Number(u64::from(m.capacity)),
+                _ => Number(m.last_seen_ms.unwrap_or(0)),
+            },
+        }
+    }
+
     fn id(&self) -> &str {
         match self {
             Row::Queue(q) => &q.name,
@@ -721,13 +786,45 @@ impl App {
             .map_or((0.0, 0.0), |r| r.per_second(self.now_ms))
     }
 
-    /// The rows of the current list screen that pass its filter.
+    /// The rows of the current list screen that pass its filter, in its sort order.
     pub fn rows(&self) -> Vec<Row<'_>> {
         let filter = self.page().filter.to_lowercase();
-        self.all_rows()
+        let mut rows: Vec<Row<'_>> = self
+            .all_rows()
             .into_iter()
             .filter(|r| r.matches(&filter))
-            .collect()
+            .collect();
+        if let Some((column, descending)) = self.page().sort {
+            rows.sort_by(|a, b| {
+                let order = a.sort_value(column).cmp(&b.sort_value(column));
+                if descending { order.reverse() } else { order }
+            });
+        }
+        rows
+    }
+
+    /// `s`: sort the page's rows by the next column (after the last, back to the
+    /// daemon's order); `S`: the other way round.
+    fn sort(&mut self, reverse: bool) {
+        let columns = match self.all_rows().first() {
+            Some(row) => row.sort_columns().len(),
+            None => return,
+        };
+        let page = self.page_mut();
+        page.sort = match (page.sort, reverse) {
+            (Some((c, descending)), true) => Some((c, !descending)),
+            (None, true) => None,
+            (None, false) => Some((0, false)),
+            (Some((c, _)), false) if c + 1 < columns => Some((c + 1, false)),
+            (Some(_), false) => None,
+        };
+    }
+
+    /// The name of the column the page is sorted by, and whether descending.
+    pub fn sorted_by(&self) -> Option<(&'static str, bool)> {
+        let (column, descending) = self.page().sort?;
+        let row = self.all_rows().into_iter().next()?;
+        Some((row.sort_columns()[column], descending))
     }
 
     /// Every row of the current list screen's page, filter or not.
@@ -1030,6 +1127,14 @@ impl App {
                 None
             }
             // Copying changes nothing: read-only consoles copy too.
+            KeyCode::Char('s') if !matches!(screen, Screen::Task { .. }) => {
+                self.sort(false);
+                None
+            }
+            KeyCode::Char('S') if !matches!(screen, Screen::Task { .. }) => {
+                self.sort(true);
+                None
+            }
             KeyCode::Char('y') => return self.copy(false).into_iter().collect(),
             KeyCode::Char('t') if matches!(screen, Screen::Task { .. }) => {
                 self.absolute_times = !self.absolute_times;
@@ -1450,6 +1555,7 @@ impl App {
             ("[ ]", "page"),
             ("/", "search queue"),
             ("f", "filter page"),
+            ("s S", "sort page, reverse"),
         ];
         match &self.page().screen {
             Screen::Task { .. } => keys.push(("↑↓ j/k", "scroll")),

@@ -1229,3 +1229,37 @@ fn the_timeline_shows_each_attempts_length_and_times_of_day_on_t() {
     press(&mut app, KeyCode::Char('t'));
     assert!(!app.absolute_times);
 }
+
+#[test]
+fn s_sorts_the_pages_rows_by_each_column_and_capital_s_reverses() {
+    let mut app = started(false);
+    let names = |app: &App| -> Vec<String> {
+        app.rows()
+            .iter()
+            .map(|r| match r {
+                super::app::Row::Queue(q) => q.name.clone(),
+                _ => panic!("a queue row"),
+            })
+            .collect()
+    };
+    press(&mut app, KeyCode::Char('s'));
+    assert_eq!(app.sorted_by(), Some(("name", false)));
+    press(&mut app, KeyCode::Char('S'));
+    assert_eq!(names(&app), ["reports", "inference", "emails"]);
+    press(&mut app, KeyCode::Char('s'));
+    assert_eq!(app.sorted_by(), Some(("ready", false)));
+    assert_eq!(names(&app), ["reports", "emails", "inference"]);
+    press(&mut app, KeyCode::Char('S'));
+    assert_eq!(names(&app), ["inference", "emails", "reports"]);
+    insta::assert_snapshot!("queues_sorted", screen(&app, 80, 24).backend());
+    // The selection acts on the row shown where it is: the first is inference now.
+    press(&mut app, KeyCode::Char('p'));
+    assert_eq!(app.mode, Mode::Confirm(Verb::Pause("inference".into())));
+    press(&mut app, KeyCode::Esc);
+    // Past the last column, back to the daemon's order.
+    for _ in 0..7 {
+        press(&mut app, KeyCode::Char('s'));
+    }
+    assert_eq!(app.sorted_by(), None);
+    assert_eq!(names(&app), ["emails", "inference", "reports"]);
+}

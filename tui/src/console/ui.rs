@@ -140,7 +140,11 @@ fn screen_title(app: &App) -> String {
         title.push_str(&format!("· page {} ", page.number()));
     }
     if !page.filter.is_empty() {
-        title.push_str(&format!("· /{} ", page.filter));
+        title.push_str(&format!("· filter {} ", page.filter));
+    }
+    if let Some((column, descending)) = app.sorted_by() {
+        let arrow = if descending { "↓" } else { "↑" };
+        title.push_str(&format!("· by {column} {arrow} "));
     }
     if !page.marked.is_empty() {
         title.push_str(&format!("· {} marked ", page.marked.len()));
@@ -802,14 +806,13 @@ fn popup(frame: &mut Frame, width: u16, height: u16) -> Rect {
 }
 
 /// What `?` adds under the keys: the `:` commands and the words of a `/` search.
-const HELP_NOTES: [(&str, &str); 4] = [
+const HELP_NOTES: [(&str, &str); 3] = [
     (
         ":",
         "queues, members, dead, queue NAME [STATE], task ID, q (tab)",
     ),
-    ("/", "ID-PREFIX · key:K · idem:K · label:L · state:S"),
-    ("", "error:TEXT · payload:TEXT · field:PATH=VALUE"),
-    ("", "(a bare word that is no id prefix is payload text)"),
+    ("/", "ID-PREFIX or payload text · key:K · idem:K · label:L"),
+    ("", "state:S · error:TEXT · payload:TEXT · field:PATH=VALUE"),
 ];
 
 fn render_help(app: &App, frame: &mut Frame) {
