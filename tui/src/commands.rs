@@ -273,7 +273,13 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
 /// environment variables, else the context in use (`--context`, `MUSTER_CONTEXT`, the
 /// current one), else the local daemon.
 pub fn options(g: &Global) -> anyhow::Result<ConnectOptions> {
-    let contexts = Contexts::load(&Contexts::path()?)?;
+    // Without a configuration directory (no HOME) there are no contexts, unless one
+    // is asked for by name.
+    let contexts = match Contexts::path() {
+        Ok(path) => Contexts::load(&path)?,
+        Err(e) if g.context.is_some() => return Err(e),
+        Err(_) => Contexts::default(),
+    };
     let context = contexts.selected(g.context.as_deref())?;
     let given_trust = g.pin.is_some() || g.ca.is_some() || g.data.is_some();
     let (pin, ca, data) = match context {
