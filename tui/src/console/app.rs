@@ -519,6 +519,9 @@ impl Row<'_> {
 pub struct App {
     /// The daemon's address, for the title.
     pub addr: String,
+    /// The daemon's name and version from its `hello` (`musterd 0.1.0`), for the title;
+    /// empty until connected.
+    pub server: String,
     /// No verbs: keys only look.
     pub readonly: bool,
     /// The navigation stack; the last page is shown.
@@ -555,6 +558,7 @@ impl App {
     pub fn new(addr: String, readonly: bool, now_ms: u64) -> (App, Effect) {
         let mut app = App {
             addr,
+            server: String::new(),
             readonly,
             stack: vec![Page::new(Screen::Queues)],
             tag: 0,

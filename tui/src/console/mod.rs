@@ -80,6 +80,7 @@ async fn event_loop(
     readonly: bool,
 ) -> anyhow::Result<()> {
     let (mut app, first) = App::new(addr, readonly, now_ms());
+    app.server = client.server().to_owned();
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut pushes = client.watch_pushes();
     let mut client = Some(client);
@@ -147,6 +148,8 @@ async fn event_loop(
                 Msg::Found(tag, reply) => effects.extend(app.on_found(tag, reply)),
                 Msg::Said(result) => app.say(result),
                 Msg::Connected(c) => {
+                    // A restart may have brought another version.
+                    app.server = c.server().to_owned();
                     pushes = c.watch_pushes();
                     client = Some(c);
                     app.connected = true;

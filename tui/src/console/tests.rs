@@ -1263,3 +1263,11 @@ fn s_sorts_the_pages_rows_by_each_column_and_capital_s_reverses() {
     assert_eq!(app.sorted_by(), None);
     assert_eq!(names(&app), ["emails", "inference", "reports"]);
 }
+
+#[test]
+fn the_title_names_the_daemons_version() {
+    let mut app = started(false);
+    app.server = "musterd 1.2.3".into();
+    let title = text(&app).lines().next().unwrap_or_default().to_owned();
+    assert!(title.contains("127.0.0.1:7420  musterd 1.2.3"), "{title}");
+}

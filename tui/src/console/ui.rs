@@ -108,6 +108,12 @@ fn render_title(app: &App, frame: &mut Frame, area: Rect) {
         Span::styled(" muster ", Style::new().bold().reversed()),
         Span::raw(format!(" {} ", app.addr)),
     ];
+    if !app.server.is_empty() {
+        spans.push(Span::styled(
+            format!(" {} ", app.server),
+            Style::new().fg(Color::DarkGray),
+        ));
+    }
     if app.readonly {
         spans.push(Span::styled(" read-only ", Style::new().fg(Color::Yellow)));
     }
