@@ -19,8 +19,8 @@ use muster_protocol::ops::{
     self, Ack, Cancel, CancelReply, Claim, CountReply, DeadLetter, DeadSelection, Enqueue, Hello,
     LeaseRevoke, MemberDescribeReply, MemberName, Nack, Op, QueueCreate, QueueName, QueueUpdate,
     Release, Renew, RenewReply, RequestFrame, ServerEnvelope, SessionOpen, SessionOpenReply,
-    SessionUpdate, SettleReply, Subscribe, TaskGet, TaskList, TaskListReply, Unsubscribe, Unwatch,
-    View, Wait, WaitReply, Watch, WatchReply,
+    SessionUpdate, SettleReply, Subscribe, TaskFind, TaskFindReply, TaskGet, TaskList,
+    TaskListReply, Unsubscribe, Unwatch, View, Wait, WaitReply, Watch, WatchReply,
 };
 use muster_protocol::{PROTOCOL_VERSION, Push, RawJson};
 
@@ -377,6 +377,12 @@ impl Client {
             limit,
         })
         .await
+    }
+
+    /// Searches tasks (a bounded amount of work per call); pass the reply's `next` as
+    /// `search.after` to continue.
+    pub async fn task_find(&self, search: &TaskFind) -> Result<TaskFindReply, Error> {
+        self.call(search).await
     }
 
     /// Waits up to `timeout_ms` for tasks to finish.

@@ -26,8 +26,8 @@ use muster_protocol::{ALPN, CERT_FILE, DATA_DIR_NAME, DEFAULT_PORT, LOCAL_TOKEN_
 use crate::Error;
 
 /// Longest a handshake may take before the connection is given up: a daemon that is
-/// not running does not answer at all (QUIC ignores ICMP), so this is how long a
-/// command waits to say so.
+/// not running does not answer at all, so unless the host says nothing listens there
+/// (see [`refused`]), this is how long a command waits to say so.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How often the client pings an idle connection: the daemon counts any packet as news
@@ -222,13 +222,49 @@ pub async fn open_on(
     let connecting = endpoint
         .connect_with(config, addr, &host)
         .map_err(|e| Error::Connect(format!("{}: {e}", options.addr)))?;
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting).await {
-        Ok(connection) => connection.map_err(|e| Error::Connect(format!("{}: {e}", options.addr))),
-        Err(_) => Err(Error::Connect(format!(
-            "{}: no answer within {}s: is musterd running there?",
-            options.addr,
-            HANDSHAKE_TIMEOUT.as_secs()
+    tokio::select! {
+        handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting) => match handshake {
+            Ok(connection) => {
+                connection.map_err(|e| Error::Connect(format!("{}: {e}", options.addr)))
+            }
+            Err(_) => Err(Error::Connect(format!(
+                "{}: no answer within {}s: is musterd running there?",
+                options.addr,
+                HANDSHAKE_TIMEOUT.as_secs()
+            ))),
+        },
+        () = refused(addr) => Err(Error::Connect(format!(
+            "{}: nothing listens there (the host answered \"port unreachable\"): is musterd running?",
+            options.addr
         ))),
+    }
+}
+
+/// Returns once the host at `addr` says nothing listens on its UDP port, and never
+/// otherwise. QUIC endpoints ignore ICMP errors, so this asks on a socket of its own:
+/// one datagram of one byte (which a QUIC server drops as too short to be a packet)
+/// from a socket connected to `addr`, whose next receive fails with "connection
+/// refused" when the host answers with ICMP port unreachable (loopback and most
+/// hosts do at once; firewalls that drop silently leave the handshake timeout).
+async fn refused(addr: SocketAddr) {
+    let bind: SocketAddr = if addr.is_ipv6() {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    let probe = async {
+        let socket = tokio::net::UdpSocket::bind(bind).await.ok()?;
+        socket.connect(addr).await.ok()?;
+        socket.send(&[0]).await.ok()?;
+        let mut buf = [0u8; 1];
+        match socket.recv(&mut buf).await {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Some(()),
+            _ => None,
+        }
+    };
+    if probe.await.is_none() {
+        // No word from the host: only the handshake (or its timeout) decides.
+        std::future::pending::<()>().await;
     }
 }
 

@@ -38,8 +38,9 @@ pub struct Config {
     #[arg(long, env = "MUSTER_DATA", default_value_os_t = default_data_dir())]
     pub data: PathBuf,
 
-    /// Address to listen on (UDP). Loopback by default.
-    #[arg(long, env = "MUSTER_LISTEN", default_value_t = default_listen())]
+    /// Address to listen on (UDP), IP:PORT or HOST:PORT (a host name listens on the
+    /// first address it resolves to, as the CLI connects to). Loopback by default.
+    #[arg(long, env = "MUSTER_LISTEN", default_value_t = default_listen(), value_parser = listen_addr)]
     pub listen: SocketAddr,
 
     /// `sync`: every reply waits for fsync. `buffered`: faster, but a power loss loses
@@ -155,6 +156,18 @@ pub fn default_data_dir() -> PathBuf {
         .join(muster_protocol::DATA_DIR_NAME)
 }
 
+/// `IP:PORT`, or `HOST:PORT` resolved to its first address.
+fn listen_addr(s: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    s.to_socket_addrs()
+        .map_err(|e| format!("invalid address {s:?}: {e} (want IP:PORT or HOST:PORT)"))?
+        .next()
+        .ok_or_else(|| format!("{s:?} resolves to no address"))
+}
+
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], muster_protocol::DEFAULT_PORT))
 }
@@ -167,6 +180,22 @@ mod tests {
         let mut all = vec!["musterd", "--data", "/nonexistent"];
         all.extend_from_slice(args);
         Config::try_parse_from(all).unwrap()
+    }
+
+    #[test]
+    fn listen_takes_host_names() {
+        let named = config(&["--listen", "localhost:7433"]);
+        assert!(named.listen.ip().is_loopback(), "{}", named.listen);
+        assert_eq!(named.listen.port(), 7433);
+        assert_eq!(
+            config(&["--listen", "[::1]:7434"]).listen,
+            "[::1]:7434".parse().unwrap()
+        );
+        let mut all = vec!["musterd", "--listen", "localhost"];
+        all.push("--data");
+        all.push("/nonexistent");
+        let e = Config::try_parse_from(all).unwrap_err().to_string();
+        assert!(e.contains("want IP:PORT or HOST:PORT"), "{e}");
     }
 
     #[test]

@@ -61,6 +61,22 @@ pub const MAX_IDS: usize = 1000;
 /// Most tasks one page of `task_list` returns.
 pub const MAX_PAGE: u32 = 1000;
 
+/// Most tasks one `task_find` request examines by their in-memory index (state, key,
+/// id): a search never holds the daemon's one dispatcher thread for long, whatever the
+/// queue's size (about 10 ms on the machine of BENCHMARKS.md, so renewals served
+/// meanwhile stay well under 50 ms); its cursor continues where it stopped.
+pub const MAX_FIND_SCAN: u64 = 20_000;
+
+/// Most task records one `task_find` request reads from the store (to match error text
+/// or idempotency keys, and to build each match's summary): about 6 ms with payloads.
+pub const MAX_FIND_READS: u64 = 1_000;
+
+/// Longest text a `task_find` matches (error or payload text, a field's path).
+pub const MAX_FIND_TEXT_BYTES: usize = 1024;
+
+/// Most payload bytes one `task_find` request reads to match payload text or fields.
+pub const MAX_FIND_PAYLOAD_BYTES: u64 = 4 * 1024 * 1024;
+
 /// Most rows one page of a `watch` view holds (queues, tasks or members).
 pub const MAX_WATCH_ROWS: u32 = 500;
 

@@ -239,6 +239,10 @@ pub struct QueueInfo {
     /// How many label sets unclaimable tasks require in all.
     #[serde(default)]
     pub unclaimable_sets: u64,
+    /// Who can take its tasks now: members with a connected session subscribed to it
+    /// (not draining), and claims parked on it. Ready tasks and none: nobody takes them.
+    #[serde(default)]
+    pub consumers: u64,
     /// What happened on the queue since the daemon started.
     pub totals: QueueTotals,
     /// When the oldest ready task (by id) was enqueued, if any task is ready.

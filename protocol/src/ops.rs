@@ -340,6 +340,86 @@ pub struct TaskListReply {
     pub next: Option<String>,
 }
 
+/// Searches tasks by what they hold, over one queue or every queue, a bounded amount of
+/// work per request: a reply may hold fewer matches than `limit` (even none) and still
+/// have a `next` cursor to continue from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskFind {
+    /// The queue to search; every queue the principal covers if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// Only tasks in this state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<TaskState>,
+    /// Only tasks whose id starts with this (case-insensitive, 1 to 26 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_prefix: Option<String>,
+    /// Only tasks with this key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Only tasks with this idempotency key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// Only tasks that require this label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Only tasks whose last error contains this text (ASCII case-insensitive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Only tasks whose payload's JSON text contains this text (case-sensitive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
+    /// Only tasks whose payload has this value at this path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<FieldMatch>,
+    /// Newest first (descending ids, queues in reverse name order) instead of oldest first.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub newest_first: bool,
+    /// Continue after this position (the `next` of the previous reply).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<FindCursor>,
+    /// Most matches to return, 1 to [`crate::limits::MAX_PAGE`]; 100 if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+// A search is large next to the other requests: it travels boxed in a [`Request`] (the
+// table above implements `Op` for the box), and clients send it as it is.
+impl Op for TaskFind {
+    const NAME: &'static str = "task_find";
+    type Reply = TaskFindReply;
+}
+
+/// A payload field to compare: a dotted path of object keys and array indexes
+/// (`order.lines.0.sku`) and the JSON value it must equal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FieldMatch {
+    /// Object keys and array indexes separated by dots.
+    pub path: String,
+    /// The value the field must equal (numbers compare by value: `1` equals `1.0`).
+    pub value: serde_json::Value,
+}
+
+/// Where a search stopped: the last task it examined and that task's queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FindCursor {
+    /// The queue the search was in.
+    pub queue: String,
+    /// The last id examined there.
+    pub id: String,
+}
+
+/// Reply to [`TaskFind`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskFindReply {
+    /// The matches, in search order.
+    pub tasks: Vec<TaskSummary>,
+    /// Where to continue; `None` once every candidate was examined.
+    pub next: Option<FindCursor>,
+    /// Tasks examined by this request.
+    pub scanned: u64,
+}
+
 /// Waits until tasks finish (done, dead or cancelled).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Wait {
@@ -871,6 +951,7 @@ ops! {
     DeadLetter(DeadLetter) = "dead_letter" -> SettleReply;
     TaskGet(TaskGet) = "task_get" -> TaskReply;
     TaskList(TaskList) = "task_list" -> TaskListReply;
+    TaskFind(Box<TaskFind>) = "task_find" -> TaskFindReply;
     Wait(Wait) = "wait" -> WaitReply;
     Cancel(Cancel) = "cancel" -> CancelReply;
     Redrive(Redrive) = "redrive" -> CountReply;

@@ -153,7 +153,14 @@ async fn key_latency(d: &Daemon, rounds: usize) {
                     let reply = client.watch(view, tag).await.expect("watch");
                     effects.extend(app.on_watch(reply));
                 }
+                Effect::Find { search, tag } => {
+                    let reply = client.task_find(&search).await.map_err(|e| e.to_string());
+                    effects.extend(app.on_found(tag, reply));
+                }
                 Effect::Run(verb) => panic!("the script runs no verbs: {verb:?}"),
+                Effect::Edit(_) | Effect::Copy { .. } => {
+                    panic!("the script edits and copies nothing")
+                }
             }
         }
         terminal.draw(|f| ui::render(&app, f)).expect("draw");

@@ -19,12 +19,16 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Options every subcommand takes.
+/// Options every subcommand takes, shown apart from each command's own.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
 pub struct Global {
-    /// Daemon address, HOST:PORT.
-    #[arg(long, global = true, env = "MUSTER_ADDR", default_value_t = format!("127.0.0.1:{}", muster_protocol::DEFAULT_PORT))]
-    pub addr: String,
+    /// The named context to use (`muster context list`) instead of the current one.
+    #[arg(long, global = true, env = "MUSTER_CONTEXT")]
+    pub context: Option<String>,
+    /// Daemon address, HOST:PORT [default: the context's, else 127.0.0.1:7420].
+    #[arg(long, global = true, env = "MUSTER_ADDR")]
+    pub addr: Option<String>,
     /// The daemon's data directory, where its certificate is found.
     #[arg(long, global = true, env = "MUSTER_DATA")]
     pub data: Option<PathBuf>,
@@ -43,9 +47,12 @@ pub struct Global {
     /// there for its own user, if it wrote one.
     #[arg(long, global = true, env = "MUSTER_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
-    /// Print JSON lines instead of text.
+    /// Print JSON lines instead of text, and a failure as a JSON object on stderr.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Print lists without their header line.
+    #[arg(long, global = true)]
+    pub no_headers: bool,
 }
 
 /// A duration such as `30s`, `5m`, `1h30m` or `0s`.
@@ -130,8 +137,15 @@ pub enum Command {
     },
     /// Make dead tasks ready again, with failures reset.
     Redrive(DeadArgs),
-    /// Remove dead tasks.
-    Discard(DeadArgs),
+    /// Remove dead tasks; `--all` asks for confirmation (or `--yes`).
+    Discard {
+        /// Which dead tasks.
+        #[command(flatten)]
+        selection: DeadArgs,
+        /// Do not ask: remove every dead task even without a terminal to confirm on.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Counts per queue and state, what happened since the daemon started, and the
     /// daemon's group commit.
     Stats {
@@ -166,6 +180,19 @@ pub enum Command {
     /// Administration that needs no daemon.
     #[command(subcommand)]
     Admin(AdminCommand),
+    /// Keep several daemons by name: `context add prod --addr HOST:PORT --pin SHA256`,
+    /// then `--context prod`, `MUSTER_CONTEXT=prod` or `context use prod`.
+    #[command(subcommand)]
+    Context(ContextCommand),
+    /// Print a shell's completion script for muster: `muster completions bash >
+    /// /etc/bash_completion.d/muster`, `muster completions zsh > "${fpath[1]}/_muster"`,
+    /// `muster completions fish > ~/.config/fish/completions/muster.fish`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print muster's man page (roff): `muster man > ~/.local/share/man/man1/muster.1`.
+    Man,
     /// The guardian `muster work` starts for itself: kills the process groups named on
     /// stdin (`+PGID` holds, `-PGID` lets go) when stdin ends, then removes DIR.
     #[command(hide = true)]
@@ -173,6 +200,29 @@ pub enum Command {
         /// The runner's private directory, removed at the end.
         #[arg(long)]
         dir: std::path::PathBuf,
+    },
+}
+
+/// Context subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ContextCommand {
+    /// Add (or replace) a context from the connection options given with it (`--addr`,
+    /// and `--pin`, `--ca` or `--data`); the first one added becomes current.
+    Add {
+        /// The context's name: [A-Za-z0-9._-]{1,64}.
+        name: String,
+    },
+    /// List contexts: name, current, address, trust.
+    List,
+    /// Make a context current.
+    Use {
+        /// The context.
+        name: String,
+    },
+    /// Remove a context.
+    Remove {
+        /// The context.
+        name: String,
     },
 }
 
@@ -355,15 +405,21 @@ pub enum QueueCommand {
         /// The queue.
         name: String,
     },
-    /// Remove every ready and scheduled task.
+    /// Remove every ready and scheduled task; asks for confirmation if there are any.
     Purge {
         /// The queue.
         name: String,
+        /// Do not ask (needed without a terminal when the queue holds such tasks).
+        #[arg(long)]
+        yes: bool,
     },
-    /// Delete a queue and all its tasks.
+    /// Delete a queue and all its tasks; asks for confirmation if it holds any.
     Delete {
         /// The queue.
         name: String,
+        /// Do not ask (needed without a terminal when the queue holds tasks).
+        #[arg(long)]
+        yes: bool,
     },
 }
 
@@ -410,7 +466,7 @@ pub struct EnqueueArgs {
     #[arg(long)]
     pub key: Option<String>,
     /// 0 to 9, higher first.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=i64::from(muster_protocol::limits::MAX_PRIORITY)))]
     pub priority: Option<u8>,
     /// Not before this long from now.
     #[arg(long, value_parser = duration)]
@@ -471,6 +527,60 @@ pub enum TaskCommand {
         #[arg(long)]
         after: Option<String>,
     },
+    /// Search tasks across a queue, or every queue, by what they hold. Every filter
+    /// given must match; the daemon examines a bounded amount per request and the
+    /// search goes on until LIMIT matches are printed or every task was examined.
+    Find(Box<FindArgs>),
+}
+
+/// Arguments of `task find`.
+#[derive(Debug, Args)]
+pub struct FindArgs {
+    /// The queue (default: every queue).
+    pub queue: Option<String>,
+    /// Only tasks in this state: scheduled, ready, leased, done, dead or cancelled.
+    #[arg(long)]
+    pub state: Option<String>,
+    /// Only tasks whose id starts with this.
+    #[arg(long = "id", value_name = "PREFIX")]
+    pub id_prefix: Option<String>,
+    /// Only tasks with this key.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Only the task with this idempotency key.
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+    /// Only tasks that require this label.
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Only tasks whose last error contains this text (ASCII case-insensitive).
+    #[arg(long, value_name = "TEXT")]
+    pub error: Option<String>,
+    /// Only tasks whose payload's JSON text contains this text.
+    #[arg(long, value_name = "TEXT")]
+    pub payload: Option<String>,
+    /// Only tasks whose payload has this value at this dotted path, e.g.
+    /// `order.id=42` or `customer="acme"` (a value that is not JSON is a string).
+    #[arg(long, value_name = "PATH=VALUE", value_parser = field_match)]
+    pub field: Option<muster_protocol::ops::FieldMatch>,
+    /// Newest first.
+    #[arg(long)]
+    pub newest: bool,
+    /// Most tasks to print.
+    #[arg(long, default_value_t = 100)]
+    pub limit: u32,
+}
+
+/// `PATH=VALUE`, the value as JSON if it parses and as a string if not.
+fn field_match(s: &str) -> Result<muster_protocol::ops::FieldMatch, String> {
+    let (path, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("invalid field {s:?}: want PATH=VALUE"))?;
+    let value = serde_json::from_str(value).unwrap_or_else(|_| value.into());
+    Ok(muster_protocol::ops::FieldMatch {
+        path: path.into(),
+        value,
+    })
 }
 
 /// Selection of dead tasks for redrive and discard.

@@ -4,16 +4,19 @@ use std::collections::VecDeque;
 use std::io::BufRead;
 use std::time::{Duration, UNIX_EPOCH};
 
-use anyhow::{Context, bail};
+use anyhow::{Context as _, bail};
+use clap::CommandFactory;
 use muster_protocol::model::{Backoff, NewTask, QueuePatch, TaskState};
-use muster_protocol::ops::{Claim, DeadSelection};
+use muster_protocol::ops::{Claim, DeadSelection, TaskFind};
 use muster_sdk::{Client, ConnectOptions, Trust, WorkerConfig};
 
 use crate::ClaimString;
 use crate::cli::{
-    AdminCommand, Cli, Command, DeadArgs, EnqueueArgs, Global, LeaseCommand, MemberCommand,
-    QueueCommand, QueueOptionArgs, TaskCommand, TokenCommand, TokenRole,
+    AdminCommand, Cli, Command, ContextCommand, DeadArgs, EnqueueArgs, FindArgs, Global,
+    LeaseCommand, MemberCommand, QueueCommand, QueueOptionArgs, TaskCommand, TokenCommand,
+    TokenRole,
 };
+use crate::context::{Context, Contexts};
 use crate::output::{self, Output};
 use crate::{bench, console, demo, work};
 
@@ -22,7 +25,7 @@ const STDIN_IN_FLIGHT: usize = 256;
 
 /// Runs one command line.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
-    let out = Output::new(cli.global.json);
+    let out = Output::new(cli.global.json, !cli.global.no_headers);
     let command = match cli.command {
         Command::Work(args) => {
             let config = WorkerConfig {
@@ -38,21 +41,36 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 command: args.command,
                 grace: args.grace,
             };
-            return work::run(options(&cli.global), config, spec).await;
+            return work::run(options(&cli.global)?, config, spec).await;
         }
-        Command::Demo { rate } => return demo::run(options(&cli.global), rate).await,
+        Command::Demo { rate } => return demo::run(options(&cli.global)?, rate).await,
         Command::Bench(args) => return bench::run(args).await,
         Command::Tui { readonly } => {
-            let addr = cli.global.addr.clone();
-            return console::run(options(&cli.global), addr, readonly).await;
+            let options = options(&cli.global)?;
+            let addr = options.addr.clone();
+            return console::run(options, addr, readonly).await;
         }
         Command::Guard { dir } => return work::guard(&dir),
         Command::Admin(AdminCommand::Token(TokenCommand::New { name, roles })) => {
             return new_token(&out, &name, &roles);
         }
+        Command::Context(cmd) => return contexts(&out, &cli.global, cmd),
+        Command::Completions { shell } => {
+            let mut cli = Cli::command();
+            let mut stdout = std::io::stdout();
+            clap_complete::generate(shell, &mut cli, "muster", &mut stdout);
+            return std::io::Write::flush(&mut stdout).context("writing the completions");
+        }
+        Command::Man => {
+            let mut stdout = std::io::stdout();
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut stdout)
+                .context("writing the man page")?;
+            return std::io::Write::flush(&mut stdout).context("writing the man page");
+        }
         other => other,
     };
-    let client = Client::connect(options(&cli.global)).await?;
+    let client = Client::connect(options(&cli.global)?).await?;
     let result = one_shot(&client, &out, command).await;
     // The daemon learns at once that this client is gone (not at the idle timeout).
     client.close().await;
@@ -78,6 +96,9 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
                     id: d.id.clone(),
                     epoch: d.epoch,
                 };
+                // The JSON form carries the claim string `ack`, `nack` and `renew` take.
+                let mut json = serde_json::to_value(&d)?;
+                json["claim"] = claim.to_string().into();
                 out.item(
                     || {
                         format!(
@@ -86,7 +107,7 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
                             output::safe_json(d.payload.get())
                         )
                     },
-                    &d,
+                    &json,
                 )?;
             }
             Ok(())
@@ -141,11 +162,10 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
             limit,
             after,
         }) => {
-            let state = TaskState::parse(&state).with_context(|| {
-                format!("invalid state {state:?}: want scheduled, ready, leased, done, dead or cancelled")
-            })?;
+            let state = parse_state(&state)?;
             list(client, out, &queue, state, after, limit).await
         }
+        Command::Task(TaskCommand::Find(args)) => find(client, out, *args).await,
         Command::Wait { ids, timeout } => {
             let reply = client.wait(ids, ms(timeout)).await?;
             for t in &reply.finished {
@@ -191,13 +211,30 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
             let reply = client.redrive(selection(&args)).await?;
             counted(out, &args, "redriven", &reply)
         }
-        Command::Discard(args) => {
+        Command::Discard {
+            selection: args,
+            yes,
+        } => {
+            if args.all && !args.dry_run {
+                let dead = client.queue_describe(&args.queue).await?.counts.dead;
+                if dead > 0 {
+                    let queue = &args.queue;
+                    confirm(
+                        &format!("discard all {dead} dead tasks of queue {queue:?}"),
+                        queue,
+                        yes,
+                    )
+                    .await?;
+                }
+            }
             let reply = client.discard(selection(&args)).await?;
             counted(out, &args, "discarded", &reply)
         }
         Command::Stats { queue } => stats(client, out, queue.as_deref()).await,
         Command::Members => {
-            for m in client.member_list().await? {
+            let members = client.member_list().await?;
+            out.header(output::MEMBER_COLUMNS)?;
+            for m in members {
                 out.member(&m)?;
             }
             Ok(())
@@ -207,7 +244,10 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
             if out.is_json() {
                 return out.item(String::new, &reply);
             }
+            out.header(output::MEMBER_COLUMNS)?;
             out.member(&reply.member)?;
+            out.text_line("")?;
+            out.header(output::TASK_COLUMNS)?;
             for t in &reply.leases {
                 out.summary(t)?;
             }
@@ -232,7 +272,10 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
         | Command::Bench(_)
         | Command::Tui { .. }
         | Command::Admin(_)
-        | Command::Guard { .. } => {
+        | Command::Guard { .. }
+        | Command::Context(_)
+        | Command::Completions { .. }
+        | Command::Man => {
             unreachable!("handled before connecting")
         }
     }
@@ -278,25 +321,87 @@ fn toml_string(text: &str) -> String {
     serde_json::Value::from(text).to_string()
 }
 
-/// Where the daemon is and how to trust it, from the common options.
-pub fn options(g: &Global) -> ConnectOptions {
-    let trust = match (&g.pin, &g.ca) {
-        (Some(pin), _) => Trust::Pin(pin.clone()),
-        (None, Some(ca)) => Trust::CaFile(ca.clone()),
-        (None, None) => Trust::DataDir(
-            g.data
-                .clone()
-                .unwrap_or_else(muster_sdk::connect::default_data_dir),
-        ),
+/// Where the daemon is and how to trust it: the common options given as flags or
+/// environment variables, else the context in use (`--context`, `MUSTER_CONTEXT`, the
+/// current one), else the local daemon.
+pub fn options(g: &Global) -> anyhow::Result<ConnectOptions> {
+    // Without a configuration directory (no HOME) there are no contexts, unless one
+    // is asked for by name.
+    let contexts = match Contexts::path() {
+        Ok(path) => Contexts::load(&path)?,
+        Err(e) if g.context.is_some() => return Err(e),
+        Err(_) => Contexts::default(),
     };
-    ConnectOptions {
-        addr: g.addr.clone(),
+    let context = contexts.selected(g.context.as_deref())?;
+    let given_trust = g.pin.is_some() || g.ca.is_some() || g.data.is_some();
+    let (pin, ca, data) = match context {
+        Some(c) if !given_trust => (c.pin.clone(), c.ca.clone(), c.data.clone()),
+        _ => (g.pin.clone(), g.ca.clone(), g.data.clone()),
+    };
+    let trust = match (pin, ca) {
+        (Some(pin), _) => Trust::Pin(pin),
+        (None, Some(ca)) => Trust::CaFile(ca),
+        (None, None) => Trust::DataDir(data.unwrap_or_else(muster_sdk::connect::default_data_dir)),
+    };
+    let addr = match (&g.addr, context) {
+        (Some(addr), _) => addr.clone(),
+        (None, Some(c)) => c.addr.clone(),
+        (None, None) => format!("127.0.0.1:{}", muster_protocol::DEFAULT_PORT),
+    };
+    Ok(ConnectOptions {
+        addr,
         trust,
         token: g.token.clone(),
         token_file: g.token_file.clone(),
         server_name: None,
         bind: None,
+    })
+}
+
+/// `muster context …`: edits the contexts file; never connects.
+fn contexts(out: &Output, g: &Global, cmd: ContextCommand) -> anyhow::Result<()> {
+    let path = Contexts::path()?;
+    let mut all = Contexts::load(&path)?;
+    match cmd {
+        ContextCommand::Add { name } => {
+            let addr = g.addr.clone().context(
+                "a context needs --addr HOST:PORT (and --pin, --ca or --data to trust it)",
+            )?;
+            all.add(
+                &name,
+                Context {
+                    addr,
+                    pin: g.pin.clone(),
+                    ca: g.ca.clone(),
+                    data: g.data.clone(),
+                },
+            )?;
+        }
+        ContextCommand::Use { name } => all.use_context(&name)?,
+        ContextCommand::Remove { name } => all.remove(&name)?,
+        ContextCommand::List => {
+            out.header(output::CONTEXT_COLUMNS)?;
+            for (name, c) in &all.contexts {
+                let current = all.current.as_deref() == Some(name.as_str());
+                let trust = match (&c.pin, &c.ca, &c.data) {
+                    (Some(pin), _, _) => format!("pin {pin}"),
+                    (None, Some(ca), _) => format!("ca {}", ca.display()),
+                    (None, None, Some(data)) => format!("data {}", data.display()),
+                    (None, None, None) => "local data directory".into(),
+                };
+                let json = serde_json::json!({
+                    "name": name, "current": current, "addr": c.addr,
+                    "pin": c.pin, "ca": c.ca, "data": c.data,
+                });
+                out.item(
+                    || format!("{name}\t{current}\t{}\t{}", c.addr, output::safe(&trust)),
+                    &json,
+                )?;
+            }
+            return Ok(());
+        }
     }
+    all.save(&path)
 }
 
 fn ms(d: Duration) -> u64 {
@@ -338,12 +443,14 @@ async fn queue(client: &Client, out: &Output, cmd: QueueCommand) -> anyhow::Resu
             out.queue(&client.queue_create(&name, patch(&options)?).await?)
         }
         QueueCommand::List => {
-            for q in client.queue_list().await? {
+            let queues = client.queue_list().await?;
+            out.header(output::QUEUE_COLUMNS)?;
+            for q in queues {
                 out.item(
                     || {
                         let c = &q.counts;
                         format!(
-                            "{}\tready={} scheduled={} leased={} done={} dead={} cancelled={}{}",
+                            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
                             q.name,
                             c.ready,
                             c.scheduled,
@@ -351,7 +458,7 @@ async fn queue(client: &Client, out: &Output, cmd: QueueCommand) -> anyhow::Resu
                             c.done,
                             c.dead,
                             c.cancelled,
-                            if q.options.paused { " paused" } else { "" }
+                            q.options.paused
                         )
                     },
                     &q,
@@ -365,11 +472,31 @@ async fn queue(client: &Client, out: &Output, cmd: QueueCommand) -> anyhow::Resu
         }
         QueueCommand::Pause { name } => out.queue(&client.queue_pause(&name).await?),
         QueueCommand::Resume { name } => out.queue(&client.queue_resume(&name).await?),
-        QueueCommand::Purge { name } => {
+        QueueCommand::Purge { name, yes } => {
+            let c = client.queue_describe(&name).await?.counts;
+            let held = c.ready + c.scheduled;
+            if held > 0 {
+                confirm(
+                    &format!("purge {held} ready and scheduled tasks of queue {name:?}"),
+                    &name,
+                    yes,
+                )
+                .await?;
+            }
             let n = client.queue_purge(&name).await?;
             out.item(|| format!("purged {n}"), &serde_json::json!({ "count": n }))
         }
-        QueueCommand::Delete { name } => {
+        QueueCommand::Delete { name, yes } => {
+            let c = client.queue_describe(&name).await?.counts;
+            let held: u64 = TaskState::ALL.iter().map(|s| c.get(*s)).sum();
+            if held > 0 {
+                confirm(
+                    &format!("delete queue {name:?} and its {held} tasks"),
+                    &name,
+                    yes,
+                )
+                .await?;
+            }
             let n = client.queue_delete(&name).await?;
             out.item(
                 || format!("deleted {name} with {n} tasks"),
@@ -478,6 +605,7 @@ async fn list(
     mut after: Option<String>,
     limit: u32,
 ) -> anyhow::Result<()> {
+    out.header(output::TASK_COLUMNS)?;
     let mut left = limit;
     while left > 0 {
         let page = client
@@ -500,22 +628,76 @@ async fn list(
     Ok(())
 }
 
+/// Pages through a search until `limit` matches are printed or nothing is left.
+async fn find(client: &Client, out: &Output, args: FindArgs) -> anyhow::Result<()> {
+    let state = args.state.as_deref().map(parse_state).transpose()?;
+    let mut search = TaskFind {
+        queue: args.queue,
+        state,
+        id_prefix: args.id_prefix,
+        key: args.key,
+        idempotency_key: args.idempotency_key,
+        label: args.label,
+        error: args.error,
+        payload: args.payload,
+        field: args.field,
+        newest_first: args.newest,
+        after: None,
+        limit: None,
+    };
+    out.header(output::TASK_COLUMNS)?;
+    let mut left = args.limit;
+    while left > 0 {
+        search.limit = Some(left.min(muster_protocol::limits::MAX_PAGE));
+        let page = client.task_find(&search).await?;
+        for t in &page.tasks {
+            out.summary(t)?;
+        }
+        left = left.saturating_sub(page.tasks.len() as u32);
+        match page.next {
+            Some(next) => search.after = Some(next),
+            None => break,
+        }
+    }
+    Ok(())
+}
+
+fn parse_state(state: &str) -> anyhow::Result<TaskState> {
+    TaskState::parse(state).with_context(|| {
+        format!("invalid state {state:?}: want scheduled, ready, leased, done, dead or cancelled")
+    })
+}
+
 async fn stats(client: &Client, out: &Output, queue: Option<&str>) -> anyhow::Result<()> {
     let queues = match queue {
         Some(q) => vec![client.queue_describe(q).await?],
         None => client.queue_list().await?,
     };
     let now = output::now_ms();
+    out.header(output::STATS_COLUMNS)?;
     for q in &queues {
         out.item(
             || {
                 let (c, t) = (&q.counts, &q.totals);
                 format!(
-                    "{}\tready={} scheduled={} leased={} done={} dead={} cancelled={} held_back={} unclaimable={} oldest_ready_age={} enqueued={} acked={} nacked={} lapsed={}{}",
-                    q.name, c.ready, c.scheduled, c.leased, c.done, c.dead, c.cancelled, q.held_back, q.unclaimable,
-                    q.oldest_ready_ms.map_or("-".into(), |at| output::span(now.saturating_sub(at))),
-                    t.enqueued, t.acked, t.nacked, t.lapsed,
-                    if q.options.paused { " paused" } else { "" }
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    q.name,
+                    c.ready,
+                    c.scheduled,
+                    c.leased,
+                    c.done,
+                    c.dead,
+                    c.cancelled,
+                    q.held_back,
+                    q.unclaimable,
+                    q.oldest_ready_ms
+                        .map_or("-".into(), |at| output::span(now.saturating_sub(at))
+                            .replace(' ', "")),
+                    t.enqueued,
+                    t.acked,
+                    t.nacked,
+                    t.lapsed,
+                    q.options.paused
                 )
             },
             q,
@@ -536,15 +718,41 @@ async fn stats(client: &Client, out: &Output, queue: Option<&str>) -> anyhow::Re
             "batch_factor": factor,
             "members_connected": connected,
         });
+        out.text_line("")?;
+        out.header(output::DAEMON_COLUMNS)?;
         out.item(
             || {
                 format!(
-                    "daemon\tfsyncs={} requests={} batch_factor={factor:.1} members_connected={connected}",
+                    "{}\t{}\t{factor:.1}\t{connected}",
                     daemon.syncs, daemon.synced_requests
                 )
             },
             &json,
         )?;
+    }
+    Ok(())
+}
+
+/// Asks before a destructive command: with `yes`, go on; on a terminal, the operator
+/// types the target's name to go on; without one, refuse and say how to go on.
+async fn confirm(what: &str, name: &str, yes: bool) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    if yes {
+        return Ok(());
+    }
+    if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+        bail!("refusing to {what} without confirmation: pass --yes");
+    }
+    eprint!("muster: {what}? Type {name:?} to confirm: ");
+    let typed = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    })
+    .await
+    .context("reading the confirmation")?
+    .context("reading the confirmation")?;
+    if typed.trim() != name {
+        bail!("not confirmed: nothing was changed");
     }
     Ok(())
 }
@@ -564,9 +772,9 @@ fn counted(
     verb: &str,
     reply: &muster_protocol::ops::CountReply,
 ) -> anyhow::Result<()> {
-    if args.dry_run && !out.is_json() {
+    if args.dry_run {
         for id in &reply.ids {
-            println!("{id}");
+            out.text_line(id)?;
         }
     }
     out.item(

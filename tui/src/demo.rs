@@ -4,9 +4,11 @@
 //! A producer enqueues fake jobs on queue `demo` at a steady rate; four agents
 //! (`demo/agent-1` to `demo/agent-4`, capacity 2, the last two labelled `gpu`) work on
 //! them step by step with progress checkpoints. Some jobs need a GPU, some fail once
-//! and are retried, a few are poison and end in dead. Ctrl-C or SIGTERM drains the
-//! agents (what they hold is released, no attempt spent) and stops it; every
-//! connection is closed before the process exits, so the daemon sees the agents gone.
+//! and are retried, a few are poison and end in dead. A daemon restart costs nothing:
+//! the agents and the producer reconnect (each job is sent under an idempotency key,
+//! so one cut off mid-enqueue lands once). Ctrl-C or SIGTERM drains the agents (what
+//! they hold is released, no attempt spent) and stops it; every connection is closed
+//! before the process exits, so the daemon sees the agents gone.
 
 use std::time::Duration;
 
@@ -53,27 +55,33 @@ pub async fn run(options: ConnectOptions, rate: f64) -> anyhow::Result<()> {
         agents.push(tokio::spawn(worker.run(work)));
     }
     println!("demo: {AGENTS} agents on queue {QUEUE:?}, {rate} tasks/s; Ctrl-C to stop");
+    let mut producer = Producer {
+        options,
+        client: Some(client),
+        run: format!("{}-{}", std::process::id(), crate::output::now_ms()),
+    };
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-    let mut n: u64 = 0;
+    // After an outage the producer goes on at its rate, without a burst of catch-up.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("listening for SIGTERM")?;
+    let stop = async {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    };
+    tokio::pin!(stop);
+    let mut n: u64 = 0;
     loop {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
-            _ = term.recv() => break,
+            () = &mut stop => break,
             _ = tick.tick() => {
                 n += 1;
-                let mut task = NewTask::new(muster_sdk::json(&serde_json::json!({
-                    "job": n,
-                    "steps": 5 + n % 20,
-                    "fail_once": n.is_multiple_of(7),
-                    "poison": n.is_multiple_of(31),
-                }))?);
-                task.priority = Some((n % 3) as u8);
-                if n.is_multiple_of(5) {
-                    task.requires = vec!["gpu".into()];
+                tokio::select! {
+                    () = &mut stop => break,
+                    sent = producer.enqueue(n) => sent?,
                 }
-                client.enqueue(QUEUE, task).await.context("enqueueing")?;
             }
         }
     }
@@ -84,8 +92,83 @@ pub async fn run(options: ConnectOptions, rate: f64) -> anyhow::Result<()> {
     for a in agents {
         a.await.context("joining an agent")??;
     }
-    client.close().await;
+    if let Some(client) = producer.client {
+        client.close().await;
+    }
     Ok(())
+}
+
+/// First wait before the producer reconnects; doubled up to [`RECONNECT_MAX`].
+const RECONNECT_MIN: Duration = Duration::from_millis(100);
+
+/// Longest wait between two reconnects of the producer.
+const RECONNECT_MAX: Duration = Duration::from_secs(2);
+
+/// The demo's producer: reconnects like the agents do when the daemon restarts, and
+/// sends each job under an idempotency key, so a job whose enqueue was cut off is
+/// enqueued once however often it is sent again.
+struct Producer {
+    options: ConnectOptions,
+    client: Option<Client>,
+    /// Tells this run's idempotency keys apart from an earlier run's.
+    run: String,
+}
+
+impl Producer {
+    /// Enqueues job `n`, reconnecting until the daemon takes it; fails only if the
+    /// daemon refuses it.
+    async fn enqueue(&mut self, n: u64) -> anyhow::Result<()> {
+        let mut wait = RECONNECT_MIN;
+        let mut lost_since: Option<std::time::Instant> = None;
+        loop {
+            let client = match &self.client {
+                Some(c) => c,
+                None => match Client::connect(self.options.clone()).await {
+                    Ok(c) => {
+                        if let Some(since) = lost_since {
+                            let after = since.elapsed().as_secs_f64();
+                            println!("demo: producer reconnected after {after:.1}s");
+                        }
+                        self.client.insert(c)
+                    }
+                    Err(e) => {
+                        tracing::debug!("demo producer: reconnecting: {e}");
+                        lost_since.get_or_insert_with(std::time::Instant::now);
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(RECONNECT_MAX);
+                        continue;
+                    }
+                },
+            };
+            match client.enqueue(QUEUE, job(n, &self.run)?).await {
+                Ok(_) => return Ok(()),
+                // The daemon refused it: a real error, not an outage.
+                Err(e) if e.code().is_some() => return Err(e).context("enqueueing"),
+                Err(e) => {
+                    tracing::warn!("demo producer: {e}; reconnecting");
+                    lost_since.get_or_insert_with(std::time::Instant::now);
+                    self.client = None;
+                }
+            }
+        }
+    }
+}
+
+/// Job `n` of a run: its steps, whether it fails once or is poison, its priority and
+/// whether it needs a GPU all follow from `n`.
+fn job(n: u64, run: &str) -> anyhow::Result<NewTask> {
+    let mut task = NewTask::new(muster_sdk::json(&serde_json::json!({
+        "job": n,
+        "steps": 5 + n % 20,
+        "fail_once": n.is_multiple_of(7),
+        "poison": n.is_multiple_of(31),
+    }))?);
+    task.priority = Some((n % 3) as u8);
+    if n.is_multiple_of(5) {
+        task.requires = vec!["gpu".into()];
+    }
+    task.idempotency_key = Some(format!("demo-{run}-{n}"));
+    Ok(task)
 }
 
 /// Fake work: a step every 200 ms with a progress checkpoint, resuming from the last one.

@@ -6,7 +6,9 @@
 //! # Layout
 //! - [`cli`]: the arguments (clap).
 //! - [`commands`]: what each subcommand does.
+//! - [`context`]: named contexts, several daemons kept by name.
 //! - [`output`]: how results are printed, as text or JSON lines.
+//! - [`failure`]: how a failure ends: one line or one JSON object, exit status 1.
 //! - [`work`]: `muster work`, any program as an agent.
 //! - [`demo`]: `muster demo`, a live swarm to watch.
 //! - [`bench`]: `muster bench`, the benchmark BENCHMARKS.md describes.
@@ -16,7 +18,9 @@ pub mod bench;
 pub mod cli;
 pub mod commands;
 pub mod console;
+pub mod context;
 pub mod demo;
+pub mod failure;
 pub mod output;
 pub mod work;
 

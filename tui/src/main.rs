@@ -1,12 +1,19 @@
 //! The `muster` binary: parse the command line, run it, print a one-line error on failure.
 
+use std::process::ExitCode;
+
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use muster_tui::cli::{Cli, Command};
+use muster_tui::failure;
 
-fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return failure::usage(&e),
+    };
+    let json = cli.global.json;
     // Long-running agents log what they do; one-shot commands only warnings.
     let default = match cli.command {
         Command::Work(_) | Command::Demo { .. } => "info",
@@ -26,18 +33,12 @@ fn main() -> std::process::ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("muster: starting the runtime: {e}");
-            return std::process::ExitCode::FAILURE;
+            let e = anyhow::Error::new(e).context("starting the runtime");
+            return failure::report(&e, json);
         }
     };
     match runtime.block_on(muster_tui::commands::run(cli)) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            // One line, whatever the error carries (a daemon's message can quote text
-            // from other clients).
-            let message = format!("{e:#}");
-            eprintln!("muster: {}", muster_tui::output::safe(&message));
-            std::process::ExitCode::FAILURE
-        }
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => failure::report(&e, json),
     }
 }

@@ -5,24 +5,101 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use muster_protocol::model::{MemberInfo, QueueInfo, TaskInfo, TaskState, TaskSummary};
 
-/// Where results go and in which form.
+/// The columns of a task listing (`task list`, `task find`, `dead`, a member's leases).
+pub const TASK_COLUMNS: &[&str] = &[
+    "ID",
+    "QUEUE",
+    "STATE",
+    "PRIORITY",
+    "DELIVERIES",
+    "FAILURES",
+    "LAST_ERROR",
+];
+
+/// The columns of `queue list`.
+pub const QUEUE_COLUMNS: &[&str] = &[
+    "NAME",
+    "READY",
+    "SCHEDULED",
+    "LEASED",
+    "DONE",
+    "DEAD",
+    "CANCELLED",
+    "PAUSED",
+];
+
+/// The columns of `stats`, one row per queue.
+pub const STATS_COLUMNS: &[&str] = &[
+    "QUEUE",
+    "READY",
+    "SCHEDULED",
+    "LEASED",
+    "DONE",
+    "DEAD",
+    "CANCELLED",
+    "HELD_BACK",
+    "UNCLAIMABLE",
+    "OLDEST_READY_AGE",
+    "ENQUEUED",
+    "ACKED",
+    "NACKED",
+    "LAPSED",
+    "PAUSED",
+];
+
+/// The columns of the daemon's row of `stats`.
+pub const DAEMON_COLUMNS: &[&str] = &["FSYNCS", "REQUESTS", "BATCH_FACTOR", "MEMBERS_CONNECTED"];
+
+/// The columns of `context list`.
+pub const CONTEXT_COLUMNS: &[&str] = &["NAME", "CURRENT", "ADDR", "TRUST"];
+
+/// The columns of `members`.
+pub const MEMBER_COLUMNS: &[&str] = &["NAME", "STATE", "LEASES", "DRAINING", "LABELS", "LAST_SEEN"];
+
+/// Where results go and in which form. Text has two shapes: a list is a table (a header
+/// line, unless turned off, then one tab-separated row per item), one object is
+/// `key<TAB>value` lines. JSON is one object per line, without headers.
 pub struct Output {
     json: bool,
+    headers: bool,
     out: std::io::Stdout,
 }
 
 impl Output {
-    /// Text, or JSON lines if `json`.
-    pub fn new(json: bool) -> Output {
+    /// Text (tables with a header line if `headers`), or JSON lines if `json`.
+    pub fn new(json: bool, headers: bool) -> Output {
         Output {
             json,
+            headers,
             out: std::io::stdout(),
         }
+    }
+
+    /// Prints a table's header line: in text mode, unless headers are turned off.
+    pub fn header(&self, columns: &[&str]) -> anyhow::Result<()> {
+        if self.json || !self.headers {
+            return Ok(());
+        }
+        let mut out = self.out.lock();
+        writeln!(out, "{}", columns.join("\t"))?;
+        out.flush()?;
+        Ok(())
     }
 
     /// Whether JSON lines are printed.
     pub fn is_json(&self) -> bool {
         self.json
+    }
+
+    /// Prints a line in text mode only (the ids a dry run lists, a blank line between tables).
+    pub fn text_line(&self, text: &str) -> anyhow::Result<()> {
+        if self.json {
+            return Ok(());
+        }
+        let mut out = self.out.lock();
+        writeln!(out, "{text}")?;
+        out.flush()?;
+        Ok(())
     }
 
     /// Prints one line of text (in text mode) or one JSON value (in JSON mode).
@@ -52,7 +129,8 @@ impl Output {
         self.item(|| task_text(t), t)
     }
 
-    /// Prints a member as one line: name, connected, leases/capacity, draining, labels, last seen.
+    /// Prints a member as one row of [`MEMBER_COLUMNS`]: name, state, leases/capacity,
+    /// draining, labels, last seen.
     pub fn member(&self, m: &MemberInfo) -> anyhow::Result<()> {
         self.item(
             || {
@@ -75,13 +153,14 @@ impl Output {
         )
     }
 
-    /// Prints one task of a listing.
+    /// Prints one task of a listing, a row of [`TASK_COLUMNS`].
     pub fn summary(&self, t: &TaskSummary) -> anyhow::Result<()> {
         self.item(
             || {
                 format!(
-                    "{}\t{}\t{}\t{}\t{}\t{}",
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}",
                     t.id,
+                    t.queue,
                     t.state,
                     t.priority,
                     t.deliveries,
@@ -173,6 +252,7 @@ fn queue_text(q: &QueueInfo) -> String {
         lines.push(format!("{state}\t{}", q.counts.get(state)));
     }
     lines.push(format!("held_back\t{}", q.held_back));
+    lines.push(format!("consumers\t{}", q.consumers));
     lines.push(format!(
         "unclaimable\t{}{}",
         q.unclaimable,

@@ -11,6 +11,7 @@
 //! | `task_get` | produce or consume | the task's queue |
 //! | `wait`, `cancel` | produce | every task's queue |
 //! | `task_list`, `redrive`, `discard` | admin | the queue |
+//! | `task_find` | admin | the queue; without one, searches only covered queues |
 //! | `session_open` | consume | the member must be free or the principal's and match its member patterns; every queue the member holds leases in |
 //! | `session_update`, `unsubscribe` | consume | (the session is the connection's own) |
 //! | `subscribe` | consume | every queue |
@@ -203,6 +204,7 @@ impl<W: Waiter> Engine<W> {
                 .try_for_each(|t| self.task_allowed(t, PRODUCE, p)),
             Request::Cancel(r) => self.task_allowed(&r.task, PRODUCE, p),
             Request::TaskList(r) => p.check(ADMIN, Some(&r.queue)),
+            Request::TaskFind(r) => p.check(ADMIN, r.queue.as_deref()),
             Request::Redrive(r) => p.check(ADMIN, Some(&r.0.queue)),
             Request::Discard(r) => p.check(ADMIN, Some(&r.0.queue)),
             Request::SessionOpen(r) => {

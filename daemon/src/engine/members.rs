@@ -247,6 +247,26 @@ impl<W: Waiter> Engine<W> {
         sets
     }
 
+    /// Who can take a queue's tasks now: connected, not draining member sessions
+    /// subscribed to it, and claims parked on it.
+    pub(super) fn consumers(&self, queue: &str) -> u64 {
+        let subscribed = self
+            .members
+            .values()
+            .filter(|m| {
+                m.state() == MemberState::Connected
+                    && !m.draining
+                    && m.subscribed.iter().any(|q| q == queue)
+            })
+            .count();
+        let parked = self
+            .claim_waiters
+            .iter()
+            .filter(|w| w.claim.queues.iter().any(|q| q == queue))
+            .count();
+        (subscribed + parked) as u64
+    }
+
     /// Room for pushes a member has at `now`.
     fn room(&self, m: &Member<W::Sink>, now: Now) -> usize {
         let heard = m

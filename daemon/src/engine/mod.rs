@@ -16,6 +16,7 @@ pub use authz::{
     DEFAULT_MEMBER_NAME_EXPIRY, MAX_MEMBER_NAMES_PER_PRINCIPAL, MIN_MEMBER_NAME_EXPIRY,
 };
 pub mod dispatch;
+mod find;
 
 pub use authz::authorize_stateless;
 mod listing;
@@ -39,7 +40,7 @@ use muster_protocol::model::{QueueOptions, QueueTotals, TaskState, TimelineEvent
 use muster_protocol::ops::{
     CancelReply, ClaimReply, CountReply, Empty, EnqueueReply, HelloReply, MemberDescribeReply,
     MemberListReply, MemberReply, QueueListReply, QueueReply, RenewReply, ServerStatsReply,
-    SessionOpenReply, SettleReply, TaskListReply, TaskReply, WaitReply, WatchReply,
+    SessionOpenReply, SettleReply, TaskFindReply, TaskListReply, TaskReply, WaitReply, WatchReply,
 };
 use muster_protocol::{ErrorBody, ErrorCode};
 
@@ -154,6 +155,8 @@ pub enum Reply {
     Task(TaskReply),
     /// Task list.
     TaskList(TaskListReply),
+    /// Task find.
+    TaskFind(TaskFindReply),
     /// Wait.
     Wait(WaitReply),
     /// Cancel.

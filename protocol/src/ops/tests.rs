@@ -177,3 +177,55 @@ fn a_watched_task_keeps_its_payload_verbatim() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn task_find_round_trips_and_omits_what_is_unset() {
+    let documented = br#"{"id":43,"op":"task_find","queue":"jobs","state":"dead","error":"timed out","limit":1}"#;
+    let (id, req) = decode_request(documented).unwrap();
+    assert_eq!(id, 43);
+    let Request::TaskFind(find) = req else {
+        panic!("not a task_find: {req:?}")
+    };
+    assert_eq!(
+        *find,
+        TaskFind {
+            queue: Some("jobs".into()),
+            state: Some(TaskState::Dead),
+            error: Some("timed out".into()),
+            limit: Some(1),
+            ..TaskFind::default()
+        }
+    );
+    let full = TaskFind {
+        id_prefix: Some("01jh".into()),
+        field: Some(FieldMatch {
+            path: "order.id".into(),
+            value: serde_json::json!(42),
+        }),
+        newest_first: true,
+        after: Some(FindCursor {
+            queue: "jobs".into(),
+            id: "01JHMPFNMXH4QX4FR84G98PBSK".into(),
+        }),
+        ..TaskFind::default()
+    };
+    let framed = encode_json(&RequestFrame::new(5, &full)).unwrap();
+    assert_eq!(
+        &framed[4..],
+        br#"{"id":5,"op":"task_find","id_prefix":"01jh","field":{"path":"order.id","value":42},"newest_first":true,"after":{"queue":"jobs","id":"01JHMPFNMXH4QX4FR84G98PBSK"}}"#
+    );
+    let Request::TaskFind(back) = decode_request(&framed[4..]).unwrap().1 else {
+        panic!("not a task_find")
+    };
+    assert_eq!(*back, full);
+    assert_eq!(
+        code(r#"{"id":6,"op":"task_find","field":{"path":"a"}}"#),
+        (Some(6), ErrorCode::BadRequest)
+    );
+    let reply: TaskFindReply = serde_json::from_str(
+        r#"{"tasks":[],"next":{"queue":"jobs","id":"01JHMPFNMXH4QX4FR84G98PBSK"},"scanned":3}"#,
+    )
+    .unwrap();
+    assert_eq!(reply.scanned, 3);
+    assert_eq!(reply.next.map(|c| c.queue), Some("jobs".into()));
+}

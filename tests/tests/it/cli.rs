@@ -127,10 +127,14 @@ fn bad_input_gets_one_line_and_a_non_zero_exit() {
             &["enqueue", "nope", "1"],
             "muster: not_found: no queue \"nope\"",
         ),
-        (&["ack", "nonsense"], "error: invalid value 'nonsense'"),
+        (&["ack", "nonsense"], "muster: invalid value 'nonsense'"),
         (
-            &["enqueue", "jobs", "1", "--priority", "10"],
-            "muster: bad_request: task 0: priority is 0..=9",
+            &["enqueue", "jobs", "1", "--priority", "12"],
+            "muster: invalid value '12' for '--priority <PRIORITY>': 12 is not in 0..=9 (see `muster enqueue --help`)\n",
+        ),
+        (
+            &["queue", "create"],
+            "muster: the following required arguments were not provided: <NAME> (see `muster queue create --help`)\n",
         ),
         (
             &["claim", "jobs", "--max", "0"],
@@ -143,9 +147,10 @@ fn bad_input_gets_one_line_and_a_non_zero_exit() {
     ];
     for (args, prefix) in cases {
         let out = d.cli(args);
-        assert_ne!(out.status.code(), Some(0), "{args:?} succeeded");
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
         let err = String::from_utf8(out.stderr).unwrap();
         assert!(err.starts_with(prefix), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
     }
     let described = d.ok(&["queue", "describe", "jobs"]);
     assert_eq!(field(&described, "ready"), "0");
@@ -205,21 +210,40 @@ fn stats_show_counts_totals_and_group_commit() {
     let claim = d.ok(&["claim", "jobs"]);
     d.ok(&["ack", claim.split('\t').next().unwrap()]);
     let one = d.ok(&["stats", "jobs"]);
-    let (head, rest) = one.split_once(" oldest_ready_age=").unwrap();
+    let lines: Vec<Vec<&str>> = one.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(lines.len(), 2, "{one}");
     assert_eq!(
-        head,
-        "jobs\tready=1 scheduled=0 leased=0 done=1 dead=0 cancelled=0 held_back=0 unclaimable=0"
+        lines[0],
+        [
+            "QUEUE",
+            "READY",
+            "SCHEDULED",
+            "LEASED",
+            "DONE",
+            "DEAD",
+            "CANCELLED",
+            "HELD_BACK",
+            "UNCLAIMABLE",
+            "OLDEST_READY_AGE",
+            "ENQUEUED",
+            "ACKED",
+            "NACKED",
+            "LAPSED",
+            "PAUSED"
+        ]
     );
-    assert!(
-        rest.ends_with(" enqueued=2 acked=1 nacked=0 lapsed=0\n"),
+    let row = &lines[1];
+    assert_eq!(
+        row[..9],
+        ["jobs", "1", "0", "0", "1", "0", "0", "0", "0"],
         "{one}"
     );
-    let all = d.ok(&["stats"]);
-    let daemon = all.lines().last().unwrap();
-    assert!(
-        daemon.starts_with("daemon\tfsyncs=") && daemon.ends_with(" members_connected=0"),
-        "{all}"
-    );
+    assert_eq!(row[10..], ["2", "1", "0", "0", "false"], "{one}");
+    let all = d.ok(&["stats", "--no-headers"]);
+    let mut parts = all.split("\n\n");
+    assert_eq!(parts.next().map(|t| t.lines().count()), Some(1), "{all}");
+    let daemon: Vec<&str> = parts.next().unwrap().trim_end().split('\t').collect();
+    assert_eq!((daemon.len(), daemon[3]), (4, "0"), "{all}");
 }
 
 #[test]

@@ -75,7 +75,8 @@ async fn pins_and_ca_files_are_checked() {
             "--token-file",
             token_file,
             "queue",
-            "list"
+            "list",
+            "--no-headers"
         ]),
         ""
     );

@@ -163,7 +163,7 @@ fn required_labels_gate_delivery_and_unclaimable_tasks_show_in_describe() {
     ]);
     let mut held = String::new();
     for _ in 0..200 {
-        held = d.ok(&["members"]);
+        held = d.ok(&["members", "--no-headers"]);
         if held.contains("gpu-1\tconnected\t1/1\t") {
             break;
         }
@@ -234,7 +234,7 @@ fn finished_tasks_go_after_their_retention_and_dead_ones_stay() {
         ("0".into(), "1".into())
     );
     assert_eq!(
-        d.ok(&["dead", "short"]).split('\t').next(),
+        d.ok(&["dead", "short", "--no-headers"]).split('\t').next(),
         Some(dead.as_str())
     );
 }

@@ -482,7 +482,7 @@ async fn one_producer_cannot_blind_the_operator() {
         "{}",
         String::from_utf8_lossy(&stats.stderr)
     );
-    let dead = d.cli(&["--token", ADMIN, "dead", "jobs.dead"]);
+    let dead = d.cli(&["--token", ADMIN, "dead", "jobs.dead", "--no-headers"]);
     assert!(
         dead.status.success(),
         "{}",

@@ -40,7 +40,9 @@ fn a_lapsed_lease_comes_back_then_dies_and_redrive_revives_it() {
     let dead = d.ok(&["dead", "slow"]);
     assert_eq!(
         dead,
-        format!("{id}\tdead\t0\t2\t2\tlease lapsed (member \"\", epoch 2)\n")
+        format!(
+            "ID\tQUEUE\tSTATE\tPRIORITY\tDELIVERIES\tFAILURES\tLAST_ERROR\n{id}\tslow\tdead\t0\t2\t2\tlease lapsed (member \"\", epoch 2)\n"
+        )
     );
 
     assert_eq!(
@@ -60,10 +62,13 @@ fn a_lapsed_lease_comes_back_then_dies_and_redrive_revives_it() {
         d.ok(&["dead-letter", &format!("{id}.3"), "--error", "bad input"]),
         "dead\n"
     );
-    assert_eq!(d.ok(&["discard", "slow", "--all"]), "discarded 1\n");
+    assert_eq!(
+        d.ok(&["discard", "slow", "--all", "--yes"]),
+        "discarded 1\n"
+    );
     assert_eq!(
         d.ok(&["queue", "list"]),
-        "slow\tready=0 scheduled=0 leased=0 done=0 dead=0 cancelled=0\n"
+        "NAME\tREADY\tSCHEDULED\tLEASED\tDONE\tDEAD\tCANCELLED\tPAUSED\nslow\t0\t0\t0\t0\t0\t0\tfalse\n"
     );
 }
 

@@ -134,7 +134,7 @@ async fn a_killed_agent_that_never_returns_costs_its_tasks_one_failure_each() {
             t.history
         );
     }
-    let members = d.ok(&["members"]);
+    let members = d.ok(&["members", "--no-headers"]);
     assert!(
         members.starts_with("ghost/agent1\tunreachable\t0/2\t"),
         "{members}"

@@ -12,6 +12,8 @@
 //! - `metrics`: the Prometheus endpoint.
 //! - `private`: local users and tenants: the private data directory and local-only
 //!   mode, token files, principals, member names, start-up warnings.
+//! - `scripting`: `task find`, header lines, JSON errors, closed pipes, confirmations,
+//!   contexts, completions and the man page.
 //! - `security`: tokens and roles, member ownership, bad input, floods.
 //! - `spec`: the daemon as PROTOCOL.md describes it (subscriptions, waits, `null`,
 //!   paging, member records, `max_runtime_ms` across restarts and queue updates).
@@ -20,6 +22,7 @@
 //!   partitioned while they work one queue.
 //! - `crash`: kill -9 during a burst of enqueues, and leases held across restarts.
 //! - `disk`: a full disk during a burst of enqueues, and recovery once space is freed.
+//! - `demo`: `muster demo` across a daemon restart, drained by SIGTERM.
 //! - `dispatch`: priorities, delays, keys, labels, fairness and retention.
 //! - `connect`: trust (pins, CA files), refusals at start-up, pipelining.
 //! - `tui`: `muster tui` in tmux: redrive with confirm, read-only, no daemon.
@@ -30,6 +33,7 @@ mod checker;
 mod cli;
 mod connect;
 mod crash;
+mod demo;
 mod disk;
 mod dispatch;
 mod exhaustion;
@@ -39,6 +43,7 @@ mod lapse;
 mod liveness;
 mod metrics;
 mod private;
+mod scripting;
 mod security;
 mod spec;
 mod tui;

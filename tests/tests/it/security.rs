@@ -100,6 +100,14 @@ async fn attempt(c: &Client, op: &str, queue: &str, task: &str, member: &str) ->
             c.task_list(queue, muster_sdk::TaskState::Ready, None, None)
                 .await,
         ),
+        "task_find" => code(
+            c.task_find(&muster_sdk::protocol::ops::TaskFind {
+                queue: Some(queue.into()),
+                ..Default::default()
+            })
+            .await,
+        ),
+        "task_find_all_queues" => code(c.task_find(&Default::default()).await),
         "wait" => code(c.wait(vec![task.into()], 0).await),
         "cancel" => code(c.cancel(task).await),
         "redrive" => code(c.redrive(sel(queue)).await),
@@ -206,6 +214,8 @@ const OPS: &[&str] = &[
     "dead_letter",
     "task_get",
     "task_list",
+    "task_find",
+    "task_find_all_queues",
     "wait",
     "cancel",
     "redrive",
@@ -231,7 +241,10 @@ const OPS: &[&str] = &[
 
 /// The wire op a cell of the matrix exercises.
 fn wire_op(cell: &str) -> &str {
-    let op = cell.strip_suffix("_without_session").unwrap_or(cell);
+    let op = cell
+        .strip_suffix("_without_session")
+        .or_else(|| cell.strip_suffix("_all_queues"))
+        .unwrap_or(cell);
     if op.starts_with("watch_") {
         "watch"
     } else {
@@ -372,6 +385,20 @@ async fn the_authorization_matrix_has_no_unauthorized_success() {
         names.iter().all(|n| n == "jobs" || n.starts_with("jobs.")),
         "{names:?}"
     );
+    // A search over every queue only examines what a token covers.
+    let jobs_admin = d.client_as(QUEUE_ADMIN).await;
+    let everything = muster_sdk::protocol::ops::TaskFind {
+        limit: Some(1000),
+        ..Default::default()
+    };
+    let found = jobs_admin.task_find(&everything).await.expect("find");
+    assert_eq!(found.next, None);
+    let c = admin.queue_describe("jobs").await.expect("jobs").counts;
+    let in_jobs = c.scheduled + c.ready + c.leased + c.done + c.dead + c.cancelled;
+    assert_eq!(found.tasks.len() as u64, in_jobs);
+    assert!(found.tasks.iter().all(|t| t.queue == "jobs"), "{found:?}");
+    let all = admin.task_find(&everything).await.expect("find");
+    assert!(all.tasks.iter().any(|t| t.queue == "other"));
     eprintln!("authorization matrix: {cells} cells, 0 unauthorized successes");
 }
 

@@ -20,6 +20,11 @@ struct Tmux {
 
 impl Tmux {
     fn start(d: &Daemon, args: &[&str]) -> Tmux {
+        Tmux::start_with_env(d, args, &[])
+    }
+
+    /// Starts the console with these extra environment variables (`NAME=value`).
+    fn start_with_env(d: &Daemon, args: &[&str], env: &[String]) -> Tmux {
         let dir = tempfile::tempdir().expect("a directory for the tmux socket");
         let t = Tmux {
             socket: dir.path().join("tmux.sock"),
@@ -33,7 +38,7 @@ impl Tmux {
         // server's configuration, so it holds from the pane's first moment.
         let config = t.dir.path().join("tmux.conf");
         std::fs::write(&config, "set-option -g remain-on-exit on\n").expect("tmux.conf");
-        let out = t.run(&[
+        let session = [
             "-f",
             config.to_str().expect("a UTF-8 temporary path"),
             "new-session",
@@ -50,8 +55,13 @@ impl Tmux {
             &format!("MUSTER_DATA={}", d.data().display()),
             "-e",
             "TERM=xterm-256color",
-            &command,
-        ]);
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(env.iter().flat_map(|e| ["-e".to_owned(), e.clone()]))
+        .chain([command])
+        .collect::<Vec<String>>();
+        let out = t.run(&session.iter().map(String::as_str).collect::<Vec<_>>());
         assert!(
             out.status.success(),
             "tmux new-session: {}",
@@ -351,4 +361,112 @@ async fn the_daemon_pushes_the_watched_screen_when_it_changes_at_most_once_a_sec
         );
     }
     agent.kill9();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slash_finds_one_task_among_100_000_and_says_how_long_it_took() {
+    const TASKS: usize = 100_000;
+    const NEEDLE: usize = 61_803;
+    let d = Daemon::start();
+    let client = d.client().await;
+    client
+        .queue_create("big", muster_sdk::QueuePatch::default())
+        .await
+        .expect("queue");
+    muster_tests::fill(&client, "big", TASKS, |i| {
+        let text = if i == NEEDLE {
+            r#"{"n":"needle-61803"}"#.to_owned()
+        } else {
+            format!(r#"{{"n":{i}}}"#)
+        };
+        muster_sdk::NewTask::new(muster_sdk::raw_json(&text).expect("json"))
+    })
+    .await;
+    // The SDK's own search, paged to the end, names the task the console must find.
+    let mut request = muster_sdk::protocol::ops::TaskFind {
+        queue: Some("big".into()),
+        payload: Some("needle".into()),
+        ..Default::default()
+    };
+    let mut want = None;
+    for _ in 0..TASKS {
+        let page = client.task_find(&request).await.expect("find");
+        if let Some(t) = page.tasks.first() {
+            want = Some(t.id.clone());
+            break;
+        }
+        match page.next {
+            Some(next) => request.after = Some(next),
+            None => break,
+        }
+    }
+    let want = want.expect("the needle is stored");
+    client.close().await;
+
+    let tmux = Tmux::start(&d, &[]);
+    tmux.wait_for("big");
+    tmux.keys(&[":queue big", "Enter"]);
+    tmux.wait_for("Queue big");
+    tmux.keys(&["/payload:needle"]);
+    tmux.wait_for("/payload:needle");
+    let started = Instant::now();
+    tmux.keys(&["Enter"]);
+    tmux.wait_for(&want);
+    let took = started.elapsed();
+    eprintln!("console: / over {TASKS} tasks showed the match in {took:?}");
+    // The search goes on to the end of the queue (the page is not full): one match.
+    let found = tmux.wait_for("examined, all");
+    assert!(found.contains("1 found"), "{found}");
+    // Enter opens it: the payload is the needle's.
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("needle-61803");
+    tmux.keys(&["q"]);
+    assert_eq!(tmux.wait_exit(), 0);
+}
+
+#[test]
+fn edit_and_requeue_a_dead_task_from_the_console() {
+    let d = Daemon::start();
+    let dead = queue_with_a_dead_task(&d);
+    // The "editor" changes the payload the way an operator would, and exits.
+    let dir = tempfile::tempdir().expect("a directory for the editor");
+    let editor = dir.path().join("fix-payload");
+    std::fs::write(&editor, "#!/bin/sh\nsed -i 's/1/42/' \"$1\"\n").expect("the editor script");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&editor, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let tmux = Tmux::start_with_env(
+        &d,
+        &[],
+        &["VISUAL=".to_owned(), format!("EDITOR={}", editor.display())],
+    );
+    tmux.wait_for("jobs");
+    tmux.keys(&[":dead", "Enter"]);
+    tmux.wait_for(&dead);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for(&format!("Task {dead}"));
+    tmux.keys(&["e"]);
+    tmux.wait_for("Enqueue the edited payload on queue jobs");
+    assert_eq!(
+        state(&d, &dead),
+        "dead",
+        "nothing happens before the confirm"
+    );
+    tmux.keys(&["y"]);
+    let screen = tmux.wait_for(&format!("requeued {dead} as "));
+    let new = screen
+        .split(&format!("requeued {dead} as "))
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the new id")
+        .to_owned();
+    let task: serde_json::Value =
+        serde_json::from_str(&d.ok(&["task", "get", &new, "--json"])).expect("task JSON");
+    assert_eq!(
+        (task["state"].as_str(), &task["payload"]),
+        (Some("ready"), &serde_json::json!({"n": 42}))
+    );
+    let gone = d.cli(&["task", "get", &dead]);
+    assert_eq!(gone.status.code(), Some(1), "the dead task was discarded");
+    tmux.keys(&["q"]);
+    assert_eq!(tmux.wait_exit(), 0);
 }

@@ -9,7 +9,9 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use muster_protocol::model::{MemberInfo, QueueInfo, QueueTotals, TaskState, TaskSummary};
-use muster_protocol::ops::{View, WatchReply, WatchUpdate};
+use muster_protocol::ops::{
+    FieldMatch, FindCursor, TaskFind, TaskFindReply, View, WatchReply, WatchUpdate,
+};
 
 /// Rows asked for per page of a list screen.
 pub const PAGE_ROWS: u32 = 100;
@@ -50,6 +52,13 @@ pub enum Screen {
     },
     /// Dead tasks of every queue.
     Dead,
+    /// A search over a whole queue (or every queue), newest first.
+    Found {
+        /// The queue searched; every queue if `None`.
+        queue: Option<String>,
+        /// What the operator typed after `/`.
+        query: String,
+    },
 }
 
 /// A screen on the navigation stack, with where the operator is on it.
@@ -63,8 +72,13 @@ pub struct Page {
     pub selected: usize,
     /// Rows marked with space, by id, for verbs on several tasks.
     pub marked: BTreeSet<String>,
-    /// The filter typed with `/`, applied to this page's rows.
+    /// The quick filter typed with `f`, applied to this page's rows.
     pub filter: String,
+    /// The column (of [`Row::sort_columns`]) the page's rows are sorted by, and whether
+    /// descending; the daemon's order (by id or name) if `None`.
+    pub sort: Option<(usize, bool)>,
+    /// A search's pages: where each started; the last is the current page's.
+    found_cursors: Vec<Option<FindCursor>>,
 }
 
 impl Page {
@@ -75,14 +89,16 @@ impl Page {
             selected: 0,
             marked: BTreeSet::new(),
             filter: String::new(),
+            sort: None,
+            found_cursors: vec![None],
         }
     }
 
-    /// The watch view of this page.
-    pub fn view(&self) -> View {
+    /// The watch view of this page; `None` for a search, which is not watched.
+    pub fn view(&self) -> Option<View> {
         let after = self.cursors.last().cloned().flatten();
         let limit = Some(PAGE_ROWS);
-        match &self.screen {
+        Some(match &self.screen {
             Screen::Queues => View::Queues { after, limit },
             Screen::Queue { name, state } => View::Tasks {
                 queue: name.clone(),
@@ -96,12 +112,13 @@ impl Page {
                 member: name.clone(),
             },
             Screen::Dead => View::Dead { after, limit },
-        }
+            Screen::Found { .. } => return None,
+        })
     }
 
     /// The page number, from 1.
     pub fn number(&self) -> usize {
-        self.cursors.len()
+        self.cursors.len().max(self.found_cursors.len())
     }
 }
 
@@ -110,8 +127,10 @@ impl Page {
 pub enum Mode {
     /// Keys act on the screen.
     Normal,
-    /// Typing a filter after `/`.
+    /// Typing a quick filter of the page's rows after `f`.
     Filter(String),
+    /// Typing a search of the whole queue after `/`.
+    Search(String),
     /// Typing a command after `:`.
     Command(String),
     /// A verb waits for `y`.
@@ -157,6 +176,29 @@ pub enum Verb {
     Resume(String),
     /// Drain a member.
     Drain(String),
+    /// Remove a queue's ready and scheduled tasks (this many, as last shown).
+    Purge(String, u64),
+    /// Delete a queue and its tasks (this many, as last shown).
+    DeleteQueue(String, u64),
+    /// Enqueue an edited copy of a dead task, then discard the dead one.
+    Requeue(Requeue),
+}
+
+/// A dead task to enqueue again with an edited payload: what the new task keeps of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requeue {
+    /// The dead task, discarded once the copy is enqueued.
+    pub id: String,
+    /// Its queue, where the copy goes.
+    pub queue: String,
+    /// The edited payload (checked to be JSON).
+    pub payload: String,
+    /// Its priority, key and required labels, which the copy keeps.
+    pub priority: u8,
+    /// Its key.
+    pub key: Option<String>,
+    /// Its required labels.
+    pub requires: Vec<String>,
 }
 
 impl Verb {
@@ -187,12 +229,22 @@ impl Verb {
             Verb::Drain(m) => {
                 format!("Drain member {m}? It finishes what it holds, gets nothing new.")
             }
+            Verb::Purge(q, n) => {
+                format!("Purge queue {q}: remove its {n} ready and scheduled tasks for good?")
+            }
+            Verb::DeleteQueue(q, n) => {
+                format!("Delete queue {q} and its {n} tasks for good?")
+            }
+            Verb::Requeue(r) => format!(
+                "Enqueue the edited payload on queue {} and discard dead task {}?",
+                r.queue, r.id
+            ),
         }
     }
 }
 
 /// Something for the loop to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
     /// Watch a screen (replacing the previous watch).
     Watch {
@@ -203,6 +255,103 @@ pub enum Effect {
     },
     /// Ask the daemon to do something.
     Run(Verb),
+    /// Let the operator edit a dead task's payload in `$EDITOR`; the result comes back
+    /// through [`App::on_edited`].
+    Edit(Requeue),
+    /// Put text on the terminal's clipboard (OSC 52).
+    Copy {
+        /// What is copied.
+        text: String,
+        /// What the footer says was copied.
+        what: String,
+    },
+    /// Search tasks (one bounded request; [`App::on_found`] asks for more).
+    Find {
+        /// The request (boxed: it is large next to the other effects).
+        search: Box<TaskFind>,
+        /// Replies carry it; others are stale.
+        tag: u64,
+    },
+}
+
+/// What a search found so far, newest first.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Found {
+    /// The matches, in search order.
+    pub tasks: Vec<TaskSummary>,
+    /// Where the search goes on; `None` once every task was examined.
+    pub next: Option<FindCursor>,
+    /// Tasks examined so far.
+    pub scanned: u64,
+    /// The search stopped with a full page although more may match (`]` goes on).
+    pub more: bool,
+}
+
+/// Turns what was typed after `/` into a search: words `id:PREFIX`, `key:K`, `idem:K`,
+/// `label:L`, `error:TEXT`, `payload:TEXT`, `state:STATE`, `field:PATH=VALUE`; a bare
+/// word is an id prefix if it can be one (Crockford base32), else payload text.
+pub fn search_query(queue: Option<String>, text: &str) -> Result<TaskFind, String> {
+    let mut search = TaskFind {
+        queue,
+        newest_first: true,
+        limit: Some(PAGE_ROWS),
+        ..TaskFind::default()
+    };
+    if text.trim().is_empty() {
+        return Err(
+            "type what to search for: an id prefix, key:K, error:TEXT, … (? for all)".into(),
+        );
+    }
+    for word in text.split_whitespace() {
+        let (name, value) = word.split_once(':').unwrap_or(("", word));
+        if value.is_empty() {
+            return Err(format!("nothing after {name}: in {word:?}"));
+        }
+        let value = value.to_owned();
+        match name {
+            "id" => search.id_prefix = Some(value),
+            "key" => search.key = Some(value),
+            "idem" => search.idempotency_key = Some(value),
+            "label" => search.label = Some(value),
+            "error" => search.error = Some(value),
+            "payload" => search.payload = Some(value),
+            "state" => {
+                search.state = Some(
+                    TaskState::parse(&value).ok_or_else(|| format!("unknown state {value:?}"))?,
+                )
+            }
+            "field" => {
+                let (path, v) = value
+                    .split_once('=')
+                    .ok_or_else(|| format!("want field:PATH=VALUE, not {word:?}"))?;
+                search.field = Some(FieldMatch {
+                    path: path.to_owned(),
+                    value: serde_json::from_str(v).unwrap_or_else(|_| v.into()),
+                });
+            }
+            "" if is_id_prefix(&value) => search.id_prefix = Some(value),
+            "" => search.payload = Some(value),
+            other => return Err(format!("unknown search word {other}: (? lists them)")),
+        }
+    }
+    Ok(search)
+}
+
+/// JSON laid out for editing; text that is not JSON stays as it is.
+fn pretty_json(text: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(text)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or_else(|_| text.to_owned())
+}
+
+/// Whether `text` can begin a task id (two or more characters of Crockford base32).
+fn is_id_prefix(text: &str) -> bool {
+    text.len() >= 2
+        && text.len() <= 26
+        && text
+            .to_ascii_uppercase()
+            .chars()
+            .all(|c| "0123456789ABCDEFGHJKMNPQRSTVWXYZ".contains(c))
 }
 
 /// Whether the footer's message is good news or bad.
@@ -276,7 +425,68 @@ pub enum Row<'a> {
     Member(&'a MemberInfo),
 }
 
+/// A value rows are sorted by: numbers as numbers, text as text.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SortValue {
+    /// A count, a priority, a time.
+    Number(u64),
+    /// A name, a key, an error.
+    Text(String),
+}
+
 impl Row<'_> {
+    /// The columns `s` sorts by, in the order it steps through them.
+    pub fn sort_columns(&self) -> &'static [&'static str] {
+        match self {
+            Row::Queue(_) => &[
+                "name",
+                "ready",
+                "scheduled",
+                "leased",
+                "dead",
+                "done",
+                "consumers",
+                "oldest",
+            ],
+            Row::Task(_) => &[
+                "id", "priority", "key", "attempts", "failures", "changed", "error",
+            ],
+            Row::Member(_) => &["name", "leases", "capacity", "last seen"],
+        }
+    }
+
+    fn sort_value(&self, column: usize) -> SortValue {
+        use SortValue::{Number, Text};
+        match self {
+            Row::Queue(q) => match column {
+                0 => Text(q.name.clone()),
+                1 => Number(q.counts.ready),
+                2 => Number(q.counts.scheduled),
+                3 => Number(q.counts.leased),
+                4 => Number(q.counts.dead),
+                5 => Number(q.counts.done),
+                6 => Number(q.consumers),
+                // Oldest first: the smallest time.
+                _ => Number(q.oldest_ready_ms.unwrap_or(u64::MAX)),
+            },
+            Row::Task(t) => match column {
+                0 => Text(t.id.clone()),
+                1 => Number(u64::from(t.priority)),
+                2 => Text(t.key.clone().unwrap_or_default()),
+                3 => Number(t.deliveries),
+                4 => Number(t.failures),
+                5 => Number(t.updated_ms),
+                _ => Text(t.last_error.clone().unwrap_or_default()),
+            },
+            Row::Member(m) => match column {
+                0 => Text(m.name.clone()),
+                1 => Number(m.leased),
+                2 => Number(u64::from(m.capacity)),
+                _ => Number(m.last_seen_ms.unwrap_or(0)),
+            },
+        }
+    }
+
     fn id(&self) -> &str {
         match self {
             Row::Queue(q) => &q.name,
@@ -309,6 +519,9 @@ impl Row<'_> {
 pub struct App {
     /// The daemon's address, for the title.
     pub addr: String,
+    /// The daemon's name and version from its `hello` (`musterd 0.1.0`), for the title;
+    /// empty until connected.
+    pub server: String,
     /// No verbs: keys only look.
     pub readonly: bool,
     /// The navigation stack; the last page is shown.
@@ -330,6 +543,14 @@ pub struct App {
     pub load_error: Option<String>,
     /// Whether the loop has a connection; without, the screen may be stale.
     pub connected: bool,
+    /// The current search's results (on a [`Screen::Found`]).
+    pub found: Option<Found>,
+    /// The current search's request, continued by [`App::on_found`].
+    search: Option<TaskFind>,
+    /// The tag of a `G` in flight: the search for where the last page starts.
+    end_lookup: Option<u64>,
+    /// The task timeline shows times of day (UTC) instead of ages (`t`).
+    pub absolute_times: bool,
 }
 
 impl App {
@@ -337,6 +558,7 @@ impl App {
     pub fn new(addr: String, readonly: bool, now_ms: u64) -> (App, Effect) {
         let mut app = App {
             addr,
+            server: String::new(),
             readonly,
             stack: vec![Page::new(Screen::Queues)],
             tag: 0,
@@ -348,6 +570,10 @@ impl App {
             quit: false,
             load_error: None,
             connected: true,
+            found: None,
+            search: None,
+            end_lookup: None,
+            absolute_times: false,
         };
         let effect = app.rewatch();
         (app, effect)
@@ -366,12 +592,66 @@ impl App {
             .expect("the stack always holds the queues page")
     }
 
-    /// Watches the current page again under a new tag (after navigation or a verb).
+    /// Watches the current page again under a new tag (after navigation or a verb); a
+    /// search's page is searched again from the cursor it started at.
     pub fn rewatch(&mut self) -> Effect {
         self.tag += 1;
+        let page = self.page();
+        if let Screen::Found { queue, query } = &page.screen {
+            let mut search = search_query(queue.clone(), query)
+                .expect("a search's query was checked when the search was opened");
+            search.after = page.found_cursors.last().cloned().flatten();
+            self.search = Some(search.clone());
+            self.found = None;
+            return Effect::Find {
+                search: Box::new(search),
+                tag: self.tag,
+            };
+        }
         Effect::Watch {
-            view: self.page().view(),
+            view: page.view().expect("every screen but a search is watched"),
             tag: self.tag,
+        }
+    }
+
+    /// A search's reply arrived: its matches join the page, and while the page is not
+    /// full and tasks are left the search goes on (each request is bounded by the daemon).
+    pub fn on_found(&mut self, tag: u64, reply: Result<TaskFindReply, String>) -> Option<Effect> {
+        if tag != self.tag {
+            return None;
+        }
+        if self.end_lookup.take() == Some(tag) {
+            return self.on_end(reply);
+        }
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(e) => {
+                self.message = Some((Level::Error, format!("search: {e}")));
+                self.found.get_or_insert_with(Found::default);
+                return None;
+            }
+        };
+        let found = self.found.get_or_insert_with(Found::default);
+        found.tasks.extend(reply.tasks);
+        found.scanned += reply.scanned;
+        found.next = reply.next;
+        let full = found.tasks.len() >= PAGE_ROWS as usize;
+        found.more = full && found.next.is_some();
+        let search = self.search.as_mut()?;
+        match (&found.next, full) {
+            (Some(next), false) => {
+                search.after = Some(next.clone());
+                search.limit = Some(PAGE_ROWS - found.tasks.len() as u32);
+                Some(Effect::Find {
+                    search: Box::new(search.clone()),
+                    tag: self.tag,
+                })
+            }
+            _ => {
+                let selected = self.page().selected;
+                self.page_mut().selected = selected.min(self.rows().len().saturating_sub(1));
+                None
+            }
         }
     }
 
@@ -385,6 +665,7 @@ impl App {
     /// span spent on other screens still averages right.)
     fn leave(&mut self) {
         self.data = None;
+        self.found = None;
     }
 
     /// Replaces everything above the queues page with `screen` (`:` commands).
@@ -441,6 +722,34 @@ impl App {
         back
     }
 
+    /// The editor closed with `edited` (or failed): an edited, valid payload asks for
+    /// the confirm of its requeue; an unchanged one does nothing.
+    pub fn on_edited(&mut self, mut requeue: Requeue, edited: Result<String, String>) {
+        let text = match edited {
+            Ok(text) => text,
+            Err(e) => return self.say(Err(format!("editing: {e}"))),
+        };
+        let text = text.trim();
+        if text == requeue.payload.trim() {
+            return self.say(Ok("payload unchanged: nothing done".into()));
+        }
+        if let Err(e) = serde_json::from_str::<serde_json::Value>(text) {
+            return self.say(Err(format!(
+                "the edited payload is not JSON ({e}): nothing done"
+            )));
+        }
+        requeue.payload = text.to_owned();
+        self.mode = Mode::Confirm(Verb::Requeue(requeue));
+    }
+
+    /// Says in the footer how something that changed nothing went (a copy).
+    pub fn say(&mut self, result: Result<String, String>) {
+        self.message = Some(match result {
+            Ok(text) => (Level::Info, text),
+            Err(text) => (Level::Error, text),
+        });
+    }
+
     /// A verb finished: say how, and refresh the screen at once.
     ///
     /// `removed` says the verb removed what it named (a discard): on the task screen
@@ -481,17 +790,56 @@ impl App {
             .map_or((0.0, 0.0), |r| r.per_second(self.now_ms))
     }
 
-    /// The rows of the current list screen that pass its filter.
+    /// The rows of the current list screen that pass its filter, in its sort order.
     pub fn rows(&self) -> Vec<Row<'_>> {
         let filter = self.page().filter.to_lowercase();
-        self.all_rows()
+        let mut rows: Vec<Row<'_>> = self
+            .all_rows()
             .into_iter()
             .filter(|r| r.matches(&filter))
-            .collect()
+            .collect();
+        if let Some((column, descending)) = self.page().sort {
+            rows.sort_by(|a, b| {
+                let order = a.sort_value(column).cmp(&b.sort_value(column));
+                if descending { order.reverse() } else { order }
+            });
+        }
+        rows
+    }
+
+    /// `s`: sort the page's rows by the next column (after the last, back to the
+    /// daemon's order); `S`: the other way round.
+    fn sort(&mut self, reverse: bool) {
+        let columns = match self.all_rows().first() {
+            Some(row) => row.sort_columns().len(),
+            None => return,
+        };
+        let page = self.page_mut();
+        page.sort = match (page.sort, reverse) {
+            (Some((c, descending)), true) => Some((c, !descending)),
+            (None, true) => None,
+            (None, false) => Some((0, false)),
+            (Some((c, _)), false) if c + 1 < columns => Some((c + 1, false)),
+            (Some(_), false) => None,
+        };
+    }
+
+    /// The name of the column the page is sorted by, and whether descending.
+    pub fn sorted_by(&self) -> Option<(&'static str, bool)> {
+        let (column, descending) = self.page().sort?;
+        let row = self.all_rows().into_iter().next()?;
+        Some((row.sort_columns()[column], descending))
     }
 
     /// Every row of the current list screen's page, filter or not.
     pub fn all_rows(&self) -> Vec<Row<'_>> {
+        if matches!(self.page().screen, Screen::Found { .. }) {
+            return self
+                .found
+                .iter()
+                .flat_map(|f| f.tasks.iter().map(Row::Task))
+                .collect();
+        }
         match &self.data {
             Some(WatchUpdate::Queues { queues, .. }) => queues.iter().map(Row::Queue).collect(),
             Some(
@@ -594,8 +942,42 @@ impl App {
                 self.page_mut().selected = 0;
                 Vec::new()
             }
+            Mode::Search(mut text) => match key.code {
+                KeyCode::Enter => {
+                    let queue = self.search_scope().flatten();
+                    match search_query(queue.clone(), &text) {
+                        Ok(_) => {
+                            self.message = None;
+                            vec![self.open(Screen::Found { queue, query: text })]
+                        }
+                        Err(e) => {
+                            self.message = Some((Level::Error, e));
+                            Vec::new()
+                        }
+                    }
+                }
+                KeyCode::Esc => Vec::new(),
+                KeyCode::Backspace => {
+                    text.pop();
+                    self.mode = Mode::Search(text);
+                    Vec::new()
+                }
+                KeyCode::Char(c) => {
+                    text.push(c);
+                    self.mode = Mode::Search(text);
+                    Vec::new()
+                }
+                _ => {
+                    self.mode = Mode::Search(text);
+                    Vec::new()
+                }
+            },
             Mode::Command(mut text) => match key.code {
                 KeyCode::Enter => self.command(text.trim()),
+                KeyCode::Tab => {
+                    self.mode = Mode::Command(self.complete(&text));
+                    Vec::new()
+                }
                 KeyCode::Esc => Vec::new(),
                 KeyCode::Backspace => {
                     text.pop();
@@ -613,6 +995,43 @@ impl App {
                 }
             },
         }
+    }
+
+    /// Completes the last word of a `:` command: the command, then a queue name (of
+    /// the queues seen), then a state. Several candidates complete to what they share.
+    fn complete(&self, text: &str) -> String {
+        const COMMANDS: [&str; 6] = ["queues", "queue", "members", "dead", "task", "quit"];
+        let words: Vec<&str> = text.split(' ').collect();
+        let (done, last) = words.split_at(words.len() - 1);
+        let last = last[0];
+        let mut queues: Vec<&str> = self.rates.keys().map(String::as_str).collect();
+        queues.sort_unstable();
+        let candidates: Vec<&str> = match done {
+            [] => COMMANDS.to_vec(),
+            ["queue"] => queues,
+            ["queue", _] => TaskState::ALL.iter().map(|s| s.as_str()).collect(),
+            _ => return text.to_owned(),
+        };
+        let matching: Vec<&str> = candidates
+            .into_iter()
+            .filter(|c| c.starts_with(last))
+            .collect();
+        let completed = match matching.as_slice() {
+            [] => return text.to_owned(),
+            [one] => format!("{one} "),
+            [first, rest @ ..] => {
+                let mut shared = first.to_string();
+                for c in rest {
+                    while !c.starts_with(&shared) {
+                        shared.pop();
+                    }
+                }
+                shared
+            }
+        };
+        let mut out: Vec<String> = done.iter().map(|w| (*w).to_owned()).collect();
+        out.push(completed);
+        out.join(" ")
     }
 
     fn command(&mut self, text: &str) -> Vec<Effect> {
@@ -674,8 +1093,12 @@ impl App {
                 self.mode = Mode::Command(String::new());
                 None
             }
-            KeyCode::Char('/') if !matches!(screen, Screen::Task { .. }) => {
+            KeyCode::Char('f') if !matches!(screen, Screen::Task { .. }) => {
                 self.mode = Mode::Filter(self.page().filter.clone());
+                None
+            }
+            KeyCode::Char('/') if self.search_scope().is_some() => {
+                self.mode = Mode::Search(String::new());
                 None
             }
             KeyCode::Esc => {
@@ -696,11 +1119,8 @@ impl App {
                 self.page_mut().selected = 0;
                 None
             }
-            KeyCode::End | KeyCode::Char('G') => {
-                let last = self.rows().len().saturating_sub(1);
-                self.page_mut().selected = last;
-                None
-            }
+            KeyCode::End | KeyCode::Char('G') => self.end(),
+            KeyCode::Char('n') => self.newest_first(),
             KeyCode::PageDown | KeyCode::Char(']') => self.next_page(),
             KeyCode::PageUp | KeyCode::Char('[') => self.previous_page(0),
             KeyCode::Enter => self.enter(),
@@ -710,6 +1130,22 @@ impl App {
                 self.mark();
                 None
             }
+            // Copying changes nothing: read-only consoles copy too.
+            KeyCode::Char('s') if !matches!(screen, Screen::Task { .. }) => {
+                self.sort(false);
+                None
+            }
+            KeyCode::Char('S') if !matches!(screen, Screen::Task { .. }) => {
+                self.sort(true);
+                None
+            }
+            KeyCode::Char('y') => return self.copy(false).into_iter().collect(),
+            KeyCode::Char('t') if matches!(screen, Screen::Task { .. }) => {
+                self.absolute_times = !self.absolute_times;
+                None
+            }
+            KeyCode::Char('e') if !self.readonly => return self.edit().into_iter().collect(),
+            KeyCode::Char('Y') => return self.copy(true).into_iter().collect(),
             KeyCode::Char(c) if !self.readonly => {
                 if let Some(verb) = self.verb(c) {
                     self.mode = Mode::Confirm(verb);
@@ -721,9 +1157,124 @@ impl App {
         effect.into_iter().collect()
     }
 
+    /// `G`: the last row of the whole list. A queue's tab with more pages than this one
+    /// asks the daemon for its newest `PAGE_ROWS + 1` tasks: the oldest of them is the
+    /// cursor after which the last page starts.
+    fn end(&mut self) -> Option<Effect> {
+        let more = self.next_cursor().is_some();
+        match self.page().screen.clone() {
+            Screen::Queue { name, state } if more => {
+                self.tag += 1;
+                self.end_lookup = Some(self.tag);
+                let search = TaskFind {
+                    queue: Some(name),
+                    state: Some(state),
+                    newest_first: true,
+                    limit: Some(PAGE_ROWS + 1),
+                    ..TaskFind::default()
+                };
+                Some(Effect::Find {
+                    search: Box::new(search),
+                    tag: self.tag,
+                })
+            }
+            _ => {
+                let last = self.rows().len().saturating_sub(1);
+                self.page_mut().selected = last;
+                None
+            }
+        }
+    }
+
+    /// Where the last page starts arrived: watch that page, its last row selected.
+    fn on_end(&mut self, reply: Result<TaskFindReply, String>) -> Option<Effect> {
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(e) => {
+                self.message = Some((Level::Error, format!("to the end: {e}")));
+                return Some(self.rewatch());
+            }
+        };
+        let after = (reply.tasks.len() > PAGE_ROWS as usize)
+            .then(|| reply.tasks.last().map(|t| t.id.clone()))
+            .flatten();
+        let page = self.page_mut();
+        page.cursors = vec![None];
+        if after.is_some() {
+            page.cursors.push(after);
+        }
+        // Clamped to the last row when the page arrives.
+        page.selected = usize::MAX;
+        self.data = None;
+        Some(self.rewatch())
+    }
+
+    /// `n` on a queue's tab: the same tab newest first (a search by state); `n` again,
+    /// or esc, goes back to it.
+    fn newest_first(&mut self) -> Option<Effect> {
+        match self.page().screen.clone() {
+            Screen::Queue { name, state } => Some(self.open(Screen::Found {
+                queue: Some(name),
+                query: format!("state:{}", state.as_str()),
+            })),
+            Screen::Found { query, .. } if query.starts_with("state:") && self.stack.len() > 1 => {
+                self.back()
+            }
+            _ => None,
+        }
+    }
+
+    /// `e` on a dead task's screen: edit its payload, to enqueue it again.
+    fn edit(&mut self) -> Option<Effect> {
+        let Some(WatchUpdate::Task { task }) = &self.data else {
+            return None;
+        };
+        if task.state != TaskState::Dead {
+            self.refuse("only a dead task is edited and enqueued again");
+            return None;
+        }
+        Some(Effect::Edit(Requeue {
+            id: task.id.clone(),
+            queue: task.queue.clone(),
+            payload: pretty_json(task.payload.get()),
+            priority: task.priority,
+            key: task.key.clone(),
+            requires: task.requires.clone(),
+        }))
+    }
+
+    /// `y` copies the selected task's id (or the queue's or member's name), `Y` the
+    /// shown task's payload.
+    fn copy(&mut self, payload: bool) -> Option<Effect> {
+        let (text, what) = match (&self.data, payload) {
+            (Some(WatchUpdate::Task { task }), true) => (
+                task.payload.get().to_owned(),
+                format!("the payload of {}", task.id),
+            ),
+            (Some(WatchUpdate::Task { task }), false) => (task.id.clone(), task.id.clone()),
+            (_, false) => {
+                let id = self.selected_row()?.id().to_owned();
+                (id.clone(), id)
+            }
+            (_, true) => return None,
+        };
+        Some(Effect::Copy { text, what })
+    }
+
+    /// What `/` searches from this screen: `Some(Some(queue))` a queue, `Some(None)`
+    /// every queue, `None` nothing (a task or member screen).
+    fn search_scope(&self) -> Option<Option<String>> {
+        match &self.page().screen {
+            Screen::Queue { name, .. } => Some(Some(name.clone())),
+            Screen::Found { queue, .. } => Some(queue.clone()),
+            Screen::Queues | Screen::Dead => Some(None),
+            Screen::Task { .. } | Screen::Members | Screen::Member { .. } => None,
+        }
+    }
+
     fn step(&mut self, by: isize) -> Option<Effect> {
         if let Some(WatchUpdate::Task { task }) = &self.data {
-            let last = super::ui::task_lines(task, self.now_ms)
+            let last = super::ui::task_lines(task, self.now_ms, self.absolute_times)
                 .len()
                 .saturating_sub(1);
             let page = self.page_mut();
@@ -731,7 +1282,9 @@ impl App {
             return None;
         }
         // Nothing on screen yet (a page or screen is on its way): nothing to move over.
-        self.data.as_ref()?;
+        if self.data.is_none() && self.found.is_none() {
+            return None;
+        }
         let n = self.rows().len();
         let at = self.page().selected;
         if by > 0 && at.saturating_add(1) >= n {
@@ -745,6 +1298,14 @@ impl App {
     }
 
     fn next_page(&mut self) -> Option<Effect> {
+        if matches!(self.page().screen, Screen::Found { .. }) {
+            let found = self.found.as_ref().filter(|f| f.more)?;
+            let next = found.next.clone();
+            let page = self.page_mut();
+            page.found_cursors.push(next);
+            page.selected = 0;
+            return Some(self.rewatch());
+        }
         let next = self.next_cursor()?;
         let page = self.page_mut();
         page.cursors.push(Some(next));
@@ -757,6 +1318,11 @@ impl App {
     /// Goes to the previous page, selecting `selected` there (clamped when it arrives).
     fn previous_page(&mut self, selected: usize) -> Option<Effect> {
         let page = self.page_mut();
+        if page.found_cursors.len() > 1 {
+            page.found_cursors.pop();
+            page.selected = selected;
+            return Some(self.rewatch());
+        }
         if page.cursors.len() < 2 {
             return None;
         }
@@ -772,9 +1338,10 @@ impl App {
                 name: q.name.clone(),
                 state: TaskState::Ready,
             },
-            (Screen::Queue { .. } | Screen::Dead | Screen::Member { .. }, Row::Task(t)) => {
-                Screen::Task { id: t.id.clone() }
-            }
+            (
+                Screen::Queue { .. } | Screen::Dead | Screen::Member { .. } | Screen::Found { .. },
+                Row::Task(t),
+            ) => Screen::Task { id: t.id.clone() },
             (Screen::Members, Row::Member(m)) => Screen::Member {
                 name: m.name.clone(),
             },
@@ -850,7 +1417,7 @@ impl App {
                 };
                 Verb::Dead(dead_action(key), tasks)
             }
-            ('c', Screen::Queue { .. } | Screen::Member { .. }) => {
+            ('c', Screen::Queue { .. } | Screen::Member { .. } | Screen::Found { .. }) => {
                 let t = self.selected_task()?;
                 if !matches!(
                     t.state,
@@ -870,7 +1437,7 @@ impl App {
                 }
                 Verb::Cancel(id)
             }
-            ('v', Screen::Queue { .. } | Screen::Member { .. }) => {
+            ('v', Screen::Queue { .. } | Screen::Member { .. } | Screen::Found { .. }) => {
                 let t = self.selected_task()?;
                 if t.state != TaskState::Leased {
                     return self.refuse("only a leased task has a lease to revoke");
@@ -883,6 +1450,20 @@ impl App {
                 _ => return None,
             },
             ('d', Screen::Member { name }) => Verb::Drain(name.clone()),
+            ('P', Screen::Queues | Screen::Queue { .. }) => {
+                let q = self.selected_queue()?;
+                let n = q.counts.ready + q.counts.scheduled;
+                if n == 0 {
+                    return self
+                        .refuse(&format!("queue {} has no ready or scheduled tasks", q.name));
+                }
+                Verb::Purge(q.name, n)
+            }
+            ('D', Screen::Queues) => {
+                let q = self.selected_queue()?;
+                let n = TaskState::ALL.iter().map(|s| q.counts.get(*s)).sum();
+                Verb::DeleteQueue(q.name, n)
+            }
             _ => return None,
         };
         Some(verb)
@@ -968,17 +1549,33 @@ impl App {
         if !self.readonly {
             keys.extend(self.verb_keys());
         }
+        if matches!(self.page().screen, Screen::Queue { .. }) {
+            keys.push(("n", "newest first"));
+        }
         let list = [
             ("enter", "open"),
             ("↑↓ j/k", "move"),
             ("g G", "top, bottom"),
             ("[ ]", "page"),
-            ("/", "filter"),
+            ("/", "search queue"),
+            ("f", "filter page"),
+            ("s S", "sort page, reverse"),
         ];
         match &self.page().screen {
             Screen::Task { .. } => keys.push(("↑↓ j/k", "scroll")),
-            Screen::Member { .. } => keys.extend(list.into_iter().filter(|(k, _)| *k != "[ ]")),
+            Screen::Member { .. } | Screen::Members => {
+                keys.extend(list.into_iter().filter(|(k, _)| {
+                    *k != "/" && (*k != "[ ]" || self.page().screen == Screen::Members)
+                }))
+            }
             _ => keys.extend(list),
+        }
+        if !matches!(self.page().screen, Screen::Members | Screen::Member { .. }) {
+            keys.push(("y", "copy id"));
+        }
+        if matches!(self.page().screen, Screen::Task { .. }) {
+            keys.push(("Y", "copy payload"));
+            keys.push(("t", "times of day / ages"));
         }
         keys.extend([
             (":", "command"),
@@ -998,7 +1595,12 @@ impl App {
             )
         };
         match &self.page().screen {
-            Screen::Queues => vec![("p", "pause/resume"), ("R", "redrive all dead")],
+            Screen::Queues => vec![
+                ("p", "pause/resume"),
+                ("R", "redrive all dead"),
+                ("P", "purge"),
+                ("D", "delete queue"),
+            ],
             Screen::Queue { state, .. } => {
                 let mut keys = Vec::new();
                 if *state == TaskState::Dead {
@@ -1010,12 +1612,20 @@ impl App {
                 if *state == TaskState::Leased {
                     keys.push(("v", "revoke lease"));
                 }
-                keys.extend([("R", "redrive all dead"), ("p", "pause/resume")]);
+                keys.extend([
+                    ("R", "redrive all dead"),
+                    ("p", "pause/resume"),
+                    ("P", "purge"),
+                ]);
                 keys
             }
             Screen::Task { .. } => match &self.data {
                 Some(WatchUpdate::Task { task }) if task.state == TaskState::Dead => {
-                    vec![("r", "redrive"), ("x", "discard")]
+                    vec![
+                        ("r", "redrive"),
+                        ("x", "discard"),
+                        ("e", "edit and requeue"),
+                    ]
                 }
                 Some(WatchUpdate::Task { task }) if task.state == TaskState::Leased => {
                     vec![("c", "cancel"), ("v", "revoke lease")]
@@ -1026,6 +1636,7 @@ impl App {
             Screen::Members => vec![("d", "drain")],
             Screen::Member { .. } => vec![("v", "revoke lease"), ("c", "cancel"), ("d", "drain")],
             Screen::Dead => dead.to_vec(),
+            Screen::Found { .. } => vec![("c", "cancel"), ("v", "revoke lease")],
         }
     }
 }

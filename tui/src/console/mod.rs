@@ -22,7 +22,7 @@ use futures_util::StreamExt;
 use ratatui::DefaultTerminal;
 use tokio::sync::mpsc;
 
-use muster_protocol::ops::{DeadSelection, Watch, WatchReply};
+use muster_protocol::ops::{DeadSelection, TaskFindReply, Watch, WatchReply};
 use muster_sdk::{Client, ConnectOptions, Error};
 
 use app::{App, DeadAction, Effect, Verb};
@@ -39,6 +39,10 @@ enum Msg {
     Watched(u64, Box<Result<WatchReply, Error>>),
     /// A verb's outcome, as the footer says it, and whether it removed what it named.
     Done(Result<String, String>, bool),
+    /// Something to say in the footer that changed nothing (a copy).
+    Said(Result<String, String>),
+    /// A search's reply (or why it failed), with the tag of the search.
+    Found(u64, Result<TaskFindReply, String>),
     /// A new connection after the old one was lost.
     Connected(Client),
     /// An attempt to reconnect failed, for this reason.
@@ -76,6 +80,7 @@ async fn event_loop(
     readonly: bool,
 ) -> anyhow::Result<()> {
     let (mut app, first) = App::new(addr, readonly, now_ms());
+    app.server = client.server().to_owned();
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut pushes = client.watch_pushes();
     let mut client = Some(client);
@@ -83,6 +88,16 @@ async fn event_loop(
     let mut redraw = tokio::time::interval(REDRAW);
     let mut effects = vec![first];
     loop {
+        // Editing takes the terminal: it is handed to the editor and back, here.
+        for effect in std::mem::take(&mut effects) {
+            match effect {
+                Effect::Edit(requeue) => {
+                    let edited = edit_in_editor(terminal, &requeue.payload);
+                    app.on_edited(requeue, edited);
+                }
+                other => effects.push(other),
+            }
+        }
         if let Some(c) = &client {
             for effect in effects.drain(..) {
                 perform(c, &tx, effect).await;
@@ -130,7 +145,11 @@ async fn event_loop(
                     Err(e) => effects.extend(app.on_watch_failed(tag, e.to_string())),
                 },
                 Msg::Done(result, removed) => effects.push(app.on_done(result, removed)),
+                Msg::Found(tag, reply) => effects.extend(app.on_found(tag, reply)),
+                Msg::Said(result) => app.say(result),
                 Msg::Connected(c) => {
+                    // A restart may have brought another version.
+                    app.server = c.server().to_owned();
                     pushes = c.watch_pushes();
                     client = Some(c);
                     app.connected = true;
@@ -195,15 +214,84 @@ async fn perform(client: &Client, tx: &mpsc::UnboundedSender<Msg>, effect: Effec
                 let _ = tx.send(Msg::Watched(tag, Box::new(Err(e))));
             }
         },
+        Effect::Edit(_) => unreachable!("the loop, which owns the terminal, runs the editor"),
+        Effect::Copy { text, what } => {
+            let copied = copy_to_clipboard(&text)
+                .map(|()| format!("copied {what} (OSC 52: the terminal puts it on the clipboard)"))
+                .map_err(|e| format!("copying: {e}"));
+            let _ = tx.send(Msg::Said(copied));
+        }
+        Effect::Find { search, tag } => {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let reply = client.task_find(&search).await.map_err(|e| e.to_string());
+                let _ = tx.send(Msg::Found(tag, reply));
+            });
+        }
         Effect::Run(verb) => {
             let client = client.clone();
-            let removes = matches!(verb, Verb::Dead(DeadAction::Discard, _));
+            let removes = matches!(verb, Verb::Dead(DeadAction::Discard, _) | Verb::Requeue(_));
             tokio::spawn(async move {
                 let result = run_verb(&client, verb).await.map_err(|e| e.to_string());
                 let _ = tx.send(Msg::Done(result, removes));
             });
         }
     }
+}
+
+/// Hands the terminal to `$VISUAL` or `$EDITOR` (the first set and not empty, else `vi`) on a private temporary
+/// file holding `text`, and takes it back when the editor exits; the file's text then.
+fn edit_in_editor(terminal: &mut DefaultTerminal, text: &str) -> Result<String, String> {
+    use std::io::Write;
+    let set = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let editor = set("VISUAL")
+        .or_else(|| set("EDITOR"))
+        .unwrap_or_else(|| "vi".into());
+    let mut file = tempfile::Builder::new()
+        .prefix("muster-payload-")
+        .suffix(".json")
+        .tempfile()
+        .map_err(|e| format!("creating a temporary file: {e}"))?;
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.flush())
+        .map_err(|e| format!("writing the temporary file: {e}"))?;
+    ratatui::restore();
+    // The editor command may carry arguments (`code --wait`): split as a shell would.
+    let mut words = editor.split_whitespace();
+    let status = match words.next() {
+        Some(program) => std::process::Command::new(program)
+            .args(words)
+            .arg(file.path())
+            .status()
+            .map_err(|e| format!("starting {editor:?}: {e}")),
+        None => Err("$EDITOR is empty".into()),
+    };
+    *terminal = ratatui::init();
+    let status = status?;
+    if !status.success() {
+        return Err(format!("{editor:?} exited with {status}: nothing done"));
+    }
+    std::fs::read_to_string(file.path()).map_err(|e| format!("reading the edited file: {e}"))
+}
+
+/// Largest text put on the clipboard: terminals drop longer OSC 52 sequences (xterm's
+/// default limit is about 100 KB of base64).
+const MAX_COPY_BYTES: usize = 64 * 1024;
+
+/// Writes `text` to the terminal as an OSC 52 clipboard sequence.
+fn copy_to_clipboard(text: &str) -> std::io::Result<()> {
+    use base64::Engine as _;
+    use std::io::Write;
+    if text.len() > MAX_COPY_BYTES {
+        return Err(std::io::Error::other(format!(
+            "{} bytes exceed the {MAX_COPY_BYTES} a terminal takes",
+            text.len()
+        )));
+    }
+    let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+    let mut out = std::io::stdout();
+    write!(out, "\x1b]52;c;{encoded}\x07")?;
+    out.flush()
 }
 
 /// Runs a verb and says what happened, as the footer shows it.
@@ -252,6 +340,32 @@ async fn run_verb(client: &Client, verb: Verb) -> Result<String, Error> {
         Verb::Drain(m) => {
             client.member_drain(&m).await?;
             format!("draining {m}")
+        }
+        Verb::Purge(q, _) => {
+            let n = client.queue_purge(&q).await?;
+            format!("purged {} of {q}", tasks(n))
+        }
+        Verb::DeleteQueue(q, _) => {
+            let n = client.queue_delete(&q).await?;
+            format!("deleted queue {q} with {}", tasks(n))
+        }
+        Verb::Requeue(r) => {
+            let payload = muster_sdk::raw_json(&r.payload)?;
+            let mut task = muster_sdk::NewTask::new(payload);
+            task.priority = Some(r.priority);
+            task.key = r.key;
+            task.requires = r.requires;
+            let new = client.enqueue(&r.queue, task).await?;
+            // Discarded only once the copy is durable: nothing is lost if either fails.
+            client
+                .discard(DeadSelection {
+                    queue: r.queue.clone(),
+                    ids: vec![r.id.clone()],
+                    all: false,
+                    dry_run: false,
+                })
+                .await?;
+            format!("requeued {} as {} on {}", r.id, new.id, r.queue)
         }
     })
 }

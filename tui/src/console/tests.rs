@@ -10,10 +10,14 @@ use muster_protocol::model::{
     LeaseInfo, MemberInfo, MemberState, QueueInfo, QueueOptions, QueueTotals, StateCounts,
     TaskInfo, TaskState, TaskSummary, TimelineEvent,
 };
-use muster_protocol::ops::{View, WatchReply, WatchUpdate, raw};
+use muster_protocol::ops::{
+    FindCursor, TaskFind, TaskFindReply, View, WatchReply, WatchUpdate, raw,
+};
 use muster_protocol::{ErrorBody, ErrorCode};
 
-use super::app::{App, DeadAction, DeadTasks, Effect, Level, Mode, PAGE_ROWS, TABS, Verb};
+use super::app::{
+    App, DeadAction, DeadTasks, Effect, Level, Mode, PAGE_ROWS, Requeue, TABS, Verb, search_query,
+};
 use super::ui;
 
 const NOW: u64 = 1_800_000_000_000;
@@ -95,6 +99,7 @@ fn queue(name: &str, counts: [u64; 6], paused: bool) -> QueueInfo {
         unclaimable: 0,
         unclaimable_requires: Vec::new(),
         unclaimable_sets: 0,
+        consumers: if name == "inference" { 2 } else { 0 },
         totals: QueueTotals {
             enqueued: 100,
             acked: 40,
@@ -469,7 +474,7 @@ fn members_screen_and_drain() {
         vec![Effect::Run(Verb::Drain("gpu-1".into()))]
     );
     // The filter narrows the rows to those that match.
-    chars(&mut app, "/a100");
+    chars(&mut app, "fa100");
     assert_eq!(app.rows().len(), 1);
     press(&mut app, KeyCode::Enter);
     assert_eq!(app.rows().len(), 1);
@@ -713,7 +718,7 @@ fn the_task_screen_scrolls_within_its_lines() {
         View::Task { task: id(1) },
     );
     deliver(&mut app, tag, WatchUpdate::Task { task: task_info() });
-    let lines = ui::task_lines(&task_info(), NOW).len();
+    let lines = ui::task_lines(&task_info(), NOW, false).len();
     for _ in 0..500 {
         press(&mut app, KeyCode::Char('j'));
     }
@@ -785,7 +790,7 @@ fn marks_are_for_dead_tasks_and_survive_a_filter() {
     let mut app = started(false);
     on_queue_tab(&mut app, 3, TaskState::Dead, 1..3);
     press(&mut app, KeyCode::Char(' '));
-    chars(&mut app, "/zzz\n");
+    chars(&mut app, "fzzz\n");
     let tag = current_tag(&mut app);
     deliver(&mut app, tag, tasks_update(TaskState::Dead, 1..3, None));
     assert_eq!(app.page().marked.iter().collect::<Vec<_>>(), [&id(1)]);
@@ -797,4 +802,473 @@ fn a_lost_connection_is_flagged_in_the_title() {
     let mut app = started(false);
     app.connected = false;
     assert!(text(&app).contains("disconnected: what is shown may be stale"));
+}
+
+/// The one search the effects ask for, and its tag.
+fn searched(effects: &[Effect]) -> (TaskFind, u64) {
+    match effects {
+        [Effect::Find { search, tag }] => (*search.clone(), *tag),
+        other => panic!("expected one search, got {other:?}"),
+    }
+}
+
+fn cursor(n: u32) -> FindCursor {
+    FindCursor {
+        queue: "inference".into(),
+        id: id(n),
+    }
+}
+
+#[test]
+fn slash_searches_the_whole_queue_and_goes_on_until_a_page_is_full() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 2, TaskState::Leased, 1..3);
+    // Typing shows in the footer; enter searches the queue, newest first.
+    chars(&mut app, "/error:timeout key:user-4");
+    assert_eq!(app.mode, Mode::Search("error:timeout key:user-4".into()));
+    insta::assert_snapshot!("search_typing", screen(&app, 80, 24).backend());
+    let (search, tag) = searched(&press(&mut app, KeyCode::Enter));
+    assert_eq!(
+        search,
+        TaskFind {
+            queue: Some("inference".into()),
+            error: Some("timeout".into()),
+            key: Some("user-4".into()),
+            newest_first: true,
+            limit: Some(PAGE_ROWS),
+            ..TaskFind::default()
+        }
+    );
+    insta::assert_snapshot!("search_waiting", screen(&app, 80, 24).backend());
+    // A reply that stopped at the daemon's bound: the console asks for more at once.
+    let more = app.on_found(
+        tag,
+        Ok(TaskFindReply {
+            tasks: vec![task(4, "inference", TaskState::Dead)],
+            next: Some(cursor(4)),
+            scanned: 20_000,
+        }),
+    );
+    let (next, next_tag) = searched(&more.into_iter().collect::<Vec<_>>());
+    assert_eq!(next_tag, tag);
+    assert_eq!(next.after, Some(cursor(4)));
+    assert_eq!(next.limit, Some(PAGE_ROWS - 1));
+    // A stale reply (an older search) is dropped.
+    assert_eq!(
+        app.on_found(
+            tag - 1,
+            Ok(TaskFindReply {
+                tasks: vec![],
+                next: None,
+                scanned: 1
+            })
+        ),
+        None
+    );
+    let done = app.on_found(
+        tag,
+        Ok(TaskFindReply {
+            tasks: vec![task(2, "inference", TaskState::Leased)],
+            next: None,
+            scanned: 7_000,
+        }),
+    );
+    assert_eq!(done, None);
+    assert_eq!(app.rows().len(), 2);
+    insta::assert_snapshot!("search_found", screen(&app, 80, 24).backend());
+    insta::assert_snapshot!("search_found_200x50", screen(&app, 200, 50).backend());
+    // The results act like a list: move, open a task, revoke a leased one.
+    press(&mut app, KeyCode::Char('j'));
+    press(&mut app, KeyCode::Char('v'));
+    assert_eq!(app.mode, Mode::Confirm(Verb::Revoke(id(2))));
+    press(&mut app, KeyCode::Esc);
+    let opened = press(&mut app, KeyCode::Enter);
+    watched(&opened, View::Task { task: id(2) });
+    // Back on the results, the search runs again from where its page began.
+    let (again, _) = searched(&press(&mut app, KeyCode::Esc));
+    assert_eq!(again.after, None);
+    assert!(app.keys().contains(&("/", "search queue")));
+}
+
+#[test]
+fn search_words_and_their_errors() {
+    let q = || Some("jobs".to_owned());
+    let ok = |text: &str| search_query(q(), text).unwrap_or_else(|e| panic!("{text}: {e}"));
+    assert_eq!(ok("01kA").id_prefix.as_deref(), Some("01kA"));
+    assert_eq!(ok("timeout").payload.as_deref(), Some("timeout"));
+    assert_eq!(ok("state:dead").state, Some(TaskState::Dead));
+    assert_eq!(
+        ok("idem:o-1 label:gpu").idempotency_key.as_deref(),
+        Some("o-1")
+    );
+    assert_eq!(
+        ok("field:order.id=42").field.map(|f| (f.path, f.value)),
+        Some(("order.id".to_owned(), serde_json::json!(42)))
+    );
+    assert_eq!(
+        ok("field:who=ann").field.map(|f| f.value),
+        Some(serde_json::json!("ann"))
+    );
+    for bad in ["", "state:sleepy", "colour:red", "key:", "field:nopath"] {
+        assert!(search_query(q(), bad).is_err(), "{bad:?}");
+    }
+    // A bad search says why in the footer and changes nothing.
+    let mut app = started(false);
+    assert_eq!(chars(&mut app, "/state:sleepy\n"), vec![]);
+    assert_eq!(
+        app.message,
+        Some((Level::Error, "unknown state \"sleepy\"".into()))
+    );
+    assert_eq!(app.stack.len(), 1);
+    // Every queue from the queues screen; a page of results pages on with ].
+    let (search, tag) = searched(&chars(&mut app, "/payload:x\n"));
+    assert_eq!(search.queue, None);
+    let full: Vec<TaskSummary> = (0..PAGE_ROWS)
+        .map(|n| task(n, "inference", TaskState::Ready))
+        .collect();
+    assert_eq!(
+        app.on_found(
+            tag,
+            Ok(TaskFindReply {
+                tasks: full,
+                next: Some(cursor(0)),
+                scanned: 5
+            })
+        ),
+        None
+    );
+    let (page2, _) = searched(&press(&mut app, KeyCode::Char(']')));
+    assert_eq!(page2.after, Some(cursor(0)));
+    assert_eq!(app.page().number(), 2);
+    let (page1, _) = searched(&press(&mut app, KeyCode::Char('[')));
+    assert_eq!(page1.after, None);
+}
+
+#[test]
+fn capital_g_reaches_the_real_end_and_n_shows_the_newest_first() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 0, TaskState::Ready, 0..2);
+    // One page and no more: G is its last row.
+    assert_eq!(press(&mut app, KeyCode::Char('G')), vec![]);
+    assert_eq!(app.page().selected, 1);
+    // With more pages, G asks where the last page starts…
+    let tag = current_tag(&mut app);
+    deliver(
+        &mut app,
+        tag,
+        tasks_update(TaskState::Ready, 0..100, Some(id(99))),
+    );
+    let (search, end_tag) = searched(&press(&mut app, KeyCode::Char('G')));
+    assert_eq!(
+        search,
+        TaskFind {
+            queue: Some("inference".into()),
+            state: Some(TaskState::Ready),
+            newest_first: true,
+            limit: Some(PAGE_ROWS + 1),
+            ..TaskFind::default()
+        }
+    );
+    // …the newest 101 tasks: the oldest of them is the cursor of the last page.
+    let newest: Vec<TaskSummary> = (0..=PAGE_ROWS)
+        .rev()
+        .map(|n| task(100_000 + n, "inference", TaskState::Ready))
+        .collect();
+    let effect = app.on_found(
+        end_tag,
+        Ok(TaskFindReply {
+            tasks: newest,
+            next: Some(cursor(100_000)),
+            scanned: 101,
+        }),
+    );
+    let tag = watched(
+        &effect.into_iter().collect::<Vec<_>>(),
+        tasks_view(TaskState::Ready, Some(id(100_000))),
+    );
+    deliver(
+        &mut app,
+        tag,
+        tasks_update(TaskState::Ready, 100_001..100_101, None),
+    );
+    assert_eq!(app.page().selected, 99, "the last row of the last page");
+    assert_eq!(app.page().number(), 2);
+    // n: the same tab, newest first; n again goes back.
+    let (search, _) = searched(&press(&mut app, KeyCode::Char('n')));
+    assert_eq!(
+        (search.state, search.newest_first, search.queue.as_deref()),
+        (Some(TaskState::Ready), true, Some("inference"))
+    );
+    let back = press(&mut app, KeyCode::Char('n'));
+    watched(&back, tasks_view(TaskState::Ready, Some(id(100_000))));
+}
+
+#[test]
+fn numbers_are_abbreviated_and_text_is_cut_with_an_ellipsis() {
+    let cases = [
+        (0, "0"),
+        (2002, "2002"),
+        (9_999, "9999"),
+        (10_000, "10.0k"),
+        (51_234, "51.2k"),
+        (99_960, "100k"),
+        (100_000, "100k"),
+        (1_260_000, "1.3M"),
+        (u64::MAX, "18446744074G"),
+    ];
+    for (n, want) in cases {
+        assert_eq!(ui::count(n), want, "{n}");
+    }
+    assert_eq!(ui::fit("inference", 9), "inference");
+    assert_eq!(ui::fit("inference", 6), "infer…");
+    assert_eq!(ui::fit("日本語のキュー", 7), "日本語…");
+    assert_eq!(ui::fit("x", 0), "…");
+}
+
+#[test]
+fn a_queue_with_ready_work_and_no_consumer_is_stuck_and_says_why() {
+    let mut app = started(false);
+    // emails: 12 ready, no consumer; inference: 2 consumers.
+    let queues = text(&app);
+    let row = |name: &str| {
+        queues
+            .lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("no {name} row:\n{queues}"))
+            .to_owned()
+    };
+    assert!(row("emails").contains("stuck"), "{queues}");
+    assert!(
+        row("inference").contains("100k") && row("inference").contains("active"),
+        "{queues}"
+    );
+    insta::assert_snapshot!("queues_200x50", screen(&app, 200, 50).backend());
+    press(&mut app, KeyCode::Enter);
+    let tag = current_tag(&mut app);
+    deliver(
+        &mut app,
+        tag,
+        WatchUpdate::Tasks {
+            queue: queue("emails", [0, 12, 3, 880, 0, 0], false),
+            state: TaskState::Ready,
+            tasks: (0..3)
+                .map(|n| task(n, "emails", TaskState::Ready))
+                .collect(),
+            next: None,
+        },
+    );
+    let screen_text = text(&app);
+    assert!(
+        screen_text.contains("0 consumers · stuck: ready work and no consumer"),
+        "{screen_text}"
+    );
+}
+
+#[test]
+fn purge_delete_and_copy_name_their_target() {
+    let mut app = started(false);
+    // The selected queue is emails: 12 ready, 0 scheduled, 895 tasks in all.
+    press(&mut app, KeyCode::Char('P'));
+    assert_eq!(app.mode, Mode::Confirm(Verb::Purge("emails".into(), 12)));
+    insta::assert_snapshot!("confirm_purge", screen(&app, 80, 24).backend());
+    assert_eq!(
+        press(&mut app, KeyCode::Char('y')),
+        vec![Effect::Run(Verb::Purge("emails".into(), 12))]
+    );
+    press(&mut app, KeyCode::Char('D'));
+    assert_eq!(
+        app.mode,
+        Mode::Confirm(Verb::DeleteQueue("emails".into(), 895))
+    );
+    assert_eq!(
+        Verb::DeleteQueue("emails".into(), 895).question(),
+        "Delete queue emails and its 895 tasks for good?"
+    );
+    // Any other key: nothing done.
+    assert_eq!(press(&mut app, KeyCode::Char('n')), vec![]);
+    assert_eq!(app.message, Some((Level::Info, "nothing done".into())));
+    // reports has nothing to purge: said, not asked.
+    press(&mut app, KeyCode::Char('j'));
+    press(&mut app, KeyCode::Char('j'));
+    assert_eq!(press(&mut app, KeyCode::Char('P')), vec![]);
+    assert_eq!(app.mode, Mode::Normal);
+    assert_eq!(
+        app.message,
+        Some((
+            Level::Error,
+            "queue reports has no ready or scheduled tasks".into()
+        ))
+    );
+    // y copies what is selected; read-only consoles copy too, but never purge.
+    let mut ro = started(true);
+    assert_eq!(
+        press(&mut ro, KeyCode::Char('y')),
+        vec![Effect::Copy {
+            text: "emails".into(),
+            what: "emails".into()
+        }]
+    );
+    assert_eq!(press(&mut ro, KeyCode::Char('P')), vec![]);
+    assert_eq!(ro.mode, Mode::Normal);
+    ro.say(Ok("copied emails".into()));
+    assert_eq!(ro.message, Some((Level::Info, "copied emails".into())));
+}
+
+#[test]
+fn tab_completes_commands_queue_names_and_states() {
+    let mut app = started(false);
+    let typed = |app: &mut App, text: &str| {
+        press(app, KeyCode::Char(':'));
+        chars(app, text);
+        press(app, KeyCode::Tab);
+        let Mode::Command(now) = app.mode.clone() else {
+            panic!("still typing a command: {:?}", app.mode)
+        };
+        press(app, KeyCode::Esc);
+        now
+    };
+    assert_eq!(typed(&mut app, "mem"), "members ");
+    assert_eq!(typed(&mut app, "qu"), "qu", "queue, queues and quit");
+    assert_eq!(typed(&mut app, "que"), "queue", "queue and queues share it");
+    assert_eq!(typed(&mut app, "queue inf"), "queue inference ");
+    assert_eq!(typed(&mut app, "queue e"), "queue emails ");
+    assert_eq!(typed(&mut app, "queue emails de"), "queue emails dead ");
+    assert_eq!(
+        typed(&mut app, "queue emails d"),
+        "queue emails d",
+        "dead and done"
+    );
+    assert_eq!(typed(&mut app, "frob"), "frob");
+    assert_eq!(typed(&mut app, "task 01"), "task 01");
+    // Completed, then entered: the command runs.
+    press(&mut app, KeyCode::Char(':'));
+    chars(&mut app, "queue inf");
+    press(&mut app, KeyCode::Tab);
+    let effects = press(&mut app, KeyCode::Enter);
+    watched(&effects, tasks_view(TaskState::Ready, None));
+}
+
+#[test]
+fn e_edits_a_dead_tasks_payload_and_requeues_it_after_a_confirm() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 3, TaskState::Dead, 1..3);
+    let tag = watched(&press(&mut app, KeyCode::Enter), View::Task { task: id(1) });
+    let mut dead = task_info();
+    dead.state = TaskState::Dead;
+    dead.lease = None;
+    deliver(&mut app, tag, WatchUpdate::Task { task: dead.clone() });
+    let requeue = match press(&mut app, KeyCode::Char('e')).as_slice() {
+        [Effect::Edit(r)] => r.clone(),
+        other => panic!("expected an edit, got {other:?}"),
+    };
+    assert_eq!(
+        (
+            requeue.id.as_str(),
+            requeue.queue.as_str(),
+            requeue.priority,
+            requeue.key.clone()
+        ),
+        (
+            dead.id.as_str(),
+            dead.queue.as_str(),
+            dead.priority,
+            dead.key.clone()
+        )
+    );
+    let shown: serde_json::Value = serde_json::from_str(&requeue.payload).unwrap();
+    let stored: serde_json::Value = serde_json::from_str(dead.payload.get()).unwrap();
+    assert_eq!(shown, stored, "the editor gets the payload, laid out");
+    // Unchanged, not JSON, or a failed editor: nothing happens, and the footer says so.
+    app.on_edited(requeue.clone(), Ok(requeue.payload.clone()));
+    assert_eq!(app.mode, Mode::Normal);
+    assert_eq!(
+        app.message,
+        Some((Level::Info, "payload unchanged: nothing done".into()))
+    );
+    app.on_edited(requeue.clone(), Ok("{oops".into()));
+    assert_eq!(app.mode, Mode::Normal);
+    assert!(
+        matches!(&app.message, Some((Level::Error, m)) if m.contains("is not JSON")),
+        "{:?}",
+        app.message
+    );
+    app.on_edited(
+        requeue.clone(),
+        Err("\"false\" exited with exit status: 1".into()),
+    );
+    assert_eq!(app.mode, Mode::Normal);
+    // Edited: the confirm names the queue and the dead task; y runs it.
+    app.on_edited(requeue.clone(), Ok("{\"prompt\":\"fixed\"}\n".into()));
+    let want = Verb::Requeue(Requeue {
+        payload: "{\"prompt\":\"fixed\"}".into(),
+        ..requeue
+    });
+    assert_eq!(app.mode, Mode::Confirm(want.clone()));
+    insta::assert_snapshot!("confirm_requeue", screen(&app, 80, 24).backend());
+    assert_eq!(press(&mut app, KeyCode::Char('y')), vec![Effect::Run(want)]);
+    // Only dead tasks, and never read-only.
+    let mut ro = started(true);
+    assert_eq!(press(&mut ro, KeyCode::Char('e')), vec![]);
+}
+
+#[test]
+fn the_timeline_shows_each_attempts_length_and_times_of_day_on_t() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 2, TaskState::Leased, 1..3);
+    let tag = watched(&press(&mut app, KeyCode::Enter), View::Task { task: id(1) });
+    deliver(&mut app, tag, WatchUpdate::Task { task: task_info() });
+    let ages = text(&app);
+    assert!(ages.contains("gpu-3 #2 running 1m"), "{ages}");
+    press(&mut app, KeyCode::Char('t'));
+    assert!(app.absolute_times);
+    let times = screen(&app, 200, 50).backend().to_string();
+    assert!(
+        times.contains("2027-01-15T07:46:40.000Z  leased           gpu-1 #1 ran 11m"),
+        "{times}"
+    );
+    insta::assert_snapshot!("task_times_200x50", screen(&app, 200, 50).backend());
+    press(&mut app, KeyCode::Char('t'));
+    assert!(!app.absolute_times);
+}
+
+#[test]
+fn s_sorts_the_pages_rows_by_each_column_and_capital_s_reverses() {
+    let mut app = started(false);
+    let names = |app: &App| -> Vec<String> {
+        app.rows()
+            .iter()
+            .map(|r| match r {
+                super::app::Row::Queue(q) => q.name.clone(),
+                _ => panic!("a queue row"),
+            })
+            .collect()
+    };
+    press(&mut app, KeyCode::Char('s'));
+    assert_eq!(app.sorted_by(), Some(("name", false)));
+    press(&mut app, KeyCode::Char('S'));
+    assert_eq!(names(&app), ["reports", "inference", "emails"]);
+    press(&mut app, KeyCode::Char('s'));
+    assert_eq!(app.sorted_by(), Some(("ready", false)));
+    assert_eq!(names(&app), ["reports", "emails", "inference"]);
+    press(&mut app, KeyCode::Char('S'));
+    assert_eq!(names(&app), ["inference", "emails", "reports"]);
+    insta::assert_snapshot!("queues_sorted", screen(&app, 80, 24).backend());
+    // The selection acts on the row shown where it is: the first is inference now.
+    press(&mut app, KeyCode::Char('p'));
+    assert_eq!(app.mode, Mode::Confirm(Verb::Pause("inference".into())));
+    press(&mut app, KeyCode::Esc);
+    // Past the last column, back to the daemon's order.
+    for _ in 0..7 {
+        press(&mut app, KeyCode::Char('s'));
+    }
+    assert_eq!(app.sorted_by(), None);
+    assert_eq!(names(&app), ["emails", "inference", "reports"]);
+}
+
+#[test]
+fn the_title_names_the_daemons_version() {
+    let mut app = started(false);
+    app.server = "musterd 1.2.3".into();
+    let title = text(&app).lines().next().unwrap_or_default().to_owned();
+    assert!(title.contains("127.0.0.1:7420  musterd 1.2.3"), "{title}");
 }

@@ -25,6 +25,64 @@ pub fn render(app: &App, frame: &mut Frame) {
     ])
     .areas(frame.area());
     render_title(app, frame, title);
+    if matches!(app.page().screen, Screen::Found { .. }) {
+        render_found(app, frame, main);
+    } else {
+        render_data(app, frame, main);
+    }
+    render_message(app, frame, message);
+    render_keys(app, frame, keys);
+    match &app.mode {
+        Mode::Help => render_help(app, frame),
+        Mode::Confirm(verb) => render_confirm(&verb.question(), frame),
+        _ => {}
+    }
+}
+
+/// A search's results: newest first, with how far the search got.
+fn render_found(app: &App, frame: &mut Frame, area: Rect) {
+    let block = Block::bordered().title(screen_title(app));
+    let Some(found) = &app.found else {
+        frame.render_widget(Paragraph::new("searching…").block(block), area);
+        return;
+    };
+    let progress = match (&found.next, found.more) {
+        (None, _) => format!(
+            " {} found · {} examined, all ",
+            found.tasks.len(),
+            found.scanned
+        ),
+        (Some(_), true) => format!(
+            " {} found · {} examined · ] for more ",
+            found.tasks.len(),
+            found.scanned
+        ),
+        (Some(_), false) => format!(
+            " {} found · {} examined · searching… ",
+            found.tasks.len(),
+            found.scanned
+        ),
+    };
+    let block = block.title_bottom(progress);
+    if app.rows().is_empty() {
+        let what = if found.next.is_none() {
+            "no task matches"
+        } else {
+            "no match yet"
+        };
+        frame.render_widget(Paragraph::new(nothing(app, what)).block(block), area);
+        return;
+    }
+    task_table(
+        app,
+        &[QUEUE, STATE, ATTEMPTS, AGE, ERROR],
+        block,
+        frame,
+        area,
+    );
+}
+
+fn render_data(app: &App, frame: &mut Frame, main: Rect) {
     match &app.data {
         None => {
             let text = match &app.load_error {
@@ -43,13 +101,6 @@ pub fn render(app: &App, frame: &mut Frame) {
         }
         Some(data) => render_screen(app, data, frame, main),
     }
-    render_message(app, frame, message);
-    render_keys(app, frame, keys);
-    match &app.mode {
-        Mode::Help => render_help(app, frame),
-        Mode::Confirm(verb) => render_confirm(&verb.question(), frame),
-        _ => {}
-    }
 }
 
 fn render_title(app: &App, frame: &mut Frame, area: Rect) {
@@ -57,6 +108,12 @@ fn render_title(app: &App, frame: &mut Frame, area: Rect) {
         Span::styled(" muster ", Style::new().bold().reversed()),
         Span::raw(format!(" {} ", app.addr)),
     ];
+    if !app.server.is_empty() {
+        spans.push(Span::styled(
+            format!(" {} ", app.server),
+            Style::new().fg(Color::DarkGray),
+        ));
+    }
     if app.readonly {
         spans.push(Span::styled(" read-only ", Style::new().fg(Color::Yellow)));
     }
@@ -79,12 +136,21 @@ fn screen_title(app: &App) -> String {
         Screen::Members => " Members ".to_owned(),
         Screen::Member { name } => format!(" Member {name} "),
         Screen::Dead => " Dead letters ".to_owned(),
+        Screen::Found { queue, query } => format!(
+            " Search {} for {} ",
+            queue.as_deref().unwrap_or("every queue"),
+            one_line(query)
+        ),
     };
     if page.number() > 1 {
         title.push_str(&format!("· page {} ", page.number()));
     }
     if !page.filter.is_empty() {
-        title.push_str(&format!("· /{} ", page.filter));
+        title.push_str(&format!("· filter {} ", page.filter));
+    }
+    if let Some((column, descending)) = app.sorted_by() {
+        let arrow = if descending { "↓" } else { "↑" };
+        title.push_str(&format!("· by {column} {arrow} "));
     }
     if !page.marked.is_empty() {
         title.push_str(&format!("· {} marked ", page.marked.len()));
@@ -135,7 +201,24 @@ fn table<'a>(
     frame.render_stateful_widget(table, area, &mut state);
 }
 
+/// The columns of the queues screen.
+const QUEUES_WIDTHS: [Constraint; 11] = [
+    Constraint::Min(8),
+    Constraint::Length(6),
+    Constraint::Length(6),
+    Constraint::Length(6),
+    Constraint::Length(6),
+    Constraint::Length(6),
+    Constraint::Length(4),
+    Constraint::Length(6),
+    Constraint::Length(5),
+    Constraint::Length(5),
+    Constraint::Length(6),
+];
+
 fn render_queues(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
+    let name_width = column_widths(block.inner(area), &QUEUES_WIDTHS)[0];
+    let widths = QUEUES_WIDTHS;
     let rows = app
         .rows()
         .into_iter()
@@ -145,18 +228,19 @@ fn render_queues(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
         })
         .map(|q| {
             let (rate_in, rate_out) = app.rate(&q.name);
-            let dead = Cell::from(q.counts.dead.to_string());
+            let dead = Cell::from(count(q.counts.dead));
             TableRow::new(vec![
-                Cell::from(q.name.clone()),
-                Cell::from(q.counts.ready.to_string()),
-                Cell::from(q.counts.scheduled.to_string()),
-                Cell::from(q.counts.leased.to_string()),
+                Cell::from(fit(&q.name, name_width)),
+                Cell::from(count(q.counts.ready)),
+                Cell::from(count(q.counts.scheduled)),
+                Cell::from(count(q.counts.leased)),
                 if q.counts.dead > 0 {
                     dead.fg(Color::Red)
                 } else {
                     dead
                 },
-                Cell::from(q.counts.done.to_string()),
+                Cell::from(count(q.counts.done)),
+                Cell::from(count(q.consumers)),
                 Cell::from(
                     q.oldest_ready_ms
                         .map_or("-".into(), |at| ago(app.now_ms, at)),
@@ -167,20 +251,9 @@ fn render_queues(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
             ])
         })
         .collect();
-    let widths = [
-        Constraint::Min(8),
-        Constraint::Length(7),
-        Constraint::Length(6),
-        Constraint::Length(7),
-        Constraint::Length(6),
-        Constraint::Length(7),
-        Constraint::Length(6),
-        Constraint::Length(6),
-        Constraint::Length(6),
-        Constraint::Length(6),
-    ];
     let head = header(&[
-        "QUEUE", "READY", "SCHED", "LEASED", "DEAD", "DONE", "OLDEST", "IN/s", "OUT/s", "STATE",
+        "QUEUE", "READY", "SCHED", "LEASED", "DEAD", "DONE", "CONS", "OLDEST", "IN/s", "OUT/s",
+        "STATE",
     ]);
     table(app, rows, &widths, head, block, frame, area);
 }
@@ -190,11 +263,71 @@ fn render_queues(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
 fn queue_state(q: &QueueInfo) -> Cell<'static> {
     if q.options.paused {
         Cell::from("paused").fg(Color::Yellow)
-    } else if q.unclaimable > 0 {
+    } else if q.unclaimable > 0 || stuck_for_want_of_consumers(q) {
         Cell::from("stuck").fg(Color::Red)
     } else {
         Cell::from("active")
     }
+}
+
+/// Ready work (not held back by its key) and nobody to take it: no subscribed session
+/// that is connected and not draining, no claim waiting.
+fn stuck_for_want_of_consumers(q: &QueueInfo) -> bool {
+    q.counts.ready > q.held_back && q.consumers == 0
+}
+
+/// A count in at most 5 characters: `2002`, `51.2k`, `100k`, `1.3M`, never cut.
+pub fn count(n: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k")];
+    if n < 10_000 {
+        return n.to_string();
+    }
+    let (size, unit) = UNITS
+        .into_iter()
+        .find(|(size, _)| n >= *size)
+        .expect("n >= 10,000 has a unit");
+    let value = n as f64 / size as f64;
+    if value < 99.95 {
+        format!("{value:.1}{unit}")
+    } else {
+        format!("{value:.0}{unit}")
+    }
+}
+
+/// `text` cut to `width` columns with an ellipsis where it was cut.
+pub fn fit(text: &str, width: u16) -> String {
+    use unicode_width::UnicodeWidthStr;
+    let width = usize::from(width);
+    if text.width() <= width {
+        return text.to_owned();
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        let w = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+        if used + w + 1 > width {
+            break;
+        }
+        used += w;
+        out.push(c);
+    }
+    out.push('…');
+    out
+}
+
+/// The widths a table with these constraints gives its columns inside `inner` (as
+/// ratatui lays them out: one column of spacing, and the highlight symbol's column).
+fn column_widths(inner: Rect, constraints: &[Constraint]) -> Vec<u16> {
+    let area = Rect {
+        width: inner.width.saturating_sub(1),
+        ..inner
+    };
+    Layout::horizontal(constraints.iter().copied())
+        .spacing(1)
+        .split(area)
+        .iter()
+        .map(|r| r.width)
+        .collect()
 }
 
 /// What an empty list says: nothing there, or nothing that passes the filter.
@@ -225,7 +358,7 @@ fn render_queue(
     .areas(inner);
     let titles: Vec<String> = TABS
         .iter()
-        .map(|s| format!("{} {}", s.as_str(), q.counts.get(*s)))
+        .map(|s| format!("{} {}", s.as_str(), count(q.counts.get(*s))))
         .collect();
     let selected = TABS.iter().position(|s| *s == state).unwrap_or(0);
     frame.render_widget(
@@ -243,8 +376,15 @@ fn render_queue(
         Span::raw("active")
     }];
     facts.push(Span::raw(format!(
-        " · in {rate_in:.1}/s out {rate_out:.1}/s"
+        " · in {rate_in:.1}/s out {rate_out:.1}/s · {} consumers",
+        q.consumers
     )));
+    if !q.options.paused && stuck_for_want_of_consumers(q) {
+        facts.push(Span::styled(
+            " · stuck: ready work and no consumer (no subscribed session, no waiting claim)",
+            Style::new().fg(Color::Red),
+        ));
+    }
     if let Some(at) = q.oldest_ready_ms {
         facts.push(Span::raw(format!(
             " · oldest ready {}",
@@ -279,7 +419,7 @@ fn render_dead(app: &App, total: u64, block: Block<'_>, frame: &mut Frame, area:
         );
         return;
     }
-    let columns = [QUEUE, ATTEMPTS, REASON, ERROR];
+    let columns = [QUEUE, ATTEMPTS, DIED, REASON, ERROR];
     task_table(app, &columns, block, frame, area);
 }
 
@@ -344,6 +484,21 @@ const ERROR: Column = Column {
     width: Constraint::Min(8),
     cell: |t, _| one_line(t.last_error.as_deref().unwrap_or("")),
 };
+const STATE: Column = Column {
+    title: "STATE",
+    width: Constraint::Length(9),
+    cell: |t, _| t.state.as_str().to_owned(),
+};
+const DIED: Column = Column {
+    title: "DIED",
+    width: Constraint::Length(6),
+    cell: |t, now| ago(now, t.updated_ms),
+};
+const RUNNING: Column = Column {
+    title: "RUNNING",
+    width: Constraint::Length(8),
+    cell: |t, now| ago(now, t.updated_ms),
+};
 const QUEUE: Column = Column {
     title: "QUEUE",
     width: Constraint::Length(10),
@@ -353,8 +508,8 @@ const QUEUE: Column = Column {
 /// The columns of a queue's tab, after the id.
 fn columns(state: TaskState) -> Vec<Column> {
     match state {
-        TaskState::Leased => vec![HOLDER, ATTEMPTS, EXPIRES],
-        TaskState::Dead => vec![ATTEMPTS, REASON, ERROR],
+        TaskState::Leased => vec![HOLDER, ATTEMPTS, RUNNING, EXPIRES],
+        TaskState::Dead => vec![ATTEMPTS, DIED, REASON, ERROR],
         TaskState::Scheduled => vec![PRIORITY, KEY, FAILURES, DUE],
         TaskState::Ready | TaskState::Done | TaskState::Cancelled => {
             vec![PRIORITY, KEY, ATTEMPTS, FAILURES, AGE]
@@ -366,6 +521,9 @@ fn columns(state: TaskState) -> Vec<Column> {
 fn task_table(app: &App, columns: &[Column], block: Block<'_>, frame: &mut Frame, area: Rect) {
     let marked = &app.page().marked;
     let now = app.now_ms;
+    let mut widths = vec![Constraint::Length(27)];
+    widths.extend(columns.iter().map(|c| c.width));
+    let fitted = column_widths(block.inner(area), &widths);
     let rows = app
         .rows()
         .into_iter()
@@ -376,12 +534,15 @@ fn task_table(app: &App, columns: &[Column], block: Block<'_>, frame: &mut Frame
         .map(|t| {
             let mark = if marked.contains(&t.id) { "*" } else { " " };
             let mut cells = vec![Cell::from(format!("{mark}{}", t.id))];
-            cells.extend(columns.iter().map(|c| Cell::from((c.cell)(t, now))));
+            cells.extend(
+                columns
+                    .iter()
+                    .zip(&fitted[1..])
+                    .map(|(c, w)| Cell::from(fit(&(c.cell)(t, now), *w))),
+            );
             TableRow::new(cells)
         })
         .collect();
-    let mut widths = vec![Constraint::Length(27)];
-    widths.extend(columns.iter().map(|c| c.width));
     let mut titles = vec![" ID"];
     titles.extend(columns.iter().map(|c| c.title));
     table(app, rows, &widths, header(&titles), block, frame, area);
@@ -483,7 +644,7 @@ fn render_members(app: &App, connected: u64, block: Block<'_>, frame: &mut Frame
 }
 
 fn render_task(app: &App, t: &TaskInfo, block: Block<'_>, frame: &mut Frame, area: Rect) {
-    let lines = task_lines(t, app.now_ms);
+    let lines = task_lines(t, app.now_ms, app.absolute_times);
     let scroll = app.page().selected.min(lines.len().saturating_sub(1));
     frame.render_widget(
         Paragraph::new(Text::from(lines))
@@ -495,7 +656,7 @@ fn render_task(app: &App, t: &TaskInfo, block: Block<'_>, frame: &mut Frame, are
 }
 
 /// The lines of the task screen, at `now`.
-pub fn task_lines(t: &TaskInfo, now: u64) -> Vec<Line<'static>> {
+pub fn task_lines(t: &TaskInfo, now: u64, absolute: bool) -> Vec<Line<'static>> {
     let field = |name: &'static str, value: String| {
         Line::from(vec![
             Span::styled(format!("{name:<11}"), Style::new().bold()),
@@ -556,13 +717,21 @@ pub fn task_lines(t: &TaskInfo, now: u64) -> Vec<Line<'static>> {
         lines.extend(error.map(|l| Line::raw(format!("  {l}")).fg(Color::Red)));
     }
     lines.push(Line::from(Span::styled("timeline", Style::new().bold())));
-    for e in &t.history {
-        let mut text = format!("  {:>4} ago  {:<16}", ago(now, e.at_ms), e.event);
+    for (i, e) in t.history.iter().enumerate() {
+        let when = if absolute {
+            crate::output::time(e.at_ms)
+        } else {
+            format!("{:>4} ago", ago(now, e.at_ms))
+        };
+        let mut text = format!("  {when}  {:<16}", e.event);
         if let Some(m) = e.member.as_deref().filter(|m| !m.is_empty()) {
             text.push_str(&format!(" {m}"));
         }
         if let Some(epoch) = e.epoch {
             text.push_str(&format!(" #{epoch}"));
+        }
+        if let Some(ran) = attempt_length(t, i, now) {
+            text.push_str(&format!(" {ran}"));
         }
         if let Some(err) = &e.error {
             text.push_str(&format!(" {}", one_line(err)));
@@ -588,7 +757,8 @@ pub fn task_lines(t: &TaskInfo, now: u64) -> Vec<Line<'static>> {
 
 fn render_message(app: &App, frame: &mut Frame, area: Rect) {
     let line = match &app.mode {
-        Mode::Filter(text) => Line::from(format!("/{text}▏")),
+        Mode::Filter(text) => Line::from(format!("filter page: {text}▏")),
+        Mode::Search(text) => Line::from(format!("/{text}▏")),
         Mode::Command(text) => Line::from(format!(":{text}▏")),
         _ => match &app.message {
             Some((Level::Info, text)) => {
@@ -641,19 +811,37 @@ fn popup(frame: &mut Frame, width: u16, height: u16) -> Rect {
     area
 }
 
+/// What `?` adds under the keys: the `:` commands and the words of a `/` search.
+const HELP_NOTES: [(&str, &str); 3] = [
+    (
+        ":",
+        "queues, members, dead, queue NAME [STATE], task ID, q (tab)",
+    ),
+    ("/", "ID-PREFIX or payload text · key:K · idem:K · label:L"),
+    ("", "state:S · error:TEXT · payload:TEXT · field:PATH=VALUE"),
+];
+
 fn render_help(app: &App, frame: &mut Frame) {
     let keys = app.keys();
-    let lines: Vec<Line<'_>> = keys
+    let key_style = Style::new().bold().fg(Color::Cyan);
+    let mut lines: Vec<Line<'_>> = keys
         .iter()
         .map(|(key, what)| {
             Line::from(vec![
-                Span::styled(format!("{key:>8}  "), Style::new().bold().fg(Color::Cyan)),
+                Span::styled(format!("{key:>8}  "), key_style),
                 Span::raw(*what),
             ])
         })
         .collect();
-    let height = u16::try_from(lines.len()).unwrap_or(20) + 2;
-    let area = popup(frame, 40, height);
+    lines.push(Line::default());
+    lines.extend(HELP_NOTES.iter().map(|(key, what)| {
+        Line::from(vec![
+            Span::styled(format!("{key:>8}  "), key_style),
+            Span::raw(*what),
+        ])
+    }));
+    let height = (u16::try_from(lines.len()).unwrap_or(20) + 2).min(frame.area().height);
+    let area = popup(frame, 72.min(frame.area().width), height);
     frame.render_widget(
         Paragraph::new(lines).block(Block::bordered().title(" Keys · any key closes ")),
         area,
@@ -661,7 +849,7 @@ fn render_help(app: &App, frame: &mut Frame) {
 }
 
 fn render_confirm(question: &str, frame: &mut Frame) {
-    let area = popup(frame, 60, 5);
+    let area = popup(frame, 60, 6);
     frame.render_widget(
         Paragraph::new(vec![
             Line::raw(question.to_owned()),
@@ -701,6 +889,25 @@ fn pretty(json: &str) -> String {
 }
 
 /// A span of milliseconds in its largest whole unit: `42s`, `7m`, `3h`, `2d`.
+/// How long the attempt that event `i` (a lease) began ran: to the next event of its
+/// epoch (its settle, lapse, revoke or release), or, still leased, until now.
+fn attempt_length(t: &TaskInfo, i: usize, now: u64) -> Option<String> {
+    let e = &t.history[i];
+    if e.event != "leased" {
+        return None;
+    }
+    let end = t.history[i + 1..]
+        .iter()
+        .find(|later| later.epoch == e.epoch || later.event == "leased");
+    match end {
+        Some(end) => Some(format!("ran {}", short(end.at_ms.saturating_sub(e.at_ms)))),
+        None if t.state == TaskState::Leased => {
+            Some(format!("running {}", short(now.saturating_sub(e.at_ms))))
+        }
+        None => None,
+    }
+}
+
 fn short(ms: u64) -> String {
     let s = ms / 1000;
     match s {

@@ -93,6 +93,8 @@ class QueueInfo:
     """The label sets holding the most unclaimable tasks (at most 16)."""
     unclaimable_sets: int
     """How many label sets unclaimable tasks require in all."""
+    consumers: int
+    """Connected, not draining sessions subscribed to it, and claims parked on it."""
     totals: QueueTotals
     oldest_ready_ms: Optional[int]
     created_ms: int
@@ -112,6 +114,7 @@ class QueueInfo:
             unclaimable=d.get("unclaimable", 0),
             unclaimable_requires=d.get("unclaimable_requires", []),
             unclaimable_sets=d.get("unclaimable_sets", 0),
+            consumers=d.get("consumers", 0),
             totals=QueueTotals._from(d["totals"]),
             oldest_ready_ms=d.get("oldest_ready_ms"),
             created_ms=d["created_ms"],

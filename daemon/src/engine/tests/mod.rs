@@ -1342,6 +1342,54 @@ fn subscribe(member: &str, queues: &[&str]) -> Request {
     })
 }
 
+#[test]
+fn consumers_are_subscribed_sessions_and_parked_claims() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    h.create("other", QueuePatch::default());
+    let consumers = |h: &mut Harness, queue: &str| match h
+        .call(Request::QueueDescribe(ops::QueueDescribe(QueueName {
+            queue: queue.into(),
+        })))
+        .unwrap()
+    {
+        Reply::Queue(r) => r.queue.consumers,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(consumers(&mut h, "jobs"), 0);
+    h.call_on(1, open("a", 1, false, false)).unwrap();
+    assert_eq!(
+        consumers(&mut h, "jobs"),
+        0,
+        "a session alone takes nothing"
+    );
+    h.call_on(1, subscribe("a", &["jobs"])).unwrap();
+    assert_eq!(consumers(&mut h, "jobs"), 1);
+    assert_eq!(consumers(&mut h, "other"), 0);
+    // A claim parked on a queue counts while it waits.
+    let parked = h.send_on(
+        2,
+        Request::Claim(Claim::new(["jobs", "other"]).wait_ms(10_000)),
+    );
+    assert_eq!(
+        h.reply_for(parked).map(|r| r.is_ok()),
+        None,
+        "still waiting"
+    );
+    assert_eq!(
+        (consumers(&mut h, "jobs"), consumers(&mut h, "other")),
+        (2, 1)
+    );
+    h.advance(10_000);
+    assert!(h.reply_for(parked).is_some());
+    // A draining member takes nothing new.
+    h.call(Request::MemberDrain(ops::MemberDrain(ops::MemberName {
+        member: "a".into(),
+    })))
+    .unwrap();
+    assert_eq!(consumers(&mut h, "jobs"), 0);
+}
+
 fn delivered(pushes: &[Push]) -> Vec<(String, u64, bool)> {
     pushes
         .iter()
@@ -1864,6 +1912,7 @@ fn a_reclaim_reaching_max_attempts_names_the_member_in_its_dead_lettered_event()
 
 mod bounds;
 mod crash_model;
+mod find;
 mod liveness;
 mod member_names;
 mod model;
