@@ -137,7 +137,10 @@ async fn a_local_only_daemon_serves_its_own_user_and_refuses_every_other() {
             // who cannot read the data directory has nothing more).
             std::process::Command::new(muster_bin())
         };
+        // That user's own home: no contexts of the test's user.
         cmd.args(args)
+            .env("HOME", "/nonexistent")
+            .env_remove("XDG_CONFIG_HOME")
             .env("MUSTER_ADDR", &d.addr)
             .env_remove("MUSTER_DATA")
             .env_remove("MUSTER_TOKEN")
@@ -177,7 +180,10 @@ async fn a_local_only_daemon_serves_its_own_user_and_refuses_every_other() {
 async fn an_open_daemon_serves_everyone_and_keeps_no_token() {
     let d = Daemon::start_with(&["--open"]);
     assert!(!d.data().join(muster_protocol::LOCAL_TOKEN_FILE).exists());
-    assert_eq!(d.ok(&["--pin", &d.fingerprint, "queue", "list"]), "");
+    assert_eq!(
+        d.ok(&["--pin", &d.fingerprint, "queue", "list", "--no-headers"]),
+        ""
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -197,7 +203,7 @@ async fn a_token_file_keeps_the_token_off_the_command_line() {
     );
     // The variable, as `muster work` and the console read it too.
     let out = std::process::Command::new(muster_bin())
-        .args(["queue", "list"])
+        .args(["queue", "list", "--no-headers"])
         .env("MUSTER_ADDR", &d.addr)
         .env("MUSTER_DATA", d.data())
         .env("MUSTER_TOKEN_FILE", file)

@@ -261,7 +261,8 @@ fn destructive_commands_on_a_queue_with_tasks_need_yes_without_a_terminal() {
 
 #[test]
 fn contexts_name_daemons_and_flags_and_environment_win_over_them() {
-    let d = Daemon::start();
+    // Open: a context trusting by pin reaches it without the local token.
+    let d = Daemon::start_with(&["--open"]);
     d.ok(&["queue", "create", "ctx-jobs"]);
     let config = tempfile::tempdir().unwrap();
     let home = config.path();

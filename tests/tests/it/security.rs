@@ -295,6 +295,7 @@ fn allowed(role: &str, op: &str, own: bool) -> bool {
             | "watch_queues"
             | "watch_dead"
             | "unwatch"
+            | "task_find_all_queues"
     );
     let by_role = match role {
         "admin" | "queue-admin" => true,
