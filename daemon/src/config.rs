@@ -22,7 +22,7 @@ pub enum LogFormat {
 
 /// musterd: a durable task dispatcher for swarms of long-running agents.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "musterd", version, about)]
+#[command(name = "musterd", version = crate::VERSION, about)]
 pub struct Config {
     /// Config file (TOML) with the tokens, their roles and queue patterns.
     #[arg(long, env = "MUSTER_CONFIG")]
@@ -80,6 +80,11 @@ pub struct Config {
     /// lookups come from it. More helps large backlogs; it counts in resident memory.
     #[arg(long, env = "MUSTER_CACHE_MIB", default_value_t = DEFAULT_CACHE_MIB)]
     pub cache_mib: u64,
+
+    /// Check the flags, the config file with its tokens and the certificate pair, print
+    /// one line and exit (0 when valid, 1 with the error): nothing is opened or served.
+    #[arg(long)]
+    pub check_config: bool,
 }
 
 /// Default block cache of the store, in MiB.

@@ -31,6 +31,82 @@ use tracing::{error, info};
 use crate::config::Config;
 use crate::dispatcher::Dispatcher;
 
+/// The version `--version` prints and `muster_build_info` carries: the crate's version
+/// and the git commit it was built from (`unknown` outside a git checkout).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("MUSTER_GIT_COMMIT"),
+    ")"
+);
+
+/// The git commit the daemon was built from.
+pub const GIT_COMMIT: &str = env!("MUSTER_GIT_COMMIT");
+
+/// The file in the data directory a running daemon holds an exclusive lock on, with its
+/// process id inside, so a second daemon on the same directory is refused and can say
+/// which process holds it.
+pub const LOCK_FILE: &str = "musterd.lock";
+
+/// Takes the data directory's lock for the life of the process (the lock goes with the
+/// returned file, and with the process however it ends), or says who holds it.
+pub fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    use std::io::{Read, Seek, Write};
+    let path = dir.join(LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = match holder.trim().parse::<u32>() {
+                Ok(pid) => format!("process {pid}"),
+                Err(_) => "another process".to_owned(),
+            };
+            anyhow::bail!(
+                "data directory {} is in use by another musterd ({holder} holds {LOCK_FILE})",
+                dir.display()
+            );
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("locking {}", path.display()));
+        }
+    }
+    file.set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| writeln!(file, "{}", std::process::id()))
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(file)
+}
+
+/// Checks the settings and the token file as a start would, without opening the store
+/// or listening: `musterd --check-config`. Returns what was checked, for a line of output.
+pub fn check_config(config: &Config) -> anyhow::Result<String> {
+    let tokens = match &config.config {
+        Some(path) => auth::Tokens::load(path)?,
+        None => auth::Tokens::default(),
+    };
+    config.check(!tokens.is_empty())?;
+    if config.cert.is_some() || config.key.is_some() {
+        // Only the operator's pair is checked: the self-signed one is made at first start.
+        let identity =
+            tls::load_identity(&config.data, config.cert.as_deref(), config.key.as_deref())?;
+        tls::server_config(identity)?;
+    }
+    Ok(format!(
+        "configuration is valid: {} token(s), data directory {}, listening on {}",
+        tokens.len(),
+        config.data.display(),
+        config.listen
+    ))
+}
+
 /// Writes where the daemon listens and how to trust it, for a supervisor: to a
 /// temporary file beside `path`, renamed over it, so a reader never sees half of it.
 fn write_ready_file(
@@ -63,6 +139,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     std::fs::create_dir_all(&config.data)
         .with_context(|| format!("creating data directory {}", config.data.display()))?;
+    // Held until the process ends: a second daemon on this directory is refused.
+    let _lock = lock_data_dir(&config.data)?;
     let identity = tls::load_identity(&config.data, config.cert.as_deref(), config.key.as_deref())?;
     let (fingerprint, cert_path) = (identity.fingerprint.clone(), identity.cert_path.clone());
     if let Some(addr) = config.metrics_addr {

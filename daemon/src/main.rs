@@ -12,6 +12,18 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     let config = Config::parse();
+    if config.check_config {
+        return match muster_daemon::check_config(&config) {
+            Ok(summary) => {
+                println!("musterd: {summary}");
+                std::process::ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("musterd: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     let filter = EnvFilter::try_from_env("MUSTER_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

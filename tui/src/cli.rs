@@ -9,7 +9,7 @@ use crate::ClaimString;
 
 /// muster: enqueue, claim, settle and repair tasks on a musterd daemon.
 #[derive(Debug, Parser)]
-#[command(name = "muster", version, about)]
+#[command(name = "muster", version = crate::VERSION, about)]
 pub struct Cli {
     /// Connection and output options.
     #[command(flatten)]

@@ -9,6 +9,7 @@
 //! - `liveness`: agents that die and are not restarted, clean exits, `muster work`'s
 //!   supervision of its programs (signals, orphans, checkpoints), broken runners,
 //!   revoke and cancel.
+//! - `maintenance`: one daemon per data directory, `--version`, `--check-config`.
 //! - `metrics`: the Prometheus endpoint.
 //! - `security`: tokens and roles, member ownership, bad input, floods.
 //! - `spec`: the daemon as PROTOCOL.md describes it (subscriptions, waits, `null`,
@@ -34,6 +35,7 @@ mod fencing;
 mod fixture;
 mod lapse;
 mod liveness;
+mod maintenance;
 mod metrics;
 mod security;
 mod spec;
