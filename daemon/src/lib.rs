@@ -143,10 +143,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let _lock = lock_data_dir(&config.data)?;
     let identity = tls::load_identity(&config.data, config.cert.as_deref(), config.key.as_deref())?;
     let (fingerprint, cert_path) = (identity.fingerprint.clone(), identity.cert_path.clone());
-    if let Some(addr) = config.metrics_addr {
-        metrics::install(addr)?;
-        info!(%addr, "serving Prometheus metrics");
-    }
+    let metrics_endpoint = match config.metrics_addr {
+        Some(addr) => {
+            let endpoint = metrics::install(addr).await?;
+            info!(addr = %endpoint.local_addr()?, "serving Prometheus metrics");
+            Some(endpoint)
+        }
+        None => None,
+    };
     let server_config = tls::server_config(identity)?;
 
     let store_dir = config.data.join("store");
@@ -178,6 +182,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         durability: config.durability.name(),
     };
     let server = tokio::spawn(server::serve(endpoint, context, shutdown.clone()));
+    let metrics_server =
+        metrics_endpoint.map(|e| tokio::spawn(metrics::serve(e, shutdown.clone())));
     let failed = tokio::select! {
         signal = shutdown_signal() => {
             signal?;
@@ -192,6 +198,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(path);
     }
     server.await.context("joining the server")?;
+    if let Some(metrics_server) = metrics_server {
+        metrics_server.await.context("joining the metrics server")?;
+    }
     let stats = &dispatcher.stats;
     let (syncs, requests) = (
         stats.syncs.load(std::sync::atomic::Ordering::Relaxed),

@@ -341,6 +341,11 @@ impl Store {
         Ok(())
     }
 
+    /// Bytes of the store's files on disk (journals and tables).
+    pub fn disk_space(&self) -> Result<u64, StoreError> {
+        Ok(self.db.disk_space()?)
+    }
+
     /// Takes every committed batch as far as `to` says.
     pub fn persist(&self, to: Persist) -> Result<(), StoreError> {
         let mode = match to {

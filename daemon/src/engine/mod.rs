@@ -17,6 +17,7 @@ pub mod dispatch;
 pub use authz::authorize_stateless;
 mod members;
 mod ops;
+pub mod telemetry;
 #[cfg(test)]
 mod tests;
 mod watch;
@@ -41,6 +42,7 @@ use muster_protocol::{ErrorBody, ErrorCode};
 use crate::auth::Principal;
 use crate::store::{Batch, IndexView, Store, StoreError, TaskIndex, TaskRecord};
 use dispatch::{Class, DispatchIndex, TaskRef};
+use telemetry::LeaseEnd;
 
 /// Most retention removals done per round, so a large expiry never stalls dispatch.
 const RETENTION_BATCH: usize = 512;
@@ -367,6 +369,7 @@ impl<W: Waiter> Engine<W> {
         };
         engine.owners = engine.store.load_owners()?.into_iter().collect();
         for (name, rec) in engine.store.load_queues()? {
+            telemetry::queue_created(&name);
             engine
                 .queues
                 .insert(name.clone(), Queue::new(&name, rec.options, rec.created_ms));
@@ -546,19 +549,22 @@ impl<W: Waiter> Engine<W> {
 
     /// Sets the Prometheus gauges from the counts the engine keeps (no task scan).
     pub fn publish_gauges(&self, now: Now) {
-        for (name, q) in &self.queues {
-            for state in TaskState::ALL {
-                let n = q.ids(state).len() as f64;
-                metrics::gauge!("muster_tasks", "queue" => name.clone(), "state" => state.as_str())
-                    .set(n);
-            }
-            let age = q.ids(TaskState::Ready).first().map_or(0.0, |id| {
-                now.wall_ms.saturating_sub(id.timestamp_ms()) as f64 / 1000.0
-            });
-            metrics::gauge!("muster_oldest_ready_age_seconds", "queue" => name.clone()).set(age);
+        let members = self.member_list().members;
+        telemetry::publish(&telemetry::Snapshot {
+            queues: self
+                .queues
+                .iter()
+                .map(|(name, q)| self.queue_info(name, q))
+                .collect(),
+            members: &members,
+            connected: self.connected_members(),
+            unreachable: self.unreachable_members(),
+            now_ms: now.wall_ms,
+        });
+        // A failure to read the sizes only leaves the gauge at its last value.
+        if let Ok(bytes) = self.store.disk_space() {
+            metrics::gauge!("muster_store_size_bytes").set(bytes as f64);
         }
-        metrics::gauge!("muster_members_connected").set(self.connected_members() as f64);
-        metrics::gauge!("muster_members_unreachable").set(self.unreachable_members() as f64);
     }
 
     /// The store, for persisting.
@@ -803,10 +809,13 @@ impl<W: Waiter> Engine<W> {
                 break;
             }
             let mut rec = self.record(id).map_err(store_only)?;
-            let lease = rec.lease.take();
-            let (member, epoch) = lease.map_or((String::new(), 0), |l| (l.member, l.epoch));
+            let lease = rec
+                .lease
+                .take()
+                .expect("a task with a lease deadline has a lease");
+            telemetry::lease_ended(&rec.queue, LeaseEnd::Lapsed, lease.granted_ms, now.wall_ms);
+            let (member, epoch) = (lease.member, lease.epoch);
             let error = format!("lease lapsed (member {member:?}, epoch {epoch})");
-            metrics::counter!("muster_lapsed_total", "queue" => rec.queue.clone()).increment(1);
             if let Some(q) = self.queues.get_mut(&rec.queue) {
                 q.totals.lapsed += 1;
             }
@@ -917,7 +926,8 @@ impl<W: Waiter> Engine<W> {
         }
         rec.state = TaskState::Dead;
         rec.lease = None;
-        rec.dead_reason = Some("max_attempts".into());
+        rec.dead_reason = Some(telemetry::DEAD_MAX_ATTEMPTS.into());
+        telemetry::dead(&rec.queue, telemetry::DEAD_MAX_ATTEMPTS);
         rec.updated_ms = now.wall_ms;
         push_event(
             rec,
@@ -932,6 +942,9 @@ impl<W: Waiter> Engine<W> {
 
     /// Moves a task to done or cancelled, starting its retention.
     fn finish(&self, rec: &mut TaskRecord, to: TaskState, now: Now) {
+        if to == TaskState::Cancelled {
+            telemetry::cancelled(&rec.queue);
+        }
         rec.state = to;
         rec.lease = None;
         rec.not_before_ms = None;

@@ -22,6 +22,7 @@ use muster_protocol::ops::{
 };
 use muster_protocol::{ErrorCode, RawJson, Request};
 
+use super::telemetry::{self, LeaseEnd, Repair};
 use super::{
     ClaimWaiter, Engine, Failure, LeaseClock, Now, OpResult, Queue, Reply, TaskWait, Waiter,
     client, push_event,
@@ -309,6 +310,7 @@ impl<W: Waiter> Engine<W> {
         self.pending
             .put_queue(&r.queue, &QueueRecord::new(options.clone(), now.wall_ms));
         let queue = Queue::new(&r.queue, options, now.wall_ms);
+        telemetry::queue_created(&r.queue);
         let info = self.queue_info(&r.queue, &queue);
         self.queues.insert(r.queue, queue);
         Ok(QueueReply { queue: info })
@@ -404,6 +406,7 @@ impl<W: Waiter> Engine<W> {
             let rec = self.record(id)?;
             self.remove(id, &rec);
         }
+        telemetry::repaired(&r.queue, Repair::Purged, ids.len());
         Ok(CountReply {
             count: ids.len() as u64,
             ids: Vec::new(),
@@ -524,7 +527,7 @@ impl<W: Waiter> Engine<W> {
                 duplicate: false,
                 state: rec.state,
             });
-            metrics::counter!("muster_enqueued_total", "queue" => r.queue.clone()).increment(1);
+            telemetry::enqueued(&r.queue);
             if let Some(q) = self.queues.get_mut(&r.queue) {
                 q.totals.enqueued += 1;
             }
@@ -672,6 +675,13 @@ impl<W: Waiter> Engine<W> {
         if let Some(max) = options.max_runtime_ms {
             deadline = deadline.min(now.mono_ms + max);
         }
+        if !reclaimed {
+            // Since it became ready: enqueued, promoted after its delay, or made ready again
+            // (each of which sets `updated_ms`); recorded for its first lease only.
+            let first_wait =
+                (rec.deliveries == 0).then(|| now.wall_ms.saturating_sub(rec.updated_ms));
+            telemetry::leased(&rec.queue, first_wait);
+        }
         rec.deliveries += 1;
         let epoch = rec.deliveries;
         let expires = now.wall_ms + (deadline - now.mono_ms);
@@ -731,7 +741,7 @@ impl<W: Waiter> Engine<W> {
         let (id, mut rec) = self.held(&r.task, r.epoch)?;
         let member = rec.lease.as_ref().map(|l| l.member.clone());
         rec.result = r.result;
-        metrics::counter!("muster_acked_total", "queue" => rec.queue.clone()).increment(1);
+        telemetry::lease_ended(&rec.queue, LeaseEnd::Acked, granted_ms(&rec), now.wall_ms);
         if let Some(q) = self.queues.get_mut(&rec.queue) {
             q.totals.acked += 1;
         }
@@ -763,7 +773,7 @@ impl<W: Waiter> Engine<W> {
         let error = r.error.unwrap_or_else(|| "nacked".into());
         check_error_text(&error)?;
         let (id, mut rec) = self.held(&r.task, r.epoch)?;
-        metrics::counter!("muster_nacked_total", "queue" => rec.queue.clone()).increment(1);
+        telemetry::lease_ended(&rec.queue, LeaseEnd::Nacked, granted_ms(&rec), now.wall_ms);
         if let Some(q) = self.queues.get_mut(&rec.queue) {
             q.totals.nacked += 1;
         }
@@ -830,6 +840,12 @@ impl<W: Waiter> Engine<W> {
     fn release(&mut self, r: muster_protocol::ops::Release, now: Now) -> OpResult<SettleReply> {
         let Release { task, epoch } = r;
         let (id, mut rec) = self.held(&task, epoch)?;
+        telemetry::lease_ended(
+            &rec.queue,
+            LeaseEnd::Released,
+            granted_ms(&rec),
+            now.wall_ms,
+        );
         let member = rec.lease.take().map(|l| l.member);
         push_event(
             &mut rec,
@@ -853,6 +869,12 @@ impl<W: Waiter> Engine<W> {
     fn dead_letter(&mut self, r: DeadLetter, now: Now) -> OpResult<SettleReply> {
         check_error_text(&r.error)?;
         let (id, mut rec) = self.held(&r.task, r.epoch)?;
+        telemetry::lease_ended(
+            &rec.queue,
+            LeaseEnd::DeadLettered,
+            granted_ms(&rec),
+            now.wall_ms,
+        );
         let member = rec.lease.take().map(|l| l.member);
         push_event(
             &mut rec,
@@ -865,7 +887,8 @@ impl<W: Waiter> Engine<W> {
         rec.last_error = Some(r.error);
         if !self.cancel_if_requested(&mut rec, now, None, None) {
             rec.state = TaskState::Dead;
-            rec.dead_reason = Some("dead_lettered".into());
+            rec.dead_reason = Some(telemetry::DEAD_BY_AGENT.into());
+            telemetry::dead(&rec.queue, telemetry::DEAD_BY_AGENT);
             rec.updated_ms = now.wall_ms;
         }
         self.save(id, &rec, None);
@@ -1159,6 +1182,7 @@ impl<W: Waiter> Engine<W> {
                 push_event(&mut rec, now, "redriven", None, None, None);
                 self.save(id, &rec, None);
             }
+            telemetry::repaired(&sel.queue, Repair::Redriven, ids.len());
         }
         Ok(count_reply(&ids, sel.dry_run))
     }
@@ -1170,6 +1194,7 @@ impl<W: Waiter> Engine<W> {
                 let rec = self.record(id)?;
                 self.remove(id, &rec);
             }
+            telemetry::repaired(&sel.queue, Repair::Discarded, ids.len());
         }
         Ok(count_reply(&ids, sel.dry_run))
     }
@@ -1181,6 +1206,14 @@ impl<W> WaitFailure<W> {
     fn into_waiter_error(self) -> (W, Failure) {
         (self.0, self.1)
     }
+}
+
+/// When the lease of a held task was granted.
+fn granted_ms(rec: &TaskRecord) -> u64 {
+    rec.lease
+        .as_ref()
+        .expect("a held task has a lease record")
+        .granted_ms
 }
 
 fn count_reply(ids: &[Ulid], list: bool) -> CountReply {
