@@ -305,7 +305,6 @@ fn run(
                     );
                     let _entered = span.enter();
                     engine.handle(req, responder, now)?;
-                    debug!("applied");
                 }
                 Command::Heard(connection) => engine.heard(connection, now),
                 Command::Disconnected(connection) => engine.disconnected(connection),

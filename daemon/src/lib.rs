@@ -10,6 +10,7 @@
 //! - [`engine`]: task state, dispatch indexes, leases and timers; single-threaded, no clock.
 //! - [`dispatcher`]: the OS thread that runs the engine and does group commit.
 //! - [`server`]: the QUIC endpoint, connections, streams and frames.
+//! - [`logging`]: the log's filter and format.
 //! - [`metrics`]: the Prometheus endpoint.
 //! - [`tls`]: the certificate and the QUIC/TLS configuration.
 
@@ -17,6 +18,7 @@ pub mod auth;
 pub mod config;
 pub mod dispatcher;
 pub mod engine;
+pub mod logging;
 pub mod metrics;
 pub mod server;
 pub mod store;

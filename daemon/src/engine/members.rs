@@ -417,7 +417,7 @@ impl<W: Waiter> Engine<W> {
                 // but handed straight back instead of waiting for the lease to run out.
                 rec.failures += 1;
                 rec.last_error = Some(format!("member {:?} restarted", r.member));
-                if self.dead_if_out_of_attempts(&mut rec, now, Some(&r.member)) {
+                if self.dead_if_out_of_attempts(id, &mut rec, now, Some(&r.member)) {
                     self.save(id, &rec, None);
                     reply.dead += 1;
                 } else {

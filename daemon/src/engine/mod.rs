@@ -11,6 +11,7 @@
 //! [`Engine::save`], which removes the task from every index and inserts it again where
 //! its new state says, so the indexes cannot drift from the records.
 
+mod audit;
 mod authz;
 pub mod dispatch;
 
@@ -443,9 +444,12 @@ impl<W: Waiter> Engine<W> {
         #[cfg(debug_assertions)]
         let before = self.digest();
         let result = match self.dispatch(req, waiter, now) {
-            Ok(()) => self.commit(),
+            Ok(()) => {
+                tracing::debug!("applied");
+                self.commit()
+            }
             Err((waiter, Failure::Client(e))) => {
-                tracing::debug!(code = e.code.as_str(), message = %e.message, "refused");
+                tracing::debug!(code = e.code.as_str(), error = %e.message, "refused");
                 // A refused request changed nothing: every op validates before it mutates.
                 #[cfg(debug_assertions)]
                 assert_eq!(
@@ -864,7 +868,7 @@ impl<W: Waiter> Engine<W> {
             .map(|q| q.options.retry_backoff)
             .unwrap_or_default();
         if self.cancel_if_requested(rec, now, None, None)
-            || self.dead_if_out_of_attempts(rec, now, None)
+            || self.dead_if_out_of_attempts(id, rec, now, None)
         {
             // Ended: cancelled, or dead.
         } else {
@@ -913,6 +917,7 @@ impl<W: Waiter> Engine<W> {
     /// it did. The one place that turns failures into dead.
     fn dead_if_out_of_attempts(
         &self,
+        id: Ulid,
         rec: &mut TaskRecord,
         now: Now,
         member: Option<&str>,
@@ -927,7 +932,7 @@ impl<W: Waiter> Engine<W> {
         rec.state = TaskState::Dead;
         rec.lease = None;
         rec.dead_reason = Some(telemetry::DEAD_MAX_ATTEMPTS.into());
-        telemetry::dead(&rec.queue, telemetry::DEAD_MAX_ATTEMPTS);
+        telemetry::dead(id, &rec.queue, telemetry::DEAD_MAX_ATTEMPTS);
         rec.updated_ms = now.wall_ms;
         push_event(
             rec,

@@ -22,6 +22,7 @@ use muster_protocol::ops::{
 };
 use muster_protocol::{ErrorCode, RawJson, Request};
 
+use super::audit;
 use super::telemetry::{self, LeaseEnd, Repair};
 use super::{
     ClaimWaiter, Engine, Failure, LeaseClock, Now, OpResult, Queue, Reply, TaskWait, Waiter,
@@ -196,6 +197,7 @@ impl<W: Waiter> Engine<W> {
             return Err((waiter, Failure::Client(e)));
         }
         let members_change = changes_members(&req);
+        let action = audit::action(&req);
         let result = match req {
             // Answered by the connection before they reach the engine.
             Request::Hello(_) | Request::ServerStats(_) => {
@@ -243,6 +245,9 @@ impl<W: Waiter> Engine<W> {
         };
         match result {
             Ok(reply) => {
+                if let Some(action) = &action {
+                    audit::applied(action, waiter.principal().map(|p| p.name.as_str()), &reply);
+                }
                 if members_change {
                     // In-memory member changes commit nothing; watches must still see them.
                     self.generation += 1;
@@ -888,7 +893,7 @@ impl<W: Waiter> Engine<W> {
         if !self.cancel_if_requested(&mut rec, now, None, None) {
             rec.state = TaskState::Dead;
             rec.dead_reason = Some(telemetry::DEAD_BY_AGENT.into());
-            telemetry::dead(&rec.queue, telemetry::DEAD_BY_AGENT);
+            telemetry::dead(id, &rec.queue, telemetry::DEAD_BY_AGENT);
             rec.updated_ms = now.wall_ms;
         }
         self.save(id, &rec, None);

@@ -146,8 +146,9 @@ pub fn lease_ended(queue: &str, how: LeaseEnd, granted_ms: u64, now_ms: u64) {
         .record(now_ms.saturating_sub(granted_ms) as f64 / 1000.0);
 }
 
-/// A task went dead.
-pub fn dead(queue: &str, reason: &'static str) {
+/// A task went dead (logged at INFO).
+pub fn dead(id: ulid::Ulid, queue: &str, reason: &'static str) {
+    tracing::info!(task = %id, queue, reason, "task dead-lettered");
     debug_assert!(
         DEAD_REASONS.contains(&reason),
         "unknown dead reason {reason}"

@@ -9,6 +9,7 @@
 //! - `liveness`: agents that die and are not restarted, clean exits, `muster work`'s
 //!   supervision of its programs (signals, orphans, checkpoints), broken runners,
 //!   revoke and cancel.
+//! - `logs`: INFO lines of a member's life, lapses, dead letters and operator actions.
 //! - `maintenance`: one daemon per data directory, `--version`, `--check-config`.
 //! - `metrics`: the Prometheus endpoint.
 //! - `security`: tokens and roles, member ownership, bad input, floods.
@@ -35,6 +36,7 @@ mod fencing;
 mod fixture;
 mod lapse;
 mod liveness;
+mod logs;
 mod maintenance;
 mod metrics;
 mod security;
