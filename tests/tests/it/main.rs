@@ -19,6 +19,8 @@
 //! - `agent_chaos`: the Jepsen-style agent checker: agents killed, drained, frozen and
 //!   partitioned while they work one queue.
 //! - `crash`: kill -9 during a burst of enqueues, and leases held across restarts.
+//! - `deploy`: the systemd unit's flags start a daemon; the dashboard and alerts query
+//!   what it exports.
 //! - `disk`: a full disk during a burst of enqueues, and recovery once space is freed.
 //! - `dispatch`: priorities, delays, keys, labels, fairness and retention.
 //! - `connect`: trust (pins, CA files), refusals at start-up, pipelining.
@@ -30,6 +32,7 @@ mod checker;
 mod cli;
 mod connect;
 mod crash;
+mod deploy;
 mod disk;
 mod dispatch;
 mod fencing;
