@@ -21,6 +21,7 @@ use tracing::{debug, debug_span, info};
 use muster_protocol::{ErrorBody, Push, Request};
 
 use crate::auth::Principal;
+use crate::disk::DiskAlarm;
 use crate::engine::{Engine, Now, Reply, Sink, Waiter};
 use crate::store::{Persist, Store, StoreError};
 
@@ -190,6 +191,8 @@ pub struct CommitStats {
     pub syncs: AtomicU64,
     /// Requests applied in rounds that persisted.
     pub synced_requests: AtomicU64,
+    /// The disk alarm is on (see [`crate::disk`]).
+    pub disk_alarm: AtomicBool,
 }
 
 /// The running dispatcher: a channel in, a thread behind it.
@@ -203,20 +206,26 @@ pub struct Dispatcher {
 
 impl Dispatcher {
     /// Opens the engine over the store (rebuilding its state) and starts the thread.
-    pub fn start(store: Store, durability: Durability) -> anyhow::Result<Dispatcher> {
+    pub fn start(
+        store: Store,
+        durability: Durability,
+        mut disk: DiskAlarm,
+    ) -> anyhow::Result<Dispatcher> {
         let clock = Clock::new();
         let started = Instant::now();
-        let engine = Engine::open(store, clock.now(), rand::random())?;
+        let mut engine = Engine::open(store, clock.now(), rand::random())?;
+        let stats = Arc::new(CommitStats::default());
+        // Before the first request: a daemon started on a full disk refuses enqueues at once.
+        watch_disk(&mut disk, &mut engine, &stats);
         info!(
             elapsed_ms = started.elapsed().as_millis() as u64,
             "engine state rebuilt from the store"
         );
         let (tx, rx) = flume::bounded(CHANNEL_CAPACITY);
-        let stats = Arc::new(CommitStats::default());
         let thread_stats = Arc::clone(&stats);
         let thread = std::thread::Builder::new()
             .name("muster-dispatch".into())
-            .spawn(move || run(engine, rx, durability, clock, &thread_stats))
+            .spawn(move || run(engine, rx, durability, clock, disk, &thread_stats))
             .context("starting the dispatcher thread")?;
         Ok(Dispatcher { tx, stats, thread })
     }
@@ -237,6 +246,18 @@ impl Dispatcher {
     /// True once the thread has ended (it only ends on shutdown or a store failure).
     pub fn is_finished(&self) -> bool {
         self.thread.is_finished()
+    }
+}
+
+/// Reads free space and hands the alarm to the engine. A failed reading (logged) leaves
+/// the alarm as it was: it never stops the daemon.
+fn watch_disk<W: Waiter>(disk: &mut DiskAlarm, engine: &mut Engine<W>, stats: &CommitStats) {
+    match disk.check() {
+        Ok((_, on)) => {
+            engine.set_disk_alarm(on);
+            stats.disk_alarm.store(on, Ordering::Relaxed);
+        }
+        Err(e) => tracing::warn!("reading the data directory's free space: {e}"),
     }
 }
 
@@ -268,6 +289,7 @@ fn run(
     rx: flume::Receiver<Command>,
     durability: Durability,
     clock: Clock,
+    mut disk: DiskAlarm,
     stats: &CommitStats,
 ) -> Result<(), StoreError> {
     let mode = match durability {
@@ -277,6 +299,7 @@ fn run(
     let mut round = Vec::with_capacity(MAX_ROUND);
     let mut stopping = false;
     let mut gauges_at = Instant::now();
+    let mut disk_at = Instant::now();
     while !stopping {
         let wake = engine
             .next_timer(clock.now())
@@ -291,6 +314,10 @@ fn run(
                 Ok(cmd) => round.push(cmd),
                 Err(_) => break,
             }
+        }
+        if disk_at.elapsed() >= crate::disk::CHECK_INTERVAL {
+            watch_disk(&mut disk, &mut engine, stats);
+            disk_at = Instant::now();
         }
         let now = clock.now();
         let requests = round.len() as u64;

@@ -8,6 +8,7 @@
 //! - [`config`]: settings from flags and environment variables.
 //! - [`store`]: the fjall database; the only module that imports fjall.
 //! - [`engine`]: task state, dispatch indexes, leases and timers; single-threaded, no clock.
+//! - [`disk`]: the disk alarm over the data directory's free space.
 //! - [`dispatcher`]: the OS thread that runs the engine and does group commit.
 //! - [`server`]: the QUIC endpoint, connections, streams and frames.
 //! - [`logging`]: the log's filter and format.
@@ -16,6 +17,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod disk;
 pub mod dispatcher;
 pub mod engine;
 pub mod logging;
@@ -156,10 +158,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let server_config = tls::server_config(identity)?;
 
     let store_dir = config.data.join("store");
+    let disk = disk::DiskAlarm::new(config.data.clone(), config.disk_threshold());
     let cache_bytes = config.cache_mib << 20;
     let opened = tokio::task::spawn_blocking(move || {
         let store = store::Store::open(&store_dir, cache_bytes).context("opening the store")?;
-        Dispatcher::start(store, config.durability)
+        Dispatcher::start(store, config.durability, disk)
     });
     let dispatcher = opened
         .await

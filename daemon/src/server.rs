@@ -298,6 +298,7 @@ async fn handle_frame(
                 .synced_requests
                 .load(std::sync::atomic::Ordering::Relaxed),
             durability: state.context.durability.into(),
+            disk_alarm: stats.disk_alarm.load(std::sync::atomic::Ordering::Relaxed),
         });
         let _ = out.send(Outgoing::reply(Some(id), Ok(reply), slot));
         return Continue(());

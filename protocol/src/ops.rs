@@ -534,6 +534,10 @@ pub struct ServerStatsReply {
     /// `buffered` (after the journal is handed to the OS: a power loss may lose the last
     /// moments).
     pub durability: String,
+    /// The disk alarm is on: enqueues are refused (`disk_full`) until the data
+    /// directory's free space is back (absent from daemons before it: false).
+    #[serde(default)]
+    pub disk_alarm: bool,
 }
 
 /// One screen of the operator's view, as a `watch` asks for it. Lists come a page at a

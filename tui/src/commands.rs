@@ -483,11 +483,18 @@ async fn stats(client: &Client, out: &Output, queue: Option<&str>) -> anyhow::Re
             "synced_requests": daemon.synced_requests,
             "batch_factor": factor,
             "members_connected": connected,
+            "disk_alarm": daemon.disk_alarm,
         });
+        // Said only when on: the line of a healthy daemon stays as it was.
+        let alarm = if daemon.disk_alarm {
+            " disk_alarm=on (enqueues refused)"
+        } else {
+            ""
+        };
         out.item(
             || {
                 format!(
-                    "daemon\tfsyncs={} requests={} batch_factor={factor:.1} members_connected={connected}",
+                    "daemon\tfsyncs={} requests={} batch_factor={factor:.1} members_connected={connected}{alarm}",
                     daemon.syncs, daemon.synced_requests
                 )
             },

@@ -326,6 +326,9 @@ pub struct Engine<W: Waiter> {
     events: u64,
     /// Monotonic time of the next liveness sweep.
     liveness_sweep_at: u64,
+    /// The disk alarm is on: enqueues are refused (set by the dispatcher, which reads
+    /// the disk; see `crate::disk`).
+    disk_alarm: bool,
 }
 
 impl<W: Waiter> Engine<W> {
@@ -367,6 +370,7 @@ impl<W: Waiter> Engine<W> {
             avoid: HashMap::new(),
             events: 0,
             liveness_sweep_at: 0,
+            disk_alarm: false,
         };
         engine.owners = engine.store.load_owners()?.into_iter().collect();
         for (name, rec) in engine.store.load_queues()? {
@@ -569,6 +573,12 @@ impl<W: Waiter> Engine<W> {
         if let Ok(bytes) = self.store.disk_space() {
             metrics::gauge!("muster_store_size_bytes").set(bytes as f64);
         }
+    }
+
+    /// Turns the disk alarm on or off: while on, enqueues are refused with `disk_full`
+    /// and everything else is served.
+    pub fn set_disk_alarm(&mut self, on: bool) {
+        self.disk_alarm = on;
     }
 
     /// The store, for persisting.

@@ -436,6 +436,13 @@ impl<W: Waiter> Engine<W> {
 
     fn enqueue(&mut self, r: Enqueue, now: Now) -> OpResult<EnqueueReply> {
         self.queue(&r.queue)?;
+        if self.disk_alarm {
+            return Err(client(
+                ErrorCode::DiskFull,
+                "the disk alarm is on: the data directory's free space is below its threshold; \
+                 enqueues are refused until space comes back (claims, settles and repairs go on)",
+            ));
+        }
         if r.tasks.is_empty() || r.tasks.len() > MAX_BATCH {
             return Err(client(
                 if r.tasks.is_empty() {

@@ -67,7 +67,7 @@ fn scrape(addr: &str) -> String {
 fn metric_names(text: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     let mut rest = text;
-    while let Some(at) = rest.find(|c: char| c == 'm' || c == 'p') {
+    while let Some(at) = rest.find(['m', 'p']) {
         let word: String = rest[at..]
             .chars()
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')

@@ -1835,3 +1835,29 @@ mod crash_model;
 mod liveness;
 mod model;
 mod watch;
+
+#[test]
+fn the_disk_alarm_refuses_enqueues_only_and_lifts() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let a = h.enqueue("jobs", "1");
+    let b = h.enqueue("jobs", "2");
+    let (held, epoch) = h.claim_one("jobs");
+    assert_eq!(held, a);
+    h.engine().set_disk_alarm(true);
+    let enqueue = Request::Enqueue(Enqueue {
+        queue: "jobs".into(),
+        tasks: vec![NewTask::new(raw("3"))],
+    });
+    assert_eq!(h.code(enqueue), ErrorCode::DiskFull);
+    assert_eq!(h.counts("jobs"), [0, 1, 1, 0, 0, 0]);
+    // Agents and operators go on: renew, ack, claim, cancel.
+    h.call(renew(&a, epoch)).unwrap();
+    h.call(ack(&a, epoch)).unwrap();
+    let (next, _) = h.claim_one("jobs");
+    assert_eq!(next, b);
+    h.call(Request::Cancel(Cancel { task: b.clone() })).unwrap();
+    h.engine().set_disk_alarm(false);
+    let c = h.enqueue("jobs", "3");
+    assert_eq!(h.state(&c), (TaskState::Ready, 0, 0));
+}
