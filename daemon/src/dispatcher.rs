@@ -9,6 +9,7 @@
 //!
 //! fjall blocks (fsync, write stalls), which is why this is an OS thread and not a tokio task.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -18,11 +19,14 @@ use anyhow::Context;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tracing::{debug, debug_span, info};
 
-use muster_protocol::{ErrorBody, Push, Request};
+use muster_protocol::ops::SnapshotReply;
+use muster_protocol::{ErrorBody, ErrorCode, Push, Request};
 
 use crate::auth::Principal;
 use crate::disk::DiskAlarm;
+use crate::engine::audit;
 use crate::engine::{Engine, Now, Reply, Sink, Waiter};
+use crate::store::StoreView;
 use crate::store::{Persist, Store, StoreError};
 
 /// Most commands applied in one round. Bounds the latency a round adds to its first
@@ -249,6 +253,65 @@ impl Dispatcher {
     }
 }
 
+/// Starts writing a snapshot of `view` into `dir` on a thread of its own (a copy of a
+/// large store takes a while: the dispatcher goes on meanwhile); the thread answers.
+fn start_snapshot(view: StoreView, dir: PathBuf, responder: Responder) -> JoinHandle<()> {
+    let writer = move || {
+        let principal = responder.principal.as_ref().map(|p| p.name.clone());
+        let result = write_snapshot(&view, &dir);
+        if let Ok(reply) = &result {
+            audit::record(
+                principal.as_deref(),
+                "admin_snapshot",
+                &reply.dir,
+                reply.tasks,
+            );
+        }
+        responder.send(result.map(Reply::Snapshot));
+    };
+    std::thread::Builder::new()
+        .name("muster-snapshot".into())
+        .spawn(writer)
+        .expect("starting the snapshot thread")
+}
+
+/// Waits for a finished (or still running) snapshot thread.
+fn join_snapshot(snapshot: &mut Option<JoinHandle<()>>) {
+    if let Some(thread) = snapshot.take() {
+        // The thread answers its own request, errors included; a panic there has
+        // already been reported by the panic hook and loses only that reply.
+        let _ = thread.join();
+    }
+}
+
+/// Creates `dir` (its parent must exist, it must not) and writes the view into it. A
+/// failed copy leaves no directory behind.
+fn write_snapshot(view: &StoreView, dir: &Path) -> Result<SnapshotReply, ErrorBody> {
+    let shown = dir.display().to_string();
+    if let Err(e) = std::fs::create_dir(dir) {
+        let code = if e.kind() == std::io::ErrorKind::AlreadyExists {
+            ErrorCode::AlreadyExists
+        } else {
+            ErrorCode::BadRequest
+        };
+        return Err(ErrorBody::new(code, format!("creating {shown}: {e}")));
+    }
+    match view.write_to(dir) {
+        Ok(counts) => Ok(SnapshotReply {
+            dir: shown,
+            tasks: counts.tasks,
+            queues: counts.queues,
+        }),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(dir);
+            Err(ErrorBody::new(
+                ErrorCode::BadRequest,
+                format!("writing the snapshot to {shown}: {e}"),
+            ))
+        }
+    }
+}
+
 /// Reads free space and hands the alarm to the engine. A failed reading (logged) leaves
 /// the alarm as it was: it never stops the daemon.
 fn watch_disk<W: Waiter>(disk: &mut DiskAlarm, engine: &mut Engine<W>, stats: &CommitStats) {
@@ -300,6 +363,8 @@ fn run(
     let mut stopping = false;
     let mut gauges_at = Instant::now();
     let mut disk_at = Instant::now();
+    // The thread writing a snapshot, if one was started: at most one at a time.
+    let mut snapshot: Option<JoinHandle<()>> = None;
     while !stopping {
         let wake = engine
             .next_timer(clock.now())
@@ -358,11 +423,25 @@ fn run(
         for (sink, push, queued) in engine.take_watch_pushes() {
             sink.send(push, Some(queued));
         }
+        for (responder, dir) in engine.take_snapshots() {
+            if snapshot.as_ref().is_some_and(|t| !t.is_finished()) {
+                responder.send(Err(ErrorBody::new(
+                    ErrorCode::Limit,
+                    "a snapshot is being written; ask again once it is done",
+                )));
+                continue;
+            }
+            join_snapshot(&mut snapshot);
+            // After this round's persist: the view holds exactly what is durable.
+            let view = engine.store().view();
+            snapshot = Some(start_snapshot(view, dir, responder));
+        }
         if gauges_at.elapsed() >= crate::metrics::GAUGE_INTERVAL {
             engine.publish_gauges(clock.now());
             gauges_at = Instant::now();
         }
     }
+    join_snapshot(&mut snapshot);
     engine.store().persist(Persist::All)?;
     info!("store persisted; dispatcher stopped");
     Ok(())

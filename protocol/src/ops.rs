@@ -511,6 +511,25 @@ pub struct MemberDescribeReply {
     pub leases: Vec<TaskSummary>,
 }
 
+/// Writes a consistent copy of the daemon's store into a new directory on the daemon's
+/// host: a backup that a daemon opens as its `store` directory.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AdminSnapshot {
+    /// Where: an absolute path that does not exist yet, in an existing directory.
+    pub dir: String,
+}
+
+/// What `admin_snapshot` wrote.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotReply {
+    /// The directory written.
+    pub dir: String,
+    /// Tasks in the copy.
+    pub tasks: u64,
+    /// Queues in the copy.
+    pub queues: u64,
+}
+
 /// Revokes a lease: it lapses now (a failure is counted) and its holder is told.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LeaseRevoke {
@@ -865,6 +884,7 @@ ops! {
     MemberDrain(MemberDrain) = "member_drain" -> MemberReply;
     LeaseRevoke(LeaseRevoke) = "lease_revoke" -> SettleReply;
     ServerStats(ServerStats) = "server_stats" -> ServerStatsReply;
+    AdminSnapshot(AdminSnapshot) = "admin_snapshot" -> SnapshotReply;
     Watch(Watch) = "watch" -> WatchReply;
     Unwatch(Unwatch) = "unwatch" -> Empty;
 }

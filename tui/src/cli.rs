@@ -140,6 +140,9 @@ pub enum Command {
     /// Act on one lease.
     #[command(subcommand)]
     Lease(LeaseCommand),
+    /// Maintenance of the daemon.
+    #[command(subcommand)]
+    Admin(AdminCommand),
     /// Run any program as an agent: one process per task, payload on stdin.
     Work(WorkArgs),
     /// The benchmark of BENCHMARKS.md against a daemon it starts: a table, and JSON.
@@ -239,6 +242,18 @@ pub enum LeaseCommand {
     Revoke {
         /// The leased task's id.
         id: String,
+    },
+}
+
+/// `muster admin` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Write a consistent copy of the live store into DIR on the daemon's host (absolute,
+    /// not existing yet): a backup, opened by a daemon as its data directory's `store`.
+    /// Prints DIR, then the tasks and queues it holds.
+    Snapshot {
+        /// Where, on the daemon's host.
+        dir: String,
     },
 }
 

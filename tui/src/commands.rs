@@ -11,8 +11,8 @@ use muster_sdk::{Client, ConnectOptions, Trust, WorkerConfig};
 
 use crate::ClaimString;
 use crate::cli::{
-    Cli, Command, DeadArgs, EnqueueArgs, Global, LeaseCommand, MemberCommand, QueueCommand,
-    QueueOptionArgs, TaskCommand,
+    AdminCommand, Cli, Command, DeadArgs, EnqueueArgs, Global, LeaseCommand, MemberCommand,
+    QueueCommand, QueueOptionArgs, TaskCommand,
 };
 use crate::output::{self, Output};
 use crate::{bench, console, demo, work};
@@ -216,6 +216,18 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
         Command::Lease(LeaseCommand::Revoke { id }) => {
             let reply = client.lease_revoke(&id).await?;
             out.item(|| reply.state.to_string(), &reply)
+        }
+        Command::Admin(AdminCommand::Snapshot { dir }) => {
+            let reply = client.admin_snapshot(&dir).await?;
+            out.item(
+                || {
+                    format!(
+                        "{}\ttasks={} queues={}",
+                        reply.dir, reply.tasks, reply.queues
+                    )
+                },
+                &reply,
+            )
         }
         Command::Work(_)
         | Command::Demo { .. }

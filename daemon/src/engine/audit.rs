@@ -7,7 +7,7 @@ use muster_protocol::Request;
 use super::Reply;
 
 /// An operator action about to be applied: its op and target.
-pub(super) struct Action {
+pub struct Action {
     op: &'static str,
     target: String,
 }
@@ -43,10 +43,16 @@ pub(super) fn applied(action: &Action, principal: Option<&str>, reply: &Reply) {
         Reply::Member(m) => m.member.leased,
         _ => 0,
     };
+    record(principal, action.op, &action.target, tasks);
+}
+
+/// Logs an operator action: `admin_snapshot`'s, answered by the dispatcher once the copy
+/// is written, comes here directly.
+pub fn record(principal: Option<&str>, op: &str, target: &str, tasks: u64) {
     tracing::info!(
         principal = principal.unwrap_or(ANONYMOUS),
-        op = action.op,
-        target = %action.target,
+        op,
+        target,
         tasks,
         "operator action"
     );

@@ -16,7 +16,7 @@
 //! | `subscribe` | consume | every queue |
 //! | `member_list`, `member_describe`, `member_drain` | admin | |
 //! | `lease_revoke` | admin | the task's queue |
-//! | `server_stats` | admin | |
+//! | `server_stats`, `admin_snapshot` | admin | |
 //! | `watch` | admin | the view's queue or task; queue and dead screens show only covered queues; member screens: admin |
 //! | `unwatch` | admin | |
 //!
@@ -60,6 +60,7 @@ impl<W: Waiter> Engine<W> {
                 unreachable!("authorized by authorize_stateless")
             }
             Request::QueueList(_) => Ok(()),
+            Request::AdminSnapshot(_) => p.check(ADMIN, None),
             Request::QueueCreate(r) => p.check(ADMIN, Some(&r.queue)),
             Request::QueueUpdate(r) => p.check(ADMIN, Some(&r.queue)),
             Request::QueuePause(r) => p.check(ADMIN, Some(&r.0.queue)),

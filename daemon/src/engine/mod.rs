@@ -11,7 +11,7 @@
 //! [`Engine::save`], which removes the task from every index and inserts it again where
 //! its new state says, so the indexes cannot drift from the records.
 
-mod audit;
+pub mod audit;
 mod authz;
 pub mod dispatch;
 
@@ -131,6 +131,8 @@ pub enum Reply {
     Cancel(CancelReply),
     /// Watch.
     Watch(WatchReply),
+    /// Admin snapshot (answered by the dispatcher once the copy is written).
+    Snapshot(muster_protocol::ops::SnapshotReply),
 }
 
 /// Why an op failed: the client's fault (reply with the error) or the store's (stop).
@@ -329,6 +331,10 @@ pub struct Engine<W: Waiter> {
     /// The disk alarm is on: enqueues are refused (set by the dispatcher, which reads
     /// the disk; see `crate::disk`).
     disk_alarm: bool,
+    /// Snapshots asked for this round, for the dispatcher to write from a view of the
+    /// store taken after the round's persist. At most one request per connection's
+    /// in-flight slot: bounded like every reply.
+    snapshots: Vec<(W, std::path::PathBuf)>,
 }
 
 impl<W: Waiter> Engine<W> {
@@ -371,6 +377,7 @@ impl<W: Waiter> Engine<W> {
             events: 0,
             liveness_sweep_at: 0,
             disk_alarm: false,
+            snapshots: Vec::new(),
         };
         engine.owners = engine.store.load_owners()?.into_iter().collect();
         for (name, rec) in engine.store.load_queues()? {
@@ -573,6 +580,11 @@ impl<W: Waiter> Engine<W> {
         if let Ok(bytes) = self.store.disk_space() {
             metrics::gauge!("muster_store_size_bytes").set(bytes as f64);
         }
+    }
+
+    /// The snapshots asked for since the last call, with where each goes.
+    pub fn take_snapshots(&mut self) -> Vec<(W, std::path::PathBuf)> {
+        std::mem::take(&mut self.snapshots)
     }
 
     /// Turns the disk alarm on or off: while on, enqueues are refused with `disk_full`

@@ -242,6 +242,15 @@ impl<W: Waiter> Engine<W> {
             Request::LeaseRevoke(r) => self.lease_revoke(r, now).map(Reply::Settle),
             Request::Watch(r) => self.watch(r, &waiter, now).map(Reply::Watch),
             Request::Unwatch(_) => Ok(Reply::Empty(self.unwatch(&waiter))),
+            Request::AdminSnapshot(r) => {
+                return match snapshot_dir(&r.dir) {
+                    Ok(dir) => {
+                        self.snapshots.push((waiter, dir));
+                        Ok(())
+                    }
+                    Err(f) => Err((waiter, f)),
+                };
+            }
         };
         match result {
             Ok(reply) => {
@@ -1218,6 +1227,24 @@ impl<W> WaitFailure<W> {
     fn into_waiter_error(self) -> (W, Failure) {
         (self.0, self.1)
     }
+}
+
+/// Longest directory name `admin_snapshot` takes, in bytes (Linux's PATH_MAX).
+const MAX_SNAPSHOT_DIR_BYTES: usize = 4096;
+
+/// Checks the form of a snapshot's directory; whether it can be created is the
+/// dispatcher's to find out (the engine does no I/O but through the store).
+fn snapshot_dir(dir: &str) -> OpResult<std::path::PathBuf> {
+    let path = std::path::Path::new(dir);
+    if dir.len() > MAX_SNAPSHOT_DIR_BYTES || dir.contains('\0') || !path.is_absolute() {
+        return Err(bad(format!(
+            "snapshot directory {dir:?} must be an absolute path of at most {MAX_SNAPSHOT_DIR_BYTES} bytes"
+        )));
+    }
+    if path.parent().is_none() {
+        return Err(bad("the snapshot directory cannot be /"));
+    }
+    Ok(path.to_path_buf())
 }
 
 /// When the lease of a held task was granted.

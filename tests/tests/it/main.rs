@@ -10,7 +10,8 @@
 //!   supervision of its programs (signals, orphans, checkpoints), broken runners,
 //!   revoke and cancel.
 //! - `logs`: INFO lines of a member's life, lapses, dead letters and operator actions.
-//! - `maintenance`: one daemon per data directory, `--version`, `--check-config`.
+//! - `maintenance`: one daemon per data directory, `--version`, `--check-config`,
+//!   `admin snapshot` and a restore.
 //! - `metrics`: the Prometheus endpoint.
 //! - `security`: tokens and roles, member ownership, bad input, floods.
 //! - `spec`: the daemon as PROTOCOL.md describes it (subscriptions, waits, `null`,

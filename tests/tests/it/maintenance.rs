@@ -1,5 +1,6 @@
-//! Safe maintenance: one daemon per data directory, versions with their commit, and a
-//! configuration check that starts nothing.
+//! Safe maintenance: one daemon per data directory, versions with their commit, a
+//! configuration check that starts nothing, and a snapshot of the live store that
+//! restores exactly what it held.
 
 use std::process::Command;
 
@@ -116,4 +117,85 @@ fn check_config_validates_flags_and_tokens_without_starting() {
         (1, "musterd: --cert and --key must be given together\n")
     );
     assert!(!data.exists(), "--check-config created the data directory");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_of_the_live_store_restores_exactly_what_it_held() {
+    use muster_sdk::protocol::ops::Claim;
+    use muster_sdk::{NewTask, QueuePatch, TaskState};
+
+    let d = Daemon::start();
+    let client = d.client().await;
+    client
+        .queue_create("jobs", QueuePatch::default())
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        let task = NewTask::new(muster_sdk::json(&n).unwrap());
+        ids.push(client.enqueue("jobs", task).await.unwrap().id);
+    }
+    let got = client.claim(&Claim::new(["jobs"]).max(2)).await.unwrap();
+    client.ack(&got[0].id, got[0].epoch, None).await.unwrap();
+
+    let backups = tempfile::tempdir().unwrap();
+    let snap = backups.path().join("snap-1");
+    let snap_arg = snap.to_str().unwrap();
+    assert_eq!(
+        d.ok(&["admin", "snapshot", snap_arg]),
+        format!("{snap_arg}\ttasks=5 queues=1\n")
+    );
+    // Changes after the snapshot are not in it.
+    for n in 5..8 {
+        let task = NewTask::new(muster_sdk::json(&n).unwrap());
+        client.enqueue("jobs", task).await.unwrap();
+    }
+    client
+        .queue_create("later", QueuePatch::default())
+        .await
+        .unwrap();
+    // Refused: an existing directory, a relative one; nothing is written.
+    let again = d.cli(&["admin", "snapshot", snap_arg]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&again.stderr)
+            .starts_with(&format!("muster: already_exists: creating {snap_arg}: ")),
+        "{again:?}"
+    );
+    let relative = d.cli(&["admin", "snapshot", "snap-2"]);
+    assert_eq!(
+        String::from_utf8_lossy(&relative.stderr),
+        "muster: bad_request: snapshot directory \"snap-2\" must be an absolute path of at most 4096 bytes\n"
+    );
+    assert!(!std::path::Path::new("snap-2").exists());
+
+    // Restore: a daemon on a data directory whose `store` is the snapshot.
+    let restored = Daemon::start_from(&snap, &[]);
+    let back = restored.client().await;
+    let queues: Vec<String> = back
+        .queue_list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|q| q.name)
+        .collect();
+    assert_eq!(queues, ["jobs"]);
+    let counts = back.queue_describe("jobs").await.unwrap().counts;
+    assert_eq!(
+        (counts.ready, counts.leased, counts.done),
+        (3, 1, 1),
+        "{counts:?}"
+    );
+    for (n, id) in ids.iter().enumerate() {
+        let t = back.task_get(id).await.unwrap();
+        assert_eq!(t.payload.get(), n.to_string(), "task {id}");
+        let want = match n {
+            0 => TaskState::Done,
+            1 => TaskState::Leased,
+            _ => TaskState::Ready,
+        };
+        assert_eq!(t.state, want, "task {id}");
+    }
+    // The restored lease is still the holder's.
+    back.ack(&got[1].id, got[1].epoch, None).await.unwrap();
 }
