@@ -13,6 +13,7 @@
 
 pub mod audit;
 mod authz;
+mod bulk;
 pub mod dispatch;
 
 pub use authz::authorize_stateless;
@@ -174,6 +175,9 @@ struct Queue {
     by_state: [BTreeSet<Ulid>; 6],
     /// What happened since the daemon started.
     totals: QueueTotals,
+    /// A `queue_delete` is removing it: it is gone for every request, and nothing is
+    /// leased from it.
+    deleting: bool,
 }
 
 impl Queue {
@@ -185,6 +189,7 @@ impl Queue {
             dispatch: DispatchIndex::default(),
             by_state: Default::default(),
             totals: QueueTotals::default(),
+            deleting: false,
         }
     }
 
@@ -335,6 +340,8 @@ pub struct Engine<W: Waiter> {
     /// store taken after the round's persist. At most one request per connection's
     /// in-flight slot: bounded like every reply.
     snapshots: Vec<(W, std::path::PathBuf)>,
+    /// Bulk operations under way, a slice per round (see [`bulk`]).
+    bulk: bulk::BulkJobs<W>,
 }
 
 impl<W: Waiter> Engine<W> {
@@ -378,6 +385,7 @@ impl<W: Waiter> Engine<W> {
             liveness_sweep_at: 0,
             disk_alarm: false,
             snapshots: Vec::new(),
+            bulk: bulk::BulkJobs::new(),
         };
         engine.owners = engine.store.load_owners()?.into_iter().collect();
         for (name, rec) in engine.store.load_queues()? {
@@ -513,6 +521,7 @@ impl<W: Waiter> Engine<W> {
         self.promote_scheduled(now)?;
         self.lapse_leases(now)?;
         self.expire_finished(now)?;
+        self.bulk_slice(now)?;
         let ready = std::mem::take(&mut self.ready_changed);
         self.serve_claims(ready, now)?;
         self.serve_pushes(ready, now)?;
@@ -534,6 +543,8 @@ impl<W: Waiter> Engine<W> {
             self.task_waits.iter().map(|w| mono(w.deadline)).min(),
             self.next_watch().map(mono),
             (!self.sessions.is_empty()).then(|| mono(self.liveness_sweep_at)),
+            // The next slice of a bulk job: at once, after whatever else is waiting.
+            self.bulk_pending().then_some(0),
         ]
         .into_iter()
         .flatten()

@@ -23,7 +23,8 @@ use muster_protocol::ops::{
 use muster_protocol::{ErrorCode, RawJson, Request};
 
 use super::audit;
-use super::telemetry::{self, LeaseEnd, Repair};
+use super::bulk::{BulkJob, BulkKind};
+use super::telemetry::{self, LeaseEnd};
 use super::{
     ClaimWaiter, Engine, Failure, LeaseClock, Now, OpResult, Queue, Reply, TaskWait, Waiter,
     client, push_event,
@@ -217,8 +218,14 @@ impl<W: Waiter> Engine<W> {
                 .map(Reply::Queue),
             Request::QueuePause(r) => self.queue_pause(&r.0, true, now).map(Reply::Queue),
             Request::QueueResume(r) => self.queue_pause(&r.0, false, now).map(Reply::Queue),
-            Request::QueuePurge(r) => self.queue_purge(&r.0).map(Reply::Count),
-            Request::QueueDelete(r) => self.queue_delete(&r.0).map(Reply::Count),
+            Request::QueuePurge(r) => {
+                let ids = self.purge_ids(&r.0);
+                return self.bulk(waiter, BulkKind::Purge, r.0.queue, ids);
+            }
+            Request::QueueDelete(r) => {
+                let ids = self.delete_ids(&r.0);
+                return self.bulk(waiter, BulkKind::Delete, r.0.queue, ids);
+            }
             Request::Enqueue(r) => self.enqueue(r, now).map(Reply::Enqueue),
             Request::Claim(r) => return self.claim(r, waiter, now),
             Request::Ack(r) => self.ack(r, now).map(Reply::Settle),
@@ -230,8 +237,21 @@ impl<W: Waiter> Engine<W> {
             Request::TaskList(r) => self.task_list(r).map(Reply::TaskList),
             Request::Wait(r) => return self.wait(r, waiter, now),
             Request::Cancel(r) => self.cancel(r, now).map(Reply::Cancel),
-            Request::Redrive(r) => self.redrive(r.0, now).map(Reply::Count),
-            Request::Discard(r) => self.discard(r.0).map(Reply::Count),
+            Request::Redrive(r) if !r.0.dry_run => {
+                let ids = self.dead_selection(&r.0);
+                return self.bulk(waiter, BulkKind::Redrive, r.0.queue, ids);
+            }
+            Request::Discard(r) if !r.0.dry_run => {
+                let ids = self.dead_selection(&r.0);
+                return self.bulk(waiter, BulkKind::Discard, r.0.queue, ids);
+            }
+            // Dry runs: what would be touched, at once.
+            Request::Redrive(r) => self
+                .dead_selection(&r.0)
+                .map(|ids| Reply::Count(count_reply(&ids, true))),
+            Request::Discard(r) => self
+                .dead_selection(&r.0)
+                .map(|ids| Reply::Count(count_reply(&ids, true))),
             Request::SessionOpen(r) => self.session_open(r, &waiter, now).map(Reply::SessionOpen),
             Request::SessionUpdate(r) => self.session_update(r, &waiter).map(Reply::Member),
             Request::Subscribe(r) => self.subscribe(r, &waiter).map(Reply::Empty),
@@ -285,7 +305,7 @@ impl<W: Waiter> Engine<W> {
         let mut queues: Vec<QueueInfo> = self
             .queues
             .range::<str, _>((start, Bound::Unbounded))
-            .filter(|(name, _)| principal.is_none_or(|p| p.covers(name)))
+            .filter(|(name, q)| !q.deleting && principal.is_none_or(|p| p.covers(name)))
             .take(limit as usize + 1)
             .map(|(name, q)| self.queue_info(name, q))
             .collect();
@@ -300,8 +320,10 @@ impl<W: Waiter> Engine<W> {
     }
 
     pub(super) fn queue(&self, name: &str) -> OpResult<&Queue> {
+        // A queue being deleted is gone already for every request.
         self.queues
             .get(name)
+            .filter(|q| !q.deleting)
             .ok_or_else(|| client(ErrorCode::NotFound, format!("no queue {name:?}")))
     }
 
@@ -408,39 +430,37 @@ impl<W: Waiter> Engine<W> {
         self.queue_update(&r.queue, &patch, now)
     }
 
-    fn queue_purge(&mut self, r: &QueueName) -> OpResult<CountReply> {
+    /// The tasks a purge removes: ready and scheduled.
+    fn purge_ids(&self, r: &QueueName) -> OpResult<Vec<Ulid>> {
         let q = self.queue(&r.queue)?;
-        let ids: Vec<Ulid> = q
-            .ids(TaskState::Ready)
+        Ok(q.ids(TaskState::Ready)
             .iter()
             .chain(q.ids(TaskState::Scheduled))
             .copied()
-            .collect();
-        for &id in &ids {
-            let rec = self.record(id)?;
-            self.remove(id, &rec);
-        }
-        telemetry::repaired(&r.queue, Repair::Purged, ids.len());
-        Ok(CountReply {
-            count: ids.len() as u64,
-            ids: Vec::new(),
-        })
+            .collect())
     }
 
-    fn queue_delete(&mut self, r: &QueueName) -> OpResult<CountReply> {
+    /// The tasks a queue deletion removes: all.
+    fn delete_ids(&self, r: &QueueName) -> OpResult<Vec<Ulid>> {
         let q = self.queue(&r.queue)?;
-        let ids: Vec<Ulid> = q.by_state.iter().flatten().copied().collect();
-        for &id in &ids {
-            let rec = self.record(id)?;
-            self.remove(id, &rec);
+        Ok(q.by_state.iter().flatten().copied().collect())
+    }
+
+    /// Starts a bulk job over the tasks `ids` chose, or refuses the request.
+    fn bulk(
+        &mut self,
+        waiter: W,
+        kind: BulkKind,
+        queue: String,
+        ids: OpResult<Vec<Ulid>>,
+    ) -> Result<(), (W, Failure)> {
+        match ids {
+            Ok(ids) => {
+                self.start_bulk(BulkJob::new(waiter, kind, queue, ids));
+                Ok(())
+            }
+            Err(f) => Err((waiter, f)),
         }
-        self.queues.remove(&r.queue);
-        self.pending.remove_queue(&r.queue);
-        // Subscriptions keep naming it: a queue created again under the name serves them.
-        Ok(CountReply {
-            count: ids.len() as u64,
-            ids: Vec::new(),
-        })
     }
 
     fn enqueue(&mut self, r: Enqueue, now: Now) -> OpResult<EnqueueReply> {
@@ -662,7 +682,7 @@ impl<W: Waiter> Engine<W> {
     /// The next ready task of a queue that this claimer may take.
     fn pick(&self, queue: &str, spec: &ClaimSpec, now: Now) -> Option<Ulid> {
         let q = self.queues.get(queue)?;
-        if q.options.paused {
+        if q.options.paused || q.deleting {
             return None;
         }
         if self.avoid.is_empty() || spec.member.is_empty() {
@@ -1189,35 +1209,6 @@ impl<W: Waiter> Engine<W> {
         ids.sort_unstable();
         ids.dedup();
         Ok(ids)
-    }
-
-    fn redrive(&mut self, sel: DeadSelection, now: Now) -> OpResult<CountReply> {
-        let ids = self.dead_selection(&sel)?;
-        if !sel.dry_run {
-            for &id in &ids {
-                let mut rec = self.record(id)?;
-                rec.state = TaskState::Ready;
-                rec.failures = 0;
-                rec.dead_reason = None;
-                rec.updated_ms = now.wall_ms;
-                push_event(&mut rec, now, "redriven", None, None, None);
-                self.save(id, &rec, None);
-            }
-            telemetry::repaired(&sel.queue, Repair::Redriven, ids.len());
-        }
-        Ok(count_reply(&ids, sel.dry_run))
-    }
-
-    fn discard(&mut self, sel: DeadSelection) -> OpResult<CountReply> {
-        let ids = self.dead_selection(&sel)?;
-        if !sel.dry_run {
-            for &id in &ids {
-                let rec = self.record(id)?;
-                self.remove(id, &rec);
-            }
-            telemetry::repaired(&sel.queue, Repair::Discarded, ids.len());
-        }
-        Ok(count_reply(&ids, sel.dry_run))
     }
 }
 
