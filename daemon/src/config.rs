@@ -102,8 +102,10 @@ pub struct Config {
 /// its memtables and finish a compaction after the alarm goes off.
 pub const DEFAULT_DISK_ALARM_FREE_MIB: u64 = 1024;
 
-/// Default relative threshold of the disk alarm, in percent of the file system.
-pub const DEFAULT_DISK_ALARM_FREE_PERCENT: u8 = 5;
+/// Default relative threshold of the disk alarm, in percent of the file system: on a
+/// large disk 1 % is room enough, and more would keep a disk that is merely well used
+/// in alarm.
+pub const DEFAULT_DISK_ALARM_FREE_PERCENT: u8 = 1;
 
 /// Highest relative threshold of the disk alarm, in percent.
 pub const MAX_DISK_ALARM_FREE_PERCENT: u8 = 50;

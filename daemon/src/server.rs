@@ -449,6 +449,7 @@ fn encode(buf: &mut Vec<u8>, msg: Outgoing) -> Option<(u32, &'static [u8])> {
             let frame = push.encode().or_else(|e| match &*push {
                 Push::Watch(w) => Push::Watch(Box::new(muster_protocol::ops::WatchReply {
                     tag: w.tag,
+                    disk_alarm: w.disk_alarm,
                     update: muster_protocol::ops::WatchUpdate::Gone {
                         error: ErrorBody::new(ErrorCode::TooLarge, e.to_string()),
                     },

@@ -701,6 +701,10 @@ pub struct WatchReply {
     pub tag: u64,
     /// The screen as it is now.
     pub update: WatchUpdate,
+    /// The daemon's disk alarm is on: enqueues are refused (`disk_full`). Sent only when
+    /// true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disk_alarm: bool,
 }
 
 /// Ends the connection's watch.

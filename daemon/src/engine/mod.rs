@@ -601,6 +601,10 @@ impl<W: Waiter> Engine<W> {
     /// Turns the disk alarm on or off: while on, enqueues are refused with `disk_full`
     /// and everything else is served.
     pub fn set_disk_alarm(&mut self, on: bool) {
+        if self.disk_alarm != on {
+            // Watching consoles show the alarm: their screens are due again.
+            self.generation += 1;
+        }
         self.disk_alarm = on;
     }
 

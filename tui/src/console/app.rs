@@ -330,6 +330,8 @@ pub struct App {
     pub load_error: Option<String>,
     /// Whether the loop has a connection; without, the screen may be stale.
     pub connected: bool,
+    /// The daemon's disk alarm is on (enqueues refused), as its last screen said.
+    pub disk_alarm: bool,
 }
 
 impl App {
@@ -348,6 +350,7 @@ impl App {
             quit: false,
             load_error: None,
             connected: true,
+            disk_alarm: false,
         };
         let effect = app.rewatch();
         (app, effect)
@@ -411,6 +414,7 @@ impl App {
         if reply.tag != self.tag {
             return None;
         }
+        self.disk_alarm = reply.disk_alarm;
         match reply.update {
             WatchUpdate::Gone { error } => {
                 self.message = Some((Level::Error, format!("gone: {}", error.message)));
