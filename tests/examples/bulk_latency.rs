@@ -9,7 +9,7 @@
 //! one after the other, back to back, on its own connection, timing each. Then an
 //! operator purges `bulk`; the renewals that overlapped the purge are reported (count,
 //! median, p99, max) with the purge's duration and count. Bulk operations proceed in
-//! slices of 1,000 tasks per dispatcher round, so no renewal waits for the whole purge.
+//! slices of 250 tasks per dispatcher round, so no renewal waits for the whole purge.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
