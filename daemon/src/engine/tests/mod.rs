@@ -1868,7 +1868,7 @@ fn a_large_purge_proceeds_in_slices_while_other_requests_are_served() {
     let mut h = Harness::new();
     h.create("jobs", QueuePatch::default());
     // Four slices: the purge's own round, then one per later round.
-    let total = 3 * BULK_SLICE + 500;
+    let total = 3 * BULK_SLICE + BULK_SLICE / 2;
     let batch: Vec<NewTask> = (0..total).map(|_| NewTask::new(raw("1"))).collect();
     for chunk in batch.chunks(1000) {
         h.call(Request::Enqueue(Enqueue {
