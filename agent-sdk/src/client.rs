@@ -511,6 +511,12 @@ impl Client {
         self.call(&LeaseRevoke { task: task.into() }).await
     }
 
+    /// Writes a consistent copy of the store into `dir` on the daemon's host (absolute,
+    /// not existing yet): a backup. Replies once the copy is durable.
+    pub async fn admin_snapshot(&self, dir: &str) -> Result<ops::SnapshotReply, Error> {
+        self.call(&ops::AdminSnapshot { dir: dir.into() }).await
+    }
+
     /// The daemon's own counters (group commit).
     pub async fn server_stats(&self) -> Result<ops::ServerStatsReply, Error> {
         self.call(&ops::ServerStats {}).await

@@ -270,6 +270,11 @@ impl Tokens {
         &self.plaintext
     }
 
+    /// How many tokens are configured.
+    pub fn len(&self) -> usize {
+        self.by_digest.len()
+    }
+
     /// The principal a presented token names, if any.
     pub fn authenticate(&self, token: &str) -> Option<Arc<Principal>> {
         self.by_digest.get(&digest(token)).cloned()

@@ -23,7 +23,7 @@ pub enum LogFormat {
 
 /// musterd: a durable task dispatcher for swarms of long-running agents.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "musterd", version, about)]
+#[command(name = "musterd", version = crate::VERSION, about)]
 pub struct Config {
     /// Config file (TOML) with the tokens, their roles and queue patterns.
     #[arg(long, env = "MUSTER_CONFIG")]
@@ -102,12 +102,48 @@ pub struct Config {
     /// lookups come from it. More helps large backlogs; it counts in resident memory.
     #[arg(long, env = "MUSTER_CACHE_MIB", default_value_t = DEFAULT_CACHE_MIB)]
     pub cache_mib: u64,
+
+    /// Free space of the data directory's file system, in MiB, below which enqueues are
+    /// refused (`disk_full`) while everything else is served: the disk alarm. The larger
+    /// of this and --disk-alarm-free-percent counts; it lifts a quarter above it. Both 0
+    /// turn the alarm off.
+    #[arg(long, env = "MUSTER_DISK_ALARM_FREE_MIB", default_value_t = DEFAULT_DISK_ALARM_FREE_MIB)]
+    pub disk_alarm_free_mib: u64,
+
+    /// The disk alarm's threshold in percent of the file system's size (0 to 50).
+    #[arg(long, env = "MUSTER_DISK_ALARM_FREE_PERCENT", default_value_t = DEFAULT_DISK_ALARM_FREE_PERCENT)]
+    pub disk_alarm_free_percent: u8,
+
+    /// Check the flags, the config file with its tokens and the certificate pair, print
+    /// one line and exit (0 when valid, 1 with the error): nothing is opened or served.
+    #[arg(long)]
+    pub check_config: bool,
 }
+
+/// Default absolute threshold of the disk alarm, in MiB: room for the store to flush
+/// its memtables and finish a compaction after the alarm goes off.
+pub const DEFAULT_DISK_ALARM_FREE_MIB: u64 = 1024;
+
+/// Default relative threshold of the disk alarm, in percent of the file system: on a
+/// large disk 1 % is room enough, and more would keep a disk that is merely well used
+/// in alarm.
+pub const DEFAULT_DISK_ALARM_FREE_PERCENT: u8 = 1;
+
+/// Highest relative threshold of the disk alarm, in percent.
+pub const MAX_DISK_ALARM_FREE_PERCENT: u8 = 50;
 
 /// Default block cache of the store, in MiB.
 pub const DEFAULT_CACHE_MIB: u64 = 64;
 
 impl Config {
+    /// The disk alarm's threshold.
+    pub fn disk_threshold(&self) -> crate::disk::Threshold {
+        crate::disk::Threshold {
+            min_free_bytes: self.disk_alarm_free_mib << 20,
+            min_free_percent: self.disk_alarm_free_percent,
+        }
+    }
+
     /// Refuses settings that are unsafe or contradictory.
     pub fn check(&self, tokens_configured: bool) -> anyhow::Result<()> {
         if !self.listen.ip().is_loopback() && !self.insecure && !tokens_configured {
@@ -128,6 +164,12 @@ impl Config {
         }
         if !(1..=1 << 20).contains(&self.cache_mib) {
             bail!("--cache-mib must be between 1 and 1048576");
+        }
+        if self.disk_alarm_free_percent > MAX_DISK_ALARM_FREE_PERCENT {
+            bail!("--disk-alarm-free-percent must be between 0 and {MAX_DISK_ALARM_FREE_PERCENT}");
+        }
+        if self.disk_alarm_free_mib > 1 << 30 {
+            bail!("--disk-alarm-free-mib must be at most 1073741824 (1 PiB)");
         }
         Ok(())
     }
@@ -212,6 +254,11 @@ mod tests {
         );
         assert_eq!(config(&[]).check(false).ok(), Some(()));
         assert!(config(&["--cache-mib", "0"]).check(false).is_err());
+        let err = config(&["--disk-alarm-free-percent", "51"]).check(false);
+        assert_eq!(
+            err.unwrap_err().to_string(),
+            "--disk-alarm-free-percent must be between 0 and 50"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //!
 //! fjall blocks (fsync, write stalls), which is why this is an OS thread and not a tokio task.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -18,10 +19,14 @@ use anyhow::Context;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tracing::{debug, debug_span, info};
 
-use muster_protocol::{ErrorBody, Push, Request};
+use muster_protocol::ops::SnapshotReply;
+use muster_protocol::{ErrorBody, ErrorCode, Push, Request};
 
 use crate::auth::Principal;
+use crate::disk::DiskAlarm;
+use crate::engine::audit;
 use crate::engine::{Engine, Now, Reply, Sink, Waiter};
+use crate::store::StoreView;
 use crate::store::{Persist, Store, StoreError};
 
 /// Most commands applied in one round. Bounds the latency a round adds to its first
@@ -195,6 +200,8 @@ pub struct CommitStats {
     pub syncs: AtomicU64,
     /// Requests applied in rounds that persisted.
     pub synced_requests: AtomicU64,
+    /// The disk alarm is on (see [`crate::disk`]).
+    pub disk_alarm: AtomicBool,
 }
 
 /// The running dispatcher: a channel in, a thread behind it.
@@ -213,22 +220,25 @@ impl Dispatcher {
         durability: Durability,
         member_name_expiry: std::time::Duration,
         quotas: crate::engine::Quotas,
+        mut disk: DiskAlarm,
     ) -> anyhow::Result<Dispatcher> {
         let clock = Clock::new();
         let started = Instant::now();
         let mut engine = Engine::open(store, clock.now(), rand::random())?;
         engine.set_member_name_expiry(member_name_expiry);
         engine.set_quotas(quotas);
+        let stats = Arc::new(CommitStats::default());
+        // Before the first request: a daemon started on a full disk refuses enqueues at once.
+        watch_disk(&mut disk, &mut engine, &stats);
         info!(
             elapsed_ms = started.elapsed().as_millis() as u64,
             "engine state rebuilt from the store"
         );
         let (tx, rx) = flume::bounded(CHANNEL_CAPACITY);
-        let stats = Arc::new(CommitStats::default());
         let thread_stats = Arc::clone(&stats);
         let thread = std::thread::Builder::new()
             .name("muster-dispatch".into())
-            .spawn(move || run(engine, rx, durability, clock, &thread_stats))
+            .spawn(move || run(engine, rx, durability, clock, disk, &thread_stats))
             .context("starting the dispatcher thread")?;
         Ok(Dispatcher { tx, stats, thread })
     }
@@ -249,6 +259,77 @@ impl Dispatcher {
     /// True once the thread has ended (it only ends on shutdown or a store failure).
     pub fn is_finished(&self) -> bool {
         self.thread.is_finished()
+    }
+}
+
+/// Starts writing a snapshot of `view` into `dir` on a thread of its own (a copy of a
+/// large store takes a while: the dispatcher goes on meanwhile); the thread answers.
+fn start_snapshot(view: StoreView, dir: PathBuf, responder: Responder) -> JoinHandle<()> {
+    let writer = move || {
+        let principal = responder.principal.as_ref().map(|p| p.name.clone());
+        let result = write_snapshot(&view, &dir);
+        if let Ok(reply) = &result {
+            audit::record(
+                principal.as_deref(),
+                "admin_snapshot",
+                &reply.dir,
+                reply.tasks,
+            );
+        }
+        responder.send(result.map(Reply::Snapshot));
+    };
+    std::thread::Builder::new()
+        .name("muster-snapshot".into())
+        .spawn(writer)
+        .expect("starting the snapshot thread")
+}
+
+/// Waits for a finished (or still running) snapshot thread.
+fn join_snapshot(snapshot: &mut Option<JoinHandle<()>>) {
+    if let Some(thread) = snapshot.take() {
+        // The thread answers its own request, errors included; a panic there has
+        // already been reported by the panic hook and loses only that reply.
+        let _ = thread.join();
+    }
+}
+
+/// Creates `dir` (its parent must exist, it must not) and writes the view into it. A
+/// failed copy leaves no directory behind.
+fn write_snapshot(view: &StoreView, dir: &Path) -> Result<SnapshotReply, ErrorBody> {
+    let shown = dir.display().to_string();
+    if let Err(e) = std::fs::create_dir(dir) {
+        let code = if e.kind() == std::io::ErrorKind::AlreadyExists {
+            ErrorCode::AlreadyExists
+        } else {
+            ErrorCode::BadRequest
+        };
+        return Err(ErrorBody::new(code, format!("creating {shown}: {e}")));
+    }
+    match view.write_to(dir) {
+        Ok(counts) => Ok(SnapshotReply {
+            dir: shown,
+            tasks: counts.tasks,
+            queues: counts.queues,
+        }),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(dir);
+            Err(ErrorBody::new(
+                ErrorCode::BadRequest,
+                format!("writing the snapshot to {shown}: {e}"),
+            ))
+        }
+    }
+}
+
+/// Reads free space and hands the alarm to the engine. A failed reading (logged) leaves
+/// the alarm as it was: it never stops the daemon.
+fn watch_disk<W: Waiter>(disk: &mut DiskAlarm, engine: &mut Engine<W>, stats: &CommitStats) {
+    match disk.check() {
+        Ok((_, on)) => {
+            engine.set_disk_alarm(on);
+            stats.disk_alarm.store(on, Ordering::Relaxed);
+        }
+        Err(e) => tracing::warn!("reading the data directory's free space: {e}"),
     }
 }
 
@@ -280,6 +361,7 @@ fn run(
     rx: flume::Receiver<Command>,
     durability: Durability,
     clock: Clock,
+    mut disk: DiskAlarm,
     stats: &CommitStats,
 ) -> Result<(), StoreError> {
     let mode = match durability {
@@ -289,6 +371,9 @@ fn run(
     let mut round = Vec::with_capacity(MAX_ROUND);
     let mut stopping = false;
     let mut gauges_at = Instant::now();
+    let mut disk_at = Instant::now();
+    // The thread writing a snapshot, if one was started: at most one at a time.
+    let mut snapshot: Option<JoinHandle<()>> = None;
     while !stopping {
         let wake = engine
             .next_timer(clock.now())
@@ -304,6 +389,10 @@ fn run(
                 Err(_) => break,
             }
         }
+        if disk_at.elapsed() >= crate::disk::CHECK_INTERVAL {
+            watch_disk(&mut disk, &mut engine, stats);
+            disk_at = Instant::now();
+        }
         let now = clock.now();
         let requests = round.len() as u64;
         for cmd in round.drain(..) {
@@ -317,7 +406,6 @@ fn run(
                     );
                     let _entered = span.enter();
                     engine.handle(req, responder, now)?;
-                    debug!("applied");
                 }
                 Command::Heard(connection) => engine.heard(connection, now),
                 Command::Disconnected(connection) => engine.disconnected(connection),
@@ -344,11 +432,25 @@ fn run(
         for (sink, push, queued) in engine.take_watch_pushes() {
             sink.send(push, Some(queued));
         }
+        for (responder, dir) in engine.take_snapshots() {
+            if snapshot.as_ref().is_some_and(|t| !t.is_finished()) {
+                responder.send(Err(ErrorBody::new(
+                    ErrorCode::Limit,
+                    "a snapshot is being written; ask again once it is done",
+                )));
+                continue;
+            }
+            join_snapshot(&mut snapshot);
+            // After this round's persist: the view holds exactly what is durable.
+            let view = engine.store().view();
+            snapshot = Some(start_snapshot(view, dir, responder));
+        }
         if gauges_at.elapsed() >= crate::metrics::GAUGE_INTERVAL {
             engine.publish_gauges(clock.now());
             gauges_at = Instant::now();
         }
     }
+    join_snapshot(&mut snapshot);
     engine.store().persist(Persist::All)?;
     info!("store persisted; dispatcher stopped");
     Ok(())

@@ -9,8 +9,10 @@
 //! - [`data_dir`]: the private data directory and the local-only token.
 //! - [`store`]: the fjall database; the only module that imports fjall.
 //! - [`engine`]: task state, dispatch indexes, leases and timers; single-threaded, no clock.
+//! - [`disk`]: the disk alarm over the data directory's free space.
 //! - [`dispatcher`]: the OS thread that runs the engine and does group commit.
 //! - [`server`]: the QUIC endpoint, connections, streams and frames.
+//! - [`logging`]: the log's filter and format.
 //! - [`metrics`]: the Prometheus endpoint.
 //! - [`tls`]: the certificate and the QUIC/TLS configuration.
 
@@ -18,8 +20,10 @@ pub mod admission;
 pub mod auth;
 pub mod config;
 pub mod data_dir;
+pub mod disk;
 pub mod dispatcher;
 pub mod engine;
+pub mod logging;
 pub mod metrics;
 pub mod server;
 pub mod store;
@@ -33,6 +37,82 @@ use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::dispatcher::Dispatcher;
+
+/// The version `--version` prints and `muster_build_info` carries: the crate's version
+/// and the git commit it was built from (`unknown` outside a git checkout).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("MUSTER_GIT_COMMIT"),
+    ")"
+);
+
+/// The git commit the daemon was built from.
+pub const GIT_COMMIT: &str = env!("MUSTER_GIT_COMMIT");
+
+/// The file in the data directory a running daemon holds an exclusive lock on, with its
+/// process id inside, so a second daemon on the same directory is refused and can say
+/// which process holds it.
+pub const LOCK_FILE: &str = "musterd.lock";
+
+/// Takes the data directory's lock for the life of the process (the lock goes with the
+/// returned file, and with the process however it ends), or says who holds it.
+pub fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    use std::io::{Read, Seek, Write};
+    let path = dir.join(LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = match holder.trim().parse::<u32>() {
+                Ok(pid) => format!("process {pid}"),
+                Err(_) => "another process".to_owned(),
+            };
+            anyhow::bail!(
+                "data directory {} is in use by another musterd ({holder} holds {LOCK_FILE})",
+                dir.display()
+            );
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("locking {}", path.display()));
+        }
+    }
+    file.set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| writeln!(file, "{}", std::process::id()))
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(file)
+}
+
+/// Checks the settings and the token file as a start would, without opening the store
+/// or listening: `musterd --check-config`. Returns what was checked, for a line of output.
+pub fn check_config(config: &Config) -> anyhow::Result<String> {
+    let tokens = match &config.config {
+        Some(path) => auth::Tokens::load(path)?,
+        None => auth::Tokens::default(),
+    };
+    config.check(!tokens.is_empty())?;
+    if config.cert.is_some() || config.key.is_some() {
+        // Only the operator's pair is checked: the self-signed one is made at first start.
+        let identity =
+            tls::load_identity(&config.data, config.cert.as_deref(), config.key.as_deref())?;
+        tls::server_config(identity)?;
+    }
+    Ok(format!(
+        "configuration is valid: {} token(s), data directory {}, listening on {}",
+        tokens.len(),
+        config.data.display(),
+        config.listen
+    ))
+}
 
 /// Writes where the daemon listens and how to trust it, for a supervisor: to a
 /// temporary file beside `path`, renamed over it, so a reader never sees half of it.
@@ -67,6 +147,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         );
     }
     data_dir::prepare(&config.data)?;
+    // Held until the process ends: a second daemon on this directory is refused (before
+    // anything in it is written).
+    let _lock = lock_data_dir(&config.data)?;
     let local_only = configured.is_empty() && !config.open;
     let tokens = Arc::new(match data_dir::local_token(&config.data, local_only)? {
         Some(token) => {
@@ -87,13 +170,18 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     for warning in config.warnings() {
         warn!("{warning}");
     }
-    if let Some(addr) = config.metrics_addr {
-        metrics::install(addr)?;
-        info!(%addr, "serving Prometheus metrics");
-    }
+    let metrics_endpoint = match config.metrics_addr {
+        Some(addr) => {
+            let endpoint = metrics::install(addr).await?;
+            info!(addr = %endpoint.local_addr()?, "serving Prometheus metrics");
+            Some(endpoint)
+        }
+        None => None,
+    };
     let server_config = tls::server_config(identity)?;
 
     let store_dir = config.data.join("store");
+    let disk = disk::DiskAlarm::new(config.data.clone(), config.disk_threshold());
     let cache_bytes = config.cache_mib << 20;
     let opened = tokio::task::spawn_blocking(move || {
         let store = store::Store::open(&store_dir, cache_bytes).context("opening the store")?;
@@ -101,7 +189,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             max_tasks_per_queue: config.max_tasks_per_queue,
             max_bytes_per_principal: config.max_bytes_per_token,
         };
-        Dispatcher::start(store, config.durability, config.member_name_expiry, quotas)
+        Dispatcher::start(
+            store,
+            config.durability,
+            config.member_name_expiry,
+            quotas,
+            disk,
+        )
     });
     let dispatcher = opened
         .await
@@ -126,6 +220,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         durability: config.durability.name(),
     };
     let server = tokio::spawn(server::serve(endpoint, context, shutdown.clone()));
+    let metrics_server =
+        metrics_endpoint.map(|e| tokio::spawn(metrics::serve(e, shutdown.clone())));
     let failed = tokio::select! {
         signal = shutdown_signal() => {
             signal?;
@@ -140,6 +236,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(path);
     }
     server.await.context("joining the server")?;
+    if let Some(metrics_server) = metrics_server {
+        metrics_server.await.context("joining the metrics server")?;
+    }
     let stats = &dispatcher.stats;
     let (syncs, requests) = (
         stats.syncs.load(std::sync::atomic::Ordering::Relaxed),

@@ -1,9 +1,8 @@
 //! The `musterd` binary: parses settings, sets up logging, runs the daemon.
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
-use muster_daemon::config::{Config, LogFormat};
+use muster_daemon::config::Config;
 
 // glibc's allocator spends much of a busy daemon's time consolidating and splitting
 // chunks (store blocks, frames); mimalloc does not.
@@ -14,13 +13,22 @@ fn main() -> std::process::ExitCode {
     // Before any file or thread exists: whatever the daemon creates is its user's alone.
     muster_daemon::data_dir::restrict_umask();
     let config = Config::parse();
-    let filter = EnvFilter::try_from_env("MUSTER_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match config.log_format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+    if config.check_config {
+        return match muster_daemon::check_config(&config) {
+            Ok(summary) => {
+                println!("musterd: {summary}");
+                std::process::ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("musterd: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
+    let asked = std::env::var("MUSTER_LOG").unwrap_or_default();
+    if let Err(e) = muster_daemon::logging::init(config.log_format, &asked) {
+        eprintln!("musterd: {e:#}");
+        return std::process::ExitCode::FAILURE;
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -1,68 +1,259 @@
-//! Prometheus metrics, served as text on `--metrics-addr` by a well-kept exporter.
+//! Prometheus metrics, rendered by a well-kept exporter and served on `--metrics-addr`
+//! (HTTP, `GET /metrics`, content type `text/plain; version=0.0.4`).
+//!
+//! Per queue (label `queue`), every series present from the queue's creation (zero):
+//!
+//! | metric | kind | more labels |
+//! |--------|------|-------------|
+//! | `muster_tasks` | gauge: tasks per state | `state` |
+//! | `muster_oldest_ready_age_seconds` | gauge: age of the oldest ready task (since its enqueue) | |
+//! | `muster_held_back_tasks` | gauge: ready tasks waiting behind their key | |
+//! | `muster_unclaimable_tasks` | gauge: ready tasks no connected member has the labels for | |
+//! | `muster_leases_in_flight` | gauge: leased tasks | |
+//! | `muster_queue_wait_seconds` | histogram: ready (enqueued, or its delay over) to first lease | |
+//! | `muster_run_seconds` | histogram: lease to its end | `outcome`: acked, nacked, released, dead_lettered, lapsed, revoked, reclaimed, cancelled |
+//! | `muster_enqueued_total`, `muster_leased_total` (not reclaims) | counters | |
+//! | `muster_acked_total`, `muster_nacked_total`, `muster_released_total`, `muster_lapsed_total`, `muster_revoked_total`, `muster_reclaimed_total` | counters: leases ended so | |
+//! | `muster_dead_lettered_total` | counter | `reason`: max_attempts, dead_lettered (by its holder) |
+//! | `muster_cancelled_total` | counter: tasks ended cancelled | |
+//! | `muster_redriven_total`, `muster_discarded_total`, `muster_purged_total` | counters: operators' repairs | |
+//!
+//! For the daemon:
 //!
 //! | metric | kind | labels |
 //! |--------|------|--------|
-//! | `muster_tasks` | gauge: tasks per state | `queue`, `state` |
-//! | `muster_oldest_ready_age_seconds` | gauge | `queue` |
-//! | `muster_members_connected` | gauge | |
-//! | `muster_enqueued_total`, `muster_acked_total`, `muster_nacked_total`, `muster_lapsed_total` | counters | `queue` |
+//! | `muster_members_connected`, `muster_members_unreachable` | gauges | |
+//! | `muster_member_leases`, `muster_member_capacity` | gauges | `member`: the first [`MAX_MEMBER_SERIES`](crate::engine::telemetry::MAX_MEMBER_SERIES) (100) by name, the rest summed under `_other` |
+//! | `muster_build_info` | gauge, 1 | `version`, `commit` |
+//! | `muster_store_size_bytes` | gauge: the store's files on disk | |
 //! | `muster_fsync_batch_requests` | histogram: requests made durable by one fsync | |
 //! | `muster_fsync_seconds` | histogram: time of one persist | |
+//! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_threads`, … | the process | |
 //!
-//! Gauges are refreshed by the dispatcher at most once a second ([`GAUGE_INTERVAL`]),
-//! from counts it keeps anyway: publishing costs no scan of the tasks. In-flight work is
-//! `muster_tasks{state="leased"}`, dead letters `muster_tasks{state="dead"}`.
+//! Gauges are refreshed at most once a second ([`GAUGE_INTERVAL`]) from counts the
+//! engine keeps anyway: publishing costs no scan of the tasks. A gauge not refreshed
+//! for [`GAUGE_IDLE_TIMEOUT`] (a deleted queue's, a departed member's) is dropped.
+//! Counters and histograms of a deleted queue stay until the daemon restarts.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use metrics_exporter_prometheus::PrometheusBuilder;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, StatusCode, body::Incoming, header};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_util::MetricKindMask;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
-/// How often the dispatcher refreshes the gauges.
+/// How often the dispatcher refreshes the engine's gauges, and the process metrics are read.
 pub const GAUGE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Starts the exporter's HTTP listener on the current tokio runtime.
-pub fn install(addr: SocketAddr) -> anyhow::Result<()> {
-    PrometheusBuilder::new()
-        .with_http_listener(addr)
+/// A gauge not set for this long is dropped from the exposition: long enough that a
+/// slow round never drops a live one, short enough that a deleted queue soon goes.
+pub const GAUGE_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The exposition format's content type, with its version.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Most scrapes served at once; more wait for a slot.
+const MAX_SCRAPES: usize = 8;
+
+/// Longest one scrape's connection may stay open (a client that never finishes its
+/// request does not hold a slot longer).
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Buckets of the latency histograms that see milliseconds to hours (queue wait,
+/// run time), in seconds.
+const TASK_SECONDS: &[f64] = &[
+    0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0,
+];
+
+/// The metrics endpoint: the exporter's handle and its listener.
+pub struct Endpoint {
+    handle: PrometheusHandle,
+    listener: tokio::net::TcpListener,
+}
+
+/// Installs the exporter as the process's recorder and binds the listener; [`serve`]
+/// then answers scrapes.
+pub async fn install(addr: SocketAddr) -> anyhow::Result<Endpoint> {
+    let handle = PrometheusBuilder::new()
+        .idle_timeout(MetricKindMask::GAUGE, Some(GAUGE_IDLE_TIMEOUT))
         .set_buckets_for_metric(
-            metrics_exporter_prometheus::Matcher::Full("muster_fsync_batch_requests".into()),
+            Matcher::Full("muster_fsync_batch_requests".into()),
             &[
                 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0,
             ],
         )
         .context("histogram buckets")?
         .set_buckets_for_metric(
-            metrics_exporter_prometheus::Matcher::Full("muster_fsync_seconds".into()),
+            Matcher::Full("muster_fsync_seconds".into()),
             &[
                 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0,
             ],
         )
         .context("histogram buckets")?
-        .install()
+        .set_buckets_for_metric(
+            Matcher::Full("muster_queue_wait_seconds".into()),
+            TASK_SECONDS,
+        )
+        .context("histogram buckets")?
+        .set_buckets_for_metric(Matcher::Full("muster_run_seconds".into()), TASK_SECONDS)
+        .context("histogram buckets")?
+        .install_recorder()
+        .context("installing the metrics recorder")?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
         .with_context(|| format!("serving metrics on {addr}"))?;
-    metrics::describe_gauge!("muster_tasks", "Tasks per queue and state.");
-    metrics::describe_gauge!(
+    describe();
+    metrics_process::Collector::default().describe();
+    Ok(Endpoint { handle, listener })
+}
+
+impl Endpoint {
+    /// Where scrapes go.
+    pub fn local_addr(&self) -> anyhow::Result<SocketAddr> {
+        self.listener
+            .local_addr()
+            .context("reading the metrics address")
+    }
+}
+
+/// Answers scrapes and refreshes the process metrics until `shutdown`.
+pub async fn serve(endpoint: Endpoint, shutdown: CancellationToken) {
+    let Endpoint { handle, listener } = endpoint;
+    let slots = Arc::new(Semaphore::new(MAX_SCRAPES));
+    let tracker = TaskTracker::new();
+    let collector = metrics_process::Collector::default();
+    let mut tick = tokio::time::interval(GAUGE_INTERVAL);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            _ = tick.tick() => {
+                collector.collect();
+                build_info();
+                handle.run_upkeep();
+            }
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { break };
+                let handle = handle.clone();
+                tracker.spawn(async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        let handle = handle.clone();
+                        async move { Ok::<_, std::convert::Infallible>(answer(&req, &handle)) }
+                    });
+                    let conn = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                    // A scrape that errs or times out only loses its own answer.
+                    let _ = tokio::time::timeout(SCRAPE_TIMEOUT, conn).await;
+                    drop(slot);
+                });
+            }
+        }
+    }
+    tracker.close();
+    tracker.wait().await;
+}
+
+fn answer(req: &Request<Incoming>, handle: &PrometheusHandle) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::new()));
+    if req.uri().path() != "/metrics" {
+        *response.status_mut() = StatusCode::NOT_FOUND;
+        return response;
+    }
+    if req.method() != hyper::Method::GET && req.method() != hyper::Method::HEAD {
+        *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+        return response;
+    }
+    *response.body_mut() = Full::new(Bytes::from(handle.render()));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(CONTENT_TYPE),
+    );
+    response
+}
+
+/// `muster_build_info`: set with the process metrics, so it is never idle.
+fn build_info() {
+    metrics::gauge!(
+        "muster_build_info",
+        "version" => env!("CARGO_PKG_VERSION"),
+        "commit" => crate::GIT_COMMIT
+    )
+    .set(1.0);
+}
+
+fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_gauge!("muster_tasks", "Tasks per queue and state.");
+    describe_gauge!(
         "muster_oldest_ready_age_seconds",
-        "Age of the oldest ready task per queue."
+        Unit::Seconds,
+        "Age of the oldest ready task per queue, since its enqueue."
     );
-    metrics::describe_gauge!(
+    describe_gauge!(
+        "muster_held_back_tasks",
+        "Ready tasks waiting behind another task of their key."
+    );
+    describe_gauge!(
+        "muster_unclaimable_tasks",
+        "Ready tasks whose labels no connected member carries."
+    );
+    describe_gauge!("muster_leases_in_flight", "Leased tasks per queue.");
+    describe_gauge!(
         "muster_members_connected",
-        "Members with a connected session."
+        "Members with a connected session heard from within their liveness."
     );
-    metrics::describe_counter!("muster_enqueued_total", "Tasks enqueued.");
-    metrics::describe_counter!("muster_acked_total", "Tasks acked.");
-    metrics::describe_counter!("muster_nacked_total", "Nacks.");
-    metrics::describe_counter!("muster_lapsed_total", "Leases that lapsed.");
-    metrics::describe_histogram!(
+    describe_gauge!(
+        "muster_members_unreachable",
+        "Members with a session silent past their liveness."
+    );
+    describe_gauge!("muster_member_leases", "Leases a member holds.");
+    describe_gauge!("muster_member_capacity", "A member's capacity.");
+    describe_gauge!("muster_build_info", "Version and git commit of musterd.");
+    describe_gauge!(
+        "muster_store_size_bytes",
+        Unit::Bytes,
+        "Size of the store's files on disk."
+    );
+    describe_histogram!(
+        "muster_queue_wait_seconds",
+        Unit::Seconds,
+        "From ready (enqueued, or its delay over) to first lease."
+    );
+    describe_histogram!(
+        "muster_run_seconds",
+        Unit::Seconds,
+        "From a lease's grant to its end, by outcome."
+    );
+    describe_counter!("muster_enqueued_total", "Tasks enqueued.");
+    describe_counter!("muster_leased_total", "Leases granted (not reclaims).");
+    describe_counter!("muster_acked_total", "Leases ended by an ack.");
+    describe_counter!("muster_nacked_total", "Leases ended by a nack.");
+    describe_counter!("muster_released_total", "Leases released.");
+    describe_counter!("muster_lapsed_total", "Leases that lapsed.");
+    describe_counter!("muster_revoked_total", "Leases revoked by an operator.");
+    describe_counter!(
+        "muster_reclaimed_total",
+        "Leases handed back to a restarted agent."
+    );
+    describe_counter!("muster_dead_lettered_total", "Tasks gone dead, by reason.");
+    describe_counter!("muster_cancelled_total", "Tasks ended cancelled.");
+    describe_counter!("muster_redriven_total", "Dead tasks redriven.");
+    describe_counter!("muster_discarded_total", "Dead tasks discarded.");
+    describe_counter!("muster_purged_total", "Tasks removed by a purge.");
+    describe_histogram!(
         "muster_fsync_batch_requests",
         "Requests made durable by one fsync."
     );
-    metrics::describe_histogram!(
+    describe_histogram!(
         "muster_fsync_seconds",
-        metrics::Unit::Seconds,
+        Unit::Seconds,
         "Time of one persist of the store."
     );
-    Ok(())
 }

@@ -535,6 +535,7 @@ async fn handle_frame(
                 .synced_requests
                 .load(std::sync::atomic::Ordering::Relaxed),
             durability: state.context.0.durability.into(),
+            disk_alarm: stats.disk_alarm.load(std::sync::atomic::Ordering::Relaxed),
         });
         let _ = out.send(Outgoing::reply(Some(id), Ok(reply), slot));
         return Continue(());
@@ -777,6 +778,7 @@ fn encode(
             let frame = push.encode().or_else(|e| match &*push {
                 Push::Watch(w) => Push::Watch(Box::new(muster_protocol::ops::WatchReply {
                     tag: w.tag,
+                    disk_alarm: w.disk_alarm,
                     update: muster_protocol::ops::WatchUpdate::Gone {
                         error: ErrorBody::new(ErrorCode::TooLarge, e.to_string()),
                     },

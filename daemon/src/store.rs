@@ -351,6 +351,11 @@ impl Store {
         Ok(())
     }
 
+    /// Bytes of the store's files on disk (journals and tables).
+    pub fn disk_space(&self) -> Result<u64, StoreError> {
+        Ok(self.db.disk_space()?)
+    }
+
     /// Takes every committed batch as far as `to` says.
     pub fn persist(&self, to: Persist) -> Result<(), StoreError> {
         let mode = match to {
@@ -444,6 +449,81 @@ impl Store {
             ks: Arc::clone(&self.ks),
             inner: self.db.batch(),
         }
+    }
+}
+
+/// Entries copied per batch when a snapshot is written: bounds the batch's memory.
+const SNAPSHOT_BATCH: usize = 4096;
+
+/// Block cache of a store while a snapshot is written into it.
+const SNAPSHOT_CACHE_BYTES: u64 = 8 << 20;
+
+/// A consistent read view of the whole store at one moment, to copy while the daemon
+/// goes on changing the store.
+pub struct StoreView {
+    snapshot: fjall::Snapshot,
+    ks: Arc<Keyspaces>,
+}
+
+/// What a snapshot holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotCounts {
+    /// Task records.
+    pub tasks: u64,
+    /// Queue records.
+    pub queues: u64,
+}
+
+impl Store {
+    /// A view of everything committed so far.
+    pub fn view(&self) -> StoreView {
+        StoreView {
+            snapshot: self.db.snapshot(),
+            ks: Arc::clone(&self.ks),
+        }
+    }
+}
+
+impl StoreView {
+    /// Writes the view into a new store in `dir` (an empty directory), every keyspace
+    /// entry as it is, and makes it durable (`SyncAll`: a backup is kept whole or not at all).
+    pub fn write_to(&self, dir: &Path) -> Result<SnapshotCounts, StoreError> {
+        use fjall::Readable;
+        let copy = Store::open(dir, SNAPSHOT_CACHE_BYTES)?;
+        let (from, to) = (&self.ks, &copy.ks);
+        let pairs = [
+            ("meta", &from.meta, &to.meta),
+            ("owners", &from.owners, &to.owners),
+            ("queues", &from.queues, &to.queues),
+            ("tasks", &from.tasks, &to.tasks),
+            ("payloads", &from.payloads, &to.payloads),
+            ("idem", &from.idem, &to.idem),
+        ];
+        let mut counts = SnapshotCounts {
+            tasks: 0,
+            queues: 0,
+        };
+        for (name, source, target) in pairs {
+            let mut batch = copy.db.batch();
+            let mut entries = 0u64;
+            for guard in self.snapshot.iter(source) {
+                let (k, v) = guard.into_inner()?;
+                batch.insert(target, k, v);
+                entries += 1;
+                if batch.len() >= SNAPSHOT_BATCH {
+                    batch.durability(None).commit()?;
+                    batch = copy.db.batch();
+                }
+            }
+            batch.durability(None).commit()?;
+            match name {
+                "queues" => counts.queues = entries,
+                "tasks" => counts.tasks = entries,
+                _ => {}
+            }
+        }
+        copy.persist(Persist::All)?;
+        Ok(counts)
     }
 }
 

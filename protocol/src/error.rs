@@ -32,6 +32,9 @@ pub enum ErrorCode {
     Replaced,
     /// The daemon is shutting down and takes no new work.
     ShuttingDown,
+    /// The disk alarm is on: the data directory's free space is below its threshold, and
+    /// enqueues are refused until space comes back (everything else is served).
+    DiskFull,
 }
 
 impl ErrorCode {
@@ -50,6 +53,7 @@ impl ErrorCode {
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::Replaced => "replaced",
             ErrorCode::ShuttingDown => "shutting_down",
+            ErrorCode::DiskFull => "disk_full",
         }
     }
 }

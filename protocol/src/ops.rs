@@ -614,6 +614,25 @@ pub struct MemberDescribeReply {
     pub leases_total: u64,
 }
 
+/// Writes a consistent copy of the daemon's store into a new directory on the daemon's
+/// host: a backup that a daemon opens as its `store` directory.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AdminSnapshot {
+    /// Where: an absolute path that does not exist yet, in an existing directory.
+    pub dir: String,
+}
+
+/// What `admin_snapshot` wrote.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotReply {
+    /// The directory written.
+    pub dir: String,
+    /// Tasks in the copy.
+    pub tasks: u64,
+    /// Queues in the copy.
+    pub queues: u64,
+}
+
 /// Revokes a lease: it lapses now (a failure is counted) and its holder is told.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LeaseRevoke {
@@ -637,6 +656,10 @@ pub struct ServerStatsReply {
     /// `buffered` (after the journal is handed to the OS: a power loss may lose the last
     /// moments).
     pub durability: String,
+    /// The disk alarm is on: enqueues are refused (`disk_full`) until the data
+    /// directory's free space is back (absent from daemons before it: false).
+    #[serde(default)]
+    pub disk_alarm: bool,
 }
 
 /// One screen of the operator's view, as a `watch` asks for it. Lists come a page at a
@@ -781,6 +804,10 @@ pub struct WatchReply {
     pub tag: u64,
     /// The screen as it is now.
     pub update: WatchUpdate,
+    /// The daemon's disk alarm is on: enqueues are refused (`disk_full`). Sent only when
+    /// true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disk_alarm: bool,
 }
 
 /// Ends the connection's watch.
@@ -966,6 +993,7 @@ ops! {
     MemberRelease(MemberRelease) = "member_release" -> Empty;
     LeaseRevoke(LeaseRevoke) = "lease_revoke" -> SettleReply;
     ServerStats(ServerStats) = "server_stats" -> ServerStatsReply;
+    AdminSnapshot(AdminSnapshot) = "admin_snapshot" -> SnapshotReply;
     Watch(Watch) = "watch" -> WatchReply;
     Unwatch(Unwatch) = "unwatch" -> Empty;
 }

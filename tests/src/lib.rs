@@ -221,6 +221,8 @@ pub struct Daemon {
     pub fingerprint: String,
     data: tempfile::TempDir,
     extra_args: Vec<String>,
+    /// `MUSTER_LOG` of the daemon (`info` unless a test asks for more).
+    log_filter: String,
     /// Copies the daemon's stderr into `musterd.log`; ends when the daemon exits.
     log_thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -236,12 +238,19 @@ impl Daemon {
         Daemon::start_in(&std::env::temp_dir(), extra)
     }
 
+    /// Starts a daemon with extra flags, logging as `MUSTER_LOG=filter` says.
+    pub fn start_logging(filter: &str, extra: &[&str]) -> Daemon {
+        let data = tempfile::tempdir().expect("temporary data directory");
+        Daemon::start_on(data, extra, filter)
+    }
+
     /// Starts a daemon with extra flags, its data directory a fresh one inside `parent`
     /// (e.g. a small file system the test mounted).
     pub fn start_in(parent: &Path, extra: &[&str]) -> Daemon {
         Daemon::start_on(
             tempfile::tempdir_in(parent).expect("temporary data directory"),
             extra,
+            "info",
         )
     }
 
@@ -250,10 +259,10 @@ impl Daemon {
     pub fn start_from(store: &Path, extra: &[&str]) -> Daemon {
         let data = tempfile::tempdir().expect("temporary data directory");
         copy_dir(store, &data.path().join("store"));
-        Daemon::start_on(data, extra)
+        Daemon::start_on(data, extra, "info")
     }
 
-    fn start_on(data: tempfile::TempDir, extra: &[&str]) -> Daemon {
+    fn start_on(data: tempfile::TempDir, extra: &[&str], log_filter: &str) -> Daemon {
         // As musterd makes its own (a wider one is narrowed, with a warning).
         std::fs::set_permissions(
             data.path(),
@@ -266,6 +275,7 @@ impl Daemon {
             fingerprint: String::new(),
             data,
             extra_args: extra.iter().map(|s| (*s).to_owned()).collect(),
+            log_filter: log_filter.to_owned(),
             log_thread: None,
         };
         d.spawn();
@@ -288,7 +298,7 @@ impl Daemon {
             .arg(self.data.path())
             .args(["--listen", &self.addr, "--log-format", "json"])
             .args(&self.extra_args)
-            .env("MUSTER_LOG", "info")
+            .env("MUSTER_LOG", &self.log_filter)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

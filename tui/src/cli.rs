@@ -9,7 +9,7 @@ use crate::ClaimString;
 
 /// muster: enqueue, claim, settle and repair tasks on a musterd daemon.
 #[derive(Debug, Parser)]
-#[command(name = "muster", version, about)]
+#[command(name = "muster", version = crate::VERSION, about)]
 pub struct Cli {
     /// Connection and output options.
     #[command(flatten)]
@@ -160,6 +160,9 @@ pub enum Command {
     /// Act on one lease.
     #[command(subcommand)]
     Lease(LeaseCommand),
+    /// Maintenance of the daemon (snapshot), and tokens for its config file.
+    #[command(subcommand)]
+    Admin(AdminCommand),
     /// Run any program as an agent: one process per task, payload on stdin.
     Work(WorkArgs),
     /// The benchmark of BENCHMARKS.md against a daemon it starts: a table, and JSON.
@@ -177,9 +180,6 @@ pub enum Command {
         #[arg(long)]
         readonly: bool,
     },
-    /// Administration that needs no daemon.
-    #[command(subcommand)]
-    Admin(AdminCommand),
     /// Keep several daemons by name: `context add prod --addr HOST:PORT --pin SHA256`,
     /// then `--context prod`, `MUSTER_CONTEXT=prod` or `context use prod`.
     #[command(subcommand)]
@@ -276,14 +276,6 @@ pub struct BenchArgs {
     pub out: PathBuf,
 }
 
-/// `muster admin`.
-#[derive(Debug, Subcommand)]
-pub enum AdminCommand {
-    /// Tokens for the daemon's config file.
-    #[command(subcommand)]
-    Token(TokenCommand),
-}
-
 /// `muster admin token`.
 #[derive(Debug, Subcommand)]
 pub enum TokenCommand {
@@ -339,6 +331,21 @@ pub enum LeaseCommand {
         /// The leased task's id.
         id: String,
     },
+}
+
+/// `muster admin` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Write a consistent copy of the live store into DIR on the daemon's host (absolute,
+    /// not existing yet): a backup, opened by a daemon as its data directory's `store`.
+    /// Prints DIR, then the tasks and queues it holds.
+    Snapshot {
+        /// Where, on the daemon's host.
+        dir: String,
+    },
+    /// Tokens for the daemon's config file (needs no daemon).
+    #[command(subcommand)]
+    Token(TokenCommand),
 }
 
 /// Arguments of `work`.

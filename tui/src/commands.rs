@@ -267,11 +267,23 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
             let reply = client.lease_revoke(&id).await?;
             out.item(|| reply.state.to_string(), &reply)
         }
+        Command::Admin(AdminCommand::Snapshot { dir }) => {
+            let reply = client.admin_snapshot(&dir).await?;
+            out.item(
+                || {
+                    format!(
+                        "{}\ttasks={} queues={}",
+                        reply.dir, reply.tasks, reply.queues
+                    )
+                },
+                &reply,
+            )
+        }
         Command::Work(_)
         | Command::Demo { .. }
         | Command::Bench(_)
         | Command::Tui { .. }
-        | Command::Admin(_)
+        | Command::Admin(AdminCommand::Token(_))
         | Command::Guard { .. }
         | Command::Context(_)
         | Command::Completions { .. }
@@ -717,13 +729,15 @@ async fn stats(client: &Client, out: &Output, queue: Option<&str>) -> anyhow::Re
             "synced_requests": daemon.synced_requests,
             "batch_factor": factor,
             "members_connected": connected,
+            "disk_alarm": daemon.disk_alarm,
         });
         out.text_line("")?;
         out.header(output::DAEMON_COLUMNS)?;
+        let alarm = if daemon.disk_alarm { "on" } else { "off" };
         out.item(
             || {
                 format!(
-                    "{}\t{}\t{factor:.1}\t{connected}",
+                    "{}\t{}\t{factor:.1}\t{connected}\t{alarm}",
                     daemon.syncs, daemon.synced_requests
                 )
             },

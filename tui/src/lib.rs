@@ -26,6 +26,15 @@ pub mod work;
 
 use std::fmt;
 
+/// What `muster --version` prints: the crate's version and the git commit it was built
+/// from (`unknown` outside a git checkout).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("MUSTER_GIT_COMMIT"),
+    ")"
+);
+
 /// A claim as the CLI prints and takes it: the task id and the lease epoch, `ID.EPOCH`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimString {

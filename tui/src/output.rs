@@ -48,7 +48,13 @@ pub const STATS_COLUMNS: &[&str] = &[
 ];
 
 /// The columns of the daemon's row of `stats`.
-pub const DAEMON_COLUMNS: &[&str] = &["FSYNCS", "REQUESTS", "BATCH_FACTOR", "MEMBERS_CONNECTED"];
+pub const DAEMON_COLUMNS: &[&str] = &[
+    "FSYNCS",
+    "REQUESTS",
+    "BATCH_FACTOR",
+    "MEMBERS_CONNECTED",
+    "DISK_ALARM",
+];
 
 /// The columns of `context list`.
 pub const CONTEXT_COLUMNS: &[&str] = &["NAME", "CURRENT", "ADDR", "TRUST"];

@@ -119,9 +119,15 @@ create_exception!(
     ServerError,
     "shutting_down: the daemon is stopping and takes no new work."
 );
+create_exception!(
+    muster,
+    DiskFull,
+    ServerError,
+    "disk_full: the daemon's disk alarm is on; enqueues are refused until space comes back."
+);
 
 /// Each code's exception class, for the module to export and to label with its `code`.
-pub fn by_code(py: Python<'_>) -> [(ErrorCode, Bound<'_, pyo3::types::PyType>); 12] {
+pub fn by_code(py: Python<'_>) -> [(ErrorCode, Bound<'_, pyo3::types::PyType>); 13] {
     [
         (ErrorCode::BadRequest, BadRequest::type_object(py)),
         (ErrorCode::UnknownOp, UnknownOp::type_object(py)),
@@ -135,6 +141,7 @@ pub fn by_code(py: Python<'_>) -> [(ErrorCode, Bound<'_, pyo3::types::PyType>); 
         (ErrorCode::Forbidden, Forbidden::type_object(py)),
         (ErrorCode::Replaced, Replaced::type_object(py)),
         (ErrorCode::ShuttingDown, ShuttingDown::type_object(py)),
+        (ErrorCode::DiskFull, DiskFull::type_object(py)),
     ]
 }
 
@@ -168,6 +175,7 @@ pub fn to_py(error: muster_sdk::Error) -> PyErr {
             ErrorCode::Forbidden => Forbidden::new_err(text),
             ErrorCode::Replaced => Replaced::new_err(text),
             ErrorCode::ShuttingDown => ShuttingDown::new_err(text),
+            ErrorCode::DiskFull => DiskFull::new_err(text),
             _ => ServerError::new_err(text),
         },
         muster_sdk::Error::Connect(_) => ConnectError::new_err(text),

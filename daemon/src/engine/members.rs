@@ -32,6 +32,7 @@ use muster_protocol::{ErrorBody, ErrorCode, Push};
 
 use super::listing::fill;
 use super::ops::{ClaimSpec, bad, parse_id, summary};
+use super::telemetry::{self, LeaseEnd};
 use super::{Engine, Failure, Now, OpResult, Sink, Waiter, client, push_event};
 use crate::auth::Principal;
 use crate::store::StoreError;
@@ -430,8 +431,20 @@ impl<W: Waiter> Engine<W> {
                 continue;
             }
             let mut rec = self.record(id)?;
-            let epoch = rec.lease.take().map(|l| l.epoch);
+            let lease = rec
+                .lease
+                .take()
+                .expect("a member's leased task has a lease");
+            let (epoch, granted) = (Some(lease.epoch), lease.granted_ms);
+            let ended = |how| telemetry::lease_ended(&rec.queue, how, granted, now.wall_ms);
             // Its work was to stop anyway: nothing to hand back.
+            if rec.cancel_requested {
+                ended(LeaseEnd::Cancelled);
+            } else if r.reclaim {
+                ended(LeaseEnd::Reclaimed);
+            } else {
+                ended(LeaseEnd::Released);
+            }
             if self.cancel_if_requested(&mut rec, now, Some(&r.member), epoch) {
                 self.save(id, &rec, None);
                 reply.released += 1;
@@ -440,7 +453,7 @@ impl<W: Waiter> Engine<W> {
                 // but handed straight back instead of waiting for the lease to run out.
                 rec.failures += 1;
                 rec.last_error = Some(format!("member {:?} restarted", r.member));
-                if self.dead_if_out_of_attempts(&mut rec, now, Some(&r.member)) {
+                if self.dead_if_out_of_attempts(id, &mut rec, now, Some(&r.member)) {
                     self.save(id, &rec, None);
                     reply.dead += 1;
                 } else {
@@ -626,8 +639,9 @@ impl<W: Waiter> Engine<W> {
             ));
         }
         let (mut rec, member) = (self.record(id)?, meta.member.clone());
-        let lease = rec.lease.take();
-        let (holder, epoch) = lease.map_or((String::new(), 0), |l| (l.member, l.epoch));
+        let lease = rec.lease.take().expect("a leased task has a lease");
+        telemetry::lease_ended(&rec.queue, LeaseEnd::Revoked, lease.granted_ms, now.wall_ms);
+        let (holder, epoch) = (lease.member, lease.epoch);
         push_event(&mut rec, now, "revoked", Some(&holder), Some(epoch), None);
         let state = self.fail(
             id,

@@ -11,10 +11,12 @@
 //! [`Engine::save`], which removes the task from every index and inserts it again where
 //! its new state says, so the indexes cannot drift from the records.
 
+pub mod audit;
 mod authz;
 pub use authz::{
     DEFAULT_MEMBER_NAME_EXPIRY, MAX_MEMBER_NAMES_PER_PRINCIPAL, MIN_MEMBER_NAME_EXPIRY,
 };
+mod bulk;
 pub mod dispatch;
 mod find;
 
@@ -23,6 +25,7 @@ mod listing;
 mod members;
 mod ops;
 mod quotas;
+pub mod telemetry;
 #[cfg(test)]
 mod tests;
 mod watch;
@@ -47,6 +50,7 @@ use muster_protocol::{ErrorBody, ErrorCode};
 use crate::auth::Principal;
 use crate::store::{Batch, IndexView, Store, StoreError, TaskIndex, TaskRecord};
 use dispatch::{Class, DispatchIndex, TaskRef};
+use telemetry::LeaseEnd;
 
 /// Default of `--max-tasks-per-queue`: tasks one queue may hold in any state. The
 /// engine keeps ~200 bytes of index per task, so a queue at the cap costs ~2 GiB.
@@ -163,6 +167,8 @@ pub enum Reply {
     Cancel(CancelReply),
     /// Watch.
     Watch(WatchReply),
+    /// Admin snapshot (answered by the dispatcher once the copy is written).
+    Snapshot(muster_protocol::ops::SnapshotReply),
 }
 
 /// Why an op failed: the client's fault (reply with the error) or the store's (stop).
@@ -204,6 +210,9 @@ struct Queue {
     by_state: [BTreeSet<Ulid>; 6],
     /// What happened since the daemon started.
     totals: QueueTotals,
+    /// A `queue_delete` is removing it: it is gone for every request, and nothing is
+    /// leased from it.
+    deleting: bool,
 }
 
 impl Queue {
@@ -215,6 +224,7 @@ impl Queue {
             dispatch: DispatchIndex::default(),
             by_state: Default::default(),
             totals: QueueTotals::default(),
+            deleting: false,
         }
     }
 
@@ -425,6 +435,15 @@ pub struct Engine<W: Waiter> {
     /// Payload bytes of the stored tasks each principal enqueued: kept as tasks are
     /// enqueued and removed, and rebuilt from the records at start.
     stored_bytes: HashMap<String, u64>,
+    /// The disk alarm is on: enqueues are refused (set by the dispatcher, which reads
+    /// the disk; see `crate::disk`).
+    disk_alarm: bool,
+    /// Snapshots asked for this round, for the dispatcher to write from a view of the
+    /// store taken after the round's persist. At most one request per connection's
+    /// in-flight slot: bounded like every reply.
+    snapshots: Vec<(W, std::path::PathBuf)>,
+    /// Bulk operations under way, a slice per round (see [`bulk`]).
+    bulk: bulk::BulkJobs<W>,
 }
 
 impl<W: Waiter> Engine<W> {
@@ -470,8 +489,12 @@ impl<W: Waiter> Engine<W> {
             liveness_sweep_at: 0,
             quotas: Quotas::default(),
             stored_bytes: HashMap::new(),
+            disk_alarm: false,
+            snapshots: Vec::new(),
+            bulk: bulk::BulkJobs::new(),
         };
         for (name, rec) in engine.store.load_queues()? {
+            telemetry::queue_created(&name);
             engine
                 .queues
                 .insert(name.clone(), Queue::new(&name, rec.options, rec.created_ms));
@@ -548,9 +571,12 @@ impl<W: Waiter> Engine<W> {
         #[cfg(debug_assertions)]
         let before = self.digest();
         let result = match self.dispatch(req, waiter, now) {
-            Ok(()) => self.commit(),
+            Ok(()) => {
+                tracing::debug!("applied");
+                self.commit()
+            }
             Err((waiter, Failure::Client(e))) => {
-                tracing::debug!(code = e.code.as_str(), message = %e.message, "refused");
+                tracing::debug!(code = e.code.as_str(), error = %e.message, "refused");
                 // A refused request changed nothing: every op validates before it mutates.
                 #[cfg(debug_assertions)]
                 assert_eq!(
@@ -604,6 +630,7 @@ impl<W: Waiter> Engine<W> {
         self.lapse_leases(now)?;
         self.expire_finished(now)?;
         self.expire_member_names(now);
+        self.bulk_slice(now)?;
         let ready = std::mem::take(&mut self.ready_changed);
         self.serve_claims(&ready, now)?;
         self.serve_pushes(&ready, now)?;
@@ -626,6 +653,8 @@ impl<W: Waiter> Engine<W> {
             self.next_watch().map(mono),
             (!self.sessions.is_empty()).then(|| mono(self.liveness_sweep_at)),
             self.owners.next_sweep().map(mono),
+            // The next slice of a bulk job: at once, after whatever else is waiting.
+            self.bulk_pending().then_some(0),
         ]
         .into_iter()
         .flatten()
@@ -656,19 +685,38 @@ impl<W: Waiter> Engine<W> {
 
     /// Sets the Prometheus gauges from the counts the engine keeps (no task scan).
     pub fn publish_gauges(&self, now: Now) {
-        for (name, q) in &self.queues {
-            for state in TaskState::ALL {
-                let n = q.ids(state).len() as f64;
-                metrics::gauge!("muster_tasks", "queue" => name.clone(), "state" => state.as_str())
-                    .set(n);
-            }
-            let age = q.ids(TaskState::Ready).first().map_or(0.0, |id| {
-                now.wall_ms.saturating_sub(id.timestamp_ms()) as f64 / 1000.0
-            });
-            metrics::gauge!("muster_oldest_ready_age_seconds", "queue" => name.clone()).set(age);
+        let members: Vec<_> = self.members.iter().map(|(name, m)| m.info(name)).collect();
+        let carried = self.carried_label_sets();
+        telemetry::publish(&telemetry::Snapshot {
+            queues: self
+                .queues
+                .iter()
+                .map(|(name, q)| self.queue_info_with(name, q, &carried))
+                .collect(),
+            members: &members,
+            connected: self.connected_members(),
+            unreachable: self.unreachable_members(),
+            now_ms: now.wall_ms,
+        });
+        // A failure to read the sizes only leaves the gauge at its last value.
+        if let Ok(bytes) = self.store.disk_space() {
+            metrics::gauge!("muster_store_size_bytes").set(bytes as f64);
         }
-        metrics::gauge!("muster_members_connected").set(self.connected_members() as f64);
-        metrics::gauge!("muster_members_unreachable").set(self.unreachable_members() as f64);
+    }
+
+    /// The snapshots asked for since the last call, with where each goes.
+    pub fn take_snapshots(&mut self) -> Vec<(W, std::path::PathBuf)> {
+        std::mem::take(&mut self.snapshots)
+    }
+
+    /// Turns the disk alarm on or off: while on, enqueues are refused with `disk_full`
+    /// and everything else is served.
+    pub fn set_disk_alarm(&mut self, on: bool) {
+        if self.disk_alarm != on {
+            // Watching consoles show the alarm: their screens are due again.
+            self.generation += 1;
+        }
+        self.disk_alarm = on;
     }
 
     /// The store, for persisting.
@@ -916,10 +964,13 @@ impl<W: Waiter> Engine<W> {
                 break;
             }
             let mut rec = self.record(id).map_err(store_only)?;
-            let lease = rec.lease.take();
-            let (member, epoch) = lease.map_or((String::new(), 0), |l| (l.member, l.epoch));
+            let lease = rec
+                .lease
+                .take()
+                .expect("a task with a lease deadline has a lease");
+            telemetry::lease_ended(&rec.queue, LeaseEnd::Lapsed, lease.granted_ms, now.wall_ms);
+            let (member, epoch) = (lease.member, lease.epoch);
             let error = format!("lease lapsed (member {member:?}, epoch {epoch})");
-            metrics::counter!("muster_lapsed_total", "queue" => rec.queue.clone()).increment(1);
             if let Some(q) = self.queues.get_mut(&rec.queue) {
                 q.totals.lapsed += 1;
             }
@@ -968,7 +1019,7 @@ impl<W: Waiter> Engine<W> {
             .map(|q| q.options.retry_backoff)
             .unwrap_or_default();
         if self.cancel_if_requested(rec, now, None, None)
-            || self.dead_if_out_of_attempts(rec, now, None)
+            || self.dead_if_out_of_attempts(id, rec, now, None)
         {
             // Ended: cancelled, or dead.
         } else {
@@ -1017,6 +1068,7 @@ impl<W: Waiter> Engine<W> {
     /// it did. The one place that turns failures into dead.
     fn dead_if_out_of_attempts(
         &self,
+        id: Ulid,
         rec: &mut TaskRecord,
         now: Now,
         member: Option<&str>,
@@ -1030,7 +1082,8 @@ impl<W: Waiter> Engine<W> {
         }
         rec.state = TaskState::Dead;
         rec.lease = None;
-        rec.dead_reason = Some("max_attempts".into());
+        rec.dead_reason = Some(telemetry::DEAD_MAX_ATTEMPTS.into());
+        telemetry::dead(id, &rec.queue, telemetry::DEAD_MAX_ATTEMPTS);
         rec.updated_ms = now.wall_ms;
         push_event(
             rec,
@@ -1045,6 +1098,9 @@ impl<W: Waiter> Engine<W> {
 
     /// Moves a task to done or cancelled, starting its retention.
     fn finish(&self, rec: &mut TaskRecord, to: TaskState, now: Now) {
+        if to == TaskState::Cancelled {
+            telemetry::cancelled(&rec.queue);
+        }
         rec.state = to;
         rec.lease = None;
         rec.not_before_ms = None;

@@ -24,7 +24,10 @@ use muster_protocol::ops::{
 };
 use muster_protocol::{ErrorCode, RawJson, Request};
 
+use super::audit;
+use super::bulk::{BulkJob, BulkKind};
 use super::listing::{self, fill};
+use super::telemetry::{self, LeaseEnd};
 use super::{
     ClaimWaiter, Engine, Failure, LeaseClock, Now, OpResult, Parked, ParkedCounts, Queue, Reply,
     TaskWait, Waiter, client, push_event,
@@ -199,6 +202,7 @@ impl<W: Waiter> Engine<W> {
             return Err((waiter, Failure::Client(e)));
         }
         let members_change = changes_members(&req);
+        let action = audit::action(&req);
         let result = match req {
             // Answered by the connection before they reach the engine.
             Request::Hello(_) | Request::ServerStats(_) => {
@@ -218,8 +222,14 @@ impl<W: Waiter> Engine<W> {
                 .map(Reply::Queue),
             Request::QueuePause(r) => self.queue_pause(&r.0, true, now).map(Reply::Queue),
             Request::QueueResume(r) => self.queue_pause(&r.0, false, now).map(Reply::Queue),
-            Request::QueuePurge(r) => self.queue_purge(&r.0).map(Reply::Count),
-            Request::QueueDelete(r) => self.queue_delete(&r.0).map(Reply::Count),
+            Request::QueuePurge(r) => {
+                let ids = self.purge_ids(&r.0);
+                return self.bulk(waiter, BulkKind::Purge, r.0.queue, ids);
+            }
+            Request::QueueDelete(r) => {
+                let ids = self.delete_ids(&r.0);
+                return self.bulk(waiter, BulkKind::Delete, r.0.queue, ids);
+            }
             Request::Enqueue(r) => self.enqueue(r, waiter.principal(), now).map(Reply::Enqueue),
             Request::Claim(r) => return self.claim(r, waiter, now),
             Request::Ack(r) => self.ack(r, now).map(Reply::Settle),
@@ -232,8 +242,21 @@ impl<W: Waiter> Engine<W> {
             Request::TaskFind(r) => self.task_find(*r, waiter.principal()).map(Reply::TaskFind),
             Request::Wait(r) => return self.wait(r, waiter, now),
             Request::Cancel(r) => self.cancel(r, now).map(Reply::Cancel),
-            Request::Redrive(r) => self.redrive(r.0, now).map(Reply::Count),
-            Request::Discard(r) => self.discard(r.0).map(Reply::Count),
+            Request::Redrive(r) if !r.0.dry_run => {
+                let ids = self.dead_selection(&r.0);
+                return self.bulk(waiter, BulkKind::Redrive, r.0.queue, ids);
+            }
+            Request::Discard(r) if !r.0.dry_run => {
+                let ids = self.dead_selection(&r.0);
+                return self.bulk(waiter, BulkKind::Discard, r.0.queue, ids);
+            }
+            // Dry runs: what would be touched, at once.
+            Request::Redrive(r) => self
+                .dead_selection(&r.0)
+                .map(|ids| Reply::Count(count_reply(&ids, true))),
+            Request::Discard(r) => self
+                .dead_selection(&r.0)
+                .map(|ids| Reply::Count(count_reply(&ids, true))),
             Request::SessionOpen(r) => self.session_open(r, &waiter, now).map(Reply::SessionOpen),
             Request::SessionUpdate(r) => self.session_update(r, &waiter).map(Reply::Member),
             Request::Subscribe(r) => self.subscribe(r, &waiter).map(Reply::Empty),
@@ -250,9 +273,21 @@ impl<W: Waiter> Engine<W> {
             Request::LeaseRevoke(r) => self.lease_revoke(r, now).map(Reply::Settle),
             Request::Watch(r) => self.watch(r, &waiter, now).map(Reply::Watch),
             Request::Unwatch(_) => Ok(Reply::Empty(self.unwatch(&waiter))),
+            Request::AdminSnapshot(r) => {
+                return match snapshot_dir(&r.dir) {
+                    Ok(dir) => {
+                        self.snapshots.push((waiter, dir));
+                        Ok(())
+                    }
+                    Err(f) => Err((waiter, f)),
+                };
+            }
         };
         match result {
             Ok(reply) => {
+                if let Some(action) = &action {
+                    audit::applied(action, waiter.principal().map(|p| p.name.as_str()), &reply);
+                }
                 if members_change {
                     // In-memory member changes commit nothing; watches must still see them.
                     self.generation += 1;
@@ -282,7 +317,7 @@ impl<W: Waiter> Engine<W> {
         let page = fill(
             self.queues
                 .range::<str, _>((start, Bound::Unbounded))
-                .filter(|(name, _)| principal.is_none_or(|p| p.covers(name)))
+                .filter(|(name, q)| !q.deleting && principal.is_none_or(|p| p.covers(name)))
                 .map(|(name, q)| Ok::<_, Failure>(self.queue_info_with(name, q, &carried))),
             limit as usize,
             |q| q.name.clone(),
@@ -294,8 +329,10 @@ impl<W: Waiter> Engine<W> {
     }
 
     pub(super) fn queue(&self, name: &str) -> OpResult<&Queue> {
+        // A queue being deleted is gone already for every request.
         self.queues
             .get(name)
+            .filter(|q| !q.deleting)
             .ok_or_else(|| client(ErrorCode::NotFound, format!("no queue {name:?}")))
     }
 
@@ -318,6 +355,7 @@ impl<W: Waiter> Engine<W> {
         self.pending
             .put_queue(&r.queue, &QueueRecord::new(options.clone(), now.wall_ms));
         let queue = Queue::new(&r.queue, options, now.wall_ms);
+        telemetry::queue_created(&r.queue);
         let info = self.queue_info(&r.queue, &queue);
         self.queues.insert(r.queue, queue);
         Ok(QueueReply { queue: info })
@@ -401,38 +439,37 @@ impl<W: Waiter> Engine<W> {
         self.queue_update(&r.queue, &patch, now)
     }
 
-    fn queue_purge(&mut self, r: &QueueName) -> OpResult<CountReply> {
+    /// The tasks a purge removes: ready and scheduled.
+    fn purge_ids(&self, r: &QueueName) -> OpResult<Vec<Ulid>> {
         let q = self.queue(&r.queue)?;
-        let ids: Vec<Ulid> = q
-            .ids(TaskState::Ready)
+        Ok(q.ids(TaskState::Ready)
             .iter()
             .chain(q.ids(TaskState::Scheduled))
             .copied()
-            .collect();
-        for &id in &ids {
-            let rec = self.record(id)?;
-            self.remove(id, &rec);
-        }
-        Ok(CountReply {
-            count: ids.len() as u64,
-            ids: Vec::new(),
-        })
+            .collect())
     }
 
-    fn queue_delete(&mut self, r: &QueueName) -> OpResult<CountReply> {
+    /// The tasks a queue deletion removes: all.
+    fn delete_ids(&self, r: &QueueName) -> OpResult<Vec<Ulid>> {
         let q = self.queue(&r.queue)?;
-        let ids: Vec<Ulid> = q.by_state.iter().flatten().copied().collect();
-        for &id in &ids {
-            let rec = self.record(id)?;
-            self.remove(id, &rec);
+        Ok(q.by_state.iter().flatten().copied().collect())
+    }
+
+    /// Starts a bulk job over the tasks `ids` chose, or refuses the request.
+    fn bulk(
+        &mut self,
+        waiter: W,
+        kind: BulkKind,
+        queue: String,
+        ids: OpResult<Vec<Ulid>>,
+    ) -> Result<(), (W, Failure)> {
+        match ids {
+            Ok(ids) => {
+                self.start_bulk(BulkJob::new(waiter, kind, queue, ids));
+                Ok(())
+            }
+            Err(f) => Err((waiter, f)),
         }
-        self.queues.remove(&r.queue);
-        self.pending.remove_queue(&r.queue);
-        // Subscriptions keep naming it: a queue created again under the name serves them.
-        Ok(CountReply {
-            count: ids.len() as u64,
-            ids: Vec::new(),
-        })
     }
 
     fn enqueue(
@@ -442,6 +479,13 @@ impl<W: Waiter> Engine<W> {
         now: Now,
     ) -> OpResult<EnqueueReply> {
         self.queue(&r.queue)?;
+        if self.disk_alarm {
+            return Err(client(
+                ErrorCode::DiskFull,
+                "the disk alarm is on: the data directory's free space is below its threshold; \
+                 enqueues are refused until space comes back (claims, settles and repairs go on)",
+            ));
+        }
         if r.tasks.is_empty() || r.tasks.len() > MAX_BATCH {
             return Err(client(
                 if r.tasks.is_empty() {
@@ -546,7 +590,7 @@ impl<W: Waiter> Engine<W> {
                 duplicate: false,
                 state: rec.state,
             });
-            metrics::counter!("muster_enqueued_total", "queue" => r.queue.clone()).increment(1);
+            telemetry::enqueued(&r.queue);
             if let Some(q) = self.queues.get_mut(&r.queue) {
                 q.totals.enqueued += 1;
             }
@@ -721,7 +765,7 @@ impl<W: Waiter> Engine<W> {
     /// The next ready task of a queue that this claimer may take.
     fn pick(&self, queue: &str, spec: &ClaimSpec, now: Now) -> Option<Ulid> {
         let q = self.queues.get(queue)?;
-        if q.options.paused {
+        if q.options.paused || q.deleting {
             return None;
         }
         if self.avoid.is_empty() || spec.member.is_empty() {
@@ -754,6 +798,13 @@ impl<W: Waiter> Engine<W> {
         let mut deadline = now.mono_ms + lease;
         if let Some(max) = options.max_runtime_ms {
             deadline = deadline.min(now.mono_ms + max);
+        }
+        if !reclaimed {
+            // Since it became ready: enqueued, promoted after its delay, or made ready again
+            // (each of which sets `updated_ms`); recorded for its first lease only.
+            let first_wait =
+                (rec.deliveries == 0).then(|| now.wall_ms.saturating_sub(rec.updated_ms));
+            telemetry::leased(&rec.queue, first_wait);
         }
         rec.deliveries += 1;
         let epoch = rec.deliveries;
@@ -814,7 +865,7 @@ impl<W: Waiter> Engine<W> {
         let (id, mut rec) = self.held(&r.task, r.epoch)?;
         let member = rec.lease.as_ref().map(|l| l.member.clone());
         rec.result = r.result;
-        metrics::counter!("muster_acked_total", "queue" => rec.queue.clone()).increment(1);
+        telemetry::lease_ended(&rec.queue, LeaseEnd::Acked, granted_ms(&rec), now.wall_ms);
         if let Some(q) = self.queues.get_mut(&rec.queue) {
             q.totals.acked += 1;
         }
@@ -846,7 +897,7 @@ impl<W: Waiter> Engine<W> {
         let error = r.error.unwrap_or_else(|| "nacked".into());
         check_error_text(&error)?;
         let (id, mut rec) = self.held(&r.task, r.epoch)?;
-        metrics::counter!("muster_nacked_total", "queue" => rec.queue.clone()).increment(1);
+        telemetry::lease_ended(&rec.queue, LeaseEnd::Nacked, granted_ms(&rec), now.wall_ms);
         if let Some(q) = self.queues.get_mut(&rec.queue) {
             q.totals.nacked += 1;
         }
@@ -913,6 +964,12 @@ impl<W: Waiter> Engine<W> {
     fn release(&mut self, r: muster_protocol::ops::Release, now: Now) -> OpResult<SettleReply> {
         let Release { task, epoch } = r;
         let (id, mut rec) = self.held(&task, epoch)?;
+        telemetry::lease_ended(
+            &rec.queue,
+            LeaseEnd::Released,
+            granted_ms(&rec),
+            now.wall_ms,
+        );
         let member = rec.lease.take().map(|l| l.member);
         push_event(
             &mut rec,
@@ -936,6 +993,12 @@ impl<W: Waiter> Engine<W> {
     fn dead_letter(&mut self, r: DeadLetter, now: Now) -> OpResult<SettleReply> {
         check_error_text(&r.error)?;
         let (id, mut rec) = self.held(&r.task, r.epoch)?;
+        telemetry::lease_ended(
+            &rec.queue,
+            LeaseEnd::DeadLettered,
+            granted_ms(&rec),
+            now.wall_ms,
+        );
         let member = rec.lease.take().map(|l| l.member);
         push_event(
             &mut rec,
@@ -948,7 +1011,8 @@ impl<W: Waiter> Engine<W> {
         rec.last_error = Some(r.error);
         if !self.cancel_if_requested(&mut rec, now, None, None) {
             rec.state = TaskState::Dead;
-            rec.dead_reason = Some("dead_lettered".into());
+            rec.dead_reason = Some(telemetry::DEAD_BY_AGENT.into());
+            telemetry::dead(id, &rec.queue, telemetry::DEAD_BY_AGENT);
             rec.updated_ms = now.wall_ms;
         }
         self.save(id, &rec, None);
@@ -1248,33 +1312,6 @@ impl<W: Waiter> Engine<W> {
         ids.dedup();
         Ok(ids)
     }
-
-    fn redrive(&mut self, sel: DeadSelection, now: Now) -> OpResult<CountReply> {
-        let ids = self.dead_selection(&sel)?;
-        if !sel.dry_run {
-            for &id in &ids {
-                let mut rec = self.record(id)?;
-                rec.state = TaskState::Ready;
-                rec.failures = 0;
-                rec.dead_reason = None;
-                rec.updated_ms = now.wall_ms;
-                push_event(&mut rec, now, "redriven", None, None, None);
-                self.save(id, &rec, None);
-            }
-        }
-        Ok(count_reply(&ids, sel.dry_run))
-    }
-
-    fn discard(&mut self, sel: DeadSelection) -> OpResult<CountReply> {
-        let ids = self.dead_selection(&sel)?;
-        if !sel.dry_run {
-            for &id in &ids {
-                let rec = self.record(id)?;
-                self.remove(id, &rec);
-            }
-        }
-        Ok(count_reply(&ids, sel.dry_run))
-    }
 }
 
 struct WaitFailure<W>(W, Failure);
@@ -1283,6 +1320,32 @@ impl<W> WaitFailure<W> {
     fn into_waiter_error(self) -> (W, Failure) {
         (self.0, self.1)
     }
+}
+
+/// Longest directory name `admin_snapshot` takes, in bytes (Linux's PATH_MAX).
+const MAX_SNAPSHOT_DIR_BYTES: usize = 4096;
+
+/// Checks the form of a snapshot's directory; whether it can be created is the
+/// dispatcher's to find out (the engine does no I/O but through the store).
+fn snapshot_dir(dir: &str) -> OpResult<std::path::PathBuf> {
+    let path = std::path::Path::new(dir);
+    if dir.len() > MAX_SNAPSHOT_DIR_BYTES || dir.contains('\0') || !path.is_absolute() {
+        return Err(bad(format!(
+            "snapshot directory {dir:?} must be an absolute path of at most {MAX_SNAPSHOT_DIR_BYTES} bytes"
+        )));
+    }
+    if path.parent().is_none() {
+        return Err(bad("the snapshot directory cannot be /"));
+    }
+    Ok(path.to_path_buf())
+}
+
+/// When the lease of a held task was granted.
+fn granted_ms(rec: &TaskRecord) -> u64 {
+    rec.lease
+        .as_ref()
+        .expect("a held task has a lease record")
+        .granted_ms
 }
 
 fn count_reply(ids: &[Ulid], list: bool) -> CountReply {

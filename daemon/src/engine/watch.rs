@@ -111,7 +111,11 @@ impl<W: Waiter> Engine<W> {
                 queued: Arc::new(AtomicBool::new(false)),
             },
         );
-        Ok(WatchReply { tag: r.tag, update })
+        Ok(WatchReply {
+            tag: r.tag,
+            update,
+            disk_alarm: self.disk_alarm,
+        })
     }
 
     pub(super) fn unwatch(&mut self, waiter: &W) -> Empty {
@@ -150,7 +154,11 @@ impl<W: Waiter> Engine<W> {
                 Err(Failure::Store(e)) => return Err(e),
             };
             let gone = matches!(update, WatchUpdate::Gone { .. });
-            let push = Push::Watch(Box::new(WatchReply { tag: w.tag, update }));
+            let push = Push::Watch(Box::new(WatchReply {
+                tag: w.tag,
+                update,
+                disk_alarm: self.disk_alarm,
+            }));
             w.queued.store(true, Ordering::Release);
             self.watch_pushes
                 .push((w.sink.clone(), push, Arc::clone(&w.queued)));

@@ -147,6 +147,7 @@ fn watch_requests_and_pushes_round_trip() {
     }
     let push = Push::Watch(Box::new(WatchReply {
         tag: 3,
+        disk_alarm: false,
         update: WatchUpdate::Dead {
             tasks: vec![],
             total: 4,

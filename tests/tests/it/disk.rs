@@ -3,6 +3,9 @@
 //! clients get an error (the connection closes) instead of hanging, it stops with a
 //! non-zero exit and a clear log line, and after the file system grows and the daemon
 //! restarts every acknowledged task is there with its payload and new work is taken.
+//! With the disk alarm set above what the disk holds, the daemon refuses enqueues
+//! (`disk_full`) instead, serves agents meanwhile, and takes enqueues again once space
+//! is freed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -150,7 +153,14 @@ fn payload(sender: u64, n: u64) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_acknowledges_nothing_unstored_and_recovers_after_space_is_freed() {
     let fs = Tmpfs::mount(64, 16);
-    let mut d = Daemon::start_in(&fs.path(), &[]);
+    // The disk alarm off (a threshold of 0): the disk really fills.
+    let alarm_off = [
+        "--disk-alarm-free-mib",
+        "0",
+        "--disk-alarm-free-percent",
+        "0",
+    ];
+    let mut d = Daemon::start_in(&fs.path(), &alarm_off);
     let data: PathBuf = d.data().to_path_buf();
     d.client()
         .await
@@ -248,4 +258,135 @@ async fn a_full_disk_acknowledges_nothing_unstored_and_recovers_after_space_is_f
     assert_eq!(t.state, TaskState::Ready);
     drop(client);
     drop(d);
+}
+
+/// Free space of the alarm's test: the alarm goes off below 24 MiB free of 40 MiB.
+const ALARM_FREE_MIB: &str = "24";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_disk_alarm_refuses_enqueues_serves_agents_and_lifts_when_space_is_back() {
+    let fs = Tmpfs::mount(64, 40);
+    let d = Daemon::start_in(
+        &fs.path(),
+        &[
+            "--disk-alarm-free-mib",
+            ALARM_FREE_MIB,
+            "--disk-alarm-free-percent",
+            "0",
+        ],
+    );
+    let producer = d.client().await;
+    producer
+        .queue_create("fill", QueuePatch::default())
+        .await
+        .unwrap();
+    // An agent holds work before the disk fills.
+    let agent = d.client().await;
+    for n in 0..8 {
+        producer
+            .enqueue("fill", NewTask::new(muster_sdk::json(&n).unwrap()))
+            .await
+            .unwrap();
+    }
+    let held = agent
+        .claim(&muster_sdk::protocol::ops::Claim::new(["fill"]).max(8))
+        .await
+        .unwrap();
+    assert_eq!(held.len(), 8);
+
+    // Enqueue until refused: 16 MiB over the threshold hold about 500 payloads.
+    let mut acked = Vec::new();
+    let refusal = loop {
+        assert!(
+            acked.len() < 2_000,
+            "no alarm after {} enqueues",
+            acked.len()
+        );
+        let n = acked.len() as u64;
+        let task = NewTask::new(muster_sdk::protocol::ops::raw(&payload(0, n)).unwrap());
+        match tokio::time::timeout(CALL_TIMEOUT, producer.enqueue("fill", task))
+            .await
+            .expect("an enqueue hung")
+        {
+            Ok(t) => acked.push((n, t.id)),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(refusal.code(), Some(ErrorCode::DiskFull), "{refusal}");
+    assert!(
+        acked.len() > 100,
+        "{} enqueues before the alarm",
+        acked.len()
+    );
+    println!("disk alarm: on after {} enqueues", acked.len());
+    // The daemon stays up; its stats say why enqueues are refused.
+    assert!(
+        d.ok(&["stats"])
+            .contains(" disk_alarm=on (enqueues refused)")
+    );
+
+    // Agents go on: renew, ack the held work, claim and settle more.
+    agent
+        .renew(&held[0].id, held[0].epoch, None, None)
+        .await
+        .unwrap();
+    for t in &held {
+        agent.ack(&t.id, t.epoch, None).await.unwrap();
+    }
+    let more = agent
+        .claim(&muster_sdk::protocol::ops::Claim::new(["fill"]).max(4))
+        .await
+        .unwrap();
+    assert_eq!(more.len(), 4);
+    for t in &more {
+        agent.ack(&t.id, t.epoch, None).await.unwrap();
+    }
+    // Still refused while space is short.
+    let again = producer
+        .enqueue("fill", NewTask::new(muster_sdk::json(&"late").unwrap()))
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), Some(ErrorCode::DiskFull), "{again}");
+
+    // Space comes back: enqueues resume (the alarm is read every 100 ms).
+    fs.free_up();
+    let mut resumed = None;
+    for _ in 0..100 {
+        let task = NewTask::new(muster_sdk::json(&"after").unwrap());
+        match producer.enqueue("fill", task).await {
+            Ok(t) => {
+                resumed = Some(t.id);
+                break;
+            }
+            Err(e) => assert_eq!(e.code(), Some(ErrorCode::DiskFull), "{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let resumed = resumed.expect("enqueues resume once space is freed");
+    assert_eq!(
+        producer.task_get(&resumed).await.unwrap().state,
+        TaskState::Ready
+    );
+    assert!(!d.ok(&["stats"]).contains("disk_alarm"));
+
+    // Nothing acknowledged is lost: every enqueue is there with its payload, the acked
+    // work is done.
+    let client = d.client().await;
+    for (n, id) in &acked {
+        let t = client.task_get(id).await.unwrap();
+        assert_eq!(t.payload.get(), payload(0, *n).as_str(), "task {id}");
+    }
+    for t in held.iter().chain(&more) {
+        assert_eq!(client.task_get(&t.id).await.unwrap().state, TaskState::Done);
+    }
+    let log = d.log();
+    let raised = log
+        .lines()
+        .filter(|l| l.contains("disk alarm: free space is below the threshold"))
+        .count();
+    let lifted = log
+        .lines()
+        .filter(|l| l.contains("disk alarm lifted"))
+        .count();
+    assert_eq!((raised, lifted), (1, 1), "{log}");
 }

@@ -9,6 +9,9 @@
 //! - `liveness`: agents that die and are not restarted, clean exits, `muster work`'s
 //!   supervision of its programs (signals, orphans, checkpoints), broken runners,
 //!   revoke and cancel.
+//! - `logs`: INFO lines of a member's life, lapses, dead letters and operator actions.
+//! - `maintenance`: one daemon per data directory, `--version`, `--check-config`,
+//!   `admin snapshot` and a restore.
 //! - `metrics`: the Prometheus endpoint.
 //! - `private`: local users and tenants: the private data directory and local-only
 //!   mode, token files, principals, member names, start-up warnings.
@@ -21,6 +24,8 @@
 //! - `agent_chaos`: the Jepsen-style agent checker: agents killed, drained, frozen and
 //!   partitioned while they work one queue.
 //! - `crash`: kill -9 during a burst of enqueues, and leases held across restarts.
+//! - `deploy`: the systemd unit's flags start a daemon; the dashboard and alerts query
+//!   what it exports.
 //! - `disk`: a full disk during a burst of enqueues, and recovery once space is freed.
 //! - `demo`: `muster demo` across a daemon restart, drained by SIGTERM.
 //! - `dispatch`: priorities, delays, keys, labels, fairness and retention.
@@ -34,6 +39,7 @@ mod cli;
 mod connect;
 mod crash;
 mod demo;
+mod deploy;
 mod disk;
 mod dispatch;
 mod exhaustion;
@@ -41,6 +47,8 @@ mod fencing;
 mod fixture;
 mod lapse;
 mod liveness;
+mod logs;
+mod maintenance;
 mod metrics;
 mod private;
 mod scripting;

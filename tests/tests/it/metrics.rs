@@ -1,13 +1,35 @@
-//! The Prometheus endpoint: scraped numbers match the queue.
+//! The Prometheus endpoint: every counter and histogram driven through a real daemon,
+//! with exact values; every series of a queue present (zero) from its creation.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use muster_sdk::protocol::ops::Claim;
-use muster_sdk::{NewTask, QueuePatch};
+use muster_sdk::protocol::ops::{Claim, DeadSelection, SessionOpen};
+use muster_sdk::{Client, NewTask, QueuePatch};
 use muster_tests::Daemon;
 
-fn scrape(addr: &str) -> String {
+/// A scrape: the response's content type and its series by their full name and labels.
+struct Scrape {
+    content_type: String,
+    series: BTreeMap<String, f64>,
+    text: String,
+}
+
+impl Scrape {
+    fn get(&self, series: &str) -> Option<f64> {
+        self.series.get(series).copied()
+    }
+
+    #[track_caller]
+    fn check(&self, want: &[(String, f64)]) {
+        for (series, n) in want {
+            assert_eq!(self.get(series), Some(*n), "{series} in\n{}", self.text);
+        }
+    }
+}
+
+fn scrape(addr: &str) -> Scrape {
     let mut stream = std::net::TcpStream::connect(addr).expect("metrics endpoint");
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
@@ -15,112 +37,334 @@ fn scrape(addr: &str) -> String {
     stream
         .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
         .expect("request");
-    let mut body = String::new();
-    stream.read_to_string(&mut body).expect("response");
-    body
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("HTTP head and body");
+    assert!(head.starts_with("HTTP/1.0 200 OK"), "{head}");
+    let content_type = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-type: "))
+        .expect("a content type")
+        .to_owned();
+    let series = body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (name, value) = l.rsplit_once(' ').expect("series and value");
+            (name.to_owned(), value.parse().expect("a number"))
+        })
+        .collect();
+    Scrape {
+        content_type,
+        series,
+        text: body.to_owned(),
+    }
 }
 
-fn value(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+fn free_port() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
+fn task(n: u32) -> NewTask {
+    NewTask::new(muster_sdk::json(&n).expect("a JSON number"))
+}
+
+fn session(member: &str, reclaim: bool) -> SessionOpen {
+    SessionOpen {
+        member: member.into(),
+        labels: vec![],
+        capacity: 2,
+        reclaim,
+        resume: false,
+        liveness_ms: None,
+    }
+}
+
+/// `name{queue="q"}` and `name{queue="q",extra}`.
+fn q(name: &str, queue: &str, extra: &str, n: f64) -> (String, f64) {
+    let sep = if extra.is_empty() { "" } else { "," };
+    (format!(r#"{name}{{queue="{queue}"{sep}{extra}}}"#), n)
+}
+
+/// Every queue series with its value, given the counters that moved and the
+/// histograms' counts (everything else zero).
+fn queue_series(
+    queue: &str,
+    counters: &[(&str, f64)],
+    runs: &[(&str, f64)],
+    waits: f64,
+) -> Vec<(String, f64)> {
+    let mut want = Vec::new();
+    for name in [
+        "enqueued",
+        "leased",
+        "acked",
+        "nacked",
+        "released",
+        "lapsed",
+        "revoked",
+        "reclaimed",
+        "cancelled",
+        "redriven",
+        "discarded",
+        "purged",
+    ] {
+        let n = counters
+            .iter()
+            .find(|(c, _)| *c == name)
+            .map_or(0.0, |c| c.1);
+        want.push(q(&format!("muster_{name}_total"), queue, "", n));
+    }
+    for reason in ["max_attempts", "dead_lettered"] {
+        let n = counters
+            .iter()
+            .find(|(c, _)| *c == format!("dead:{reason}"))
+            .map_or(0.0, |c| c.1);
+        let label = format!(r#"reason="{reason}""#);
+        want.push(q("muster_dead_lettered_total", queue, &label, n));
+    }
+    for outcome in [
+        "acked",
+        "nacked",
+        "released",
+        "dead_lettered",
+        "lapsed",
+        "revoked",
+        "reclaimed",
+        "cancelled",
+    ] {
+        let n = runs
+            .iter()
+            .find(|(o, _)| *o == outcome)
+            .map_or(0.0, |r| r.1);
+        let label = format!(r#"outcome="{outcome}""#);
+        want.push(q("muster_run_seconds_count", queue, &label, n));
+        // Every run of this test is shorter than a minute.
+        let bucket = format!(r#"outcome="{outcome}",le="60""#);
+        want.push(q("muster_run_seconds_bucket", queue, &bucket, n));
+    }
+    want.push(q("muster_queue_wait_seconds_count", queue, "", waits));
+    want.push(q(
+        "muster_queue_wait_seconds_bucket",
+        queue,
+        r#"le="60""#,
+        waits,
+    ));
+    want
+}
+
+async fn ids(client: &Client, queue: &str, n: u32) -> Vec<(String, u64)> {
+    let got = client
+        .claim(&Claim::new([queue]).max(n))
+        .await
+        .expect("claim");
+    assert_eq!(got.len(), n as usize);
+    got.into_iter().map(|d| (d.id, d.epoch)).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scraped_metrics_match_the_queue() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let metrics_addr = format!("127.0.0.1:{port}");
+async fn every_counter_and_histogram_counts_exactly_what_happened() {
+    let metrics_addr = free_port();
     let d = Daemon::start_with(&["--metrics-addr", &metrics_addr]);
     let client = d.client().await;
-    client
-        .queue_create("jobs", QueuePatch::default())
-        .await
-        .unwrap();
-    for n in 0..5 {
+    for queue in ["jobs", "idle", "gpu"] {
         client
-            .enqueue("jobs", NewTask::new(muster_sdk::json(&n).unwrap()))
+            .queue_create(queue, QueuePatch::default())
             .await
             .unwrap();
     }
-    let got = client.claim(&Claim::new(["jobs"]).max(2)).await.unwrap();
-    client.ack(&got[0].id, got[0].epoch, None).await.unwrap();
-    client
-        .nack(&got[1].id, got[1].epoch, Some(3_600_000), None)
-        .await
-        .unwrap();
-    // One task stays leased (in flight).
-    let held = client.claim(&Claim::new(["jobs"]).max(1)).await.unwrap();
-    assert_eq!(held.len(), 1);
-    // A queue whose one task's lease lapses, and with one attempt goes dead.
     let short = QueuePatch {
         lease_ms: Some(200),
         max_attempts: Some(1),
         ..QueuePatch::default()
     };
     client.queue_create("short", short).await.unwrap();
+
+    // jobs: six tasks through every way a lease ends.
+    let mut t = Vec::new();
+    for n in 0..6 {
+        t.push(client.enqueue("jobs", task(n)).await.unwrap().id);
+    }
+    let two = ids(&client, "jobs", 2).await;
+    assert_eq!(
+        (two[0].0.as_str(), two[1].0.as_str()),
+        (t[0].as_str(), t[1].as_str())
+    );
+    client.ack(&two[0].0, two[0].1, None).await.unwrap();
     client
-        .enqueue("short", NewTask::new(muster_sdk::json(&0).unwrap()))
+        .nack(&two[1].0, two[1].1, Some(3_600_000), None)
         .await
         .unwrap();
-    assert_eq!(client.claim(&Claim::new(["short"])).await.unwrap().len(), 1);
-    // A connected member.
+    let one = ids(&client, "jobs", 1).await;
+    assert_eq!(one[0].0, t[2]);
+    client.release(&one[0].0, one[0].1).await.unwrap();
+    // Its second lease: not a first wait.
+    let one = ids(&client, "jobs", 1).await;
+    assert_eq!(one[0].0, t[2]);
+    client
+        .dead_letter(&one[0].0, one[0].1, "unsupported")
+        .await
+        .unwrap();
+    let one = ids(&client, "jobs", 1).await;
+    assert_eq!(one[0].0, t[3]);
+    client.lease_revoke(&t[3]).await.unwrap();
+    client.cancel(&t[4]).await.unwrap();
+    // A member takes t[3] again; its agent restarts and reclaims it, then acks it.
     let agent = d.client().await;
-    let open = muster_sdk::protocol::ops::SessionOpen {
-        member: "gpu-1".into(),
-        labels: vec![],
-        capacity: 1,
-        reclaim: false,
-        resume: false,
-        liveness_ms: None,
+    let _first = agent.open_session(&session("m1", false)).await.unwrap();
+    let held = agent
+        .claim(&Claim::new(["jobs"]).member("m1"))
+        .await
+        .unwrap();
+    assert_eq!(held[0].id, t[3]);
+    let restarted = d.client().await;
+    let (reply, _pushes) = restarted.open_session(&session("m1", true)).await.unwrap();
+    assert_eq!(reply.reclaimed.len(), 1);
+    let back = &reply.reclaimed[0];
+    restarted.ack(&back.id, back.epoch, None).await.unwrap();
+    let all = |queue: &str| DeadSelection {
+        queue: queue.into(),
+        ids: vec![],
+        all: true,
+        dry_run: false,
     };
-    let _session = agent.open_session(&open).await.unwrap();
-    let want = [
-        ("jobs", "ready", 2.0),
-        ("jobs", "leased", 1.0),
-        ("jobs", "scheduled", 1.0),
-        ("jobs", "done", 1.0),
-        ("jobs", "dead", 0.0),
-        ("short", "leased", 0.0),
-        ("short", "dead", 1.0),
+    assert_eq!(client.redrive(all("jobs")).await.unwrap().count, 1);
+    // The nacked (scheduled), the redriven and the never-leased task.
+    assert_eq!(client.queue_purge("jobs").await.unwrap(), 3);
+
+    // short: a lease that lapses on its one attempt, then discarded.
+    let lapsing = client.enqueue("short", task(0)).await.unwrap().id;
+    ids(&client, "short", 1).await;
+    let mut dead = false;
+    for _ in 0..100 {
+        if client.task_get(&lapsing).await.unwrap().state == muster_sdk::TaskState::Dead {
+            dead = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(dead, "the lease lapsed and the task died");
+    assert_eq!(client.discard(all("short")).await.unwrap().count, 1);
+
+    // gpu: a task no connected member can take, and a key line with one held back.
+    let mut gpu = task(0);
+    gpu.requires = vec!["gpu".into()];
+    client.enqueue("gpu", gpu).await.unwrap();
+    for n in 1..=2 {
+        let mut keyed = task(n);
+        keyed.key = Some("k".into());
+        client.enqueue("gpu", keyed).await.unwrap();
+    }
+    ids(&client, "gpu", 1).await;
+
+    let gauges = [
+        q("muster_tasks", "jobs", r#"state="done""#, 2.0),
+        q("muster_tasks", "jobs", r#"state="cancelled""#, 1.0),
+        q("muster_tasks", "jobs", r#"state="ready""#, 0.0),
+        q("muster_tasks", "short", r#"state="dead""#, 0.0),
+        q("muster_tasks", "gpu", r#"state="ready""#, 2.0),
+        q("muster_tasks", "gpu", r#"state="leased""#, 1.0),
+        q("muster_tasks", "idle", r#"state="ready""#, 0.0),
+        q("muster_leases_in_flight", "gpu", "", 1.0),
+        q("muster_leases_in_flight", "jobs", "", 0.0),
+        q("muster_held_back_tasks", "gpu", "", 1.0),
+        q("muster_unclaimable_tasks", "gpu", "", 1.0),
+        q("muster_unclaimable_tasks", "idle", "", 0.0),
+        q("muster_oldest_ready_age_seconds", "idle", "", 0.0),
+        ("muster_members_connected".into(), 1.0),
+        ("muster_members_unreachable".into(), 0.0),
+        (r#"muster_member_leases{member="m1"}"#.into(), 0.0),
+        (r#"muster_member_capacity{member="m1"}"#.into(), 2.0),
     ];
     // Gauges refresh once a second: poll (bounded) until they caught up.
-    let mut text = String::new();
+    let mut s = scrape(&metrics_addr);
     for _ in 0..50 {
-        text = scrape(&metrics_addr);
-        let all = want.iter().all(|(queue, state, n)| {
-            value(
-                &text,
-                &format!(r#"muster_tasks{{queue="{queue}",state="{state}"}}"#),
-            ) == Some(*n)
-        }) && value(&text, "muster_members_connected") == Some(1.0);
-        if all {
+        if gauges.iter().all(|(series, n)| s.get(series) == Some(*n)) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+        s = scrape(&metrics_addr);
     }
-    for (queue, state, n) in want {
-        let series = format!(r#"muster_tasks{{queue="{queue}",state="{state}"}}"#);
-        assert_eq!(value(&text, &series), Some(n), "{series} in\n{text}");
-    }
-    let age = value(&text, r#"muster_oldest_ready_age_seconds{queue="jobs"}"#).expect("age");
-    assert!(age > 0.0 && age < 120.0, "oldest ready age {age} s");
-    // Exact values: a lapse counted, no ready task in `short` (age 0), the totals, the member.
-    for (series, n) in [
-        (r#"muster_lapsed_total{queue="short"}"#, 1.0),
-        (r#"muster_oldest_ready_age_seconds{queue="short"}"#, 0.0),
-        (r#"muster_enqueued_total{queue="jobs"}"#, 5.0),
-        (r#"muster_acked_total{queue="jobs"}"#, 1.0),
-        (r#"muster_nacked_total{queue="jobs"}"#, 1.0),
-        ("muster_members_connected", 1.0),
-        ("muster_members_unreachable", 0.0),
+    assert_eq!(s.content_type, "text/plain; version=0.0.4; charset=utf-8");
+    s.check(&gauges);
+    s.check(&queue_series(
+        "jobs",
+        &[
+            ("enqueued", 6.0),
+            ("leased", 6.0),
+            ("acked", 2.0),
+            ("nacked", 1.0),
+            ("released", 1.0),
+            ("revoked", 1.0),
+            ("reclaimed", 1.0),
+            ("cancelled", 1.0),
+            ("dead:dead_lettered", 1.0),
+            ("redriven", 1.0),
+            ("purged", 3.0),
+        ],
+        &[
+            ("acked", 2.0),
+            ("nacked", 1.0),
+            ("released", 1.0),
+            ("dead_lettered", 1.0),
+            ("revoked", 1.0),
+            ("reclaimed", 1.0),
+        ],
+        4.0,
+    ));
+    s.check(&queue_series(
+        "short",
+        &[
+            ("enqueued", 1.0),
+            ("leased", 1.0),
+            ("lapsed", 1.0),
+            ("dead:max_attempts", 1.0),
+            ("discarded", 1.0),
+        ],
+        &[("lapsed", 1.0)],
+        1.0,
+    ));
+    s.check(&queue_series("idle", &[], &[], 0.0));
+    s.check(&queue_series(
+        "gpu",
+        &[("enqueued", 3.0), ("leased", 1.0)],
+        &[],
+        1.0,
+    ));
+
+    let build = format!(
+        r#"muster_build_info{{version="{}",commit="{}"}}"#,
+        env!("CARGO_PKG_VERSION"),
+        String::from_utf8(
+            std::process::Command::new(muster_tests::muster_bin())
+                .arg("--version")
+                .output()
+                .expect("muster --version")
+                .stdout
+        )
+        .expect("utf-8")
+        .trim()
+        .rsplit_once("(commit ")
+        .and_then(|(_, c)| c.strip_suffix(')'))
+        .expect("muster --version names its commit")
+    );
+    assert_eq!(s.get(&build), Some(1.0), "{build} in\n{}", s.text);
+    for series in [
+        "muster_store_size_bytes",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_threads",
+        "muster_fsync_seconds_count",
+        "muster_fsync_batch_requests_count",
     ] {
-        assert_eq!(value(&text, series), Some(n), "{series} in\n{text}");
+        let v = s
+            .get(series)
+            .unwrap_or_else(|| panic!("{series} in\n{}", s.text));
+        assert!(v > 0.0, "{series} = {v}");
     }
-    let fsyncs = value(&text, "muster_fsync_batch_requests_count").expect("fsync histogram");
-    assert!(fsyncs >= 8.0, "{fsyncs} fsyncs recorded");
+    assert!(s.get("process_cpu_seconds_total").is_some(), "{}", s.text);
 }

@@ -136,6 +136,8 @@ async fn attempt(c: &Client, op: &str, queue: &str, task: &str, member: &str) ->
         "member_list" => code(c.member_list().await),
         "member_describe" => code(c.member_describe(member).await),
         "server_stats" => code(c.server_stats().await),
+        // Relative: refused after the role check, so no copy is written.
+        "admin_snapshot" => code(c.admin_snapshot("not-absolute").await),
         "member_drain" => code(c.member_drain(member).await),
         "member_release" => code(c.member_release(member).await),
         "lease_revoke" => code(c.lease_revoke(task).await),
@@ -227,6 +229,7 @@ const OPS: &[&str] = &[
     "member_list",
     "member_describe",
     "server_stats",
+    "admin_snapshot",
     "member_drain",
     "member_release",
     "lease_revoke",

@@ -551,6 +551,8 @@ pub struct App {
     end_lookup: Option<u64>,
     /// The task timeline shows times of day (UTC) instead of ages (`t`).
     pub absolute_times: bool,
+    /// The daemon's disk alarm is on (enqueues refused), as its last screen said.
+    pub disk_alarm: bool,
 }
 
 impl App {
@@ -574,6 +576,7 @@ impl App {
             search: None,
             end_lookup: None,
             absolute_times: false,
+            disk_alarm: false,
         };
         let effect = app.rewatch();
         (app, effect)
@@ -692,6 +695,7 @@ impl App {
         if reply.tag != self.tag {
             return None;
         }
+        self.disk_alarm = reply.disk_alarm;
         match reply.update {
             WatchUpdate::Gone { error } => {
                 self.message = Some((Level::Error, format!("gone: {}", error.message)));

@@ -76,7 +76,14 @@ fn current_tag(app: &mut App) -> u64 {
 }
 
 fn deliver(app: &mut App, tag: u64, update: WatchUpdate) {
-    assert_eq!(app.on_watch(WatchReply { tag, update }), None);
+    assert_eq!(
+        app.on_watch(WatchReply {
+            tag,
+            update,
+            disk_alarm: false
+        }),
+        None
+    );
 }
 
 fn queue(name: &str, counts: [u64; 6], paused: bool) -> QueueInfo {
@@ -607,6 +614,7 @@ fn stale_and_gone_updates() {
     let current = current_tag(&mut app);
     let back = app.on_watch(WatchReply {
         tag: current,
+        disk_alarm: false,
         update: WatchUpdate::Gone {
             error: ErrorBody::new(ErrorCode::NotFound, "no queue \"inference\""),
         },
@@ -795,6 +803,21 @@ fn marks_are_for_dead_tasks_and_survive_a_filter() {
     deliver(&mut app, tag, tasks_update(TaskState::Dead, 1..3, None));
     assert_eq!(app.page().marked.iter().collect::<Vec<_>>(), [&id(1)]);
     assert!(text(&app).contains("no row of this page matches /zzz"));
+}
+
+#[test]
+fn the_disk_alarm_is_flagged_in_the_title_while_the_daemon_says_so() {
+    let mut app = started(false);
+    let tag = current_tag(&mut app);
+    let alarm = |on| WatchReply {
+        tag,
+        update: queues_update(),
+        disk_alarm: on,
+    };
+    assert_eq!(app.on_watch(alarm(true)), None);
+    assert!(text(&app).contains("disk alarm: enqueues refused"));
+    assert_eq!(app.on_watch(alarm(false)), None);
+    assert!(!text(&app).contains("disk alarm"));
 }
 
 #[test]

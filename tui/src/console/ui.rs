@@ -117,6 +117,10 @@ fn render_title(app: &App, frame: &mut Frame, area: Rect) {
     if app.readonly {
         spans.push(Span::styled(" read-only ", Style::new().fg(Color::Yellow)));
     }
+    if app.disk_alarm {
+        let style = Style::new().fg(Color::Red).bold().reversed();
+        spans.push(Span::styled(" disk alarm: enqueues refused ", style));
+    }
     if !app.connected {
         let style = Style::new().fg(Color::Red).bold().reversed();
         spans.push(Span::styled(

@@ -67,6 +67,9 @@ class Replaced(ServerError):
 class ShuttingDown(ServerError):
     """shutting_down: the daemon is stopping and takes no new work."""
 
+class DiskFull(ServerError):
+    """disk_full: the daemon's disk alarm is on; enqueues are refused until space comes back."""
+
 class Loop:
     """One asyncio event loop's end of the bridge: calls resolve their futures through
     it when the loop calls ``pump`` (it watches ``wakeup_fd``)."""

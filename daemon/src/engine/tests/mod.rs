@@ -1918,3 +1918,95 @@ mod member_names;
 mod model;
 mod quotas;
 mod watch;
+
+#[test]
+fn the_disk_alarm_refuses_enqueues_only_and_lifts() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let a = h.enqueue("jobs", "1");
+    let b = h.enqueue("jobs", "2");
+    let (held, epoch) = h.claim_one("jobs");
+    assert_eq!(held, a);
+    h.engine().set_disk_alarm(true);
+    let enqueue = Request::Enqueue(Enqueue {
+        queue: "jobs".into(),
+        tasks: vec![NewTask::new(raw("3"))],
+    });
+    assert_eq!(h.code(enqueue), ErrorCode::DiskFull);
+    assert_eq!(h.counts("jobs"), [0, 1, 1, 0, 0, 0]);
+    // Agents and operators go on: renew, ack, claim, cancel.
+    h.call(renew(&a, epoch)).unwrap();
+    h.call(ack(&a, epoch)).unwrap();
+    let (next, _) = h.claim_one("jobs");
+    assert_eq!(next, b);
+    h.call(Request::Cancel(Cancel { task: b.clone() })).unwrap();
+    h.engine().set_disk_alarm(false);
+    let c = h.enqueue("jobs", "3");
+    assert_eq!(h.state(&c), (TaskState::Ready, 0, 0));
+}
+
+#[test]
+fn a_large_purge_proceeds_in_slices_while_other_requests_are_served() {
+    use crate::engine::bulk::BULK_SLICE;
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    // Four slices: the purge's own round, then one per later round.
+    let total = 3 * BULK_SLICE + BULK_SLICE / 2;
+    let batch: Vec<NewTask> = (0..total).map(|_| NewTask::new(raw("1"))).collect();
+    for chunk in batch.chunks(1000) {
+        h.call(Request::Enqueue(Enqueue {
+            queue: "jobs".into(),
+            tasks: chunk.to_vec(),
+        }))
+        .unwrap();
+    }
+    let (held, epoch) = h.claim_one("jobs");
+    let purge = h.send(Request::QueuePurge(ops::QueuePurge(QueueName {
+        queue: "jobs".into(),
+    })));
+    // One slice went; the reply waits for the last.
+    assert!(h.reply_for(purge).is_none());
+    assert_eq!(
+        h.counts("jobs"),
+        [0, (total - 1 - BULK_SLICE) as u64, 1, 0, 0, 0]
+    );
+    // Meanwhile: a renewal is served in its own round, and a task is leased before its
+    // slice comes: it is not purged.
+    h.call(renew(&held, epoch)).unwrap();
+    let late = h.claim_as("jobs", 1, "m2");
+    assert_eq!(late.len(), 1);
+    let reply = h
+        .reply_for(purge)
+        .expect("the purge is done after its last slice");
+    match reply {
+        Ok(Reply::Count(c)) => assert_eq!(c.count, (total - 2) as u64),
+        other => panic!("purge: {other:?}"),
+    }
+    assert_eq!(h.counts("jobs"), [0, 0, 2, 0, 0, 0]);
+    assert_eq!(h.state(&late[0].0).0, TaskState::Leased);
+
+    // A deletion: the queue is gone at once for requests naming it, and removed with
+    // its last slice.
+    for chunk in batch.chunks(1000) {
+        h.call(Request::Enqueue(Enqueue {
+            queue: "jobs".into(),
+            tasks: chunk.to_vec(),
+        }))
+        .unwrap();
+    }
+    let delete = h.send(Request::QueueDelete(ops::QueueDelete(QueueName {
+        queue: "jobs".into(),
+    })));
+    assert!(h.reply_for(delete).is_none());
+    let enqueue = Request::Enqueue(Enqueue {
+        queue: "jobs".into(),
+        tasks: vec![NewTask::new(raw("1"))],
+    });
+    assert_eq!(h.code(enqueue), ErrorCode::NotFound);
+    h.round();
+    h.round();
+    match h.reply_for(delete).expect("the deletion is done") {
+        Ok(Reply::Count(c)) => assert_eq!(c.count, (total + 2) as u64),
+        other => panic!("delete: {other:?}"),
+    }
+}

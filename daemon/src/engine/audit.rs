@@ -1,0 +1,62 @@
+//! The audit trail: one INFO line per operator action that was applied, naming who
+//! (the token's name), what (the op), on what (queue, task or member) and how many
+//! tasks it touched. Refused requests are logged at DEBUG by [`super::Engine::handle`].
+
+use muster_protocol::Request;
+
+use super::Reply;
+
+/// An operator action about to be applied: its op and target.
+pub struct Action {
+    op: &'static str,
+    target: String,
+}
+
+/// The action a request is, if it is one: what changes queues, cancels or repairs tasks,
+/// or steers members (not the work of producers and agents, not reads, not dry runs).
+pub(super) fn action(req: &Request) -> Option<Action> {
+    let target = match req {
+        Request::QueueCreate(r) => &r.queue,
+        Request::QueueUpdate(r) => &r.queue,
+        Request::QueuePause(r) => &r.0.queue,
+        Request::QueueResume(r) => &r.0.queue,
+        Request::QueuePurge(r) => &r.0.queue,
+        Request::QueueDelete(r) => &r.0.queue,
+        Request::Redrive(r) if !r.0.dry_run => &r.0.queue,
+        Request::Discard(r) if !r.0.dry_run => &r.0.queue,
+        Request::Cancel(r) => &r.task,
+        Request::MemberDrain(r) => &r.0.member,
+        Request::LeaseRevoke(r) => &r.task,
+        _ => return None,
+    };
+    Some(Action {
+        op: req.name(),
+        target: target.clone(),
+    })
+}
+
+/// Logs an applied action with the tasks its reply says it touched.
+pub(super) fn applied(action: &Action, principal: Option<&str>, reply: &Reply) {
+    let tasks = match reply {
+        Reply::Count(c) => c.count,
+        Reply::Cancel(_) | Reply::Settle(_) => 1,
+        Reply::Member(m) => m.member.leased,
+        _ => 0,
+    };
+    record(principal, action.op, &action.target, tasks);
+}
+
+/// Logs an operator action: `admin_snapshot`'s, answered by the dispatcher once the copy
+/// is written, comes here directly.
+pub fn record(principal: Option<&str>, op: &str, target: &str, tasks: u64) {
+    tracing::info!(
+        principal = principal.unwrap_or(ANONYMOUS),
+        op,
+        target,
+        tasks,
+        "operator action"
+    );
+}
+
+/// The principal of a connection when no tokens are configured.
+pub const ANONYMOUS: &str = "anonymous";

@@ -1,0 +1,234 @@
+//! What the engine reports to Prometheus: the one place that names its series.
+//!
+//! Counters and histograms move where the engine changes a task; every series of a
+//! queue is registered at zero when the queue is created or restored, so `rate()` and
+//! `absent()` work from the start. Gauges are set by [`publish`], once a second, from
+//! counts the engine keeps anyway. The table of series is in `crate::metrics`.
+
+use metrics::{counter, gauge, histogram};
+
+use muster_protocol::QueueInfo;
+use muster_protocol::model::{MemberInfo, TaskState};
+
+/// How a lease ended: the `outcome` of `muster_run_seconds`, and the counter it moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseEnd {
+    /// Acked by its holder.
+    Acked,
+    /// Nacked by its holder.
+    Nacked,
+    /// Released by its holder, or at a fresh session of its member.
+    Released,
+    /// Dead-lettered by its holder.
+    DeadLettered,
+    /// Not renewed in time.
+    Lapsed,
+    /// Revoked by an operator.
+    Revoked,
+    /// Handed back to its member's restarted agent under a new epoch.
+    Reclaimed,
+    /// Ended because its cancel was pending when its member's agent restarted.
+    Cancelled,
+}
+
+impl LeaseEnd {
+    /// Every outcome, for registering the series at zero.
+    pub const ALL: [LeaseEnd; 8] = [
+        LeaseEnd::Acked,
+        LeaseEnd::Nacked,
+        LeaseEnd::Released,
+        LeaseEnd::DeadLettered,
+        LeaseEnd::Lapsed,
+        LeaseEnd::Revoked,
+        LeaseEnd::Reclaimed,
+        LeaseEnd::Cancelled,
+    ];
+
+    /// The `outcome` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseEnd::Acked => "acked",
+            LeaseEnd::Nacked => "nacked",
+            LeaseEnd::Released => "released",
+            LeaseEnd::DeadLettered => "dead_lettered",
+            LeaseEnd::Lapsed => "lapsed",
+            LeaseEnd::Revoked => "revoked",
+            LeaseEnd::Reclaimed => "reclaimed",
+            LeaseEnd::Cancelled => "cancelled",
+        }
+    }
+
+    /// The counter this outcome moves besides the histogram, if it has one of its own
+    /// (a dead letter counts in `muster_dead_lettered_total` by reason, a pending cancel
+    /// in `muster_cancelled_total`, where the task's state changes).
+    fn counter(self) -> Option<&'static str> {
+        match self {
+            LeaseEnd::Acked => Some("muster_acked_total"),
+            LeaseEnd::Nacked => Some("muster_nacked_total"),
+            LeaseEnd::Released => Some("muster_released_total"),
+            LeaseEnd::Lapsed => Some("muster_lapsed_total"),
+            LeaseEnd::Revoked => Some("muster_revoked_total"),
+            LeaseEnd::Reclaimed => Some("muster_reclaimed_total"),
+            LeaseEnd::DeadLettered | LeaseEnd::Cancelled => None,
+        }
+    }
+}
+
+/// Why a task went dead: the `reason` label of `muster_dead_lettered_total`, as the
+/// task's `dead_reason` spells it.
+pub const DEAD_REASONS: [&str; 2] = [DEAD_MAX_ATTEMPTS, DEAD_BY_AGENT];
+/// Out of attempts.
+pub const DEAD_MAX_ATTEMPTS: &str = "max_attempts";
+/// Dead-lettered by its holder.
+pub const DEAD_BY_AGENT: &str = "dead_lettered";
+
+/// Counters per queue without a further label.
+const QUEUE_COUNTERS: [&str; 11] = [
+    "muster_enqueued_total",
+    "muster_leased_total",
+    "muster_acked_total",
+    "muster_nacked_total",
+    "muster_released_total",
+    "muster_lapsed_total",
+    "muster_revoked_total",
+    "muster_reclaimed_total",
+    "muster_cancelled_total",
+    "muster_redriven_total",
+    "muster_discarded_total",
+];
+
+/// Most members with series of their own (`muster_member_leases`,
+/// `muster_member_capacity`): the first by name. The others are summed under
+/// `member="_other"`, so totals stay right while the cardinality stays bounded.
+pub const MAX_MEMBER_SERIES: usize = 100;
+
+/// The `member` label of the members past [`MAX_MEMBER_SERIES`].
+pub const OTHER_MEMBERS: &str = "_other";
+
+/// Registers every series of a queue at zero.
+pub fn queue_created(queue: &str) {
+    for name in QUEUE_COUNTERS {
+        counter!(name, "queue" => queue.to_owned()).increment(0);
+    }
+    counter!("muster_purged_total", "queue" => queue.to_owned()).increment(0);
+    for reason in DEAD_REASONS {
+        counter!("muster_dead_lettered_total", "queue" => queue.to_owned(), "reason" => reason)
+            .increment(0);
+    }
+    for outcome in LeaseEnd::ALL {
+        // Registering a histogram makes it rendered with zero counts.
+        let _ = histogram!("muster_run_seconds", "queue" => queue.to_owned(), "outcome" => outcome.as_str());
+    }
+    let _ = histogram!("muster_queue_wait_seconds", "queue" => queue.to_owned());
+}
+
+/// Tasks enqueued.
+pub fn enqueued(queue: &str) {
+    counter!("muster_enqueued_total", "queue" => queue.to_owned()).increment(1);
+}
+
+/// A task leased (not a reclaim); `first_wait_ms` is how long it waited to be ready
+/// and leased, on its first lease only.
+pub fn leased(queue: &str, first_wait_ms: Option<u64>) {
+    counter!("muster_leased_total", "queue" => queue.to_owned()).increment(1);
+    if let Some(ms) = first_wait_ms {
+        histogram!("muster_queue_wait_seconds", "queue" => queue.to_owned())
+            .record(ms as f64 / 1000.0);
+    }
+}
+
+/// A lease granted at `granted_ms` ended at `now_ms` as `how`.
+pub fn lease_ended(queue: &str, how: LeaseEnd, granted_ms: u64, now_ms: u64) {
+    if let Some(name) = how.counter() {
+        counter!(name, "queue" => queue.to_owned()).increment(1);
+    }
+    histogram!("muster_run_seconds", "queue" => queue.to_owned(), "outcome" => how.as_str())
+        .record(now_ms.saturating_sub(granted_ms) as f64 / 1000.0);
+}
+
+/// A task went dead (logged at INFO).
+pub fn dead(id: ulid::Ulid, queue: &str, reason: &'static str) {
+    tracing::info!(task = %id, queue, reason, "task dead-lettered");
+    debug_assert!(
+        DEAD_REASONS.contains(&reason),
+        "unknown dead reason {reason}"
+    );
+    counter!("muster_dead_lettered_total", "queue" => queue.to_owned(), "reason" => reason)
+        .increment(1);
+}
+
+/// A task ended cancelled.
+pub fn cancelled(queue: &str) {
+    counter!("muster_cancelled_total", "queue" => queue.to_owned()).increment(1);
+}
+
+/// Tasks an operator redrove, discarded or purged (`what` is one of the counters).
+pub fn repaired(queue: &str, what: Repair, count: usize) {
+    let name = match what {
+        Repair::Redriven => "muster_redriven_total",
+        Repair::Discarded => "muster_discarded_total",
+        Repair::Purged => "muster_purged_total",
+    };
+    counter!(name, "queue" => queue.to_owned()).increment(count as u64);
+}
+
+/// An operator's repair of many tasks.
+#[derive(Debug, Clone, Copy)]
+pub enum Repair {
+    /// Dead tasks made ready again.
+    Redriven,
+    /// Dead tasks removed.
+    Discarded,
+    /// Ready and scheduled tasks removed by a purge.
+    Purged,
+}
+
+/// What [`publish`] needs of the engine, read without a task scan.
+pub struct Snapshot<'a> {
+    /// Every queue with its counts.
+    pub queues: Vec<QueueInfo>,
+    /// Every known member.
+    pub members: &'a [MemberInfo],
+    /// Members connected and heard from.
+    pub connected: usize,
+    /// Members connected but silent past their liveness timeout.
+    pub unreachable: usize,
+    /// The wall clock, for ages.
+    pub now_ms: u64,
+}
+
+/// Sets the gauges. Series of deleted queues and departed members are no longer set,
+/// and the exporter drops them after `crate::metrics::GAUGE_IDLE_TIMEOUT`.
+pub fn publish(s: &Snapshot<'_>) {
+    for q in &s.queues {
+        let name = &q.name;
+        for state in TaskState::ALL {
+            gauge!("muster_tasks", "queue" => name.clone(), "state" => state.as_str())
+                .set(q.counts.get(state) as f64);
+        }
+        let age = q
+            .oldest_ready_ms
+            .map_or(0.0, |at| s.now_ms.saturating_sub(at) as f64 / 1000.0);
+        gauge!("muster_oldest_ready_age_seconds", "queue" => name.clone()).set(age);
+        gauge!("muster_held_back_tasks", "queue" => name.clone()).set(q.held_back as f64);
+        gauge!("muster_unclaimable_tasks", "queue" => name.clone()).set(q.unclaimable as f64);
+        gauge!("muster_leases_in_flight", "queue" => name.clone())
+            .set(q.counts.get(TaskState::Leased) as f64);
+    }
+    gauge!("muster_members_connected").set(s.connected as f64);
+    gauge!("muster_members_unreachable").set(s.unreachable as f64);
+    let (mut other_leases, mut other_capacity) = (0u64, 0u64);
+    for (n, m) in s.members.iter().enumerate() {
+        if n < MAX_MEMBER_SERIES {
+            gauge!("muster_member_leases", "member" => m.name.clone()).set(m.leased as f64);
+            gauge!("muster_member_capacity", "member" => m.name.clone()).set(f64::from(m.capacity));
+        } else {
+            other_leases += m.leased;
+            other_capacity += u64::from(m.capacity);
+        }
+    }
+    if s.members.len() > MAX_MEMBER_SERIES {
+        gauge!("muster_member_leases", "member" => OTHER_MEMBERS).set(other_leases as f64);
+        gauge!("muster_member_capacity", "member" => OTHER_MEMBERS).set(other_capacity as f64);
+    }
+}
