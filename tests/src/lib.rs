@@ -299,6 +299,10 @@ impl Daemon {
             .args(["--listen", &self.addr, "--log-format", "json"])
             .args(&self.extra_args)
             .env("MUSTER_LOG", &self.log_filter)
+            // The disk alarm off unless a test turns it on with flags: a test machine's
+            // free space is not the test's business.
+            .env("MUSTER_DISK_ALARM_FREE_MIB", "0")
+            .env("MUSTER_DISK_ALARM_FREE_PERCENT", "0")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -82,7 +82,13 @@ class Daemon:
                 "--log-format",
                 "json",
             ],
-            env={**os.environ, "MUSTER_LOG": "info"},
+            # The disk alarm off: the test machine's free space is not the test's business.
+            env={
+                **os.environ,
+                "MUSTER_LOG": "info",
+                "MUSTER_DISK_ALARM_FREE_MIB": "0",
+                "MUSTER_DISK_ALARM_FREE_PERCENT": "0",
+            },
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

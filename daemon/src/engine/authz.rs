@@ -19,7 +19,8 @@
 //! | `member_describe`, `member_drain` | admin | the member must have a lease or a subscription in a covered queue (any member for an admin of every queue) |
 //! | `member_release` | admin, of every queue | the member must have no session and no lease |
 //! | `lease_revoke` | admin | the task's queue |
-//! | `server_stats`, `admin_snapshot` | admin | |
+//! | `server_stats` | admin | |
+//! | `admin_snapshot` | admin, of every queue | |
 //! | `watch` | admin | the view's queue or task; queue and dead screens show only covered queues; member screens: admin of every queue |
 //! | `unwatch` | admin | |
 //!
@@ -171,7 +172,8 @@ impl<W: Waiter> Engine<W> {
                 unreachable!("authorized by authorize_stateless")
             }
             Request::QueueList(_) => Ok(()),
-            Request::AdminSnapshot(_) => p.check(ADMIN, None),
+            // A copy of every queue's tasks: only for an admin of every queue.
+            Request::AdminSnapshot(_) => every_queue_admin(p),
             Request::QueueCreate(r) => p.check(ADMIN, Some(&r.queue)),
             Request::QueueUpdate(r) => p.check(ADMIN, Some(&r.queue)),
             Request::QueuePause(r) => p.check(ADMIN, Some(&r.0.queue)),

@@ -243,7 +243,11 @@ fn stats_show_counts_totals_and_group_commit() {
     let mut parts = all.split("\n\n");
     assert_eq!(parts.next().map(|t| t.lines().count()), Some(1), "{all}");
     let daemon: Vec<&str> = parts.next().unwrap().trim_end().split('\t').collect();
-    assert_eq!((daemon.len(), daemon[3]), (4, "0"), "{all}");
+    assert_eq!(
+        (daemon.len(), daemon[3], daemon[4]),
+        (5, "0", "off"),
+        "{all}"
+    );
 }
 
 #[test]

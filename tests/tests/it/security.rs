@@ -280,6 +280,7 @@ fn allowed(role: &str, op: &str, own: bool) -> bool {
             "member_describe"
                 | "member_drain"
                 | "member_release"
+                | "admin_snapshot"
                 | "watch_member"
                 | "watch_members"
         )
