@@ -4,7 +4,9 @@
 //! **label class** (the sorted set of labels they require), ordered by priority, then
 //! id (enqueue order; a retry keeps its id, so it keeps its place). Picking for a
 //! claimer looks at the first task of each class whose labels the claimer carries and
-//! takes the best: the cost grows with the number of classes, never with the backlog.
+//! takes the best; classes are found by their first label, so a claimer never looks at
+//! a class it cannot take: the cost grows with the classes it carries, never with the
+//! backlog or with other claimers' classes.
 //!
 //! Tasks with a **key** are handed out in enqueue order, at most `key_concurrency` at a
 //! time: every unfinished task of a key (scheduled, ready or leased) waits in the key's
@@ -71,6 +73,9 @@ pub struct DispatchIndex {
     refs: HashMap<Class, u32>,
     /// Dispatchable ready tasks per label class.
     classes: HashMap<Class, BTreeSet<(Reverse<u8>, Ulid)>>,
+    /// The non-empty classes of `classes` by their first (smallest) label: a claimer
+    /// looks only at the classes whose first label it carries, each once.
+    by_first_label: HashMap<String, Vec<Class>>,
     /// Each key's line of unfinished tasks, in enqueue order.
     keys: HashMap<Arc<str>, Line>,
     /// Ready tasks with a key that are held back by their key's line.
@@ -188,15 +193,20 @@ impl DispatchIndex {
                 .find(|(_, id)| allowed(*id))
                 .copied()
         };
-        if labels.is_empty() {
-            // A claimer without labels can take only tasks that require none.
-            let none: &[String] = &[];
-            return self.classes.get(none).and_then(first).map(|(_, id)| id);
-        }
-        self.classes
+        // The classes the claimer can satisfy: the empty one, and those whose first
+        // label it carries and whose other labels it carries too.
+        let none: &[String] = &[];
+        let candidates = labels
             .iter()
-            .filter(|(class, _)| class.iter().all(|l| labels.contains(l)))
-            .filter_map(|(_, set)| first(set))
+            .filter_map(|l| self.by_first_label.get(l.as_str()))
+            .flatten()
+            .filter(|class| class.iter().all(|l| labels.contains(l)))
+            .filter_map(|class| self.classes.get(class));
+        self.classes
+            .get(none)
+            .into_iter()
+            .chain(candidates)
+            .filter_map(first)
             .min()
             .map(|(_, id)| id)
     }
@@ -220,6 +230,14 @@ impl DispatchIndex {
     }
 
     fn class_set(&mut self, class: &Class) -> &mut BTreeSet<(Reverse<u8>, Ulid)> {
+        if !self.classes.contains_key(class)
+            && let Some(first) = class.first()
+        {
+            self.by_first_label
+                .entry(first.clone())
+                .or_default()
+                .push(Arc::clone(class));
+        }
         self.classes.entry(Arc::clone(class)).or_default()
     }
 
@@ -234,6 +252,20 @@ impl DispatchIndex {
         );
         if set.is_empty() {
             self.classes.remove(class);
+            if let Some(first) = class.first() {
+                let siblings = self
+                    .by_first_label
+                    .get_mut(first)
+                    .expect("a class is listed under its first label");
+                let at = siblings
+                    .iter()
+                    .position(|c| c == class)
+                    .expect("a class is listed under its first label");
+                siblings.swap_remove(at);
+                if siblings.is_empty() {
+                    self.by_first_label.remove(first);
+                }
+            }
         }
     }
 
@@ -339,6 +371,39 @@ mod tests {
         assert_eq!(ix.pick(&[], |_| true, 0), Some(c.id));
         ix.remove(c.r(), 1);
         assert_eq!(ix.pick(&[], |_| true, 0), Some(a.id));
+    }
+
+    #[test]
+    fn a_claimer_takes_exactly_the_classes_its_labels_cover_and_emptied_classes_leave_the_index() {
+        let mut ix = DispatchIndex::default();
+        // Later ids for the classes it covers, so a wrong pick would show.
+        let tasks = [
+            T::new(1, 0, None, &["a", "c"], &ix),
+            T::new(2, 0, None, &["c"], &ix),
+            T::new(3, 0, None, &["b", "a"], &ix),
+            T::new(4, 0, None, &["b"], &ix),
+            T::new(5, 0, None, &[], &ix),
+            T::new(6, 0, None, &["a"], &ix),
+        ];
+        for t in &tasks {
+            ix.add(t.r(), 1);
+        }
+        let claimer = labels(&["b", "a", "b"]);
+        let mut taken = Vec::new();
+        while let Some(id) = ix.pick(&claimer, |_| true, 0) {
+            let t = tasks.iter().find(|t| t.id == id).expect("a known task");
+            ix.remove(t.r(), 1);
+            taken.push(id.0);
+        }
+        assert_eq!(taken, [3, 4, 5, 6]);
+        // Only the classes it cannot take are left, each listed under its first label.
+        let listed: usize = ix.by_first_label.values().map(Vec::len).sum();
+        assert_eq!((ix.classes.len(), listed), (2, 2));
+        assert_eq!(ix.pick(&labels(&["c"]), |_| true, 0), Some(Ulid(2)));
+        for t in &tasks[..2] {
+            ix.remove(t.r(), 1);
+        }
+        assert!(ix.classes.is_empty() && ix.by_first_label.is_empty());
     }
 
     #[test]
