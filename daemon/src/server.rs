@@ -154,7 +154,10 @@ pub async fn serve(endpoint: quinn::Endpoint, context: ServerContext, shutdown: 
         handshakes: Pool::new(MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS),
         unauthenticated: Pool::new(MAX_UNAUTHENTICATED, MAX_UNAUTHENTICATED_PER_ADDRESS),
     };
-    let context = Arc::new((context, admission));
+    let context = Arc::new(Shared {
+        server: context,
+        admission,
+    });
     let tracker = TaskTracker::new();
     // Connection ids, so the engine can tell which connection holds a member session.
     let mut connections: u64 = 0;
@@ -166,7 +169,7 @@ pub async fn serve(endpoint: quinn::Endpoint, context: ServerContext, shutdown: 
         let Some(incoming) = incoming else { break };
         let remote = incoming.remote_address();
         if !incoming.remote_address_validated() {
-            let busy = context.1.handshakes.held() >= RETRY_ABOVE_HANDSHAKES;
+            let busy = context.admission.handshakes.held() >= RETRY_ABOVE_HANDSHAKES;
             if incoming.may_retry() && (busy || !remote.ip().is_loopback()) {
                 // Stateless: the client comes back with a token proving its address.
                 let _ = incoming.retry();
@@ -178,7 +181,7 @@ pub async fn serve(endpoint: quinn::Endpoint, context: ServerContext, shutdown: 
                 continue;
             }
         }
-        let handshake = context.1.handshakes.admit(remote.ip());
+        let handshake = context.admission.handshakes.admit(remote.ip());
         connections += 1;
         let connection = connections;
         let span = info_span!("connection", id = connection, remote = %remote);
@@ -201,6 +204,12 @@ pub async fn serve(endpoint: quinn::Endpoint, context: ServerContext, shutdown: 
     endpoint.wait_idle().await;
 }
 
+/// What every connection task holds: the server's context and its admission budgets.
+struct Shared {
+    server: ServerContext,
+    admission: Admission,
+}
+
 /// The budgets connections are admitted through (see [`serve`]).
 struct Admission {
     /// Places of `--max-connections`.
@@ -213,7 +222,7 @@ async fn handle_connection(
     incoming: quinn::Incoming,
     handshake: Place,
     connection: u64,
-    context: Arc<(ServerContext, Admission)>,
+    context: Arc<Shared>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let connecting = incoming.accept().context("accepting")?;
@@ -238,7 +247,7 @@ async fn handle_connection(
         context: Arc::clone(&context),
     });
     let streams = TaskTracker::new();
-    if context.0.tokens.is_empty() {
+    if context.server.tokens.is_empty() {
         if let Err(e) = state.take_slot() {
             conn.close(CLOSE_LIMIT.into(), b"connection limit reached");
             return Err(anyhow::anyhow!(e.message));
@@ -247,8 +256,11 @@ async fn handle_connection(
         // A connection must present its token in time, and holds a place among the
         // unauthenticated until it does; a silent one is closed, and the oldest silent
         // one is closed for a newcomer when they are too many.
-        let place = context.1.unauthenticated.admit(conn.remote_address().ip());
-        let (state, timeout) = (Arc::clone(&state), context.0.hello_timeout);
+        let place = context
+            .admission
+            .unauthenticated
+            .admit(conn.remote_address().ip());
+        let (state, timeout) = (Arc::clone(&state), context.server.hello_timeout);
         streams.spawn(async move {
             let reason: &'static [u8] = tokio::select! {
                 () = tokio::time::sleep(timeout) => b"no token presented in time",
@@ -262,7 +274,7 @@ async fn handle_connection(
             }
         });
     }
-    let commands = context.0.commands.clone();
+    let commands = context.server.commands.clone();
     streams.spawn(report_heard(conn.clone(), connection, commands.clone()));
     let result = loop {
         let (send, recv) = tokio::select! {
@@ -505,7 +517,7 @@ async fn handle_frame(
     };
     if let Request::Hello(hello) = &req {
         let reply = state.hello(hello);
-        let refused = reply.is_err() && !state.context.0.tokens.is_empty();
+        let refused = reply.is_err() && !state.context.server.tokens.is_empty();
         let limit_reached = matches!(&reply, Err(e) if e.code == ErrorCode::Limit);
         let _ = out.send(Outgoing::reply(Some(id), reply, slot));
         if refused && state.principal.get().is_none() {
@@ -523,24 +535,24 @@ async fn handle_frame(
     // Answered here when allowed; refusals go the engine's way below.
     let allowed = match &principal {
         Some(p) => crate::engine::authorize_stateless(&req, p).is_some_and(|r| r.is_ok()),
-        None => state.context.0.tokens.is_empty(),
+        None => state.context.server.tokens.is_empty(),
     };
     if let Request::ServerStats(_) = &req
         && allowed
     {
-        let stats = &state.context.0.stats;
+        let stats = &state.context.server.stats;
         let reply = Reply::ServerStats(muster_protocol::ops::ServerStatsReply {
             syncs: stats.syncs.load(std::sync::atomic::Ordering::Relaxed),
             synced_requests: stats
                 .synced_requests
                 .load(std::sync::atomic::Ordering::Relaxed),
-            durability: state.context.0.durability.into(),
+            durability: state.context.server.durability.into(),
             disk_alarm: stats.disk_alarm.load(std::sync::atomic::Ordering::Relaxed),
         });
         let _ = out.send(Outgoing::reply(Some(id), Ok(reply), slot));
         return Continue(());
     }
-    if principal.is_none() && !state.context.0.tokens.is_empty() {
+    if principal.is_none() && !state.context.server.tokens.is_empty() {
         let error = ErrorBody::new(ErrorCode::Unauthorized, "present a token with hello first");
         let _ = out.send(Outgoing::reply(Some(id), Err(error), slot));
         return Continue(());
@@ -548,7 +560,7 @@ async fn handle_frame(
     let responder = Responder::new(out.clone(), state.id, principal, id, slot);
     if let Err(flume::SendError(Command::Request(_, responder))) = state
         .context
-        .0
+        .server
         .commands
         .send_async(Command::Request(req, responder))
         .await
@@ -594,7 +606,7 @@ struct ConnState {
     buffered: AtomicUsize,
     /// Cancelled once a token was accepted: ends the wait for one.
     authenticated: CancellationToken,
-    context: Arc<(ServerContext, Admission)>,
+    context: Arc<Shared>,
 }
 
 impl ConnState {
@@ -604,18 +616,18 @@ impl ConnState {
         if self.slot.get().is_some() {
             return Ok(());
         }
-        let permit = Arc::clone(&self.context.1.slots)
+        let permit = Arc::clone(&self.context.admission.slots)
             .try_acquire_owned()
             .map_err(|_| {
                 warn!(
-                    max_connections = self.context.0.max_connections,
+                    max_connections = self.context.server.max_connections,
                     "connection refused: limit reached"
                 );
                 ErrorBody::new(
                     ErrorCode::Limit,
                     format!(
                         "the daemon serves {} connections already (--max-connections)",
-                        self.context.0.max_connections
+                        self.context.server.max_connections
                     ),
                 )
             })?;
@@ -629,7 +641,7 @@ impl ConnState {
 
     /// How many request bytes the connection's streams may hold buffered now.
     fn buffer_limit(&self) -> usize {
-        if self.context.0.tokens.is_empty() || self.principal.get().is_some() {
+        if self.context.server.tokens.is_empty() || self.principal.get().is_some() {
             MAX_BUFFERED_REQUEST_BYTES
         } else {
             MAX_BUFFERED_BEFORE_HELLO
@@ -662,9 +674,9 @@ impl ConnState {
 
     /// Answers `hello`: checks the version and, with tokens configured, the token.
     fn hello(&self, hello: &muster_protocol::ops::Hello) -> Result<Reply, ErrorBody> {
-        if !self.context.0.tokens.is_empty() {
+        if !self.context.server.tokens.is_empty() {
             let presented = hello.token.as_deref().unwrap_or_default();
-            match self.context.0.tokens.authenticate(presented) {
+            match self.context.server.tokens.authenticate(presented) {
                 Some(p) => {
                     if self.principal.get().is_none() {
                         // The connection's place of --max-connections comes with its
