@@ -8,6 +8,11 @@
 //! a class it cannot take: the cost grows with the classes it carries, never with the
 //! backlog or with other claimers' classes.
 //!
+//! Which classes no connected member can take (**unclaimable**) is kept as tasks and
+//! members come and go, never recomputed for a listing: each class remembers whether a
+//! connected member carries it ([`Carried`]), decided when the class first appears and
+//! revised only when a label set appears among connected members or leaves them.
+//!
 //! Tasks with a **key** are handed out in enqueue order, at most `key_concurrency` at a
 //! time: every unfinished task of a key (scheduled, ready or leased) waits in the key's
 //! line, and only a ready task among the first `key_concurrency` of the line is
@@ -15,7 +20,7 @@
 //! rest of its line; other keys are not affected.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use ulid::Ulid;
@@ -31,6 +36,55 @@ pub fn sorted(requires: &[String]) -> Vec<String> {
     labels.sort();
     labels.dedup();
     labels
+}
+
+/// The label sets of connected members, each with how many members carry it: what
+/// tells whether some connected member can take a label class.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Carried {
+    sets: HashMap<Vec<String>, u32>,
+}
+
+impl Carried {
+    /// Whether a connected member carries every label of `class` (the empty class
+    /// needs none).
+    pub fn covers(&self, class: &[String]) -> bool {
+        class.is_empty() || self.sets.keys().any(|set| covers(set, class))
+    }
+
+    /// Counts one more member carrying `labels`; true if no other member carried them.
+    pub fn add(&mut self, labels: &[String]) -> bool {
+        let count = self.sets.entry(sorted(labels)).or_default();
+        *count += 1;
+        *count == 1
+    }
+
+    /// Counts one member fewer carrying `labels`; true if no member carries them now.
+    pub fn remove(&mut self, labels: &[String]) -> bool {
+        let set = sorted(labels);
+        let count = self
+            .sets
+            .get_mut(&set)
+            .unwrap_or_else(|| panic!("label set {set:?} is not carried"));
+        *count -= 1;
+        if *count == 0 {
+            self.sets.remove(&set);
+            return true;
+        }
+        false
+    }
+}
+
+/// Whether a sorted label set holds every label of a sorted class.
+fn covers(set: &[String], class: &[String]) -> bool {
+    class.iter().all(|l| set.binary_search(l).is_ok())
+}
+
+/// How many indexed tasks require a class, and whether a connected member carries it.
+#[derive(Debug)]
+struct ClassRefs {
+    tasks: u32,
+    claimable: bool,
 }
 
 /// A task as the index sees it.
@@ -70,7 +124,7 @@ struct Line {
 pub struct DispatchIndex {
     /// How many indexed tasks (scheduled, ready or leased) require each label class:
     /// the classes the queue knows, capped at `MAX_LABEL_CLASSES` for new tasks.
-    refs: HashMap<Class, u32>,
+    refs: HashMap<Class, ClassRefs>,
     /// Dispatchable ready tasks per label class.
     classes: HashMap<Class, BTreeSet<(Reverse<u8>, Ulid)>>,
     /// The non-empty classes of `classes` by their first (smallest) label: a claimer
@@ -80,6 +134,11 @@ pub struct DispatchIndex {
     keys: HashMap<Arc<str>, Line>,
     /// Ready tasks with a key that are held back by their key's line.
     held_back: u64,
+    /// The classes of `classes` (so each with a dispatchable task) that no connected
+    /// member carries.
+    unclaimable: HashSet<Class>,
+    /// Dispatchable tasks in the classes of `unclaimable`.
+    unclaimable_ready: u64,
 }
 
 impl DispatchIndex {
@@ -102,14 +161,21 @@ impl DispatchIndex {
         self.refs.len()
     }
 
-    /// Adds a task that entered a scheduled, ready or leased state.
-    pub fn add(&mut self, t: TaskRef<'_>, key_concurrency: u32) {
-        *self.refs.entry(Arc::clone(t.class)).or_default() += 1;
+    /// Adds a task that entered a scheduled, ready or leased state; `carried` tells
+    /// whether a class new to the queue is claimable.
+    pub fn add(&mut self, t: TaskRef<'_>, key_concurrency: u32, carried: &Carried) {
+        self.refs
+            .entry(Arc::clone(t.class))
+            .or_insert_with(|| ClassRefs {
+                tasks: 0,
+                claimable: carried.covers(t.class),
+            })
+            .tasks += 1;
         let ready = t.state == TaskState::Ready;
         match t.key {
             None => {
                 if ready {
-                    self.class_set(t.class).insert((Reverse(t.priority), t.id));
+                    self.dispatchable(t.class, t.priority, t.id);
                 }
             }
             Some(key) => {
@@ -138,8 +204,8 @@ impl DispatchIndex {
             .refs
             .get_mut(t.class)
             .unwrap_or_else(|| panic!("task {}: its label class is not counted", t.id));
-        *refs -= 1;
-        if *refs == 0 {
+        refs.tasks -= 1;
+        if refs.tasks == 0 {
             self.refs.remove(t.class);
         }
         match t.key {
@@ -224,21 +290,105 @@ impl DispatchIndex {
         self.held_back
     }
 
-    /// Dispatchable ready tasks per label class.
-    pub fn classes(&self) -> impl Iterator<Item = (&Class, usize)> {
-        self.classes.iter().map(|(c, s)| (c, s.len()))
+    /// Dispatchable tasks that no connected member can take.
+    pub fn unclaimable(&self) -> u64 {
+        self.unclaimable_ready
     }
 
-    fn class_set(&mut self, class: &Class) -> &mut BTreeSet<(Reverse<u8>, Ulid)> {
-        if !self.classes.contains_key(class)
-            && let Some(first) = class.first()
-        {
-            self.by_first_label
-                .entry(first.clone())
-                .or_default()
-                .push(Arc::clone(class));
+    /// The classes holding those tasks, each with how many it holds.
+    pub fn unclaimable_classes(&self) -> impl Iterator<Item = (&Class, usize)> {
+        self.unclaimable
+            .iter()
+            .map(|c| (c, self.classes.get(c).map_or(0, BTreeSet::len)))
+    }
+
+    /// A label set appeared among connected members (`appeared`) or left them:
+    /// revises the classes it covers, and only those. `carried` is already up to date.
+    pub fn carried_changed(&mut self, set: &[String], appeared: bool, carried: &Carried) {
+        let set = sorted(set);
+        for (class, refs) in &mut self.refs {
+            if class.is_empty() || refs.claimable == appeared || !covers(&set, class) {
+                continue;
+            }
+            // A set that left may leave the class carried by another.
+            refs.claimable = appeared || carried.covers(class);
+            if refs.claimable == appeared
+                && let Some(tasks) = self.classes.get(class)
+            {
+                if appeared {
+                    self.unclaimable.remove(class);
+                    self.unclaimable_ready -= tasks.len() as u64;
+                } else {
+                    self.unclaimable.insert(Arc::clone(class));
+                    self.unclaimable_ready += tasks.len() as u64;
+                }
+            }
         }
-        self.classes.entry(Arc::clone(class)).or_default()
+    }
+
+    /// Asserts that the unclaimable classes and their count match the classes' flags,
+    /// and (given the members' label sets) that each flag is right.
+    pub fn check_unclaimable(&self, carried: Option<&Carried>) {
+        let mut ready = 0;
+        for (class, tasks) in &self.classes {
+            let refs = &self.refs[class];
+            assert_eq!(
+                self.unclaimable.contains(class),
+                !refs.claimable,
+                "class {class:?}: listed as unclaimable exactly when no member carries it"
+            );
+            if !refs.claimable {
+                ready += tasks.len() as u64;
+            }
+        }
+        assert!(
+            self.unclaimable
+                .iter()
+                .all(|c| self.classes.contains_key(c)),
+            "an unclaimable class without dispatchable tasks is listed"
+        );
+        assert_eq!(
+            ready, self.unclaimable_ready,
+            "unclaimable tasks miscounted"
+        );
+        if let Some(carried) = carried {
+            for (class, refs) in &self.refs {
+                assert_eq!(
+                    refs.claimable,
+                    carried.covers(class),
+                    "class {class:?}: stale claimability"
+                );
+            }
+        }
+    }
+
+    /// Makes a ready task dispatchable in its class.
+    fn dispatchable(&mut self, class: &Class, priority: u8, id: Ulid) {
+        if !self.classes.contains_key(class) {
+            if let Some(first) = class.first() {
+                self.by_first_label
+                    .entry(first.clone())
+                    .or_default()
+                    .push(Arc::clone(class));
+            }
+            let refs = self
+                .refs
+                .get(class)
+                .unwrap_or_else(|| panic!("task {id}: its label class is not counted"));
+            if !refs.claimable {
+                self.unclaimable.insert(Arc::clone(class));
+            }
+        }
+        assert!(
+            self.classes
+                .entry(Arc::clone(class))
+                .or_default()
+                .insert((Reverse(priority), id)),
+            "task {id} dispatchable twice"
+        );
+        if self.unclaimable.contains(class) {
+            self.unclaimable_ready += 1;
+        }
     }
 
     fn unclass(&mut self, class: &Class, priority: u8, id: Ulid) {
@@ -250,8 +400,12 @@ impl DispatchIndex {
             set.remove(&(Reverse(priority), id)),
             "task {id} was not dispatchable in its class"
         );
+        if self.unclaimable.contains(class) {
+            self.unclaimable_ready -= 1;
+        }
         if set.is_empty() {
             self.classes.remove(class);
+            self.unclaimable.remove(class);
             if let Some(first) = class.first() {
                 let siblings = self
                     .by_first_label
@@ -297,10 +451,7 @@ impl DispatchIndex {
         }
         for (on, class, priority, id) in changes {
             if on {
-                assert!(
-                    self.class_set(&class).insert((Reverse(priority), id)),
-                    "task {id} dispatchable twice"
-                );
+                self.dispatchable(&class, priority, id);
                 self.held_back = self
                     .held_back
                     .checked_sub(1)
@@ -365,7 +516,7 @@ mod tests {
         let b = T::new(2, 5, None, &["gpu"], &ix);
         let c = T::new(3, 5, None, &[], &ix);
         for t in [&a, &b, &c] {
-            ix.add(t.r(), 1);
+            ix.add(t.r(), 1, &Carried::default());
         }
         assert_eq!(ix.pick(&labels(&["gpu"]), |_| true, 0), Some(b.id));
         assert_eq!(ix.pick(&[], |_| true, 0), Some(c.id));
@@ -386,7 +537,7 @@ mod tests {
             T::new(6, 0, None, &["a"], &ix),
         ];
         for t in &tasks {
-            ix.add(t.r(), 1);
+            ix.add(t.r(), 1, &Carried::default());
         }
         let claimer = labels(&["b", "a", "b"]);
         let mut taken = Vec::new();
@@ -407,13 +558,71 @@ mod tests {
     }
 
     #[test]
+    fn unclaimable_classes_follow_tasks_and_the_label_sets_connected_members_carry() {
+        let mut ix = DispatchIndex::default();
+        let mut carried = Carried::default();
+        let unclaimable = |ix: &DispatchIndex| {
+            let mut listed: Vec<(Vec<String>, usize)> = ix
+                .unclaimable_classes()
+                .map(|(c, n)| (c.to_vec(), n))
+                .collect();
+            listed.sort();
+            (ix.unclaimable(), listed)
+        };
+        let gpu = T::new(1, 0, None, &["gpu"], &ix);
+        let big_gpu = T::new(2, 0, None, &["gpu", "big"], &ix);
+        let plain = T::new(3, 0, None, &[], &ix);
+        for t in [&gpu, &big_gpu, &plain] {
+            ix.add(t.r(), 1, &carried);
+        }
+        ix.check_unclaimable(Some(&carried));
+        // The class that needs no label is never unclaimable.
+        assert_eq!(
+            unclaimable(&ix),
+            (2, vec![(labels(&["big", "gpu"]), 1), (labels(&["gpu"]), 1)])
+        );
+        // A member carrying gpu connects: only the gpu class becomes claimable.
+        assert!(carried.add(&labels(&["gpu"])));
+        ix.carried_changed(&labels(&["gpu"]), true, &carried);
+        ix.check_unclaimable(Some(&carried));
+        assert_eq!(unclaimable(&ix), (1, vec![(labels(&["big", "gpu"]), 1)]));
+        // One carrying both (in any order); then the first leaves: both stay covered.
+        assert!(carried.add(&labels(&["gpu", "big"])));
+        ix.carried_changed(&labels(&["gpu", "big"]), true, &carried);
+        assert!(carried.remove(&labels(&["gpu"])));
+        ix.carried_changed(&labels(&["gpu"]), false, &carried);
+        ix.check_unclaimable(Some(&carried));
+        assert_eq!(unclaimable(&ix), (0, vec![]));
+        // A task joins a claimable class; a second member with the same set is no new set.
+        let gpu2 = T::new(4, 0, None, &["gpu"], &ix);
+        ix.add(gpu2.r(), 1, &carried);
+        assert!(!carried.add(&labels(&["big", "gpu"])));
+        assert!(!carried.remove(&labels(&["big", "gpu"])));
+        ix.check_unclaimable(Some(&carried));
+        assert_eq!(unclaimable(&ix), (0, vec![]));
+        // The last carrier leaves: every labelled class is unclaimable again.
+        assert!(carried.remove(&labels(&["big", "gpu"])));
+        ix.carried_changed(&labels(&["big", "gpu"]), false, &carried);
+        ix.check_unclaimable(Some(&carried));
+        assert_eq!(
+            unclaimable(&ix),
+            (3, vec![(labels(&["big", "gpu"]), 1), (labels(&["gpu"]), 2)])
+        );
+        // Tasks leaving take their emptied class off the list.
+        ix.remove(gpu.r(), 1);
+        ix.remove(gpu2.r(), 1);
+        ix.check_unclaimable(Some(&carried));
+        assert_eq!(unclaimable(&ix), (1, vec![(labels(&["big", "gpu"]), 1)]));
+    }
+
+    #[test]
     fn a_key_is_served_in_order_one_at_a_time_and_a_scheduled_head_holds_it_back() {
         let mut ix = DispatchIndex::default();
         let mut k1 = T::new(1, 0, Some("k"), &[], &ix);
         let k2 = T::new(2, 9, Some("k"), &[], &ix);
         let other = T::new(3, 0, Some("o"), &[], &ix);
         for t in [&k1, &k2, &other] {
-            ix.add(t.r(), 1);
+            ix.add(t.r(), 1, &Carried::default());
         }
         // k2 has a higher priority, but k1 is ahead of it in the key's line.
         assert_eq!(ix.pick(&[], |_| true, 0), Some(k1.id));
@@ -421,14 +630,14 @@ mod tests {
         // k1 leased: k2 still waits; the other key does not.
         ix.remove(k1.r(), 1);
         k1.state = TaskState::Leased;
-        ix.add(k1.r(), 1);
+        ix.add(k1.r(), 1, &Carried::default());
         assert_eq!(ix.pick(&[], |_| true, 0), Some(other.id));
         ix.remove(other.r(), 1);
         assert_eq!(ix.pick(&[], |_| true, 0), None);
         // k1 fails and waits for its retry: it still heads the line.
         ix.remove(k1.r(), 1);
         k1.state = TaskState::Scheduled;
-        ix.add(k1.r(), 1);
+        ix.add(k1.r(), 1, &Carried::default());
         assert_eq!(ix.pick(&[], |_| true, 0), None);
         // With a key concurrency of 2 the second place may go.
         ix.rebuild(2);
@@ -448,9 +657,9 @@ mod tests {
         let mut b = T::new(2, 0, Some("k"), &[], &ix);
         // A died (it left the line); B is leased.
         b.state = TaskState::Leased;
-        ix.add(b.r(), 1);
+        ix.add(b.r(), 1, &Carried::default());
         // A is redriven: it rejoins the line ahead of B, but B holds the key's one place.
-        ix.add(a.r(), 1);
+        ix.add(a.r(), 1, &Carried::default());
         assert_eq!(ix.pick(&[], |_| true, 0), None);
         ix.remove(b.r(), 1);
         assert_eq!(ix.pick(&[], |_| true, 0), Some(a.id));

@@ -52,6 +52,15 @@ pub(super) struct Member<S> {
     lapsed_at: Option<u64>,
 }
 
+/// What a member adds to the engine's counts of connected members: the label set it
+/// carries, and the queues it consumes from (subscribed and not draining), while its
+/// session is open and reachable.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(super) struct Counted {
+    pub(super) labels: Option<Vec<String>>,
+    pub(super) consumes: Vec<String>,
+}
+
 struct Session<S> {
     connection: u64,
     sink: S,
@@ -83,6 +92,27 @@ impl<S: Sink> Member<S> {
     /// Neither leases nor a session nor a drain: nothing to remember it by.
     pub(super) fn is_idle(&self) -> bool {
         self.leased.is_empty() && self.session.is_none() && !self.draining
+    }
+
+    /// Its labels while its session is open and reachable: what it adds to the label
+    /// sets connected members carry. (A connection that just closed counts until the
+    /// engine is told, a moment later, by [`Engine::disconnected`].)
+    pub(super) fn carrying(&self) -> Option<&[String]> {
+        self.session
+            .as_ref()
+            .filter(|s| s.reachable)
+            .map(|_| self.labels.as_slice())
+    }
+
+    /// What it adds to the counts of connected members.
+    pub(super) fn counted(&self) -> Counted {
+        let labels = self.carrying().map(<[String]>::to_vec);
+        let consumes = if labels.is_some() && !self.draining {
+            self.subscribed.clone()
+        } else {
+            Vec::new()
+        };
+        Counted { labels, consumes }
     }
 
     /// Connected, unreachable or gone, as of the last liveness sweep.
@@ -182,10 +212,13 @@ impl<W: Waiter> Engine<W> {
             return;
         };
         m.last_seen_ms = Some(now.wall_ms);
-        if let Some(s) = m.session.as_mut()
-            && !s.reachable
-        {
-            s.reachable = true;
+        let mut recount = None;
+        if m.session.as_ref().is_some_and(|s| !s.reachable) {
+            let before = m.counted();
+            if let Some(s) = m.session.as_mut() {
+                s.reachable = true;
+            }
+            recount = Some((before, m.counted()));
             self.generation += 1;
             self.push_changed = true;
             tracing::info!(member = %name, "member reachable again");
@@ -196,6 +229,49 @@ impl<W: Waiter> Engine<W> {
             self.push_changed = true;
             self.ready_changed.everywhere();
         }
+        if let Some((before, after)) = recount {
+            self.recount(before, after);
+        }
+    }
+
+    /// Keeps the counts of connected members (their label sets, and with them every
+    /// queue's unclaimable classes; the queues they consume from) up to date after a
+    /// member counted as `before` now counts as `after`. Queues' classes are revisited
+    /// only when a label set appears among connected members or leaves them.
+    pub(super) fn recount(&mut self, before: Counted, after: Counted) {
+        if before == after {
+            return;
+        }
+        for q in &before.consumes {
+            let n = self
+                .consumers
+                .get_mut(q.as_str())
+                .unwrap_or_else(|| panic!("queue {q:?}: its consumers are not counted"));
+            *n -= 1;
+            if *n == 0 {
+                self.consumers.remove(q.as_str());
+            }
+        }
+        for q in after.consumes {
+            *self.consumers.entry(q).or_default() += 1;
+        }
+        if before.labels == after.labels {
+            return;
+        }
+        if let Some(set) = before.labels
+            && self.carried.remove(&set)
+        {
+            for q in self.queues.values_mut() {
+                q.dispatch.carried_changed(&set, false, &self.carried);
+            }
+        }
+        if let Some(set) = after.labels
+            && self.carried.add(&set)
+        {
+            for q in self.queues.values_mut() {
+                q.dispatch.carried_changed(&set, true, &self.carried);
+            }
+        }
     }
 
     /// Marks members silent past their liveness timeout unreachable. Runs at most every
@@ -205,17 +281,25 @@ impl<W: Waiter> Engine<W> {
             return;
         }
         self.liveness_sweep_at = now.mono_ms + super::LIVENESS_SWEEP.as_millis() as u64;
+        let mut silenced = Vec::new();
         for (name, m) in &mut self.members {
-            let Some(s) = m.session.as_mut() else {
+            let Some(s) = m.session.as_ref() else {
                 continue;
             };
             let heard = self.heard.get(&s.connection).map_or(0, |h| h.at_ms);
             let silent = now.mono_ms.saturating_sub(heard);
             if s.reachable && !s.sink.is_closed() && silent > s.liveness_ms {
-                s.reachable = false;
+                let before = m.counted();
+                if let Some(s) = m.session.as_mut() {
+                    s.reachable = false;
+                }
+                silenced.push((before, m.counted()));
                 self.generation += 1;
                 tracing::info!(member = %name, silent_ms = silent, leases = m.leased.len(), "member unreachable");
             }
+        }
+        for (before, after) in silenced {
+            self.recount(before, after);
         }
     }
 
@@ -235,37 +319,11 @@ impl<W: Waiter> Engine<W> {
             .count()
     }
 
-    /// The distinct label sets of connected members.
-    pub(super) fn carried_label_sets(&self) -> Vec<&[String]> {
-        let mut sets: Vec<&[String]> = self
-            .members
-            .values()
-            .filter(|m| m.state() == MemberState::Connected)
-            .map(|m| m.labels.as_slice())
-            .collect();
-        sets.sort_unstable();
-        sets.dedup();
-        sets
-    }
-
     /// Who can take a queue's tasks now: connected, not draining member sessions
-    /// subscribed to it, and claims parked on it.
+    /// subscribed to it, and claims parked on it (both counted as they come and go).
     pub(super) fn consumers(&self, queue: &str) -> u64 {
-        let subscribed = self
-            .members
-            .values()
-            .filter(|m| {
-                m.state() == MemberState::Connected
-                    && !m.draining
-                    && m.subscribed.iter().any(|q| q == queue)
-            })
-            .count();
-        let parked = self
-            .claim_waiters
-            .iter()
-            .filter(|w| w.claim.queues.iter().any(|q| q == queue))
-            .count();
-        (subscribed + parked) as u64
+        let subscribed = self.consumers.get(queue).copied().unwrap_or(0);
+        u64::from(subscribed) + self.parked.on_queue(queue) as u64
     }
 
     /// Room for pushes a member has at `now`.
@@ -388,6 +446,7 @@ impl<W: Waiter> Engine<W> {
             .members
             .entry(Arc::clone(&name))
             .or_insert_with(Member::new);
+        let before = member.counted();
         if let Some(old) = member.session.take() {
             self.sessions.remove(&old.connection);
             if old.connection != waiter.connection() && !old.sink.is_closed() {
@@ -415,7 +474,9 @@ impl<W: Waiter> Engine<W> {
         member.last_seen_ms = Some(now.wall_ms);
         member.lapsed_at = None;
         let held: Vec<Ulid> = member.leased.iter().copied().collect();
+        let after = member.counted();
         self.sessions.insert(waiter.connection(), Arc::clone(&name));
+        self.recount(before, after);
         self.push_changed = true;
 
         let mut reply_bytes = 0;
@@ -496,11 +557,13 @@ impl<W: Waiter> Engine<W> {
             return;
         };
         self.generation += 1;
+        let mut before = Counted::default();
         if let Some(m) = self.members.get_mut(&name) {
             if m.session
                 .as_ref()
                 .is_some_and(|s| s.connection == connection)
             {
+                before = m.counted();
                 m.session = None;
                 m.subscribed.clear();
                 tracing::info!(member = %name, leases = m.leased.len(), "member gone");
@@ -510,6 +573,7 @@ impl<W: Waiter> Engine<W> {
                 self.members.remove(&name);
             }
         }
+        self.recount(before, Counted::default());
     }
 
     pub(super) fn session_update(&mut self, r: SessionUpdate, waiter: &W) -> OpResult<MemberReply> {
@@ -526,16 +590,20 @@ impl<W: Waiter> Engine<W> {
             .members
             .get_mut(r.member.as_str())
             .ok_or_else(|| not_a_member(&r.member))?;
+        let before = member.counted();
         if let Some(labels) = r.labels {
             member.labels = labels;
         }
         if let Some(c) = r.capacity {
             member.capacity = c;
         }
-        self.push_changed = true;
-        Ok(MemberReply {
+        let reply = MemberReply {
             member: member.info(&r.member),
-        })
+        };
+        let after = member.counted();
+        self.push_changed = true;
+        self.recount(before, after);
+        Ok(reply)
     }
 
     pub(super) fn subscribe(&mut self, r: Subscribe, waiter: &W) -> OpResult<Empty> {
@@ -558,15 +626,21 @@ impl<W: Waiter> Engine<W> {
             .members
             .get_mut(r.member.as_str())
             .ok_or_else(|| not_a_member(&r.member))?;
+        let before = member.counted();
         member.subscribed = r.queues;
+        let after = member.counted();
         self.push_changed = true;
+        self.recount(before, after);
         Ok(Empty {})
     }
 
     pub(super) fn unsubscribe(&mut self, r: Unsubscribe, waiter: &W) -> OpResult<Empty> {
         self.own_session(&r.member, waiter)?;
         if let Some(m) = self.members.get_mut(r.member.as_str()) {
+            let before = m.counted();
             m.subscribed.clear();
+            let after = m.counted();
+            self.recount(before, after);
         }
         Ok(Empty {})
     }
@@ -620,8 +694,10 @@ impl<W: Waiter> Engine<W> {
             .members
             .get_mut(r.member.as_str())
             .ok_or_else(|| not_a_member(&r.member))?;
+        let before = m.counted();
         m.draining = true;
-        let info = m.info(&r.member);
+        let (after, info) = (m.counted(), m.info(&r.member));
+        self.recount(before, after);
         self.push_to(&r.member, Push::Drain);
         Ok(MemberReply { member: info })
     }

@@ -315,26 +315,38 @@ pub(super) enum Parked {
     Principal(Box<str>),
 }
 
-/// Parked claims per connection and per principal, for their caps.
-#[derive(Debug, Default)]
-pub(super) struct ParkedCounts(HashMap<Parked, usize>);
+/// Parked claims per connection and per principal, for their caps, and per queue
+/// (a queue's consumers).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct ParkedCounts {
+    by: HashMap<Parked, usize>,
+    queues: HashMap<String, usize>,
+}
 
 impl ParkedCounts {
-    fn add(&mut self, waiter: &impl Waiter) {
+    fn add(&mut self, waiter: &impl Waiter, queues: &[String]) {
+        for q in queues {
+            *self.queues.entry(q.clone()).or_default() += 1;
+        }
         *self
-            .0
+            .by
             .entry(Parked::Connection(waiter.connection()))
             .or_default() += 1;
         if let Some(p) = waiter.principal() {
             *self
-                .0
+                .by
                 .entry(Parked::Principal(p.name.as_str().into()))
                 .or_default() += 1;
         }
     }
 
     fn count(&self, who: &Parked) -> usize {
-        self.0.get(who).copied().unwrap_or(0)
+        self.by.get(who).copied().unwrap_or(0)
+    }
+
+    /// Claims parked on `queue` (among others).
+    fn on_queue(&self, queue: &str) -> usize {
+        self.queues.get(queue).copied().unwrap_or(0)
     }
 }
 
@@ -408,6 +420,11 @@ pub struct Engine<W: Waiter> {
     sessions: HashMap<u64, Arc<str>>,
     /// A member's capacity, labels or subscription changed since pushes were last served.
     push_changed: bool,
+    /// The label sets of members counted as connected (session open and reachable):
+    /// kept as members come and go, so each queue knows its unclaimable classes.
+    carried: dispatch::Carried,
+    /// Connected, not draining members subscribed to each queue.
+    consumers: HashMap<String, u32>,
     /// Round-robin position for pushes over members.
     member_rotation: usize,
     pushes: Vec<(W::Sink, muster_protocol::Push)>,
@@ -477,6 +494,8 @@ impl<W: Waiter> Engine<W> {
             members: BTreeMap::new(),
             sessions: HashMap::new(),
             push_changed: false,
+            carried: dispatch::Carried::default(),
+            consumers: HashMap::new(),
             member_rotation: 0,
             pushes: Vec::new(),
             watch_pushes: Vec::new(),
@@ -593,7 +612,50 @@ impl<W: Waiter> Engine<W> {
             Err((_, Failure::Store(e))) => Err(e),
         };
         self.forget_idle_members();
+        #[cfg(debug_assertions)]
+        self.check_carried();
         result
+    }
+
+    /// Asserts that the counts of connected members (label sets, consumers per queue)
+    /// and of parked claims are exact and that every queue's unclaimable count matches
+    /// its classes (debug builds: every test).
+    #[cfg(debug_assertions)]
+    fn check_carried(&self) {
+        let mut carried = dispatch::Carried::default();
+        let mut consumers: HashMap<String, u32> = HashMap::new();
+        for m in self.members.values() {
+            let counted = m.counted();
+            if let Some(labels) = &counted.labels {
+                carried.add(labels);
+            }
+            for q in counted.consumes {
+                *consumers.entry(q).or_default() += 1;
+            }
+        }
+        assert_eq!(
+            carried, self.carried,
+            "connected members' label sets miscounted"
+        );
+        assert_eq!(consumers, self.consumers, "subscribed members miscounted");
+        let mut parked = ParkedCounts::default();
+        for w in &self.claim_waiters {
+            parked.add(&w.waiter, &w.claim.queues);
+        }
+        assert_eq!(parked, self.parked, "parked claims miscounted");
+        for q in self.queues.values() {
+            q.dispatch.check_unclaimable(None);
+        }
+    }
+
+    /// [`Self::check_carried`], and every class's claimability against the label sets
+    /// (classes × sets: for tests that change members).
+    #[cfg(test)]
+    fn check_claimability(&self) {
+        self.check_carried();
+        for q in self.queues.values() {
+            q.dispatch.check_unclaimable(Some(&self.carried));
+        }
     }
 
     /// What a request may change in memory, in brief: compared before and after a
@@ -637,6 +699,8 @@ impl<W: Waiter> Engine<W> {
         self.serve_waits(now)?;
         self.commit()?;
         self.forget_idle_members();
+        #[cfg(debug_assertions)]
+        self.check_carried();
         self.serve_watches(now)
     }
 
@@ -686,12 +750,11 @@ impl<W: Waiter> Engine<W> {
     /// Sets the Prometheus gauges from the counts the engine keeps (no task scan).
     pub fn publish_gauges(&self, now: Now) {
         let members: Vec<_> = self.members.iter().map(|(name, m)| m.info(name)).collect();
-        let carried = self.carried_label_sets();
         telemetry::publish(&telemetry::Snapshot {
             queues: self
                 .queues
                 .iter()
-                .map(|(name, q)| self.queue_info_with(name, q, &carried))
+                .map(|(name, q)| self.queue_info(name, q))
                 .collect(),
             members: &members,
             connected: self.connected_members(),
@@ -834,9 +897,11 @@ impl<W: Waiter> Engine<W> {
             meta.state,
             TaskState::Ready | TaskState::Scheduled | TaskState::Leased
         ) {
-            queue
-                .dispatch
-                .add(task_ref(id, meta), queue.options.key_concurrency);
+            queue.dispatch.add(
+                task_ref(id, meta),
+                queue.options.key_concurrency,
+                &self.carried,
+            );
         }
         match meta.state {
             TaskState::Ready => {

@@ -313,12 +313,11 @@ impl<W: Waiter> Engine<W> {
             Some(a) => Bound::Excluded(a.as_str()),
             None => Bound::Unbounded,
         };
-        let carried = self.carried_label_sets();
         let page = fill(
             self.queues
                 .range::<str, _>((start, Bound::Unbounded))
                 .filter(|(name, q)| !q.deleting && principal.is_none_or(|p| p.covers(name)))
-                .map(|(name, q)| Ok::<_, Failure>(self.queue_info_with(name, q, &carried))),
+                .map(|(name, q)| Ok::<_, Failure>(self.queue_info(name, q))),
             limit as usize,
             |q| q.name.clone(),
         )?;
@@ -719,7 +718,7 @@ impl<W: Waiter> Engine<W> {
             self.take_member(&spec.member, waiter.principal(), now);
         }
         if tasks.is_empty() && wait > 0 {
-            self.parked.add(&waiter);
+            self.parked.add(&waiter, &spec.queues);
             self.claim_waiters.push(ClaimWaiter {
                 waiter,
                 claim: spec,
@@ -1205,7 +1204,7 @@ impl<W: Waiter> Engine<W> {
         }
         self.parked = ParkedCounts::default();
         for w in &keep {
-            self.parked.add(&w.waiter);
+            self.parked.add(&w.waiter, &w.claim.queues);
         }
         self.claim_waiters = keep;
         Ok(())
@@ -1361,32 +1360,19 @@ fn count_reply(ids: &[Ulid], list: bool) -> CountReply {
 
 impl<W: Waiter> Engine<W> {
     /// A queue with its counts, what its key lines hold back, and what no connected
-    /// member can take.
+    /// member can take (kept by its dispatch index: the cost is the unclaimable
+    /// classes, at most `MAX_LABEL_CLASSES`, not the members).
     pub(super) fn queue_info(&self, name: &str, q: &Queue) -> QueueInfo {
-        self.queue_info_with(name, q, &self.carried_label_sets())
-    }
-
-    /// [`Self::queue_info`] with the label sets of connected members computed once for
-    /// a whole listing: its cost is classes × distinct label sets, not × members.
-    pub(super) fn queue_info_with(
-        &self,
-        name: &str,
-        q: &Queue,
-        carried: &[&[String]],
-    ) -> QueueInfo {
         let mut counts = StateCounts::default();
         for state in TaskState::ALL {
             *counts.get_mut(state) = q.ids(state).len() as u64;
         }
-        let mut unclaimable = 0;
-        let mut unclaimed: Vec<(usize, &[String])> = Vec::new();
-        for (class, ready) in q.dispatch.classes() {
-            let carries = |set: &&[String]| class.iter().all(|l| set.contains(l));
-            if !class.is_empty() && !carried.iter().any(carries) {
-                unclaimable += ready as u64;
-                unclaimed.push((ready, class));
-            }
-        }
+        let unclaimable = q.dispatch.unclaimable();
+        let mut unclaimed: Vec<(usize, &[String])> = q
+            .dispatch
+            .unclaimable_classes()
+            .map(|(class, ready)| (ready, &class[..]))
+            .collect();
         let unclaimable_sets = unclaimed.len() as u64;
         // The sets holding the most tasks first; ties by name, so the reply is stable.
         unclaimed.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));

@@ -179,12 +179,11 @@ impl<W: Waiter> Engine<W> {
         match view {
             View::Queues { after: a, limit } => {
                 let limit = rows(*limit)?;
-                let carried = self.carried_label_sets();
                 let page = fill(
                     self.queues
                         .range::<str, _>((after(a.as_ref()), Bound::Unbounded))
                         .filter(|(name, _)| covers(principal, name))
-                        .map(|(name, q)| Ok::<_, Failure>(self.queue_info_with(name, q, &carried))),
+                        .map(|(name, q)| Ok::<_, Failure>(self.queue_info(name, q))),
                     limit,
                     |q| q.name.clone(),
                 )?;

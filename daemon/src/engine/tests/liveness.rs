@@ -27,6 +27,20 @@ fn advance_heard(h: &mut Harness, conn: u64, ms: u64) {
     h.round();
 }
 
+fn unclaimable(h: &mut Harness) -> (u64, u64, Vec<Vec<String>>) {
+    h.engine().check_claimability();
+    match h.call(Request::QueueDescribe(ops::QueueDescribe(ops::QueueName {
+        queue: "jobs".into(),
+    }))) {
+        Ok(Reply::Queue(r)) => (
+            r.queue.unclaimable,
+            r.queue.unclaimable_sets,
+            r.queue.unclaimable_requires,
+        ),
+        other => panic!("describe: {other:?}"),
+    }
+}
+
 fn queue(h: &mut Harness, lease_ms: u64) {
     h.create(
         "jobs",
@@ -245,4 +259,62 @@ fn a_member_that_let_a_lease_lapse_gets_nothing_new_until_heard_from() {
     let mut want = vec![(first, 2, false), (second, 1, false)];
     want.sort();
     assert_eq!(got, want);
+}
+
+#[test]
+fn unclaimable_tasks_follow_members_connecting_going_silent_relabelling_and_leaving() {
+    let mut h = Harness::new();
+    queue(&mut h, 60_000);
+    let requiring = |labels: &[&str]| {
+        let mut t = muster_protocol::model::NewTask::new(super::raw("1"));
+        t.requires = labels.iter().map(|l| (*l).to_owned()).collect();
+        t
+    };
+    for labels in [&["gpu"][..], &["gpu"], &["gpu", "a100"], &[]] {
+        h.enqueue_task("jobs", requiring(labels));
+    }
+    let gpu = || vec!["gpu".to_owned()];
+    let both = || vec!["a100".to_owned(), "gpu".to_owned()];
+    assert_eq!(unclaimable(&mut h), (3, 2, vec![both(), gpu()]));
+    // A member carrying gpu (not subscribed, so it takes nothing) connects.
+    let open_gpu = match open_with_liveness("a", 1, 2_000) {
+        Request::SessionOpen(mut o) => {
+            o.labels = vec!["gpu".into()];
+            Request::SessionOpen(o)
+        }
+        _ => unreachable!("open builds a session_open"),
+    };
+    h.call_on(1, open_gpu).unwrap();
+    assert_eq!(unclaimable(&mut h), (1, 1, vec![both()]));
+    // It goes silent: its labels count for nothing until it is heard from again.
+    h.advance(2_251);
+    assert_eq!(member_info(&mut h, "a").state, MemberState::Unreachable);
+    assert_eq!(unclaimable(&mut h), (3, 2, vec![both(), gpu()]));
+    advance_heard(&mut h, 1, 1);
+    assert_eq!(unclaimable(&mut h), (1, 1, vec![both()]));
+    // It takes on a100 as well: nothing is unclaimable.
+    h.call_on(
+        1,
+        Request::SessionUpdate(ops::SessionUpdate {
+            member: "a".into(),
+            labels: Some(vec!["gpu".into(), "a100".into()]),
+            capacity: None,
+        }),
+    )
+    .unwrap();
+    assert_eq!(unclaimable(&mut h), (0, 0, vec![]));
+    // A second member with only gpu; the first leaves: a100 is unclaimable again.
+    let open_b = match open("b", 1, true, false) {
+        Request::SessionOpen(mut o) => {
+            o.labels = vec!["gpu".into()];
+            Request::SessionOpen(o)
+        }
+        _ => unreachable!("open builds a session_open"),
+    };
+    h.call_on(2, open_b).unwrap();
+    h.engine().disconnected(1);
+    assert_eq!(unclaimable(&mut h), (1, 1, vec![both()]));
+    // A newer session of b with no labels replaces the old one.
+    h.call_on(3, open("b", 1, true, false)).unwrap();
+    assert_eq!(unclaimable(&mut h), (3, 2, vec![both(), gpu()]));
 }
