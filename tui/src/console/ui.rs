@@ -5,7 +5,8 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style, Stylize};
 use ratatui::text::{Line, Span, Text};
 use ratatui::widgets::{
-    Block, Cell, Clear, HighlightSpacing, Paragraph, Row as TableRow, Table, TableState, Tabs, Wrap,
+    Block, Cell, Clear, HighlightSpacing, Paragraph, Row as TableRow, Sparkline, Table, TableState,
+    Tabs, Wrap,
 };
 
 use muster_protocol::model::{
@@ -13,7 +14,7 @@ use muster_protocol::model::{
 };
 use muster_protocol::ops::WatchUpdate;
 
-use super::app::{App, Level, Mode, Row, Screen, TABS};
+use super::app::{App, Level, Mode, Row, Screen, TABS, TrendSeries};
 
 /// Draws the whole console.
 pub fn render(app: &App, frame: &mut Frame) {
@@ -111,6 +112,17 @@ fn render_title(app: &App, frame: &mut Frame, area: Rect) {
     if !app.server.is_empty() {
         spans.push(Span::styled(
             format!(" {} ", app.server),
+            Style::new().fg(Color::DarkGray),
+        ));
+    }
+    if let Some(f) = &app.facts {
+        spans.push(Span::styled(
+            format!(
+                " up {} · {} members · fsync {} ",
+                short(f.uptime_ms),
+                f.members,
+                micros(f.fsync_us)
+            ),
             Style::new().fg(Color::DarkGray),
         ));
     }
@@ -220,9 +232,53 @@ const QUEUES_WIDTHS: [Constraint; 11] = [
     Constraint::Length(6),
 ];
 
+/// Width of a trend column of the queues screen: 120 s in 15 bars of 8 s.
+const TREND_WIDTH: u16 = 15;
+
+/// The trends the queues screen has room for at this inner width: the ready count's
+/// from 120 columns, enqueues' and acks' too from 160; none narrower.
+fn queue_trends(width: u16) -> &'static [Trend] {
+    match width {
+        160.. => &[Trend::In, Trend::Out, Trend::Ready],
+        120..160 => &[Trend::Ready],
+        _ => &[],
+    }
+}
+
+/// A trend graph of a queue.
+#[derive(Debug, Clone, Copy)]
+enum Trend {
+    /// Tasks enqueued a second.
+    In,
+    /// Tasks acked a second.
+    Out,
+    /// Ready tasks.
+    Ready,
+}
+
+impl Trend {
+    fn title(self) -> &'static str {
+        match self {
+            Trend::In => "IN 2m",
+            Trend::Out => "OUT 2m",
+            Trend::Ready => "READY 2m",
+        }
+    }
+
+    fn values(self, series: &TrendSeries) -> &[u64] {
+        match self {
+            Trend::In => &series.enqueued,
+            Trend::Out => &series.acked,
+            Trend::Ready => &series.ready,
+        }
+    }
+}
+
 fn render_queues(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
-    let name_width = column_widths(block.inner(area), &QUEUES_WIDTHS)[0];
-    let widths = QUEUES_WIDTHS;
+    let trends = queue_trends(block.inner(area).width);
+    let mut widths = QUEUES_WIDTHS.to_vec();
+    widths.extend(trends.iter().map(|_| Constraint::Length(TREND_WIDTH)));
+    let name_width = column_widths(block.inner(area), &widths)[0];
     let rows = app
         .rows()
         .into_iter()
@@ -233,7 +289,7 @@ fn render_queues(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
         .map(|q| {
             let (rate_in, rate_out) = app.rate(&q.name);
             let dead = Cell::from(count(q.counts.dead));
-            TableRow::new(vec![
+            let mut cells = vec![
                 Cell::from(fit(&q.name, name_width)),
                 Cell::from(count(q.counts.ready)),
                 Cell::from(count(q.counts.scheduled)),
@@ -252,14 +308,22 @@ fn render_queues(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
                 Cell::from(format!("{rate_in:.1}")),
                 Cell::from(format!("{rate_out:.1}")),
                 queue_state(q),
-            ])
+            ];
+            if !trends.is_empty() {
+                let series = app.trend(&q.name);
+                cells.extend(trends.iter().map(|t| {
+                    Cell::from(spark(t.values(&series), TREND_WIDTH)).fg(Color::Cyan)
+                }));
+            }
+            TableRow::new(cells)
         })
         .collect();
-    let head = header(&[
+    let mut titles = vec![
         "QUEUE", "READY", "SCHED", "LEASED", "DEAD", "DONE", "CONS", "OLDEST", "IN/s", "OUT/s",
         "STATE",
-    ]);
-    table(app, rows, &widths, head, block, frame, area);
+    ];
+    titles.extend(trends.iter().map(|t| t.title()));
+    table(app, rows, &widths, header(&titles), block, frame, area);
 }
 
 /// A queue's state at a glance: paused, stuck (ready tasks no connected member can
@@ -354,12 +418,18 @@ fn render_queue(
 ) {
     let inner = block.inner(area);
     frame.render_widget(block, area);
-    let [tabs, info, list] = Layout::vertical([
+    // Trends take three rows where the list keeps at least 20.
+    let trend_rows = if inner.height >= 26 { 3 } else { 0 };
+    let [tabs, info, trends, list] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(1),
+        Constraint::Length(trend_rows),
         Constraint::Min(1),
     ])
     .areas(inner);
+    if trend_rows > 0 {
+        render_trends(app, &q.name, frame, trends);
+    }
     let titles: Vec<String> = TABS
         .iter()
         .map(|s| format!("{} {}", s.as_str(), count(q.counts.get(*s))))
@@ -412,6 +482,34 @@ fn render_queue(
         return;
     }
     task_table(app, &columns(state), Block::new(), frame, list);
+}
+
+/// A queue's last two minutes, one bar a second, newest at the right: enqueued and acked
+/// a second and the ready count, each scaled to its own highest (named on its left).
+fn render_trends(app: &App, queue: &str, frame: &mut Frame, area: Rect) {
+    let series = app.trend(queue);
+    let rows = Layout::vertical([Constraint::Length(1); 3]).split(area);
+    for (row, (name, values, color)) in rows.iter().zip([
+        ("in/s", &series.enqueued, Color::Green),
+        ("out/s", &series.acked, Color::Cyan),
+        ("ready", &series.ready, Color::Yellow),
+    ]) {
+        let [label, graph] =
+            Layout::horizontal([Constraint::Length(16), Constraint::Min(1)]).areas(*row);
+        let top = values.iter().copied().max().unwrap_or(0);
+        frame.render_widget(
+            Line::raw(format!("{name:<6} max {:>5}", count(top))),
+            label,
+        );
+        let shown = usize::from(graph.width).min(values.len());
+        frame.render_widget(
+            Sparkline::default()
+                .data(&values[values.len() - shown..])
+                .max(top.max(1))
+                .style(Style::new().fg(color)),
+            graph,
+        );
+    }
 }
 
 fn render_dead(app: &App, total: u64, block: Block<'_>, frame: &mut Frame, area: Rect) {
@@ -910,6 +1008,39 @@ fn attempt_length(t: &TaskInfo, i: usize, now: u64) -> Option<String> {
         }
         None => None,
     }
+}
+
+/// Microseconds as the title shows a latency: `840µs`, `2.4ms`.
+fn micros(us: u64) -> String {
+    if us < 1000 {
+        format!("{us}µs")
+    } else {
+        format!("{:.1}ms", us as f64 / 1000.0)
+    }
+}
+
+/// Bars from lowest to highest, as a text sparkline draws them.
+const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+
+/// `values` (oldest first) drawn as `width` bars of text, each the highest of its share
+/// of the values, scaled to the highest of all; the newest at the right. Nothing at all
+/// draws as the lowest bar.
+pub fn spark(values: &[u64], width: u16) -> String {
+    let width = usize::from(width);
+    if width == 0 || values.is_empty() {
+        return String::new();
+    }
+    let per = values.len().div_ceil(width);
+    let skip = values.len() % per;
+    let columns: Vec<u64> = values[skip..]
+        .chunks(per)
+        .map(|c| c.iter().copied().max().unwrap_or(0))
+        .collect();
+    let top = columns.iter().copied().max().unwrap_or(0).max(1);
+    columns
+        .iter()
+        .map(|v| BARS[((v * 7).div_ceil(top)) as usize])
+        .collect()
 }
 
 fn short(ms: u64) -> String {
