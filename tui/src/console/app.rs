@@ -83,6 +83,8 @@ pub struct Page {
     pub sort: Option<(usize, bool)>,
     /// A search's pages: where each started; the last is the current page's.
     found_cursors: Vec<Option<FindCursor>>,
+    /// A dead list's rows are grouped by error (`E`).
+    pub grouped: bool,
 }
 
 impl Page {
@@ -95,6 +97,7 @@ impl Page {
             filter: String::new(),
             sort: None,
             found_cursors: vec![None],
+            grouped: false,
         }
     }
 
@@ -569,15 +572,17 @@ struct Trend {
 }
 
 /// A queue's recent history, one value a second, oldest first, ending at the current
-/// second: enqueued and acked in each second, and the ready count at its end.
+/// second: enqueued and acked in each second, and the ready count at its end. `None`
+/// where the console did not know yet (before its first sample of the queue; for the
+/// rates, also that sample's second, which has nothing to count from).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TrendSeries {
     /// Tasks enqueued in each second.
-    pub enqueued: Vec<u64>,
+    pub enqueued: Vec<Option<u64>>,
     /// Tasks acked in each second.
-    pub acked: Vec<u64>,
+    pub acked: Vec<Option<u64>>,
     /// Ready tasks at the end of each second.
-    pub ready: Vec<u64>,
+    pub ready: Vec<Option<u64>>,
 }
 
 impl Trend {
@@ -615,12 +620,15 @@ impl Trend {
                 at += 1;
             }
             let (enqueued, acked) = match (before, last) {
-                (Some(b), Some(l)) => (l.1.saturating_sub(b.1), l.2.saturating_sub(b.2)),
-                _ => (0, 0),
+                (Some(b), Some(l)) => (
+                    Some(l.1.saturating_sub(b.1)),
+                    Some(l.2.saturating_sub(b.2)),
+                ),
+                _ => (None, None),
             };
             out.enqueued.push(enqueued);
             out.acked.push(acked);
-            out.ready.push(last.map_or(0, |l| l.3));
+            out.ready.push(last.map(|l| l.3));
         }
         out
     }
@@ -634,6 +642,63 @@ pub enum Row<'a> {
     Task(&'a TaskSummary),
     /// A member.
     Member(&'a MemberInfo),
+    /// Dead tasks of the page that died with one error (`E`).
+    Group(ErrorGroup),
+}
+
+/// Dead tasks of a page that died with the same error: the first line of their last
+/// error (or their dead reason, if they have no error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorGroup {
+    /// The error's first line.
+    pub error: String,
+    /// The queues of its tasks, by name.
+    pub queues: Vec<String>,
+    /// Its tasks, in page order.
+    pub ids: Vec<String>,
+    /// When the last of them died.
+    pub last_died_ms: u64,
+}
+
+/// The page's dead tasks grouped by error: the largest group first, then by error.
+pub fn error_groups(tasks: &[TaskSummary]) -> Vec<ErrorGroup> {
+    let mut groups: Vec<ErrorGroup> = Vec::new();
+    for t in tasks {
+        let error = t
+            .last_error
+            .as_deref()
+            .or(t.dead_reason.as_deref())
+            .unwrap_or("(no error)")
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let at = match groups.iter().position(|g| g.error == error) {
+            Some(at) => at,
+            None => {
+                groups.push(ErrorGroup {
+                    error,
+                    queues: Vec::new(),
+                    ids: Vec::new(),
+                    last_died_ms: 0,
+                });
+                groups.len() - 1
+            }
+        };
+        let g = &mut groups[at];
+        g.ids.push(t.id.clone());
+        g.last_died_ms = g.last_died_ms.max(t.updated_ms);
+        if let Err(i) = g.queues.binary_search(&t.queue) {
+            g.queues.insert(i, t.queue.clone());
+        }
+    }
+    groups.sort_by(|a, b| {
+        b.ids
+            .len()
+            .cmp(&a.ids.len())
+            .then_with(|| a.error.cmp(&b.error))
+    });
+    groups
 }
 
 /// A value rows are sorted by: numbers as numbers, text as text.
@@ -663,6 +728,7 @@ impl Row<'_> {
                 "id", "priority", "key", "attempts", "failures", "changed", "error",
             ],
             Row::Member(_) => &["name", "leases", "capacity", "last seen"],
+            Row::Group(_) => &["count", "error", "died"],
         }
     }
 
@@ -695,6 +761,11 @@ impl Row<'_> {
                 2 => Number(u64::from(m.capacity)),
                 _ => Number(m.last_seen_ms.unwrap_or(0)),
             },
+            Row::Group(g) => match column {
+                0 => Number(g.ids.len() as u64),
+                1 => Text(g.error.clone()),
+                _ => Number(g.last_died_ms),
+            },
         }
     }
 
@@ -703,6 +774,7 @@ impl Row<'_> {
             Row::Queue(q) => &q.name,
             Row::Task(t) => &t.id,
             Row::Member(m) => &m.name,
+            Row::Group(g) => &g.error,
         }
     }
 
@@ -722,6 +794,7 @@ impl Row<'_> {
                     || t.lease.as_ref().is_some_and(|l| hit(&l.member))
             }
             Row::Member(m) => hit(&m.name) || m.labels.iter().any(|l| hit(l)),
+            Row::Group(g) => hit(&g.error) || g.queues.iter().any(|q| hit(q)),
         }
     }
 }
@@ -1142,6 +1215,14 @@ impl App {
 
     /// Every row of the current list screen's page, filter or not.
     pub fn all_rows(&self) -> Vec<Row<'_>> {
+        if self.page().grouped {
+            return match &self.data {
+                Some(WatchUpdate::Tasks { tasks, .. } | WatchUpdate::Dead { tasks, .. }) => {
+                    error_groups(tasks).into_iter().map(Row::Group).collect()
+                }
+                _ => Vec::new(),
+            };
+        }
         if matches!(self.page().screen, Screen::Found { .. }) {
             return self
                 .found
@@ -1159,6 +1240,29 @@ impl App {
             Some(WatchUpdate::Members { members, .. }) => members.iter().map(Row::Member).collect(),
             _ => Vec::new(),
         }
+    }
+
+    /// Whether the screen lists dead tasks (the dead letters, a queue's dead tab).
+    fn is_dead_list(&self) -> bool {
+        matches!(
+            self.page().screen,
+            Screen::Dead
+                | Screen::Queue {
+                    state: TaskState::Dead,
+                    ..
+                }
+        )
+    }
+
+    /// `E` on a dead list: group its rows by error, or list them again.
+    fn group(&mut self) {
+        if !self.is_dead_list() {
+            return;
+        }
+        let page = self.page_mut();
+        page.grouped = !page.grouped;
+        page.selected = 0;
+        page.sort = None;
     }
 
     fn next_cursor(&self) -> Option<String> {
@@ -1418,6 +1522,10 @@ impl App {
                 } else if !page.marked.is_empty() {
                     page.marked.clear();
                     None
+                } else if page.grouped {
+                    page.grouped = false;
+                    page.selected = 0;
+                    None
                 } else {
                     self.back()
                 }
@@ -1430,6 +1538,10 @@ impl App {
             }
             KeyCode::End | KeyCode::Char('G') => self.end(),
             KeyCode::Char('n') => self.newest_first(),
+            KeyCode::Char('E') => {
+                self.group();
+                None
+            }
             KeyCode::PageDown | KeyCode::Char(']') => self.next_page(),
             KeyCode::PageUp | KeyCode::Char('[') => self.previous_page(0),
             KeyCode::Enter => self.enter(),
@@ -1524,10 +1636,25 @@ impl App {
         Some(self.rewatch())
     }
 
-    /// `n` on a queue's tab: the same tab newest first (a search by state); `n` again,
-    /// or esc, goes back to it.
+    /// `n` on a queue's tab or the dead letters: the same list newest first (a search by
+    /// state); `n` again, or esc, goes back to it. On the members: the most recently
+    /// seen first.
     fn newest_first(&mut self) -> Option<Effect> {
         match self.page().screen.clone() {
+            Screen::Dead => Some(self.open(Screen::Found {
+                queue: None,
+                query: "state:dead".into(),
+            })),
+            Screen::Members => {
+                // Members have no age: the most recently heard from first, or back.
+                const LAST_SEEN: usize = 3;
+                let page = self.page_mut();
+                page.sort = match page.sort {
+                    Some((LAST_SEEN, true)) => None,
+                    _ => Some((LAST_SEEN, true)),
+                };
+                None
+            }
             Screen::Queue { name, state } => Some(self.open(Screen::Found {
                 queue: Some(name),
                 query: format!("state:{}", state.as_str()),
@@ -1665,6 +1792,14 @@ impl App {
     }
 
     fn enter(&mut self) -> Option<Effect> {
+        if let Some(Row::Group(g)) = self.selected_row() {
+            // Its tasks: the list filtered by its error.
+            let page = self.page_mut();
+            page.grouped = false;
+            page.filter = g.error;
+            page.selected = 0;
+            return None;
+        }
         let screen = match (&self.page().screen, self.selected_row()?) {
             (Screen::Queues, Row::Queue(q)) => Screen::Queue {
                 name: q.name.clone(),
@@ -1870,6 +2005,18 @@ impl App {
 
     /// The marked dead tasks (of one queue), or the selected one.
     fn marked_dead(&mut self) -> Option<DeadTasks> {
+        if let Some(Row::Group(g)) = self.selected_row() {
+            let [queue] = g.queues.as_slice() else {
+                self.refuse("the error's tasks are in several queues: open it (enter) and mark one queue's");
+                return None;
+            };
+            return Some(DeadTasks {
+                queue: queue.clone(),
+                count: g.ids.len() as u64,
+                ids: g.ids,
+                all: false,
+            });
+        }
         let current = self.selected_task()?;
         let marked = &self.page().marked;
         let picked: Vec<TaskSummary> = if marked.is_empty() {
@@ -1940,8 +2087,13 @@ impl App {
         if !self.readonly {
             keys.extend(self.verb_keys());
         }
-        if matches!(self.page().screen, Screen::Queue { .. }) {
-            keys.push(("n", "newest first"));
+        match &self.page().screen {
+            Screen::Queue { .. } | Screen::Dead => keys.push(("n", "newest first")),
+            Screen::Members => keys.push(("n", "last seen first")),
+            _ => {}
+        }
+        if self.is_dead_list() {
+            keys.push(("E", "group by error"));
         }
         let list = [
             ("enter", "open"),

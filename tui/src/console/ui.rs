@@ -5,8 +5,8 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style, Stylize};
 use ratatui::text::{Line, Span, Text};
 use ratatui::widgets::{
-    Block, Cell, Clear, HighlightSpacing, Paragraph, Row as TableRow, Sparkline, Table, TableState,
-    Tabs, Wrap,
+    Block, Cell, Clear, HighlightSpacing, Paragraph, RenderDirection, Row as TableRow, Sparkline, Table,
+    TableState, Tabs, Wrap,
 };
 
 use muster_protocol::model::{
@@ -161,6 +161,9 @@ fn screen_title(app: &App) -> String {
     if page.number() > 1 {
         title.push_str(&format!("· page {} ", page.number()));
     }
+    if page.grouped {
+        title.push_str("· by error ");
+    }
     if !page.filter.is_empty() {
         title.push_str(&format!("· filter {} ", page.filter));
     }
@@ -265,7 +268,7 @@ impl Trend {
         }
     }
 
-    fn values(self, series: &TrendSeries) -> &[u64] {
+    fn values(self, series: &TrendSeries) -> &[Option<u64>] {
         match self {
             Trend::In => &series.enqueued,
             Trend::Out => &series.acked,
@@ -481,7 +484,39 @@ fn render_queue(
         frame.render_widget(Paragraph::new(nothing(app, &what)), list);
         return;
     }
+    if app.page().grouped {
+        return group_table(app, Block::new(), frame, list);
+    }
     task_table(app, &columns(state), Block::new(), frame, list);
+}
+
+/// A dead list grouped by error: how many died of each, in which queues, the last when.
+fn group_table(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
+    let widths = [
+        Constraint::Length(6),
+        Constraint::Length(16),
+        Constraint::Length(6),
+        Constraint::Min(10),
+    ];
+    let fitted = column_widths(block.inner(area), &widths);
+    let rows = app
+        .rows()
+        .into_iter()
+        .filter_map(|r| match r {
+            Row::Group(g) => Some(g),
+            _ => None,
+        })
+        .map(|g| {
+            TableRow::new(vec![
+                Cell::from(count(g.ids.len() as u64)),
+                Cell::from(fit(&g.queues.join(","), fitted[1])),
+                Cell::from(ago(app.now_ms, g.last_died_ms)),
+                Cell::from(fit(&g.error, fitted[3])).fg(Color::Red),
+            ])
+        })
+        .collect();
+    let head = header(&["COUNT", "QUEUES", "LAST", "ERROR"]);
+    table(app, rows, &widths, head, block, frame, area);
 }
 
 /// A queue's last two minutes, one bar a second, newest at the right: enqueued and acked
@@ -496,16 +531,19 @@ fn render_trends(app: &App, queue: &str, frame: &mut Frame, area: Rect) {
     ]) {
         let [label, graph] =
             Layout::horizontal([Constraint::Length(16), Constraint::Min(1)]).areas(*row);
-        let top = values.iter().copied().max().unwrap_or(0);
+        let top = values.iter().flatten().copied().max().unwrap_or(0);
         frame.render_widget(
             Line::raw(format!("{name:<6} max {:>5}", count(top))),
             label,
         );
-        let shown = usize::from(graph.width).min(values.len());
+        // Newest first from the right edge: the oldest seconds are what a narrow
+        // terminal leaves out.
         frame.render_widget(
             Sparkline::default()
-                .data(&values[values.len() - shown..])
+                .data(values.iter().rev())
+                .direction(RenderDirection::RightToLeft)
                 .max(top.max(1))
+                .absent_value_symbol(" ")
                 .style(Style::new().fg(color)),
             graph,
         );
@@ -520,6 +558,9 @@ fn render_dead(app: &App, total: u64, block: Block<'_>, frame: &mut Frame, area:
             area,
         );
         return;
+    }
+    if app.page().grouped {
+        return group_table(app, block, frame, area);
     }
     let columns = [QUEUE, ATTEMPTS, DIED, REASON, ERROR];
     task_table(app, &columns, block, frame, area);
@@ -926,15 +967,28 @@ const HELP_NOTES: [(&str, &str); 3] = [
 fn render_help(app: &App, frame: &mut Frame) {
     let keys = app.keys();
     let key_style = Style::new().bold().fg(Color::Cyan);
-    let mut lines: Vec<Line<'_>> = keys
-        .iter()
-        .map(|(key, what)| {
-            Line::from(vec![
-                Span::styled(format!("{key:>8}  "), key_style),
-                Span::raw(*what),
-            ])
-        })
-        .collect();
+    let key = |(key, what): &(&str, &str), width: usize| {
+        vec![
+            Span::styled(format!("{key:>8}  "), key_style),
+            Span::raw(format!("{what:<width$}")),
+        ]
+    };
+    // One column where it fits the screen's height, else two side by side.
+    let room = usize::from(frame.area().height).saturating_sub(HELP_NOTES.len() + 3);
+    let mut lines: Vec<Line<'_>> = if keys.len() <= room {
+        keys.iter().map(|k| Line::from(key(k, 0))).collect()
+    } else {
+        let half = keys.len().div_ceil(2);
+        (0..half)
+            .map(|i| {
+                let mut spans = key(&keys[i], 26);
+                if let Some(right) = keys.get(i + half) {
+                    spans.extend(key(right, 0));
+                }
+                Line::from(spans)
+            })
+            .collect()
+    };
     lines.push(Line::default());
     lines.extend(HELP_NOTES.iter().map(|(key, what)| {
         Line::from(vec![
@@ -1022,24 +1076,24 @@ fn micros(us: u64) -> String {
 /// Bars from lowest to highest, as a text sparkline draws them.
 const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 
-/// `values` (oldest first) drawn as `width` bars of text, each the highest of its share
-/// of the values, scaled to the highest of all; the newest at the right. Nothing at all
-/// draws as the lowest bar.
-pub fn spark(values: &[u64], width: u16) -> String {
+/// `values` (oldest first) drawn as at most `width` bars of text, each the highest of
+/// its share of the values, scaled to the highest of all; the newest at the right. A bar
+/// with no known value is blank; zero is the lowest bar.
+pub fn spark(values: &[Option<u64>], width: u16) -> String {
     let width = usize::from(width);
     if width == 0 || values.is_empty() {
         return String::new();
     }
     let per = values.len().div_ceil(width);
     let skip = values.len() % per;
-    let columns: Vec<u64> = values[skip..]
+    let columns: Vec<Option<u64>> = values[skip..]
         .chunks(per)
-        .map(|c| c.iter().copied().max().unwrap_or(0))
+        .map(|c| c.iter().flatten().copied().max())
         .collect();
-    let top = columns.iter().copied().max().unwrap_or(0).max(1);
+    let top = columns.iter().flatten().copied().max().unwrap_or(0).max(1);
     columns
         .iter()
-        .map(|v| BARS[((v * 7).div_ceil(top)) as usize])
+        .map(|v| v.map_or(' ', |v| BARS[((v * 7).div_ceil(top)) as usize]))
         .collect()
 }
 
