@@ -319,13 +319,11 @@ impl Verb {
                 r.queue, r.id
             ),
             Verb::Enqueue { queue, payload } => format!(
-                "Enqueue a task on queue {queue} with the edited payload ({} bytes)?",
+                "Enqueue the edited payload ({} bytes) on queue {queue}?",
                 payload.len()
             ),
-            Verb::Priority { id, from, to } => {
-                format!("Change the priority of task {id} from {from} to {to}?")
-            }
-            Verb::RunNow(id) => format!("Run scheduled task {id} now, without waiting?"),
+            Verb::Priority { id, from, to } => format!("Task {id}: priority {from} → {to}?"),
+            Verb::RunNow(id) => format!("Run scheduled task {id} now?"),
             Verb::Undrain(m) => format!("Undrain member {m}? It gets work again."),
             Verb::UpdateQueue(c) => {
                 format!("Update queue {}: {}?", c.queue, c.changes.join(", "))
