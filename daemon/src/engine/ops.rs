@@ -10,7 +10,7 @@ use muster_protocol::limits::{
     MAX_IDS, MAX_KEY_CONCURRENCY, MAX_LABEL_CLASSES, MAX_LEASE, MAX_LISTED_LABEL_SETS,
     MAX_LISTING_BYTES, MAX_PAGE, MAX_PARKED_CLAIMS_PER_CONNECTION, MAX_PARKED_CLAIMS_PER_PRINCIPAL,
     MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_PROGRESS_BYTES, MAX_QUEUES, MAX_RESULT_BYTES,
-    MAX_RETENTION, MAX_WAIT, MIN_LEASE,
+    MAX_RETENTION, MAX_SUMMARY_PROGRESS_BYTES, MAX_WAIT, MIN_LEASE, cut_to,
 };
 use muster_protocol::model::{
     Delivery, EnqueuedTask, LeaseInfo, QueueInfo, QueueOptions, QueuePatch, StateCounts, TaskInfo,
@@ -179,6 +179,13 @@ pub(super) fn summary(id: Ulid, rec: &TaskRecord) -> TaskSummary {
         dead_reason: rec.dead_reason.clone(),
         created_ms: rec.created_ms,
         updated_ms: rec.updated_ms,
+        progress: rec.progress.as_ref().map(|p| {
+            let mut text = p.get().to_owned();
+            if cut_to(&mut text, MAX_SUMMARY_PROGRESS_BYTES) {
+                text.push('…');
+            }
+            text
+        }),
     }
 }
 

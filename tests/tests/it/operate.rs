@@ -294,3 +294,43 @@ async fn server_stats_report_uptime_members_and_fsync_latency() {
     }
     assert_eq!(seen, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn summaries_carry_the_progress_checkpoint_cut_to_256_bytes() {
+    let d = Daemon::start();
+    let c = d.client().await;
+    c.queue_create("jobs", QueuePatch::default())
+        .await
+        .expect("queue");
+    let id = enqueue(&c, payload(1)).await;
+    let leased = || async {
+        let page = c
+            .task_list("jobs", TaskState::Leased, None, None)
+            .await
+            .expect("list");
+        assert_eq!(page.tasks.len(), 1);
+        page.tasks[0].clone()
+    };
+    let got = c.claim(&Claim::new(["jobs"])).await.expect("claim");
+    assert_eq!(leased().await.progress, None);
+    let step = muster_sdk::json(&serde_json::json!({"step": 3, "of": 10})).expect("json");
+    c.renew(&id, got[0].epoch, None, Some(step))
+        .await
+        .expect("renew");
+    assert_eq!(
+        leased().await.progress.as_deref(),
+        Some(r#"{"step":3,"of":10}"#)
+    );
+    // A long checkpoint is cut on a character boundary (9 bytes of `{"logs":"`, then
+    // two-byte characters: 255 bytes), with a mark; task_get has it all.
+    let long = serde_json::json!({ "logs": "é".repeat(400) });
+    let long = muster_sdk::json(&long).expect("json");
+    c.renew(&id, got[0].epoch, None, Some(long.clone()))
+        .await
+        .expect("renew");
+    let cut = leased().await.progress.expect("progress");
+    assert_eq!(cut.len(), 255 + '…'.len_utf8(), "{cut}");
+    assert!(cut.starts_with(r#"{"logs":"éé"#) && cut.ends_with("é…"), "{cut}");
+    let whole = c.task_get(&id).await.expect("task").progress.expect("progress");
+    assert_eq!(whole.get(), long.get());
+}

@@ -142,6 +142,7 @@ fn task(n: u32, queue: &str, state: TaskState) -> TaskSummary {
         dead_reason: (state == TaskState::Dead).then(|| "max_attempts".into()),
         created_ms: NOW - 600 * SEC,
         updated_ms: NOW - 42 * SEC,
+        progress: (state == TaskState::Leased).then(|| format!("{{\"step\":{n},\"of\":10}}")),
     }
 }
 

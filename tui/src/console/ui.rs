@@ -642,6 +642,11 @@ const RUNNING: Column = Column {
     width: Constraint::Length(8),
     cell: |t, now| ago(now, t.updated_ms),
 };
+const PROGRESS: Column = Column {
+    title: "PROGRESS",
+    width: Constraint::Min(8),
+    cell: |t, _| t.progress.clone().unwrap_or_else(|| "-".into()),
+};
 const QUEUE: Column = Column {
     title: "QUEUE",
     width: Constraint::Length(10),
@@ -651,7 +656,7 @@ const QUEUE: Column = Column {
 /// The columns of a queue's tab, after the id.
 fn columns(state: TaskState) -> Vec<Column> {
     match state {
-        TaskState::Leased => vec![HOLDER, ATTEMPTS, RUNNING, EXPIRES],
+        TaskState::Leased => vec![HOLDER, ATTEMPTS, RUNNING, EXPIRES, PROGRESS],
         TaskState::Dead => vec![ATTEMPTS, DIED, REASON, ERROR],
         TaskState::Scheduled => vec![PRIORITY, KEY, FAILURES, DUE],
         TaskState::Ready | TaskState::Done | TaskState::Cancelled => {
