@@ -1303,7 +1303,9 @@ impl<W: Waiter> Engine<W> {
         if let Some(p) = r.priority
             && p > MAX_PRIORITY
         {
-            return Err(bad(format!("priority {p} is out of range 0..={MAX_PRIORITY}")));
+            return Err(bad(format!(
+                "priority {p} is out of range 0..={MAX_PRIORITY}"
+            )));
         }
         let mut rec = self.record(id)?;
         if !matches!(rec.state, TaskState::Ready | TaskState::Scheduled) {

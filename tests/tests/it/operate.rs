@@ -76,10 +76,7 @@ async fn a_new_priority_moves_a_ready_task_ahead_and_run_now_makes_a_scheduled_o
     assert_eq!(events(&t), ["enqueued", "priority_changed", "leased"]);
 
     // Both at priority 0 now: enqueue order, the first then the one run now.
-    let got = c
-        .claim(&Claim::new(["jobs"]).max(2))
-        .await
-        .expect("claim");
+    let got = c.claim(&Claim::new(["jobs"]).max(2)).await.expect("claim");
     let ids: Vec<&str> = got.iter().map(|t| t.id.as_str()).collect();
     assert_eq!(ids, [first.as_str(), scheduled.as_str()]);
 
@@ -106,10 +103,7 @@ async fn a_refused_task_update_names_why_and_changes_nothing() {
     let waiting = enqueue(&c, payload(1)).await;
     let leased = enqueue(&c, payload(2)).await;
     let done = enqueue(&c, payload(3)).await;
-    let claimed = c
-        .claim(&Claim::new(["jobs"]).max(3))
-        .await
-        .expect("claim");
+    let claimed = c.claim(&Claim::new(["jobs"]).max(3)).await.expect("claim");
     assert_eq!(claimed.len(), 3);
     let held = |id: &str| claimed.iter().find(|t| t.id == id).expect("claimed");
     // `waiting` goes back to ready; `done` is acked; `leased` stays leased.
@@ -330,7 +324,15 @@ async fn summaries_carry_the_progress_checkpoint_cut_to_256_bytes() {
         .expect("renew");
     let cut = leased().await.progress.expect("progress");
     assert_eq!(cut.len(), 255 + '…'.len_utf8(), "{cut}");
-    assert!(cut.starts_with(r#"{"logs":"éé"#) && cut.ends_with("é…"), "{cut}");
-    let whole = c.task_get(&id).await.expect("task").progress.expect("progress");
+    assert!(
+        cut.starts_with(r#"{"logs":"éé"#) && cut.ends_with("é…"),
+        "{cut}"
+    );
+    let whole = c
+        .task_get(&id)
+        .await
+        .expect("task")
+        .progress
+        .expect("progress");
     assert_eq!(whole.get(), long.get());
 }

@@ -8,10 +8,10 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
+use muster_protocol::limits::MAX_PRIORITY;
 use muster_protocol::model::{
     MemberInfo, QueueInfo, QueueOptions, QueuePatch, QueueTotals, TaskState, TaskSummary,
 };
-use muster_protocol::limits::MAX_PRIORITY;
 use muster_protocol::ops::{
     FieldMatch, FindCursor, ServerStatsReply, TaskFind, TaskFindReply, View, WatchReply,
     WatchUpdate,
@@ -254,8 +254,8 @@ impl Draft {
             Draft::Requeue(r) => r.payload.clone(),
             Draft::Enqueue { .. } => NEW_PAYLOAD.to_owned(),
             Draft::Options { options, .. } => {
-                let mut text = serde_json::to_string_pretty(options)
-                    .expect("queue options serialize to JSON");
+                let mut text =
+                    serde_json::to_string_pretty(options).expect("queue options serialize to JSON");
                 text.push('\n');
                 text
             }
@@ -462,7 +462,10 @@ pub fn queue_changes(shown: &QueueOptions, edited: &QueuePatch) -> (QueuePatch, 
         ));
         patch.retry_backoff = Some(v);
     }
-    if let Some(v) = edited.key_concurrency.filter(|v| *v != shown.key_concurrency) {
+    if let Some(v) = edited
+        .key_concurrency
+        .filter(|v| *v != shown.key_concurrency)
+    {
         changes.push(format!("key_concurrency {} → {v}", shown.key_concurrency));
         patch.key_concurrency = Some(v);
     }
@@ -618,10 +621,9 @@ impl Trend {
                 at += 1;
             }
             let (enqueued, acked) = match (before, last) {
-                (Some(b), Some(l)) => (
-                    Some(l.1.saturating_sub(b.1)),
-                    Some(l.2.saturating_sub(b.2)),
-                ),
+                (Some(b), Some(l)) => {
+                    (Some(l.1.saturating_sub(b.1)), Some(l.2.saturating_sub(b.2)))
+                }
                 _ => (None, None),
             };
             out.enqueued.push(enqueued);
@@ -1149,18 +1151,20 @@ impl App {
                 .entry(q.name.clone())
                 .or_default()
                 .note(self.now_ms, q.totals);
-            self.trends
-                .entry(q.name.clone())
-                .or_default()
-                .note(self.now_ms, q.totals, q.counts.ready);
+            self.trends.entry(q.name.clone()).or_default().note(
+                self.now_ms,
+                q.totals,
+                q.counts.ready,
+            );
         }
     }
 
     /// A queue's last [`TREND_SECONDS`] seconds, ending now.
     pub fn trend(&self, queue: &str) -> TrendSeries {
-        self.trends
-            .get(queue)
-            .map_or_else(|| Trend::default().series(self.now_ms), |t| t.series(self.now_ms))
+        self.trends.get(queue).map_or_else(
+            || Trend::default().series(self.now_ms),
+            |t| t.series(self.now_ms),
+        )
     }
 
     /// Enqueued and acked per second of a queue, as last measured.
@@ -1934,9 +1938,8 @@ impl App {
             ) => {
                 let (id, state, priority) = self.waiting_task()?;
                 if !matches!(state, TaskState::Ready | TaskState::Scheduled) {
-                    return self.refuse(
-                        "only a ready or scheduled task gets a new priority or runs now",
-                    );
+                    return self
+                        .refuse("only a ready or scheduled task gets a new priority or runs now");
                 }
                 match key {
                     'N' if state != TaskState::Scheduled => {
@@ -2005,7 +2008,9 @@ impl App {
     fn marked_dead(&mut self) -> Option<DeadTasks> {
         if let Some(Row::Group(g)) = self.selected_row() {
             let [queue] = g.queues.as_slice() else {
-                self.refuse("the error's tasks are in several queues: open it (enter) and mark one queue's");
+                self.refuse(
+                    "the error's tasks are in several queues: open it (enter) and mark one queue's",
+                );
                 return None;
             };
             return Some(DeadTasks {
@@ -2047,9 +2052,7 @@ impl App {
     fn waiting_task(&self) -> Option<(String, TaskState, u8)> {
         match &self.data {
             Some(WatchUpdate::Task { task }) => Some((task.id.clone(), task.state, task.priority)),
-            _ => self
-                .selected_task()
-                .map(|t| (t.id, t.state, t.priority)),
+            _ => self.selected_task().map(|t| (t.id, t.state, t.priority)),
         }
     }
 

@@ -417,7 +417,11 @@ async fn run_verb(client: &Client, verb: Verb) -> Result<String, Error> {
         }
         Verb::UpdateQueue(change) => {
             client.queue_update(&change.queue, change.patch).await?;
-            format!("updated queue {}: {}", change.queue, change.changes.join(", "))
+            format!(
+                "updated queue {}: {}",
+                change.queue,
+                change.changes.join(", ")
+            )
         }
     })
 }

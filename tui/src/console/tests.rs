@@ -1219,10 +1219,7 @@ fn e_edits_a_dead_tasks_payload_and_requeues_it_after_a_confirm() {
         "{:?}",
         app.message
     );
-    app.on_edited(
-        draft(),
-        Err("\"false\" exited with exit status: 1".into()),
-    );
+    app.on_edited(draft(), Err("\"false\" exited with exit status: 1".into()));
     assert_eq!(app.mode, Mode::Normal);
     // Edited: the confirm names the queue and the dead task; y runs it.
     app.on_edited(draft(), Ok("{\"prompt\":\"fixed\"}\n".into()));
@@ -1307,7 +1304,13 @@ fn snapshots(name: &str, app: &App) {
 }
 
 /// A member as the members screen shows it.
-fn member(name: &str, labels: &[&str], leased: u64, state: MemberState, draining: bool) -> MemberInfo {
+fn member(
+    name: &str,
+    labels: &[&str],
+    leased: u64,
+    state: MemberState,
+    draining: bool,
+) -> MemberInfo {
     MemberInfo {
         name: name.into(),
         labels: labels.iter().map(|l| (*l).to_owned()).collect(),
@@ -1376,7 +1379,10 @@ fn a_enqueues_a_payload_written_in_the_editor_after_a_confirm() {
         "{:?}",
         app.message
     );
-    app.on_edited(draft.clone(), Err("\"vi\" exited with exit status: 1".into()));
+    app.on_edited(
+        draft.clone(),
+        Err("\"vi\" exited with exit status: 1".into()),
+    );
     assert_eq!(
         app.message,
         Some((
@@ -1508,7 +1514,10 @@ fn plus_minus_and_capital_n_change_priority_and_run_now_after_a_confirm() {
     };
     assert_eq!(app.mode, Mode::Confirm(raise.clone()));
     snapshots("confirm_priority", &app);
-    assert_eq!(press(&mut app, KeyCode::Char('y')), vec![Effect::Run(raise)]);
+    assert_eq!(
+        press(&mut app, KeyCode::Char('y')),
+        vec![Effect::Run(raise)]
+    );
     press(&mut app, KeyCode::Char('-'));
     assert_eq!(
         app.mode,
@@ -1667,7 +1676,13 @@ fn dead_by_error(app: &mut App) {
         },
     );
     let mut tasks: Vec<TaskSummary> = (1..=5)
-        .map(|n| task(n, if n == 5 { "emails" } else { "inference" }, TaskState::Dead))
+        .map(|n| {
+            task(
+                n,
+                if n == 5 { "emails" } else { "inference" },
+                TaskState::Dead,
+            )
+        })
         .collect();
     tasks[1].last_error = Some("HTTP 502 from upstream".into());
     tasks[1].updated_ms = NOW - 7 * SEC;
@@ -1853,7 +1868,10 @@ fn wide_screens_show_trends_and_narrow_ones_leave_them_out() {
     let wide = screen(&app, 200, 50).backend().to_string();
     assert!(wide.contains("IN 2m"), "{wide}");
     let middle = screen(&app, 130, 30).backend().to_string();
-    assert!(middle.contains("READY 2m") && !middle.contains("IN 2m"), "{middle}");
+    assert!(
+        middle.contains("READY 2m") && !middle.contains("IN 2m"),
+        "{middle}"
+    );
     assert!(!text(&app).contains("2m"));
     // The queue screen draws its sparklines when tall enough.
     press(&mut app, KeyCode::Enter);
@@ -1868,12 +1886,19 @@ fn wide_screens_show_trends_and_narrow_ones_leave_them_out() {
         WatchUpdate::Tasks {
             queue: q,
             state: TaskState::Ready,
-            tasks: (1..3).map(|n| task(n, "emails", TaskState::Ready)).collect(),
+            tasks: (1..3)
+                .map(|n| task(n, "emails", TaskState::Ready))
+                .collect(),
             next: None,
         },
     );
     snapshots("queue_trends", &app);
-    assert!(screen(&app, 200, 50).backend().to_string().contains("in/s   max     5"));
+    assert!(
+        screen(&app, 200, 50)
+            .backend()
+            .to_string()
+            .contains("in/s   max     5")
+    );
     assert!(!text(&app).contains("in/s   max"));
 }
 

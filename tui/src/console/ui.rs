@@ -5,8 +5,8 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style, Stylize};
 use ratatui::text::{Line, Span, Text};
 use ratatui::widgets::{
-    Block, Cell, Clear, HighlightSpacing, Paragraph, RenderDirection, Row as TableRow, Sparkline, Table,
-    TableState, Tabs, Wrap,
+    Block, Cell, Clear, HighlightSpacing, Paragraph, RenderDirection, Row as TableRow, Sparkline,
+    Table, TableState, Tabs, Wrap,
 };
 
 use muster_protocol::model::{
@@ -282,45 +282,45 @@ fn render_queues(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
     let mut widths = QUEUES_WIDTHS.to_vec();
     widths.extend(trends.iter().map(|_| Constraint::Length(TREND_WIDTH)));
     let name_width = column_widths(block.inner(area), &widths)[0];
-    let rows = app
-        .rows()
-        .into_iter()
-        .filter_map(|r| match r {
-            Row::Queue(q) => Some(q),
-            _ => None,
-        })
-        .map(|q| {
-            let (rate_in, rate_out) = app.rate(&q.name);
-            let dead = Cell::from(count(q.counts.dead));
-            let mut cells = vec![
-                Cell::from(fit(&q.name, name_width)),
-                Cell::from(count(q.counts.ready)),
-                Cell::from(count(q.counts.scheduled)),
-                Cell::from(count(q.counts.leased)),
-                if q.counts.dead > 0 {
-                    dead.fg(Color::Red)
-                } else {
-                    dead
-                },
-                Cell::from(count(q.counts.done)),
-                Cell::from(count(q.consumers)),
-                Cell::from(
-                    q.oldest_ready_ms
-                        .map_or("-".into(), |at| ago(app.now_ms, at)),
-                ),
-                Cell::from(format!("{rate_in:.1}")),
-                Cell::from(format!("{rate_out:.1}")),
-                queue_state(q),
-            ];
-            if !trends.is_empty() {
-                let series = app.trend(&q.name);
-                cells.extend(trends.iter().map(|t| {
-                    Cell::from(spark(t.values(&series), TREND_WIDTH)).fg(Color::Cyan)
-                }));
-            }
-            TableRow::new(cells)
-        })
-        .collect();
+    let rows =
+        app.rows()
+            .into_iter()
+            .filter_map(|r| match r {
+                Row::Queue(q) => Some(q),
+                _ => None,
+            })
+            .map(|q| {
+                let (rate_in, rate_out) = app.rate(&q.name);
+                let dead = Cell::from(count(q.counts.dead));
+                let mut cells = vec![
+                    Cell::from(fit(&q.name, name_width)),
+                    Cell::from(count(q.counts.ready)),
+                    Cell::from(count(q.counts.scheduled)),
+                    Cell::from(count(q.counts.leased)),
+                    if q.counts.dead > 0 {
+                        dead.fg(Color::Red)
+                    } else {
+                        dead
+                    },
+                    Cell::from(count(q.counts.done)),
+                    Cell::from(count(q.consumers)),
+                    Cell::from(
+                        q.oldest_ready_ms
+                            .map_or("-".into(), |at| ago(app.now_ms, at)),
+                    ),
+                    Cell::from(format!("{rate_in:.1}")),
+                    Cell::from(format!("{rate_out:.1}")),
+                    queue_state(q),
+                ];
+                if !trends.is_empty() {
+                    let series = app.trend(&q.name);
+                    cells.extend(trends.iter().map(|t| {
+                        Cell::from(spark(t.values(&series), TREND_WIDTH)).fg(Color::Cyan)
+                    }));
+                }
+                TableRow::new(cells)
+            })
+            .collect();
     let mut titles = vec![
         "QUEUE", "READY", "SCHED", "LEASED", "DEAD", "DONE", "CONS", "OLDEST", "IN/s", "OUT/s",
         "STATE",
@@ -532,10 +532,7 @@ fn render_trends(app: &App, queue: &str, frame: &mut Frame, area: Rect) {
         let [label, graph] =
             Layout::horizontal([Constraint::Length(16), Constraint::Min(1)]).areas(*row);
         let top = values.iter().flatten().copied().max().unwrap_or(0);
-        frame.render_widget(
-            Line::raw(format!("{name:<6} max {:>5}", count(top))),
-            label,
-        );
+        frame.render_widget(Line::raw(format!("{name:<6} max {:>5}", count(top))), label);
         // Newest first from the right edge: the oldest seconds are what a narrow
         // terminal leaves out.
         frame.render_widget(

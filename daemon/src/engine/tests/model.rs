@@ -8,9 +8,9 @@
 
 use proptest::prelude::*;
 
+use muster_protocol::ErrorCode;
 use muster_protocol::Request;
 use muster_protocol::model::{NewTask, QueuePatch, TaskState};
-use muster_protocol::ErrorCode;
 use muster_protocol::ops::{Ack, Claim, Enqueue, Nack, TaskUpdate};
 
 use super::{Harness, raw};
