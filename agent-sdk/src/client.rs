@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 use muster_protocol::frame;
 use muster_protocol::model::{
     Delivery, EnqueuedTask, MemberInfo, NewTask, QueueInfo, QueuePatch, TaskInfo, TaskState,
+    TaskSummary,
 };
 use muster_protocol::ops::{
     self, Ack, Cancel, CancelReply, Claim, CountReply, DeadLetter, DeadSelection, Enqueue, Hello,
@@ -399,6 +400,12 @@ impl Client {
         self.call(&Cancel { task: task.into() }).await
     }
 
+    /// Changes a ready or scheduled task: its priority, or (`run_now`) a scheduled task
+    /// becomes ready now. The task as it is after the change.
+    pub async fn task_update(&self, update: &ops::TaskUpdate) -> Result<TaskSummary, Error> {
+        Ok(self.call(update).await?.task)
+    }
+
     /// Opens a member session on this connection. Pushes for the session (deliveries,
     /// cancels, drain, replacement) arrive on the returned receiver, which ends when the
     /// connection does. One session per connection: a second call replaces the first.
@@ -490,6 +497,16 @@ impl Client {
     pub async fn member_drain(&self, member: &str) -> Result<MemberInfo, Error> {
         Ok(self
             .call(&ops::MemberDrain(MemberName {
+                member: member.into(),
+            }))
+            .await?
+            .member)
+    }
+
+    /// Ends a member's drain: it gets work again.
+    pub async fn member_undrain(&self, member: &str) -> Result<MemberInfo, Error> {
+        Ok(self
+            .call(&ops::MemberUndrain(MemberName {
                 member: member.into(),
             }))
             .await?

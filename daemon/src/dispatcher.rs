@@ -202,6 +202,14 @@ pub struct CommitStats {
     pub synced_requests: AtomicU64,
     /// The disk alarm is on (see [`crate::disk`]).
     pub disk_alarm: AtomicBool,
+    /// Wall-clock milliseconds when the dispatcher started, for the uptime.
+    pub started_ms: AtomicU64,
+    /// Connected member sessions, as of the last gauge refresh.
+    pub members_connected: AtomicU64,
+    /// Microseconds the latest persist took.
+    pub fsync_last_us: AtomicU64,
+    /// Microseconds of every persist added up.
+    pub fsync_total_us: AtomicU64,
 }
 
 /// The running dispatcher: a channel in, a thread behind it.
@@ -228,6 +236,9 @@ impl Dispatcher {
         engine.set_member_name_expiry(member_name_expiry);
         engine.set_quotas(quotas);
         let stats = Arc::new(CommitStats::default());
+        stats
+            .started_ms
+            .store(clock.now().wall_ms, Ordering::Relaxed);
         // Before the first request: a daemon started on a full disk refuses enqueues at once.
         watch_disk(&mut disk, &mut engine, &stats);
         info!(
@@ -417,7 +428,11 @@ fn run(
             // IMPORTANT: persist before any reply of this round leaves.
             let started = Instant::now();
             engine.store().persist(mode)?;
-            metrics::histogram!("muster_fsync_seconds").record(started.elapsed().as_secs_f64());
+            let took = started.elapsed();
+            metrics::histogram!("muster_fsync_seconds").record(took.as_secs_f64());
+            let took_us = took.as_micros() as u64;
+            stats.fsync_last_us.store(took_us, Ordering::Relaxed);
+            stats.fsync_total_us.fetch_add(took_us, Ordering::Relaxed);
             metrics::histogram!("muster_fsync_batch_requests").record(requests as f64);
             stats.syncs.fetch_add(1, Ordering::Relaxed);
             stats.synced_requests.fetch_add(requests, Ordering::Relaxed);
@@ -447,6 +462,9 @@ fn run(
         }
         if gauges_at.elapsed() >= crate::metrics::GAUGE_INTERVAL {
             engine.publish_gauges(clock.now());
+            stats
+                .members_connected
+                .store(engine.connected_members() as u64, Ordering::Relaxed);
             gauges_at = Instant::now();
         }
     }

@@ -540,14 +540,20 @@ async fn handle_frame(
     if let Request::ServerStats(_) = &req
         && allowed
     {
+        use std::sync::atomic::Ordering::Relaxed;
         let stats = &state.context.server.stats;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
         let reply = Reply::ServerStats(muster_protocol::ops::ServerStatsReply {
-            syncs: stats.syncs.load(std::sync::atomic::Ordering::Relaxed),
-            synced_requests: stats
-                .synced_requests
-                .load(std::sync::atomic::Ordering::Relaxed),
+            syncs: stats.syncs.load(Relaxed),
+            synced_requests: stats.synced_requests.load(Relaxed),
             durability: state.context.server.durability.into(),
-            disk_alarm: stats.disk_alarm.load(std::sync::atomic::Ordering::Relaxed),
+            disk_alarm: stats.disk_alarm.load(Relaxed),
+            uptime_ms: now_ms.saturating_sub(stats.started_ms.load(Relaxed)),
+            members_connected: stats.members_connected.load(Relaxed),
+            fsync_last_us: stats.fsync_last_us.load(Relaxed),
+            fsync_total_us: stats.fsync_total_us.load(Relaxed),
         });
         let _ = out.send(Outgoing::reply(Some(id), Ok(reply), slot));
         return Continue(());

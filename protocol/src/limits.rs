@@ -136,6 +136,11 @@ pub const MAX_LISTED_LABEL_SETS: usize = 16;
 /// cursor (or, for `wait`, by `task_get`).
 pub const MAX_LISTING_BYTES: usize = MAX_FRAME_BYTES - 256 * 1024;
 
+/// Bytes of a task's progress checkpoint a summary carries (`task_get` has it whole):
+/// enough for the counters a console shows (`{"step":3,"of":10}`), little next to the
+/// 8 KiB an error may add to a summary.
+pub const MAX_SUMMARY_PROGRESS_BYTES: usize = 256;
+
 /// Deepest nesting of JSON arrays and objects in a frame. Deeper frames are refused
 /// before they are parsed, so no parser recursion depends on what a peer sends.
 pub const MAX_JSON_DEPTH: usize = 64;

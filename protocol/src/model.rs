@@ -439,6 +439,11 @@ pub struct TaskSummary {
     pub created_ms: u64,
     /// When it last changed state.
     pub updated_ms: u64,
+    /// The JSON text of its last progress checkpoint, cut to
+    /// [`crate::limits::MAX_SUMMARY_PROGRESS_BYTES`] with `…` appended if longer (then
+    /// it is no longer JSON); absent if it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
 }
 
 /// A member as `member_list` and `member_describe` show it.

@@ -461,6 +461,27 @@ pub struct CancelReply {
     pub cancel_requested: bool,
 }
 
+/// Changes a task that waits (`ready` or `scheduled`): its priority, and whether a
+/// scheduled task waits for its time or becomes ready now. At least one change is named.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TaskUpdate {
+    /// The task's id.
+    pub task: String,
+    /// The new priority, 0 to [`crate::limits::MAX_PRIORITY`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
+    /// A scheduled task becomes ready now (a ready task stays as it is).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub run_now: bool,
+}
+
+/// Reply to [`TaskUpdate`]: the task as it is after the change.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskUpdateReply {
+    /// The task.
+    pub task: TaskSummary,
+}
+
 /// Names dead tasks of a queue: by ids, or all of them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DeadSelection {
@@ -579,6 +600,11 @@ pub struct MemberDescribe(pub MemberName);
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MemberDrain(pub MemberName);
 
+/// Ends a member's drain: it gets work again (pushes to its session, tasks to claims
+/// naming it). Nothing is pushed to the member.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemberUndrain(pub MemberName);
+
 /// Frees a member name bound to the principal that first used it, so that another
 /// principal may use it. Refused (`invalid_state`) while the member has a session or
 /// leases; `not_found` if the name is bound to nobody.
@@ -660,6 +686,21 @@ pub struct ServerStatsReply {
     /// directory's free space is back (absent from daemons before it: false).
     #[serde(default)]
     pub disk_alarm: bool,
+    /// Milliseconds since the daemon started (absent from daemons before it: 0).
+    #[serde(default)]
+    pub uptime_ms: u64,
+    /// Member sessions connected and reachable, as counted at most a second ago
+    /// (absent from daemons before it: 0).
+    #[serde(default)]
+    pub members_connected: u64,
+    /// How long the latest persist took, in microseconds (fdatasync with `sync`
+    /// durability); 0 before the first (and from daemons before it).
+    #[serde(default)]
+    pub fsync_last_us: u64,
+    /// The time of every persist so far added up, in microseconds: two readings give
+    /// the mean over the span, `Δfsync_total_us / Δsyncs` (absent from daemons before it: 0).
+    #[serde(default)]
+    pub fsync_total_us: u64,
 }
 
 /// One screen of the operator's view, as a `watch` asks for it. Lists come a page at a
@@ -981,6 +1022,7 @@ ops! {
     TaskFind(Box<TaskFind>) = "task_find" -> TaskFindReply;
     Wait(Wait) = "wait" -> WaitReply;
     Cancel(Cancel) = "cancel" -> CancelReply;
+    TaskUpdate(TaskUpdate) = "task_update" -> TaskUpdateReply;
     Redrive(Redrive) = "redrive" -> CountReply;
     Discard(Discard) = "discard" -> CountReply;
     SessionOpen(SessionOpen) = "session_open" -> SessionOpenReply;
@@ -990,6 +1032,7 @@ ops! {
     MemberList(MemberList) = "member_list" -> MemberListReply;
     MemberDescribe(MemberDescribe) = "member_describe" -> MemberDescribeReply;
     MemberDrain(MemberDrain) = "member_drain" -> MemberReply;
+    MemberUndrain(MemberUndrain) = "member_undrain" -> MemberReply;
     MemberRelease(MemberRelease) = "member_release" -> Empty;
     LeaseRevoke(LeaseRevoke) = "lease_revoke" -> SettleReply;
     ServerStats(ServerStats) = "server_stats" -> ServerStatsReply;

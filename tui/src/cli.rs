@@ -315,6 +315,12 @@ pub enum MemberCommand {
         /// The member.
         name: String,
     },
+    /// End a member's drain: it gets work again (an agent that stopped at the drain
+    /// stays stopped; one that kept its session, or resumes it, is served again).
+    Undrain {
+        /// The member.
+        name: String,
+    },
     /// Free a member name from the token that first used it, so another token may use
     /// it (the member must have no session and no lease).
     Release {
@@ -538,6 +544,19 @@ pub enum TaskCommand {
     /// given must match; the daemon examines a bounded amount per request and the
     /// search goes on until LIMIT matches are printed or every task was examined.
     Find(Box<FindArgs>),
+    /// Change the priority of a ready or scheduled task (its place in dispatch order).
+    Update {
+        /// Task id.
+        id: String,
+        /// The new priority, 0 to 9, higher first.
+        #[arg(long, value_parser = clap::value_parser!(u8).range(0..=i64::from(muster_protocol::limits::MAX_PRIORITY)))]
+        priority: u8,
+    },
+    /// Make a scheduled task ready now, without waiting for its time.
+    RunNow {
+        /// Task id.
+        id: String,
+    },
 }
 
 /// Arguments of `task find`.

@@ -166,6 +166,22 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
             list(client, out, &queue, state, after, limit).await
         }
         Command::Task(TaskCommand::Find(args)) => find(client, out, *args).await,
+        Command::Task(TaskCommand::Update { id, priority }) => {
+            let update = muster_protocol::ops::TaskUpdate {
+                task: id,
+                priority: Some(priority),
+                run_now: false,
+            };
+            out.summary(&client.task_update(&update).await?)
+        }
+        Command::Task(TaskCommand::RunNow { id }) => {
+            let update = muster_protocol::ops::TaskUpdate {
+                task: id,
+                priority: None,
+                run_now: true,
+            };
+            out.summary(&client.task_update(&update).await?)
+        }
         Command::Wait { ids, timeout } => {
             let reply = client.wait(ids, ms(timeout)).await?;
             for t in &reply.finished {
@@ -255,6 +271,9 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
         }
         Command::Member(MemberCommand::Drain { name }) => {
             out.member(&client.member_drain(&name).await?)
+        }
+        Command::Member(MemberCommand::Undrain { name }) => {
+            out.member(&client.member_undrain(&name).await?)
         }
         Command::Member(MemberCommand::Release { name }) => {
             client.member_release(&name).await?;

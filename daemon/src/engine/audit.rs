@@ -25,7 +25,9 @@ pub(super) fn action(req: &Request) -> Option<Action> {
         Request::Redrive(r) if !r.0.dry_run => &r.0.queue,
         Request::Discard(r) if !r.0.dry_run => &r.0.queue,
         Request::Cancel(r) => &r.task,
+        Request::TaskUpdate(r) => &r.task,
         Request::MemberDrain(r) => &r.0.member,
+        Request::MemberUndrain(r) => &r.0.member,
         Request::LeaseRevoke(r) => &r.task,
         _ => return None,
     };
@@ -39,7 +41,7 @@ pub(super) fn action(req: &Request) -> Option<Action> {
 pub(super) fn applied(action: &Action, principal: Option<&str>, reply: &Reply) {
     let tasks = match reply {
         Reply::Count(c) => c.count,
-        Reply::Cancel(_) | Reply::Settle(_) => 1,
+        Reply::Cancel(_) | Reply::Settle(_) | Reply::TaskUpdate(_) => 1,
         Reply::Member(m) => m.member.leased,
         _ => 0,
     };

@@ -16,9 +16,9 @@
 //! | `session_update`, `unsubscribe` | consume | (the session is the connection's own) |
 //! | `subscribe` | consume | every queue |
 //! | `member_list` | admin | a queue-scoped admin lists only members with a lease or a subscription in a covered queue |
-//! | `member_describe`, `member_drain` | admin | the member must have a lease or a subscription in a covered queue (any member for an admin of every queue) |
+//! | `member_describe`, `member_drain`, `member_undrain` | admin | the member must have a lease or a subscription in a covered queue (any member for an admin of every queue) |
 //! | `member_release` | admin, of every queue | the member must have no session and no lease |
-//! | `lease_revoke` | admin | the task's queue |
+//! | `lease_revoke`, `task_update` | admin | the task's queue |
 //! | `server_stats` | admin | |
 //! | `admin_snapshot` | admin, of every queue | |
 //! | `watch` | admin | the view's queue or task; queue and dead screens show only covered queues; member screens: admin of every queue |
@@ -225,8 +225,10 @@ impl<W: Waiter> Engine<W> {
             Request::MemberList(_) => p.check(ADMIN, None),
             Request::MemberDescribe(r) => self.member_in_scope(&r.0.member, p),
             Request::MemberDrain(r) => self.member_in_scope(&r.0.member, p),
+            Request::MemberUndrain(r) => self.member_in_scope(&r.0.member, p),
             Request::MemberRelease(_) => every_queue_admin(p),
             Request::LeaseRevoke(r) => self.task_allowed(&r.task, ADMIN, p),
+            Request::TaskUpdate(r) => self.task_allowed(&r.task, ADMIN, p),
             Request::Watch(r) => match &r.view {
                 View::Tasks { queue, .. } => p.check(ADMIN, Some(queue)),
                 View::Task { task } => self.task_allowed(task, ADMIN, p),

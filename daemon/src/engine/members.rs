@@ -303,8 +303,8 @@ impl<W: Waiter> Engine<W> {
         }
     }
 
-    /// Members with a connected session.
-    pub(super) fn connected_members(&self) -> usize {
+    /// Members with a connected, reachable session.
+    pub fn connected_members(&self) -> usize {
         self.members
             .values()
             .filter(|m| m.state() == MemberState::Connected)
@@ -699,6 +699,29 @@ impl<W: Waiter> Engine<W> {
         let (after, info) = (m.counted(), m.info(&r.member));
         self.recount(before, after);
         self.push_to(&r.member, Push::Drain);
+        Ok(MemberReply { member: info })
+    }
+
+    /// Ends a member's drain. Its session (if any) and claims naming it are served again
+    /// at the end of this request; a member that was not draining is left as it was.
+    pub(super) fn member_undrain(&mut self, r: &MemberName) -> OpResult<MemberReply> {
+        let m = self
+            .members
+            .get_mut(r.member.as_str())
+            .ok_or_else(|| not_a_member(&r.member))?;
+        if m.draining {
+            let before = m.counted();
+            m.draining = false;
+            let after = m.counted();
+            self.recount(before, after);
+            self.push_changed = true;
+            // Claims naming it were parked without tasks: serve them again.
+            self.ready_changed.everywhere();
+            // A member remembered only for its drain is forgotten now.
+            let name = self.member_name(&r.member);
+            self.idle_members.push(name);
+        }
+        let info = self.members[r.member.as_str()].info(&r.member);
         Ok(MemberReply { member: info })
     }
 

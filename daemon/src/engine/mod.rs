@@ -133,7 +133,7 @@ pub enum Reply {
     ServerStats(ServerStatsReply),
     /// Session open.
     SessionOpen(SessionOpenReply),
-    /// Session update, member drain.
+    /// Session update, member drain and undrain.
     Member(MemberReply),
     /// Member list.
     MemberList(MemberListReply),
@@ -165,6 +165,8 @@ pub enum Reply {
     Wait(WaitReply),
     /// Cancel.
     Cancel(CancelReply),
+    /// Task update.
+    TaskUpdate(muster_protocol::ops::TaskUpdateReply),
     /// Watch.
     Watch(WatchReply),
     /// Admin snapshot (answered by the dispatcher once the copy is written).

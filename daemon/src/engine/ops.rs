@@ -10,7 +10,7 @@ use muster_protocol::limits::{
     MAX_IDS, MAX_KEY_CONCURRENCY, MAX_LABEL_CLASSES, MAX_LEASE, MAX_LISTED_LABEL_SETS,
     MAX_LISTING_BYTES, MAX_PAGE, MAX_PARKED_CLAIMS_PER_CONNECTION, MAX_PARKED_CLAIMS_PER_PRINCIPAL,
     MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_PROGRESS_BYTES, MAX_QUEUES, MAX_RESULT_BYTES,
-    MAX_RETENTION, MAX_WAIT, MIN_LEASE,
+    MAX_RETENTION, MAX_SUMMARY_PROGRESS_BYTES, MAX_WAIT, MIN_LEASE, cut_to,
 };
 use muster_protocol::model::{
     Delivery, EnqueuedTask, LeaseInfo, QueueInfo, QueueOptions, QueuePatch, StateCounts, TaskInfo,
@@ -20,7 +20,8 @@ use muster_protocol::names;
 use muster_protocol::ops::{
     Ack, Cancel, CancelReply, Claim, ClaimReply, CountReply, DeadLetter, DeadSelection, Enqueue,
     EnqueueReply, Nack, QueueCreate, QueueListReply, QueueName, QueueReply, Release, Renew,
-    RenewReply, SettleReply, TaskGet, TaskList, TaskListReply, TaskReply, Wait, WaitReply,
+    RenewReply, SettleReply, TaskGet, TaskList, TaskListReply, TaskReply, TaskUpdate,
+    TaskUpdateReply, Wait, WaitReply,
 };
 use muster_protocol::{ErrorCode, RawJson, Request};
 
@@ -159,6 +160,7 @@ fn changes_members(req: &Request) -> bool {
             | Request::Subscribe(_)
             | Request::Unsubscribe(_)
             | Request::MemberDrain(_)
+            | Request::MemberUndrain(_)
     )
 }
 
@@ -177,6 +179,13 @@ pub(super) fn summary(id: Ulid, rec: &TaskRecord) -> TaskSummary {
         dead_reason: rec.dead_reason.clone(),
         created_ms: rec.created_ms,
         updated_ms: rec.updated_ms,
+        progress: rec.progress.as_ref().map(|p| {
+            let mut text = p.get().to_owned();
+            if cut_to(&mut text, MAX_SUMMARY_PROGRESS_BYTES) {
+                text.push('…');
+            }
+            text
+        }),
     }
 }
 
@@ -242,6 +251,7 @@ impl<W: Waiter> Engine<W> {
             Request::TaskFind(r) => self.task_find(*r, waiter.principal()).map(Reply::TaskFind),
             Request::Wait(r) => return self.wait(r, waiter, now),
             Request::Cancel(r) => self.cancel(r, now).map(Reply::Cancel),
+            Request::TaskUpdate(r) => self.task_update(&r, now).map(Reply::TaskUpdate),
             Request::Redrive(r) if !r.0.dry_run => {
                 let ids = self.dead_selection(&r.0);
                 return self.bulk(waiter, BulkKind::Redrive, r.0.queue, ids);
@@ -266,6 +276,7 @@ impl<W: Waiter> Engine<W> {
                 .map(Reply::MemberList),
             Request::MemberDescribe(r) => self.member_describe(&r.0).map(Reply::MemberDescribe),
             Request::MemberDrain(r) => self.member_drain(&r.0).map(Reply::Member),
+            Request::MemberUndrain(r) => self.member_undrain(&r.0).map(Reply::Member),
             Request::MemberRelease(r) => self
                 .member_release(&r.0.member)
                 .map(|()| Reply::Empty(muster_protocol::ops::Empty {}))
@@ -1277,6 +1288,55 @@ impl<W: Waiter> Engine<W> {
                 format!("task {id} is {} and cannot be cancelled", rec.state),
             )),
         }
+    }
+
+    /// Changes a waiting task's priority, or makes a scheduled task ready now. Every
+    /// value is checked before the task is looked at; a task that no longer waits is
+    /// refused whole. A request that changes nothing (the same priority, `run_now` of a
+    /// ready task) writes nothing and records no event.
+    fn task_update(&mut self, r: &TaskUpdate, now: Now) -> OpResult<TaskUpdateReply> {
+        let id = parse_id(&r.task)?;
+        if r.priority.is_none() && !r.run_now {
+            return Err(bad("name a change: priority, run_now or both"));
+        }
+        if let Some(p) = r.priority
+            && p > MAX_PRIORITY
+        {
+            return Err(bad(format!(
+                "priority {p} is out of range 0..={MAX_PRIORITY}"
+            )));
+        }
+        let mut rec = self.record(id)?;
+        if !matches!(rec.state, TaskState::Ready | TaskState::Scheduled) {
+            return Err(client(
+                ErrorCode::InvalidState,
+                format!(
+                    "task {id} is {}: only ready and scheduled tasks can be updated",
+                    rec.state
+                ),
+            ));
+        }
+        let mut changed = false;
+        if let Some(p) = r.priority.filter(|p| *p != rec.priority) {
+            rec.priority = p;
+            push_event(&mut rec, now, "priority_changed", None, None, None);
+            changed = true;
+        }
+        if r.run_now && rec.state == TaskState::Scheduled {
+            rec.state = TaskState::Ready;
+            rec.not_before_ms = None;
+            push_event(&mut rec, now, "run_now", None, None, None);
+            changed = true;
+        }
+        if changed {
+            rec.updated_ms = now.wall_ms;
+            // Re-indexed from the record: its place in the dispatch order follows the
+            // new priority, and a task made ready leaves the timer of scheduled tasks.
+            self.save(id, &rec, None);
+        }
+        Ok(TaskUpdateReply {
+            task: summary(id, &rec),
+        })
     }
 
     /// Resolves a selection of dead tasks, refusing it whole if any named task is not dead.

@@ -13,6 +13,8 @@
 //! - `maintenance`: one daemon per data directory, `--version`, `--check-config`,
 //!   `admin snapshot` and a restore.
 //! - `metrics`: the Prometheus endpoint.
+//! - `operate`: `task_update` (priority, run now) and `member_undrain`, with their
+//!   refusals, through the SDK and the CLI; `server_stats`'s uptime, members and fsync.
 //! - `private`: local users and tenants: the private data directory and local-only
 //!   mode, token files, principals, member names, start-up warnings.
 //! - `scripting`: `task find`, header lines, JSON errors, closed pipes, confirmations,
@@ -50,6 +52,7 @@ mod liveness;
 mod logs;
 mod maintenance;
 mod metrics;
+mod operate;
 mod private;
 mod scripting;
 mod security;

@@ -139,6 +139,15 @@ async fn attempt(c: &Client, op: &str, queue: &str, task: &str, member: &str) ->
         // Relative: refused after the role check, so no copy is written.
         "admin_snapshot" => code(c.admin_snapshot("not-absolute").await),
         "member_drain" => code(c.member_drain(member).await),
+        "member_undrain" => code(c.member_undrain(member).await),
+        "task_update" => code(
+            c.task_update(&muster_sdk::protocol::ops::TaskUpdate {
+                task: task.into(),
+                priority: Some(1),
+                run_now: false,
+            })
+            .await,
+        ),
         "member_release" => code(c.member_release(member).await),
         "lease_revoke" => code(c.lease_revoke(task).await),
         "watch_queues" => code(
@@ -220,6 +229,7 @@ const OPS: &[&str] = &[
     "task_find_all_queues",
     "wait",
     "cancel",
+    "task_update",
     "redrive",
     "discard",
     "subscribe_without_session",
@@ -231,6 +241,7 @@ const OPS: &[&str] = &[
     "server_stats",
     "admin_snapshot",
     "member_drain",
+    "member_undrain",
     "member_release",
     "lease_revoke",
     "watch_queues",
@@ -279,6 +290,7 @@ fn allowed(role: &str, op: &str, own: bool) -> bool {
             op,
             "member_describe"
                 | "member_drain"
+                | "member_undrain"
                 | "member_release"
                 | "admin_snapshot"
                 | "watch_member"

@@ -470,3 +470,99 @@ fn edit_and_requeue_a_dead_task_from_the_console() {
     tmux.keys(&["q"]);
     assert_eq!(tmux.wait_exit(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_set_options_run_now_reprioritize_and_undrain_from_the_console() {
+    let d = Daemon::start();
+    d.ok(&["queue", "create", "jobs"]);
+    let later = d.ok(&["enqueue", "jobs", r#"{"n":1}"#, "--delay", "1h"]);
+    let later = later.trim().to_owned();
+    // A member's session, drained by an operator: it stays known while drained.
+    let client = d.client().await;
+    let open = muster_sdk::protocol::ops::SessionOpen {
+        member: "m1".into(),
+        labels: vec![],
+        capacity: 1,
+        reclaim: false,
+        resume: false,
+        liveness_ms: None,
+    };
+    let _session = client.open_session(&open).await.expect("session");
+    d.ok(&["member", "drain", "m1"]);
+    // The "editor" edits queue options (a longer lease) or writes a new task's payload.
+    let dir = tempfile::tempdir().expect("a directory for the editor");
+    let editor = dir.path().join("edit");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nif grep -q lease_ms \"$1\"; then\n  sed -i 's/\"lease_ms\": 30000/\"lease_ms\": 45000/' \"$1\"\nelse\n  printf '{\"order\":7}' > \"$1\"\nfi\n",
+    )
+    .expect("the editor script");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&editor, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let tmux = Tmux::start_with_env(
+        &d,
+        &[],
+        &["VISUAL=".to_owned(), format!("EDITOR={}", editor.display())],
+    );
+    tmux.wait_for("jobs");
+
+    // a: a new task, its payload from the editor, after a confirm.
+    tmux.keys(&["a"]);
+    tmux.wait_for("Enqueue the edited payload (11 bytes) on queue jobs?");
+    tmux.keys(&["y"]);
+    let screen = tmux.wait_for("enqueued ");
+    let new = screen
+        .split("enqueued ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the new id")
+        .to_owned();
+    let task: serde_json::Value =
+        serde_json::from_str(&d.ok(&["task", "get", &new, "--json"])).expect("task JSON");
+    assert_eq!(
+        (task["state"].as_str(), &task["payload"]),
+        (Some("ready"), &serde_json::json!({"order": 7}))
+    );
+
+    // o: the queue's options, only what changed confirmed.
+    tmux.keys(&["o"]);
+    tmux.wait_for("Update queue jobs: lease_ms 30000 → 45000?");
+    tmux.keys(&["y"]);
+    tmux.wait_for("updated queue jobs: lease_ms 30000 → 45000");
+    let queue: serde_json::Value =
+        serde_json::from_str(&d.ok(&["queue", "describe", "jobs", "--json"])).expect("JSON");
+    assert_eq!(queue["options"]["lease_ms"], 45_000, "{queue}");
+
+    // N on the scheduled tab: the task runs now.
+    tmux.keys(&[":queue jobs scheduled", "Enter"]);
+    tmux.wait_for(&later);
+    tmux.keys(&["N"]);
+    tmux.wait_for(&format!("Run scheduled task {later} now?"));
+    assert_eq!(state(&d, &later), "scheduled", "nothing before the confirm");
+    tmux.keys(&["y"]);
+    tmux.wait_for(&format!("task {later} is ready now"));
+    assert_eq!(state(&d, &later), "ready");
+
+    // + on the ready tab: the first task (the one run now, enqueued first) goes up one.
+    tmux.keys(&[":queue jobs", "Enter"]);
+    tmux.wait_for(&new);
+    tmux.keys(&["+"]);
+    tmux.wait_for(&format!("Task {later}: priority 0 → 1?"));
+    tmux.keys(&["y"]);
+    tmux.wait_for(&format!("task {later} now has priority 1"));
+    let task: serde_json::Value =
+        serde_json::from_str(&d.ok(&["task", "get", &later, "--json"])).expect("task JSON");
+    assert_eq!(task["priority"], 1);
+
+    // u on the members: the drained member gets work again.
+    tmux.keys(&[":members", "Enter"]);
+    tmux.wait_for("draining");
+    tmux.keys(&["u"]);
+    tmux.wait_for("Undrain member m1? It gets work again.");
+    tmux.keys(&["y"]);
+    tmux.wait_for("undrained m1: it gets work again");
+    let m1 = client.member_describe("m1").await.expect("member");
+    assert!(!m1.member.draining);
+    tmux.keys(&["q"]);
+    assert_eq!(tmux.wait_exit(), 0);
+}

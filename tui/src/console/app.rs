@@ -8,9 +8,13 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
-use muster_protocol::model::{MemberInfo, QueueInfo, QueueTotals, TaskState, TaskSummary};
+use muster_protocol::limits::MAX_PRIORITY;
+use muster_protocol::model::{
+    MemberInfo, QueueInfo, QueueOptions, QueuePatch, QueueTotals, TaskState, TaskSummary,
+};
 use muster_protocol::ops::{
-    FieldMatch, FindCursor, TaskFind, TaskFindReply, View, WatchReply, WatchUpdate,
+    FieldMatch, FindCursor, ServerStatsReply, TaskFind, TaskFindReply, View, WatchReply,
+    WatchUpdate,
 };
 
 /// Rows asked for per page of a list screen.
@@ -79,6 +83,8 @@ pub struct Page {
     pub sort: Option<(usize, bool)>,
     /// A search's pages: where each started; the last is the current page's.
     found_cursors: Vec<Option<FindCursor>>,
+    /// A dead list's rows are grouped by error (`E`).
+    pub grouped: bool,
 }
 
 impl Page {
@@ -91,6 +97,7 @@ impl Page {
             filter: String::new(),
             sort: None,
             found_cursors: vec![None],
+            grouped: false,
         }
     }
 
@@ -123,7 +130,7 @@ impl Page {
 }
 
 /// What the operator is typing or looking at over the screen.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Mode {
     /// Keys act on the screen.
     Normal,
@@ -162,7 +169,7 @@ pub struct DeadTasks {
 }
 
 /// A change the operator asked for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Verb {
     /// Redrive or discard dead tasks.
     Dead(DeadAction, DeadTasks),
@@ -182,6 +189,78 @@ pub enum Verb {
     DeleteQueue(String, u64),
     /// Enqueue an edited copy of a dead task, then discard the dead one.
     Requeue(Requeue),
+    /// Enqueue a new task with a payload written in the editor.
+    Enqueue {
+        /// The queue.
+        queue: String,
+        /// The payload (checked to be JSON).
+        payload: String,
+    },
+    /// Give a ready or scheduled task another priority.
+    Priority {
+        /// The task.
+        id: String,
+        /// Its priority, as last shown.
+        from: u8,
+        /// The new one.
+        to: u8,
+    },
+    /// Make a scheduled task ready now.
+    RunNow(String),
+    /// End a member's drain.
+    Undrain(String),
+    /// Change a queue's options as edited.
+    UpdateQueue(QueueChange),
+}
+
+/// A queue's options as the operator edited them: only what differs from the options
+/// shown when the editor opened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueChange {
+    /// The queue.
+    pub queue: String,
+    /// The options that change.
+    pub patch: QueuePatch,
+    /// Each change as `name old → new`, for the confirm dialog and the footer.
+    pub changes: Vec<String>,
+}
+
+/// Text the operator writes in `$EDITOR`, and what it becomes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Draft {
+    /// An edited copy of a dead task, enqueued in its place.
+    Requeue(Requeue),
+    /// The payload of a new task for this queue.
+    Enqueue {
+        /// The queue.
+        queue: String,
+    },
+    /// A queue's options, as shown when the editor opened.
+    Options {
+        /// The queue.
+        queue: String,
+        /// Its options then.
+        options: QueueOptions,
+    },
+}
+
+/// What the editor starts with for a new task's payload.
+pub const NEW_PAYLOAD: &str = "{}\n";
+
+impl Draft {
+    /// The text the editor opens with.
+    pub fn text(&self) -> String {
+        match self {
+            Draft::Requeue(r) => r.payload.clone(),
+            Draft::Enqueue { .. } => NEW_PAYLOAD.to_owned(),
+            Draft::Options { options, .. } => {
+                let mut text =
+                    serde_json::to_string_pretty(options).expect("queue options serialize to JSON");
+                text.push('\n');
+                text
+            }
+        }
+    }
 }
 
 /// A dead task to enqueue again with an edited payload: what the new task keeps of it.
@@ -239,6 +318,16 @@ impl Verb {
                 "Enqueue the edited payload on queue {} and discard dead task {}?",
                 r.queue, r.id
             ),
+            Verb::Enqueue { queue, payload } => format!(
+                "Enqueue the edited payload ({} bytes) on queue {queue}?",
+                payload.len()
+            ),
+            Verb::Priority { id, from, to } => format!("Task {id}: priority {from} → {to}?"),
+            Verb::RunNow(id) => format!("Run scheduled task {id} now?"),
+            Verb::Undrain(m) => format!("Undrain member {m}? It gets work again."),
+            Verb::UpdateQueue(c) => {
+                format!("Update queue {}: {}?", c.queue, c.changes.join(", "))
+            }
         }
     }
 }
@@ -255,9 +344,9 @@ pub enum Effect {
     },
     /// Ask the daemon to do something.
     Run(Verb),
-    /// Let the operator edit a dead task's payload in `$EDITOR`; the result comes back
+    /// Let the operator write a payload or options in `$EDITOR`; the result comes back
     /// through [`App::on_edited`].
-    Edit(Requeue),
+    Edit(Draft),
     /// Put text on the terminal's clipboard (OSC 52).
     Copy {
         /// What is copied.
@@ -344,6 +433,62 @@ fn pretty_json(text: &str) -> String {
         .unwrap_or_else(|_| text.to_owned())
 }
 
+/// What an edited set of queue options changes: the patch of the options that differ
+/// from `shown`, and each change as `name old → new`. An option left out keeps its
+/// value, but for `max_runtime_ms`: the editor shows it (null when there is none), and
+/// null, 0 or left out means no bound.
+pub fn queue_changes(shown: &QueueOptions, edited: &QueuePatch) -> (QueuePatch, Vec<String>) {
+    fn ms(v: Option<u64>) -> String {
+        v.map_or("none".into(), |v| v.to_string())
+    }
+    let mut patch = QueuePatch::default();
+    let mut changes = Vec::new();
+    if let Some(v) = edited.lease_ms.filter(|v| *v != shown.lease_ms) {
+        changes.push(format!("lease_ms {} → {v}", shown.lease_ms));
+        patch.lease_ms = Some(v);
+    }
+    if let Some(v) = edited.max_attempts.filter(|v| *v != shown.max_attempts) {
+        changes.push(format!("max_attempts {} → {v}", shown.max_attempts));
+        patch.max_attempts = Some(v);
+    }
+    if let Some(v) = edited.retry_backoff.filter(|v| *v != shown.retry_backoff) {
+        let b = |b: &muster_protocol::model::Backoff| {
+            format!("{}ms×{}≤{}ms±{}", b.base_ms, b.factor, b.cap_ms, b.jitter)
+        };
+        changes.push(format!(
+            "retry_backoff {} → {}",
+            b(&shown.retry_backoff),
+            b(&v)
+        ));
+        patch.retry_backoff = Some(v);
+    }
+    if let Some(v) = edited
+        .key_concurrency
+        .filter(|v| *v != shown.key_concurrency)
+    {
+        changes.push(format!("key_concurrency {} → {v}", shown.key_concurrency));
+        patch.key_concurrency = Some(v);
+    }
+    if let Some(v) = edited.retention_ms.filter(|v| *v != shown.retention_ms) {
+        changes.push(format!("retention_ms {} → {v}", shown.retention_ms));
+        patch.retention_ms = Some(v);
+    }
+    let runtime = edited.max_runtime_ms.filter(|v| *v > 0);
+    if runtime != shown.max_runtime_ms {
+        changes.push(format!(
+            "max_runtime_ms {} → {}",
+            ms(shown.max_runtime_ms),
+            ms(runtime)
+        ));
+        patch.max_runtime_ms = Some(runtime.unwrap_or(0));
+    }
+    if let Some(v) = edited.paused.filter(|v| *v != shown.paused) {
+        changes.push(format!("paused {} → {v}", shown.paused));
+        patch.paused = Some(v);
+    }
+    (patch, changes)
+}
+
 /// Whether `text` can begin a task id (two or more characters of Crockford base32).
 fn is_id_prefix(text: &str) -> bool {
     text.len() >= 2
@@ -415,6 +560,80 @@ impl Rate {
     }
 }
 
+/// Seconds of history kept per queue for its trend graphs: the last two minutes, one
+/// sample a second (a few KiB per queue).
+pub const TREND_SECONDS: usize = 120;
+
+/// A queue's totals and ready count, second by second, for the last [`TREND_SECONDS`].
+/// A second with no sample had no change (a watched screen is pushed on every change).
+#[derive(Debug, Clone, Default)]
+struct Trend {
+    /// (second, enqueued total, acked total, ready), oldest first, one per second.
+    samples: VecDeque<(u64, u64, u64, u64)>,
+}
+
+/// A queue's recent history, one value a second, oldest first, ending at the current
+/// second: enqueued and acked in each second, and the ready count at its end. `None`
+/// where the console did not know yet (before its first sample of the queue; for the
+/// rates, also that sample's second, which has nothing to count from).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrendSeries {
+    /// Tasks enqueued in each second.
+    pub enqueued: Vec<Option<u64>>,
+    /// Tasks acked in each second.
+    pub acked: Vec<Option<u64>>,
+    /// Ready tasks at the end of each second.
+    pub ready: Vec<Option<u64>>,
+}
+
+impl Trend {
+    fn note(&mut self, at_ms: u64, totals: QueueTotals, ready: u64) {
+        let second = at_ms / 1000;
+        let sample = (second, totals.enqueued, totals.acked, ready);
+        match self.samples.back_mut() {
+            // The latest of a second stands for it.
+            Some(last) if last.0 == second => *last = sample,
+            Some(last) if last.0 > second => return,
+            _ => self.samples.push_back(sample),
+        }
+        let oldest = second.saturating_sub(TREND_SECONDS as u64);
+        // Keep one sample at or before the window: the base of its first second.
+        while self.samples.get(1).is_some_and(|s| s.0 <= oldest) {
+            self.samples.pop_front();
+        }
+    }
+
+    fn series(&self, now_ms: u64) -> TrendSeries {
+        let now = now_ms / 1000;
+        let mut out = TrendSeries::default();
+        let mut at = 0;
+        let mut last: Option<(u64, u64, u64, u64)> = None;
+        let start = (now + 1).saturating_sub(TREND_SECONDS as u64);
+        // The samples before the window are the base of its first second.
+        while let Some(s) = self.samples.get(at).filter(|s| s.0 < start) {
+            last = Some(*s);
+            at += 1;
+        }
+        for second in start..=now {
+            let before = last;
+            while let Some(s) = self.samples.get(at).filter(|s| s.0 <= second) {
+                last = Some(*s);
+                at += 1;
+            }
+            let (enqueued, acked) = match (before, last) {
+                (Some(b), Some(l)) => {
+                    (Some(l.1.saturating_sub(b.1)), Some(l.2.saturating_sub(b.2)))
+                }
+                _ => (None, None),
+            };
+            out.enqueued.push(enqueued);
+            out.acked.push(acked);
+            out.ready.push(last.map(|l| l.3));
+        }
+        out
+    }
+}
+
 /// One row of a list screen, borrowed from the current update.
 pub enum Row<'a> {
     /// A queue.
@@ -423,6 +642,63 @@ pub enum Row<'a> {
     Task(&'a TaskSummary),
     /// A member.
     Member(&'a MemberInfo),
+    /// Dead tasks of the page that died with one error (`E`).
+    Group(ErrorGroup),
+}
+
+/// Dead tasks of a page that died with the same error: the first line of their last
+/// error (or their dead reason, if they have no error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorGroup {
+    /// The error's first line.
+    pub error: String,
+    /// The queues of its tasks, by name.
+    pub queues: Vec<String>,
+    /// Its tasks, in page order.
+    pub ids: Vec<String>,
+    /// When the last of them died.
+    pub last_died_ms: u64,
+}
+
+/// The page's dead tasks grouped by error: the largest group first, then by error.
+pub fn error_groups(tasks: &[TaskSummary]) -> Vec<ErrorGroup> {
+    let mut groups: Vec<ErrorGroup> = Vec::new();
+    for t in tasks {
+        let error = t
+            .last_error
+            .as_deref()
+            .or(t.dead_reason.as_deref())
+            .unwrap_or("(no error)")
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let at = match groups.iter().position(|g| g.error == error) {
+            Some(at) => at,
+            None => {
+                groups.push(ErrorGroup {
+                    error,
+                    queues: Vec::new(),
+                    ids: Vec::new(),
+                    last_died_ms: 0,
+                });
+                groups.len() - 1
+            }
+        };
+        let g = &mut groups[at];
+        g.ids.push(t.id.clone());
+        g.last_died_ms = g.last_died_ms.max(t.updated_ms);
+        if let Err(i) = g.queues.binary_search(&t.queue) {
+            g.queues.insert(i, t.queue.clone());
+        }
+    }
+    groups.sort_by(|a, b| {
+        b.ids
+            .len()
+            .cmp(&a.ids.len())
+            .then_with(|| a.error.cmp(&b.error))
+    });
+    groups
 }
 
 /// A value rows are sorted by: numbers as numbers, text as text.
@@ -452,6 +728,7 @@ impl Row<'_> {
                 "id", "priority", "key", "attempts", "failures", "changed", "error",
             ],
             Row::Member(_) => &["name", "leases", "capacity", "last seen"],
+            Row::Group(_) => &["count", "error", "died"],
         }
     }
 
@@ -484,6 +761,11 @@ impl Row<'_> {
                 2 => Number(u64::from(m.capacity)),
                 _ => Number(m.last_seen_ms.unwrap_or(0)),
             },
+            Row::Group(g) => match column {
+                0 => Number(g.ids.len() as u64),
+                1 => Text(g.error.clone()),
+                _ => Number(g.last_died_ms),
+            },
         }
     }
 
@@ -492,6 +774,7 @@ impl Row<'_> {
             Row::Queue(q) => &q.name,
             Row::Task(t) => &t.id,
             Row::Member(m) => &m.name,
+            Row::Group(g) => &g.error,
         }
     }
 
@@ -511,6 +794,7 @@ impl Row<'_> {
                     || t.lease.as_ref().is_some_and(|l| hit(&l.member))
             }
             Row::Member(m) => hit(&m.name) || m.labels.iter().any(|l| hit(l)),
+            Row::Group(g) => hit(&g.error) || g.queues.iter().any(|q| hit(q)),
         }
     }
 }
@@ -553,6 +837,25 @@ pub struct App {
     pub absolute_times: bool,
     /// The daemon's disk alarm is on (enqueues refused), as its last screen said.
     pub disk_alarm: bool,
+    /// The daemon's facts for the title, from its last `server_stats`; `None` until read
+    /// (or when the token may not read them).
+    pub facts: Option<DaemonFacts>,
+    /// The last `server_stats` reply: the next one's fsync mean is over the span since.
+    last_stats: Option<ServerStatsReply>,
+    /// Each queue's recent history, for the trend graphs.
+    trends: HashMap<String, Trend>,
+}
+
+/// What the title says of the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DaemonFacts {
+    /// Milliseconds since it started.
+    pub uptime_ms: u64,
+    /// Member sessions connected.
+    pub members: u64,
+    /// Mean fsync latency in microseconds since the previous reading (the latest
+    /// persist's when nothing was persisted in between).
+    pub fsync_us: u64,
 }
 
 impl App {
@@ -577,6 +880,9 @@ impl App {
             end_lookup: None,
             absolute_times: false,
             disk_alarm: false,
+            facts: None,
+            last_stats: None,
+            trends: HashMap::new(),
         };
         let effect = app.rewatch();
         (app, effect)
@@ -726,13 +1032,52 @@ impl App {
         back
     }
 
-    /// The editor closed with `edited` (or failed): an edited, valid payload asks for
-    /// the confirm of its requeue; an unchanged one does nothing.
-    pub fn on_edited(&mut self, mut requeue: Requeue, edited: Result<String, String>) {
+    /// The editor closed with `edited` (or failed): what was written asks for the
+    /// confirm of its verb; what is unchanged, empty or invalid does nothing and the
+    /// footer says why.
+    pub fn on_edited(&mut self, draft: Draft, edited: Result<String, String>) {
         let text = match edited {
             Ok(text) => text,
             Err(e) => return self.say(Err(format!("editing: {e}"))),
         };
+        match draft {
+            Draft::Requeue(requeue) => self.edited_requeue(requeue, &text),
+            Draft::Enqueue { queue } => {
+                let payload = text.trim();
+                if payload.is_empty() {
+                    return self.say(Err("the payload is empty: nothing done".into()));
+                }
+                if let Err(e) = serde_json::from_str::<serde_json::Value>(payload) {
+                    return self.say(Err(format!("the payload is not JSON ({e}): nothing done")));
+                }
+                self.mode = Mode::Confirm(Verb::Enqueue {
+                    queue,
+                    payload: payload.to_owned(),
+                });
+            }
+            Draft::Options { queue, options } => {
+                let edited = match serde_json::from_str::<QueuePatch>(&text) {
+                    Ok(edited) => edited,
+                    Err(e) => {
+                        return self.say(Err(format!(
+                            "the edited options are not valid ({e}): nothing done"
+                        )));
+                    }
+                };
+                let (patch, changes) = queue_changes(&options, &edited);
+                if changes.is_empty() {
+                    return self.say(Ok("options unchanged: nothing done".into()));
+                }
+                self.mode = Mode::Confirm(Verb::UpdateQueue(QueueChange {
+                    queue,
+                    patch,
+                    changes,
+                }));
+            }
+        }
+    }
+
+    fn edited_requeue(&mut self, mut requeue: Requeue, text: &str) {
         let text = text.trim();
         if text == requeue.payload.trim() {
             return self.say(Ok("payload unchanged: nothing done".into()));
@@ -744,6 +1089,28 @@ impl App {
         }
         requeue.payload = text.to_owned();
         self.mode = Mode::Confirm(Verb::Requeue(requeue));
+    }
+
+    /// The daemon's counters arrived: the title's facts follow. A failure (a token that
+    /// may not read them, a lost connection) leaves the title without them.
+    pub fn on_stats(&mut self, reply: Result<ServerStatsReply, String>) {
+        let Ok(reply) = reply else {
+            self.facts = None;
+            return;
+        };
+        let fsync_us = match &self.last_stats {
+            Some(last) if reply.syncs > last.syncs => {
+                reply.fsync_total_us.saturating_sub(last.fsync_total_us)
+                    / (reply.syncs - last.syncs)
+            }
+            _ => reply.fsync_last_us,
+        };
+        self.facts = Some(DaemonFacts {
+            uptime_ms: reply.uptime_ms,
+            members: reply.members_connected,
+            fsync_us,
+        });
+        self.last_stats = Some(reply);
     }
 
     /// Says in the footer how something that changed nothing went (a copy).
@@ -784,7 +1151,20 @@ impl App {
                 .entry(q.name.clone())
                 .or_default()
                 .note(self.now_ms, q.totals);
+            self.trends.entry(q.name.clone()).or_default().note(
+                self.now_ms,
+                q.totals,
+                q.counts.ready,
+            );
         }
+    }
+
+    /// A queue's last [`TREND_SECONDS`] seconds, ending now.
+    pub fn trend(&self, queue: &str) -> TrendSeries {
+        self.trends.get(queue).map_or_else(
+            || Trend::default().series(self.now_ms),
+            |t| t.series(self.now_ms),
+        )
     }
 
     /// Enqueued and acked per second of a queue, as last measured.
@@ -837,6 +1217,14 @@ impl App {
 
     /// Every row of the current list screen's page, filter or not.
     pub fn all_rows(&self) -> Vec<Row<'_>> {
+        if self.page().grouped {
+            return match &self.data {
+                Some(WatchUpdate::Tasks { tasks, .. } | WatchUpdate::Dead { tasks, .. }) => {
+                    error_groups(tasks).into_iter().map(Row::Group).collect()
+                }
+                _ => Vec::new(),
+            };
+        }
         if matches!(self.page().screen, Screen::Found { .. }) {
             return self
                 .found
@@ -854,6 +1242,29 @@ impl App {
             Some(WatchUpdate::Members { members, .. }) => members.iter().map(Row::Member).collect(),
             _ => Vec::new(),
         }
+    }
+
+    /// Whether the screen lists dead tasks (the dead letters, a queue's dead tab).
+    fn is_dead_list(&self) -> bool {
+        matches!(
+            self.page().screen,
+            Screen::Dead
+                | Screen::Queue {
+                    state: TaskState::Dead,
+                    ..
+                }
+        )
+    }
+
+    /// `E` on a dead list: group its rows by error, or list them again.
+    fn group(&mut self) {
+        if !self.is_dead_list() {
+            return;
+        }
+        let page = self.page_mut();
+        page.grouped = !page.grouped;
+        page.selected = 0;
+        page.sort = None;
     }
 
     fn next_cursor(&self) -> Option<String> {
@@ -1113,6 +1524,10 @@ impl App {
                 } else if !page.marked.is_empty() {
                     page.marked.clear();
                     None
+                } else if page.grouped {
+                    page.grouped = false;
+                    page.selected = 0;
+                    None
                 } else {
                     self.back()
                 }
@@ -1125,6 +1540,10 @@ impl App {
             }
             KeyCode::End | KeyCode::Char('G') => self.end(),
             KeyCode::Char('n') => self.newest_first(),
+            KeyCode::Char('E') => {
+                self.group();
+                None
+            }
             KeyCode::PageDown | KeyCode::Char(']') => self.next_page(),
             KeyCode::PageUp | KeyCode::Char('[') => self.previous_page(0),
             KeyCode::Enter => self.enter(),
@@ -1149,6 +1568,12 @@ impl App {
                 None
             }
             KeyCode::Char('e') if !self.readonly => return self.edit().into_iter().collect(),
+            KeyCode::Char('a') if !self.readonly => {
+                return self.draft_for_queue(false).into_iter().collect();
+            }
+            KeyCode::Char('o') if !self.readonly => {
+                return self.draft_for_queue(true).into_iter().collect();
+            }
             KeyCode::Char('Y') => return self.copy(true).into_iter().collect(),
             KeyCode::Char(c) if !self.readonly => {
                 if let Some(verb) = self.verb(c) {
@@ -1213,10 +1638,25 @@ impl App {
         Some(self.rewatch())
     }
 
-    /// `n` on a queue's tab: the same tab newest first (a search by state); `n` again,
-    /// or esc, goes back to it.
+    /// `n` on a queue's tab or the dead letters: the same list newest first (a search by
+    /// state); `n` again, or esc, goes back to it. On the members: the most recently
+    /// seen first.
     fn newest_first(&mut self) -> Option<Effect> {
         match self.page().screen.clone() {
+            Screen::Dead => Some(self.open(Screen::Found {
+                queue: None,
+                query: "state:dead".into(),
+            })),
+            Screen::Members => {
+                // Members have no age: the most recently heard from first, or back.
+                const LAST_SEEN: usize = 3;
+                let page = self.page_mut();
+                page.sort = match page.sort {
+                    Some((LAST_SEEN, true)) => None,
+                    _ => Some((LAST_SEEN, true)),
+                };
+                None
+            }
             Screen::Queue { name, state } => Some(self.open(Screen::Found {
                 queue: Some(name),
                 query: format!("state:{}", state.as_str()),
@@ -1228,6 +1668,23 @@ impl App {
         }
     }
 
+    /// `a` on the queues or a queue's screen: write a new task's payload for the
+    /// (selected) queue; `o`: edit its options.
+    fn draft_for_queue(&mut self, options: bool) -> Option<Effect> {
+        if !matches!(self.page().screen, Screen::Queues | Screen::Queue { .. }) {
+            return None;
+        }
+        let q = self.selected_queue()?;
+        Some(Effect::Edit(if options {
+            Draft::Options {
+                queue: q.name,
+                options: q.options,
+            }
+        } else {
+            Draft::Enqueue { queue: q.name }
+        }))
+    }
+
     /// `e` on a dead task's screen: edit its payload, to enqueue it again.
     fn edit(&mut self) -> Option<Effect> {
         let Some(WatchUpdate::Task { task }) = &self.data else {
@@ -1237,14 +1694,14 @@ impl App {
             self.refuse("only a dead task is edited and enqueued again");
             return None;
         }
-        Some(Effect::Edit(Requeue {
+        Some(Effect::Edit(Draft::Requeue(Requeue {
             id: task.id.clone(),
             queue: task.queue.clone(),
             payload: pretty_json(task.payload.get()),
             priority: task.priority,
             key: task.key.clone(),
             requires: task.requires.clone(),
-        }))
+        })))
     }
 
     /// `y` copies the selected task's id (or the queue's or member's name), `Y` the
@@ -1337,6 +1794,14 @@ impl App {
     }
 
     fn enter(&mut self) -> Option<Effect> {
+        if let Some(Row::Group(g)) = self.selected_row() {
+            // Its tasks: the list filtered by its error.
+            let page = self.page_mut();
+            page.grouped = false;
+            page.filter = g.error;
+            page.selected = 0;
+            return None;
+        }
         let screen = match (&self.page().screen, self.selected_row()?) {
             (Screen::Queues, Row::Queue(q)) => Screen::Queue {
                 name: q.name.clone(),
@@ -1454,6 +1919,53 @@ impl App {
                 _ => return None,
             },
             ('d', Screen::Member { name }) => Verb::Drain(name.clone()),
+            ('u', Screen::Members | Screen::Member { .. }) => {
+                let (name, draining) = match (&self.data, self.selected_row()) {
+                    (Some(WatchUpdate::Member { member, .. }), _) => {
+                        (member.name.clone(), member.draining)
+                    }
+                    (_, Some(Row::Member(m))) => (m.name.clone(), m.draining),
+                    _ => return None,
+                };
+                if !draining {
+                    return self.refuse(&format!("member {name} is not draining"));
+                }
+                Verb::Undrain(name)
+            }
+            (
+                '+' | '-' | 'N',
+                Screen::Queue { .. } | Screen::Found { .. } | Screen::Task { .. },
+            ) => {
+                let (id, state, priority) = self.waiting_task()?;
+                if !matches!(state, TaskState::Ready | TaskState::Scheduled) {
+                    return self
+                        .refuse("only a ready or scheduled task gets a new priority or runs now");
+                }
+                match key {
+                    'N' if state != TaskState::Scheduled => {
+                        return self.refuse("only a scheduled task waits to run");
+                    }
+                    'N' => Verb::RunNow(id),
+                    '+' if priority >= MAX_PRIORITY => {
+                        return self.refuse(&format!(
+                            "task {id} has priority {MAX_PRIORITY}, the highest"
+                        ));
+                    }
+                    '-' if priority == 0 => {
+                        return self.refuse(&format!("task {id} has priority 0, the lowest"));
+                    }
+                    '+' => Verb::Priority {
+                        id,
+                        from: priority,
+                        to: priority + 1,
+                    },
+                    _ => Verb::Priority {
+                        id,
+                        from: priority,
+                        to: priority - 1,
+                    },
+                }
+            }
             ('P', Screen::Queues | Screen::Queue { .. }) => {
                 let q = self.selected_queue()?;
                 let n = q.counts.ready + q.counts.scheduled;
@@ -1494,6 +2006,20 @@ impl App {
 
     /// The marked dead tasks (of one queue), or the selected one.
     fn marked_dead(&mut self) -> Option<DeadTasks> {
+        if let Some(Row::Group(g)) = self.selected_row() {
+            let [queue] = g.queues.as_slice() else {
+                self.refuse(
+                    "the error's tasks are in several queues: open it (enter) and mark one queue's",
+                );
+                return None;
+            };
+            return Some(DeadTasks {
+                queue: queue.clone(),
+                count: g.ids.len() as u64,
+                ids: g.ids,
+                all: false,
+            });
+        }
         let current = self.selected_task()?;
         let marked = &self.page().marked;
         let picked: Vec<TaskSummary> = if marked.is_empty() {
@@ -1519,6 +2045,15 @@ impl App {
             ids,
             all: false,
         })
+    }
+
+    /// The task `+`, `-` and `N` act on: the one shown, or the selected row's; its id,
+    /// state and priority.
+    fn waiting_task(&self) -> Option<(String, TaskState, u8)> {
+        match &self.data {
+            Some(WatchUpdate::Task { task }) => Some((task.id.clone(), task.state, task.priority)),
+            _ => self.selected_task().map(|t| (t.id, t.state, t.priority)),
+        }
     }
 
     fn shown_state(&self) -> Option<(TaskState, String)> {
@@ -1553,8 +2088,13 @@ impl App {
         if !self.readonly {
             keys.extend(self.verb_keys());
         }
-        if matches!(self.page().screen, Screen::Queue { .. }) {
-            keys.push(("n", "newest first"));
+        match &self.page().screen {
+            Screen::Queue { .. } | Screen::Dead => keys.push(("n", "newest first")),
+            Screen::Members => keys.push(("n", "last seen first")),
+            _ => {}
+        }
+        if self.is_dead_list() {
+            keys.push(("E", "group by error"));
         }
         let list = [
             ("enter", "open"),
@@ -1604,6 +2144,8 @@ impl App {
                 ("R", "redrive all dead"),
                 ("P", "purge"),
                 ("D", "delete queue"),
+                ("a", "enqueue"),
+                ("o", "options"),
             ],
             Screen::Queue { state, .. } => {
                 let mut keys = Vec::new();
@@ -1616,10 +2158,18 @@ impl App {
                 if *state == TaskState::Leased {
                     keys.push(("v", "revoke lease"));
                 }
+                if matches!(state, TaskState::Ready | TaskState::Scheduled) {
+                    keys.push(("+ -", "priority"));
+                }
+                if *state == TaskState::Scheduled {
+                    keys.push(("N", "run now"));
+                }
                 keys.extend([
                     ("R", "redrive all dead"),
                     ("p", "pause/resume"),
                     ("P", "purge"),
+                    ("a", "enqueue"),
+                    ("o", "options"),
                 ]);
                 keys
             }
@@ -1634,13 +2184,28 @@ impl App {
                 Some(WatchUpdate::Task { task }) if task.state == TaskState::Leased => {
                     vec![("c", "cancel"), ("v", "revoke lease")]
                 }
-                Some(WatchUpdate::Task { task }) if live(task.state) => vec![("c", "cancel")],
+                Some(WatchUpdate::Task { task }) if task.state == TaskState::Scheduled => {
+                    vec![("c", "cancel"), ("+ -", "priority"), ("N", "run now")]
+                }
+                Some(WatchUpdate::Task { task }) if live(task.state) => {
+                    vec![("c", "cancel"), ("+ -", "priority")]
+                }
                 _ => Vec::new(),
             },
-            Screen::Members => vec![("d", "drain")],
-            Screen::Member { .. } => vec![("v", "revoke lease"), ("c", "cancel"), ("d", "drain")],
+            Screen::Members => vec![("d", "drain"), ("u", "undrain")],
+            Screen::Member { .. } => vec![
+                ("v", "revoke lease"),
+                ("c", "cancel"),
+                ("d", "drain"),
+                ("u", "undrain"),
+            ],
             Screen::Dead => dead.to_vec(),
-            Screen::Found { .. } => vec![("c", "cancel"), ("v", "revoke lease")],
+            Screen::Found { .. } => vec![
+                ("c", "cancel"),
+                ("v", "revoke lease"),
+                ("+ -", "priority"),
+                ("N", "run now"),
+            ],
         }
     }
 }

@@ -22,7 +22,9 @@ use futures_util::StreamExt;
 use ratatui::DefaultTerminal;
 use tokio::sync::mpsc;
 
-use muster_protocol::ops::{DeadSelection, TaskFindReply, Watch, WatchReply};
+use muster_protocol::ops::{
+    DeadSelection, ServerStatsReply, TaskFindReply, TaskUpdate, Watch, WatchReply,
+};
 use muster_sdk::{Client, ConnectOptions, Error};
 
 use app::{App, DeadAction, Effect, Verb};
@@ -32,6 +34,10 @@ const REDRAW: Duration = Duration::from_secs(1);
 
 /// Wait between attempts to reach a daemon that went away.
 const RECONNECT: Duration = Duration::from_secs(1);
+
+/// How often the title's daemon facts (uptime, members, fsync latency) are read with
+/// `server_stats`: often enough to follow, one small request per console.
+const STATS_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Results coming back to the loop from the tasks it started.
 enum Msg {
@@ -43,6 +49,8 @@ enum Msg {
     Said(Result<String, String>),
     /// A search's reply (or why it failed), with the tag of the search.
     Found(u64, Result<TaskFindReply, String>),
+    /// The daemon's counters, or why they could not be read.
+    Stats(Result<ServerStatsReply, String>),
     /// A new connection after the old one was lost.
     Connected(Client),
     /// An attempt to reconnect failed, for this reason.
@@ -55,6 +63,7 @@ enum Input {
     Push(Option<Box<WatchReply>>),
     Msg(Msg),
     Tick,
+    Stats,
 }
 
 /// Runs the console until `q`.
@@ -86,14 +95,15 @@ async fn event_loop(
     let mut client = Some(client);
     let mut events = EventStream::new();
     let mut redraw = tokio::time::interval(REDRAW);
+    let mut stats = tokio::time::interval(STATS_INTERVAL);
     let mut effects = vec![first];
     loop {
         // Editing takes the terminal: it is handed to the editor and back, here.
         for effect in std::mem::take(&mut effects) {
             match effect {
-                Effect::Edit(requeue) => {
-                    let edited = edit_in_editor(terminal, &requeue.payload);
-                    app.on_edited(requeue, edited);
+                Effect::Edit(draft) => {
+                    let edited = edit_in_editor(terminal, &draft.text());
+                    app.on_edited(draft, edited);
                 }
                 other => effects.push(other),
             }
@@ -113,6 +123,7 @@ async fn event_loop(
             push = pushes.recv(), if client.is_some() => Input::Push(push.map(Box::new)),
             Some(msg) = rx.recv() => Input::Msg(msg),
             _ = redraw.tick() => Input::Tick,
+            _ = stats.tick(), if client.is_some() => Input::Stats,
         };
         // Ages and rates are of this moment, not of the last draw.
         app.now_ms = now_ms();
@@ -147,6 +158,7 @@ async fn event_loop(
                 Msg::Done(result, removed) => effects.push(app.on_done(result, removed)),
                 Msg::Found(tag, reply) => effects.extend(app.on_found(tag, reply)),
                 Msg::Said(result) => app.say(result),
+                Msg::Stats(result) => app.on_stats(result),
                 Msg::Connected(c) => {
                     // A restart may have brought another version.
                     app.server = c.server().to_owned();
@@ -164,6 +176,15 @@ async fn event_loop(
                 }
             },
             Input::Tick => {}
+            Input::Stats => {
+                if let Some(c) = &client {
+                    let (c, tx) = (c.clone(), tx.clone());
+                    tokio::spawn(async move {
+                        let reply = c.server_stats().await.map_err(|e| e.to_string());
+                        let _ = tx.send(Msg::Stats(reply));
+                    });
+                }
+            }
         }
         if client.is_none() {
             // Verbs asked while disconnected are refused rather than queued.
@@ -366,6 +387,41 @@ async fn run_verb(client: &Client, verb: Verb) -> Result<String, Error> {
                 })
                 .await?;
             format!("requeued {} as {} on {}", r.id, new.id, r.queue)
+        }
+        Verb::Enqueue { queue, payload } => {
+            let task = muster_sdk::NewTask::new(muster_sdk::raw_json(&payload)?);
+            let new = client.enqueue(&queue, task).await?;
+            format!("enqueued {} on {queue}", new.id)
+        }
+        Verb::Priority { id, to, .. } => {
+            let update = TaskUpdate {
+                task: id.clone(),
+                priority: Some(to),
+                run_now: false,
+            };
+            let t = client.task_update(&update).await?;
+            format!("task {id} now has priority {}", t.priority)
+        }
+        Verb::RunNow(id) => {
+            let update = TaskUpdate {
+                task: id.clone(),
+                priority: None,
+                run_now: true,
+            };
+            let t = client.task_update(&update).await?;
+            format!("task {id} is {} now", t.state.as_str())
+        }
+        Verb::Undrain(m) => {
+            client.member_undrain(&m).await?;
+            format!("undrained {m}: it gets work again")
+        }
+        Verb::UpdateQueue(change) => {
+            client.queue_update(&change.queue, change.patch).await?;
+            format!(
+                "updated queue {}: {}",
+                change.queue,
+                change.changes.join(", ")
+            )
         }
     })
 }

@@ -7,16 +7,17 @@ use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
 use muster_protocol::model::{
-    LeaseInfo, MemberInfo, MemberState, QueueInfo, QueueOptions, QueueTotals, StateCounts,
-    TaskInfo, TaskState, TaskSummary, TimelineEvent,
+    LeaseInfo, MemberInfo, MemberState, QueueInfo, QueueOptions, QueuePatch, QueueTotals,
+    StateCounts, TaskInfo, TaskState, TaskSummary, TimelineEvent,
 };
 use muster_protocol::ops::{
-    FindCursor, TaskFind, TaskFindReply, View, WatchReply, WatchUpdate, raw,
+    FindCursor, ServerStatsReply, TaskFind, TaskFindReply, View, WatchReply, WatchUpdate, raw,
 };
 use muster_protocol::{ErrorBody, ErrorCode};
 
 use super::app::{
-    App, DeadAction, DeadTasks, Effect, Level, Mode, PAGE_ROWS, Requeue, TABS, Verb, search_query,
+    App, DaemonFacts, DeadAction, DeadTasks, Draft, Effect, Level, Mode, NEW_PAYLOAD, PAGE_ROWS,
+    QueueChange, Requeue, TABS, TREND_SECONDS, Verb, search_query,
 };
 use super::ui;
 
@@ -141,6 +142,7 @@ fn task(n: u32, queue: &str, state: TaskState) -> TaskSummary {
         dead_reason: (state == TaskState::Dead).then(|| "max_attempts".into()),
         created_ms: NOW - 600 * SEC,
         updated_ms: NOW - 42 * SEC,
+        progress: (state == TaskState::Leased).then(|| format!("{{\"step\":{n},\"of\":10}}")),
     }
 }
 
@@ -1181,7 +1183,7 @@ fn e_edits_a_dead_tasks_payload_and_requeues_it_after_a_confirm() {
     dead.lease = None;
     deliver(&mut app, tag, WatchUpdate::Task { task: dead.clone() });
     let requeue = match press(&mut app, KeyCode::Char('e')).as_slice() {
-        [Effect::Edit(r)] => r.clone(),
+        [Effect::Edit(Draft::Requeue(r))] => r.clone(),
         other => panic!("expected an edit, got {other:?}"),
     };
     assert_eq!(
@@ -1201,27 +1203,26 @@ fn e_edits_a_dead_tasks_payload_and_requeues_it_after_a_confirm() {
     let shown: serde_json::Value = serde_json::from_str(&requeue.payload).unwrap();
     let stored: serde_json::Value = serde_json::from_str(dead.payload.get()).unwrap();
     assert_eq!(shown, stored, "the editor gets the payload, laid out");
+    assert_eq!(Draft::Requeue(requeue.clone()).text(), requeue.payload);
     // Unchanged, not JSON, or a failed editor: nothing happens, and the footer says so.
-    app.on_edited(requeue.clone(), Ok(requeue.payload.clone()));
+    let draft = || Draft::Requeue(requeue.clone());
+    app.on_edited(draft(), Ok(requeue.payload.clone()));
     assert_eq!(app.mode, Mode::Normal);
     assert_eq!(
         app.message,
         Some((Level::Info, "payload unchanged: nothing done".into()))
     );
-    app.on_edited(requeue.clone(), Ok("{oops".into()));
+    app.on_edited(draft(), Ok("{oops".into()));
     assert_eq!(app.mode, Mode::Normal);
     assert!(
         matches!(&app.message, Some((Level::Error, m)) if m.contains("is not JSON")),
         "{:?}",
         app.message
     );
-    app.on_edited(
-        requeue.clone(),
-        Err("\"false\" exited with exit status: 1".into()),
-    );
+    app.on_edited(draft(), Err("\"false\" exited with exit status: 1".into()));
     assert_eq!(app.mode, Mode::Normal);
     // Edited: the confirm names the queue and the dead task; y runs it.
-    app.on_edited(requeue.clone(), Ok("{\"prompt\":\"fixed\"}\n".into()));
+    app.on_edited(draft(), Ok("{\"prompt\":\"fixed\"}\n".into()));
     let want = Verb::Requeue(Requeue {
         payload: "{\"prompt\":\"fixed\"}".into(),
         ..requeue
@@ -1294,4 +1295,666 @@ fn the_title_names_the_daemons_version() {
     app.server = "musterd 1.2.3".into();
     let title = text(&app).lines().next().unwrap_or_default().to_owned();
     assert!(title.contains("127.0.0.1:7420  musterd 1.2.3"), "{title}");
+}
+
+/// The screen at 80×24 and at 200×50, each against its snapshot (`NAME`, `NAME_200x50`).
+fn snapshots(name: &str, app: &App) {
+    insta::assert_snapshot!(name.to_owned(), screen(app, 80, 24).backend());
+    insta::assert_snapshot!(format!("{name}_200x50"), screen(app, 200, 50).backend());
+}
+
+/// A member as the members screen shows it.
+fn member(
+    name: &str,
+    labels: &[&str],
+    leased: u64,
+    state: MemberState,
+    draining: bool,
+) -> MemberInfo {
+    MemberInfo {
+        name: name.into(),
+        labels: labels.iter().map(|l| (*l).to_owned()).collect(),
+        capacity: 4,
+        leased,
+        connected: state == MemberState::Connected,
+        state,
+        liveness_ms: 5_000,
+        draining,
+        subscribed: vec!["inference".into()],
+        last_seen_ms: Some(NOW - u64::from(name.len() as u32) * SEC),
+    }
+}
+
+/// The console on the members screen: gpu-1 connected, gpu-2 draining.
+fn on_members(readonly: bool) -> App {
+    let mut app = started(readonly);
+    let tag = watched(
+        &chars(&mut app, ":members\n"),
+        View::Members {
+            after: None,
+            limit: Some(PAGE_ROWS),
+        },
+    );
+    deliver(
+        &mut app,
+        tag,
+        WatchUpdate::Members {
+            members: vec![
+                member("gpu-1", &["gpu"], 4, MemberState::Connected, false),
+                member("gpu-2", &["gpu"], 2, MemberState::Connected, true),
+                member("cpu-long-9", &[], 0, MemberState::Gone, true),
+            ],
+            connected: 2,
+            next: None,
+        },
+    );
+    app
+}
+
+#[test]
+fn a_enqueues_a_payload_written_in_the_editor_after_a_confirm() {
+    let mut app = started(false);
+    let draft = match press(&mut app, KeyCode::Char('a')).as_slice() {
+        [Effect::Edit(d)] => d.clone(),
+        other => panic!("expected an edit, got {other:?}"),
+    };
+    assert_eq!(
+        draft,
+        Draft::Enqueue {
+            queue: "emails".into()
+        }
+    );
+    assert_eq!(draft.text(), NEW_PAYLOAD);
+    // Empty, not JSON, or a failed editor: nothing is enqueued, and the footer says why.
+    app.on_edited(draft.clone(), Ok("  \n".into()));
+    assert_eq!(app.mode, Mode::Normal);
+    assert_eq!(
+        app.message,
+        Some((Level::Error, "the payload is empty: nothing done".into()))
+    );
+    app.on_edited(draft.clone(), Ok("{\"to\":".into()));
+    assert_eq!(app.mode, Mode::Normal);
+    assert!(
+        matches!(&app.message, Some((Level::Error, m)) if m.starts_with("the payload is not JSON (")),
+        "{:?}",
+        app.message
+    );
+    app.on_edited(
+        draft.clone(),
+        Err("\"vi\" exited with exit status: 1".into()),
+    );
+    assert_eq!(
+        app.message,
+        Some((
+            Level::Error,
+            "editing: \"vi\" exited with exit status: 1".into()
+        ))
+    );
+    // The template as it is is a payload too: `{}`.
+    app.on_edited(draft.clone(), Ok(NEW_PAYLOAD.into()));
+    assert_eq!(
+        app.mode,
+        Mode::Confirm(Verb::Enqueue {
+            queue: "emails".into(),
+            payload: "{}".into()
+        })
+    );
+    app.mode = Mode::Normal;
+    app.on_edited(draft, Ok("{\"to\":\"ops@example.com\"}\n".into()));
+    let want = Verb::Enqueue {
+        queue: "emails".into(),
+        payload: "{\"to\":\"ops@example.com\"}".into(),
+    };
+    assert_eq!(app.mode, Mode::Confirm(want.clone()));
+    snapshots("confirm_enqueue", &app);
+    assert_eq!(press(&mut app, KeyCode::Char('y')), vec![Effect::Run(want)]);
+    // From a queue's screen, its queue; never read-only, never elsewhere.
+    on_queue_tab(&mut app, 0, TaskState::Ready, 1..3);
+    assert_eq!(
+        press(&mut app, KeyCode::Char('a')),
+        vec![Effect::Edit(Draft::Enqueue {
+            queue: "inference".into()
+        })]
+    );
+    let mut ro = started(true);
+    assert_eq!(press(&mut ro, KeyCode::Char('a')), vec![]);
+    let mut members = on_members(false);
+    assert_eq!(press(&mut members, KeyCode::Char('a')), vec![]);
+}
+
+#[test]
+fn o_edits_a_queues_options_and_confirms_only_what_changed() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 0, TaskState::Ready, 1..3);
+    let draft = match press(&mut app, KeyCode::Char('o')).as_slice() {
+        [Effect::Edit(d)] => d.clone(),
+        other => panic!("expected an edit, got {other:?}"),
+    };
+    let options = QueueOptions::default();
+    assert_eq!(
+        draft,
+        Draft::Options {
+            queue: "inference".into(),
+            options: options.clone()
+        }
+    );
+    let text = draft.text();
+    assert!(text.contains("\"lease_ms\": 30000,"), "{text}");
+    assert!(text.contains("\"max_runtime_ms\": null,"), "{text}");
+    // Unchanged, unreadable, or naming an unknown option: nothing done.
+    app.on_edited(draft.clone(), Ok(text.clone()));
+    assert_eq!(
+        app.message,
+        Some((Level::Info, "options unchanged: nothing done".into()))
+    );
+    app.on_edited(draft.clone(), Ok("{\"lease\": 5}".into()));
+    assert_eq!(app.mode, Mode::Normal);
+    assert!(
+        matches!(&app.message, Some((Level::Error, m)) if m.starts_with("the edited options are not valid (unknown field `lease`")),
+        "{:?}",
+        app.message
+    );
+    let edited = text
+        .replace("\"lease_ms\": 30000", "\"lease_ms\": 60000")
+        .replace("\"max_runtime_ms\": null", "\"max_runtime_ms\": 600000");
+    app.on_edited(draft, Ok(edited));
+    let want = Verb::UpdateQueue(QueueChange {
+        queue: "inference".into(),
+        patch: QueuePatch {
+            lease_ms: Some(60_000),
+            max_runtime_ms: Some(600_000),
+            ..QueuePatch::default()
+        },
+        changes: vec![
+            "lease_ms 30000 → 60000".into(),
+            "max_runtime_ms none → 600000".into(),
+        ],
+    });
+    assert_eq!(app.mode, Mode::Confirm(want.clone()));
+    snapshots("confirm_queue_options", &app);
+    assert_eq!(press(&mut app, KeyCode::Char('y')), vec![Effect::Run(want)]);
+}
+
+#[test]
+fn queue_changes_remove_a_runtime_bound_and_keep_what_is_left_out() {
+    let shown = QueueOptions {
+        max_runtime_ms: Some(5_000),
+        ..QueueOptions::default()
+    };
+    let edited = QueuePatch {
+        max_attempts: Some(5),
+        paused: Some(true),
+        ..QueuePatch::default()
+    };
+    let (patch, changes) = super::app::queue_changes(&shown, &edited);
+    assert_eq!(
+        patch,
+        QueuePatch {
+            max_runtime_ms: Some(0),
+            paused: Some(true),
+            ..QueuePatch::default()
+        }
+    );
+    assert_eq!(
+        changes,
+        ["max_runtime_ms 5000 → none", "paused false → true"]
+    );
+}
+
+#[test]
+fn plus_minus_and_capital_n_change_priority_and_run_now_after_a_confirm() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 0, TaskState::Ready, 1..4);
+    // Task 1 has priority 1.
+    press(&mut app, KeyCode::Char('+'));
+    let raise = Verb::Priority {
+        id: id(1),
+        from: 1,
+        to: 2,
+    };
+    assert_eq!(app.mode, Mode::Confirm(raise.clone()));
+    snapshots("confirm_priority", &app);
+    assert_eq!(
+        press(&mut app, KeyCode::Char('y')),
+        vec![Effect::Run(raise)]
+    );
+    press(&mut app, KeyCode::Char('-'));
+    assert_eq!(
+        app.mode,
+        Mode::Confirm(Verb::Priority {
+            id: id(1),
+            from: 1,
+            to: 0
+        })
+    );
+    press(&mut app, KeyCode::Esc);
+    // Task 3 has priority 0: nothing lower.
+    press(&mut app, KeyCode::Char('j'));
+    press(&mut app, KeyCode::Char('j'));
+    assert_eq!(press(&mut app, KeyCode::Char('-')), vec![]);
+    assert_eq!(app.mode, Mode::Normal);
+    assert_eq!(
+        app.message,
+        Some((
+            Level::Error,
+            format!("task {} has priority 0, the lowest", id(3))
+        ))
+    );
+    // A ready task does not wait for its time.
+    press(&mut app, KeyCode::Char('N'));
+    assert_eq!(
+        app.message,
+        Some((Level::Error, "only a scheduled task waits to run".into()))
+    );
+    // A scheduled one runs now, after a confirm naming it.
+    let mut app = started(false);
+    on_queue_tab(&mut app, 1, TaskState::Scheduled, 1..3);
+    press(&mut app, KeyCode::Char('N'));
+    assert_eq!(app.mode, Mode::Confirm(Verb::RunNow(id(1))));
+    snapshots("confirm_run_now", &app);
+    // A leased task keeps its priority.
+    let mut app = started(false);
+    on_queue_tab(&mut app, 2, TaskState::Leased, 1..3);
+    press(&mut app, KeyCode::Char('+'));
+    assert_eq!(app.mode, Mode::Normal);
+    assert_eq!(
+        app.message,
+        Some((
+            Level::Error,
+            "only a ready or scheduled task gets a new priority or runs now".into()
+        ))
+    );
+    // The task screen acts on its task; the highest priority goes no higher.
+    let tag = watched(&press(&mut app, KeyCode::Enter), View::Task { task: id(1) });
+    let mut t = task_info();
+    t.state = TaskState::Scheduled;
+    t.lease = None;
+    t.priority = 9;
+    deliver(&mut app, tag, WatchUpdate::Task { task: t });
+    press(&mut app, KeyCode::Char('+'));
+    assert_eq!(
+        app.message,
+        Some((
+            Level::Error,
+            format!("task {} has priority 9, the highest", id(1))
+        ))
+    );
+    press(&mut app, KeyCode::Char('-'));
+    assert_eq!(
+        app.mode,
+        Mode::Confirm(Verb::Priority {
+            id: id(1),
+            from: 9,
+            to: 8
+        })
+    );
+    press(&mut app, KeyCode::Esc);
+    press(&mut app, KeyCode::Char('N'));
+    assert_eq!(app.mode, Mode::Confirm(Verb::RunNow(id(1))));
+    // Read-only: none of it.
+    let mut ro = started(true);
+    on_queue_tab(&mut ro, 0, TaskState::Ready, 1..4);
+    for key in ['+', '-', 'N', 'o'] {
+        assert_eq!(press(&mut ro, KeyCode::Char(key)), vec![]);
+        assert_eq!(ro.mode, Mode::Normal);
+    }
+}
+
+#[test]
+fn u_undrains_a_draining_member_after_a_confirm() {
+    let mut app = on_members(false);
+    snapshots("members_undrain", &app);
+    press(&mut app, KeyCode::Char('u'));
+    assert_eq!(app.mode, Mode::Normal);
+    assert_eq!(
+        app.message,
+        Some((Level::Error, "member gpu-1 is not draining".into()))
+    );
+    press(&mut app, KeyCode::Char('j'));
+    press(&mut app, KeyCode::Char('u'));
+    assert_eq!(app.mode, Mode::Confirm(Verb::Undrain("gpu-2".into())));
+    snapshots("confirm_undrain", &app);
+    assert_eq!(
+        press(&mut app, KeyCode::Char('y')),
+        vec![Effect::Run(Verb::Undrain("gpu-2".into()))]
+    );
+    // On a member's own screen, that member.
+    let tag = watched(
+        &press(&mut app, KeyCode::Enter),
+        View::Member {
+            member: "gpu-2".into(),
+        },
+    );
+    deliver(
+        &mut app,
+        tag,
+        WatchUpdate::Member {
+            member: member("gpu-2", &["gpu"], 0, MemberState::Connected, true),
+            leases: vec![],
+        },
+    );
+    press(&mut app, KeyCode::Char('u'));
+    assert_eq!(app.mode, Mode::Confirm(Verb::Undrain("gpu-2".into())));
+    let mut ro = on_members(true);
+    press(&mut ro, KeyCode::Char('j'));
+    assert_eq!(press(&mut ro, KeyCode::Char('u')), vec![]);
+    assert_eq!(ro.mode, Mode::Normal);
+}
+
+#[test]
+fn n_on_the_members_puts_the_last_seen_first() {
+    let mut app = on_members(false);
+    let names = |app: &App| -> Vec<String> {
+        app.rows()
+            .iter()
+            .map(|r| match r {
+                super::app::Row::Member(m) => m.name.clone(),
+                _ => panic!("a member row"),
+            })
+            .collect()
+    };
+    assert_eq!(names(&app), ["gpu-1", "gpu-2", "cpu-long-9"]);
+    press(&mut app, KeyCode::Char('n'));
+    assert_eq!(app.sorted_by(), Some(("last seen", true)));
+    // Seen 5 s, 5 s and 10 s ago: the most recent first, ties in the daemon's order.
+    assert_eq!(names(&app), ["gpu-1", "gpu-2", "cpu-long-9"]);
+    press(&mut app, KeyCode::Char('S'));
+    assert_eq!(names(&app), ["cpu-long-9", "gpu-1", "gpu-2"]);
+    press(&mut app, KeyCode::Char('n'));
+    assert_eq!(app.sorted_by(), Some(("last seen", true)));
+    press(&mut app, KeyCode::Char('n'));
+    assert_eq!(app.sorted_by(), None);
+}
+
+/// The dead letters with two errors in two queues.
+fn dead_by_error(app: &mut App) {
+    let tag = watched(
+        &chars(app, ":dead\n"),
+        View::Dead {
+            after: None,
+            limit: Some(PAGE_ROWS),
+        },
+    );
+    let mut tasks: Vec<TaskSummary> = (1..=5)
+        .map(|n| {
+            task(
+                n,
+                if n == 5 { "emails" } else { "inference" },
+                TaskState::Dead,
+            )
+        })
+        .collect();
+    tasks[1].last_error = Some("HTTP 502 from upstream".into());
+    tasks[1].updated_ms = NOW - 7 * SEC;
+    tasks[4].last_error = Some("HTTP 502 from upstream".into());
+    deliver(
+        app,
+        tag,
+        WatchUpdate::Dead {
+            tasks,
+            total: 5,
+            next: None,
+        },
+    );
+}
+
+#[test]
+fn capital_e_groups_dead_letters_by_error_and_acts_on_a_group() {
+    let mut app = started(false);
+    dead_by_error(&mut app);
+    press(&mut app, KeyCode::Char('E'));
+    assert!(app.page().grouped);
+    let groups: Vec<(String, usize, Vec<String>)> = app
+        .rows()
+        .into_iter()
+        .map(|r| match r {
+            super::app::Row::Group(g) => (g.error, g.ids.len(), g.queues),
+            _ => panic!("a group row"),
+        })
+        .collect();
+    assert_eq!(
+        groups,
+        [
+            (
+                "CUDA out of memory".to_owned(),
+                3,
+                vec!["inference".to_owned()]
+            ),
+            (
+                "HTTP 502 from upstream".to_owned(),
+                2,
+                vec!["emails".to_owned(), "inference".to_owned()]
+            ),
+        ]
+    );
+    snapshots("dead_grouped", &app);
+    // A group of one queue is redriven or discarded whole, by its ids.
+    press(&mut app, KeyCode::Char('x'));
+    let verb = Verb::Dead(
+        DeadAction::Discard,
+        DeadTasks {
+            queue: "inference".into(),
+            ids: vec![id(1), id(3), id(4)],
+            all: false,
+            count: 3,
+        },
+    );
+    assert_eq!(app.mode, Mode::Confirm(verb.clone()));
+    assert_eq!(press(&mut app, KeyCode::Char('y')), vec![Effect::Run(verb)]);
+    // One across queues is opened first.
+    press(&mut app, KeyCode::Char('j'));
+    assert_eq!(press(&mut app, KeyCode::Char('r')), vec![]);
+    assert_eq!(
+        app.message,
+        Some((
+            Level::Error,
+            "the error's tasks are in several queues: open it (enter) and mark one queue's".into()
+        ))
+    );
+    // Enter lists the group's tasks: the page filtered by its error.
+    assert_eq!(press(&mut app, KeyCode::Enter), vec![]);
+    assert!(!app.page().grouped);
+    assert_eq!(app.page().filter, "HTTP 502 from upstream");
+    let ids: Vec<String> = app
+        .rows()
+        .iter()
+        .map(|r| match r {
+            super::app::Row::Task(t) => t.id.clone(),
+            _ => panic!("a task row"),
+        })
+        .collect();
+    assert_eq!(ids, [id(2), id(5)]);
+    // Esc clears the filter; E and esc group and ungroup.
+    press(&mut app, KeyCode::Esc);
+    assert_eq!(app.rows().len(), 5);
+    press(&mut app, KeyCode::Char('E'));
+    assert_eq!(app.rows().len(), 2);
+    press(&mut app, KeyCode::Esc);
+    assert!(!app.page().grouped);
+    assert_eq!(app.rows().len(), 5);
+    // Only dead lists group.
+    let mut other = started(false);
+    press(&mut other, KeyCode::Char('E'));
+    assert!(!other.page().grouped);
+}
+
+#[test]
+fn n_on_the_dead_letters_searches_them_newest_first() {
+    let mut app = started(false);
+    dead_by_error(&mut app);
+    let (search, _) = searched(&press(&mut app, KeyCode::Char('n')));
+    assert_eq!(
+        (search.queue, search.state, search.newest_first),
+        (None, Some(TaskState::Dead), true)
+    );
+    watched(
+        &press(&mut app, KeyCode::Char('n')),
+        View::Dead {
+            after: None,
+            limit: Some(PAGE_ROWS),
+        },
+    );
+}
+
+/// `emails` at `at` with its ready count, totals moved on by `enqueued` and `acked`.
+fn emails_ready_at(app: &mut App, at: u64, enqueued: u64, acked: u64, ready: u64) {
+    app.now_ms = at;
+    let mut q = queue("emails", [0, ready, 3, 880, 0, 0], false);
+    q.totals.enqueued += enqueued;
+    q.totals.acked += acked;
+    deliver(
+        app,
+        1,
+        WatchUpdate::Queues {
+            queues: vec![q],
+            next: None,
+        },
+    );
+}
+
+#[test]
+fn trends_follow_the_totals_second_by_second() {
+    let mut app = started(false);
+    emails_ready_at(&mut app, NOW + SEC, 5, 2, 15);
+    // Two pushes in one second: the later stands for it.
+    emails_ready_at(&mut app, NOW + 3 * SEC, 8, 3, 16);
+    emails_ready_at(&mut app, NOW + 3 * SEC + 500, 10, 4, 18);
+    let t = app.trend("emails");
+    assert_eq!(t.enqueued.len(), TREND_SECONDS);
+    let tail = |v: &[Option<u64>]| v[TREND_SECONDS - 4..].to_vec();
+    // The first sample (at NOW) has nothing before it to count from.
+    assert_eq!(tail(&t.enqueued), [None, Some(5), Some(0), Some(5)]);
+    assert_eq!(tail(&t.acked), [None, Some(2), Some(0), Some(2)]);
+    assert_eq!(tail(&t.ready), [Some(12), Some(15), Some(15), Some(18)]);
+    // Before it, nothing is known.
+    assert!(t.ready[..TREND_SECONDS - 4].iter().all(Option::is_none));
+    // A quiet second repeats the ready count; two minutes on, the burst is gone.
+    app.now_ms = NOW + 4 * SEC;
+    assert_eq!(
+        tail(&app.trend("emails").ready),
+        [Some(15), Some(15), Some(18), Some(18)]
+    );
+    emails_ready_at(&mut app, NOW + 200 * SEC, 10, 4, 1);
+    let t = app.trend("emails");
+    assert!(t.enqueued.iter().all(|v| *v == Some(0)), "{t:?}");
+    assert_eq!(t.ready[0], Some(18));
+    assert_eq!(t.ready[TREND_SECONDS - 1], Some(1));
+    // A queue never seen has no trend.
+    assert_eq!(app.trend("nowhere").ready, vec![None; TREND_SECONDS]);
+}
+
+#[test]
+fn text_sparklines_scale_to_their_highest_and_keep_the_newest() {
+    let known = |v: &[u64]| v.iter().map(|v| Some(*v)).collect::<Vec<_>>();
+    assert_eq!(ui::spark(&known(&[0, 1, 2, 3, 4, 5, 6, 7]), 8), "▁▂▃▄▅▆▇█");
+    assert_eq!(ui::spark(&[Some(0); TREND_SECONDS], 15), "▁".repeat(15));
+    // 120 seconds in 15 bars: each the highest of its 8 seconds; unknown ones blank.
+    let mut values = vec![Some(0); TREND_SECONDS];
+    values[TREND_SECONDS - 1] = Some(40);
+    values[10] = Some(20);
+    values[..8].fill(None);
+    assert_eq!(ui::spark(&values, 15), " ▅▁▁▁▁▁▁▁▁▁▁▁▁█");
+    assert_eq!(ui::spark(&values, 0), "");
+}
+
+#[test]
+fn wide_screens_show_trends_and_narrow_ones_leave_them_out() {
+    let mut app = started(false);
+    emails_ready_at(&mut app, NOW + SEC, 5, 2, 15);
+    emails_ready_at(&mut app, NOW + 3 * SEC, 10, 4, 18);
+    let queues = app.rows().len();
+    assert_eq!(queues, 1);
+    snapshots("queues_trends", &app);
+    let wide = screen(&app, 200, 50).backend().to_string();
+    assert!(wide.contains("IN 2m"), "{wide}");
+    let middle = screen(&app, 130, 30).backend().to_string();
+    assert!(
+        middle.contains("READY 2m") && !middle.contains("IN 2m"),
+        "{middle}"
+    );
+    assert!(!text(&app).contains("2m"));
+    // The queue screen draws its sparklines when tall enough.
+    press(&mut app, KeyCode::Enter);
+    let tag = current_tag(&mut app);
+    app.now_ms = NOW + 4 * SEC;
+    let mut q = queue("emails", [0, 18, 3, 880, 0, 0], false);
+    q.totals.enqueued += 10;
+    q.totals.acked += 4;
+    deliver(
+        &mut app,
+        tag,
+        WatchUpdate::Tasks {
+            queue: q,
+            state: TaskState::Ready,
+            tasks: (1..3)
+                .map(|n| task(n, "emails", TaskState::Ready))
+                .collect(),
+            next: None,
+        },
+    );
+    snapshots("queue_trends", &app);
+    assert!(
+        screen(&app, 200, 50)
+            .backend()
+            .to_string()
+            .contains("in/s   max     5")
+    );
+    assert!(!text(&app).contains("in/s   max"));
+}
+
+#[test]
+fn the_title_shows_uptime_members_and_fsync_latency() {
+    let mut app = started(false);
+    app.server = "musterd 1.2.3".into();
+    let stats = |syncs: u64, total_us: u64| ServerStatsReply {
+        syncs,
+        synced_requests: syncs * 3,
+        durability: "sync".into(),
+        disk_alarm: false,
+        uptime_ms: 2 * 3600 * SEC + 5 * SEC,
+        members_connected: 3,
+        fsync_last_us: 900,
+        fsync_total_us: total_us,
+    };
+    app.on_stats(Ok(stats(10, 8_000)));
+    assert_eq!(
+        app.facts,
+        Some(DaemonFacts {
+            uptime_ms: 2 * 3600 * SEC + 5 * SEC,
+            members: 3,
+            fsync_us: 900
+        })
+    );
+    // The mean over the span since the last reading: 10 persists in 12 ms.
+    app.on_stats(Ok(stats(20, 20_000)));
+    assert_eq!(app.facts.map(|f| f.fsync_us), Some(1_200));
+    snapshots("title_facts", &app);
+    let title = text(&app).lines().next().unwrap_or_default().to_owned();
+    assert!(title.contains("up 2h · 3 members · fsync 1.2ms"), "{title}");
+    // Nothing persisted since: the latest persist's time.
+    app.on_stats(Ok(stats(20, 20_000)));
+    assert_eq!(app.facts.map(|f| f.fsync_us), Some(900));
+    // A token that may not read them: the title goes without.
+    app.on_stats(Err("forbidden: token \"jobs\" lacks the role admin".into()));
+    assert_eq!(app.facts, None);
+    assert!(!text(&app).contains("members ·"));
+}
+
+#[test]
+fn help_lists_the_new_verbs_of_each_screen() {
+    let has = |app: &App, key: &str| app.keys().iter().any(|(k, _)| *k == key);
+    let app = started(false);
+    assert!(has(&app, "a") && has(&app, "o"));
+    let mut app = started(false);
+    on_queue_tab(&mut app, 1, TaskState::Scheduled, 1..3);
+    assert!(has(&app, "+ -") && has(&app, "N") && has(&app, "a") && has(&app, "o"));
+    press(&mut app, KeyCode::Char('?'));
+    snapshots("help_scheduled", &app);
+    let mut app = started(false);
+    on_queue_tab(&mut app, 3, TaskState::Dead, 1..3);
+    assert!(has(&app, "E") && !has(&app, "N"));
+    let app = on_members(false);
+    assert!(has(&app, "u") && has(&app, "n"));
+    let app = on_members(true);
+    assert!(!has(&app, "u"));
 }

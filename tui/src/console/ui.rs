@@ -5,7 +5,8 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style, Stylize};
 use ratatui::text::{Line, Span, Text};
 use ratatui::widgets::{
-    Block, Cell, Clear, HighlightSpacing, Paragraph, Row as TableRow, Table, TableState, Tabs, Wrap,
+    Block, Cell, Clear, HighlightSpacing, Paragraph, RenderDirection, Row as TableRow, Sparkline,
+    Table, TableState, Tabs, Wrap,
 };
 
 use muster_protocol::model::{
@@ -13,7 +14,7 @@ use muster_protocol::model::{
 };
 use muster_protocol::ops::WatchUpdate;
 
-use super::app::{App, Level, Mode, Row, Screen, TABS};
+use super::app::{App, Level, Mode, Row, Screen, TABS, TrendSeries};
 
 /// Draws the whole console.
 pub fn render(app: &App, frame: &mut Frame) {
@@ -114,6 +115,17 @@ fn render_title(app: &App, frame: &mut Frame, area: Rect) {
             Style::new().fg(Color::DarkGray),
         ));
     }
+    if let Some(f) = &app.facts {
+        spans.push(Span::styled(
+            format!(
+                " up {} · {} members · fsync {} ",
+                short(f.uptime_ms),
+                f.members,
+                micros(f.fsync_us)
+            ),
+            Style::new().fg(Color::DarkGray),
+        ));
+    }
     if app.readonly {
         spans.push(Span::styled(" read-only ", Style::new().fg(Color::Yellow)));
     }
@@ -148,6 +160,9 @@ fn screen_title(app: &App) -> String {
     };
     if page.number() > 1 {
         title.push_str(&format!("· page {} ", page.number()));
+    }
+    if page.grouped {
+        title.push_str("· by error ");
     }
     if !page.filter.is_empty() {
         title.push_str(&format!("· filter {} ", page.filter));
@@ -220,46 +235,98 @@ const QUEUES_WIDTHS: [Constraint; 11] = [
     Constraint::Length(6),
 ];
 
+/// Width of a trend column of the queues screen: 120 s in 15 bars of 8 s.
+const TREND_WIDTH: u16 = 15;
+
+/// The trends the queues screen has room for at this inner width: the ready count's
+/// from 120 columns, enqueues' and acks' too from 160; none narrower.
+fn queue_trends(width: u16) -> &'static [Trend] {
+    match width {
+        160.. => &[Trend::In, Trend::Out, Trend::Ready],
+        120..160 => &[Trend::Ready],
+        _ => &[],
+    }
+}
+
+/// A trend graph of a queue.
+#[derive(Debug, Clone, Copy)]
+enum Trend {
+    /// Tasks enqueued a second.
+    In,
+    /// Tasks acked a second.
+    Out,
+    /// Ready tasks.
+    Ready,
+}
+
+impl Trend {
+    fn title(self) -> &'static str {
+        match self {
+            Trend::In => "IN 2m",
+            Trend::Out => "OUT 2m",
+            Trend::Ready => "READY 2m",
+        }
+    }
+
+    fn values(self, series: &TrendSeries) -> &[Option<u64>] {
+        match self {
+            Trend::In => &series.enqueued,
+            Trend::Out => &series.acked,
+            Trend::Ready => &series.ready,
+        }
+    }
+}
+
 fn render_queues(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
-    let name_width = column_widths(block.inner(area), &QUEUES_WIDTHS)[0];
-    let widths = QUEUES_WIDTHS;
-    let rows = app
-        .rows()
-        .into_iter()
-        .filter_map(|r| match r {
-            Row::Queue(q) => Some(q),
-            _ => None,
-        })
-        .map(|q| {
-            let (rate_in, rate_out) = app.rate(&q.name);
-            let dead = Cell::from(count(q.counts.dead));
-            TableRow::new(vec![
-                Cell::from(fit(&q.name, name_width)),
-                Cell::from(count(q.counts.ready)),
-                Cell::from(count(q.counts.scheduled)),
-                Cell::from(count(q.counts.leased)),
-                if q.counts.dead > 0 {
-                    dead.fg(Color::Red)
-                } else {
-                    dead
-                },
-                Cell::from(count(q.counts.done)),
-                Cell::from(count(q.consumers)),
-                Cell::from(
-                    q.oldest_ready_ms
-                        .map_or("-".into(), |at| ago(app.now_ms, at)),
-                ),
-                Cell::from(format!("{rate_in:.1}")),
-                Cell::from(format!("{rate_out:.1}")),
-                queue_state(q),
-            ])
-        })
-        .collect();
-    let head = header(&[
+    let trends = queue_trends(block.inner(area).width);
+    let mut widths = QUEUES_WIDTHS.to_vec();
+    widths.extend(trends.iter().map(|_| Constraint::Length(TREND_WIDTH)));
+    let name_width = column_widths(block.inner(area), &widths)[0];
+    let rows =
+        app.rows()
+            .into_iter()
+            .filter_map(|r| match r {
+                Row::Queue(q) => Some(q),
+                _ => None,
+            })
+            .map(|q| {
+                let (rate_in, rate_out) = app.rate(&q.name);
+                let dead = Cell::from(count(q.counts.dead));
+                let mut cells = vec![
+                    Cell::from(fit(&q.name, name_width)),
+                    Cell::from(count(q.counts.ready)),
+                    Cell::from(count(q.counts.scheduled)),
+                    Cell::from(count(q.counts.leased)),
+                    if q.counts.dead > 0 {
+                        dead.fg(Color::Red)
+                    } else {
+                        dead
+                    },
+                    Cell::from(count(q.counts.done)),
+                    Cell::from(count(q.consumers)),
+                    Cell::from(
+                        q.oldest_ready_ms
+                            .map_or("-".into(), |at| ago(app.now_ms, at)),
+                    ),
+                    Cell::from(format!("{rate_in:.1}")),
+                    Cell::from(format!("{rate_out:.1}")),
+                    queue_state(q),
+                ];
+                if !trends.is_empty() {
+                    let series = app.trend(&q.name);
+                    cells.extend(trends.iter().map(|t| {
+                        Cell::from(spark(t.values(&series), TREND_WIDTH)).fg(Color::Cyan)
+                    }));
+                }
+                TableRow::new(cells)
+            })
+            .collect();
+    let mut titles = vec![
         "QUEUE", "READY", "SCHED", "LEASED", "DEAD", "DONE", "CONS", "OLDEST", "IN/s", "OUT/s",
         "STATE",
-    ]);
-    table(app, rows, &widths, head, block, frame, area);
+    ];
+    titles.extend(trends.iter().map(|t| t.title()));
+    table(app, rows, &widths, header(&titles), block, frame, area);
 }
 
 /// A queue's state at a glance: paused, stuck (ready tasks no connected member can
@@ -354,12 +421,18 @@ fn render_queue(
 ) {
     let inner = block.inner(area);
     frame.render_widget(block, area);
-    let [tabs, info, list] = Layout::vertical([
+    // Trends take three rows where the list keeps at least 20.
+    let trend_rows = if inner.height >= 26 { 3 } else { 0 };
+    let [tabs, info, trends, list] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(1),
+        Constraint::Length(trend_rows),
         Constraint::Min(1),
     ])
     .areas(inner);
+    if trend_rows > 0 {
+        render_trends(app, &q.name, frame, trends);
+    }
     let titles: Vec<String> = TABS
         .iter()
         .map(|s| format!("{} {}", s.as_str(), count(q.counts.get(*s))))
@@ -411,7 +484,67 @@ fn render_queue(
         frame.render_widget(Paragraph::new(nothing(app, &what)), list);
         return;
     }
+    if app.page().grouped {
+        return group_table(app, Block::new(), frame, list);
+    }
     task_table(app, &columns(state), Block::new(), frame, list);
+}
+
+/// A dead list grouped by error: how many died of each, in which queues, the last when.
+fn group_table(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
+    let widths = [
+        Constraint::Length(6),
+        Constraint::Length(16),
+        Constraint::Length(6),
+        Constraint::Min(10),
+    ];
+    let fitted = column_widths(block.inner(area), &widths);
+    let rows = app
+        .rows()
+        .into_iter()
+        .filter_map(|r| match r {
+            Row::Group(g) => Some(g),
+            _ => None,
+        })
+        .map(|g| {
+            TableRow::new(vec![
+                Cell::from(count(g.ids.len() as u64)),
+                Cell::from(fit(&g.queues.join(","), fitted[1])),
+                Cell::from(ago(app.now_ms, g.last_died_ms)),
+                Cell::from(fit(&g.error, fitted[3])).fg(Color::Red),
+            ])
+        })
+        .collect();
+    let head = header(&["COUNT", "QUEUES", "LAST", "ERROR"]);
+    table(app, rows, &widths, head, block, frame, area);
+}
+
+/// A queue's last two minutes, one bar a second, newest at the right: enqueued and acked
+/// a second and the ready count, each scaled to its own highest (named on its left).
+fn render_trends(app: &App, queue: &str, frame: &mut Frame, area: Rect) {
+    let series = app.trend(queue);
+    let rows = Layout::vertical([Constraint::Length(1); 3]).split(area);
+    for (row, (name, values, color)) in rows.iter().zip([
+        ("in/s", &series.enqueued, Color::Green),
+        ("out/s", &series.acked, Color::Cyan),
+        ("ready", &series.ready, Color::Yellow),
+    ]) {
+        let [label, graph] =
+            Layout::horizontal([Constraint::Length(16), Constraint::Min(1)]).areas(*row);
+        let top = values.iter().flatten().copied().max().unwrap_or(0);
+        frame.render_widget(Line::raw(format!("{name:<6} max {:>5}", count(top))), label);
+        // Newest first from the right edge: the oldest seconds are what a narrow
+        // terminal leaves out.
+        frame.render_widget(
+            Sparkline::default()
+                .data(values.iter().rev())
+                .direction(RenderDirection::RightToLeft)
+                .max(top.max(1))
+                .absent_value_symbol(" ")
+                .style(Style::new().fg(color)),
+            graph,
+        );
+    }
 }
 
 fn render_dead(app: &App, total: u64, block: Block<'_>, frame: &mut Frame, area: Rect) {
@@ -422,6 +555,9 @@ fn render_dead(app: &App, total: u64, block: Block<'_>, frame: &mut Frame, area:
             area,
         );
         return;
+    }
+    if app.page().grouped {
+        return group_table(app, block, frame, area);
     }
     let columns = [QUEUE, ATTEMPTS, DIED, REASON, ERROR];
     task_table(app, &columns, block, frame, area);
@@ -503,6 +639,11 @@ const RUNNING: Column = Column {
     width: Constraint::Length(8),
     cell: |t, now| ago(now, t.updated_ms),
 };
+const PROGRESS: Column = Column {
+    title: "PROGRESS",
+    width: Constraint::Min(8),
+    cell: |t, _| t.progress.clone().unwrap_or_else(|| "-".into()),
+};
 const QUEUE: Column = Column {
     title: "QUEUE",
     width: Constraint::Length(10),
@@ -512,7 +653,7 @@ const QUEUE: Column = Column {
 /// The columns of a queue's tab, after the id.
 fn columns(state: TaskState) -> Vec<Column> {
     match state {
-        TaskState::Leased => vec![HOLDER, ATTEMPTS, RUNNING, EXPIRES],
+        TaskState::Leased => vec![HOLDER, ATTEMPTS, RUNNING, EXPIRES, PROGRESS],
         TaskState::Dead => vec![ATTEMPTS, DIED, REASON, ERROR],
         TaskState::Scheduled => vec![PRIORITY, KEY, FAILURES, DUE],
         TaskState::Ready | TaskState::Done | TaskState::Cancelled => {
@@ -828,15 +969,28 @@ const HELP_NOTES: [(&str, &str); 3] = [
 fn render_help(app: &App, frame: &mut Frame) {
     let keys = app.keys();
     let key_style = Style::new().bold().fg(Color::Cyan);
-    let mut lines: Vec<Line<'_>> = keys
-        .iter()
-        .map(|(key, what)| {
-            Line::from(vec![
-                Span::styled(format!("{key:>8}  "), key_style),
-                Span::raw(*what),
-            ])
-        })
-        .collect();
+    let key = |(key, what): &(&str, &str), width: usize| {
+        vec![
+            Span::styled(format!("{key:>8}  "), key_style),
+            Span::raw(format!("{what:<width$}")),
+        ]
+    };
+    // One column where it fits the screen's height, else two side by side.
+    let room = usize::from(frame.area().height).saturating_sub(HELP_NOTES.len() + 3);
+    let mut lines: Vec<Line<'_>> = if keys.len() <= room {
+        keys.iter().map(|k| Line::from(key(k, 0))).collect()
+    } else {
+        let half = keys.len().div_ceil(2);
+        (0..half)
+            .map(|i| {
+                let mut spans = key(&keys[i], 26);
+                if let Some(right) = keys.get(i + half) {
+                    spans.extend(key(right, 0));
+                }
+                Line::from(spans)
+            })
+            .collect()
+    };
     lines.push(Line::default());
     lines.extend(HELP_NOTES.iter().map(|(key, what)| {
         Line::from(vec![
@@ -910,6 +1064,39 @@ fn attempt_length(t: &TaskInfo, i: usize, now: u64) -> Option<String> {
         }
         None => None,
     }
+}
+
+/// Microseconds as the title shows a latency: `840µs`, `2.4ms`.
+fn micros(us: u64) -> String {
+    if us < 1000 {
+        format!("{us}µs")
+    } else {
+        format!("{:.1}ms", us as f64 / 1000.0)
+    }
+}
+
+/// Bars from lowest to highest, as a text sparkline draws them.
+const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+
+/// `values` (oldest first) drawn as at most `width` bars of text, each the highest of
+/// its share of the values, scaled to the highest of all; the newest at the right. A bar
+/// with no known value is blank; zero is the lowest bar.
+pub fn spark(values: &[Option<u64>], width: u16) -> String {
+    let width = usize::from(width);
+    if width == 0 || values.is_empty() {
+        return String::new();
+    }
+    let per = values.len().div_ceil(width);
+    let skip = values.len() % per;
+    let columns: Vec<Option<u64>> = values[skip..]
+        .chunks(per)
+        .map(|c| c.iter().flatten().copied().max())
+        .collect();
+    let top = columns.iter().flatten().copied().max().unwrap_or(0).max(1);
+    columns
+        .iter()
+        .map(|v| v.map_or(' ', |v| BARS[((v * 7).div_ceil(top)) as usize]))
+        .collect()
 }
 
 fn short(ms: u64) -> String {

@@ -1682,6 +1682,56 @@ fn a_reconnecting_member_stays_drained_and_a_restarted_one_does_not() {
 }
 
 #[test]
+fn an_undrained_member_takes_work_again_and_one_known_only_for_its_drain_is_forgotten() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let undrain = |member: &str| {
+        Request::MemberUndrain(ops::MemberUndrain(ops::MemberName {
+            member: member.into(),
+        }))
+    };
+    let drain = |member: &str| {
+        Request::MemberDrain(ops::MemberDrain(ops::MemberName {
+            member: member.into(),
+        }))
+    };
+    h.call_on(1, open("m", 1, false, false)).unwrap();
+    h.call(drain("m")).unwrap();
+    h.enqueue("jobs", "1");
+    assert!(h.claim_as("jobs", 1, "m").is_empty(), "drained");
+    match h.call(undrain("m")).unwrap() {
+        Reply::Member(m) => assert_eq!((m.member.name.as_str(), m.member.draining), ("m", false)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.claim_as("jobs", 1, "m").len(), 1, "served again");
+    // Again: nothing to undrain, nothing changes.
+    match h.call(undrain("m")).unwrap() {
+        Reply::Member(m) => assert_eq!((m.member.draining, m.member.leased), (false, 1)),
+        other => panic!("{other:?}"),
+    }
+    // A member with no session and no lease is kept only while drained.
+    h.call_on(2, open("gone", 1, false, false)).unwrap();
+    h.call(drain("gone")).unwrap();
+    h.engine().disconnected(2);
+    h.round();
+    let describe = |member: &str| {
+        Request::MemberDescribe(ops::MemberDescribe(ops::MemberName {
+            member: member.into(),
+        }))
+    };
+    h.call(describe("gone")).unwrap();
+    h.call(undrain("gone")).unwrap();
+    assert_eq!(
+        h.call(describe("gone")).unwrap_err().code,
+        ErrorCode::NotFound
+    );
+    assert_eq!(
+        h.call(undrain("nobody")).unwrap_err().code,
+        ErrorCode::NotFound
+    );
+}
+
+#[test]
 fn a_cancel_requested_task_is_cancelled_not_handed_back_on_reclaim_or_release() {
     let mut h = Harness::new();
     h.create("jobs", QueuePatch::default());

@@ -1,15 +1,17 @@
 //! The dispatch rules against a reference model, by property-based testing.
 //!
 //! Random enqueues (priorities, keys, required labels, delays), claims by members with
-//! random labels, acks, nacks and lapses, with time driven by the test. The model is
+//! random labels, acks, nacks, lapses and operators' updates (a new priority, run now),
+//! with time driven by the test. The model is
 //! the rules of PROTOCOL.md §4.12 written as plainly as possible (a scan of every task); the
 //! engine must hand out exactly the task the model picks, and agree on every count.
 
 use proptest::prelude::*;
 
+use muster_protocol::ErrorCode;
 use muster_protocol::Request;
 use muster_protocol::model::{NewTask, QueuePatch, TaskState};
-use muster_protocol::ops::{Ack, Claim, Enqueue, Nack};
+use muster_protocol::ops::{Ack, Claim, Enqueue, Nack, TaskUpdate};
 
 use super::{Harness, raw};
 use crate::engine::Reply;
@@ -39,6 +41,11 @@ enum Step {
     Advance {
         ms: u64,
     },
+    Update {
+        pick: usize,
+        priority: Option<u8>,
+        run_now: bool,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -49,6 +56,13 @@ fn step() -> impl Strategy<Value = Step> {
         2 => any::<usize>().prop_map(|pick| Step::Ack { pick }),
         2 => (any::<usize>(), any::<bool>()).prop_map(|(pick, delay)| Step::Nack { pick, delay }),
         2 => (1u64..1500).prop_map(|ms| Step::Advance { ms }),
+        2 => (any::<usize>(), proptest::option::of(0u8..3), any::<bool>())
+            .prop_map(|(pick, priority, run_now)| Step::Update {
+                pick,
+                // At least one change.
+                run_now: run_now || priority.is_none(),
+                priority,
+            }),
     ]
 }
 
@@ -261,6 +275,41 @@ fn run(steps: &[Step], key_concurrency: u32) {
             Step::Advance { ms } => {
                 h.advance(ms);
                 m.advance(ms);
+            }
+            Step::Update {
+                pick,
+                priority,
+                run_now,
+            } => {
+                if m.tasks.is_empty() {
+                    continue;
+                }
+                let i = pick % m.tasks.len();
+                let reply = h.call(Request::TaskUpdate(TaskUpdate {
+                    task: m.tasks[i].id.clone(),
+                    priority,
+                    run_now,
+                }));
+                let t = &mut m.tasks[i];
+                if !matches!(t.state, M::Ready | M::Scheduled(_)) {
+                    match reply {
+                        Err(e) => assert_eq!(e.code, ErrorCode::InvalidState, "step {n}"),
+                        other => panic!("step {n}: update of a {:?} task: {other:?}", t.state),
+                    }
+                    continue;
+                }
+                if let Some(p) = priority {
+                    t.priority = p;
+                }
+                if run_now {
+                    t.state = M::Ready;
+                }
+                match reply {
+                    Ok(Reply::TaskUpdate(r)) => {
+                        assert_eq!(r.task.priority, t.priority, "step {n}");
+                    }
+                    other => panic!("step {n}: update: {other:?}"),
+                }
             }
         }
         assert_eq!(h.counts("q"), m.counts(), "step {n}: {s:?}");
