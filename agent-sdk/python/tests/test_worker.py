@@ -135,17 +135,20 @@ def test_sync_handlers_run_in_a_thread_pool(daemon: Daemon) -> None:
 
 
 def test_progress_is_stored_while_the_handler_runs(daemon: Daemon) -> None:
-    proceed = asyncio.Event()
     seen: List[Any] = []
 
-    async def handle(task: muster.Task) -> str:
-        seen.append(task.progress)
-        await task.set_progress({"step": 1})
-        seen.append(task.progress)
-        await proceed.wait()
-        return "finished"
-
     async def body() -> None:
+        # Made on the test's loop: before 3.10 an Event binds the loop current when it
+        # is made.
+        proceed = asyncio.Event()
+
+        async def handle(task: muster.Task) -> str:
+            seen.append(task.progress)
+            await task.set_progress({"step": 1})
+            seen.append(task.progress)
+            await proceed.wait()
+            return "finished"
+
         async with await muster.Client.connect(**daemon.connect) as client:
             await client.queue_create("jobs")
             task_id = await client.enqueue("jobs", "work")
@@ -197,18 +200,18 @@ def test_cancel_reaches_the_handler_within_100_ms(daemon: Daemon) -> None:
 
 
 def test_a_lost_lease_cancels_the_handler(daemon: Daemon) -> None:
-    first_cancelled = asyncio.Event()
-
-    async def handle(task: muster.Task) -> str:
-        if task.attempt == 1:
-            try:
-                await asyncio.sleep(60)
-            except asyncio.CancelledError:
-                first_cancelled.set()
-                raise
-        return f"attempt {task.attempt}"
-
     async def body() -> None:
+        first_cancelled = asyncio.Event()  # on the test's loop, as above
+
+        async def handle(task: muster.Task) -> str:
+            if task.attempt == 1:
+                try:
+                    await asyncio.sleep(60)
+                except asyncio.CancelledError:
+                    first_cancelled.set()
+                    raise
+            return f"attempt {task.attempt}"
+
         async with await muster.Client.connect(**daemon.connect) as client:
             await client.queue_create("jobs")
             task_id = await client.enqueue("jobs", "work")
