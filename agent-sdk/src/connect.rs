@@ -85,25 +85,11 @@ impl Default for ConnectOptions {
 impl ConnectOptions {
     /// The defaults, changed by the environment variables the CLI reads too:
     /// `MUSTER_ADDR`, `MUSTER_DATA`, `MUSTER_CA`, `MUSTER_PIN`, `MUSTER_TOKEN` and
-    /// `MUSTER_TOKEN_FILE`.
+    /// `MUSTER_TOKEN_FILE`; named contexts are not read (`MUSTER_CONTEXT` is ignored).
+    /// [`ConnectArgs::resolve`](crate::ConnectArgs::resolve) is the CLI's whole
+    /// resolution, contexts included.
     pub fn from_env() -> ConnectOptions {
-        let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
-        let mut options = ConnectOptions::default();
-        if let Some(addr) = var("MUSTER_ADDR") {
-            options.addr = addr;
-        }
-        if let Some(data) = var("MUSTER_DATA") {
-            options.trust = Trust::DataDir(data.into());
-        }
-        if let Some(ca) = var("MUSTER_CA") {
-            options.trust = Trust::CaFile(ca.into());
-        }
-        if let Some(pin) = var("MUSTER_PIN") {
-            options.trust = Trust::Pin(pin);
-        }
-        options.token = var("MUSTER_TOKEN");
-        options.token_file = var("MUSTER_TOKEN_FILE").map(PathBuf::from);
-        options
+        crate::ConnectArgs::from_env().options_with(None)
     }
 
     /// The token to present in `hello`: `token`, else the contents of `token_file`,

@@ -22,6 +22,10 @@ pub enum Error {
     /// The request was refused before sending (too large, invalid JSON).
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// The connection options could not be settled: the contexts file is unreadable or
+    /// malformed, or names no such context (see [`crate::context`]).
+    #[error("{0}")]
+    Config(String),
 }
 
 impl Error {

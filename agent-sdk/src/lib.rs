@@ -18,17 +18,22 @@
 //! - [`client`]: `Client` and its per-op methods.
 //! - [`connect`]: addresses, trust (CA file, pinned fingerprint, the daemon's own
 //!   certificate) and the QUIC connection.
+//! - [`context`]: named contexts (`contexts.toml`) and [`ConnectArgs`], the CLI's
+//!   resolution of connection options (flags and `MUSTER_*` variables, else the context
+//!   in use, else the local daemon), which the Python SDK uses too.
 //! - [`error`]: the `Error` type.
 //! - [`worker`]: `Worker`, the agent loop: a member session, pushed tasks run by a
 //!   handler, renewals with progress, cancellation, reconnects and graceful drain.
 
 pub mod client;
 pub mod connect;
+pub mod context;
 pub mod error;
 pub mod worker;
 
 pub use client::{Client, PendingReply};
 pub use connect::{ConnectOptions, Trust};
+pub use context::ConnectArgs;
 pub use error::Error;
 pub use muster_protocol as protocol;
 pub use muster_protocol::model::{

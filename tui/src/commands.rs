@@ -8,7 +8,7 @@ use anyhow::{Context as _, bail};
 use clap::CommandFactory;
 use muster_protocol::model::{Backoff, NewTask, QueuePatch, TaskState};
 use muster_protocol::ops::{Claim, DeadSelection, TaskFind};
-use muster_sdk::{Client, ConnectOptions, Trust, WorkerConfig};
+use muster_sdk::{Client, ConnectArgs, ConnectOptions, WorkerConfig};
 
 use crate::ClaimString;
 use crate::cli::{
@@ -353,40 +353,21 @@ fn toml_string(text: &str) -> String {
 }
 
 /// Where the daemon is and how to trust it: the common options given as flags or
-/// environment variables, else the context in use (`--context`, `MUSTER_CONTEXT`, the
-/// current one), else the local daemon.
+/// environment variables (clap read both), else the context in use (`--context`,
+/// `MUSTER_CONTEXT`, the current one), else the local daemon. The resolution is
+/// muster-sdk's, shared with the Python SDK.
 pub fn options(g: &Global) -> anyhow::Result<ConnectOptions> {
-    // Without a configuration directory (no HOME) there are no contexts, unless one
-    // is asked for by name.
-    let contexts = match Contexts::path() {
-        Ok(path) => Contexts::load(&path)?,
-        Err(e) if g.context.is_some() => return Err(e),
-        Err(_) => Contexts::default(),
-    };
-    let context = contexts.selected(g.context.as_deref())?;
-    let given_trust = g.pin.is_some() || g.ca.is_some() || g.data.is_some();
-    let (pin, ca, data) = match context {
-        Some(c) if !given_trust => (c.pin.clone(), c.ca.clone(), c.data.clone()),
-        _ => (g.pin.clone(), g.ca.clone(), g.data.clone()),
-    };
-    let trust = match (pin, ca) {
-        (Some(pin), _) => Trust::Pin(pin),
-        (None, Some(ca)) => Trust::CaFile(ca),
-        (None, None) => Trust::DataDir(data.unwrap_or_else(muster_sdk::connect::default_data_dir)),
-    };
-    let addr = match (&g.addr, context) {
-        (Some(addr), _) => addr.clone(),
-        (None, Some(c)) => c.addr.clone(),
-        (None, None) => format!("127.0.0.1:{}", muster_protocol::DEFAULT_PORT),
-    };
-    Ok(ConnectOptions {
-        addr,
-        trust,
+    let given = ConnectArgs {
+        context: g.context.clone(),
+        addr: g.addr.clone(),
+        data: g.data.clone(),
+        ca: g.ca.clone(),
+        pin: g.pin.clone(),
         token: g.token.clone(),
         token_file: g.token_file.clone(),
         server_name: None,
-        bind: None,
-    })
+    };
+    Ok(given.resolve()?)
 }
 
 /// `muster context …`: edits the contexts file; never connects.
@@ -432,7 +413,7 @@ fn contexts(out: &Output, g: &Global, cmd: ContextCommand) -> anyhow::Result<()>
             return Ok(());
         }
     }
-    all.save(&path)
+    crate::context::save(&all, &path)
 }
 
 fn ms(d: Duration) -> u64 {

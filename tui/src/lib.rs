@@ -6,7 +6,8 @@
 //! # Layout
 //! - [`cli`]: the arguments (clap).
 //! - [`commands`]: what each subcommand does.
-//! - [`context`]: named contexts, several daemons kept by name.
+//! - [`context`]: named contexts, several daemons kept by name: writing the file
+//!   muster-sdk reads.
 //! - [`output`]: how results are printed, as text or JSON lines.
 //! - [`failure`]: how a failure ends: one line or one JSON object, exit status 1.
 //! - [`work`]: `muster work`, any program as an agent.

@@ -8,10 +8,12 @@
 //! go back as JSON text for the Python layer to turn into dataclasses, so the wire
 //! types are decoded in one place (serde, here) and never re-implemented in Python.
 
+use std::path::PathBuf;
+
 use muster_protocol::limits::MAX_BATCH;
 use muster_protocol::model::{NewTask, QueuePatch, TaskState};
 use muster_protocol::ops::{Claim, DeadSelection};
-use muster_sdk::{ConnectOptions, Trust};
+use muster_sdk::{ConnectArgs, ConnectOptions};
 use pyo3::prelude::*;
 use serde::Serialize;
 
@@ -24,9 +26,15 @@ pub struct Client {
     client: muster_sdk::Client,
 }
 
-/// Where to connect and how to trust the daemon: `ConnectOptions::from_env` (the
-/// `MUSTER_*` variables the CLI reads), overridden by what the caller gave. A pin
-/// beats a CA file, which beats a data directory, as for the CLI.
+/// Where to connect and how to trust the daemon, exactly as the CLI settles it
+/// (`muster_sdk::ConnectArgs::resolve`): what the caller gave, else the `MUSTER_*`
+/// variables (each argument over its variable, as a flag over its variable in the
+/// CLI), else the context in use (`context`, `MUSTER_CONTEXT`, the current one in
+/// `contexts.toml`), else the local daemon. Reads the contexts file.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the connection options, as Python passes them"
+)]
 pub fn options(
     addr: Option<String>,
     data: Option<String>,
@@ -35,33 +43,27 @@ pub fn options(
     token: Option<String>,
     server_name: Option<String>,
     token_file: Option<String>,
-) -> ConnectOptions {
-    let mut options = ConnectOptions::from_env();
-    if let Some(addr) = addr {
-        options.addr = addr;
-    }
-    if let Some(pin) = pin {
-        options.trust = Trust::Pin(pin);
-    } else if let Some(ca) = ca {
-        options.trust = Trust::CaFile(ca.into());
-    } else if let Some(data) = data {
-        options.trust = Trust::DataDir(data.into());
-    }
-    if token.is_some() {
-        options.token = token;
-    }
-    if let Some(file) = token_file {
-        options.token_file = Some(file.into());
-    }
-    if server_name.is_some() {
-        options.server_name = server_name;
-    }
-    options
+    context: Option<String>,
+) -> PyResult<ConnectOptions> {
+    let given = ConnectArgs {
+        context,
+        addr,
+        data: data.map(PathBuf::from),
+        ca: ca.map(PathBuf::from),
+        pin,
+        token,
+        token_file: token_file.map(PathBuf::from),
+        server_name,
+    };
+    given
+        .or(ConnectArgs::from_env())
+        .resolve()
+        .map_err(crate::errors::to_py)
 }
 
 /// Connects; resolves to a [`Client`].
 #[pyfunction]
-#[pyo3(signature = (done, addr=None, data=None, ca=None, pin=None, token=None, server_name=None, token_file=None))]
+#[pyo3(signature = (done, addr=None, data=None, ca=None, pin=None, token=None, server_name=None, token_file=None, context=None))]
 #[expect(
     clippy::too_many_arguments,
     reason = "the connection options, as Python passes them"
@@ -76,8 +78,9 @@ pub fn connect<'py>(
     token: Option<String>,
     server_name: Option<String>,
     token_file: Option<String>,
+    context: Option<String>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let options = options(addr, data, ca, pin, token, server_name, token_file);
+    let options = options(addr, data, ca, pin, token, server_name, token_file, context)?;
     done.get().spawn(py, async move {
         let client = muster_sdk::Client::connect(options).await?;
         Ok(Client { client })

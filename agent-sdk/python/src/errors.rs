@@ -21,7 +21,7 @@ create_exception!(
     muster,
     ConnectError,
     MusterError,
-    "The connection could not be made: the address, the TLS trust or the handshake failed."
+    "The connection could not be made: the address, the TLS trust or the handshake failed, or the contexts file is unreadable or names no such context."
 );
 create_exception!(
     muster,
@@ -178,7 +178,7 @@ pub fn to_py(error: muster_sdk::Error) -> PyErr {
             ErrorCode::DiskFull => DiskFull::new_err(text),
             _ => ServerError::new_err(text),
         },
-        muster_sdk::Error::Connect(_) => ConnectError::new_err(text),
+        muster_sdk::Error::Connect(_) | muster_sdk::Error::Config(_) => ConnectError::new_err(text),
         muster_sdk::Error::Closed(_) => ConnectionLost::new_err(text),
         muster_sdk::Error::Protocol(_) => ProtocolError::new_err(text),
         muster_sdk::Error::InvalidInput(_) => InvalidInput::new_err(text),

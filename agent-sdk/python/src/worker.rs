@@ -50,6 +50,7 @@ impl Worker {
     #[pyo3(signature = (
         member, queues, capacity, labels, grace_ms, reclaim_on_start, liveness_ms,
         addr=None, data=None, ca=None, pin=None, token=None, server_name=None, token_file=None,
+        context=None,
     ))]
     #[expect(
         clippy::too_many_arguments,
@@ -70,6 +71,7 @@ impl Worker {
         token: Option<String>,
         server_name: Option<String>,
         token_file: Option<String>,
+        context: Option<String>,
     ) -> PyResult<Worker> {
         let mut config = WorkerConfig::new(member, queues);
         config.capacity = capacity;
@@ -77,7 +79,7 @@ impl Worker {
         config.grace = Duration::from_millis(grace_ms);
         config.reclaim_on_start = reclaim_on_start;
         config.liveness = Duration::from_millis(liveness_ms);
-        let options = options(addr, data, ca, pin, token, server_name, token_file);
+        let options = options(addr, data, ca, pin, token, server_name, token_file, context)?;
         let worker = muster_sdk::Worker::new(options, config);
         let handle = worker.handle();
         Ok(Worker {

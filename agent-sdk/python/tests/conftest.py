@@ -222,6 +222,32 @@ class Program:
         return self.proc.wait(timeout=timeout)
 
 
+CONNECTION_VARIABLES = (
+    "MUSTER_CONTEXT",
+    "MUSTER_ADDR",
+    "MUSTER_DATA",
+    "MUSTER_CA",
+    "MUSTER_PIN",
+    "MUSTER_TOKEN",
+    "MUSTER_TOKEN_FILE",
+)
+"""The variables the client settles its connection from (besides the contexts file)."""
+
+
+@pytest.fixture(autouse=True)
+def private_config(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """A configuration directory of the test's own (``XDG_CONFIG_HOME``), so the user's
+    ``muster/contexts.toml`` never decides where a test connects, and none of the
+    user's connection variables."""
+    config = tmp_path_factory.mktemp("config")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    for name in CONNECTION_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    return config
+
+
 @pytest.fixture(scope="session")
 def bins() -> Path:
     """The directory of ``musterd`` and ``muster``."""

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import time
 from datetime import timedelta
+from pathlib import Path
+from typing import Any, List
 
 import muster
 import muster.sync
@@ -301,3 +305,68 @@ def test_sync_client(daemon: Daemon) -> None:
             muster.sync.Client.connect(**daemon.connect)
 
     run(inside_a_loop())
+
+
+def test_connect_settles_options_as_the_cli_does_with_named_contexts(
+    daemon: Daemon, private_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two contexts made by the CLI: "local" (this daemon, trusted through its data
+    # directory; the first added is current) and "away" (nothing listens there).
+    away = "127.0.0.1:9"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_")}
+
+    def cli(*args: str) -> None:
+        done = subprocess.run(
+            [str(daemon.bins / "muster"), *args], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+
+    cli("context", "add", "local", "--addr", daemon.addr, "--data", str(daemon.data))
+    cli("context", "add", "away", "--addr", away, "--pin", "ab" * 32)
+    assert (private_config / "muster" / "contexts.toml").exists()
+
+    async def names(**options: Any) -> List[str]:
+        async with await muster.Client.connect(**options) as client:
+            return [q.name for q in await client.queue_list()]
+
+    async def body() -> None:
+        # The current context.
+        async with await muster.Client.connect() as client:
+            await client.queue_create("ctx-jobs")
+        cli("context", "use", "away")
+        with pytest.raises(muster.ConnectError, match="nothing listens"):
+            await muster.Client.connect()
+        # context= and MUSTER_CONTEXT name another; context= wins over the variable.
+        assert await names(context="local") == ["ctx-jobs"]
+        monkeypatch.setenv("MUSTER_CONTEXT", "local")
+        assert await names() == ["ctx-jobs"]
+        with pytest.raises(muster.ConnectError, match="nothing listens"):
+            await muster.Client.connect(context="away")
+        monkeypatch.delenv("MUSTER_CONTEXT")
+        # An address given wins over the context's (its trust stays the context's)...
+        with pytest.raises(muster.ConnectError, match="nothing listens"):
+            await muster.Client.connect(away, context="local")
+        # ... and so does any trust given, whole: "away"'s pin is not kept beside it.
+        assert await names(addr=daemon.addr, data=str(daemon.data)) == ["ctx-jobs"]
+        # The variables too, each below its argument.
+        monkeypatch.setenv("MUSTER_ADDR", daemon.addr)
+        monkeypatch.setenv("MUSTER_DATA", str(daemon.data))
+        assert await names() == ["ctx-jobs"]
+        with pytest.raises(muster.ConnectError, match="nothing listens"):
+            await muster.Client.connect(away)
+        monkeypatch.delenv("MUSTER_ADDR")
+        monkeypatch.delenv("MUSTER_DATA")
+        # An unknown context is refused before anything connects, as the CLI says it.
+        with pytest.raises(muster.ConnectError) as unknown:
+            await muster.Client.connect(context="nope")
+        assert str(unknown.value) == 'no context "nope" (see `muster context list`)'
+        with pytest.raises(muster.ConnectError, match="no context"):
+            muster.Worker("py/ctx", "ctx-jobs", context="nope")
+
+    run(body())
+    with muster.sync.Client.connect(context="local") as client:
+        assert [q.name for q in client.queue_list()] == ["ctx-jobs"]
+    # A malformed file is an error, not "no contexts".
+    (private_config / "muster" / "contexts.toml").write_text('current = "gone"\n')
+    with pytest.raises(muster.ConnectError, match='current context "gone" is not defined'):
+        muster.sync.Client.connect()

@@ -13,7 +13,9 @@ asyncio-native; :mod:`muster.sync` has a blocking facade for scripts::
 
     asyncio.run(muster.Worker("gpu-3/agent-7", "jobs", capacity=4).run(handle))
 
-Connection options and the ``MUSTER_*`` variables are the CLI's. The SDK's warnings
+Connection options are settled as the CLI settles them, by the same code: arguments,
+else the ``MUSTER_*`` variables, else the named context in use (``context=``,
+``MUSTER_CONTEXT``, the current one of ``muster context use``). The SDK's warnings
 go to the :mod:`logging` logger ``muster``; ``MUSTER_LOG`` (``tracing`` directives, e.g.
 ``info`` or ``muster_sdk=debug``) shows more.
 

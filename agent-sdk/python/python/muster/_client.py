@@ -147,20 +147,31 @@ class Client:
         token: Optional[str] = None,
         server_name: Optional[str] = None,
         token_file: Optional[str] = None,
+        context: Optional[str] = None,
     ) -> Client:
-        """Connects to a daemon, as the CLI does.
+        """Connects to a daemon, settling where it is exactly as the ``muster`` CLI does
+        (the same code, in the Rust SDK).
 
-        Unset arguments come from ``MUSTER_ADDR``, ``MUSTER_DATA``, ``MUSTER_CA``,
-        ``MUSTER_PIN``, ``MUSTER_TOKEN`` and ``MUSTER_TOKEN_FILE``, else the defaults:
-        ``127.0.0.1:7420``, trusting the certificate the daemon wrote in its data
-        directory and presenting the token it wrote there. ``pin`` (the certificate's
-        SHA-256, hex) beats ``ca`` (a PEM file) beats ``data`` (a data directory);
-        ``token`` beats ``token_file`` (a file holding the token, which keeps it out of
-        the process's arguments). Raises :class:`~muster.ConnectError` when the daemon cannot be
-        reached or trusted (after at most 5 s).
+        Each argument not given comes from its variable: ``MUSTER_ADDR``,
+        ``MUSTER_DATA``, ``MUSTER_CA``, ``MUSTER_PIN``, ``MUSTER_TOKEN``,
+        ``MUSTER_TOKEN_FILE``, ``MUSTER_CONTEXT``. Then the named context in use fills in
+        the address and the trust not given: ``context`` (else ``MUSTER_CONTEXT``, else
+        the current one of ``muster context use``) from ``contexts.toml`` in the user's
+        configuration directory (``$XDG_CONFIG_HOME/muster/``, by default
+        ``~/.config/muster/``). Without a context: ``127.0.0.1:7420``, trusting the
+        certificate the daemon wrote in its data directory and presenting the token it
+        wrote there.
+
+        Trust is taken whole: if any of ``pin``, ``ca`` and ``data`` is given (or set in
+        the environment), the context's is not used. ``pin`` (the certificate's SHA-256,
+        hex) beats ``ca`` (a PEM file) beats ``data`` (a data directory); ``token``
+        beats ``token_file`` (a file holding the token, which keeps it out of the
+        process's arguments). Raises :class:`~muster.ConnectError` when the daemon
+        cannot be reached or trusted (after at most 5 s), or when the contexts file is
+        malformed or has no such context.
         """
         native = await _native.connect(
-            _loop.current(), addr, data, ca, pin, token, server_name, token_file
+            _loop.current(), addr, data, ca, pin, token, server_name, token_file, context
         )
         return cls(native)
 

@@ -13,7 +13,8 @@ class MusterError(Exception):
     """The protocol's error code of a refusal (a ``ServerError`` subclass), else ``None``."""
 
 class ConnectError(MusterError):
-    """The connection could not be made: the address, the TLS trust or the handshake failed."""
+    """The connection could not be made: the address, the TLS trust or the handshake
+    failed, or the contexts file is unreadable or names no such context."""
 
 class ConnectionLost(MusterError):
     """The connection was lost before the reply came: the request may or may not have
@@ -91,8 +92,11 @@ def connect(
     token: Optional[str] = None,
     server_name: Optional[str] = None,
     token_file: Optional[str] = None,
+    context: Optional[str] = None,
 ) -> Awaitable[Client]:
-    """Connects; resolves to a ``Client``."""
+    """Connects; resolves to a ``Client``. The options are settled as the CLI settles
+    them (arguments, ``MUSTER_*`` variables, the context in use); raises ``ConnectError``
+    for a bad contexts file or an unknown context."""
 
 def next_log() -> Optional[Tuple[int, str]]:
     """Waits, without the GIL, for the next SDK log record ``(logging level, message)``;
@@ -214,8 +218,10 @@ class Worker:
         token: Optional[str] = None,
         server_name: Optional[str] = None,
         token_file: Optional[str] = None,
+        context: Optional[str] = None,
     ) -> None:
-        """A worker for ``member`` on ``queues``."""
+        """A worker for ``member`` on ``queues``; settles the connection options as
+        ``connect`` does."""
     def shutdown(self) -> None:
         """Starts a graceful shutdown; callable from any thread."""
     @property

@@ -214,8 +214,11 @@ class Worker:
         token: Optional[str] = None,
         server_name: Optional[str] = None,
         token_file: Optional[str] = None,
+        context: Optional[str] = None,
     ) -> None:
-        """Configures a worker; nothing connects before :meth:`run`."""
+        """Configures a worker; nothing connects before :meth:`run`, but the connection
+        options are settled here (the contexts file is read): a bad context raises
+        :class:`~muster.ConnectError` now."""
         names = [queues] if isinstance(queues, str) else list(queues)
         self._capacity = capacity
         self._executor = executor
@@ -234,6 +237,7 @@ class Worker:
             token,
             server_name,
             token_file,
+            context,
         )
 
     def shutdown(self) -> None:

@@ -64,6 +64,7 @@ class Client:
         token: Optional[str] = None,
         server_name: Optional[str] = None,
         token_file: Optional[str] = None,
+        context: Optional[str] = None,
     ) -> Client:
         """Connects as :meth:`muster.Client.connect` does."""
         _refuse_inside_a_loop()
@@ -78,6 +79,7 @@ class Client:
                     token=token,
                     server_name=server_name,
                     token_file=token_file,
+                    context=context,
                 )
             )
         except BaseException:
