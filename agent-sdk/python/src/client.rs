@@ -1,5 +1,7 @@
-//! The native `Client`: every op of `muster_sdk::Client` as a method returning an
-//! asyncio future.
+//! The native `Client`: the ops of `muster_sdk::Client` as methods returning asyncio
+//! futures: all but the member session's (`session_open`, `session_update`,
+//! `subscribe`, `unsubscribe`: the native `Worker` holds the session) and `watch` /
+//! `unwatch` (a stream of pushes, for consoles).
 //!
 //! Each method takes the running loop's bridge (`done`, a [`Loop`]) first: the call
 //! runs on the extension's runtime and the loop resolves its future (see `bridge`), so
@@ -12,7 +14,7 @@ use std::path::PathBuf;
 
 use muster_protocol::limits::MAX_BATCH;
 use muster_protocol::model::{NewTask, QueuePatch, TaskState};
-use muster_protocol::ops::{Claim, DeadSelection};
+use muster_protocol::ops::{Claim, DeadSelection, TaskFind, TaskUpdate};
 use muster_sdk::{ConnectArgs, ConnectOptions};
 use pyo3::prelude::*;
 use serde::Serialize;
@@ -265,6 +267,42 @@ impl Client {
         })
     }
 
+    /// Searches tasks; `search` is a TaskFind request as JSON text. Resolves to
+    /// TaskFindReply JSON.
+    fn task_find<'py>(
+        &self,
+        py: Python<'py>,
+        done: &Bound<'py, Loop>,
+        search: &str,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let search: TaskFind =
+            serde_json::from_str(search).map_err(|e| invalid(format!("task search: {e}")))?;
+        let client = self.client.clone();
+        done.get()
+            .spawn(py, async move { text(&client.task_find(&search).await?) })
+    }
+
+    /// Changes a ready or scheduled task's priority, or runs a scheduled one now;
+    /// resolves to TaskSummary JSON.
+    #[pyo3(signature = (done, task, priority=None, run_now=false))]
+    fn task_update<'py>(
+        &self,
+        py: Python<'py>,
+        done: &Bound<'py, Loop>,
+        task: String,
+        priority: Option<u8>,
+        run_now: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let update = TaskUpdate {
+            task,
+            priority,
+            run_now,
+        };
+        let client = self.client.clone();
+        done.get()
+            .spawn(py, async move { text(&client.task_update(&update).await?) })
+    }
+
     /// Waits up to `timeout_ms` for tasks to finish; resolves to WaitReply JSON.
     fn wait<'py>(
         &self,
@@ -484,6 +522,45 @@ impl Client {
             py,
             async move { text(&client.member_drain(&member).await?) },
         )
+    }
+
+    /// Ends a member's drain; resolves to MemberInfo JSON.
+    fn member_undrain<'py>(
+        &self,
+        py: Python<'py>,
+        done: &Bound<'py, Loop>,
+        member: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.client.clone();
+        done.get().spawn(
+            py,
+            async move { text(&client.member_undrain(&member).await?) },
+        )
+    }
+
+    /// Frees a member name from the principal that first used it; resolves to `None`.
+    fn member_release<'py>(
+        &self,
+        py: Python<'py>,
+        done: &Bound<'py, Loop>,
+        member: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.client.clone();
+        done.get()
+            .spawn(py, async move { client.member_release(&member).await })
+    }
+
+    /// Writes a copy of the store into `dir` on the daemon's host; resolves to
+    /// SnapshotReply JSON.
+    fn admin_snapshot<'py>(
+        &self,
+        py: Python<'py>,
+        done: &Bound<'py, Loop>,
+        dir: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.client.clone();
+        done.get()
+            .spawn(py, async move { text(&client.admin_snapshot(&dir).await?) })
     }
 
     /// Revokes a task's lease; resolves to SettleReply JSON.

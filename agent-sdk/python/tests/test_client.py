@@ -370,3 +370,109 @@ def test_connect_settles_options_as_the_cli_does_with_named_contexts(
     (private_config / "muster" / "contexts.toml").write_text('current = "gone"\n')
     with pytest.raises(muster.ConnectError, match='current context "gone" is not defined'):
         muster.sync.Client.connect()
+
+
+def test_find_update_undrain_release_and_snapshot(daemon: Daemon, tmp_path: Path) -> None:
+    async def body() -> None:
+        async with await muster.Client.connect(**daemon.connect) as client:
+            await client.queue_create("jobs", max_attempts=1)
+            await client.queue_create("other")
+            a = await client.enqueue(
+                "jobs", {"order": {"sku": "A-1"}}, key="k1", idempotency_key="order-1"
+            )
+            b = await client.enqueue("jobs", {"order": {"sku": "B-2"}}, delay=3600)
+            c = await client.enqueue("other", {"order": {"sku": "A-1"}}, requires=["gpu"])
+
+            async def ids(**search: Any) -> List[str]:
+                found = await client.task_find(**search)
+                assert found.next is None, "each search here fits one step"
+                return [t.id for t in found.tasks]
+
+            # Every filter, alone; queues in name order, ids in enqueue order.
+            assert await ids(queue="jobs") == [a, b]
+            assert await ids(payload='"A-1"') == [a, c]
+            assert await ids(payload='"A-1"', newest_first=True) == [c, a]
+            assert await ids(field=("order.sku", "B-2")) == [b]
+            assert await ids(state="scheduled") == [b]
+            assert await ids(key="k1") == [a]
+            assert await ids(idempotency_key="order-1") == [a]
+            assert await ids(label="gpu") == [c]
+            assert await ids(id_prefix=b.lower()) == [b]
+            # Step by step with a cursor.
+            first = await client.task_find("jobs", limit=1)
+            assert [t.id for t in first.tasks] == [a]
+            assert first.next == muster.FindCursor("jobs", a) and first.scanned >= 1
+            second = await client.task_find("jobs", limit=1, after=first.next)
+            assert [t.id for t in second.tasks] == [b]
+            with pytest.raises(muster.NotFound):
+                await client.task_find("nowhere")
+            with pytest.raises(muster.BadRequest):
+                await client.task_find(limit=0)
+
+            # A summary carries the progress checkpoint as text, cut to 256 bytes.
+            (claim,) = await client.claim("jobs", member="cli-9")
+            assert claim.id == a
+            await client.renew(claim, progress={"page": 7})
+            (summary,) = (await client.task_find(id_prefix=a)).tasks
+            assert summary.progress == '{"page":7}'
+            await client.renew(claim, progress={"text": "x" * 300})
+            (summary,) = (await client.task_find(id_prefix=a)).tasks
+            assert summary.progress is not None and summary.progress.endswith("…")
+            assert len(summary.progress.encode()) <= 256 + len("…".encode())
+            assert (await client.task_find(id_prefix=b)).tasks[0].progress is None
+            await client.nack(claim, error="upstream Timed Out")
+            assert await ids(error="timed out", state="dead") == [a]
+
+            # task_update: a priority and run now; only waiting tasks change.
+            updated = await client.task_update(b, priority=8, run_now=True)
+            assert (updated.id, updated.state, updated.priority) == (b, "ready", 8)
+            assert updated.not_before_ms is None
+            events = [e.event for e in (await client.task_get(b)).history]
+            assert events[-2:] == ["priority_changed", "run_now"]
+            with pytest.raises(muster.BadRequest):
+                await client.task_update(b)
+            with pytest.raises(muster.BadRequest):
+                await client.task_update(b, priority=10)
+            with pytest.raises(muster.InvalidInput):
+                await client.task_update(b, priority=-1)
+            with pytest.raises(muster.InvalidState):
+                await client.task_update(a, priority=1)
+
+            # member_undrain ends a drain; member_release refuses a member with leases,
+            # and a name bound to no token (as every name is without tokens).
+            (held,) = await client.claim("jobs", member="cli-9")
+            assert (await client.member_drain("cli-9")).draining
+            assert (await client.claim("jobs", member="cli-9")) == []
+            undrained = await client.member_undrain("cli-9")
+            assert (undrained.name, undrained.draining) == ("cli-9", False)
+            with pytest.raises(muster.NotFound):
+                await client.member_undrain("nobody")
+            with pytest.raises(muster.InvalidState):
+                await client.member_release("cli-9")
+            await client.ack(held)
+            with pytest.raises(muster.NotFound, match="bound to no principal"):
+                await client.member_release("cli-9")
+
+            # A snapshot of the store, on the daemon's host.
+            snapshot = tmp_path / "snapshot"
+            copy = await client.admin_snapshot(str(snapshot))
+            assert (copy.dir, copy.tasks, copy.queues) == (str(snapshot), 3, 2)
+            assert snapshot.is_dir()
+            with pytest.raises(muster.AlreadyExists):
+                await client.admin_snapshot(str(snapshot))
+
+    run(body())
+
+
+def test_sync_client_has_the_new_ops(daemon: Daemon, tmp_path: Path) -> None:
+    with muster.sync.Client.connect(**daemon.connect) as client:
+        client.queue_create("jobs")
+        task = client.enqueue("jobs", {"n": 1}, delay=3600)
+        assert [t.id for t in client.task_find("jobs", state="scheduled").tasks] == [task]
+        assert client.task_update(task, run_now=True).state == "ready"
+        client.claim("jobs", member="script")
+        assert client.member_drain("script").draining
+        assert not client.member_undrain("script").draining
+        with pytest.raises(muster.InvalidState):
+            client.member_release("script")
+        assert client.admin_snapshot(str(tmp_path / "copy")).tasks == 1

@@ -1,6 +1,8 @@
 """muster for Python: producers and agents on the Rust SDK's core.
 
-``Client`` speaks every op of the protocol; ``Worker`` turns a handler into an agent,
+``Client`` speaks the protocol's ops for producers, operators and pulling consumers
+(all but ``watch``/``unwatch``, a console's stream of pushes; the member session's ops
+are ``Worker``'s, which holds the session); ``Worker`` turns a handler into an agent,
 with the Rust ``Worker``'s lease logic (renewals, cancellation, progress, reclaim,
 drain, fencing) running in Rust on a runtime of the extension's own. Both are
 asyncio-native; :mod:`muster.sync` has a blocking facade for scripts::
@@ -58,6 +60,8 @@ from .records import (
     CancelResult,
     Claim,
     CountResult,
+    FindCursor,
+    FindResult,
     LeaseInfo,
     MemberDescription,
     MemberInfo,
@@ -68,6 +72,7 @@ from .records import (
     RenewResult,
     ServerStats,
     SettleResult,
+    SnapshotResult,
     TaskInfo,
     TaskPage,
     TaskState,
@@ -94,6 +99,8 @@ __all__ = [
     "DeadLetter",
     "DiskFull",
     "Duration",
+    "FindCursor",
+    "FindResult",
     "Forbidden",
     "Handler",
     "InvalidInput",
@@ -118,6 +125,7 @@ __all__ = [
     "ServerStats",
     "SettleResult",
     "ShuttingDown",
+    "SnapshotResult",
     "Task",
     "TaskInfo",
     "TaskPage",

@@ -1,11 +1,13 @@
-"""The asyncio ``Client``: every op of the protocol, one method each."""
+"""The asyncio ``Client``: one method per op of the protocol, but the member session's
+(``session_open``, ``session_update``, ``subscribe``, ``unsubscribe``: ``Worker`` holds
+the session) and ``watch``/``unwatch`` (a console's stream of pushes)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import _loop, _native
 from ._convert import Duration, claim_of, instant_ms, json_text, ms, ms_required, optional_json
@@ -14,15 +16,19 @@ from .records import (
     CancelResult,
     Claim,
     CountResult,
+    FindCursor,
+    FindResult,
     MemberDescription,
     MemberInfo,
     QueueInfo,
     RenewResult,
     ServerStats,
     SettleResult,
+    SnapshotResult,
     TaskInfo,
     TaskPage,
     TaskState,
+    TaskSummary,
     WaitResult,
 )
 
@@ -125,6 +131,11 @@ class Client:
     subclass on failure (a refusal by the daemon is the :class:`~muster.ServerError`
     subclass of its code, e.g. :class:`~muster.NotFound`). Use it as an async context
     manager, or call :meth:`close`.
+
+    It has a method for every op of the protocol (PROTOCOL.md §5) but two kinds: the
+    member session's (``session_open``, ``session_update``, ``subscribe``,
+    ``unsubscribe``), which :class:`~muster.Worker` holds, and ``watch``/``unwatch``,
+    the console's stream of pushes, which the Python SDK does not offer.
 
     Durations are seconds (``float``) or :class:`~datetime.timedelta`; records mirror
     the protocol (PROTOCOL.md §4), with ``*_ms`` fields in milliseconds.
@@ -316,6 +327,81 @@ class Client:
             await self._native.task_list(_loop.current(), queue, state, after, limit),
         )
 
+    async def task_find(
+        self,
+        queue: Optional[str] = None,
+        *,
+        state: Optional[TaskState] = None,
+        id_prefix: Optional[str] = None,
+        key: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        label: Optional[str] = None,
+        error: Optional[str] = None,
+        payload: Optional[str] = None,
+        field: Optional[Tuple[str, Any]] = None,
+        newest_first: bool = False,
+        after: Optional[FindCursor] = None,
+        limit: Optional[int] = None,
+    ) -> FindResult:
+        """Searches the tasks of ``queue`` (every queue the token covers if ``None``) by
+        what they hold; every filter given must match (PROTOCOL.md §5.35).
+
+        ``id_prefix``: the start of the id (any case). ``key``, ``idempotency_key``:
+        equal. ``label``: one of the task's ``requires``. ``error``: contained in
+        ``last_error``, ASCII case-insensitive. ``payload``: contained in the payload's
+        JSON text, case-sensitive. ``field``: ``(path, value)``, the payload's value at
+        the dotted ``path`` (``"order.lines.0.sku"``) equals ``value`` (any
+        JSON-serialisable object). Oldest first, or ``newest_first``.
+
+        One call does a bounded amount of work and returns up to ``limit`` (default
+        100, at most 1000) matches; pass the result's ``next`` as ``after`` until it is
+        ``None`` to search everything::
+
+            after = None
+            while True:
+                found = await client.task_find("jobs", state="dead", after=after)
+                ...  # found.tasks
+                if (after := found.next) is None:
+                    break
+        """
+        search: Dict[str, Any] = {}
+        for name, value in (
+            ("queue", queue),
+            ("state", state),
+            ("id_prefix", id_prefix),
+            ("key", key),
+            ("idempotency_key", idempotency_key),
+            ("label", label),
+            ("error", error),
+            ("payload", payload),
+            ("limit", limit),
+        ):
+            if value is not None:
+                search[name] = value
+        if field is not None:
+            path, value = field
+            search["field"] = {"path": path, "value": json.loads(json_text(value, "field"))}
+        if newest_first:
+            search["newest_first"] = True
+        if after is not None:
+            search["after"] = {"queue": after.queue, "id": after.id}
+        text = await self._native.task_find(_loop.current(), json.dumps(search))
+        return _one(FindResult._from, text)
+
+    async def task_update(
+        self, task: str, *, priority: Optional[int] = None, run_now: bool = False
+    ) -> TaskSummary:
+        """Changes a task that waits (``ready`` or ``scheduled``): its ``priority``
+        (0..9), or with ``run_now`` a scheduled task becomes ready now. Give at least one.
+        Returns the task after the change; raises :class:`~muster.InvalidState` for a
+        task that is leased or finished."""
+        if priority is not None and not 0 <= priority <= 255:
+            raise _native.InvalidInput(f"priority {priority} is out of range (0..9)")
+        return _one(
+            TaskSummary._from,
+            await self._native.task_update(_loop.current(), task, priority, run_now),
+        )
+
     async def wait(self, tasks: Union[str, Sequence[str]], timeout: Duration) -> WaitResult:
         """Waits until the tasks (an id or up to 1000 ids) are finished (done, dead or
         cancelled) or removed, or ``timeout`` (at most 300 s) has passed."""
@@ -448,6 +534,18 @@ class Client:
         """Drains a member: it keeps its leases, gets nothing new, and its worker drains."""
         return _one(MemberInfo._from, await self._native.member_drain(_loop.current(), member))
 
+    async def member_undrain(self, member: str) -> MemberInfo:
+        """Ends a member's drain: it gets work again. A worker that already began to
+        drain at the drain push still drains to its end."""
+        return _one(MemberInfo._from, await self._native.member_undrain(_loop.current(), member))
+
+    async def member_release(self, member: str) -> None:
+        """Frees a member name from the token that first used it, so another token may
+        use it. Raises :class:`~muster.InvalidState` while the member has a session or
+        leases, :class:`~muster.NotFound` if no token holds the name (always without
+        tokens)."""
+        await self._native.member_release(_loop.current(), member)
+
     async def lease_revoke(self, task: str) -> SettleResult:
         """Revokes a task's lease: it lapses now (one failure) and its holder is told to stop."""
         return _one(SettleResult._from, await self._native.lease_revoke(_loop.current(), task))
@@ -455,3 +553,9 @@ class Client:
     async def server_stats(self) -> ServerStats:
         """The daemon's group-commit counters."""
         return _one(ServerStats._from, await self._native.server_stats(_loop.current()))
+
+    async def admin_snapshot(self, dir: str) -> SnapshotResult:
+        """Writes a consistent copy of the whole store into ``dir``, a new directory
+        (absolute path) **on the daemon's host**: a backup (PROTOCOL.md §5.36). Returns
+        once the copy is durable."""
+        return _one(SnapshotResult._from, await self._native.admin_snapshot(_loop.current(), dir))

@@ -106,7 +106,8 @@ def stop_logs() -> None:
     """Ends every wait of ``next_log``."""
 
 class Client:
-    """A connection to ``musterd``; every method returns an awaitable."""
+    """A connection to ``musterd``; every method returns an awaitable. The protocol's
+    ops but the member session's (the native ``Worker`` holds it) and ``watch``."""
 
     def close(self, done: Loop) -> Awaitable[None]:
         """Closes the connection, waiting (at most 1 s) until the daemon was told."""
@@ -139,6 +140,12 @@ class Client:
         limit: Optional[int] = None,
     ) -> Awaitable[str]:
         """One page of tasks; TaskListReply JSON."""
+    def task_find(self, done: Loop, search: str) -> Awaitable[str]:
+        """Searches tasks (search: TaskFind JSON); TaskFindReply JSON."""
+    def task_update(
+        self, done: Loop, task: str, priority: Optional[int] = None, run_now: bool = False
+    ) -> Awaitable[str]:
+        """Changes a waiting task's priority or runs it now; TaskSummary JSON."""
     def wait(self, done: Loop, tasks: List[str], timeout_ms: int) -> Awaitable[str]:
         """Waits for tasks to finish; WaitReply JSON."""
     def cancel(self, done: Loop, task: str) -> Awaitable[str]:
@@ -194,6 +201,12 @@ class Client:
         """One member and its leases; MemberDescribeReply JSON."""
     def member_drain(self, done: Loop, member: str) -> Awaitable[str]:
         """Drains a member; MemberInfo JSON."""
+    def member_undrain(self, done: Loop, member: str) -> Awaitable[str]:
+        """Ends a member's drain; MemberInfo JSON."""
+    def member_release(self, done: Loop, member: str) -> Awaitable[None]:
+        """Frees a member name from its principal."""
+    def admin_snapshot(self, done: Loop, dir: str) -> Awaitable[str]:
+        """Writes a copy of the store on the daemon's host; SnapshotReply JSON."""
     def lease_revoke(self, done: Loop, task: str) -> Awaitable[str]:
         """Revokes a lease; SettleReply JSON."""
     def server_stats(self, done: Loop) -> Awaitable[str]:

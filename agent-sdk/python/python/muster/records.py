@@ -205,7 +205,9 @@ class TaskInfo:
 
 @dataclass(frozen=True)
 class TaskSummary:
-    """A task in a listing: no payload, result, progress or history (PROTOCOL.md §4.10)."""
+    """A task in a listing (``task_list``, ``task_find``, ``task_update``,
+    ``member_describe``): no payload, result or history, and the progress checkpoint
+    only as a short text (PROTOCOL.md §4.10)."""
 
     id: str
     queue: str
@@ -220,6 +222,9 @@ class TaskSummary:
     dead_reason: Optional[str]
     created_ms: int
     updated_ms: int
+    progress: Optional[str]
+    """The JSON text of the last progress checkpoint cut to 256 bytes (``…`` appended
+    when cut, so then no longer JSON); ``None`` without one. ``task_get`` has it whole."""
 
     @staticmethod
     def _from(d: _Dict) -> TaskSummary:
@@ -237,6 +242,7 @@ class TaskSummary:
             dead_reason=d.get("dead_reason"),
             created_ms=d["created_ms"],
             updated_ms=d["updated_ms"],
+            progress=d.get("progress"),
         )
 
 
@@ -251,6 +257,40 @@ class TaskPage:
     @staticmethod
     def _from(d: _Dict) -> TaskPage:
         return TaskPage([TaskSummary._from(t) for t in d["tasks"]], d.get("next"))
+
+
+@dataclass(frozen=True)
+class FindCursor:
+    """Where a ``task_find`` stopped: pass it as ``after`` to continue."""
+
+    queue: str
+    id: str
+
+    @staticmethod
+    def _from(d: Optional[_Dict]) -> Optional[FindCursor]:
+        return None if d is None else FindCursor(d["queue"], d["id"])
+
+
+@dataclass(frozen=True)
+class FindResult:
+    """One step of a ``task_find`` search (PROTOCOL.md §5.35).
+
+    A step does a bounded amount of work, so it may hold fewer matches than asked for,
+    even none, and still have a ``next``; ``next`` is ``None`` once every candidate
+    was examined. ``scanned`` is how much this step examined.
+    """
+
+    tasks: List[TaskSummary]
+    next: Optional[FindCursor]
+    scanned: int
+
+    @staticmethod
+    def _from(d: _Dict) -> FindResult:
+        return FindResult(
+            [TaskSummary._from(t) for t in d["tasks"]],
+            FindCursor._from(d.get("next")),
+            d["scanned"],
+        )
 
 
 @dataclass(frozen=True)
@@ -415,6 +455,19 @@ class MemberDescription:
             [TaskSummary._from(t) for t in d["leases"]],
             d.get("leases_total", len(d["leases"])),
         )
+
+
+@dataclass(frozen=True)
+class SnapshotResult:
+    """A copy of the store written by ``admin_snapshot``: where, and what it holds."""
+
+    dir: str
+    tasks: int
+    queues: int
+
+    @staticmethod
+    def _from(d: _Dict) -> SnapshotResult:
+        return SnapshotResult(d["dir"], d["tasks"], d["queues"])
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
-from typing import Any, Coroutine, Iterable, List, Optional, Sequence, TypeVar, Union
+from typing import Any, Coroutine, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import _client, _worker
 from ._convert import Duration
@@ -26,15 +26,19 @@ from .records import (
     CancelResult,
     Claim,
     CountResult,
+    FindCursor,
+    FindResult,
     MemberDescription,
     MemberInfo,
     QueueInfo,
     RenewResult,
     ServerStats,
     SettleResult,
+    SnapshotResult,
     TaskInfo,
     TaskPage,
     TaskState,
+    TaskSummary,
     WaitResult,
 )
 
@@ -231,6 +235,46 @@ class Client:
         """Blocking :meth:`muster.Client.task_list`."""
         return self._run(self._client.task_list(queue, state, after=after, limit=limit))
 
+    def task_find(
+        self,
+        queue: Optional[str] = None,
+        *,
+        state: Optional[TaskState] = None,
+        id_prefix: Optional[str] = None,
+        key: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        label: Optional[str] = None,
+        error: Optional[str] = None,
+        payload: Optional[str] = None,
+        field: Optional[Tuple[str, Any]] = None,
+        newest_first: bool = False,
+        after: Optional[FindCursor] = None,
+        limit: Optional[int] = None,
+    ) -> FindResult:
+        """Blocking :meth:`muster.Client.task_find`."""
+        return self._run(
+            self._client.task_find(
+                queue,
+                state=state,
+                id_prefix=id_prefix,
+                key=key,
+                idempotency_key=idempotency_key,
+                label=label,
+                error=error,
+                payload=payload,
+                field=field,
+                newest_first=newest_first,
+                after=after,
+                limit=limit,
+            )
+        )
+
+    def task_update(
+        self, task: str, *, priority: Optional[int] = None, run_now: bool = False
+    ) -> TaskSummary:
+        """Blocking :meth:`muster.Client.task_update`."""
+        return self._run(self._client.task_update(task, priority=priority, run_now=run_now))
+
     def wait(self, tasks: Union[str, Sequence[str]], timeout: Duration) -> WaitResult:
         """Blocking :meth:`muster.Client.wait`."""
         return self._run(self._client.wait(tasks, timeout))
@@ -312,6 +356,14 @@ class Client:
         """Blocking :meth:`muster.Client.member_drain`."""
         return self._run(self._client.member_drain(member))
 
+    def member_undrain(self, member: str) -> MemberInfo:
+        """Blocking :meth:`muster.Client.member_undrain`."""
+        return self._run(self._client.member_undrain(member))
+
+    def member_release(self, member: str) -> None:
+        """Blocking :meth:`muster.Client.member_release`."""
+        return self._run(self._client.member_release(member))
+
     def lease_revoke(self, task: str) -> SettleResult:
         """Blocking :meth:`muster.Client.lease_revoke`."""
         return self._run(self._client.lease_revoke(task))
@@ -319,6 +371,10 @@ class Client:
     def server_stats(self) -> ServerStats:
         """Blocking :meth:`muster.Client.server_stats`."""
         return self._run(self._client.server_stats())
+
+    def admin_snapshot(self, dir: str) -> SnapshotResult:
+        """Blocking :meth:`muster.Client.admin_snapshot`."""
+        return self._run(self._client.admin_snapshot(dir))
 
 
 def _refuse_inside_a_loop() -> None:
