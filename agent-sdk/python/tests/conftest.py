@@ -13,7 +13,9 @@ import asyncio
 import json
 import os
 import queue
+import selectors
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -163,6 +165,57 @@ class Daemon:
             text=True,
             timeout=60,
         )
+
+
+class Relay:
+    """A UDP relay between clients and a daemon that can cut them apart (every datagram
+    dropped), as ``tests/src/relay.rs`` is for the Rust tests. Clients connect to
+    ``addr``; one thread copies datagrams both ways, each client through a socket of
+    its own toward the daemon."""
+
+    def __init__(self, upstream: str) -> None:
+        host, port = upstream.rsplit(":", 1)
+        self._upstream = (host, int(port))
+        self._front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._front.bind(("127.0.0.1", 0))
+        self.addr = f"127.0.0.1:{self._front.getsockname()[1]}"
+        self.cut = False
+        """True while partitioned."""
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._copy, daemon=True)
+        self._thread.start()
+
+    def _copy(self) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(self._front, selectors.EVENT_READ)
+        backs: Dict[Any, socket.socket] = {}
+        clients: Dict[socket.socket, Any] = {}
+        while not self._stopped.is_set():
+            for key, _ in selector.select(timeout=0.05):
+                sock: socket.socket = key.fileobj  # type: ignore[assignment]
+                try:
+                    data, source = sock.recvfrom(65536)
+                    if self.cut:
+                        continue
+                    if sock is self._front:
+                        back = backs.get(source)
+                        if back is None:
+                            back = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                            back.connect(self._upstream)
+                            selector.register(back, selectors.EVENT_READ)
+                            backs[source], clients[back] = back, source
+                        back.send(data)
+                    else:
+                        self._front.sendto(data, clients[sock])
+                except OSError:
+                    continue  # e.g. the daemon's port refused a datagram: UDP loses it
+        for sock in [self._front, *backs.values()]:
+            sock.close()
+
+    def close(self) -> None:
+        """Stops the relay."""
+        self._stopped.set()
+        self._thread.join(timeout=10)
 
 
 class Program:

@@ -1,5 +1,5 @@
-"""The examples as processes: a producer with agents, kill -9 and restart, SIGTERM drain,
-and ``muster cancel`` from the CLI."""
+"""The examples as processes: a producer with agents, kill -9 and restart, SIGTERM and
+SIGINT drains, and ``muster cancel`` from the CLI."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import time
 from typing import Any, Callable, Dict, List
 
 import muster.sync
+import pytest
 from conftest import EXAMPLES, Daemon, Program
 
 StartProgram = Callable[..., Program]
@@ -101,15 +102,16 @@ def test_kill9_and_restart_gets_tasks_back_at_once(daemon: Daemon, programs: Sta
         assert second.wait(30) == 0
 
 
-def test_sigterm_drains_and_releases_without_failure(
-    daemon: Daemon, programs: StartProgram
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_drains_and_releases_without_failure(
+    daemon: Daemon, programs: StartProgram, sig: signal.Signals
 ) -> None:
     with muster.sync.Client.connect(**daemon.connect) as client:
         client.queue_create("jobs")
         ids = client.enqueue_many("jobs", [{"tokens": 10_000, "token_ms": 50} for _ in range(2)])
         program = agent(programs, daemon, "py/drained", 2, grace=0.5)
         starts(program, 2, 30)
-        program.signal(signal.SIGTERM)
+        program.signal(sig)
         cancelled = program.lines_matching(2, 10, lambda line: line.startswith("cancelled "))
         assert sorted(line.split()[1] for _, line in cancelled) == sorted(ids)
         assert program.wait(10) == 0

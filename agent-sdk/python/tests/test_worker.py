@@ -1,5 +1,6 @@
 """``Worker`` in this process against a real daemon: outcomes, progress, cancellation,
-lost leases, blocking handlers, drain."""
+lost leases (revoked, or renewals cut off), blocking handlers, drain (by the worker or
+an operator), a daemon restart, labels, and the blocking ``muster.sync.Worker``."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import time
 from typing import Any, Awaitable, Callable, Dict, List, Tuple
 
 import muster
+import muster.sync
 import pytest
-from conftest import Daemon, run
+from conftest import Daemon, Relay, run
 
 
 def start(
@@ -388,3 +390,195 @@ def test_sdk_warnings_reach_logging(daemon: Daemon, caplog: pytest.LogCaptureFix
 
     with caplog.at_level(logging.WARNING, logger="muster"):
         run(body())
+
+
+def test_a_daemon_killed_and_restarted_under_a_running_handler_loses_nothing(
+    daemon: Daemon,
+) -> None:
+    # As the Rust SDK's a_daemon_restart_does_not_take_work_away_from_a_working_agent:
+    # the worker reconnects, resumes its session with the lease it holds, and the
+    # handler's ack settles the task once, on its first delivery.
+    async def body() -> None:
+        started: List[int] = []
+        finish = asyncio.Event()
+
+        async def handle(task: muster.Task) -> str:
+            started.append(task.attempt)
+            await finish.wait()
+            return "ok"
+
+        async with await muster.Client.connect(**daemon.connect) as client:
+            await client.queue_create("jobs", lease=30)
+            task_id = await client.enqueue("jobs", {"n": 1})
+        worker, running = start(daemon, handle, member="py/steady")
+        await until(lambda: asyncio.sleep(0, started == [1]))
+
+        def restart() -> None:
+            daemon.kill9()
+            daemon.start()
+
+        await asyncio.get_running_loop().run_in_executor(None, restart)
+        finish.set()
+        async with await muster.Client.connect(**daemon.connect) as client:
+            (t,) = (await client.wait(task_id, 60)).finished
+            assert (t.state, t.result, t.deliveries, t.failures) == ("done", "ok", 1, 0)
+            assert [e.event for e in t.history] == ["enqueued", "leased", "done"]
+            assert started == [1]
+            await stop(worker, running)
+
+    run(body())
+
+
+def test_an_operator_drain_lets_the_running_task_finish_and_ends_run(daemon: Daemon) -> None:
+    async def body() -> None:
+        began = asyncio.Event()
+
+        async def handle(task: muster.Task) -> str:
+            began.set()
+            await task.draining()
+            return "finished while draining"
+
+        async with await muster.Client.connect(**daemon.connect) as client:
+            await client.queue_create("jobs")
+            first = await client.enqueue("jobs", 1)
+            worker, running = start(daemon, handle, member="py/drained", grace=10)
+            await asyncio.wait_for(began.wait(), 10)
+            assert (await client.member_drain("py/drained")).draining
+            # run returns by itself, with nothing left to settle.
+            await asyncio.wait_for(running, 30)
+            done = await client.task_get(first)
+            assert (done.state, done.result, done.deliveries) == (
+                "done",
+                "finished while draining",
+                1,
+            )
+            second = await client.enqueue("jobs", 2)
+            assert (await client.task_get(second)).state == "ready"
+            # The session is closed; the daemon keeps the member's drain (until
+            # member_undrain), so the name gets no work.
+            (member,) = await client.member_list()
+            assert (member.name, member.connected, member.leased, member.draining) == (
+                "py/drained",
+                False,
+                0,
+                True,
+            )
+
+    run(body())
+
+
+def test_a_lease_whose_renewals_stop_arriving_stops_its_handler_before_it_lapses(
+    daemon: Daemon,
+) -> None:
+    # The worker reaches the daemon through a relay that is cut: renewals stop
+    # arriving. By its own clock the worker cancels the handler before the daemon's
+    # deadline (renewal send time + lease), then the daemon lapses the lease; healed,
+    # the worker gets the task again and finishes it.
+    lease = 1.0
+
+    async def body() -> None:
+        relay = Relay(daemon.addr)
+        cancelled_at: List[float] = []
+        attempts: List[int] = []
+
+        async def handle(task: muster.Task) -> str:
+            attempts.append(task.attempt)
+            if task.attempt == 1:
+                try:
+                    await asyncio.sleep(60)
+                except asyncio.CancelledError:
+                    cancelled_at.append(time.monotonic())
+                    raise
+            return f"attempt {task.attempt}"
+
+        try:
+            async with await muster.Client.connect(**daemon.connect) as client:
+                await client.queue_create("jobs", lease=lease)
+                task_id = await client.enqueue("jobs", "work")
+                worker = muster.Worker("py/cut", "jobs", addr=relay.addr, data=str(daemon.data))
+                running = asyncio.ensure_future(worker.run(handle, handle_signals=False))
+                await until(lambda: asyncio.sleep(0, attempts == [1]))
+                # Two renewals' worth of leasing first: the lease is kept alive by them.
+                await asyncio.sleep(2 * lease)
+                assert (await client.task_get(task_id)).state == "leased"
+                relay.cut = True
+                cut_at = time.monotonic()
+
+                async def lapsed() -> bool:
+                    history = (await client.task_get(task_id)).history
+                    return any(e.event == "lapsed" for e in history)
+
+                await until(lapsed)
+                assert cancelled_at, "the handler ran on after the daemon lapsed its lease"
+                assert cancelled_at[0] - cut_at < lease
+                relay.cut = False
+                (done,) = (await client.wait(task_id, 30)).finished
+                assert done.state == "done" and done.result == f"attempt {attempts[-1]}"
+                assert attempts[0] == 1 and attempts[-1] >= 2
+                # Each lapse is a failure (a push lost to the cut may lapse once more).
+                assert done.failures == done.deliveries - 1 >= 1
+                assert [e.event for e in done.history].count("done") == 1
+                await stop(worker, running)
+        finally:
+            relay.close()
+
+    run(body())
+
+
+def test_labelled_tasks_go_only_to_a_worker_with_the_labels(daemon: Daemon) -> None:
+    def named(name: str) -> muster.Handler:
+        async def handle(task: muster.Task) -> str:
+            return name
+
+        return handle
+
+    async def body() -> None:
+        async with await muster.Client.connect(**daemon.connect) as client:
+            await client.queue_create("jobs")
+
+            async def connected(*members: str) -> bool:
+                up = {m.name for m in await client.member_list() if m.connected and m.subscribed}
+                return up >= set(members)
+
+            plain, plain_running = start(daemon, named("plain"), member="py/plain", capacity=4)
+            await until(lambda: connected("py/plain"))
+            tasks = [muster.NewTask(n, requires=["gpu"]) for n in range(6)]
+            ids = await client.enqueue_many("jobs", tasks)
+
+            async def unclaimable() -> bool:
+                return (await client.queue_describe("jobs")).unclaimable == 6
+
+            await until(unclaimable)
+            gpu, gpu_running = start(
+                daemon, named("gpu"), member="py/gpu", labels=["gpu", "cuda"], capacity=2
+            )
+            finished = (await client.wait(ids, 20)).finished
+            assert [t.result for t in finished] == ["gpu"] * 6
+            labels = {m.name: sorted(m.labels) for m in await client.member_list()}
+            assert labels == {"py/gpu": ["cuda", "gpu"], "py/plain": []}
+            await stop(plain, plain_running)
+            await stop(gpu, gpu_running)
+
+    run(body())
+
+
+def test_the_sync_worker_runs_tasks_until_shut_down(daemon: Daemon) -> None:
+    def handle(task: muster.Task) -> Dict[str, Any]:
+        return {"double": task.payload * 2}
+
+    worker = muster.sync.Worker("py/sync", "jobs", **daemon.connect)
+    with muster.sync.Client.connect(**daemon.connect) as client:
+        client.queue_create("jobs")
+        ids = client.enqueue_many("jobs", [1, 2])
+        # Signals are the main thread's: this one runs without them.
+        thread = threading.Thread(
+            target=worker.run, args=(handle,), kwargs={"handle_signals": False}
+        )
+        thread.start()
+        finished = client.wait(ids, 20).finished
+        assert sorted(t.result["double"] for t in finished) == [2, 4]
+        assert all((t.state, t.deliveries) == ("done", 1) for t in finished)
+        worker.shutdown()
+        thread.join(30)
+        assert not thread.is_alive()
+        assert client.member_list() == []
