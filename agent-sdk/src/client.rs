@@ -37,15 +37,27 @@ const WRITE_CHUNK: usize = 256 * 1024;
 /// Longest [`Client::close`] waits for the daemon to be told the connection closed.
 pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// Longest [`Client::close`] waits for the replies to requests already sent.
+pub const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Where the reader puts the body of one reply frame.
 type ReplySlot = oneshot::Sender<Result<Vec<u8>, Error>>;
+
+/// A request waiting for its reply.
+struct Call {
+    slot: ReplySlot,
+    /// The daemon may hold the reply back (a claim or wait with time to wait).
+    waits: bool,
+}
 
 /// Calls waiting for replies, and whether the reply stream has ended.
 #[derive(Default)]
 struct Pending {
-    calls: Mutex<HashMap<u64, ReplySlot>>,
+    calls: Mutex<HashMap<u64, Call>>,
     /// Set (before the map is drained) once no more replies can arrive.
     ended: AtomicBool,
+    /// Woken whenever calls were answered or failed.
+    answered: tokio::sync::Notify,
     /// Where pushes to this connection's member session go, once one is open.
     pushes: Mutex<Option<mpsc::UnboundedSender<Push>>>,
     /// Where this connection's watch pushes go, once a watch is open.
@@ -143,7 +155,11 @@ impl Client {
         let framed = frame::encode_json(&RequestFrame::new(id, req))
             .map_err(|e| Error::InvalidInput(e.to_string()))?;
         let (tx, rx) = oneshot::channel();
-        lock(&self.inner.pending.calls).insert(id, tx);
+        let call = Call {
+            slot: tx,
+            waits: req.may_wait(),
+        };
+        lock(&self.inner.pending.calls).insert(id, call);
         // IMPORTANT: check `ended` after inserting; the reader sets it before draining.
         if self.inner.pending.ended.load(Ordering::SeqCst)
             || self.inner.frames.send(framed).await.is_err()
@@ -165,15 +181,37 @@ impl Client {
         }
     }
 
-    /// Closes the connection and waits (at most [`CLOSE_WAIT`]) until the daemon has been
-    /// told, so a process that exits next is seen gone at once rather than after the
-    /// idle timeout. Requests still in flight fail with [`Error::Closed`]. Clones of
-    /// this client are closed too.
+    /// Flushes and closes: waits (at most [`FLUSH_WAIT`]) until every request already
+    /// sent has its reply, even those whose [`PendingReply`] was dropped unawaited,
+    /// except claims and waits the daemon may hold back; then closes the connection and
+    /// waits (at most [`CLOSE_WAIT`]) until the daemon has been told, so a process that
+    /// exits next is seen gone at once rather than after the idle timeout. Calls still
+    /// in flight then fail with [`Error::Closed`]. Clones of this client are closed
+    /// too. Dropping the last clone instead closes at once, without flushing.
     pub async fn close(&self) {
+        let _ = tokio::time::timeout(FLUSH_WAIT, self.answered()).await;
         self.inner.conn.close(0u32.into(), b"client closed");
         if let Some(endpoint) = &self.inner.endpoint {
             // Idle once the CONNECTION_CLOSE went out and its drain period passed.
             let _ = tokio::time::timeout(CLOSE_WAIT, endpoint.wait_idle()).await;
+        }
+    }
+
+    /// Resolves once no request is waiting for a reply the daemon answers at once, or
+    /// the connection has ended.
+    async fn answered(&self) {
+        let pending = &self.inner.pending;
+        loop {
+            let answered = pending.answered.notified();
+            tokio::pin!(answered);
+            // Registered before looking, so an answer in between still wakes us.
+            answered.as_mut().enable();
+            if pending.ended.load(Ordering::SeqCst)
+                || lock(&pending.calls).values().all(|c| c.waits)
+            {
+                return;
+            }
+            answered.await;
         }
     }
 
@@ -667,16 +705,18 @@ async fn read_replies(mut recv: quinn::RecvStream, pending: Arc<Pending>, conn: 
         // A reply without an id answers a frame the daemon could not read: the caller of
         // that frame cannot be known, so it fails when the connection ends.
         if let Some(id) = id
-            && let Some(tx) = lock(&pending.calls).remove(&id)
+            && let Some(call) = lock(&pending.calls).remove(&id)
         {
-            let _ = tx.send(Ok(body));
+            let _ = call.slot.send(Ok(body));
+            pending.answered.notify_waiters();
         }
     };
     let reason = conn.close_reason().map_or(reason, |r| r.to_string());
     pending.ended.store(true, Ordering::SeqCst);
-    for (_, tx) in lock(&pending.calls).drain() {
-        let _ = tx.send(Err(Error::Closed(reason.clone())));
+    for (_, call) in lock(&pending.calls).drain() {
+        let _ = call.slot.send(Err(Error::Closed(reason.clone())));
     }
+    pending.answered.notify_waiters();
     // Dropping the push senders ends the push streams: the connection is gone.
     lock(&pending.pushes).take();
     lock(&pending.watch).take();

@@ -44,6 +44,12 @@ mod tests {
             );
             assert_eq!(decode(&body).err(), Some(ErrorCode::BadRequest), "{field}");
         }
+        for field in ["field", "after"] {
+            let body = format!(r#"{{"id":1,"op":"task_find","queue":"q","{field}":null}}"#);
+            assert_eq!(decode(&body).err(), Some(ErrorCode::BadRequest), "{field}");
+        }
+        let find = r#"{"id":1,"op":"task_find","queue":"q","key":null,"limit":null}"#;
+        assert!(decode(find).is_ok());
         let paused = r#"{"id":1,"op":"queue_update","queue":"q","options":{"paused":true}}"#;
         assert!(
             matches!(decode(paused), Ok(Request::QueueUpdate(u)) if u.options.paused == Some(true))

@@ -21,6 +21,12 @@ pub trait Op: Serialize {
     const NAME: &'static str;
     /// The fields of a successful reply.
     type Reply: DeserializeOwned + Serialize;
+
+    /// Whether the daemon may hold the reply back until something happens (a claim
+    /// or wait with a time to wait), so a client closing need not wait for it.
+    fn may_wait(&self) -> bool {
+        false
+    }
 }
 
 /// Reply of requests that return nothing but success.
@@ -168,6 +174,11 @@ pub struct Claim {
 }
 
 impl Claim {
+    /// Whether the reply may be held back for a task to become ready.
+    pub fn waits(&self) -> bool {
+        self.wait_ms.unwrap_or(0) > 0
+    }
+
     /// A claim of one task from these queues, returning at once, with the queue's lease.
     pub fn new<S: Into<String>>(queues: impl IntoIterator<Item = S>) -> Claim {
         Claim {
@@ -370,13 +381,21 @@ pub struct TaskFind {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<String>,
     /// Only tasks whose payload has this value at this path.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::nulls::refused"
+    )]
     pub field: Option<FieldMatch>,
     /// Newest first (descending ids, queues in reverse name order) instead of oldest first.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub newest_first: bool,
     /// Continue after this position (the `next` of the previous reply).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::nulls::refused"
+    )]
     pub after: Option<FindCursor>,
     /// Most matches to return, 1 to [`crate::limits::MAX_PAGE`]; 100 if absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -428,6 +447,13 @@ pub struct Wait {
     /// Longest wait; 0 or absent checks once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+}
+
+impl Wait {
+    /// Whether the reply may be held back for the tasks to finish.
+    pub fn waits(&self) -> bool {
+        self.timeout_ms.unwrap_or(0) > 0
+    }
 }
 
 /// Reply to [`Wait`].
@@ -959,7 +985,7 @@ impl Push {
 }
 
 macro_rules! ops {
-    ($($variant:ident($ty:ty) = $name:literal -> $reply:ty;)*) => {
+    ($($variant:ident($ty:ty) = $name:literal -> $reply:ty $(, waits if $waits:path)?;)*) => {
         /// Every request, decoded.
         #[derive(Debug, Clone)]
         pub enum Request {
@@ -973,6 +999,11 @@ macro_rules! ops {
             impl Op for $ty {
                 const NAME: &'static str = $name;
                 type Reply = $reply;
+                $(
+                    fn may_wait(&self) -> bool {
+                        $waits(self)
+                    }
+                )?
             }
         )*
 
@@ -1011,7 +1042,7 @@ ops! {
     QueuePurge(QueuePurge) = "queue_purge" -> CountReply;
     QueueDelete(QueueDelete) = "queue_delete" -> CountReply;
     Enqueue(Enqueue) = "enqueue" -> EnqueueReply;
-    Claim(Claim) = "claim" -> ClaimReply;
+    Claim(Claim) = "claim" -> ClaimReply, waits if Claim::waits;
     Ack(Ack) = "ack" -> SettleReply;
     Nack(Nack) = "nack" -> SettleReply;
     Renew(Renew) = "renew" -> RenewReply;
@@ -1020,7 +1051,7 @@ ops! {
     TaskGet(TaskGet) = "task_get" -> TaskReply;
     TaskList(TaskList) = "task_list" -> TaskListReply;
     TaskFind(Box<TaskFind>) = "task_find" -> TaskFindReply;
-    Wait(Wait) = "wait" -> WaitReply;
+    Wait(Wait) = "wait" -> WaitReply, waits if Wait::waits;
     Cancel(Cancel) = "cancel" -> CancelReply;
     TaskUpdate(TaskUpdate) = "task_update" -> TaskUpdateReply;
     Redrive(Redrive) = "redrive" -> CountReply;

@@ -827,7 +827,10 @@ impl<W: Waiter> Engine<W> {
     /// Writes a task's record and re-indexes it from the record. `clock` holds the
     /// monotonic times of a leased record and must be `Some` exactly when it is leased.
     fn save(&mut self, id: Ulid, rec: &TaskRecord, clock: Option<LeaseClock>) {
-        self.unindex(id);
+        // A task being enqueued has nothing to unindex yet.
+        if self.tasks.contains_key(&id) {
+            self.unindex(id);
+        }
         self.index_record(id, rec.view(), clock);
         self.pending.put_task(id, rec);
     }
@@ -942,10 +945,10 @@ impl<W: Waiter> Engine<W> {
     }
 
     fn unindex(&mut self, id: Ulid) {
-        // A task being enqueued has nothing to remove yet.
-        let Some(meta) = self.tasks.get(&id) else {
-            return;
-        };
+        let meta = self
+            .tasks
+            .get(&id)
+            .unwrap_or_else(|| panic!("task {id} unindexed but not indexed"));
         let queue = self
             .queues
             .get_mut(&*meta.queue)

@@ -394,12 +394,20 @@ impl<W: Waiter> Engine<W> {
                 .copied()
                 .collect();
             for id in finished {
-                if let Some(meta) = self.tasks.get_mut(&id) {
-                    self.expiry.remove(&(meta.remove_at_ms, id));
-                    meta.remove_at_ms =
-                        (meta.remove_at_ms - old_retention).saturating_add(new_retention);
-                    self.expiry.insert((meta.remove_at_ms, id));
-                }
+                let meta = self
+                    .tasks
+                    .get_mut(&id)
+                    .unwrap_or_else(|| panic!("finished task {id} of {name:?} is not indexed"));
+                assert!(
+                    self.expiry.remove(&(meta.remove_at_ms, id)),
+                    "finished task {id} was not waiting to expire"
+                );
+                meta.remove_at_ms =
+                    (meta.remove_at_ms - old_retention).saturating_add(new_retention);
+                assert!(
+                    self.expiry.insert((meta.remove_at_ms, id)),
+                    "task {id} expires twice"
+                );
             }
         }
         if new_max_runtime.unwrap_or(u64::MAX) < old_max_runtime.unwrap_or(u64::MAX) {

@@ -145,3 +145,48 @@ async fn one_client_pipelines_many_concurrent_requests_and_they_share_fsyncs() {
     );
     eprintln!("group commit: {syncs} fsyncs for {requests} requests");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_flushes_requests_whose_replies_were_never_awaited() {
+    let d = Daemon::start();
+    let client = d.client().await;
+    client
+        .queue_create("flush", QueuePatch::default())
+        .await
+        .unwrap();
+    client
+        .queue_create("idle", QueuePatch::default())
+        .await
+        .unwrap();
+    // A claim the daemon holds back on an empty queue: close does not wait for it.
+    let parked = client
+        .send(&muster_protocol::ops::Claim::new(["idle"]).wait_ms(60_000))
+        .await
+        .unwrap();
+    // 2,000 enqueues sent and their replies dropped unawaited, then closed at once.
+    for n in 0..2_000u32 {
+        let req = muster_protocol::ops::Enqueue {
+            queue: "flush".into(),
+            tasks: vec![NewTask::new(muster_sdk::json(&n).unwrap())],
+        };
+        drop(client.send(&req).await.unwrap());
+    }
+    let started = std::time::Instant::now();
+    client.close().await;
+    let took = started.elapsed();
+    assert!(
+        took < muster_sdk::client::FLUSH_WAIT,
+        "close waited {took:?}: it waited for the parked claim"
+    );
+    let other = d.client().await;
+    assert_eq!(
+        other.queue_describe("flush").await.unwrap().counts.ready,
+        2_000,
+        "every enqueue sent before close was applied"
+    );
+    let ended = parked
+        .reply()
+        .await
+        .expect_err("the parked claim ends with the connection");
+    assert!(matches!(ended, muster_sdk::Error::Closed(_)), "{ended}");
+}

@@ -1,8 +1,10 @@
 //! The daemon as PROTOCOL.md describes it, where a client written from the document
 //! alone found the two disagreeing, and the engine bugs a whole-engine property test
-//! found: subscriptions across a queue's deletion, waits ended by removals, `null`,
-//! member records, paging of queues, and leases under `max_runtime_ms` across restarts
-//! and queue updates.
+//! found: subscriptions across a queue's deletion, waits ended by removals (purge and
+//! queue deletion), `null`, member records, paging of queues, leases under
+//! `max_runtime_ms` across restarts and queue updates, the member named by a reclaim's
+//! dead letter, members dropped when their connection ends without leases, and
+//! priority within a key's first `key_concurrency` places.
 
 use std::time::{Duration, Instant};
 
@@ -293,4 +295,158 @@ async fn max_runtime_holds_across_a_restart_and_a_refused_renewal_means_the_leas
     );
     let e = client.ack(&id, epoch, None).await.unwrap_err();
     assert_eq!(e.code(), Some(ErrorCode::LeaseLost));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_ends_at_once_when_its_queue_is_deleted() {
+    let (_d, client) = with_queue("q").await;
+    let (a, b) = (enqueue(&client, "q").await, enqueue(&client, "q").await);
+    let wait = client
+        .send(&ops::Wait {
+            tasks: vec![a.clone(), b.clone()],
+            timeout_ms: Some(60_000),
+        })
+        .await
+        .unwrap();
+    assert_eq!(client.queue_delete("q").await.unwrap(), 2);
+    let reply = tokio::time::timeout(Duration::from_secs(5), wait.reply())
+        .await
+        .expect("answered at once")
+        .unwrap();
+    let mut removed = reply.removed.clone();
+    removed.sort();
+    let mut want = vec![a, b];
+    want.sort();
+    assert_eq!(
+        (reply.finished.len(), reply.pending.len(), removed),
+        (0, 0, want)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reclaim_reaching_max_attempts_names_the_member_in_its_dead_lettered_event() {
+    let d = Daemon::start();
+    let client = d.client().await;
+    client
+        .queue_create(
+            "q",
+            QueuePatch {
+                max_attempts: Some(1),
+                ..QueuePatch::default()
+            },
+        )
+        .await
+        .unwrap();
+    let id = enqueue(&client, "q").await;
+    let first = d.client().await;
+    let (_, mut pushes) = first.open_session(&session("m", &[])).await.unwrap();
+    first.subscribe("m", &["q".into()]).await.unwrap();
+    match tokio::time::timeout(Duration::from_secs(5), pushes.recv())
+        .await
+        .expect("a push within 5 s")
+    {
+        Some(muster_sdk::Push::Deliver(delivery)) => assert_eq!(delivery.id, id),
+        other => panic!("{other:?}"),
+    }
+    // The member comes back (a new process under the same name) and reclaims.
+    let second = d.client().await;
+    let mut again = session("m", &[]);
+    again.reclaim = true;
+    second.open_session(&again).await.unwrap();
+    let t = client.task_get(&id).await.unwrap();
+    assert_eq!((t.state, t.failures), (TaskState::Dead, 1));
+    let last = t.history.last().expect("events");
+    assert_eq!(
+        (
+            last.event.as_str(),
+            last.member.as_deref(),
+            last.error.as_deref()
+        ),
+        ("dead_lettered", Some("m"), Some("max_attempts"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_connection_ends_is_dropped_unless_it_holds_leases() {
+    let (d, client) = with_queue("q").await;
+    let id = enqueue(&client, "q").await;
+    let idle = d.client().await;
+    idle.open_session(&session("idle", &[])).await.unwrap();
+    let holder = d.client().await;
+    let (_, mut pushes) = holder.open_session(&session("holder", &[])).await.unwrap();
+    holder.subscribe("holder", &["q".into()]).await.unwrap();
+    assert!(matches!(
+        tokio::time::timeout(Duration::from_secs(5), pushes.recv()).await,
+        Ok(Some(muster_sdk::Push::Deliver(_)))
+    ));
+    let names = |list: &[muster_sdk::protocol::model::MemberInfo]| {
+        let mut v: Vec<_> = list
+            .iter()
+            .map(|m| (m.name.clone(), m.state, m.leased))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    use muster_sdk::protocol::model::MemberState::{Connected, Gone};
+    assert_eq!(
+        names(&client.member_list().await.unwrap()),
+        [
+            ("holder".to_owned(), Connected, 1),
+            ("idle".to_owned(), Connected, 0)
+        ]
+    );
+    idle.close().await;
+    holder.close().await;
+    // `close` waits until the daemon was told: both ends are seen at once.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let list = names(&client.member_list().await.unwrap());
+        if list == [("holder".to_owned(), Gone, 1)] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "members 5 s after closing: {list:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(client.task_get(&id).await.unwrap().state, TaskState::Leased);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_orders_a_keys_first_key_concurrency_places_only() {
+    let d = Daemon::start();
+    let client = d.client().await;
+    client
+        .queue_create(
+            "q",
+            QueuePatch {
+                key_concurrency: Some(2),
+                ..QueuePatch::default()
+            },
+        )
+        .await
+        .unwrap();
+    let task = |priority: u8| {
+        let mut t = NewTask::new(muster_sdk::json(&priority).unwrap());
+        t.priority = Some(priority);
+        t.key = Some("k".into());
+        t
+    };
+    let a = client.enqueue("q", task(0)).await.unwrap().id;
+    let b = client.enqueue("q", task(9)).await.unwrap().id;
+    let claim_one = || async {
+        let got = client.claim(&Claim::new(["q"])).await.unwrap();
+        got.into_iter().map(|t| t.id).collect::<Vec<_>>()
+    };
+    // Both are among the key's first two places: priority picks the later one.
+    assert_eq!(claim_one().await, [b]);
+    // The line is now a (ready), b (leased), c: c is third, so a comes first although
+    // c has the higher priority.
+    let c = client.enqueue("q", task(9)).await.unwrap().id;
+    assert_eq!(claim_one().await, [a]);
+    // Two of the key are leased: nothing more of it until one finishes.
+    assert_eq!(claim_one().await, Vec::<String>::new());
+    let t = client.task_get(&c).await.unwrap();
+    assert_eq!(t.state, TaskState::Ready);
 }
