@@ -100,6 +100,11 @@ def test_enqueue_shapes_tasks_and_returns_ids_in_order(daemon: Daemon) -> None:
             assert (await client.task_get(raw_id)).payload == {"kept": [1, 2.5]}
             with pytest.raises(muster.InvalidInput):
                 await client.enqueue("jobs", b"{not json")
+            # Bytes are JSON text, UTF-8: not an opaque blob.
+            with pytest.raises(muster.InvalidInput, match="not UTF-8"):
+                await client.enqueue("jobs", b'"\xff"')
+            utf8_id = await client.enqueue("jobs", '"grüße"'.encode())
+            assert (await client.task_get(utf8_id)).payload == "grüße"
             with pytest.raises(muster.InvalidInput):
                 await client.enqueue("jobs", {"when": object()})
             with pytest.raises(muster.InvalidInput):
@@ -129,7 +134,7 @@ def test_enqueue_shapes_tasks_and_returns_ids_in_order(daemon: Daemon) -> None:
             while rest.next is not None:
                 rest = await client.task_list("jobs", "ready", after=rest.next, limit=1000)
                 total += len(rest.tasks)
-            assert total == 2500 + 200 + 1
+            assert total == 2500 + 200 + 2  # and the raw and the UTF-8 ones above
             with pytest.raises(muster.InvalidInput):
                 await client.task_list("jobs", "sleeping")  # type: ignore[arg-type]
 

@@ -42,7 +42,10 @@ ClaimRef = Union[Claim, str]
 class NewTask:
     """One task to enqueue with :meth:`Client.enqueue_many`.
 
-    ``payload`` is any JSON-serialisable object, or ``bytes`` holding JSON text. Durations
+    ``payload`` is any JSON-serialisable object, or ``bytes`` holding JSON text (UTF-8),
+    sent as it is: the protocol carries JSON, so ``bytes`` are never an opaque blob (put
+    binary data in a JSON string, e.g. base64) and text that is not JSON is refused
+    with :class:`~muster.InvalidInput`. Durations
     are seconds (or :class:`~datetime.timedelta`); ``at`` is a :class:`~datetime.datetime`
     or seconds since the Unix epoch. Without an ``idempotency_key`` the client attaches a
     fresh one, so a retry after a lost reply cannot enqueue twice.
@@ -138,7 +141,10 @@ class Client:
     the console's stream of pushes, which the Python SDK does not offer.
 
     Durations are seconds (``float``) or :class:`~datetime.timedelta`; records mirror
-    the protocol (PROTOCOL.md §4), with ``*_ms`` fields in milliseconds.
+    the protocol (PROTOCOL.md §4), with ``*_ms`` fields in milliseconds. Payloads,
+    results and progress checkpoints are JSON, as the protocol carries them: give any
+    JSON-serialisable object, or ``bytes`` of JSON text (UTF-8), which is sent as it is
+    (not an opaque blob); they come back decoded.
     """
 
     __slots__ = ("_native",)
@@ -286,6 +292,8 @@ class Client:
         idempotency_key: Optional[str] = None,
     ) -> str:
         """Enqueues one task and returns its id (see :class:`NewTask` for the options).
+
+        ``payload`` is a JSON-serialisable object or ``bytes`` of UTF-8 JSON text.
 
         With an ``idempotency_key`` that names an existing task of the queue, that
         task's id is returned and nothing is created.
@@ -446,8 +454,9 @@ class Client:
         progress: Any = None,
     ) -> RenewResult:
         """Extends a lease (by the queue's lease if ``extend`` is absent), storing a
-        progress checkpoint if given. Raises :class:`~muster.LeaseLost` if the claim is
-        no longer the task's lease."""
+        progress checkpoint if given (a JSON-serialisable object or ``bytes`` of UTF-8
+        JSON text, at most 64 KiB). Raises :class:`~muster.LeaseLost` if the claim is no
+        longer the task's lease."""
         task, epoch = claim_of(claim)
         text = await self._native.renew(
             _loop.current(), task, epoch, ms(extend, "extend"), optional_json(progress, "progress")
@@ -455,7 +464,8 @@ class Client:
         return _one(RenewResult._from, text)
 
     async def ack(self, claim: ClaimRef, result: Any = None) -> SettleResult:
-        """Settles a leased task as done, with an optional result."""
+        """Settles a leased task as done, with an optional result (a JSON-serialisable
+        object or ``bytes`` of UTF-8 JSON text, at most 1 MiB)."""
         task, epoch = claim_of(claim)
         text = await self._native.ack(_loop.current(), task, epoch, optional_json(result, "result"))
         return _one(SettleResult._from, text)

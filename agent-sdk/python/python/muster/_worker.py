@@ -133,7 +133,8 @@ class Task:
         return None if text is None else json.loads(text)
 
     async def set_progress(self, progress: Any) -> None:
-        """Sets a checkpoint (any JSON-serialisable object, at most 64 KiB of JSON).
+        """Sets a checkpoint (any JSON-serialisable object, or ``bytes`` of UTF-8 JSON
+        text; at most 64 KiB of JSON).
 
         The worker stores it with a renewal within about a second, and before the task
         is released when the handler is stopped, so a new holder (or this member after a
@@ -181,7 +182,8 @@ class Worker:
     slow handler never delays another task's renewal.
 
     The handler's outcome settles the task: a return value acks it (the value, if not
-    ``None``, is the result: JSON-serialisable, or ``bytes`` of JSON text); raising
+    ``None``, is the result: JSON-serialisable, or ``bytes`` of UTF-8 JSON text, as the
+    protocol carries JSON); raising
     :class:`Retry` or any other exception nacks it (with the exception's text as the
     error); :class:`DeadLetter` dead-letters it; a handler cancelled by the worker
     (:class:`asyncio.CancelledError`) releases it without a failure. Coroutine
