@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use muster_sdk::protocol::model::MemberState;
 use muster_sdk::{Client, NewTask, QueuePatch, TaskState};
-use muster_tests::{Daemon, Proc};
+use muster_tests::{Daemon, Proc, until};
 
 fn block<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
@@ -34,22 +34,6 @@ async fn enqueue(client: &Client, queue: &str, n: u64) -> String {
         .await
         .expect("enqueue")
         .id
-}
-
-/// Polls (bounded by `within`) until `check` holds; panics with `what` otherwise.
-async fn until<F, Fut>(within: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("{what}: not within {within:?}");
 }
 
 async fn member_state(client: &Client, member: &str) -> Option<(MemberState, u64)> {

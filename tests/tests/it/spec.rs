@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use muster_sdk::protocol::ops::{self, Claim, SessionOpen};
 use muster_sdk::{Client, ErrorCode, NewTask, QueuePatch, TaskState};
-use muster_tests::Daemon;
+use muster_tests::{Daemon, until};
 
 async fn enqueue(client: &Client, queue: &str) -> String {
     let payload = muster_sdk::json(&1).expect("json");
@@ -23,13 +23,29 @@ async fn enqueue(client: &Client, queue: &str) -> String {
 
 /// A daemon with a queue of default options, and a client.
 async fn with_queue(queue: &str) -> (Daemon, Client) {
+    with_queue_options(queue, QueuePatch::default()).await
+}
+
+/// A daemon with a queue of these options, and a client.
+async fn with_queue_options(queue: &str, options: QueuePatch) -> (Daemon, Client) {
     let d = Daemon::start();
     let client = d.client().await;
     client
-        .queue_create(queue, QueuePatch::default())
+        .queue_create(queue, options)
         .await
         .expect("queue_create");
     (d, client)
+}
+
+/// Waits for the next push, which must be the delivery of task `id`, within 5 s.
+async fn delivered(pushes: &mut tokio::sync::mpsc::UnboundedReceiver<muster_sdk::Push>, id: &str) {
+    let push = tokio::time::timeout(Duration::from_secs(5), pushes.recv())
+        .await
+        .expect("a push within 5 s");
+    match push {
+        Some(muster_sdk::Push::Deliver(delivery)) => assert_eq!(delivery.id, id),
+        other => panic!("{other:?}"),
+    }
 }
 
 fn session(member: &str, labels: &[&str]) -> SessionOpen {
@@ -62,13 +78,7 @@ async fn a_subscription_outlives_its_queue_and_serves_it_again_when_created_agai
         .await
         .unwrap();
     let id = enqueue(&client, "a").await;
-    let push = tokio::time::timeout(Duration::from_secs(5), pushes.recv())
-        .await
-        .expect("a push within 5 s");
-    match push {
-        Some(muster_sdk::Push::Deliver(delivery)) => assert_eq!(delivery.id, id),
-        other => panic!("{other:?}"),
-    }
+    delivered(&mut pushes, &id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -325,29 +335,19 @@ async fn a_wait_ends_at_once_when_its_queue_is_deleted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reclaim_reaching_max_attempts_names_the_member_in_its_dead_lettered_event() {
-    let d = Daemon::start();
-    let client = d.client().await;
-    client
-        .queue_create(
-            "q",
-            QueuePatch {
-                max_attempts: Some(1),
-                ..QueuePatch::default()
-            },
-        )
-        .await
-        .unwrap();
+    let (d, client) = with_queue_options(
+        "q",
+        QueuePatch {
+            max_attempts: Some(1),
+            ..QueuePatch::default()
+        },
+    )
+    .await;
     let id = enqueue(&client, "q").await;
     let first = d.client().await;
     let (_, mut pushes) = first.open_session(&session("m", &[])).await.unwrap();
     first.subscribe("m", &["q".into()]).await.unwrap();
-    match tokio::time::timeout(Duration::from_secs(5), pushes.recv())
-        .await
-        .expect("a push within 5 s")
-    {
-        Some(muster_sdk::Push::Deliver(delivery)) => assert_eq!(delivery.id, id),
-        other => panic!("{other:?}"),
-    }
+    delivered(&mut pushes, &id).await;
     // The member comes back (a new process under the same name) and reclaims.
     let second = d.client().await;
     let mut again = session("m", &[]);
@@ -375,10 +375,7 @@ async fn a_member_whose_connection_ends_is_dropped_unless_it_holds_leases() {
     let holder = d.client().await;
     let (_, mut pushes) = holder.open_session(&session("holder", &[])).await.unwrap();
     holder.subscribe("holder", &["q".into()]).await.unwrap();
-    assert!(matches!(
-        tokio::time::timeout(Duration::from_secs(5), pushes.recv()).await,
-        Ok(Some(muster_sdk::Push::Deliver(_)))
-    ));
+    delivered(&mut pushes, &id).await;
     let names = |list: &[muster_sdk::protocol::model::MemberInfo]| {
         let mut v: Vec<_> = list
             .iter()
@@ -398,35 +395,27 @@ async fn a_member_whose_connection_ends_is_dropped_unless_it_holds_leases() {
     idle.close().await;
     holder.close().await;
     // `close` waits until the daemon was told: both ends are seen at once.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let list = names(&client.member_list().await.unwrap());
-        if list == [("holder".to_owned(), Gone, 1)] {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "members 5 s after closing: {list:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until(
+        Duration::from_secs(5),
+        "idle dropped and holder gone after closing",
+        || async {
+            names(&client.member_list().await.unwrap()) == [("holder".to_owned(), Gone, 1)]
+        },
+    )
+    .await;
     assert_eq!(client.task_get(&id).await.unwrap().state, TaskState::Leased);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn priority_orders_a_keys_first_key_concurrency_places_only() {
-    let d = Daemon::start();
-    let client = d.client().await;
-    client
-        .queue_create(
-            "q",
-            QueuePatch {
-                key_concurrency: Some(2),
-                ..QueuePatch::default()
-            },
-        )
-        .await
-        .unwrap();
+    let (_d, client) = with_queue_options(
+        "q",
+        QueuePatch {
+            key_concurrency: Some(2),
+            ..QueuePatch::default()
+        },
+    )
+    .await;
     let task = |priority: u8| {
         let mut t = NewTask::new(muster_sdk::json(&priority).unwrap());
         t.priority = Some(priority);
