@@ -285,6 +285,12 @@ impl DispatchIndex {
         }
     }
 
+    /// Label classes with dispatchable tasks (what [`Self::check_unclaimable`] walks).
+    #[cfg(debug_assertions)]
+    pub fn classes(&self) -> usize {
+        self.classes.len()
+    }
+
     /// Ready tasks held back by their key's line.
     pub fn held_back(&self) -> u64 {
         self.held_back

@@ -444,6 +444,8 @@ fn edit_and_requeue_a_dead_task_from_the_console() {
     tmux.wait_for(&dead);
     tmux.keys(&["Enter"]);
     tmux.wait_for(&format!("Task {dead}"));
+    // The title is drawn at once, the task when the daemon's reply arrives.
+    tmux.wait_for("state      dead");
     tmux.keys(&["e"]);
     tmux.wait_for("Enqueue the edited payload on queue jobs");
     assert_eq!(

@@ -1688,6 +1688,9 @@ impl App {
     /// `e` on a dead task's screen: edit its payload, to enqueue it again.
     fn edit(&mut self) -> Option<Effect> {
         let Some(WatchUpdate::Task { task }) = &self.data else {
+            if matches!(self.page().screen, Screen::Task { .. }) {
+                self.refuse("the task has not arrived yet; try again in a moment");
+            }
             return None;
         };
         if task.state != TaskState::Dead {

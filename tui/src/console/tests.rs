@@ -1178,6 +1178,15 @@ fn e_edits_a_dead_tasks_payload_and_requeues_it_after_a_confirm() {
     let mut app = started(false);
     on_queue_tab(&mut app, 3, TaskState::Dead, 1..3);
     let tag = watched(&press(&mut app, KeyCode::Enter), View::Task { task: id(1) });
+    // Before the task arrives there is nothing to edit, and the footer says so.
+    assert_eq!(press(&mut app, KeyCode::Char('e')), vec![]);
+    assert_eq!(
+        app.message,
+        Some((
+            Level::Error,
+            "the task has not arrived yet; try again in a moment".to_owned()
+        ))
+    );
     let mut dead = task_info();
     dead.state = TaskState::Dead;
     dead.lease = None;
