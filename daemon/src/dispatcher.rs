@@ -36,6 +36,10 @@ pub const MAX_ROUND: usize = 4096;
 /// Commands the channel holds before senders wait: backpressure on the connections.
 pub const CHANNEL_CAPACITY: usize = 16 * 1024;
 
+/// A round taking longer than this (requests applied, timers run, journal persisted,
+/// replies handed on) is logged with where its time went.
+pub const SLOW_ROUND: Duration = Duration::from_millis(20);
+
 /// Longest the thread sleeps with no timer due, so it notices a dropped channel.
 const IDLE_WAKE: Duration = Duration::from_secs(1);
 
@@ -406,6 +410,7 @@ fn run(
         }
         let now = clock.now();
         let requests = round.len() as u64;
+        let round_started = Instant::now();
         for cmd in round.drain(..) {
             match cmd {
                 Command::Request(req, responder) => {
@@ -423,7 +428,10 @@ fn run(
                 Command::Shutdown => stopping = true,
             }
         }
+        let applied = round_started.elapsed();
         engine.tick(now)?;
+        let ticked = round_started.elapsed();
+        let mut persisted = ticked;
         if engine.take_dirty() {
             // IMPORTANT: persist before any reply of this round leaves.
             let started = Instant::now();
@@ -437,6 +445,7 @@ fn run(
             stats.syncs.fetch_add(1, Ordering::Relaxed);
             stats.synced_requests.fetch_add(requests, Ordering::Relaxed);
             debug!(requests, "round persisted");
+            persisted = round_started.elapsed();
         }
         for (responder, result) in engine.take_outbox() {
             responder.send(result);
@@ -459,6 +468,19 @@ fn run(
             // After this round's persist: the view holds exactly what is durable.
             let view = engine.store().view();
             snapshot = Some(start_snapshot(view, dir, responder));
+        }
+        let took = round_started.elapsed();
+        metrics::histogram!("muster_round_seconds").record(took.as_secs_f64());
+        if took >= SLOW_ROUND {
+            info!(
+                requests,
+                apply_us = applied.as_micros() as u64,
+                timers_us = (ticked - applied).as_micros() as u64,
+                persist_us = (persisted - ticked).as_micros() as u64,
+                send_us = (took - persisted).as_micros() as u64,
+                "slow round: replies waited {} ms",
+                took.as_millis()
+            );
         }
         if gauges_at.elapsed() >= crate::metrics::GAUGE_INTERVAL {
             engine.publish_gauges(clock.now());

@@ -28,6 +28,7 @@
 //! | `muster_store_size_bytes` | gauge: the store's files on disk | |
 //! | `muster_fsync_batch_requests` | histogram: requests made durable by one fsync | |
 //! | `muster_fsync_seconds` | histogram: time of one persist | |
+//! | `muster_round_seconds` | histogram: time of one dispatcher round (requests applied, timers, persist, replies handed on) | |
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_threads`, … | the process | |
 //!
 //! Gauges are refreshed at most once a second ([`GAUGE_INTERVAL`]) from counts the
@@ -78,6 +79,11 @@ pub struct Endpoint {
     listener: tokio::net::TcpListener,
 }
 
+/// Buckets of a persist's and a dispatcher round's time, in seconds.
+const ROUND_SECONDS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0,
+];
+
 /// Installs the exporter as the process's recorder and binds the listener; [`serve`]
 /// then answers scrapes.
 pub async fn install(addr: SocketAddr) -> anyhow::Result<Endpoint> {
@@ -90,12 +96,9 @@ pub async fn install(addr: SocketAddr) -> anyhow::Result<Endpoint> {
             ],
         )
         .context("histogram buckets")?
-        .set_buckets_for_metric(
-            Matcher::Full("muster_fsync_seconds".into()),
-            &[
-                0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0,
-            ],
-        )
+        .set_buckets_for_metric(Matcher::Full("muster_fsync_seconds".into()), ROUND_SECONDS)
+        .context("histogram buckets")?
+        .set_buckets_for_metric(Matcher::Full("muster_round_seconds".into()), ROUND_SECONDS)
         .context("histogram buckets")?
         .set_buckets_for_metric(
             Matcher::Full("muster_queue_wait_seconds".into()),
@@ -255,5 +258,10 @@ fn describe() {
         "muster_fsync_seconds",
         Unit::Seconds,
         "Time of one persist of the store."
+    );
+    describe_histogram!(
+        "muster_round_seconds",
+        Unit::Seconds,
+        "Time of one dispatcher round: requests applied, timers run, the store persisted, replies handed on."
     );
 }

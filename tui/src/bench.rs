@@ -22,7 +22,7 @@
 //! table goes to stdout, every figure of every run to the JSON file.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -54,7 +54,18 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn start(musterd: &Path, data: &Path, durability: &str) -> anyhow::Result<(Daemon, Duration)> {
+    fn start(musterd: &Path, data: &Path, args: &BenchArgs) -> anyhow::Result<(Daemon, Duration)> {
+        let durability = args.durability.as_str();
+        let mut log = match &args.daemon_log {
+            Some(path) => Some(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .with_context(|| format!("opening {}", path.display()))?,
+            ),
+            None => None,
+        };
         let started = Instant::now();
         let mut child = Command::new(musterd)
             .arg("--data")
@@ -86,6 +97,9 @@ impl Daemon {
             let line = rx
                 .recv_timeout(START_TIMEOUT)
                 .context("musterd did not report listening")?;
+            if let Some(file) = &mut log {
+                let _ = writeln!(file, "{line}");
+            }
             let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
             if v["fields"]["message"]
                 .as_str()
@@ -98,7 +112,14 @@ impl Daemon {
             }
         };
         let serving = started.elapsed();
-        std::thread::spawn(move || while rx.recv().is_ok() {});
+        std::thread::spawn(move || {
+            while let Ok(line) = rx.recv() {
+                if let Some(file) = &mut log {
+                    // A log that cannot be written loses lines, not the benchmark.
+                    let _ = writeln!(file, "{line}");
+                }
+            }
+        });
         Ok((
             Daemon {
                 child,
@@ -217,7 +238,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         let (p50, p99) = fdatasync_ms(dir.path())?;
         run.fdatasync_p50_ms = Some(p50);
         run.fdatasync_p99_ms = Some(p99);
-        let (daemon, _) = Daemon::start(&musterd, dir.path(), &args.durability)?;
+        let (daemon, _) = Daemon::start(&musterd, dir.path(), &args)?;
         let options = daemon.options();
         if want("enqueue") || want("drain") {
             enqueue(&args, &options, daemon.pid(), &mut run).await?;
@@ -523,7 +544,7 @@ async fn roundtrip(
 
 async fn startup(args: &BenchArgs, musterd: &Path, run: &mut Run) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let (daemon, _) = Daemon::start(musterd, dir.path(), &args.durability)?;
+    let (daemon, _) = Daemon::start(musterd, dir.path(), args)?;
     let client = Client::connect(daemon.options()).await?;
     client.queue_create("stored", QueuePatch::default()).await?;
     let mut pending = VecDeque::new();
@@ -546,7 +567,7 @@ async fn startup(args: &BenchArgs, musterd: &Path, run: &mut Run) -> anyhow::Res
     }
     drop(client);
     daemon.stop()?;
-    let (daemon, serving) = Daemon::start(musterd, dir.path(), &args.durability)?;
+    let (daemon, serving) = Daemon::start(musterd, dir.path(), args)?;
     let client = Client::connect(daemon.options()).await?;
     let q = client.queue_describe("stored").await?;
     if q.counts.ready != args.stored as u64 {

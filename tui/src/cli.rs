@@ -274,6 +274,10 @@ pub struct BenchArgs {
     /// Where every figure of every run is written (JSON).
     #[arg(long, default_value = "bench.json")]
     pub out: PathBuf,
+    /// Append every started daemon's log (JSON lines) to this file: slow rounds and
+    /// what else the daemon said during the runs.
+    #[arg(long)]
+    pub daemon_log: Option<PathBuf>,
 }
 
 /// `muster admin token`.

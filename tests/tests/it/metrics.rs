@@ -360,6 +360,7 @@ async fn every_counter_and_histogram_counts_exactly_what_happened() {
         "process_threads",
         "muster_fsync_seconds_count",
         "muster_fsync_batch_requests_count",
+        "muster_round_seconds_count",
     ] {
         let v = s
             .get(series)
