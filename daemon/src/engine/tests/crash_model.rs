@@ -11,12 +11,18 @@
 //! model's; the queue's counts equal the model's (each task in exactly one state);
 //! failures never decrease except on redrive; an acked task is never delivered again;
 //! and a restart changes nothing but lease deadlines (each gets a full period).
+//!
+//! A second model follows one member across sessions opened, replaced and ended, and
+//! leases claimed, renewed, cancelled, acked and lapsed: its record (labels, capacity,
+//! leases, last seen) is listed exactly while it has a session or a lease, and no
+//! renewal or cancel of a session-less member's last lease wipes it (dropping the
+//! member at once when a renewal frees its slot for an instant fails this model).
 
 use std::collections::HashSet;
 
 use proptest::prelude::*;
 
-use muster_protocol::model::{QueuePatch, TaskState};
+use muster_protocol::model::{MemberState, QueuePatch, TaskState};
 use muster_protocol::ops::{Cancel, Claim, DeadSelection, QueueUpdate, Redrive};
 use muster_protocol::{ErrorCode, Request};
 
@@ -556,5 +562,206 @@ proptest! {
     #[test]
     fn the_task_life_cycle_matches_the_model_across_restarts(steps in proptest::collection::vec(step(), 1..50)) {
         run(&steps);
+    }
+}
+
+/// A step of one member's life, for [`run_member`].
+#[derive(Debug, Clone)]
+enum MemberStep {
+    /// A session opens on a new connection (resuming what the member holds) with
+    /// these labels and capacity; a session still open is replaced.
+    Open {
+        gpu: bool,
+        capacity: u32,
+    },
+    /// The session's connection ends.
+    Disconnect,
+    /// A task is enqueued and the session claims one (when it has a session).
+    Claim,
+    /// A lease the member was handed is renewed, from another connection.
+    Renew {
+        pick: usize,
+    },
+    /// A task the member was handed is cancelled.
+    Cancel {
+        pick: usize,
+    },
+    /// A lease the member was handed is acked, from another connection.
+    Ack {
+        pick: usize,
+    },
+    Advance {
+        ms: u64,
+    },
+}
+
+fn member_step() -> impl Strategy<Value = MemberStep> {
+    prop_oneof![
+        2 => (any::<bool>(), 1u32..5).prop_map(|(gpu, capacity)| MemberStep::Open { gpu, capacity }),
+        2 => Just(MemberStep::Disconnect),
+        4 => Just(MemberStep::Claim),
+        3 => any::<usize>().prop_map(|pick| MemberStep::Renew { pick }),
+        2 => any::<usize>().prop_map(|pick| MemberStep::Cancel { pick }),
+        2 => any::<usize>().prop_map(|pick| MemberStep::Ack { pick }),
+        2 => (1u64..1500).prop_map(|ms| MemberStep::Advance { ms }),
+    ]
+}
+
+/// One member's record across its sessions and leases, against a model: after every
+/// step the member is listed exactly while it has a session or holds a lease, with the
+/// labels and capacity of its last session, the leases the model says it holds, and a
+/// last-seen time once it ever had a session. A renewal, a cancel or an ack of a lease
+/// of a member without a session must not wipe (or drop too early) its record.
+fn run_member(steps: &[MemberStep]) {
+    let mut h = Harness::new();
+    h.create(
+        "q",
+        QueuePatch {
+            lease_ms: Some(LEASE_MS),
+            ..QueuePatch::default()
+        },
+    );
+    // The session's connection, if one is open; connections are never reused.
+    let mut session: Option<u64> = None;
+    let mut next_connection = 1;
+    // The last session's labels and capacity.
+    let mut last: Option<(Vec<String>, u32)> = None;
+    // Leases the member holds: task, epoch, monotonic deadline.
+    let mut leases: Vec<(String, u64, u64)> = Vec::new();
+    // Every lease ever handed out, for renewals and acks of stale ones.
+    let mut handed: Vec<(String, u64)> = Vec::new();
+    for (n, s) in steps.iter().enumerate() {
+        let now = h.now.mono_ms;
+        match *s {
+            MemberStep::Open { gpu, capacity } => {
+                let labels: Vec<String> = if gpu { vec!["gpu".into()] } else { Vec::new() };
+                let connection = next_connection;
+                next_connection += 1;
+                let reply = h.call_on(
+                    connection,
+                    Request::SessionOpen(muster_protocol::ops::SessionOpen {
+                        member: "m1".into(),
+                        labels: labels.clone(),
+                        capacity,
+                        reclaim: false,
+                        resume: true,
+                        liveness_ms: None,
+                    }),
+                );
+                match reply {
+                    Ok(Reply::SessionOpen(r)) => {
+                        assert_eq!(r.kept as usize, leases.len(), "step {n}: kept");
+                    }
+                    other => panic!("step {n}: session_open: {other:?}"),
+                }
+                if let Some(old) = session.replace(connection) {
+                    // The replaced session's connection goes on; its end changes nothing.
+                    h.engine().disconnected(old);
+                }
+                last = Some((labels, capacity));
+            }
+            MemberStep::Disconnect => {
+                if let Some(connection) = session.take() {
+                    h.engine().disconnected(connection);
+                    h.round();
+                }
+            }
+            MemberStep::Claim => {
+                let Some(connection) = session else { continue };
+                h.enqueue("q", &n.to_string());
+                let got = match h.call_on(
+                    connection,
+                    Request::Claim(Claim::new(["q"]).max(1).member("m1")),
+                ) {
+                    Ok(Reply::Claim(r)) => r.tasks,
+                    other => panic!("step {n}: claim: {other:?}"),
+                };
+                assert_eq!(got.len(), 1, "step {n}: a ready task is there to claim");
+                let d = &got[0];
+                leases.push((d.id.clone(), d.epoch, now + LEASE_MS));
+                handed.push((d.id.clone(), d.epoch));
+            }
+            MemberStep::Renew { pick } => {
+                if handed.is_empty() {
+                    continue;
+                }
+                let (id, epoch) = handed[pick % handed.len()].clone();
+                let held = leases.iter().position(|l| l.0 == id && l.1 == epoch);
+                match held {
+                    Some(i) => {
+                        h.call(renew(&id, epoch))
+                            .unwrap_or_else(|e| panic!("step {n}: renewal refused: {e}"));
+                        leases[i].2 = now + LEASE_MS;
+                    }
+                    None => assert_eq!(h.code(renew(&id, epoch)), ErrorCode::LeaseLost),
+                }
+            }
+            MemberStep::Cancel { pick } => {
+                if leases.is_empty() {
+                    continue;
+                }
+                let id = leases[pick % leases.len()].0.clone();
+                // A leased task's cancel is a request to its holder: the lease stays.
+                h.call(Request::Cancel(Cancel { task: id }))
+                    .unwrap_or_else(|e| panic!("step {n}: cancel refused: {e}"));
+            }
+            MemberStep::Ack { pick } => {
+                if handed.is_empty() {
+                    continue;
+                }
+                let (id, epoch) = handed[pick % handed.len()].clone();
+                match leases.iter().position(|l| l.0 == id && l.1 == epoch) {
+                    Some(i) => {
+                        h.call(ack(&id, epoch))
+                            .unwrap_or_else(|e| panic!("step {n}: ack refused: {e}"));
+                        leases.remove(i);
+                    }
+                    None => assert_eq!(h.code(ack(&id, epoch)), ErrorCode::LeaseLost),
+                }
+            }
+            MemberStep::Advance { ms } => {
+                h.advance(ms);
+                let now = h.now.mono_ms;
+                leases.retain(|l| l.2 > now);
+            }
+        }
+        let listed = session.is_some() || !leases.is_empty();
+        let describe = Request::MemberDescribe(muster_protocol::ops::MemberDescribe(
+            muster_protocol::ops::MemberName {
+                member: "m1".into(),
+            },
+        ));
+        if !listed {
+            assert_eq!(h.code(describe), ErrorCode::NotFound, "step {n} ({s:?})");
+            continue;
+        }
+        let info = super::member_info(&mut h, "m1");
+        let (labels, capacity) = last.clone().expect("a listed member had a session");
+        assert_eq!(
+            (
+                info.labels,
+                info.capacity,
+                info.leased,
+                info.state == MemberState::Gone,
+                info.last_seen_ms.is_some()
+            ),
+            (
+                labels,
+                capacity,
+                leases.len() as u64,
+                session.is_none(),
+                true
+            ),
+            "step {n} ({s:?})"
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_members_record_matches_the_model_across_its_sessions_and_last_lease(steps in proptest::collection::vec(member_step(), 1..40)) {
+        run_member(&steps);
     }
 }
