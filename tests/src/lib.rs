@@ -476,10 +476,17 @@ impl Daemon {
 
     /// Starts a long-running CLI command (e.g. `muster work`) in its own process group.
     pub fn spawn_cli(&self, args: &[&str]) -> Proc {
+        self.spawn_cli_env(args, &[])
+    }
+
+    /// [`Daemon::spawn_cli`] with more environment variables (set after the harness's
+    /// own, so they may replace them).
+    pub fn spawn_cli_env(&self, args: &[&str], env: &[(&str, &str)]) -> Proc {
         let mut cmd = Command::new(muster_bin());
         cmd.args(args)
             .env("MUSTER_ADDR", &self.addr)
-            .env("MUSTER_DATA", self.data.path());
+            .env("MUSTER_DATA", self.data.path())
+            .envs(env.iter().copied());
         Proc::spawn(cmd)
     }
 

@@ -33,6 +33,9 @@
 //! - `dispatch`: priorities, delays, keys, labels, fairness and retention.
 //! - `connect`: trust (pins, CA files), refusals at start-up, pipelining.
 //! - `tui`: `muster tui` in tmux: redrive with confirm, read-only, no daemon.
+//! - `work_attacks`: `muster work`'s programs get none of its `MUSTER_*` settings (no
+//!   token), and a FIFO, oversized or linked progress file neither stalls, bloats nor
+//!   misleads the runner.
 
 mod agent_chaos;
 mod agents;
@@ -58,3 +61,4 @@ mod scripting;
 mod security;
 mod spec;
 mod tui;
+mod work_attacks;
