@@ -38,6 +38,12 @@ use muster_protocol::model::{QueueOptions, TaskState, TimelineEvent};
 /// The key of the store's format in the `meta` keyspace.
 const FORMAT_KEY: &[u8] = b"format";
 
+/// Records the start-up scan decodes before handing them over to be indexed.
+pub(crate) const SCAN_BATCH: usize = 4096;
+
+/// Decoded batches the start-up scan keeps ready at most (memory: a few MiB).
+const SCAN_QUEUE: usize = 4;
+
 /// Largest memtable of a keyspace before it is flushed to disk.
 const MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
 
@@ -392,19 +398,50 @@ impl Store {
         Ok(out)
     }
 
-    /// Calls `f` for every stored task, in id order.
+    /// Calls `f` for every stored task, in id order. Reading and decoding the records
+    /// runs on a thread of its own, [`SCAN_BATCH`] records at a time, while `f` indexes
+    /// the previous batch on the caller's: start-up takes both cores.
     pub fn for_each_task(&self, mut f: impl FnMut(Ulid, TaskIndex)) -> Result<(), StoreError> {
-        for guard in self.ks.tasks.iter() {
-            let (k, v) = guard.into_inner()?;
-            let id = id_from_key(&k)?;
-            let index: TaskIndex = decode(&v, || format!("task {id}"))?;
-            format::check_version(index.v).map_err(|detail| StoreError::Corrupt {
-                what: format!("task {id}"),
-                detail,
-            })?;
-            f(id, index);
-        }
-        Ok(())
+        let tasks = self.ks.tasks.clone();
+        std::thread::scope(|scope| {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<(Ulid, TaskIndex)>>(SCAN_QUEUE);
+            let reader = std::thread::Builder::new()
+                .name("muster-scan".into())
+                .spawn_scoped(scope, move || -> Result<(), StoreError> {
+                    let mut batch = Vec::with_capacity(SCAN_BATCH);
+                    for guard in tasks.iter() {
+                        let (k, v) = guard.into_inner()?;
+                        let id = id_from_key(&k)?;
+                        let index: TaskIndex = decode(&v, || format!("task {id}"))?;
+                        format::check_version(index.v).map_err(|detail| StoreError::Corrupt {
+                            what: format!("task {id}"),
+                            detail,
+                        })?;
+                        batch.push((id, index));
+                        if batch.len() == SCAN_BATCH {
+                            let full =
+                                std::mem::replace(&mut batch, Vec::with_capacity(SCAN_BATCH));
+                            if tx.send(full).is_err() {
+                                // The caller stopped: it has its error already.
+                                return Ok(());
+                            }
+                        }
+                    }
+                    if !batch.is_empty() {
+                        let _ = tx.send(batch);
+                    }
+                    Ok(())
+                })
+                .map_err(fjall::Error::from)?;
+            for batch in rx {
+                for (id, index) in batch {
+                    f(id, index);
+                }
+            }
+            reader
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
     }
 
     /// Reads one task record.
@@ -623,6 +660,17 @@ fn decode<T: serde::de::DeserializeOwned>(
         what: what(),
         detail: e.to_string(),
     })
+}
+
+#[cfg(test)]
+impl Store {
+    /// Overwrites task `id`'s record with bytes that do not decode (start-up tests).
+    pub fn spoil_task(&self, id: Ulid) {
+        self.ks
+            .tasks
+            .insert(id.to_bytes(), b"{not a record")
+            .expect("writing the spoiled record");
+    }
 }
 
 #[cfg(test)]

@@ -2060,3 +2060,39 @@ fn a_large_purge_proceeds_in_slices_while_other_requests_are_served() {
         other => panic!("delete: {other:?}"),
     }
 }
+
+#[test]
+fn a_restart_indexes_a_store_of_several_scan_batches_and_refuses_a_record_that_does_not_decode() {
+    let mut h = Harness::new();
+    h.create("q", QueuePatch::default());
+    let n = 2 * crate::store::SCAN_BATCH + 7;
+    let mut ids = Vec::with_capacity(n);
+    while ids.len() < n {
+        let tasks = (0..(n - ids.len()).min(muster_protocol::limits::MAX_BATCH))
+            .map(|_| NewTask::new(raw("1")))
+            .collect();
+        match h.call(Request::Enqueue(Enqueue {
+            queue: "q".into(),
+            tasks,
+        })) {
+            Ok(Reply::Enqueue(r)) => ids.extend(r.tasks.into_iter().map(|t| t.id)),
+            other => panic!("enqueue: {other:?}"),
+        }
+    }
+    h.restart(0);
+    assert_eq!(h.counts("q"), [0, n as u64, 0, 0, 0, 0]);
+    assert_eq!(h.claim_one("q").0, ids[0], "the oldest first, as before");
+    // A record past the first batches that does not decode: start-up stops, naming it.
+    let spoiled: ulid::Ulid = ids[crate::store::SCAN_BATCH + 3].parse().unwrap();
+    let engine = h.engine.take().unwrap();
+    engine.store().spoil_task(spoiled);
+    engine.store().persist(crate::store::Persist::All).unwrap();
+    drop(engine);
+    let store = Store::open(h.dir.path(), 8 << 20).unwrap();
+    let err = Engine::<Tag>::open(store, h.now, 9).err().expect("refused");
+    assert!(
+        err.to_string()
+            .starts_with(&format!("store: corrupt record task {spoiled}: ")),
+        "{err}"
+    );
+}
