@@ -62,9 +62,10 @@ def run(body: Coroutine[Any, Any, _T], timeout: float = TEST_TIMEOUT) -> _T:
 class Daemon:
     """A running ``musterd`` with its data directory."""
 
-    def __init__(self, bins: Path, data: Path) -> None:
+    def __init__(self, bins: Path, data: Path, args: Sequence[str] = ()) -> None:
         self.bins = bins
         self.data = data
+        self.args = list(args)
         self.addr = "127.0.0.1:0"
         self.fingerprint = ""
         self.proc: Optional[subprocess.Popen[str]] = None
@@ -83,6 +84,7 @@ class Daemon:
                 self.addr,
                 "--log-format",
                 "json",
+                *self.args,
             ],
             # The disk alarm off: the test machine's free space is not the test's business.
             env={

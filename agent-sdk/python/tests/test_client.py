@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import subprocess
 import time
@@ -467,6 +468,53 @@ def test_find_update_undrain_release_and_snapshot(daemon: Daemon, tmp_path: Path
                 await client.admin_snapshot(str(snapshot))
 
     run(body())
+
+
+def test_member_release_frees_a_name_bound_to_a_token(bins: Path, tmp_path: Path) -> None:
+    # With tokens, a member name is bound to the first token that uses it; an admin's
+    # member_release frees it for another token.
+    tokens = {"ops": "o" * 40, "team-a": "a" * 40, "team-b": "b" * 40}
+    config = tmp_path / "muster.toml"
+    config.write_text(
+        "".join(
+            f'[[tokens]]\nname = "{name}"\n'
+            f'token_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
+            f'roles = ["{"admin" if name == "ops" else "consume"}"]\n\n'
+            for name, token in tokens.items()
+        )
+    )
+    data = tmp_path / "data"
+    data.mkdir()
+    daemon = Daemon(bins, data, ["--config", str(config)])
+    try:
+
+        async def body() -> None:
+            def connect(name: str) -> Any:
+                return muster.Client.connect(**daemon.connect, token=tokens[name])
+
+            async with (
+                await connect("ops") as ops,
+                await connect("team-a") as a,
+                await connect("team-b") as b,
+            ):
+                await ops.queue_create("jobs")
+                await ops.enqueue_many("jobs", [{"n": 1}, {"n": 2}])
+                # A claim that gets a task binds the name (an empty one binds nothing).
+                (first,) = await a.claim("jobs", member="gpu-1")
+                await a.ack(first)
+                with pytest.raises(muster.Forbidden, match="gpu-1"):
+                    await b.claim("jobs", member="gpu-1")
+                assert await ops.member_release("gpu-1") is None
+                (second,) = await b.claim("jobs", member="gpu-1")
+                await b.ack(second)
+                with pytest.raises(muster.Forbidden, match="gpu-1"):
+                    await a.claim("jobs", member="gpu-1")
+                with pytest.raises(muster.NotFound, match="bound to no principal"):
+                    await ops.member_release("gpu-2")
+
+        run(body())
+    finally:
+        daemon.stop()
 
 
 def test_sync_client_has_the_new_ops(daemon: Daemon, tmp_path: Path) -> None:
