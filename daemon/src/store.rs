@@ -444,6 +444,11 @@ impl Store {
         })
     }
 
+    /// About how many tasks are stored (fjall's estimate): room to reserve at start-up.
+    pub fn approximate_task_count(&self) -> usize {
+        self.ks.tasks.approximate_len()
+    }
+
     /// Reads one task record.
     pub fn task(&self, id: Ulid) -> Result<Option<TaskRecord>, StoreError> {
         match self.ks.tasks.get(id.to_bytes())? {

@@ -394,7 +394,8 @@ pub struct Engine<W: Waiter> {
     /// True once a round has committed anything that needs persisting.
     dirty: bool,
     queues: BTreeMap<String, Queue>,
-    tasks: HashMap<Ulid, Meta>,
+    /// Every stored task (a fast hash: ids are the daemon's own, never chosen by a client).
+    tasks: rustc_hash::FxHashMap<Ulid, Meta>,
     /// Scheduled tasks by the wall time they become ready.
     scheduled: BTreeSet<(u64, Ulid)>,
     /// Leased tasks by monotonic deadline.
@@ -491,7 +492,7 @@ impl<W: Waiter> Engine<W> {
             idle_members: Vec::new(),
             dirty: false,
             queues: BTreeMap::new(),
-            tasks: HashMap::new(),
+            tasks: rustc_hash::FxHashMap::default(),
             scheduled: BTreeSet::new(),
             leases: BTreeSet::new(),
             expiry: BTreeSet::new(),
@@ -536,6 +537,7 @@ impl<W: Waiter> Engine<W> {
         // Each record is indexed as it is read and dropped at once: start-up holds the
         // index, never the whole store, in memory.
         let store = engine.store.clone();
+        engine.tasks.reserve(store.approximate_task_count());
         let mut failure = None;
         store.for_each_task(|id, rec| {
             if failure.is_none()
