@@ -422,7 +422,8 @@ impl Store {
                             let full =
                                 std::mem::replace(&mut batch, Vec::with_capacity(SCAN_BATCH));
                             if tx.send(full).is_err() {
-                                // The caller stopped: it has its error already.
+                                // The indexing side is gone: it panicked, and the
+                                // panic is what the join below reports.
                                 return Ok(());
                             }
                         }

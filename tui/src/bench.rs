@@ -86,20 +86,22 @@ impl Daemon {
             .with_context(|| format!("starting {}", musterd.display()))?;
         let stderr = child.stderr.take().context("musterd stderr")?;
         let (tx, rx) = std::sync::mpsc::channel();
+        // Drains the daemon's stderr for its whole life (a full pipe would stop it),
+        // keeps each line in the log if one was asked for, and hands the lines on until
+        // the listening line has been found.
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
+                if let Some(file) = &mut log {
+                    // A log that cannot be written loses lines, not the benchmark.
+                    let _ = writeln!(file, "{line}");
                 }
+                let _ = tx.send(line);
             }
         });
         let addr = loop {
             let line = rx
                 .recv_timeout(START_TIMEOUT)
                 .context("musterd did not report listening")?;
-            if let Some(file) = &mut log {
-                let _ = writeln!(file, "{line}");
-            }
             let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
             if v["fields"]["message"]
                 .as_str()
@@ -112,14 +114,6 @@ impl Daemon {
             }
         };
         let serving = started.elapsed();
-        std::thread::spawn(move || {
-            while let Ok(line) = rx.recv() {
-                if let Some(file) = &mut log {
-                    // A log that cannot be written loses lines, not the benchmark.
-                    let _ = writeln!(file, "{line}");
-                }
-            }
-        });
         Ok((
             Daemon {
                 child,
