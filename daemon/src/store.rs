@@ -6,7 +6,7 @@
 //! | keyspace   | key                          | value                           |
 //! |------------|------------------------------|---------------------------------|
 //! | `queues`   | queue name                   | [`QueueRecord`] as JSON         |
-//! | `tasks`    | task id, 16 bytes big-endian | [`TaskRecord`] as JSON          |
+//! | `tasks`    | task id, 16 bytes big-endian | [`TaskRecord`], binary (postcard) |
 //! | `payloads` | task id, 16 bytes big-endian | the payload's raw JSON bytes    |
 //! | `idem`     | queue name, 0x00, idem key   | task id, 16 bytes big-endian    |
 //! | `owners`   | member name                  | the owning principal's name     |
@@ -14,7 +14,8 @@
 //!
 //! Records are written through the store's own types (`format`), each carrying its
 //! format version; the store's format is checked when it is opened: a store of a newer
-//! format is refused with a message saying so, and an older one would be migrated.
+//! format is refused with a message saying so, and an older one is read as it is (its
+//! records are rewritten in the current format as they change).
 //!
 //! Payloads live apart from task records because they never change: a lease, renewal or
 //! settle rewrites the small record, not a payload of up to 1 MiB.
@@ -123,9 +124,8 @@ pub struct LeaseRecord {
     pub granted_ms: u64,
 }
 
-/// A task as stored, without its payload (on disk as a [`format::StoredTask`]).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(into = "format::StoredTask", try_from = "format::StoredTask")]
+/// A task as stored, without its payload (on disk in the form `format` gives it).
+#[derive(Debug, Clone)]
 pub struct TaskRecord {
     /// The task's queue.
     pub queue: String,
@@ -173,14 +173,12 @@ pub struct TaskRecord {
 
 /// The fields of a task record the engine's index needs, read at start-up without
 /// the rest (history, progress, result are skipped, not built).
-#[derive(Debug, Deserialize)]
+#[derive(Debug)]
 pub struct TaskIndex {
-    /// The record's format.
-    v: u32,
     /// The task's queue.
     pub queue: String,
     /// Its state.
-    state: format::StoredState,
+    pub state: TaskState,
     /// Its priority.
     pub priority: u8,
     /// Its key.
@@ -196,10 +194,8 @@ pub struct TaskIndex {
     /// When it finished.
     pub finished_ms: Option<u64>,
     /// The principal that enqueued it.
-    #[serde(default)]
     pub enqueued_by: Option<String>,
     /// The length of its payload.
-    #[serde(default)]
     pub payload_bytes: u64,
 }
 
@@ -248,7 +244,7 @@ impl TaskIndex {
     pub fn view(&self) -> IndexView<'_> {
         IndexView {
             queue: &self.queue,
-            state: self.state.into(),
+            state: self.state,
             priority: self.priority,
             key: self.key.as_deref(),
             requires: &self.requires,
@@ -340,8 +336,8 @@ impl Store {
                 newest: format::FORMAT,
             });
         }
-        // Older formats would be migrated here, record by record, before anything is
-        // served; format 1 is the oldest there is.
+        // Format 1 needs no migration: its JSON task records are read as they are and
+        // rewritten in format 2 as they change (`format`). Format 1 is the oldest there is.
         if found < format::OLDEST_FORMAT {
             return Err(StoreError::Corrupt {
                 what: "meta format".into(),
@@ -412,11 +408,11 @@ impl Store {
                     for guard in tasks.iter() {
                         let (k, v) = guard.into_inner()?;
                         let id = id_from_key(&k)?;
-                        let index: TaskIndex = decode(&v, || format!("task {id}"))?;
-                        format::check_version(index.v).map_err(|detail| StoreError::Corrupt {
-                            what: format!("task {id}"),
-                            detail,
-                        })?;
+                        let index =
+                            format::decode_index(&v).map_err(|detail| StoreError::Corrupt {
+                                what: format!("task {id}"),
+                                detail,
+                            })?;
                         batch.push((id, index));
                         if batch.len() == SCAN_BATCH {
                             let full =
@@ -453,7 +449,12 @@ impl Store {
     /// Reads one task record.
     pub fn task(&self, id: Ulid) -> Result<Option<TaskRecord>, StoreError> {
         match self.ks.tasks.get(id.to_bytes())? {
-            Some(v) => Ok(Some(decode(&v, || format!("task {id}"))?)),
+            Some(v) => Ok(Some(format::decode_task(&v).map_err(|detail| {
+                StoreError::Corrupt {
+                    what: format!("task {id}"),
+                    detail,
+                }
+            })?)),
             None => Ok(None),
         }
     }
@@ -602,7 +603,7 @@ impl Batch {
     /// Writes a task record.
     pub fn put_task(&mut self, id: Ulid, rec: &TaskRecord) {
         self.inner
-            .insert(&self.ks.tasks, id.to_bytes(), encode(rec));
+            .insert(&self.ks.tasks, id.to_bytes(), format::encode_task(rec));
     }
 
     /// Writes a new task's payload and its idempotency key.
@@ -698,7 +699,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             format!(
-                "store: {} has format 99, written by a newer musterd; this one reads formats 1 to 1",
+                "store: {} has format 99, written by a newer musterd; this one reads formats 1 to 2",
                 dir.path().display()
             )
         );

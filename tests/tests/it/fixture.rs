@@ -3,7 +3,8 @@
 //! format 1, before the format was recorded in the store): a queue `fixture` (lease
 //! 1 h, retention 365 d) with one task in each state, the leased one held by member
 //! `agent-1` of principal `agents` with a progress checkpoint; `ids.json` names them.
-//! Every later version must open it, and this test says so.
+//! Every later version must open it, and this test says so; since format 2 its task
+//! records are read as JSON and rewritten in binary as they change.
 
 use std::path::PathBuf;
 
@@ -186,14 +187,29 @@ async fn a_format_1_store_opens_with_every_task_lease_and_member_binding() {
         .await
         .expect("the owner renews the restored lease");
 
-    // The store now records its format; it opens again after a restart.
+    // The store now records its format; it opens again after a restart, the records
+    // rewritten since (the lease, in format 2) next to those that were not (format 1).
     drop((admin, other, agent));
     assert_eq!(d.terminate(), Some(0));
     d.restart();
     let admin = d.client_as(ADMIN).await;
+    let leased = admin.task_get(&id("leased")).await.unwrap();
     assert_eq!(
-        admin.task_get(&id("leased")).await.unwrap().state,
-        TaskState::Leased
+        (
+            leased.state,
+            leased.lease.map(|l| (l.member, l.epoch)),
+            leased.progress.unwrap().get()
+        ),
+        (
+            TaskState::Leased,
+            Some(("agent-1".to_owned(), 1)),
+            "{\"step\":3}"
+        )
+    );
+    let ready = admin.task_get(&id("ready")).await.unwrap();
+    assert_eq!(
+        (ready.state, ready.key.as_deref(), ready.requires),
+        (TaskState::Ready, Some("k1"), vec!["gpu".to_owned()])
     );
 }
 
