@@ -459,6 +459,14 @@ impl Store {
         }
     }
 
+    /// Whether task `id`'s stored record is `rec`, byte for byte (debug builds check
+    /// the records the engine keeps in memory with it).
+    #[cfg(debug_assertions)]
+    pub fn holds_exactly(&self, id: Ulid, rec: &TaskRecord) -> Result<bool, StoreError> {
+        let stored = self.ks.tasks.get(id.to_bytes())?;
+        Ok(stored.as_deref() == Some(format::encode_task(rec).as_slice()))
+    }
+
     /// Reads one task's payload as raw JSON.
     pub fn payload(&self, id: Ulid) -> Result<RawJson, StoreError> {
         let bytes = self

@@ -443,6 +443,9 @@ pub struct Engine<W: Waiter> {
     /// When each open connection was last heard from: any packet, as reported by the
     /// connection layer, or any request.
     heard: HashMap<u64, Heard>,
+    /// The records of leased tasks as last saved, so that renewals and settles read no
+    /// store: at most [`LEASED_RECORDS`]; a leased task beyond them is read from the store.
+    leased: rustc_hash::FxHashMap<Ulid, TaskRecord>,
     /// Ready tasks whose last lease lapsed or was revoked: the member that let each go,
     /// and the event number of that moment. See [`Engine::avoided`].
     avoid: HashMap<Ulid, (Arc<str>, u64)>,
@@ -469,6 +472,10 @@ pub struct Engine<W: Waiter> {
     check_credit: usize,
 }
 
+/// Leased tasks whose records the engine keeps in memory (see `Engine::leased`): a few
+/// hundred bytes each, so at most some tens of MiB.
+const LEASED_RECORDS: usize = 65_536;
+
 /// Debug builds recount what [`Engine::check_carried`] checks after every request and
 /// timer while the state is small; on a larger one, as often as keeps the recount at
 /// this many items (members, parked claims, label classes) per call on average. The
@@ -493,6 +500,7 @@ impl<W: Waiter> Engine<W> {
             dirty: false,
             queues: BTreeMap::new(),
             tasks: rustc_hash::FxHashMap::default(),
+            leased: rustc_hash::FxHashMap::default(),
             scheduled: BTreeSet::new(),
             leases: BTreeSet::new(),
             expiry: BTreeSet::new(),
@@ -639,6 +647,7 @@ impl<W: Waiter> Engine<W> {
     fn check_carried_now_and_then(&mut self) {
         let items = self.members.len()
             + self.claim_waiters.len()
+            + self.leased.len()
             + self
                 .queues
                 .values()
@@ -680,6 +689,21 @@ impl<W: Waiter> Engine<W> {
         for q in self.queues.values() {
             q.dispatch.check_unclaimable(None);
         }
+        self.check_leased_records();
+    }
+
+    /// Asserts that every record kept in memory is a leased task's (each is compared
+    /// with the store's when it is read: [`Self::record`]).
+    #[cfg(debug_assertions)]
+    fn check_leased_records(&self) {
+        assert!(self.leased.len() <= LEASED_RECORDS);
+        for id in self.leased.keys() {
+            assert_eq!(
+                self.tasks[id].state,
+                TaskState::Leased,
+                "task {id}: a kept record"
+            );
+        }
     }
 
     /// [`Self::check_carried`], and every class's claimability against the label sets
@@ -710,6 +734,7 @@ impl<W: Waiter> Engine<W> {
             self.owners.len(),
             self.watches.len(),
             self.avoid.len(),
+            self.leased.len(),
         ];
         for q in self.queues.values() {
             d.extend(q.by_state.iter().map(BTreeSet::len));
@@ -848,6 +873,15 @@ impl<W: Waiter> Engine<W> {
         if !self.tasks.contains_key(&id) {
             return Err(client(ErrorCode::NotFound, format!("no task {id}")));
         }
+        if let Some(rec) = self.leased.get(&id) {
+            // With nothing pending, the store holds every saved record.
+            #[cfg(debug_assertions)]
+            assert!(
+                !self.pending.is_empty() || self.store.holds_exactly(id, rec)?,
+                "task {id}: the kept record is not the stored one"
+            );
+            return Ok(rec.clone());
+        }
         self.store.task(id)?.ok_or_else(|| {
             Failure::Store(StoreError::Corrupt {
                 what: format!("task {id}"),
@@ -865,6 +899,13 @@ impl<W: Waiter> Engine<W> {
         }
         self.index_record(id, rec.view(), clock);
         self.pending.put_task(id, rec);
+        if rec.state == TaskState::Leased
+            && (self.leased.len() < LEASED_RECORDS || self.leased.contains_key(&id))
+        {
+            self.leased.insert(id, rec.clone());
+        } else {
+            self.leased.remove(&id);
+        }
     }
 
     /// Removes a task from the store and every index.
@@ -874,6 +915,7 @@ impl<W: Waiter> Engine<W> {
         }
         self.unindex(id);
         self.tasks.remove(&id);
+        self.leased.remove(&id);
         self.avoid.remove(&id);
         // A wait on this task can end now: it reports it as removed.
         self.finished_changed = true;

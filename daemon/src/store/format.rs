@@ -251,6 +251,11 @@ struct StoredTask2<'a> {
 /// format 2 record, which is its version as a varint (2 to 127 in one byte).
 const JSON_RECORD: u8 = b'{';
 
+/// Bytes reserved for encoding a record without its timeline, and for each event: most
+/// records then take one allocation, not the several of a growing buffer.
+const RECORD_ROOM: usize = 96;
+const EVENT_ROOM: usize = 32;
+
 /// A task record in the current format.
 pub(super) fn encode_task(r: &TaskRecord) -> Vec<u8> {
     fn borrowed(s: &Option<String>) -> Option<Cow<'_, str>> {
@@ -294,7 +299,9 @@ pub(super) fn encode_task(r: &TaskRecord) -> Vec<u8> {
                 .collect(),
         },
     };
-    postcard::to_stdvec(&stored).expect("postcard writes every record into a Vec")
+    let room = RECORD_ROOM + r.history.len() * EVENT_ROOM;
+    postcard::to_extend(&stored, Vec::with_capacity(room))
+        .expect("postcard writes every record into a Vec")
 }
 
 /// A task record of any format this build reads.
