@@ -17,7 +17,9 @@
 //!
 //! Every run first measures the disk it runs on: `FSYNC_SAMPLES` 4 KiB writes each
 //! followed by an fdatasync, in the run's data directory (p50 and p99), so that every
-//! latency can be read against the disk. Besides throughput and latency it reports the
+//! latency can be read against the disk; during the latency phase a thread of the
+//! benchmark goes on timing one such fdatasync every `DISK_PROBE_INTERVAL`, to read the
+//! latency's tail against the disk's under the same load. Besides throughput and latency it reports the
 //! group-commit batch factor (requests per fsync), the daemon's CPU seconds per 1,000 tasks and its resident memory. The
 //! table goes to stdout, every figure of every run to the JSON file.
 
@@ -42,6 +44,10 @@ const PAYLOAD_BYTES: usize = 256;
 
 /// fdatasyncs timed at the start of each run.
 const FSYNC_SAMPLES: usize = 200;
+
+/// How often the disk is timed while the latency phase runs (about 1,000 samples in
+/// its 10 s, so that its p99.9 and maximum mean something).
+const DISK_PROBE_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Longest a started daemon may take to serve.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
@@ -205,6 +211,9 @@ struct Run {
     latency_p99_ms: Option<f64>,
     latency_p999_ms: Option<f64>,
     latency_max_ms: Option<f64>,
+    latency_disk_p99_ms: Option<f64>,
+    latency_disk_p999_ms: Option<f64>,
+    latency_disk_max_ms: Option<f64>,
     roundtrip_mean_ms: Option<f64>,
     startup_s: Option<f64>,
     startup_rss_mib: Option<f64>,
@@ -241,7 +250,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             drain(&args, &options, daemon.pid(), &mut run).await?;
         }
         if want("latency") {
-            latency(&args, &options, &mut run).await?;
+            latency(&args, &options, dir.path(), &mut run).await?;
         }
         if want("roundtrip") {
             roundtrip(&args, &options, &mut run).await?;
@@ -428,7 +437,12 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-async fn latency(args: &BenchArgs, options: &ConnectOptions, run: &mut Run) -> anyhow::Result<()> {
+async fn latency(
+    args: &BenchArgs,
+    options: &ConnectOptions,
+    dir: &Path,
+    run: &mut Run,
+) -> anyhow::Result<()> {
     let producer = Client::connect(options.clone()).await?;
     producer
         .queue_create("latency", QueuePatch::default())
@@ -458,6 +472,7 @@ async fn latency(args: &BenchArgs, options: &ConnectOptions, run: &mut Run) -> a
     )
     .await?;
     let total = (args.rate * args.seconds) as usize;
+    let disk = LoadedDisk::start(dir)?;
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let mut pending = VecDeque::new();
@@ -477,6 +492,10 @@ async fn latency(args: &BenchArgs, options: &ConnectOptions, run: &mut Run) -> a
     for p in pending {
         p.reply().await?;
     }
+    let disk = disk.finish()?;
+    run.latency_disk_p99_ms = Some(percentile(&disk, 0.99));
+    run.latency_disk_p999_ms = Some(percentile(&disk, 0.999));
+    run.latency_disk_max_ms = disk.last().copied();
     let deadline = Instant::now() + Duration::from_secs(60);
     while acked.load(Ordering::Relaxed) < total && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -651,25 +670,85 @@ async fn members(
     Ok(())
 }
 
-/// The p50 and p99 of [`FSYNC_SAMPLES`] 4 KiB appends each made durable with
-/// fdatasync, in `dir`, in milliseconds.
-fn fdatasync_ms(dir: &Path) -> anyhow::Result<(f64, f64)> {
-    use std::io::Write;
-    let path = dir.join("fdatasync-probe");
-    let mut file =
-        std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-    let block = [0x5au8; 4096];
-    let mut times = Vec::with_capacity(FSYNC_SAMPLES);
-    for _ in 0..FSYNC_SAMPLES {
-        file.write_all(&block)?;
-        let started = Instant::now();
-        file.sync_data()?;
-        times.push(started.elapsed().as_secs_f64() * 1000.0);
+/// A file in a run's data directory that times 4 KiB appends, each made durable with
+/// fdatasync, the way the daemon's journal is; removed on drop.
+struct DiskProbe {
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl DiskProbe {
+    fn create(dir: &Path, name: &str) -> anyhow::Result<DiskProbe> {
+        let path = dir.join(name);
+        let file =
+            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(DiskProbe { file, path })
     }
-    drop(file);
-    std::fs::remove_file(&path)?;
+
+    /// One append made durable, in milliseconds.
+    fn sample_ms(&mut self) -> std::io::Result<f64> {
+        use std::io::Write;
+        self.file.write_all(&[0x5a; 4096])?;
+        let started = Instant::now();
+        self.file.sync_data()?;
+        Ok(started.elapsed().as_secs_f64() * 1000.0)
+    }
+}
+
+impl Drop for DiskProbe {
+    fn drop(&mut self) {
+        // In the run's temporary directory, removed with it if this fails.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The p50 and p99 of [`FSYNC_SAMPLES`] fdatasyncs of a [`DiskProbe`] in `dir`, in
+/// milliseconds.
+fn fdatasync_ms(dir: &Path) -> anyhow::Result<(f64, f64)> {
+    let mut probe = DiskProbe::create(dir, "fdatasync-probe")?;
+    let mut times = (0..FSYNC_SAMPLES)
+        .map(|_| probe.sample_ms())
+        .collect::<std::io::Result<Vec<f64>>>()?;
     times.sort_by(f64::total_cmp);
     Ok((percentile(&times, 0.5), percentile(&times, 0.99)))
+}
+
+/// Times the disk on a thread of its own while the latency phase runs: every
+/// [`DISK_PROBE_INTERVAL`] one [`DiskProbe`] sample in `dir`, until the phase ends.
+/// What the daemon's persists could have cost under the same load, from outside it.
+struct LoadedDisk {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<std::io::Result<Vec<f64>>>,
+}
+
+impl LoadedDisk {
+    fn start(dir: &Path) -> anyhow::Result<LoadedDisk> {
+        let mut probe = DiskProbe::create(dir, "fdatasync-probe-under-load")?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("bench-disk-probe".into())
+            .spawn(move || {
+                let mut times = Vec::new();
+                while !stopped.load(Ordering::Relaxed) {
+                    times.push(probe.sample_ms()?);
+                    std::thread::sleep(DISK_PROBE_INTERVAL);
+                }
+                Ok(times)
+            })?;
+        Ok(LoadedDisk { stop, thread })
+    }
+
+    /// Stops the probe: its samples, sorted.
+    fn finish(self) -> anyhow::Result<Vec<f64>> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut times = self
+            .thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the disk probe panicked"))??;
+        times.sort_by(f64::total_cmp);
+        Ok(times)
+    }
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -698,6 +777,11 @@ fn print_table(runs: &[Run]) -> anyhow::Result<()> {
         ("latency p99 ms", |r| r.latency_p99_ms),
         ("latency p99.9 ms", |r| r.latency_p999_ms),
         ("latency max ms", |r| r.latency_max_ms),
+        ("disk fdatasync meanwhile p99 ms", |r| r.latency_disk_p99_ms),
+        ("disk fdatasync meanwhile p99.9 ms", |r| {
+            r.latency_disk_p999_ms
+        }),
+        ("disk fdatasync meanwhile max ms", |r| r.latency_disk_max_ms),
         ("round trip mean ms", |r| r.roundtrip_mean_ms),
         ("startup to serving s", |r| r.startup_s),
         ("startup RSS MiB", |r| r.startup_rss_mib),
