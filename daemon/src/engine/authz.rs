@@ -255,7 +255,7 @@ impl<W: Waiter> Engine<W> {
         let member = Ulid::from_string(task)
             .ok()
             .and_then(|id| self.tasks.get(&id))
-            .and_then(|m| m.member.clone());
+            .and_then(|m| m.member().cloned());
         match member {
             Some(m) => self.member_free_or_own(&m, p),
             None => Ok(()),

@@ -221,7 +221,7 @@ impl<W: Waiter> Engine<W> {
             unreachable!("task {id} is indexed in its queue but not known");
         };
         assert!(
-            meta.lease.is_some() == (meta.state == TaskState::Leased),
+            meta.held.is_some() == (meta.state == TaskState::Leased),
             "task {id}: a lease clock exactly while leased"
         );
         if search.state.is_some_and(|s| s != meta.state)

@@ -737,7 +737,7 @@ impl<W: Waiter> Engine<W> {
                 format!("task {id} is {}, not leased", meta.state),
             ));
         }
-        let (mut rec, member) = (self.record(id)?, meta.member.clone());
+        let (mut rec, member) = (self.record(id)?, meta.member().cloned());
         let lease = rec.lease.take().expect("a leased task has a lease");
         telemetry::lease_ended(&rec.queue, LeaseEnd::Revoked, lease.granted_ms, now.wall_ms);
         let (holder, epoch) = (lease.member, lease.epoch);

@@ -250,21 +250,45 @@ fn state_index(state: TaskState) -> usize {
 /// never its payload or history (those are read from the store when needed).
 struct Meta {
     queue: Arc<str>,
-    state: TaskState,
-    priority: u8,
     key: Option<Arc<str>>,
     /// The labels it requires, shared with its label class.
     class: Class,
-    /// Wall time a scheduled task becomes ready.
-    ready_at_ms: u64,
-    /// Wall time a finished task is removed.
-    remove_at_ms: u64,
+    /// Wall time a scheduled task becomes ready, or a done or cancelled one is removed;
+    /// 0 in every other state.
+    at_ms: u64,
     /// Current lease epoch.
     epoch: u64,
-    /// The lease's monotonic times; `Some` exactly when the task is leased.
-    lease: Option<LeaseClock>,
-    /// The member holding the lease, unless anonymous.
+    /// Its lease; `Some` exactly when the task is leased. Boxed: most tasks are not, and
+    /// one entry per stored task is most of the daemon's memory ([`META_BYTES`]).
+    held: Option<Box<Held>>,
+    state: TaskState,
+    priority: u8,
+}
+
+/// What a stored task costs in the task map at most (its key beside it), so that
+/// 1,000,000 tasks fit their 400 MiB with everything else.
+const META_BYTES: usize = 80;
+const _: () = assert!(std::mem::size_of::<Meta>() <= META_BYTES);
+
+/// A leased task's lease, in memory.
+#[derive(Debug, Clone)]
+struct Held {
+    /// Its monotonic times.
+    clock: LeaseClock,
+    /// The member holding it, unless anonymous.
     member: Option<Arc<str>>,
+}
+
+impl Meta {
+    /// The lease's monotonic times, while leased.
+    fn clock(&self) -> Option<LeaseClock> {
+        self.held.as_ref().map(|h| h.clock)
+    }
+
+    /// The member holding the lease, while leased by one.
+    fn member(&self) -> Option<&Arc<str>> {
+        self.held.as_ref()?.member.as_ref()
+    }
 }
 
 /// The monotonic times of a lease, kept in memory beside its record.
@@ -936,20 +960,29 @@ impl<W: Waiter> Engine<W> {
         let remove_at = rec
             .finished_ms
             .map_or(0, |f| f.saturating_add(queue.options.retention_ms));
+        let at_ms = match rec.state {
+            TaskState::Scheduled => rec.not_before_ms.unwrap_or(0),
+            TaskState::Done | TaskState::Cancelled => remove_at,
+            TaskState::Ready | TaskState::Leased | TaskState::Dead => 0,
+        };
+        let held = clock.map(|clock| {
+            Box::new(Held {
+                clock,
+                member: rec
+                    .lease
+                    .filter(|l| !l.member.is_empty())
+                    .map(|l| self.member_name(&l.member)),
+            })
+        });
         let meta = Meta {
             queue: queue_name,
-            state: rec.state,
-            priority: rec.priority,
             key: rec.key.map(Arc::from),
             class: queue.dispatch.class(rec.requires),
-            ready_at_ms: rec.not_before_ms.unwrap_or(0),
-            remove_at_ms: remove_at,
+            at_ms,
             epoch: rec.lease.map_or(rec.deliveries, |l| l.epoch),
-            lease: clock,
-            member: rec
-                .lease
-                .filter(|l| !l.member.is_empty())
-                .map(|l| self.member_name(&l.member)),
+            held,
+            state: rec.state,
+            priority: rec.priority,
         };
         self.index(id, &meta);
         if meta.state.is_finished() {
@@ -988,17 +1021,17 @@ impl<W: Waiter> Engine<W> {
             }
             TaskState::Scheduled => {
                 assert!(
-                    self.scheduled.insert((meta.ready_at_ms, id)),
+                    self.scheduled.insert((meta.at_ms, id)),
                     "task {id} scheduled twice"
                 );
             }
             TaskState::Leased => {
-                let clock = meta.lease.expect("a leased task has a lease clock");
+                let clock = meta.clock().expect("a leased task has a lease clock");
                 assert!(
                     self.leases.insert((clock.deadline, id)),
                     "task {id} leased twice"
                 );
-                if let Some(member) = &meta.member {
+                if let Some(member) = meta.member() {
                     let fresh = self
                         .members
                         .entry(Arc::clone(member))
@@ -1010,7 +1043,7 @@ impl<W: Waiter> Engine<W> {
             }
             TaskState::Done | TaskState::Cancelled => {
                 assert!(
-                    self.expiry.insert((meta.remove_at_ms, id)),
+                    self.expiry.insert((meta.at_ms, id)),
                     "task {id} expires twice"
                 );
             }
@@ -1048,24 +1081,24 @@ impl<W: Waiter> Engine<W> {
             TaskState::Ready => {}
             TaskState::Scheduled => {
                 assert!(
-                    self.scheduled.remove(&(meta.ready_at_ms, id)),
+                    self.scheduled.remove(&(meta.at_ms, id)),
                     "task {id}: not scheduled"
                 );
             }
             TaskState::Leased => {
-                let clock = meta.lease.expect("a leased task has a lease clock");
+                let clock = meta.clock().expect("a leased task has a lease clock");
                 assert!(
                     self.leases.remove(&(clock.deadline, id)),
                     "task {id}: lease not indexed"
                 );
-                if let Some(member) = &meta.member {
+                if let Some(member) = meta.member() {
                     let member = Arc::clone(member);
                     self.release_slot(&member, id);
                 }
             }
             TaskState::Done | TaskState::Cancelled => {
                 assert!(
-                    self.expiry.remove(&(meta.remove_at_ms, id)),
+                    self.expiry.remove(&(meta.at_ms, id)),
                     "task {id}: no expiry"
                 );
             }

@@ -399,13 +399,12 @@ impl<W: Waiter> Engine<W> {
                     .get_mut(&id)
                     .unwrap_or_else(|| panic!("finished task {id} of {name:?} is not indexed"));
                 assert!(
-                    self.expiry.remove(&(meta.remove_at_ms, id)),
+                    self.expiry.remove(&(meta.at_ms, id)),
                     "finished task {id} was not waiting to expire"
                 );
-                meta.remove_at_ms =
-                    (meta.remove_at_ms - old_retention).saturating_add(new_retention);
+                meta.at_ms = (meta.at_ms - old_retention).saturating_add(new_retention);
                 assert!(
-                    self.expiry.insert((meta.remove_at_ms, id)),
+                    self.expiry.insert((meta.at_ms, id)),
                     "task {id} expires twice"
                 );
             }
@@ -433,7 +432,7 @@ impl<W: Waiter> Engine<W> {
         let leased: Vec<Ulid> = queue.ids(TaskState::Leased).iter().copied().collect();
         for id in leased {
             let mut clock = self.tasks[&id]
-                .lease
+                .clock()
                 .expect("a leased task has a lease clock");
             let cap = clock.runtime_cap(max);
             if clock.deadline <= cap {
@@ -943,7 +942,7 @@ impl<W: Waiter> Engine<W> {
         let (id, mut rec) = self.held(&r.task, r.epoch)?;
         let options = &self.queue(&rec.queue)?.options;
         let mut clock = self.tasks[&id]
-            .lease
+            .clock()
             .expect("a held task has a lease clock");
         let cap = clock.runtime_cap(options.max_runtime_ms);
         // Every lease's deadline stays within its runtime cap (grants, renewals, queue
@@ -1271,7 +1270,7 @@ impl<W: Waiter> Engine<W> {
                     rec.updated_ms = now.wall_ms;
                     push_event(&mut rec, now, "cancel_requested", None, None, None);
                     let meta = &self.tasks[&id];
-                    let (clock, member) = (meta.lease, meta.member.clone());
+                    let (clock, member) = (meta.clock(), meta.member().cloned());
                     self.save(id, &rec, clock);
                     if let Some(member) = member {
                         let epoch = rec.lease.as_ref().map_or(rec.deliveries, |l| l.epoch);
