@@ -176,7 +176,7 @@ impl<W: Waiter> Engine<W> {
             .unwrap_or_else(|| panic!("task {id} is leased to unknown member {member:?}"));
         assert!(m.leased.remove(&id), "task {id} was not held by {member:?}");
         // A freed slot may take a pushed task.
-        self.push_changed = true;
+        self.push_members.insert(Arc::clone(member));
         if m.is_idle() {
             self.idle_members.push(Arc::clone(member));
         }
@@ -220,13 +220,13 @@ impl<W: Waiter> Engine<W> {
             }
             recount = Some((before, m.counted()));
             self.generation += 1;
-            self.push_changed = true;
+            self.push_members.insert(Arc::clone(name));
             tracing::info!(member = %name, "member reachable again");
         }
         if m.lapsed_at.is_some_and(|at| event > at) {
             // Tasks it let lapse may go back to it now that it is alive.
             m.lapsed_at = None;
-            self.push_changed = true;
+            self.push_members.insert(Arc::clone(name));
             self.ready_changed.everywhere();
         }
         if let Some((before, after)) = recount {
@@ -477,7 +477,7 @@ impl<W: Waiter> Engine<W> {
         let after = member.counted();
         self.sessions.insert(waiter.connection(), Arc::clone(&name));
         self.recount(before, after);
-        self.push_changed = true;
+        self.push_members.insert(Arc::clone(&name));
 
         let mut reply_bytes = 0;
         let mut reply = SessionOpenReply {
@@ -601,7 +601,7 @@ impl<W: Waiter> Engine<W> {
             member: member.info(&r.member),
         };
         let after = member.counted();
-        self.push_changed = true;
+        self.push_members.insert(self.member_name(&r.member));
         self.recount(before, after);
         Ok(reply)
     }
@@ -629,7 +629,7 @@ impl<W: Waiter> Engine<W> {
         let before = member.counted();
         member.subscribed = r.queues;
         let after = member.counted();
-        self.push_changed = true;
+        self.push_members.insert(self.member_name(&r.member));
         self.recount(before, after);
         Ok(Empty {})
     }
@@ -714,7 +714,7 @@ impl<W: Waiter> Engine<W> {
             m.draining = false;
             let after = m.counted();
             self.recount(before, after);
-            self.push_changed = true;
+            self.push_members.insert(self.member_name(&r.member));
             // Claims naming it were parked without tasks: serve them again.
             self.ready_changed.everywhere();
             // A member remembered only for its drain is forgotten now.
@@ -774,17 +774,26 @@ impl<W: Waiter> Engine<W> {
         ready: &super::ReadyChanged,
         now: Now,
     ) -> Result<(), StoreError> {
-        let every = std::mem::take(&mut self.push_changed);
-        if !(every || ready.any()) {
-            return Ok(());
-        }
-        let mut order: Vec<Arc<str>> = self
-            .members
-            .iter()
-            .filter(|(_, m)| every || ready.touches(m.subscribed.iter().map(String::as_str)))
-            .filter(|(_, m)| self.room(m, now) > 0)
-            .map(|(name, _)| Arc::clone(name))
-            .collect();
+        let changed = std::mem::take(&mut self.push_members);
+        let has_room = |name: &Arc<str>| {
+            self.members
+                .get(name)
+                .is_some_and(|m| self.room(m, now) > 0)
+        };
+        let mut order: Vec<Arc<str>> = if ready.any() {
+            self.members
+                .iter()
+                .filter(|(name, m)| {
+                    changed.contains(*name)
+                        || ready.touches(m.subscribed.iter().map(String::as_str))
+                })
+                .map(|(name, _)| name)
+                .filter(|name| has_room(name))
+                .cloned()
+                .collect()
+        } else {
+            changed.into_iter().filter(has_room).collect()
+        };
         if order.is_empty() {
             return Ok(());
         }
@@ -819,8 +828,12 @@ impl<W: Waiter> Engine<W> {
                 break;
             }
         }
-        // Granting leases above marked slots as changed; nothing more can be served now.
-        self.push_changed = false;
+        // Granting leases above marked no slot as freed; nothing more can be served now.
+        assert!(
+            self.push_members.is_empty(),
+            "granting pushes freed slots: {:?}",
+            self.push_members
+        );
         Ok(())
     }
 }

@@ -445,8 +445,11 @@ pub struct Engine<W: Waiter> {
     members: BTreeMap<Arc<str>, members::Member<W::Sink>>,
     /// The member whose session is on each connection.
     sessions: HashMap<u64, Arc<str>>,
-    /// A member's capacity, labels or subscription changed since pushes were last served.
-    push_changed: bool,
+    /// Members whose room for pushes may have grown since pushes were last served (a
+    /// slot freed, a session opened, a subscription, capacity or labels changed, a drain
+    /// ended, heard from again): serving pushes looks at these, and at every member only
+    /// when tasks became ready, never at every member for one member's renewal.
+    push_members: BTreeSet<Arc<str>>,
     /// The label sets of members counted as connected (session open and reachable):
     /// kept as members come and go, so each queue knows its unclaimable classes.
     carried: dispatch::Carried,
@@ -539,7 +542,7 @@ impl<W: Waiter> Engine<W> {
             outbox: Vec::new(),
             members: BTreeMap::new(),
             sessions: HashMap::new(),
-            push_changed: false,
+            push_members: BTreeSet::new(),
             carried: dispatch::Carried::default(),
             consumers: HashMap::new(),
             member_rotation: 0,
