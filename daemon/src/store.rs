@@ -416,11 +416,7 @@ impl Store {
                     for guard in tasks.iter() {
                         let (k, v) = guard.into_inner()?;
                         let id = id_from_key(&k)?;
-                        let index =
-                            format::decode_index(&v).map_err(|detail| StoreError::Corrupt {
-                                what: format!("task {id}"),
-                                detail,
-                            })?;
+                        let index = format::decode_index(&v).map_err(|d| corrupt_task(id, d))?;
                         batch.push((id, index));
                         if batch.len() == SCAN_BATCH {
                             let full =
@@ -457,12 +453,9 @@ impl Store {
     /// Reads one task record.
     pub fn task(&self, id: Ulid) -> Result<Option<TaskRecord>, StoreError> {
         match self.ks.tasks.get(id.to_bytes())? {
-            Some(v) => Ok(Some(format::decode_task(&v).map_err(|detail| {
-                StoreError::Corrupt {
-                    what: format!("task {id}"),
-                    detail,
-                }
-            })?)),
+            Some(v) => Ok(Some(
+                format::decode_task(&v).map_err(|d| corrupt_task(id, d))?,
+            )),
             None => Ok(None),
         }
     }
@@ -669,6 +662,14 @@ fn id_from_key(k: &[u8]) -> Result<Ulid, StoreError> {
         detail: format!("{} bytes instead of 16", k.len()),
     })?;
     Ok(Ulid::from_bytes(bytes))
+}
+
+/// Task `id`'s record does not decode: `detail` says why.
+fn corrupt_task(id: Ulid, detail: String) -> StoreError {
+    StoreError::Corrupt {
+        what: format!("task {id}"),
+        detail,
+    }
 }
 
 fn encode<T: Serialize>(rec: &T) -> Vec<u8> {

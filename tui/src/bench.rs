@@ -19,9 +19,10 @@
 //! followed by an fdatasync, in the run's data directory (p50 and p99), so that every
 //! latency can be read against the disk; during the latency phase a thread of the
 //! benchmark goes on timing one such fdatasync every `DISK_PROBE_INTERVAL`, to read the
-//! latency's tail against the disk's under the same load. Besides throughput and latency it reports the
-//! group-commit batch factor (requests per fsync), the daemon's CPU seconds per 1,000 tasks and its resident memory. The
-//! table goes to stdout, every figure of every run to the JSON file.
+//! latency's tail against the disk's under the same load. Besides throughput and
+//! latency it reports the group-commit batch factor (requests per fsync), the daemon's
+//! CPU seconds per 1,000 tasks and its resident memory. The table goes to stdout, every
+//! figure of every run to the JSON file.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};

@@ -94,31 +94,6 @@ impl From<StoredState> for TaskState {
     }
 }
 
-/// One timeline event of a format 1 record.
-#[derive(Debug, Deserialize)]
-struct StoredEvent1 {
-    at_ms: u64,
-    event: String,
-    #[serde(default)]
-    member: Option<String>,
-    #[serde(default)]
-    epoch: Option<u64>,
-    #[serde(default)]
-    error: Option<String>,
-}
-
-impl From<StoredEvent1> for TimelineEvent {
-    fn from(e: StoredEvent1) -> Self {
-        TimelineEvent {
-            at_ms: e.at_ms,
-            event: e.event,
-            member: e.member,
-            epoch: e.epoch,
-            error: e.error,
-        }
-    }
-}
-
 /// A task record of format 1 (JSON), without its payload: read, never written.
 #[derive(Debug, Deserialize)]
 struct StoredTask1 {
@@ -141,7 +116,7 @@ struct StoredTask1 {
     created_ms: u64,
     updated_ms: u64,
     finished_ms: Option<u64>,
-    history: Vec<StoredEvent1>,
+    history: Vec<Event<'static>>,
     #[serde(default)]
     enqueued_by: Option<String>,
     #[serde(default)]
@@ -179,26 +154,9 @@ impl TryFrom<StoredTask1> for TaskRecord {
     }
 }
 
-/// What the start-up index reads of a format 1 record (the rest is skipped, not built).
-#[derive(Debug, Deserialize)]
-struct StoredIndex1 {
-    v: u32,
-    queue: String,
-    state: StoredState,
-    priority: u8,
-    key: Option<String>,
-    requires: Vec<String>,
-    not_before_ms: Option<u64>,
-    deliveries: u64,
-    lease: Option<LeaseRecord>,
-    finished_ms: Option<u64>,
-    #[serde(default)]
-    enqueued_by: Option<String>,
-    #[serde(default)]
-    payload_bytes: u64,
-}
-
-/// The first part of a format 2 task record: what the start-up index needs.
+/// The first part of a format 2 task record: what the start-up index needs. It also
+/// reads those fields of a format 1 (JSON) record, skipping the rest; the defaults are
+/// for format 1 records from before those fields (postcard always has every field).
 #[derive(Debug, Serialize, Deserialize)]
 struct TaskHead<'a> {
     v: u32,
@@ -211,7 +169,9 @@ struct TaskHead<'a> {
     deliveries: u64,
     lease: Option<Cow<'a, LeaseRecord>>,
     finished_ms: Option<u64>,
+    #[serde(default)]
     enqueued_by: Option<Cow<'a, str>>,
+    #[serde(default)]
     payload_bytes: u64,
 }
 
@@ -230,14 +190,30 @@ struct TaskBody<'a> {
     history: Vec<Event<'a>>,
 }
 
-/// One timeline event of a format 2 record.
+/// One timeline event of a record of either format (format 1 leaves out the fields
+/// it does not have).
 #[derive(Debug, Serialize, Deserialize)]
 struct Event<'a> {
     at_ms: u64,
     event: Cow<'a, str>,
+    #[serde(default)]
     member: Option<Cow<'a, str>>,
+    #[serde(default)]
     epoch: Option<u64>,
+    #[serde(default)]
     error: Option<Cow<'a, str>>,
+}
+
+impl From<Event<'_>> for TimelineEvent {
+    fn from(e: Event<'_>) -> Self {
+        TimelineEvent {
+            at_ms: e.at_ms,
+            event: e.event.into_owned(),
+            member: e.member.map(Cow::into_owned),
+            epoch: e.epoch,
+            error: e.error.map(Cow::into_owned),
+        }
+    }
 }
 
 /// A format 2 task record: its head, then its body.
@@ -332,17 +308,7 @@ pub(super) fn decode_task(bytes: &[u8]) -> Result<TaskRecord, String> {
         created_ms: body.created_ms,
         updated_ms: body.updated_ms,
         finished_ms: head.finished_ms,
-        history: body
-            .history
-            .into_iter()
-            .map(|e| TimelineEvent {
-                at_ms: e.at_ms,
-                event: e.event.into_owned(),
-                member: owned(e.member),
-                epoch: e.epoch,
-                error: owned(e.error),
-            })
-            .collect(),
+        history: body.history.into_iter().map(Into::into).collect(),
         enqueued_by: owned(head.enqueued_by),
         payload_bytes: head.payload_bytes,
     })
@@ -350,26 +316,16 @@ pub(super) fn decode_task(bytes: &[u8]) -> Result<TaskRecord, String> {
 
 /// What the start-up index needs of a task record of any format, decoding no more.
 pub(super) fn decode_index(bytes: &[u8]) -> Result<TaskIndex, String> {
-    if bytes.first() == Some(&JSON_RECORD) {
-        let s: StoredIndex1 = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-        check_json_version(s.v)?;
-        return Ok(TaskIndex {
-            queue: s.queue,
-            state: s.state.into(),
-            priority: s.priority,
-            key: s.key,
-            requires: s.requires,
-            not_before_ms: s.not_before_ms,
-            deliveries: s.deliveries,
-            lease: s.lease,
-            finished_ms: s.finished_ms,
-            enqueued_by: s.enqueued_by,
-            payload_bytes: s.payload_bytes,
-        });
-    }
-    let (head, _body): (TaskHead<'_>, _) =
-        postcard::take_from_bytes(bytes).map_err(|e| e.to_string())?;
-    check_binary_version(head.v)?;
+    let head: TaskHead<'_> = if bytes.first() == Some(&JSON_RECORD) {
+        let head: TaskHead<'_> = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        check_json_version(head.v)?;
+        head
+    } else {
+        let (head, _body): (TaskHead<'_>, _) =
+            postcard::take_from_bytes(bytes).map_err(|e| e.to_string())?;
+        check_binary_version(head.v)?;
+        head
+    };
     Ok(TaskIndex {
         queue: head.queue.into_owned(),
         state: head.state.into(),
