@@ -472,6 +472,29 @@ where
         }
     }
 
+    /// Begins the drain on a connection: stops subscriptions first. Sent before any
+    /// release of the drain (requests on a connection arrive in order), so a released
+    /// task is not pushed straight back.
+    async fn drain_on(&mut self, client: &Client) {
+        if self.draining.is_some() {
+            return;
+        }
+        self.begin_drain();
+        let unsubscribe = Unsubscribe {
+            member: self.config.member.clone(),
+        };
+        match client.send(&unsubscribe).await {
+            Ok(pending) => {
+                tokio::spawn(async move {
+                    if let Err(e) = pending.reply().await {
+                        debug!(error = %e, "unsubscribe on drain");
+                    }
+                });
+            }
+            Err(e) => debug!(error = %e, "unsubscribe on drain"),
+        }
+    }
+
     /// Takes an event while disconnected: outcomes wait for the next connection.
     fn offline(&mut self, event: Event) {
         match event {
@@ -539,27 +562,11 @@ where
         let mut tick = tokio::time::interval(TICK);
         loop {
             tokio::select! {
-                () = self.shutdown.cancelled(), if self.draining.is_none() => {
-                    self.begin_drain();
-                    // Sent before any release of the drain (requests on a connection
-                    // arrive in order), so a released task is not pushed straight back.
-                    let unsubscribe = Unsubscribe {
-                        member: self.config.member.clone(),
-                    };
-                    match client.send(&unsubscribe).await {
-                        Ok(pending) => {
-                            tokio::spawn(async move {
-                                if let Err(e) = pending.reply().await {
-                                    debug!(error = %e, "unsubscribe on drain");
-                                }
-                            });
-                        }
-                        Err(e) => debug!(error = %e, "unsubscribe on drain"),
-                    }
-                }
+                () = self.shutdown.cancelled(), if self.draining.is_none() => self.drain_on(client).await,
                 push = pushes.recv() => match push {
                     // Pushed before the unsubscribe landed: hand it back untouched.
-                    Some(Push::Deliver(delivery)) if self.draining.is_some() => {
+                    Some(Push::Deliver(delivery)) if self.shutdown.is_cancelled() => {
+                        self.drain_on(client).await;
                         let settle = Settle {
                             id: delivery.id,
                             epoch: delivery.epoch,
@@ -590,6 +597,11 @@ where
                 },
                 Some(event) = self.events.1.recv() => match event {
                     Event::Done(id, epoch, outcome) => {
+                        // A handler that saw the shutdown can return before this loop
+                        // does: the unsubscribe still goes before its release.
+                        if self.shutdown.is_cancelled() {
+                            self.drain_on(client).await;
+                        }
                         if let Some(settle) = self.finish(id, epoch, outcome) {
                             self.settle(client, settle);
                         }

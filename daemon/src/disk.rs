@@ -99,6 +99,17 @@ impl DiskAlarm {
     }
 }
 
+/// One line on the free space of `dir`'s file system, for an error that may come from a
+/// full disk.
+pub fn describe_space(dir: &std::path::Path) -> String {
+    match space(dir) {
+        Ok(Space { free, total }) => {
+            format!("{} has {free} bytes free of {total}", dir.display())
+        }
+        Err(e) => format!("the free space of {} is unknown: {e}", dir.display()),
+    }
+}
+
 fn space(dir: &std::path::Path) -> std::io::Result<Space> {
     let stat = nix::sys::statvfs::statvfs(dir).map_err(std::io::Error::from)?;
     let block = stat.fragment_size();
@@ -135,5 +146,28 @@ mod tests {
         for (was_on, free, on) in steps {
             assert_eq!(t.alarm(was_on, free, total), on, "{was_on} {free}");
         }
+    }
+
+    #[test]
+    fn the_space_line_names_the_directory_and_its_free_and_total_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let Space { total, .. } = space(dir.path()).unwrap();
+        let line = describe_space(dir.path());
+        let rest = line
+            .strip_prefix(&format!("{} has ", dir.path().display()))
+            .unwrap_or_else(|| panic!("{line}"));
+        let (free, of) = rest.split_once(" bytes free of ").unwrap();
+        assert!(free.parse::<u64>().unwrap() <= total, "{line}");
+        assert_eq!(of, total.to_string());
+
+        let gone = dir.path().join("gone");
+        let line = describe_space(&gone);
+        assert!(
+            line.starts_with(&format!(
+                "the free space of {} is unknown: ",
+                gone.display()
+            )),
+            "{line}"
+        );
     }
 }

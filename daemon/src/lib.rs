@@ -180,6 +180,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     };
     let server_config = tls::server_config(identity)?;
 
+    let data = config.data.clone();
     let store_dir = config.data.join("store");
     let disk = disk::DiskAlarm::new(config.data.clone(), config.disk_threshold());
     let cache_bytes = config.cache_mib << 20;
@@ -251,7 +252,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .context("joining the dispatcher")?;
     if let Err(e) = stopped {
         error!("store failure: {e}");
-        return Err(e).context("the store failed; nothing unacknowledged was reported as durable");
+        // Whatever the error, a full disk is its likeliest cause: say how full it is.
+        anyhow::bail!(
+            "the store failed; nothing unacknowledged was reported as durable: {:#}; {}",
+            anyhow::Error::from(e),
+            disk::describe_space(&data)
+        );
     }
     if failed {
         anyhow::bail!("the dispatcher stopped unexpectedly");

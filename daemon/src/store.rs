@@ -70,9 +70,16 @@ pub enum Persist {
 /// have landed must never be acknowledged, and fjall refuses further writes anyway.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// fjall reported an error (I/O, fsync, corruption, poisoned database).
+    /// fjall reported an error (I/O, fsync, corruption).
     #[error("store: {0}")]
-    Fjall(#[from] fjall::Error),
+    Fjall(#[source] fjall::Error),
+    /// fjall takes no more writes because one of its own writes failed earlier: its
+    /// flush or compaction workers write tables in the background, and their error
+    /// reaches the log, not the caller.
+    #[error(
+        "store: fjall takes no more writes after one of its background writes (a flush or compaction) failed; the log line before this one says why"
+    )]
+    Poisoned,
     /// The store was written by a newer musterd.
     #[error(
         "store: {dir} has format {found}, written by a newer musterd; this one reads formats {oldest} to {newest}"
@@ -95,6 +102,15 @@ pub enum StoreError {
         /// The decode error.
         detail: String,
     },
+}
+
+impl From<fjall::Error> for StoreError {
+    fn from(e: fjall::Error) -> StoreError {
+        match e {
+            fjall::Error::Poisoned => StoreError::Poisoned,
+            e => StoreError::Fjall(e),
+        }
+    }
 }
 
 /// A queue as stored (on disk as a [`format::StoredQueue`]).
