@@ -473,6 +473,13 @@ pub struct Engine<W: Waiter> {
     /// The records of leased tasks as last saved, so that renewals and settles read no
     /// store: at most [`LEASED_RECORDS`]; a leased task beyond them is read from the store.
     leased: rustc_hash::FxHashMap<Ulid, TaskRecord>,
+    /// Kept records renewed in memory only, each with the lease expiry its stored record
+    /// still has: the only way a kept record may differ from the stored one. A renewal
+    /// that neither stores progress nor extends past one lease period from now is not
+    /// written, because a restart gives every held lease at least a full lease period
+    /// from the restart ([`Engine::open`]): its holder's lease outlasts the deadline it
+    /// was told either way. The next write of the task stores its expiry with the rest.
+    renewed_in_memory: rustc_hash::FxHashMap<Ulid, u64>,
     /// Ready tasks whose last lease lapsed or was revoked: the member that let each go,
     /// and the event number of that moment. See [`Engine::avoided`].
     avoid: HashMap<Ulid, (Arc<str>, u64)>,
@@ -528,6 +535,7 @@ impl<W: Waiter> Engine<W> {
             queues: BTreeMap::new(),
             tasks: rustc_hash::FxHashMap::default(),
             leased: rustc_hash::FxHashMap::default(),
+            renewed_in_memory: rustc_hash::FxHashMap::default(),
             scheduled: BTreeSet::new(),
             leases: BTreeSet::new(),
             expiry: BTreeSet::new(),
@@ -724,6 +732,12 @@ impl<W: Waiter> Engine<W> {
     #[cfg(debug_assertions)]
     fn check_leased_records(&self) {
         assert!(self.leased.len() <= LEASED_RECORDS);
+        for id in self.renewed_in_memory.keys() {
+            assert!(
+                self.leased.contains_key(id),
+                "task {id}: renewed in memory but not kept"
+            );
+        }
         for id in self.leased.keys() {
             assert_eq!(
                 self.tasks[id].state,
@@ -901,12 +915,23 @@ impl<W: Waiter> Engine<W> {
             return Err(client(ErrorCode::NotFound, format!("no task {id}")));
         }
         if let Some(rec) = self.leased.get(&id) {
-            // With nothing pending, the store holds every saved record.
+            // With nothing pending, the store holds every saved record, but for the
+            // expiry of a renewal in memory.
             #[cfg(debug_assertions)]
-            assert!(
-                !self.pending.is_empty() || self.store.holds_exactly(id, rec)?,
-                "task {id}: the kept record is not the stored one"
-            );
+            {
+                let mut stored = rec.clone();
+                if let Some(&expires_ms) = self.renewed_in_memory.get(&id) {
+                    stored
+                        .lease
+                        .as_mut()
+                        .expect("a task renewed in memory is leased")
+                        .expires_ms = expires_ms;
+                }
+                assert!(
+                    !self.pending.is_empty() || self.store.holds_exactly(id, &stored)?,
+                    "task {id}: the kept record is not the stored one"
+                );
+            }
             return Ok(rec.clone());
         }
         self.store.task(id)?.ok_or_else(|| {
@@ -925,13 +950,72 @@ impl<W: Waiter> Engine<W> {
             self.unindex(id);
         }
         self.index_record(id, rec.view(), clock);
+        self.write(id, rec);
+    }
+
+    /// Writes a task's record, its index unchanged, and keeps it if it is leased.
+    fn write(&mut self, id: Ulid, rec: &TaskRecord) {
         self.pending.put_task(id, rec);
+        self.renewed_in_memory.remove(&id);
         if rec.state == TaskState::Leased
             && (self.leased.len() < LEASED_RECORDS || self.leased.contains_key(&id))
         {
             self.leased.insert(id, rec.clone());
         } else {
             self.leased.remove(&id);
+        }
+    }
+
+    /// Renews a lease: moves its deadline (nothing else of its index changes) and
+    /// writes its record, or keeps it in memory only when `in_memory` and the record is
+    /// kept (see `Engine::renewed_in_memory`).
+    fn renew_lease(&mut self, id: Ulid, rec: TaskRecord, clock: LeaseClock, in_memory: bool) {
+        let held = self
+            .tasks
+            .get_mut(&id)
+            .and_then(|m| m.held.as_mut())
+            .unwrap_or_else(|| panic!("task {id}: renewed but not leased"));
+        assert_eq!(
+            held.clock.granted, clock.granted,
+            "task {id}: a renewal regranted"
+        );
+        assert!(
+            self.leases.remove(&(held.clock.deadline, id)),
+            "task {id}: lease not indexed"
+        );
+        assert!(
+            self.leases.insert((clock.deadline, id)),
+            "task {id} leased twice"
+        );
+        held.clock = clock;
+        match self.leased.get_mut(&id) {
+            Some(kept) if in_memory => {
+                let stored = kept
+                    .lease
+                    .as_ref()
+                    .expect("a kept record is leased")
+                    .expires_ms;
+                self.renewed_in_memory.entry(id).or_insert(stored);
+                *kept = rec;
+                // Watching consoles show the new expiry.
+                self.generation += 1;
+            }
+            _ => self.write(id, &rec),
+        }
+    }
+
+    /// Writes every lease of `queue` renewed in memory: its lease period is shorter
+    /// now, so a restart would no longer give them the deadlines their holders have.
+    fn store_renewals(&mut self, queue: &str) {
+        let ids: Vec<Ulid> = self
+            .renewed_in_memory
+            .keys()
+            .filter(|id| &*self.tasks[id].queue == queue)
+            .copied()
+            .collect();
+        for id in ids {
+            let rec = self.leased[&id].clone();
+            self.write(id, &rec);
         }
     }
 
@@ -943,6 +1027,7 @@ impl<W: Waiter> Engine<W> {
         self.unindex(id);
         self.tasks.remove(&id);
         self.leased.remove(&id);
+        self.renewed_in_memory.remove(&id);
         self.avoid.remove(&id);
         // A wait on this task can end now: it reports it as removed.
         self.finished_changed = true;

@@ -379,8 +379,10 @@ impl<W: Waiter> Engine<W> {
         let old_retention = queue.options.retention_ms;
         let old_key_concurrency = queue.options.key_concurrency;
         let old_max_runtime = queue.options.max_runtime_ms;
+        let old_lease = queue.options.lease_ms;
         apply_patch(&mut queue.options, patch)?;
         let new_max_runtime = queue.options.max_runtime_ms;
+        let new_lease = queue.options.lease_ms;
         if queue.options.key_concurrency != old_key_concurrency {
             queue.dispatch.rebuild(queue.options.key_concurrency);
         }
@@ -411,6 +413,9 @@ impl<W: Waiter> Engine<W> {
         }
         if new_max_runtime.unwrap_or(u64::MAX) < old_max_runtime.unwrap_or(u64::MAX) {
             self.cap_running_leases(name, now)?;
+        }
+        if new_lease < old_lease {
+            self.store_renewals(name);
         }
         let queue = &self.queues[name];
         self.pending.put_queue(
@@ -962,6 +967,9 @@ impl<W: Waiter> Engine<W> {
             ));
         }
         let deadline = (now.mono_ms + r.extend_ms.unwrap_or(options.lease_ms)).min(cap);
+        // A restart gives the lease a full period from then: this deadline holds
+        // across one without being written.
+        let in_memory = r.progress.is_none() && deadline <= now.mono_ms + options.lease_ms;
         clock.deadline = deadline;
         let expires = now.wall_ms + deadline.saturating_sub(now.mono_ms);
         if let Some(lease) = rec.lease.as_mut() {
@@ -970,11 +978,12 @@ impl<W: Waiter> Engine<W> {
         if r.progress.is_some() {
             rec.progress = r.progress;
         }
-        self.save(id, &rec, Some(clock));
+        let cancel_requested = rec.cancel_requested;
+        self.renew_lease(id, rec, clock, in_memory);
         Ok(RenewReply {
             lease_expires_ms: expires,
             lease_ms: deadline.saturating_sub(now.mono_ms),
-            cancel_requested: rec.cancel_requested,
+            cancel_requested,
         })
     }
 

@@ -1161,6 +1161,97 @@ fn leases_survive_a_restart_with_a_fresh_period_and_old_claims_still_settle() {
     assert_eq!(h.state(&id), (TaskState::Done, 1, 0));
 }
 
+/// Sends a request and runs its round; returns whether the round wrote the store (and
+/// so waits for an fsync before its replies).
+fn writes(h: &mut Harness, req: Request) -> bool {
+    let now = h.now;
+    h.next_tag += 1;
+    let tag = Tag {
+        seq: h.next_tag,
+        conn: 0,
+        principal: None,
+    };
+    h.engine().handle(req, tag, now).unwrap();
+    h.engine().tick(now).unwrap();
+    let dirty = h.engine().take_dirty();
+    let out = h.engine().take_outbox();
+    assert!(matches!(&out[..], [(t, Ok(_))] if *t == tag), "{out:?}");
+    dirty
+}
+
+#[test]
+fn a_plain_renewal_is_kept_in_memory_and_a_restart_still_honours_its_deadline() {
+    let mut h = Harness::new();
+    h.create(
+        "jobs",
+        QueuePatch {
+            lease_ms: Some(10_000),
+            ..QueuePatch::default()
+        },
+    );
+    let id = h.enqueue("jobs", "1");
+    let (_, e) = h.claim_one("jobs");
+    let granted_expiry = h.task(&id).lease.unwrap().expires_ms;
+    h.advance(6_000);
+    // No progress, no extension past one lease period: nothing to write.
+    assert!(!writes(&mut h, renew(&id, e)));
+    let told = h.now.wall_ms + 10_000;
+    assert_eq!(h.task(&id).lease.unwrap().expires_ms, told);
+    // The old deadline passes and the lease holds: the in-memory deadline rules.
+    h.advance(5_000);
+    assert_eq!(h.state(&id), (TaskState::Leased, 1, 0));
+    // A crash loses the renewal (the store still has the grant's expiry, now past),
+    // and the restart gives a full period from then: past what the holder was told.
+    h.restart(1_000);
+    let restored = h.task(&id).lease.unwrap().expires_ms;
+    assert!(
+        granted_expiry < told && told <= restored,
+        "{granted_expiry} {told} {restored}"
+    );
+    assert_eq!(restored, h.now.wall_ms + 10_000);
+
+    // Progress is written, and so is an extension past one lease period.
+    let with_progress = Request::Renew(Renew {
+        task: id.clone(),
+        epoch: e,
+        extend_ms: None,
+        progress: Some(raw(r#"{"step":1}"#)),
+    });
+    assert!(writes(&mut h, with_progress));
+    let extended = Request::Renew(Renew {
+        task: id.clone(),
+        epoch: e,
+        extend_ms: Some(10_001),
+        progress: None,
+    });
+    assert!(writes(&mut h, extended));
+    let shorter = Request::Renew(Renew {
+        task: id.clone(),
+        epoch: e,
+        extend_ms: Some(2_000),
+        progress: None,
+    });
+    assert!(!writes(&mut h, shorter));
+    assert!(!writes(&mut h, renew(&id, e)));
+    let told = h.now.wall_ms + 10_000;
+
+    // Shortening the queue's lease period writes the renewals kept in memory: a
+    // restart now gives only the shorter period, which would end them early.
+    let shorten = Request::QueueUpdate(ops::QueueUpdate {
+        queue: "jobs".into(),
+        options: QueuePatch {
+            lease_ms: Some(1_000),
+            ..QueuePatch::default()
+        },
+    });
+    assert!(writes(&mut h, shorten));
+    h.restart(0);
+    assert_eq!(h.task(&id).lease.unwrap().expires_ms, told);
+    assert_eq!(h.task(&id).progress.unwrap().get(), r#"{"step":1}"#);
+    h.call(ack(&id, e)).unwrap();
+    assert_eq!(h.state(&id), (TaskState::Done, 1, 0));
+}
+
 #[test]
 fn state_after_a_restart_equals_state_before_it() {
     let mut h = Harness::new();
