@@ -626,7 +626,9 @@ async fn members(
     let endpoint = muster_sdk::connect::endpoint_for(addr)?;
     let before_mib = rss_mib(pid);
     let stop = Arc::new(tokio::sync::Notify::new());
-    let mut agents = Vec::new();
+    // Every member connects and opens its session before any renews: handshakes then
+    // never queue behind thousands of renewals on a saturated machine.
+    let mut sessions = Vec::with_capacity(args.members);
     for m in 0..args.members {
         let client = Client::connect_on(&endpoint, options.clone()).await?;
         let member = format!("bench/member-{m}");
@@ -639,6 +641,10 @@ async fn members(
             liveness_ms: None,
         };
         let (_, pushes) = client.open_session(&open).await?;
+        sessions.push((client, member, pushes));
+    }
+    let mut agents = Vec::new();
+    for (client, member, pushes) in sessions {
         let got = client
             .claim(&Claim::new(["members"]).member(member))
             .await?;

@@ -491,7 +491,7 @@ pub struct Engine<W: Waiter> {
     quotas: Quotas,
     /// Payload bytes of the stored tasks each principal enqueued: kept as tasks are
     /// enqueued and removed, and rebuilt from the records at start.
-    stored_bytes: HashMap<String, u64>,
+    stored_bytes: rustc_hash::FxHashMap<String, u64>,
     /// The disk alarm is on: enqueues are refused (set by the dispatcher, which reads
     /// the disk; see `crate::disk`).
     disk_alarm: bool,
@@ -564,7 +564,7 @@ impl<W: Waiter> Engine<W> {
             events: 0,
             liveness_sweep_at: 0,
             quotas: Quotas::default(),
-            stored_bytes: HashMap::new(),
+            stored_bytes: rustc_hash::FxHashMap::default(),
             disk_alarm: false,
             snapshots: Vec::new(),
             bulk: bulk::BulkJobs::new(),
@@ -624,7 +624,7 @@ impl<W: Waiter> Engine<W> {
         });
         self.last_id = self.last_id.max(id);
         if let Some(principal) = &rec.enqueued_by {
-            *self.stored_bytes.entry(principal.clone()).or_default() += rec.payload_bytes;
+            self.count_bytes(principal, rec.payload_bytes);
         }
         if let Some(clock) = clock
             && let Some(mut full) = self.store.task(id)?

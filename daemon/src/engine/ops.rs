@@ -598,7 +598,7 @@ impl<W: Waiter> Engine<W> {
                 payload_bytes: t.payload.get().len() as u64,
             };
             if let Some(owner) = owner {
-                *self.stored_bytes.entry(owner.to_owned()).or_default() += rec.payload_bytes;
+                self.count_bytes(owner, rec.payload_bytes);
             }
             push_event(&mut rec, now, "enqueued", None, None, None);
             self.pending

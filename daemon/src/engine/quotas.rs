@@ -51,6 +51,17 @@ impl<W: Waiter> Engine<W> {
         Ok(())
     }
 
+    /// A task `principal` enqueued is stored: its payload counts (the name is copied
+    /// only the first time: start-up counts every stored task).
+    pub(super) fn count_bytes(&mut self, principal: &str, bytes: u64) {
+        match self.stored_bytes.get_mut(principal) {
+            Some(stored) => *stored += bytes,
+            None => {
+                self.stored_bytes.insert(principal.to_owned(), bytes);
+            }
+        }
+    }
+
     /// A task `principal` enqueued was removed: its payload no longer counts.
     pub(super) fn uncount_bytes(&mut self, principal: &str, bytes: u64) {
         let stored = self
