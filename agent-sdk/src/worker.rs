@@ -534,6 +534,11 @@ where
         for delivery in reply.reclaimed {
             self.start(delivery, Some(sent));
         }
+        // Asked to stop while disconnected: the new session takes no subscription, so
+        // the releases the drain sends are not pushed straight back.
+        if self.shutdown.is_cancelled() {
+            self.begin_drain();
+        }
         if self.draining.is_none() {
             client
                 .subscribe(&self.config.member, &self.config.queues)
@@ -550,7 +555,10 @@ where
         mut pushes: mpsc::UnboundedReceiver<Push>,
     ) -> Result<bool, Error> {
         // Settle what finished while disconnected, and renew everything at once: the
-        // leases may be close to their end.
+        // leases may be close to their end. A stop asked meanwhile unsubscribes first.
+        if self.shutdown.is_cancelled() {
+            self.drain_on(client).await;
+        }
         for settle in std::mem::take(&mut self.unsettled) {
             self.settle(client, settle);
         }
@@ -611,6 +619,9 @@ where
                     Event::Expired(id, epoch) => self.expired(&id, epoch),
                 },
                 _ = tick.tick() => {
+                    if self.shutdown.is_cancelled() {
+                        self.drain_on(client).await;
+                    }
                     // Settles that failed on an earlier connection go out on this one.
                     for settle in std::mem::take(&mut self.unsettled) {
                         self.settle(client, settle);

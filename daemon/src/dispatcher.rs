@@ -5,7 +5,9 @@
 //! own atomic fjall batch, unsynced), runs the timers, then persists the journal once
 //! and only then releases the round's replies. Concurrent requests therefore share one
 //! fsync, and a reply never leaves before its change is durable. A lone request still
-//! gets its fsync at once: the thread never waits for company.
+//! gets its fsync at once: the thread never waits for company. A plain renewal changes
+//! nothing the store needs (a restart gives every lease a full period), so a round of
+//! them alone has nothing to persist.
 //!
 //! fjall blocks (fsync, write stalls), which is why this is an OS thread and not a tokio task.
 

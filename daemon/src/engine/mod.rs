@@ -970,10 +970,17 @@ impl<W: Waiter> Engine<W> {
     /// writes its record, or keeps it in memory only when `in_memory` and the record is
     /// kept (see `Engine::renewed_in_memory`).
     fn renew_lease(&mut self, id: Ulid, rec: TaskRecord, clock: LeaseClock, in_memory: bool) {
-        let held = self
+        let meta = self
             .tasks
             .get_mut(&id)
-            .and_then(|m| m.held.as_mut())
+            .unwrap_or_else(|| panic!("task {id}: renewed but not indexed"));
+        if let Some(member) = meta.member() {
+            // Its holder is alive: pushes it was passed over for may go to it now.
+            self.push_members.insert(Arc::clone(member));
+        }
+        let held = meta
+            .held
+            .as_mut()
             .unwrap_or_else(|| panic!("task {id}: renewed but not leased"));
         assert_eq!(
             held.clock.granted, clock.granted,

@@ -1231,7 +1231,9 @@ fn a_plain_renewal_is_kept_in_memory_and_a_restart_still_honours_its_deadline() 
         extend_ms: Some(2_000),
         progress: None,
     });
-    assert!(!writes(&mut h, shorter));
+    // The stored expiry is the extension's, more than a period away: a restart would
+    // keep the lease that long, so shortening it is written.
+    assert!(writes(&mut h, shorter));
     assert!(!writes(&mut h, renew(&id, e)));
     let told = h.now.wall_ms + 10_000;
 
@@ -1250,6 +1252,20 @@ fn a_plain_renewal_is_kept_in_memory_and_a_restart_still_honours_its_deadline() 
     assert_eq!(h.task(&id).progress.unwrap().get(), r#"{"step":1}"#);
     h.call(ack(&id, e)).unwrap();
     assert_eq!(h.state(&id), (TaskState::Done, 1, 0));
+
+    // A claim for longer than the queue's period: its first plain renewal shortens
+    // the lease and is written, so a restart (its holder gone with the host) does not
+    // hold the task for the claim's hour.
+    let id = h.enqueue("jobs", "2");
+    let req = Request::Claim(Claim::new(["jobs"]).lease_ms(3_600_000));
+    let e = match h.call(req).unwrap() {
+        Reply::Claim(c) => c.tasks[0].epoch,
+        other => panic!("{other:?}"),
+    };
+    assert!(writes(&mut h, renew(&id, e)));
+    assert!(!writes(&mut h, renew(&id, e)));
+    h.restart(0);
+    assert_eq!(h.task(&id).lease.unwrap().expires_ms, h.now.wall_ms + 1_000);
 }
 
 #[test]
