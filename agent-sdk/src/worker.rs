@@ -472,11 +472,13 @@ where
         }
     }
 
-    /// Begins the drain on a connection: stops subscriptions first. Sent before any
-    /// release of the drain (requests on a connection arrive in order), so a released
-    /// task is not pushed straight back.
+    /// Once a stop is asked, begins the drain on a connection: stops subscriptions
+    /// first. Sent before any release of the drain (requests on a connection arrive in
+    /// order), so a released task is not pushed straight back. Called wherever a
+    /// release may follow: the handler of a stopped task can return before this loop
+    /// sees the stop.
     async fn drain_on(&mut self, client: &Client) {
-        if self.draining.is_some() {
+        if self.draining.is_some() || !self.shutdown.is_cancelled() {
             return;
         }
         self.begin_drain();
@@ -556,9 +558,7 @@ where
     ) -> Result<bool, Error> {
         // Settle what finished while disconnected, and renew everything at once: the
         // leases may be close to their end. A stop asked meanwhile unsubscribes first.
-        if self.shutdown.is_cancelled() {
-            self.drain_on(client).await;
-        }
+        self.drain_on(client).await;
         for settle in std::mem::take(&mut self.unsettled) {
             self.settle(client, settle);
         }
@@ -605,11 +605,7 @@ where
                 },
                 Some(event) = self.events.1.recv() => match event {
                     Event::Done(id, epoch, outcome) => {
-                        // A handler that saw the shutdown can return before this loop
-                        // does: the unsubscribe still goes before its release.
-                        if self.shutdown.is_cancelled() {
-                            self.drain_on(client).await;
-                        }
+                        self.drain_on(client).await;
                         if let Some(settle) = self.finish(id, epoch, outcome) {
                             self.settle(client, settle);
                         }
@@ -619,9 +615,7 @@ where
                     Event::Expired(id, epoch) => self.expired(&id, epoch),
                 },
                 _ = tick.tick() => {
-                    if self.shutdown.is_cancelled() {
-                        self.drain_on(client).await;
-                    }
+                    self.drain_on(client).await;
                     // Settles that failed on an earlier connection go out on this one.
                     for settle in std::mem::take(&mut self.unsettled) {
                         self.settle(client, settle);

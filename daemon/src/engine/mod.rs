@@ -475,10 +475,11 @@ pub struct Engine<W: Waiter> {
     leased: rustc_hash::FxHashMap<Ulid, TaskRecord>,
     /// Kept records renewed in memory only, each with the lease expiry its stored record
     /// still has: the only way a kept record may differ from the stored one. A renewal
-    /// that neither stores progress nor extends past one lease period from now is not
-    /// written, because a restart gives every held lease at least a full lease period
-    /// from the restart ([`Engine::open`]): its holder's lease outlasts the deadline it
-    /// was told either way. The next write of the task stores its expiry with the rest.
+    /// that neither stores progress nor extends past one lease period from now, of a
+    /// lease whose stored expiry is within a period too, is not written: a restart gives
+    /// every held lease the longer of a full period and what its stored expiry has left
+    /// ([`Engine::open`]), so its holder's lease outlasts the deadline it was told either
+    /// way, and no longer. The next write of the task stores its expiry with the rest.
     renewed_in_memory: rustc_hash::FxHashMap<Ulid, u64>,
     /// Ready tasks whose last lease lapsed or was revoked: the member that let each go,
     /// and the event number of that moment. See [`Engine::avoided`].
@@ -967,9 +968,17 @@ impl<W: Waiter> Engine<W> {
     }
 
     /// Renews a lease: moves its deadline (nothing else of its index changes) and
-    /// writes its record, or keeps it in memory only when `in_memory` and the record is
-    /// kept (see `Engine::renewed_in_memory`).
-    fn renew_lease(&mut self, id: Ulid, rec: TaskRecord, clock: LeaseClock, in_memory: bool) {
+    /// writes its record, or keeps it in memory only (see `Engine::renewed_in_memory`).
+    /// `plain_until` is set for a renewal without progress whose deadline is within a
+    /// lease period: the wall time a restart's full period would reach, which the
+    /// stored expiry must not pass for the record to stay in memory.
+    fn renew_lease(
+        &mut self,
+        id: Ulid,
+        rec: TaskRecord,
+        clock: LeaseClock,
+        plain_until: Option<u64>,
+    ) {
         let meta = self
             .tasks
             .get_mut(&id)
@@ -995,20 +1004,25 @@ impl<W: Waiter> Engine<W> {
             "task {id} leased twice"
         );
         held.clock = clock;
-        match self.leased.get_mut(&id) {
-            Some(kept) if in_memory => {
-                let stored = kept
-                    .lease
-                    .as_ref()
-                    .expect("a kept record is leased")
-                    .expires_ms;
-                self.renewed_in_memory.entry(id).or_insert(stored);
+        if let Some(kept) = self.leased.get_mut(&id) {
+            let stored = match self.renewed_in_memory.get(&id) {
+                Some(&expires_ms) => expires_ms,
+                None => {
+                    kept.lease
+                        .as_ref()
+                        .expect("a kept record is leased")
+                        .expires_ms
+                }
+            };
+            if plain_until.is_some_and(|until| stored <= until) {
+                self.renewed_in_memory.insert(id, stored);
                 *kept = rec;
                 // Watching consoles show the new expiry.
                 self.generation += 1;
+                return;
             }
-            _ => self.write(id, &rec),
         }
+        self.write(id, &rec);
     }
 
     /// Writes every lease of `queue` renewed in memory: its lease period is shorter

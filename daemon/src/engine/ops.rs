@@ -968,17 +968,11 @@ impl<W: Waiter> Engine<W> {
         }
         let deadline = (now.mono_ms + r.extend_ms.unwrap_or(options.lease_ms)).min(cap);
         // A restart gives the lease the longer of a full period and what its stored
-        // expiry has left: this deadline holds across one without being written when
-        // it is within a period and the stored expiry is too (else a restart would
-        // keep a shortened lease long, its holder perhaps dead with the daemon).
-        let stored_expires = self
-            .renewed_in_memory
-            .get(&id)
-            .copied()
-            .or(rec.lease.as_ref().map(|l| l.expires_ms));
-        let in_memory = r.progress.is_none()
-            && deadline <= now.mono_ms + options.lease_ms
-            && stored_expires.is_some_and(|e| e <= now.wall_ms + options.lease_ms);
+        // expiry has left: a plain renewal's deadline holds across one without being
+        // written while the stored expiry is within that period too (else a restart
+        // would keep a shortened lease long, its holder perhaps dead with the daemon).
+        let plain_until = (r.progress.is_none() && deadline <= now.mono_ms + options.lease_ms)
+            .then_some(now.wall_ms + options.lease_ms);
         clock.deadline = deadline;
         let expires = now.wall_ms + deadline.saturating_sub(now.mono_ms);
         if let Some(lease) = rec.lease.as_mut() {
@@ -988,7 +982,7 @@ impl<W: Waiter> Engine<W> {
             rec.progress = r.progress;
         }
         let cancel_requested = rec.cancel_requested;
-        self.renew_lease(id, rec, clock, in_memory);
+        self.renew_lease(id, rec, clock, plain_until);
         Ok(RenewReply {
             lease_expires_ms: expires,
             lease_ms: deadline.saturating_sub(now.mono_ms),

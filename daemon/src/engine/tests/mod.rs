@@ -76,6 +76,8 @@ struct Harness {
     unread: Vec<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     /// The principal requests are sent as from now on (`None`: no tokens).
     principal: Option<&'static crate::auth::Principal>,
+    /// Whether the last round wrote the store.
+    wrote: bool,
 }
 
 /// The principal of `token` in a config file's text, for the test's whole run.
@@ -107,6 +109,7 @@ impl Harness {
             reading: true,
             unread: Vec::new(),
             principal: None,
+            wrote: false,
         }
     }
 
@@ -135,7 +138,7 @@ impl Harness {
     fn round(&mut self) {
         let now = self.now;
         self.engine().tick(now).unwrap();
-        let _ = self.engine().take_dirty();
+        self.wrote = self.engine().take_dirty();
         let out = self.engine().take_outbox();
         self.parked.extend(out);
         let pushes = self.engine().take_pushes();
@@ -290,11 +293,15 @@ fn nack(id: &str, epoch: u64, delay_ms: Option<u64>) -> Request {
 }
 
 fn renew(id: &str, epoch: u64) -> Request {
+    renew_with(id, epoch, None, None)
+}
+
+fn renew_with(id: &str, epoch: u64, extend_ms: Option<u64>, progress: Option<&str>) -> Request {
     Request::Renew(Renew {
         task: id.into(),
         epoch,
-        extend_ms: None,
-        progress: None,
+        extend_ms,
+        progress: progress.map(raw),
     })
 }
 
@@ -495,22 +502,9 @@ fn lapsed_lease_redelivers_with_a_failure_and_dies_at_max_attempts() {
 #[test]
 fn renew_extends_the_lease_and_stores_progress() {
     let mut h = Harness::new();
-    h.create(
-        "jobs",
-        QueuePatch {
-            lease_ms: Some(1000),
-            ..QueuePatch::default()
-        },
-    );
-    let id = h.enqueue("jobs", "1");
-    let (_, e) = h.claim_one("jobs");
+    let (id, e) = claimed_with_lease(&mut h, 1000);
     h.advance(900);
-    let reply = h.call(Request::Renew(Renew {
-        task: id.clone(),
-        epoch: e,
-        extend_ms: Some(5000),
-        progress: Some(raw(r#"{"step":3}"#)),
-    }));
+    let reply = h.call(renew_with(&id, e, Some(5000), Some(r#"{"step":3}"#)));
     match reply.unwrap() {
         Reply::Renew(r) => {
             assert_eq!(r.lease_expires_ms, h.now.wall_ms + 5000);
@@ -531,19 +525,31 @@ fn renew_extends_the_lease_and_stores_progress() {
     }
 }
 
-/// A queue `jobs` with the given lease and runtime cap, and one task claimed from it.
-fn claimed_under_runtime_cap(h: &mut Harness, lease_ms: u64, max_runtime_ms: u64) -> (String, u64) {
-    h.create(
-        "jobs",
-        QueuePatch {
-            lease_ms: Some(lease_ms),
-            max_runtime_ms: Some(max_runtime_ms),
-            ..QueuePatch::default()
-        },
-    );
+/// A queue `jobs` with the given options, and one task claimed from it.
+fn claimed(h: &mut Harness, options: QueuePatch) -> (String, u64) {
+    h.create("jobs", options);
     let id = h.enqueue("jobs", "1");
     let (_, epoch) = h.claim_one("jobs");
     (id, epoch)
+}
+
+/// A queue `jobs` with the given lease, and one task claimed from it.
+fn claimed_with_lease(h: &mut Harness, lease_ms: u64) -> (String, u64) {
+    let options = QueuePatch {
+        lease_ms: Some(lease_ms),
+        ..QueuePatch::default()
+    };
+    claimed(h, options)
+}
+
+/// A queue `jobs` with the given lease and runtime cap, and one task claimed from it.
+fn claimed_under_runtime_cap(h: &mut Harness, lease_ms: u64, max_runtime_ms: u64) -> (String, u64) {
+    let options = QueuePatch {
+        lease_ms: Some(lease_ms),
+        max_runtime_ms: Some(max_runtime_ms),
+        ..QueuePatch::default()
+    };
+    claimed(h, options)
 }
 
 #[test]
@@ -733,15 +739,7 @@ fn a_cancel_requested_lease_that_lapses_is_cancelled() {
 #[test]
 fn stale_epochs_are_refused_in_every_order_and_change_nothing() {
     let mut h = Harness::new();
-    h.create(
-        "jobs",
-        QueuePatch {
-            lease_ms: Some(1000),
-            ..QueuePatch::default()
-        },
-    );
-    let id = h.enqueue("jobs", "1");
-    let (_, e1) = h.claim_one("jobs");
+    let (id, e1) = claimed_with_lease(&mut h, 1000);
     h.advance(1000);
     let (_, e2) = h.claim_one("jobs");
     assert_eq!((e1, e2), (1, 2));
@@ -1138,15 +1136,7 @@ fn bad_requests_are_refused_with_their_codes_and_change_nothing() {
 #[test]
 fn leases_survive_a_restart_with_a_fresh_period_and_old_claims_still_settle() {
     let mut h = Harness::new();
-    h.create(
-        "jobs",
-        QueuePatch {
-            lease_ms: Some(10_000),
-            ..QueuePatch::default()
-        },
-    );
-    let id = h.enqueue("jobs", "1");
-    let (_, e) = h.claim_one("jobs");
+    let (id, e) = claimed_with_lease(&mut h, 10_000);
     h.advance(9_000);
     // Down for a minute: by wall time the lease ran out long ago.
     h.restart(60_000);
@@ -1161,36 +1151,18 @@ fn leases_survive_a_restart_with_a_fresh_period_and_old_claims_still_settle() {
     assert_eq!(h.state(&id), (TaskState::Done, 1, 0));
 }
 
-/// Sends a request and runs its round; returns whether the round wrote the store (and
-/// so waits for an fsync before its replies).
+/// Sends a request that succeeds and runs its round; returns whether the round wrote
+/// the store (and so waits for an fsync before its replies).
 fn writes(h: &mut Harness, req: Request) -> bool {
-    let now = h.now;
-    h.next_tag += 1;
-    let tag = Tag {
-        seq: h.next_tag,
-        conn: 0,
-        principal: None,
-    };
-    h.engine().handle(req, tag, now).unwrap();
-    h.engine().tick(now).unwrap();
-    let dirty = h.engine().take_dirty();
-    let out = h.engine().take_outbox();
-    assert!(matches!(&out[..], [(t, Ok(_))] if *t == tag), "{out:?}");
-    dirty
+    let reply = h.call(req);
+    assert!(reply.is_ok(), "{reply:?}");
+    h.wrote
 }
 
 #[test]
 fn a_plain_renewal_is_kept_in_memory_and_a_restart_still_honours_its_deadline() {
     let mut h = Harness::new();
-    h.create(
-        "jobs",
-        QueuePatch {
-            lease_ms: Some(10_000),
-            ..QueuePatch::default()
-        },
-    );
-    let id = h.enqueue("jobs", "1");
-    let (_, e) = h.claim_one("jobs");
+    let (id, e) = claimed_with_lease(&mut h, 10_000);
     let granted_expiry = h.task(&id).lease.unwrap().expires_ms;
     h.advance(6_000);
     // No progress, no extension past one lease period: nothing to write.
@@ -1211,26 +1183,10 @@ fn a_plain_renewal_is_kept_in_memory_and_a_restart_still_honours_its_deadline() 
     assert_eq!(restored, h.now.wall_ms + 10_000);
 
     // Progress is written, and so is an extension past one lease period.
-    let with_progress = Request::Renew(Renew {
-        task: id.clone(),
-        epoch: e,
-        extend_ms: None,
-        progress: Some(raw(r#"{"step":1}"#)),
-    });
+    let with_progress = renew_with(&id, e, None, Some(r#"{"step":1}"#));
     assert!(writes(&mut h, with_progress));
-    let extended = Request::Renew(Renew {
-        task: id.clone(),
-        epoch: e,
-        extend_ms: Some(10_001),
-        progress: None,
-    });
-    assert!(writes(&mut h, extended));
-    let shorter = Request::Renew(Renew {
-        task: id.clone(),
-        epoch: e,
-        extend_ms: Some(2_000),
-        progress: None,
-    });
+    assert!(writes(&mut h, renew_with(&id, e, Some(10_001), None)));
+    let shorter = renew_with(&id, e, Some(2_000), None);
     // The stored expiry is the extension's, more than a period away: a restart would
     // keep the lease that long, so shortening it is written.
     assert!(writes(&mut h, shorter));
@@ -1516,13 +1472,8 @@ fn member_holding_three(h: &mut Harness) -> Vec<String> {
     let got = h.claim_as("jobs", 3, "gpu-3/agent-7");
     assert_eq!(got.iter().map(|t| t.0.clone()).collect::<Vec<_>>(), ids);
     for id in &ids[..2] {
-        h.call(Request::Renew(Renew {
-            task: id.clone(),
-            epoch: 1,
-            extend_ms: None,
-            progress: Some(raw(r#"{"step":5}"#)),
-        }))
-        .unwrap();
+        h.call(renew_with(id, 1, None, Some(r#"{"step":5}"#)))
+            .unwrap();
     }
     ids
 }
@@ -2013,15 +1964,7 @@ fn max_runtime_holds_across_a_restart() {
 #[test]
 fn lowering_max_runtime_ends_running_leases_at_the_new_cap() {
     let mut h = Harness::new();
-    h.create(
-        "jobs",
-        QueuePatch {
-            lease_ms: Some(10_000),
-            ..QueuePatch::default()
-        },
-    );
-    let id = h.enqueue("jobs", "1");
-    let (_, epoch) = h.claim_one("jobs");
+    let (id, epoch) = claimed_with_lease(&mut h, 10_000);
     h.advance(2_000);
     h.call(Request::QueueUpdate(ops::QueueUpdate {
         queue: "jobs".into(),
