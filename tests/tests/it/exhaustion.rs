@@ -310,6 +310,11 @@ fn code_of<T: std::fmt::Debug>(r: Result<T, muster_sdk::Error>) -> ErrorCode {
         .expect("an error code from the daemon")
 }
 
+/// Measurement windows under attack; the best one counts (see below).
+const ATTACK_WINDOWS: usize = 5;
+/// What describing a queue with every label class taken may cost, debug build.
+const DESCRIBE_BOUND: Duration = Duration::from_millis(50);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_tenant_cannot_slow_another() {
     let (d, _config) = secured(&[]);
@@ -402,21 +407,29 @@ async fn one_tenant_cannot_slow_another() {
         .enqueue_batch("jobs", classes(0, 200))
         .await
         .expect("known classes");
-    let described = Instant::now();
     let q = admin.queue_describe("jobs").await.expect("describe");
-    let describe = described.elapsed();
     assert_eq!(q.unclaimable_sets, MAX_LABEL_CLASSES as u64);
-    let after = round_trip(&admin, "other", 40).await;
+    // The attack stays in place while we measure, so a slowdown it causes shows in
+    // every window; a neighbour test hogging the two cores does not. The best of a
+    // few windows, spread over a second or two, tells one from the other.
+    let bound = 2 * before.max(Duration::from_millis(2));
+    let mut after = Duration::MAX;
+    let mut describe = Duration::MAX;
+    for _ in 0..ATTACK_WINDOWS {
+        after = after.min(round_trip(&admin, "other", 40).await);
+        let described = Instant::now();
+        admin.queue_describe("jobs").await.expect("describe");
+        describe = describe.min(described.elapsed());
+        if after < bound && describe < DESCRIBE_BOUND {
+            break;
+        }
+    }
     eprintln!(
         "another tenant's round trip: {before:?} before, {after:?} under attack; queue_describe {describe:?}"
     );
-    let floor = Duration::from_millis(2);
+    assert!(after < bound, "round trip {before:?} -> {after:?}");
     assert!(
-        after < 2 * before.max(floor),
-        "round trip {before:?} -> {after:?}"
-    );
-    assert!(
-        describe < Duration::from_millis(50),
+        describe < DESCRIBE_BOUND,
         "queue_describe took {describe:?}"
     );
     drop(parked);
