@@ -185,7 +185,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let disk = disk::DiskAlarm::new(config.data.clone(), config.disk_threshold());
     let cache_bytes = config.cache_mib << 20;
     let opened = tokio::task::spawn_blocking(move || {
+        let opening = std::time::Instant::now();
         let store = store::Store::open(&store_dir, cache_bytes).context("opening the store")?;
+        tracing::info!(
+            elapsed_ms = opening.elapsed().as_millis() as u64,
+            "store opened"
+        );
         let quotas = engine::Quotas {
             max_tasks_per_queue: config.max_tasks_per_queue,
             max_bytes_per_principal: config.max_bytes_per_token,

@@ -45,7 +45,7 @@ use muster_protocol::ops::{
     MemberListReply, MemberReply, QueueListReply, QueueReply, RenewReply, ServerStatsReply,
     SessionOpenReply, SettleReply, TaskFindReply, TaskListReply, TaskReply, WaitReply, WatchReply,
 };
-use muster_protocol::{ErrorBody, ErrorCode};
+use muster_protocol::{ErrorBody, ErrorCode, RawJson};
 
 use crate::auth::Principal;
 use crate::store::{Batch, IndexView, Store, StoreError, TaskIndex, TaskRecord};
@@ -481,6 +481,11 @@ pub struct Engine<W: Waiter> {
     /// ([`Engine::open`]), so its holder's lease outlasts the deadline it was told either
     /// way, and no longer. The next write of the task stores its expiry with the rest.
     renewed_in_memory: rustc_hash::FxHashMap<Ulid, u64>,
+    /// Tasks enqueued since the start whose records have not been written since, with
+    /// their records and payloads as stored: a task's first delivery (the read that
+    /// dominated a drain) then reads no store. At most [`FRESH_BYTES`]; a task enqueued
+    /// beyond them is read from the store.
+    fresh: Fresh,
     /// Ready tasks whose last lease lapsed or was revoked: the member that let each go,
     /// and the event number of that moment. See [`Engine::avoided`].
     avoid: HashMap<Ulid, (Arc<str>, u64)>,
@@ -511,6 +516,55 @@ pub struct Engine<W: Waiter> {
 /// hundred bytes each, so at most some tens of MiB.
 const LEASED_RECORDS: usize = 65_536;
 
+/// Most bytes of fresh tasks (see `Engine::fresh`) kept in memory, as [`Fresh::cost`]
+/// counts them (757 bytes for a task with a 256-byte payload): some 88,000 such tasks.
+const FRESH_BYTES: usize = 64 << 20;
+
+/// Tasks enqueued and not written since (see `Engine::fresh`), within [`FRESH_BYTES`].
+#[derive(Default)]
+struct Fresh {
+    /// Boxed: the map's slots stay small, and so do its moves as it grows.
+    tasks: rustc_hash::FxHashMap<Ulid, Box<(TaskRecord, RawJson)>>,
+    /// What [`Fresh::cost`] counts for every kept task.
+    bytes: usize,
+}
+
+impl Fresh {
+    /// What a kept task is counted for: its payload, its record's strings and timeline,
+    /// and the map's entry.
+    fn cost(rec: &TaskRecord, payload: &RawJson) -> usize {
+        let strings = rec.queue.len()
+            + rec.key.as_ref().map_or(0, String::len)
+            + rec.idempotency_key.as_ref().map_or(0, String::len)
+            + rec.enqueued_by.as_ref().map_or(0, String::len)
+            + rec.requires.iter().map(String::len).sum::<usize>();
+        payload.get().len()
+            + strings
+            + rec.history.len() * std::mem::size_of::<TimelineEvent>()
+            + std::mem::size_of::<(TaskRecord, RawJson)>()
+            + std::mem::size_of::<(Ulid, Box<(TaskRecord, RawJson)>)>()
+    }
+
+    /// Keeps a task just enqueued, if the budget has room for it.
+    fn keep(&mut self, id: Ulid, rec: &TaskRecord, payload: &RawJson) {
+        let cost = Fresh::cost(rec, payload);
+        if self.bytes + cost <= FRESH_BYTES {
+            let old = self
+                .tasks
+                .insert(id, Box::new((rec.clone(), payload.clone())));
+            assert!(old.is_none(), "task {id} enqueued twice");
+            self.bytes += cost;
+        }
+    }
+
+    /// Lets a task go: it was written (its record is no longer the one kept) or removed.
+    fn forget(&mut self, id: Ulid) {
+        if let Some(kept) = self.tasks.remove(&id) {
+            self.bytes -= Fresh::cost(&kept.0, &kept.1);
+        }
+    }
+}
+
 /// Debug builds recount what [`Engine::check_carried`] checks after every request and
 /// timer while the state is small; on a larger one, as often as keeps the recount at
 /// this many items (members, parked claims, label classes) per call on average. The
@@ -537,6 +591,7 @@ impl<W: Waiter> Engine<W> {
             tasks: rustc_hash::FxHashMap::default(),
             leased: rustc_hash::FxHashMap::default(),
             renewed_in_memory: rustc_hash::FxHashMap::default(),
+            fresh: Fresh::default(),
             scheduled: BTreeSet::new(),
             leases: BTreeSet::new(),
             expiry: BTreeSet::new(),
@@ -746,6 +801,21 @@ impl<W: Waiter> Engine<W> {
                 "task {id}: a kept record"
             );
         }
+        let mut bytes = 0;
+        for (id, kept) in &self.fresh.tasks {
+            let (rec, payload) = &**kept;
+            assert!(
+                matches!(
+                    self.tasks[id].state,
+                    TaskState::Ready | TaskState::Scheduled
+                ),
+                "task {id}: a fresh task that has been leased or finished"
+            );
+            assert!(!self.leased.contains_key(id), "task {id}: fresh and leased");
+            bytes += Fresh::cost(rec, payload);
+        }
+        assert_eq!(bytes, self.fresh.bytes, "fresh tasks' bytes");
+        assert!(bytes <= FRESH_BYTES);
     }
 
     /// [`Self::check_carried`], and every class's claimability against the label sets
@@ -935,12 +1005,36 @@ impl<W: Waiter> Engine<W> {
             }
             return Ok(rec.clone());
         }
+        if let Some(kept) = self.fresh.tasks.get(&id) {
+            let rec = &kept.0;
+            #[cfg(debug_assertions)]
+            assert!(
+                !self.pending.is_empty() || self.store.holds_exactly(id, rec)?,
+                "task {id}: the fresh record is not the stored one"
+            );
+            return Ok(rec.clone());
+        }
         self.store.task(id)?.ok_or_else(|| {
             Failure::Store(StoreError::Corrupt {
                 what: format!("task {id}"),
                 detail: "indexed but not stored".into(),
             })
         })
+    }
+
+    /// A task's payload, from memory while the task is fresh.
+    fn payload(&self, id: Ulid) -> OpResult<RawJson> {
+        if let Some(kept) = self.fresh.tasks.get(&id) {
+            let payload = &kept.1;
+            #[cfg(debug_assertions)]
+            assert_eq!(
+                self.store.payload(id)?.get(),
+                payload.get(),
+                "task {id}: the fresh payload is not the stored one"
+            );
+            return Ok(payload.clone());
+        }
+        Ok(self.store.payload(id)?)
     }
 
     /// Writes a task's record and re-indexes it from the record. `clock` holds the
@@ -958,6 +1052,7 @@ impl<W: Waiter> Engine<W> {
     fn write(&mut self, id: Ulid, rec: &TaskRecord) {
         self.pending.put_task(id, rec);
         self.renewed_in_memory.remove(&id);
+        self.fresh.forget(id);
         if rec.state == TaskState::Leased
             && (self.leased.len() < LEASED_RECORDS || self.leased.contains_key(&id))
         {
@@ -1049,6 +1144,7 @@ impl<W: Waiter> Engine<W> {
         self.tasks.remove(&id);
         self.leased.remove(&id);
         self.renewed_in_memory.remove(&id);
+        self.fresh.forget(id);
         self.avoid.remove(&id);
         // A wait on this task can end now: it reports it as removed.
         self.finished_changed = true;

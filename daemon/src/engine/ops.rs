@@ -547,10 +547,10 @@ impl<W: Waiter> Engine<W> {
         let owner = principal.map(|p| p.name.as_str());
         self.check_quotas(&r, owner)?;
         let mut out = Vec::with_capacity(r.tasks.len());
-        let mut fresh: Vec<(&str, Ulid)> = Vec::new();
+        let mut keyed: Vec<(&str, Ulid)> = Vec::new();
         for t in &r.tasks {
             if let Some(key) = t.idempotency_key.as_deref() {
-                let existing = match fresh.iter().find(|(k, _)| *k == key) {
+                let existing = match keyed.iter().find(|(k, _)| *k == key) {
                     Some((_, id)) => Some(*id),
                     None => self.store.idem(&r.queue, key)?,
                 };
@@ -604,8 +604,9 @@ impl<W: Waiter> Engine<W> {
             self.pending
                 .put_payload(id, &r.queue, t.payload.get(), t.idempotency_key.as_deref());
             self.save(id, &rec, None);
+            self.fresh.keep(id, &rec, &t.payload);
             if let Some(key) = t.idempotency_key.as_deref() {
-                fresh.push((key, id));
+                keyed.push((key, id));
             }
             out.push(EnqueuedTask {
                 id: id.to_string(),
@@ -817,8 +818,11 @@ impl<W: Waiter> Engine<W> {
     ) -> OpResult<Delivery> {
         let options = &self.queue(&rec.queue)?.options;
         let lease = lease_ms.unwrap_or(options.lease_ms);
+        let max_runtime_ms = options.max_runtime_ms;
+        // Read before the lease is written: the write ends the task's freshness.
+        let payload = self.payload(id)?;
         let mut deadline = now.mono_ms + lease;
-        if let Some(max) = options.max_runtime_ms {
+        if let Some(max) = max_runtime_ms {
             deadline = deadline.min(now.mono_ms + max);
         }
         if !reclaimed {
@@ -851,7 +855,7 @@ impl<W: Waiter> Engine<W> {
             id: id.to_string(),
             epoch,
             queue: rec.queue.clone(),
-            payload: self.store.payload(id)?,
+            payload,
             attempt: rec.deliveries,
             failures: rec.failures,
             priority: rec.priority,
@@ -1055,7 +1059,7 @@ impl<W: Waiter> Engine<W> {
         let rec = self.record(id)?;
         Ok(TaskInfo {
             id: id.to_string(),
-            payload: self.store.payload(id)?,
+            payload: self.payload(id)?,
             lease: lease_info(&rec),
             queue: rec.queue,
             state: rec.state,

@@ -2,6 +2,7 @@
 //! clock the test moves by hand. Every row of PROTOCOL.md §4.12's state table, fencing, backoff,
 //! max_attempts, redrive, retention, waiting and restarts.
 
+use muster_protocol::limits::MAX_PAYLOAD_BYTES;
 use muster_protocol::model::{Backoff, NewTask, QueuePatch, TaskState};
 use muster_protocol::ops::{
     self, Ack, Cancel, Claim, DeadLetter, DeadSelection, Enqueue, Nack, QueueCreate, QueueName,
@@ -9,7 +10,7 @@ use muster_protocol::ops::{
 };
 use muster_protocol::{ErrorBody, ErrorCode, Request};
 
-use super::{Engine, Now, Reply, Sink, Waiter};
+use super::{Engine, FRESH_BYTES, Now, Reply, Sink, Waiter};
 use crate::store::Store;
 use muster_protocol::Push;
 
@@ -2145,4 +2146,76 @@ fn a_restart_indexes_a_store_of_several_scan_batches_and_refuses_a_record_that_d
             .starts_with(&format!("store: corrupt record task {spoiled}: ")),
         "{err}"
     );
+}
+
+/// The ids of the fresh tasks (see `Engine::fresh`), oldest first.
+fn fresh_ids(h: &mut Harness) -> Vec<String> {
+    let mut ids: Vec<ulid::Ulid> = h.engine().fresh.tasks.keys().copied().collect();
+    ids.sort();
+    ids.iter().map(ulid::Ulid::to_string).collect()
+}
+
+#[test]
+fn a_fresh_task_is_delivered_from_memory_until_it_is_written() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let a = h.enqueue("jobs", r#"{"n":1}"#);
+    let b = h.enqueue("jobs", r#"{"n":2}"#);
+    let c = h.enqueue("jobs", r#"{"n":3}"#);
+    assert_eq!(fresh_ids(&mut h), [a.clone(), b.clone(), c.clone()]);
+
+    // A change to a waiting task's record is written: its kept copy goes.
+    let update = Request::TaskUpdate(ops::TaskUpdate {
+        task: c.clone(),
+        priority: Some(1),
+        run_now: false,
+    });
+    h.call(update).unwrap();
+    assert_eq!(fresh_ids(&mut h), [a.clone(), b.clone()]);
+
+    // The first delivery takes the payload from memory and ends the freshness.
+    let claim = |h: &mut Harness| match h.call(Request::Claim(Claim::new(["jobs"]))) {
+        Ok(Reply::Claim(r)) => (r.tasks[0].id.clone(), r.tasks[0].payload.get().to_owned()),
+        other => panic!("claim: {other:?}"),
+    };
+    assert_eq!(claim(&mut h), (c.clone(), r#"{"n":3}"#.to_owned()));
+    assert_eq!(claim(&mut h), (a.clone(), r#"{"n":1}"#.to_owned()));
+    assert_eq!(fresh_ids(&mut h), std::slice::from_ref(&b));
+
+    // A restart keeps nothing fresh: the store serves the delivery.
+    h.restart(0);
+    assert!(fresh_ids(&mut h).is_empty());
+    assert_eq!(claim(&mut h), (b.clone(), r#"{"n":2}"#.to_owned()));
+    assert_eq!(h.engine().fresh.bytes, 0);
+}
+
+#[test]
+fn fresh_tasks_are_kept_within_their_byte_budget() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    // Payloads of nearly 1 MiB: the budget holds as many as fit, the first ones.
+    let big = format!("\"{}\"", "x".repeat(MAX_PAYLOAD_BYTES - 1024));
+    let n = FRESH_BYTES / MAX_PAYLOAD_BYTES + 8;
+    let ids: Vec<String> = (0..n).map(|_| h.enqueue("jobs", &big)).collect();
+    let kept = fresh_ids(&mut h);
+    let each = h.engine().fresh.bytes / kept.len();
+    assert!(each > big.len(), "{each}");
+    assert_eq!(kept, ids[..FRESH_BYTES / each]);
+    assert!(kept.len() < ids.len());
+    // Tasks beyond the budget are delivered from the store, payload and all.
+    for id in &ids {
+        let task = h.task(id);
+        assert_eq!(task.payload.get().len(), big.len());
+    }
+    // A claim's reply is bounded in bytes: a few such tasks at a time.
+    let mut delivered = 0;
+    for _ in 0..ids.len() {
+        let got = h.claim_as("jobs", n as u32, "m1");
+        if got.is_empty() {
+            break;
+        }
+        delivered += got.len();
+    }
+    assert_eq!(delivered, ids.len());
+    assert!(fresh_ids(&mut h).is_empty());
 }
