@@ -481,10 +481,10 @@ pub struct Engine<W: Waiter> {
     /// ([`Engine::open`]), so its holder's lease outlasts the deadline it was told either
     /// way, and no longer. The next write of the task stores its expiry with the rest.
     renewed_in_memory: rustc_hash::FxHashMap<Ulid, u64>,
-    /// Tasks enqueued since the start whose records have not been written since, with
-    /// their records and payloads as stored: a task's first delivery (the read that
-    /// dominated a drain) then reads no store. At most [`FRESH_BYTES`]; a task enqueued
-    /// beyond them is read from the store.
+    /// Tasks enqueued ready since the start whose records have not been written since,
+    /// with their records and payloads as stored: a task's first delivery (the read
+    /// that dominated a drain) then reads no store. At most [`FRESH_BYTES`]; a task
+    /// enqueued beyond them is read from the store.
     fresh: Fresh,
     /// Ready tasks whose last lease lapsed or was revoked: the member that let each go,
     /// and the event number of that moment. See [`Engine::avoided`].
@@ -545,10 +545,12 @@ impl Fresh {
             + std::mem::size_of::<(Ulid, Box<(TaskRecord, RawJson)>)>()
     }
 
-    /// Keeps a task just enqueued, if the budget has room for it.
+    /// Keeps a task just enqueued, if it is ready (a delayed one is written when it
+    /// becomes ready, which would end its freshness before its delivery) and the budget
+    /// has room for it.
     fn keep(&mut self, id: Ulid, rec: &TaskRecord, payload: &RawJson) {
         let cost = Fresh::cost(rec, payload);
-        if self.bytes + cost <= FRESH_BYTES {
+        if rec.state == TaskState::Ready && self.bytes + cost <= FRESH_BYTES {
             let old = self
                 .tasks
                 .insert(id, Box::new((rec.clone(), payload.clone())));
@@ -783,8 +785,9 @@ impl<W: Waiter> Engine<W> {
         self.check_leased_records();
     }
 
-    /// Asserts that every record kept in memory is a leased task's (each is compared
-    /// with the store's when it is read: [`Self::record`]).
+    /// Asserts that every record kept in memory is a leased task's or a fresh ready
+    /// one's, and the fresh tasks' byte count (each copy is compared with the store's
+    /// when it is read: [`Self::record`], [`Self::payload`]).
     #[cfg(debug_assertions)]
     fn check_leased_records(&self) {
         assert!(self.leased.len() <= LEASED_RECORDS);
@@ -804,12 +807,10 @@ impl<W: Waiter> Engine<W> {
         let mut bytes = 0;
         for (id, kept) in &self.fresh.tasks {
             let (rec, payload) = &**kept;
-            assert!(
-                matches!(
-                    self.tasks[id].state,
-                    TaskState::Ready | TaskState::Scheduled
-                ),
-                "task {id}: a fresh task that has been leased or finished"
+            assert_eq!(
+                self.tasks[id].state,
+                TaskState::Ready,
+                "task {id}: a fresh task that is no longer ready"
             );
             assert!(!self.leased.contains_key(id), "task {id}: fresh and leased");
             bytes += Fresh::cost(rec, payload);
@@ -1027,9 +1028,8 @@ impl<W: Waiter> Engine<W> {
         if let Some(kept) = self.fresh.tasks.get(&id) {
             let payload = &kept.1;
             #[cfg(debug_assertions)]
-            assert_eq!(
-                self.store.payload(id)?.get(),
-                payload.get(),
+            assert!(
+                !self.pending.is_empty() || self.store.payload(id)?.get() == payload.get(),
                 "task {id}: the fresh payload is not the stored one"
             );
             return Ok(payload.clone());

@@ -2162,6 +2162,10 @@ fn a_fresh_task_is_delivered_from_memory_until_it_is_written() {
     let a = h.enqueue("jobs", r#"{"n":1}"#);
     let b = h.enqueue("jobs", r#"{"n":2}"#);
     let c = h.enqueue("jobs", r#"{"n":3}"#);
+    // A delayed task is written when it becomes ready: not kept.
+    let mut delayed = NewTask::new(raw("4"));
+    delayed.delay_ms = Some(1_000);
+    h.enqueue_task("jobs", delayed);
     assert_eq!(fresh_ids(&mut h), [a.clone(), b.clone(), c.clone()]);
 
     // A change to a waiting task's record is written: its kept copy goes.
