@@ -549,8 +549,11 @@ impl Fresh {
     /// becomes ready, which would end its freshness before its delivery) and the budget
     /// has room for it.
     fn keep(&mut self, id: Ulid, rec: &TaskRecord, payload: &RawJson) {
+        if rec.state != TaskState::Ready {
+            return;
+        }
         let cost = Fresh::cost(rec, payload);
-        if rec.state == TaskState::Ready && self.bytes + cost <= FRESH_BYTES {
+        if self.bytes + cost <= FRESH_BYTES {
             let old = self
                 .tasks
                 .insert(id, Box::new((rec.clone(), payload.clone())));
@@ -986,33 +989,14 @@ impl<W: Waiter> Engine<W> {
         if !self.tasks.contains_key(&id) {
             return Err(client(ErrorCode::NotFound, format!("no task {id}")));
         }
-        if let Some(rec) = self.leased.get(&id) {
-            // With nothing pending, the store holds every saved record, but for the
-            // expiry of a renewal in memory.
+        // A leased task's kept record, or a fresh task's.
+        let kept = self
+            .leased
+            .get(&id)
+            .or_else(|| self.fresh.tasks.get(&id).map(|k| &k.0));
+        if let Some(rec) = kept {
             #[cfg(debug_assertions)]
-            {
-                let mut stored = rec.clone();
-                if let Some(&expires_ms) = self.renewed_in_memory.get(&id) {
-                    stored
-                        .lease
-                        .as_mut()
-                        .expect("a task renewed in memory is leased")
-                        .expires_ms = expires_ms;
-                }
-                assert!(
-                    !self.pending.is_empty() || self.store.holds_exactly(id, &stored)?,
-                    "task {id}: the kept record is not the stored one"
-                );
-            }
-            return Ok(rec.clone());
-        }
-        if let Some(kept) = self.fresh.tasks.get(&id) {
-            let rec = &kept.0;
-            #[cfg(debug_assertions)]
-            assert!(
-                !self.pending.is_empty() || self.store.holds_exactly(id, rec)?,
-                "task {id}: the fresh record is not the stored one"
-            );
+            self.check_kept(id, rec)?;
             return Ok(rec.clone());
         }
         self.store.task(id)?.ok_or_else(|| {
@@ -1021,6 +1005,29 @@ impl<W: Waiter> Engine<W> {
                 detail: "indexed but not stored".into(),
             })
         })
+    }
+
+    /// Asserts that a record kept in memory is the stored one, but for the expiry of a
+    /// renewal in memory: checked with nothing pending, when the store holds every
+    /// saved record.
+    #[cfg(debug_assertions)]
+    fn check_kept(&self, id: Ulid, rec: &TaskRecord) -> Result<(), StoreError> {
+        if !self.pending.is_empty() {
+            return Ok(());
+        }
+        let mut stored = rec.clone();
+        if let Some(&expires_ms) = self.renewed_in_memory.get(&id) {
+            stored
+                .lease
+                .as_mut()
+                .expect("a task renewed in memory is leased")
+                .expires_ms = expires_ms;
+        }
+        assert!(
+            self.store.holds_exactly(id, &stored)?,
+            "task {id}: the kept record is not the stored one"
+        );
+        Ok(())
     }
 
     /// A task's payload, from memory while the task is fresh.

@@ -816,13 +816,12 @@ impl<W: Waiter> Engine<W> {
         now: Now,
         reclaimed: bool,
     ) -> OpResult<Delivery> {
-        let options = &self.queue(&rec.queue)?.options;
-        let lease = lease_ms.unwrap_or(options.lease_ms);
-        let max_runtime_ms = options.max_runtime_ms;
         // Read before the lease is written: the write ends the task's freshness.
         let payload = self.payload(id)?;
+        let options = &self.queue(&rec.queue)?.options;
+        let lease = lease_ms.unwrap_or(options.lease_ms);
         let mut deadline = now.mono_ms + lease;
-        if let Some(max) = max_runtime_ms {
+        if let Some(max) = options.max_runtime_ms {
             deadline = deadline.min(now.mono_ms + max);
         }
         if !reclaimed {

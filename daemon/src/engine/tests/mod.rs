@@ -2206,7 +2206,8 @@ fn fresh_tasks_are_kept_within_their_byte_budget() {
     assert!(each > big.len(), "{each}");
     assert_eq!(kept, ids[..FRESH_BYTES / each]);
     assert!(kept.len() < ids.len());
-    // Tasks beyond the budget are delivered from the store, payload and all.
+    // Every task reads back whole, kept or not (those past the budget from the store),
+    // and every one is delivered.
     for id in &ids {
         let task = h.task(id);
         assert_eq!(task.payload.get().len(), big.len());
