@@ -69,8 +69,9 @@ impl Durability {
 pub enum Command {
     /// A decoded request and where its reply goes.
     Request(Request, Responder),
-    /// Packets arrived on a connection since it was last reported: it is alive.
-    Heard(u64),
+    /// Packets arrived on these connections since they were last reported: they are
+    /// alive.
+    Heard(Vec<u64>),
     /// A connection ended (its member session, if any, ends too).
     Disconnected(u64),
     /// Persist, then stop.
@@ -425,7 +426,11 @@ fn run(
                     let _entered = span.enter();
                     engine.handle(req, responder, now)?;
                 }
-                Command::Heard(connection) => engine.heard(connection, now),
+                Command::Heard(connections) => {
+                    for connection in connections {
+                        engine.heard(connection, now);
+                    }
+                }
                 Command::Disconnected(connection) => engine.disconnected(connection),
                 Command::Shutdown => stopping = true,
             }

@@ -6,6 +6,7 @@
 //! ready, not in order. Decoding happens here, on the tokio workers; the engine only sees
 //! typed requests.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -112,7 +113,8 @@ const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How often each connection's packet count is read: a connection that received any
 /// packet (keep-alive PINGs included) since is reported to the engine as heard from.
-/// Member liveness is therefore known to within this much.
+/// Member liveness is therefore known to within this much. One task reads every
+/// connection's count and tells the engine in one command ([`Heartbeats`]).
 pub const HEARD_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// UDP receive buffer asked of the kernel (capped by `net.core.rmem_max`): bursts of
@@ -154,11 +156,17 @@ pub async fn serve(endpoint: quinn::Endpoint, context: ServerContext, shutdown: 
         handshakes: Pool::new(MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS),
         unauthenticated: Pool::new(MAX_UNAUTHENTICATED, MAX_UNAUTHENTICATED_PER_ADDRESS),
     };
+    let heartbeats = Arc::new(Heartbeats {
+        connections: std::sync::Mutex::new(HashMap::new()),
+        commands: context.commands.clone(),
+    });
     let context = Arc::new(Shared {
         server: context,
         admission,
+        heartbeats,
     });
     let tracker = TaskTracker::new();
+    tracker.spawn(Arc::clone(&context.heartbeats).report(shutdown.clone()));
     // Connection ids, so the engine can tell which connection holds a member session.
     let mut connections: u64 = 0;
     loop {
@@ -204,10 +212,12 @@ pub async fn serve(endpoint: quinn::Endpoint, context: ServerContext, shutdown: 
     endpoint.wait_idle().await;
 }
 
-/// What every connection task holds: the server's context and its admission budgets.
+/// What every connection task holds: the server's context, its admission budgets and
+/// the connections whose packets are counted.
 struct Shared {
     server: ServerContext,
     admission: Admission,
+    heartbeats: Arc<Heartbeats>,
 }
 
 /// The budgets connections are admitted through (see [`serve`]).
@@ -275,7 +285,7 @@ async fn handle_connection(
         });
     }
     let commands = context.server.commands.clone();
-    streams.spawn(report_heard(conn.clone(), connection, commands.clone()));
+    context.heartbeats.watch(connection, conn.clone());
     let result = loop {
         let (send, recv) = tokio::select! {
             s = conn.accept_bi() => match s {
@@ -289,6 +299,8 @@ async fn handle_connection(
     };
     streams.close();
     streams.wait().await;
+    // IMPORTANT: before `Disconnected`, so the engine hears nothing of it after.
+    context.heartbeats.forget(connection);
     // The dispatcher may be gone when the daemon stops; then nothing needs telling.
     let _ = commands.send_async(Command::Disconnected(connection)).await;
     match result {
@@ -298,23 +310,67 @@ async fn handle_connection(
     }
 }
 
-/// Tells the engine, at most every [`HEARD_POLL`], that packets arrived on the
-/// connection: its member session's heartbeat. Ends with the connection, so the engine
-/// hears nothing of it after `Disconnected`.
-async fn report_heard(conn: quinn::Connection, connection: u64, commands: flume::Sender<Command>) {
-    let mut seen = 0;
-    let mut poll = tokio::time::interval(HEARD_POLL);
-    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = poll.tick() => {}
-            _ = conn.closed() => return,
-        }
-        let datagrams = conn.stats().udp_rx.datagrams;
-        if datagrams != seen {
-            seen = datagrams;
-            // A full channel means a busy dispatcher: the next poll tells it again.
-            let _ = commands.try_send(Command::Heard(connection));
+/// The connections whose packets count as news of their client: one task reads every
+/// one's packet count each [`HEARD_POLL`] and tells the engine, in one
+/// [`Command::Heard`], which of them received any since. One timer for all connections
+/// rather than one each: an idle swarm of thousands of members then wakes the daemon
+/// four times a second, not four times a second per member.
+struct Heartbeats {
+    /// Each watched connection and the packet count last reported for it.
+    connections: std::sync::Mutex<HashMap<u64, (quinn::Connection, u64)>>,
+    commands: flume::Sender<Command>,
+}
+
+impl Heartbeats {
+    fn watch(&self, connection: u64, conn: quinn::Connection) {
+        let previous = self.lock().insert(connection, (conn, 0));
+        assert!(previous.is_none(), "connection {connection} watched twice");
+    }
+
+    /// Stops counting `connection`'s packets. Once this returns no `Heard` naming it
+    /// is sent: the report is sent under the same lock.
+    fn forget(&self, connection: u64) {
+        self.lock().remove(&connection);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (quinn::Connection, u64)>> {
+        // A panic while holding it (none is expected) leaves the counts usable.
+        self.connections
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Reports, every [`HEARD_POLL`] until `shutdown`, the connections that received
+    /// packets since their last report.
+    async fn report(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut poll = tokio::time::interval(HEARD_POLL);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Each connection heard from since its last report, with its count now.
+        let mut heard: Vec<(u64, u64)> = Vec::new();
+        loop {
+            tokio::select! {
+                _ = poll.tick() => {}
+                () = shutdown.cancelled() => return,
+            }
+            let mut connections = self.lock();
+            heard.extend(connections.iter().filter_map(|(&id, (conn, seen))| {
+                let count = conn.stats().udp_rx.datagrams;
+                (count != *seen).then_some((id, count))
+            }));
+            if heard.is_empty() {
+                continue;
+            }
+            let ids = heard.iter().map(|&(id, _)| id).collect();
+            // A full channel means a busy dispatcher: the counts stay as they were, so
+            // the next poll tells it again.
+            if self.commands.try_send(Command::Heard(ids)).is_ok() {
+                for &(id, count) in &heard {
+                    if let Some((_, seen)) = connections.get_mut(&id) {
+                        *seen = count;
+                    }
+                }
+            }
+            heard.clear();
         }
     }
 }
