@@ -237,8 +237,10 @@ impl<W: Waiter> Engine<W> {
             return Ok(None);
         }
         work.reads += 1;
-        let rec = self.record(id)?;
-        if search.reads_record() || search.idempotency_key.is_some() {
+        // The record is read first only when it is searched; otherwise only for a task
+        // whose payload matched.
+        let searched = if search.reads_record() || search.idempotency_key.is_some() {
+            let rec = self.record(id)?;
             let error_matches = search.error.as_deref().is_none_or(|needle| {
                 rec.last_error
                     .as_deref()
@@ -251,9 +253,12 @@ impl<W: Waiter> Engine<W> {
             if !error_matches || !idem_matches {
                 return Ok(None);
             }
-        }
+            Some(rec)
+        } else {
+            None
+        };
         if search.reads_payload() {
-            let payload = self.store.payload(id)?;
+            let payload = self.payload(id)?;
             let text = payload.get();
             work.payload_bytes += text.len() as u64;
             if search
@@ -269,6 +274,10 @@ impl<W: Waiter> Engine<W> {
                 return Ok(None);
             }
         }
+        let rec = match searched {
+            Some(rec) => rec,
+            None => self.record(id)?,
+        };
         Ok(Some(summary(id, &rec)))
     }
 }

@@ -572,9 +572,9 @@ impl Fresh {
 
 /// Debug builds recount what [`Engine::check_carried`] checks after every request and
 /// timer while the state is small; on a larger one, as often as keeps the recount at
-/// this many items (members, parked claims, label classes) per call on average. The
-/// checks stay on in every test without making a test with thousands of parked claims
-/// quadratic (and its timings those of the checks).
+/// this many items (members, parked claims, label classes, kept records) per call on
+/// average. The checks stay on in every test without making a test with thousands of
+/// parked claims or fresh tasks quadratic (and its timings those of the checks).
 #[cfg(debug_assertions)]
 const CHECK_ITEMS_PER_CALL: usize = 256;
 
@@ -744,6 +744,7 @@ impl<W: Waiter> Engine<W> {
         let items = self.members.len()
             + self.claim_waiters.len()
             + self.leased.len()
+            + self.fresh.tasks.len()
             + self
                 .queues
                 .values()

@@ -532,3 +532,60 @@ async fn an_agent_cut_off_from_the_daemon_stops_its_handler_before_the_lease_can
         .expect("the worker ends cleanly");
     eprintln!("worker stopped {:?} after the heal", healed.elapsed());
 }
+
+/// A member that sends nothing but the SDK's keep-alive pings stays connected however
+/// long it idles (the daemon counts every packet, each connection's count read once per
+/// `HEARD_POLL` by one task for all connections), and is unreachable once its packets
+/// stop, not before its liveness timeout allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_member_is_kept_connected_by_its_pings_alone_and_unreachable_once_cut_off() {
+    const LIVENESS: Duration = Duration::from_secs(3);
+    let d = Daemon::start();
+    let admin = d.client().await;
+    let relay = muster_tests::relay::Relay::start(d.addr.parse().expect("daemon address"))
+        .await
+        .expect("relay");
+    let mut options = d.options();
+    options.addr = relay.addr().to_string();
+    let member = Client::connect(options).await.expect("connect");
+    let open = muster_protocol::ops::SessionOpen {
+        member: "idler".into(),
+        labels: Vec::new(),
+        capacity: 1,
+        reclaim: false,
+        resume: false,
+        liveness_ms: Some(LIVENESS.as_millis() as u64),
+    };
+    let (_, _pushes) = member.open_session(&open).await.expect("session_open");
+    // More than two liveness timeouts without a request from the member: only its
+    // pings speak for it. Its state is read throughout, from another connection.
+    let idle = Instant::now();
+    let mut reads = 0;
+    while idle.elapsed() < 2 * LIVENESS + Duration::from_secs(1) {
+        assert_eq!(
+            member_state(&admin, "idler").await,
+            Some((MemberState::Connected, 0)),
+            "after {:?} of idling",
+            idle.elapsed()
+        );
+        reads += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(reads >= 20, "the state was read only {reads} times");
+    relay.partition();
+    let cut = Instant::now();
+    until(Duration::from_secs(15), "idler unreachable", || async {
+        member_state(&admin, "idler")
+            .await
+            .is_some_and(|(s, _)| s == MemberState::Unreachable)
+    })
+    .await;
+    // Its last packet came at most one ping interval and one poll before the cut.
+    let earliest = LIVENESS - muster_sdk::connect::KEEP_ALIVE - Duration::from_millis(250);
+    assert!(
+        cut.elapsed() >= earliest,
+        "unreachable {:?} after the cut, before its liveness timeout allows",
+        cut.elapsed()
+    );
+    drop(member);
+}
