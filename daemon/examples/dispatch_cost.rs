@@ -60,7 +60,7 @@ fn call(engine: &mut Engine<Nobody>, req: Request, now: Now) -> Reply {
     engine.handle(req, Nobody, now).expect("store");
     engine.tick(now).expect("store");
     engine.take_dirty();
-    match engine.take_outbox().pop() {
+    match engine.take_outbox().next_back() {
         Some((_, Ok(reply))) => reply,
         other => panic!("{:?}", other.map(|(_, r)| r.err())),
     }

@@ -849,7 +849,7 @@ fn encode(
             // A push holds at most one delivery (≤ 1 MiB payload, 64 KiB progress) or one
             // watched screen (one task whole, or one page of rows with cut errors): it
             // fits. Should a screen not fit, its watch is told so and ends.
-            let frame = push.encode().or_else(|e| match &*push {
+            let encoded = push.append_to(buf).or_else(|e| match &*push {
                 Push::Watch(w) => Push::Watch(Box::new(muster_protocol::ops::WatchReply {
                     tag: w.tag,
                     disk_alarm: w.disk_alarm,
@@ -857,12 +857,10 @@ fn encode(
                         error: ErrorBody::new(ErrorCode::TooLarge, e.to_string()),
                     },
                 }))
-                .encode(),
+                .append_to(buf),
                 _ => Err(e),
             });
-            buf.extend_from_slice(
-                &frame.expect("a push fits a frame: one delivery, one screen or its `gone`"),
-            );
+            encoded.expect("a push fits a frame: one delivery, one screen or its `gone`");
             if let Some(queued) = queued {
                 queued.store(false, std::sync::atomic::Ordering::Release);
             }
@@ -870,29 +868,38 @@ fn encode(
         }
         Outgoing::Close(code, reason) => return Some((code, reason)),
     };
-    let framed = match (&*result, id) {
-        (Ok(reply), Some(id)) => frame::encode_json(&OkFrame {
-            id,
-            ok: true,
-            body: reply,
-        }),
-        (Ok(_), None) => Ok(Vec::new()),
-        (Err(error), id) => frame::encode_json(&ErrFrame {
-            id,
-            ok: false,
-            error,
-        }),
+    let encoded = match (&*result, id) {
+        (Ok(reply), Some(id)) => frame::append_json(
+            buf,
+            &OkFrame {
+                id,
+                ok: true,
+                body: reply,
+            },
+        ),
+        (Ok(_), None) => Ok(()),
+        (Err(error), id) => frame::append_json(
+            buf,
+            &ErrFrame {
+                id,
+                ok: false,
+                error,
+            },
+        ),
     };
-    let framed = framed.unwrap_or_else(|e| {
+    if let Err(e) = encoded {
         let error = ErrorBody::new(ErrorCode::TooLarge, format!("reply not sent: {e}"));
-        frame::encode_json(&ErrFrame {
-            id,
-            ok: false,
-            error: &error,
-        })
-        .unwrap_or_default()
-    });
-    buf.extend_from_slice(&framed);
+        // An error frame of a bounded message: it fits.
+        let sent = frame::append_json(
+            buf,
+            &ErrFrame {
+                id,
+                ok: false,
+                error: &error,
+            },
+        );
+        debug_assert!(sent.is_ok(), "an error frame fits: {sent:?}");
+    }
     None
 }
 

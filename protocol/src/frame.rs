@@ -150,19 +150,29 @@ impl FrameReader {
 /// measures, in one pass and without recursion, so depth can be refused up front.
 pub fn json_depth(text: &[u8]) -> usize {
     let (mut depth, mut deepest) = (0usize, 0usize);
-    let (mut in_string, mut escaped) = (false, false);
-    for &b in text {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
+    let mut at = 0;
+    while let Some(&b) = text.get(at) {
         match b {
-            b'"' => in_string = true,
+            b'"' => {
+                // A string's bytes are skipped in one search for its closing quote or an
+                // escape (most of a payload is strings), not looked at one by one.
+                at += 1;
+                loop {
+                    let Some(found) = text
+                        .get(at..)
+                        .and_then(|rest| memchr::memchr2(b'"', b'\\', rest))
+                    else {
+                        // An unterminated string: the parser refuses it.
+                        return deepest;
+                    };
+                    at += found;
+                    if text[at] == b'"' {
+                        break;
+                    }
+                    // An escape: the byte after the backslash is the string's, whatever it is.
+                    at += 2;
+                }
+            }
             b'[' | b'{' => {
                 depth += 1;
                 deepest = deepest.max(depth);
@@ -170,6 +180,7 @@ pub fn json_depth(text: &[u8]) -> usize {
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
+        at += 1;
     }
     deepest
 }
@@ -185,19 +196,36 @@ pub fn push_frame(out: &mut Vec<u8>, body: &[u8]) {
 
 /// Serializes `value` as JSON and frames it.
 pub fn encode_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, FrameError> {
-    let mut out = vec![0u8; HEADER_LEN];
+    let mut out = Vec::new();
+    append_json(&mut out, value)?;
+    Ok(out)
+}
+
+/// Serializes `value` as JSON and appends it to `out` as one frame, written in place
+/// (no buffer of its own). A value over [`MAX_FRAME_BYTES`] leaves `out` as it was.
+pub fn append_json<T: serde::Serialize + ?Sized>(
+    out: &mut Vec<u8>,
+    value: &T,
+) -> Result<(), FrameError> {
+    let start = out.len();
+    out.extend_from_slice(&[0u8; HEADER_LEN]);
     // Serializing our own types into a Vec cannot fail: they hold no maps with non-string keys.
-    serde_json::to_writer(&mut out, value).map_err(|_| FrameError::Empty)?;
-    let len = out.len() - HEADER_LEN;
-    if len > MAX_FRAME_BYTES {
-        return Err(FrameError::TooLarge {
-            len,
-            limit: MAX_FRAME_BYTES,
+    let written = serde_json::to_writer(&mut *out, value);
+    let len = out.len() - start - HEADER_LEN;
+    if written.is_err() || len > MAX_FRAME_BYTES {
+        out.truncate(start);
+        return Err(if written.is_err() {
+            FrameError::Empty
+        } else {
+            FrameError::TooLarge {
+                len,
+                limit: MAX_FRAME_BYTES,
+            }
         });
     }
     let header = u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes();
-    out[..HEADER_LEN].copy_from_slice(&header);
-    Ok(out)
+    out[start..start + HEADER_LEN].copy_from_slice(&header);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -247,6 +275,28 @@ mod tests {
     }
 
     #[test]
+    fn frames_are_appended_in_place_and_one_too_large_leaves_the_buffer_as_it_was() {
+        let mut out = Vec::new();
+        append_json(&mut out, &serde_json::json!({"a": 1})).unwrap();
+        let kept = out.clone();
+        let huge = "x".repeat(MAX_FRAME_BYTES);
+        assert_eq!(
+            append_json(&mut out, &huge),
+            Err(FrameError::TooLarge {
+                len: MAX_FRAME_BYTES + 2,
+                limit: MAX_FRAME_BYTES
+            })
+        );
+        assert_eq!(out, kept);
+        append_json(&mut out, &[1, 2]).unwrap();
+        let mut reader = FrameReader::new();
+        reader.push(&out);
+        assert_eq!(reader.next_frame().unwrap().unwrap(), br#"{"a":1}"#);
+        assert_eq!(reader.next_frame().unwrap().unwrap(), b"[1,2]");
+        assert_eq!(reader.next_frame(), Ok(None));
+    }
+
+    #[test]
     fn depth_counts_brackets_outside_strings() {
         assert_eq!(json_depth(br#"{"a":1}"#), 1);
         assert_eq!(json_depth(br#"{"a":[[{"b":[]}]]}"#), 5);
@@ -254,6 +304,13 @@ mod tests {
         assert_eq!(json_depth(br#"{"a":"\"[[["}"#), 1);
         assert_eq!(json_depth(b"1"), 0);
         assert_eq!(json_depth(&b"[".repeat(1000)), 1000);
+        // Escaped backslashes end where the string does; brackets after it count again.
+        assert_eq!(json_depth(br#"{"a":"x\\","b":[[1]]}"#), 3);
+        assert_eq!(json_depth(br#"["\\\"[[", [[]]]"#), 3);
+        // Unterminated strings, and an escape as the last byte: what was seen so far.
+        assert_eq!(json_depth(br#"[{"a":"[[["#), 2);
+        assert_eq!(json_depth(br#"[{"a":"\"#), 2);
+        assert_eq!(json_depth(br#"[""#), 1);
     }
 
     #[test]

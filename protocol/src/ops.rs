@@ -908,14 +908,26 @@ pub struct LeaseRef {
     pub epoch: u64,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct DeliverBody {
     task: Delivery,
 }
 
-#[derive(Serialize, Deserialize)]
+/// [`DeliverBody`] as written: borrowed, so a delivery's payload is not copied to encode it.
+#[derive(Serialize)]
+struct DeliverRef<'a> {
+    task: &'a Delivery,
+}
+
+#[derive(Deserialize)]
 struct ClosedBody {
     error: ErrorBody,
+}
+
+/// [`ClosedBody`] as written.
+#[derive(Serialize)]
+struct ClosedRef<'a> {
+    error: &'a ErrorBody,
 }
 
 #[derive(Serialize)]
@@ -940,24 +952,40 @@ impl Push {
 
     /// Encodes the push as a frame.
     pub fn encode(&self) -> Result<Vec<u8>, crate::frame::FrameError> {
+        let mut out = Vec::new();
+        self.append_to(&mut out)?;
+        Ok(out)
+    }
+
+    /// Encodes the push as one frame appended to `out` (which a push over the frame
+    /// limit leaves as it was).
+    pub fn append_to(&self, out: &mut Vec<u8>) -> Result<(), crate::frame::FrameError> {
+        use crate::frame::append_json;
         let push = self.name();
         match self {
-            Push::Deliver(d) => crate::frame::encode_json(&PushFrame {
-                push,
-                body: &DeliverBody { task: d.clone() },
-            }),
-            Push::Cancel(r) | Push::Revoked(r) => {
-                crate::frame::encode_json(&PushFrame { push, body: r })
-            }
-            Push::Drain => crate::frame::encode_json(&PushFrame {
-                push,
-                body: &Empty {},
-            }),
-            Push::Closed(e) => crate::frame::encode_json(&PushFrame {
-                push,
-                body: &ClosedBody { error: e.clone() },
-            }),
-            Push::Watch(w) => crate::frame::encode_json(&PushFrame { push, body: &**w }),
+            Push::Deliver(task) => append_json(
+                out,
+                &PushFrame {
+                    push,
+                    body: &DeliverRef { task },
+                },
+            ),
+            Push::Cancel(r) | Push::Revoked(r) => append_json(out, &PushFrame { push, body: r }),
+            Push::Drain => append_json(
+                out,
+                &PushFrame {
+                    push,
+                    body: &Empty {},
+                },
+            ),
+            Push::Closed(error) => append_json(
+                out,
+                &PushFrame {
+                    push,
+                    body: &ClosedRef { error },
+                },
+            ),
+            Push::Watch(w) => append_json(out, &PushFrame { push, body: &**w }),
         }
     }
 
@@ -1114,6 +1142,11 @@ pub fn decode_request(body: &[u8]) -> Result<(u64, Request), DecodeError> {
             ),
         });
     }
+    if let Some((id, op)) = leading_id_and_op(body)
+        && let Ok(req) = decode_body(op, body)
+    {
+        return Ok((id, req));
+    }
     let envelope: Envelope<'_> = serde_json::from_slice(body).map_err(|e| DecodeError {
         id: None,
         error: ErrorBody::new(
@@ -1138,6 +1171,44 @@ pub fn decode_request(body: &[u8]) -> Result<(u64, Request), DecodeError> {
         ))
     })?;
     decode_body(op, body).map(|req| (id, req)).map_err(fail)
+}
+
+/// The id and op of a frame that begins `{"id":N,"op":"NAME",` (whitespace allowed between
+/// the tokens), as the SDKs write every request: read without parsing the frame twice.
+///
+/// `None` sends the frame the general way, which reads `id` and `op` wherever they are.
+/// That is also the way for a frame whose rest holds `"id"`, `"op"` or a `\u` escape
+/// anywhere (a second top-level `id` or `op`, which the general way refuses, could hide
+/// there), and for any frame the typed parse then refuses, so every error reads exactly
+/// as the general way words it.
+fn leading_id_and_op(body: &[u8]) -> Option<(u64, &str)> {
+    fn token<'a>(rest: &'a [u8], expected: &[u8]) -> Option<&'a [u8]> {
+        rest.trim_ascii_start().strip_prefix(expected)
+    }
+    let rest = token(body, b"{")?;
+    let rest = token(rest, b"\"id\"")?;
+    let rest = token(rest, b":")?.trim_ascii_start();
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    // JSON allows no leading zero; the general way refuses one.
+    if digits == 0 || (digits > 1 && rest[0] == b'0') {
+        return None;
+    }
+    let id = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+    let rest = token(&rest[digits..], b",")?;
+    let rest = token(rest, b"\"op\"")?;
+    let rest = token(rest, b":")?;
+    let rest = token(rest, b"\"")?;
+    let end = memchr::memchr2(b'"', b'\\', rest)?;
+    if rest[end] != b'"' {
+        return None;
+    }
+    let op = std::str::from_utf8(&rest[..end]).ok()?;
+    let after = &rest[end + 1..];
+    let hides_a_second = |needle: &[u8]| memchr::memmem::find(after, needle).is_some();
+    if hides_a_second(b"\"id\"") || hides_a_second(b"\"op\"") || hides_a_second(b"\\u") {
+        return None;
+    }
+    Some((id, op))
 }
 
 /// A request as a client writes it: its id and op next to the request's own fields.

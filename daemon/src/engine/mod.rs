@@ -901,20 +901,23 @@ impl<W: Waiter> Engine<W> {
         .min()
     }
 
-    /// Takes the replies ready to be sent.
-    pub fn take_outbox(&mut self) -> Vec<(W, Result<Reply, ErrorBody>)> {
-        std::mem::take(&mut self.outbox)
+    /// Takes the replies ready to be sent. The outbox keeps its capacity for the next
+    /// round: a round of hundreds of replies would otherwise grow a new one from empty,
+    /// and each growth of a large one fault in fresh pages.
+    pub fn take_outbox(&mut self) -> std::vec::Drain<'_, (W, Result<Reply, ErrorBody>)> {
+        self.outbox.drain(..)
     }
 
-    /// Takes the pushes ready to be sent to member sessions.
-    pub fn take_pushes(&mut self) -> Vec<(W::Sink, muster_protocol::Push)> {
-        std::mem::take(&mut self.pushes)
+    /// Takes the pushes ready to be sent to member sessions (keeping the capacity, as
+    /// `take_outbox`).
+    pub fn take_pushes(&mut self) -> std::vec::Drain<'_, (W::Sink, muster_protocol::Push)> {
+        self.pushes.drain(..)
     }
 
     /// Takes the watch pushes ready to be sent. The writer clears each one's flag once
     /// it has encoded the push; until then the watch sends nothing more.
-    pub fn take_watch_pushes(&mut self) -> Vec<WatchPush<W::Sink>> {
-        std::mem::take(&mut self.watch_pushes)
+    pub fn take_watch_pushes(&mut self) -> std::vec::Drain<'_, WatchPush<W::Sink>> {
+        self.watch_pushes.drain(..)
     }
 
     /// True if anything was committed since the last call: the round must be persisted

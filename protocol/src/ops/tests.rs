@@ -230,3 +230,48 @@ fn task_find_round_trips_and_omits_what_is_unset() {
     assert_eq!(reply.scanned, 3);
     assert_eq!(reply.next.map(|c| c.queue), Some("jobs".into()));
 }
+
+#[test]
+fn the_leading_id_and_op_are_read_up_front_only_where_the_general_way_agrees() {
+    // As the SDKs write them, compact or spaced.
+    let ack = br#"{"id":7,"op":"ack","task":"t","epoch":1}"#;
+    assert_eq!(leading_id_and_op(ack), Some((7, "ack")));
+    let spaced = br#"{ "id": 7 , "op" : "ack", "task": "t", "epoch": 1}"#;
+    assert_eq!(leading_id_and_op(spaced), Some((7, "ack")));
+    // Anything else is left to the general way.
+    for body in [
+        r#"{"op":"ack","id":7,"task":"t","epoch":1}"#,
+        r#"{"id":07,"op":"ack","task":"t","epoch":1}"#,
+        r#"{"id":18446744073709551616,"op":"ack","task":"t","epoch":1}"#,
+        r#"{"id":7.0,"op":"ack","task":"t","epoch":1}"#,
+        r#"{"id":7,"op":"a\u0063k","task":"t","epoch":1}"#,
+        r#"{"id":7,"op":"ack","task":"t","epoch":1,"id":8}"#,
+        r#"{"id":7,"op":"ack","task":"t","epoch":1,"\u0069d":8}"#,
+        r#"{"id":7,"op":"ack","task":"t","epoch":1,"result":{"op":1}}"#,
+    ] {
+        assert_eq!(leading_id_and_op(body.as_bytes()), None, "{body}");
+    }
+    // Which answers them exactly as it answers frames it reads from the start.
+    let (id, req) = decode_request(br#"{"id":7,"op":"a\u0063k","task":"t","epoch":1}"#).unwrap();
+    assert_eq!((id, req.name()), (7, "ack"));
+    let nested = br#"{"id":7,"op":"ack","task":"t","epoch":1,"result":{"op":1}}"#;
+    assert_eq!(decode_request(nested).unwrap().0, 7);
+    for (body, expected) in [
+        // A second top-level id, plain or escaped: refused, its id unreadable.
+        (r#"{"id":7,"op":"ack","task":"t","epoch":1,"id":8}"#, None),
+        (r#"{"id":7,"op":"ack","task":"t","epoch":1,"\u0069d":8}"#, None),
+        // Not JSON after a readable start: no id either.
+        (r#"{"id":7,"op":"ack","task":"t","epoch":1"#, None),
+        (r#"{"id":7,"op":"ack","task":"t","epoch":1} x"#, None),
+        // A readable frame whose fields are wrong: refused with its id.
+        (r#"{"id":7,"op":"ack","epoch":1}"#, Some(7)),
+    ] {
+        assert_eq!(code(body), (expected, ErrorCode::BadRequest), "{body}");
+    }
+    let missing = decode_request(br#"{"id":7,"op":"ack","epoch":1}"#).unwrap_err();
+    assert!(
+        missing.error.message.starts_with("invalid request: missing field `task`"),
+        "{}",
+        missing.error.message
+    );
+}

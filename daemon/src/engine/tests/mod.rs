@@ -140,12 +140,13 @@ impl Harness {
         let now = self.now;
         self.engine().tick(now).unwrap();
         self.wrote = self.engine().take_dirty();
-        let out = self.engine().take_outbox();
+        let out: Vec<_> = self.engine().take_outbox().collect();
         self.parked.extend(out);
-        let pushes = self.engine().take_pushes();
+        let pushes: Vec<_> = self.engine().take_pushes().collect();
         self.pushes
             .extend(pushes.into_iter().map(|(sink, p)| (sink.0, p)));
-        for (sink, push, queued) in self.engine().take_watch_pushes() {
+        let watch_pushes: Vec<_> = self.engine().take_watch_pushes().collect();
+        for (sink, push, queued) in watch_pushes {
             self.pushes.push((sink.0, push));
             // The client reads (unless a test says it stopped): the writer clears the flag.
             if self.reading {
