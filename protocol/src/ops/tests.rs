@@ -259,7 +259,10 @@ fn the_leading_id_and_op_are_read_up_front_only_where_the_general_way_agrees() {
     for (body, expected) in [
         // A second top-level id, plain or escaped: refused, its id unreadable.
         (r#"{"id":7,"op":"ack","task":"t","epoch":1,"id":8}"#, None),
-        (r#"{"id":7,"op":"ack","task":"t","epoch":1,"\u0069d":8}"#, None),
+        (
+            r#"{"id":7,"op":"ack","task":"t","epoch":1,"\u0069d":8}"#,
+            None,
+        ),
         // Not JSON after a readable start: no id either.
         (r#"{"id":7,"op":"ack","task":"t","epoch":1"#, None),
         (r#"{"id":7,"op":"ack","task":"t","epoch":1} x"#, None),
@@ -270,7 +273,10 @@ fn the_leading_id_and_op_are_read_up_front_only_where_the_general_way_agrees() {
     }
     let missing = decode_request(br#"{"id":7,"op":"ack","epoch":1}"#).unwrap_err();
     assert!(
-        missing.error.message.starts_with("invalid request: missing field `task`"),
+        missing
+            .error
+            .message
+            .starts_with("invalid request: missing field `task`"),
         "{}",
         missing.error.message
     );
