@@ -908,26 +908,17 @@ pub struct LeaseRef {
     pub epoch: u64,
 }
 
-#[derive(Deserialize)]
-struct DeliverBody {
-    task: Delivery,
+/// A `deliver` push's fields: written from a borrowed [`Delivery`] (its payload is not
+/// copied to encode it), read into an owned one.
+#[derive(Serialize, Deserialize)]
+struct DeliverBody<T> {
+    task: T,
 }
 
-/// [`DeliverBody`] as written: borrowed, so a delivery's payload is not copied to encode it.
-#[derive(Serialize)]
-struct DeliverRef<'a> {
-    task: &'a Delivery,
-}
-
-#[derive(Deserialize)]
-struct ClosedBody {
-    error: ErrorBody,
-}
-
-/// [`ClosedBody`] as written.
-#[derive(Serialize)]
-struct ClosedRef<'a> {
-    error: &'a ErrorBody,
+/// A `closed` push's fields, written borrowed and read owned as [`DeliverBody`].
+#[derive(Serialize, Deserialize)]
+struct ClosedBody<T> {
+    error: T,
 }
 
 #[derive(Serialize)]
@@ -950,13 +941,6 @@ impl Push {
         }
     }
 
-    /// Encodes the push as a frame.
-    pub fn encode(&self) -> Result<Vec<u8>, crate::frame::FrameError> {
-        let mut out = Vec::new();
-        self.append_to(&mut out)?;
-        Ok(out)
-    }
-
     /// Encodes the push as one frame appended to `out` (which a push over the frame
     /// limit leaves as it was).
     pub fn append_to(&self, out: &mut Vec<u8>) -> Result<(), crate::frame::FrameError> {
@@ -967,7 +951,7 @@ impl Push {
                 out,
                 &PushFrame {
                     push,
-                    body: &DeliverRef { task },
+                    body: &DeliverBody { task },
                 },
             ),
             Push::Cancel(r) | Push::Revoked(r) => append_json(out, &PushFrame { push, body: r }),
@@ -982,7 +966,7 @@ impl Push {
                 out,
                 &PushFrame {
                     push,
-                    body: &ClosedRef { error },
+                    body: &ClosedBody { error },
                 },
             ),
             Push::Watch(w) => append_json(out, &PushFrame { push, body: &**w }),
@@ -994,7 +978,7 @@ impl Push {
         let bad = |e: serde_json::Error| format!("unreadable {kind} push: {e}");
         match kind {
             "deliver" => Ok(Push::Deliver(
-                serde_json::from_slice::<DeliverBody>(body)
+                serde_json::from_slice::<DeliverBody<Delivery>>(body)
                     .map_err(bad)?
                     .task,
             )),
@@ -1002,7 +986,7 @@ impl Push {
             "revoked" => Ok(Push::Revoked(serde_json::from_slice(body).map_err(bad)?)),
             "drain" => Ok(Push::Drain),
             "closed" => Ok(Push::Closed(
-                serde_json::from_slice::<ClosedBody>(body)
+                serde_json::from_slice::<ClosedBody<ErrorBody>>(body)
                     .map_err(bad)?
                     .error,
             )),
@@ -1173,7 +1157,7 @@ pub fn decode_request(body: &[u8]) -> Result<(u64, Request), DecodeError> {
     decode_body(op, body).map(|req| (id, req)).map_err(fail)
 }
 
-/// The id and op of a frame that begins `{"id":N,"op":"NAME",` (whitespace allowed between
+/// The id and op of a frame that begins `{"id":N,"op":"NAME"` (whitespace allowed between
 /// the tokens), as the SDKs write every request: read without parsing the frame twice.
 ///
 /// `None` sends the frame the general way, which reads `id` and `op` wherever they are.

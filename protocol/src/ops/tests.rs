@@ -154,7 +154,8 @@ fn watch_requests_and_pushes_round_trip() {
             next: None,
         },
     }));
-    let frame = push.encode().unwrap();
+    let mut frame = Vec::new();
+    push.append_to(&mut frame).unwrap();
     let body = &frame[crate::frame::HEADER_LEN..];
     assert_eq!(
         std::str::from_utf8(body).unwrap(),
