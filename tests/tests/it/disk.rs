@@ -274,6 +274,9 @@ async fn a_full_disk_acknowledges_nothing_unstored_and_recovers_after_space_is_f
 /// Free space of the alarm's test: the alarm goes off below 24 MiB free of 40 MiB.
 const ALARM_FREE_MIB: &str = "24";
 
+/// The alarm test's lease: longer than the whole test, so no held task lapses.
+const FILL_LEASE_MS: u64 = 600_000;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_disk_alarm_refuses_enqueues_serves_agents_and_lifts_when_space_is_back() {
     let fs = Tmpfs::mount(64, 40);
@@ -287,10 +290,13 @@ async fn the_disk_alarm_refuses_enqueues_serves_agents_and_lifts_when_space_is_b
         ],
     );
     let producer = d.client().await;
-    producer
-        .queue_create("fill", QueuePatch::default())
-        .await
-        .unwrap();
+    // The held leases must outlast filling the disk however slow the machine is: a
+    // lapse here would be the machine's, not the alarm's.
+    let long_lease = QueuePatch {
+        lease_ms: Some(FILL_LEASE_MS),
+        ..QueuePatch::default()
+    };
+    producer.queue_create("fill", long_lease).await.unwrap();
     // An agent holds work before the disk fills.
     let agent = d.client().await;
     for n in 0..8 {

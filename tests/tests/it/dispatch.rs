@@ -51,19 +51,21 @@ fn higher_priority_first_then_enqueue_order_and_a_retry_keeps_its_place() {
 fn a_delayed_task_becomes_ready_on_time_and_right_after_a_restart() {
     let mut d = Daemon::start();
     d.ok(&["queue", "create", "later"]);
-    let delayed = enqueue(&d, "later", r#""delayed""#, &["--delay", "400ms"]);
+    // The delay is long enough that the next two commands (each a process of its own)
+    // finish within it even on a loaded machine.
+    let delayed = enqueue(&d, "later", r#""delayed""#, &["--delay", "3s"]);
     let now = enqueue(&d, "later", r#""now""#, &[]);
     assert_eq!(claimed(&d.ok(&["claim", "later", "--max", "5"])), [now]);
     // A waiting claim gets the delayed task when its time comes.
     assert_eq!(
-        claimed(&d.ok(&["claim", "later", "--wait", "5s"])),
+        claimed(&d.ok(&["claim", "later", "--wait", "10s"])),
         std::slice::from_ref(&delayed)
     );
     let t: serde_json::Value =
         serde_json::from_str(&d.ok(&["task", "get", &delayed, "--json"])).unwrap();
     let created = t["created_ms"].as_u64().unwrap();
     let leased_at = t["history"][1]["at_ms"].as_u64().unwrap();
-    let late = leased_at - (created + 400);
+    let late = leased_at - (created + 3_000);
     eprintln!("delayed task handed out {late} ms after its time");
     assert!(late <= 250, "handed out {late} ms late");
 
