@@ -120,14 +120,16 @@ fn a_key_goes_in_order_one_at_a_time_without_holding_up_other_keys() {
         ("1".into(), "1".into())
     );
     // A failed capture still heads its line: the refund keeps waiting for the retry.
+    // The retry's delay outlasts the next command (a process of its own) on a loaded
+    // machine.
     let capture_claim = claim_of(first.lines().next().unwrap());
     assert_eq!(
-        d.ok(&["nack", &capture_claim, "--delay", "300ms"]),
+        d.ok(&["nack", &capture_claim, "--delay", "2s"]),
         "scheduled\n"
     );
     assert_eq!(d.ok(&["claim", "refunds"]), "");
     assert_eq!(
-        claimed(&d.ok(&["claim", "refunds", "--wait", "5s"])),
+        claimed(&d.ok(&["claim", "refunds", "--wait", "10s"])),
         std::slice::from_ref(&capture)
     );
     assert_eq!(d.ok(&["ack", &format!("{capture}.2")]), "done\n");
