@@ -47,13 +47,16 @@ fn higher_priority_first_then_enqueue_order_and_a_retry_keeps_its_place() {
     let _ = e;
 }
 
+/// The delayed task's delay: long enough that the two commands after its enqueue (each
+/// a process of its own) finish within it even on a loaded machine.
+const DELAY_MS: u64 = 3_000;
+
 #[test]
 fn a_delayed_task_becomes_ready_on_time_and_right_after_a_restart() {
     let mut d = Daemon::start();
     d.ok(&["queue", "create", "later"]);
-    // The delay is long enough that the next two commands (each a process of its own)
-    // finish within it even on a loaded machine.
-    let delayed = enqueue(&d, "later", r#""delayed""#, &["--delay", "3s"]);
+    let delay = format!("{DELAY_MS}ms");
+    let delayed = enqueue(&d, "later", r#""delayed""#, &["--delay", &delay]);
     let now = enqueue(&d, "later", r#""now""#, &[]);
     assert_eq!(claimed(&d.ok(&["claim", "later", "--max", "5"])), [now]);
     // A waiting claim gets the delayed task when its time comes.
@@ -65,7 +68,7 @@ fn a_delayed_task_becomes_ready_on_time_and_right_after_a_restart() {
         serde_json::from_str(&d.ok(&["task", "get", &delayed, "--json"])).unwrap();
     let created = t["created_ms"].as_u64().unwrap();
     let leased_at = t["history"][1]["at_ms"].as_u64().unwrap();
-    let late = leased_at - (created + 3_000);
+    let late = leased_at - (created + DELAY_MS);
     eprintln!("delayed task handed out {late} ms after its time");
     assert!(late <= 250, "handed out {late} ms late");
 
