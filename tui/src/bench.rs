@@ -15,13 +15,15 @@
 //!   daemon's CPU use, and its resident memory with them connected (in all and per
 //!   member).
 //!
-//! Every run first measures the disk it runs on: `FSYNC_SAMPLES` 4 KiB writes each
+//! Every run first times the machine's CPU (`cpu_probe_ms`: a fixed piece of
+//! single-threaded work) and measures the disk it runs on: `FSYNC_SAMPLES` 4 KiB writes each
 //! followed by an fdatasync, in the run's data directory (p50 and p99), so that every
 //! latency can be read against the disk; during the latency phase a thread of the
 //! benchmark goes on timing one such fdatasync every `DISK_PROBE_INTERVAL`, to read the
 //! latency's tail against the disk's under the same load. Besides throughput and
 //! latency it reports the group-commit batch factor (requests per fsync), the daemon's
-//! CPU seconds per 1,000 tasks and its resident memory. The table goes to stdout, every
+//! CPU seconds per 1,000 tasks and its resident memory, and the share of the machine's
+//! CPU the hypervisor stole during the run. The table goes to stdout, every
 //! figure of every run to the JSON file.
 
 use std::collections::VecDeque;
@@ -38,10 +40,17 @@ use muster_protocol::ops::{Ack, Claim, SessionOpen};
 use muster_sdk::{Client, ConnectOptions, Push, Trust};
 use serde::Serialize;
 
-use crate::cli::BenchArgs;
+use crate::cli::{BenchArgs, BenchPhase};
 
 /// Payload bytes of every benchmark task.
 const PAYLOAD_BYTES: usize = 256;
+
+/// Timings of the CPU probe at the start of each run.
+const CPU_PROBE_SAMPLES: usize = 5;
+
+/// Keys of the CPU probe's work (about 12 ms of it on the 2-core machines of
+/// BENCHMARKS.md).
+const CPU_PROBE_VALUES: usize = 1 << 16;
 
 /// fdatasyncs timed at the start of each run.
 const FSYNC_SAMPLES: usize = 200;
@@ -175,6 +184,74 @@ fn cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
+/// Times the machine's CPU: the median of [`CPU_PROBE_SAMPLES`] timings of
+/// [`cpu_probe_work`], in milliseconds. On a shared machine the same build's CPU per
+/// task moves with the hour (2× has been seen); a figure is read against this one,
+/// measured in the same run, the way a latency is read against the disk's fdatasync.
+fn cpu_probe_ms() -> f64 {
+    let mut times: Vec<f64> = (0..CPU_PROBE_SAMPLES)
+        .map(|_| {
+            let started = Instant::now();
+            std::hint::black_box(cpu_probe_work());
+            started.elapsed().as_secs_f64() * 1000.0
+        })
+        .collect();
+    median(&mut times)
+}
+
+/// A fixed piece of single-threaded work of the daemon's kinds: allocating, hashing into
+/// a map, sorting and copying ([`CPU_PROBE_VALUES`] pseudo-random keys); its result.
+fn cpu_probe_work() -> u64 {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut keys: Vec<u64> = (0..CPU_PROBE_VALUES)
+        .map(|_| {
+            // xorshift64: the same keys on every machine.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        })
+        .collect();
+    let map: std::collections::HashMap<u64, Vec<u8>> = keys
+        .iter()
+        .map(|k| (*k, k.to_le_bytes().to_vec()))
+        .collect();
+    keys.sort_unstable();
+    keys.iter()
+        .fold(0u64, |acc, k| acc.wrapping_add(u64::from(map[k][0])))
+}
+
+/// The machine's CPU time in all and stolen by the hypervisor (`/proc/stat`), in ticks.
+struct MachineTicks {
+    total: u64,
+    steal: u64,
+}
+
+impl MachineTicks {
+    /// None where `/proc/stat` has no `cpu` line with a steal column.
+    fn read() -> Option<MachineTicks> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+        // user nice system idle iowait irq softirq steal (guest time is within user).
+        let ticks: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .take(8)
+            .map(|f| f.parse().ok())
+            .collect::<Option<_>>()?;
+        (ticks.len() == 8).then(|| MachineTicks {
+            total: ticks.iter().sum(),
+            steal: ticks[7],
+        })
+    }
+
+    /// The share of the machine's CPU time stolen since `before`, in percent.
+    fn steal_percent_since(&self, before: &MachineTicks) -> f64 {
+        let total = self.total.saturating_sub(before.total).max(1);
+        self.steal.saturating_sub(before.steal) as f64 * 100.0 / total as f64
+    }
+}
+
 /// Resident memory of a process, in MiB.
 fn rss_mib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -200,6 +277,8 @@ fn payload(stamp: u64) -> anyhow::Result<muster_sdk::RawJson> {
 /// The figures of one run.
 #[derive(Debug, Default, Clone, Serialize)]
 struct Run {
+    cpu_probe_ms: Option<f64>,
+    steal_percent: Option<f64>,
     fdatasync_p50_ms: Option<f64>,
     fdatasync_p99_ms: Option<f64>,
     enqueue_per_s: Option<f64>,
@@ -233,37 +312,43 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             .context("the muster binary's directory")?
             .join("musterd"),
     };
-    let phases: Vec<&str> = args.phase.split(',').map(str::trim).collect();
-    let want = |p: &str| phases.contains(&"all") || phases.contains(&p);
+    let want = |p: BenchPhase| args.phase.contains(&BenchPhase::All) || args.phase.contains(&p);
     let mut runs = Vec::new();
     for n in 0..args.runs {
         let dir = tempfile::tempdir()?;
-        let mut run = Run::default();
+        let mut run = Run {
+            cpu_probe_ms: Some(cpu_probe_ms()),
+            ..Run::default()
+        };
+        let machine_before = MachineTicks::read();
         let (p50, p99) = fdatasync_ms(dir.path())?;
         run.fdatasync_p50_ms = Some(p50);
         run.fdatasync_p99_ms = Some(p99);
         let (daemon, _) = Daemon::start(&musterd, dir.path(), &args)?;
         let options = daemon.options();
-        if want("enqueue") || want("drain") {
+        if want(BenchPhase::Enqueue) || want(BenchPhase::Drain) {
             enqueue(&args, &options, daemon.pid(), &mut run).await?;
         }
-        if want("drain") {
+        if want(BenchPhase::Drain) {
             drain(&args, &options, daemon.pid(), &mut run).await?;
         }
-        if want("latency") {
+        if want(BenchPhase::Latency) {
             latency(&args, &options, dir.path(), &mut run).await?;
         }
-        if want("roundtrip") {
+        if want(BenchPhase::Roundtrip) {
             roundtrip(&args, &options, &mut run).await?;
         }
-        if want("members") {
+        if want(BenchPhase::Members) {
             members(&args, &options, daemon.pid(), &mut run).await?;
         }
         run.rss_mib = Some(rss_mib(daemon.pid()));
         daemon.stop()?;
-        if want("startup") {
+        if want(BenchPhase::Startup) {
             startup(&args, &musterd, &mut run).await?;
         }
+        run.steal_percent = machine_before
+            .zip(MachineTicks::read())
+            .map(|(before, after)| after.steal_percent_since(&before));
         eprintln!(
             "run {} of {}: {}",
             n + 1,
@@ -768,6 +853,8 @@ type Figure = fn(&Run) -> Option<f64>;
 
 fn print_table(runs: &[Run]) -> anyhow::Result<()> {
     let rows: Vec<(&str, Figure)> = vec![
+        ("machine: CPU probe ms", |r| r.cpu_probe_ms),
+        ("machine: CPU stolen during the run %", |r| r.steal_percent),
         ("disk fdatasync p50 ms", |r| r.fdatasync_p50_ms),
         ("disk fdatasync p99 ms", |r| r.fdatasync_p99_ms),
         ("enqueue tasks/s", |r| r.enqueue_per_s),

@@ -229,48 +229,48 @@ pub enum ContextCommand {
 /// Arguments of `bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Phases, comma-separated: all, enqueue, drain, latency, roundtrip, startup, members.
-    #[arg(long, default_value = "all")]
-    pub phase: String,
+    /// Phases, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "all")]
+    pub phase: Vec<BenchPhase>,
     /// Runs (each on a fresh daemon); the table shows medians and spread.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = at_least_one)]
     pub runs: usize,
     /// Tasks enqueued and drained.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = at_least_one)]
     pub tasks: usize,
     /// Producers in the enqueue phase.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = at_least_one)]
     pub producers: usize,
     /// Unconfirmed enqueues each producer keeps in flight.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = at_least_one)]
     pub window: usize,
     /// Workers in the drain and latency phases.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = at_least_one)]
     pub workers: usize,
     /// Tasks each worker holds at once.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
     pub prefetch: u32,
-    /// Enqueues per second in the latency phase.
-    #[arg(long, default_value_t = 2000.0)]
+    /// Enqueues per second in the latency phase (at most 1,000,000).
+    #[arg(long, default_value_t = 2000.0, value_parser = bench_rate)]
     pub rate: f64,
-    /// Length of the latency and members phases, in seconds.
-    #[arg(long, default_value_t = 10.0)]
+    /// Length of the latency and members phases, in seconds (at most a day).
+    #[arg(long, default_value_t = 10.0, value_parser = bench_seconds)]
     pub seconds: f64,
     /// Sequential round trips.
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = 5000, value_parser = at_least_one)]
     pub roundtrips: usize,
     /// Tasks stored for the startup phase.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = at_least_one)]
     pub stored: usize,
     /// Members renewing a lease every second.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = at_least_one)]
     pub members: usize,
     /// The musterd binary (default: next to this muster binary).
     #[arg(long)]
     pub musterd: Option<PathBuf>,
-    /// The daemon's durability: sync or buffered.
-    #[arg(long, default_value = "sync")]
-    pub durability: String,
+    /// The daemon's durability.
+    #[arg(long, value_enum, default_value_t = BenchDurability::Sync)]
+    pub durability: BenchDurability,
     /// Where every figure of every run is written (JSON).
     #[arg(long, default_value = "bench.json")]
     pub out: PathBuf,
@@ -278,6 +278,71 @@ pub struct BenchArgs {
     /// what else the daemon said during the runs.
     #[arg(long)]
     pub daemon_log: Option<PathBuf>,
+}
+
+/// A phase of `bench`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchPhase {
+    /// Every phase.
+    All,
+    /// Producers enqueue `--tasks` tasks.
+    Enqueue,
+    /// Workers take and ack every task (enqueued first if `enqueue` is not asked for).
+    Drain,
+    /// Enqueue-to-delivery latency at `--rate` with the workers running.
+    Latency,
+    /// Strictly sequential enqueue, push, ack.
+    Roundtrip,
+    /// A restart with `--stored` tasks in the store.
+    Startup,
+    /// `--members` members renewing a lease every second.
+    Members,
+}
+
+/// The durability `bench` starts its daemons with.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum BenchDurability {
+    /// Every reply after an fdatasync.
+    Sync,
+    /// Every reply after a write to the operating system.
+    Buffered,
+}
+
+impl BenchDurability {
+    /// The value of musterd's `--durability`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BenchDurability::Sync => "sync",
+            BenchDurability::Buffered => "buffered",
+        }
+    }
+}
+
+/// A count of at least one.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{s:?} is not a count: {e}")),
+    }
+}
+
+/// `bench --rate`: above 0, at most 1,000,000 a second.
+fn bench_rate(s: &str) -> Result<f64, String> {
+    above_zero_at_most(s, 1_000_000.0)
+}
+
+/// `bench --seconds`: above 0, at most a day.
+fn bench_seconds(s: &str) -> Result<f64, String> {
+    above_zero_at_most(s, 86_400.0)
+}
+
+fn above_zero_at_most(s: &str, max: f64) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= max => Ok(v),
+        Ok(_) => Err(format!("must be above 0 and at most {max}")),
+        Err(e) => Err(format!("{s:?} is not a number: {e}")),
+    }
 }
 
 /// `muster admin token`.

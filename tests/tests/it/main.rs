@@ -2,6 +2,8 @@
 //!
 //! # Layout
 //! - `agents`: member sessions, reclaim, takeover, drain, capacity and cancels.
+//! - `bench`: `muster bench` on a small workload (every figure, only the phases asked
+//!   for) and its refusals of bad values.
 //! - `cli`: the CLI as a new user types it, with exact output.
 //! - `fencing`: stale claims after a lapse and a new claim, across a kill -9.
 //! - `fixture`: a store written by an earlier version opens with everything intact.
@@ -39,6 +41,7 @@
 
 mod agent_chaos;
 mod agents;
+mod bench;
 mod checker;
 mod cli;
 mod connect;

@@ -1,0 +1,259 @@
+//! `muster bench` end to end on a small workload, and its refusals of bad input.
+
+use std::process::{Command, Output};
+
+use muster_tests::{muster_bin, musterd_bin};
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(muster_bin())
+        .arg("bench")
+        .args(args)
+        .output()
+        .expect("run muster bench")
+}
+
+/// Every phase on a workload a hundred times smaller than the default, twice: every
+/// figure of every run is in the JSON file, each one in its range, and in the table.
+#[test]
+fn every_phase_gives_every_figure_in_the_json_and_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bench.json");
+    let musterd = musterd_bin();
+    let o = bench(&[
+        "--phase",
+        "all",
+        "--runs",
+        "2",
+        "--tasks",
+        "600",
+        "--producers",
+        "2",
+        "--window",
+        "16",
+        "--workers",
+        "2",
+        "--prefetch",
+        "4",
+        "--rate",
+        "200",
+        "--seconds",
+        "1",
+        "--roundtrips",
+        "20",
+        "--stored",
+        "1000",
+        "--members",
+        "5",
+        "--musterd",
+        musterd.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{}\n{stdout}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let runs = json["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    let positive = [
+        "cpu_probe_ms",
+        "fdatasync_p50_ms",
+        "fdatasync_p99_ms",
+        "enqueue_per_s",
+        "enqueue_cpu_s_per_1000",
+        "drain_per_s",
+        "drain_cpu_s_per_1000",
+        "latency_p50_ms",
+        "latency_disk_p99_ms",
+        "roundtrip_mean_ms",
+        "startup_s",
+        "startup_rss_mib",
+        "members_rss_mib",
+        "rss_mib",
+    ];
+    for run in runs {
+        let figure = |k: &str| {
+            run[k]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{k} is missing in {run}"))
+        };
+        for k in positive {
+            assert!(figure(k) > 0.0, "{k} = {} in {run}", figure(k));
+        }
+        // Every request of a batch counts; a batch holds at least one.
+        assert!(figure("enqueue_batch_factor") >= 1.0, "{run}");
+        assert!(figure("drain_batch_factor") >= 1.0, "{run}");
+        let steal = figure("steal_percent");
+        assert!((0.0..=100.0).contains(&steal), "steal {steal} in {run}");
+        let cpu = figure("members_cpu_percent");
+        assert!((0.0..=200.0).contains(&cpu), "members CPU {cpu} in {run}");
+        assert!(
+            figure("fdatasync_p50_ms") <= figure("fdatasync_p99_ms"),
+            "{run}"
+        );
+        let lat = [
+            "latency_p50_ms",
+            "latency_p99_ms",
+            "latency_p999_ms",
+            "latency_max_ms",
+        ]
+        .map(figure);
+        assert!(lat.is_sorted(), "latency percentiles out of order: {lat:?}");
+        let disk = [
+            "latency_disk_p99_ms",
+            "latency_disk_p999_ms",
+            "latency_disk_max_ms",
+        ]
+        .map(figure);
+        assert!(disk.is_sorted(), "disk percentiles out of order: {disk:?}");
+        // Memory per member is the difference over 5 members: any finite figure.
+        assert!(figure("members_kib_per_member").is_finite(), "{run}");
+    }
+
+    let table: Vec<&str> = stdout.lines().collect();
+    assert!(
+        table[0].starts_with("figure") && table[0].ends_with("runs: 2"),
+        "{stdout}"
+    );
+    for row in [
+        "machine: CPU probe ms",
+        "machine: CPU stolen during the run %",
+        "disk fdatasync p50 ms",
+        "enqueue tasks/s",
+        "enqueue fsync batch factor",
+        "enqueue daemon CPU s / 1000 tasks",
+        "drain tasks/s",
+        "drain daemon CPU s / 1000 tasks",
+        "latency p99.9 ms",
+        "disk fdatasync meanwhile max ms",
+        "round trip mean ms",
+        "startup to serving s",
+        "startup RSS MiB",
+        "members: daemon CPU %",
+        "members: daemon KiB per member",
+        "daemon RSS after the run MiB",
+    ] {
+        let line = table
+            .iter()
+            .find(|l| l.starts_with(row))
+            .unwrap_or_else(|| panic!("no {row:?} row in:\n{stdout}"));
+        // The row's median, min and max.
+        let numbers: Vec<f64> = line[row.len()..]
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect();
+        assert_eq!(numbers.len(), 3, "{line}");
+        assert!(
+            numbers[1] <= numbers[0] && numbers[0] <= numbers[2],
+            "{line}"
+        );
+    }
+    assert_eq!(
+        table.last().unwrap(),
+        &format!("all figures: {}", out.display())
+    );
+}
+
+/// Only the phases asked for run: the others' figures stay out of the JSON and the table.
+#[test]
+fn only_the_phases_asked_for_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bench.json");
+    let musterd = musterd_bin();
+    let o = bench(&[
+        "--phase",
+        "roundtrip",
+        "--roundtrips",
+        "10",
+        "--musterd",
+        musterd.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let run = &json["runs"][0];
+    assert!(run["roundtrip_mean_ms"].as_f64().unwrap() > 0.0, "{run}");
+    for k in [
+        "enqueue_per_s",
+        "drain_per_s",
+        "latency_p50_ms",
+        "startup_s",
+        "members_cpu_percent",
+    ] {
+        assert!(run[k].is_null(), "{k} in {run}");
+    }
+    assert!(stdout.contains("round trip mean ms"), "{stdout}");
+    assert!(!stdout.contains("enqueue tasks/s"), "{stdout}");
+}
+
+/// A bad value is refused before any daemon starts: exit 1, one line on stderr naming
+/// the option and the reason, nothing written.
+#[test]
+fn bad_values_are_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bench.json");
+    for (args, says) in [
+        (
+            &["--phase", "enqeue"][..],
+            "invalid value 'enqeue' for '--phase <PHASE>'",
+        ),
+        (
+            &["--phase", "enqueue,"][..],
+            "a value is required for '--phase <PHASE>'",
+        ),
+        (
+            &["--producers", "0"][..],
+            "invalid value '0' for '--producers <PRODUCERS>': must be at least 1",
+        ),
+        (&["--runs", "-1"][..], "unexpected argument '-1'"),
+        (
+            &["--tasks", "many"][..],
+            "invalid value 'many' for '--tasks <TASKS>': \"many\" is not a count",
+        ),
+        (
+            &["--prefetch", "0"][..],
+            "invalid value '0' for '--prefetch <PREFETCH>': 0 is not in 1..=4294967295",
+        ),
+        (
+            &["--rate", "0"][..],
+            "invalid value '0' for '--rate <RATE>': must be above 0 and at most 1000000",
+        ),
+        (
+            &["--rate", "inf"][..],
+            "invalid value 'inf' for '--rate <RATE>': must be above 0 and at most 1000000",
+        ),
+        (
+            &["--seconds", "NaN"][..],
+            "invalid value 'NaN' for '--seconds <SECONDS>': must be above 0 and at most 86400",
+        ),
+        (
+            &["--durability", "fast"][..],
+            "invalid value 'fast' for '--durability <DURABILITY>'",
+        ),
+    ] {
+        let mut all = args.to_vec();
+        all.extend(["--out", out.to_str().unwrap()]);
+        let o = bench(&all);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("muster: "), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(says),
+            "{args:?} should say {says:?}: {stderr}"
+        );
+        assert!(o.stdout.is_empty(), "{args:?}");
+        assert!(!out.exists(), "{args:?} wrote {}", out.display());
+    }
+}
