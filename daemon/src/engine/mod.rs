@@ -19,6 +19,7 @@ pub use authz::{
 mod bulk;
 pub mod dispatch;
 mod find;
+mod idmap;
 
 pub use authz::authorize_stateless;
 mod listing;
@@ -50,6 +51,7 @@ use muster_protocol::{ErrorBody, ErrorCode, RawJson};
 use crate::auth::Principal;
 use crate::store::{Batch, IndexView, Store, StoreError, TaskIndex, TaskRecord};
 use dispatch::{Class, DispatchIndex, TaskRef};
+use idmap::IdMap;
 use telemetry::LeaseEnd;
 
 /// Default of `--max-tasks-per-queue`: tasks one queue may hold in any state. The
@@ -419,7 +421,7 @@ pub struct Engine<W: Waiter> {
     dirty: bool,
     queues: BTreeMap<String, Queue>,
     /// Every stored task (a fast hash: ids are the daemon's own, never chosen by a client).
-    tasks: rustc_hash::FxHashMap<Ulid, Meta>,
+    tasks: IdMap<Meta>,
     /// Scheduled tasks by the wall time they become ready.
     scheduled: BTreeSet<(u64, Ulid)>,
     /// Leased tasks by monotonic deadline.
@@ -472,7 +474,7 @@ pub struct Engine<W: Waiter> {
     heard: HashMap<u64, Heard>,
     /// The records of leased tasks as last saved, so that renewals and settles read no
     /// store: at most [`LEASED_RECORDS`]; a leased task beyond them is read from the store.
-    leased: rustc_hash::FxHashMap<Ulid, TaskRecord>,
+    leased: IdMap<TaskRecord>,
     /// Kept records renewed in memory only, each with the lease expiry its stored record
     /// still has: the only way a kept record may differ from the stored one. A renewal
     /// that neither stores progress nor extends past one lease period from now, of a
@@ -480,7 +482,7 @@ pub struct Engine<W: Waiter> {
     /// every held lease the longer of a full period and what its stored expiry has left
     /// ([`Engine::open`]), so its holder's lease outlasts the deadline it was told either
     /// way, and no longer. The next write of the task stores its expiry with the rest.
-    renewed_in_memory: rustc_hash::FxHashMap<Ulid, u64>,
+    renewed_in_memory: IdMap<u64>,
     /// Tasks enqueued ready since the start whose records have not been written since,
     /// with their records and payloads as stored: a task's first delivery (the read
     /// that dominated a drain) then reads no store. At most [`FRESH_BYTES`]; a task
@@ -524,7 +526,7 @@ const FRESH_BYTES: usize = 64 << 20;
 #[derive(Default)]
 struct Fresh {
     /// Boxed: the map's slots stay small, and so do its moves as it grows.
-    tasks: rustc_hash::FxHashMap<Ulid, Box<(TaskRecord, RawJson)>>,
+    tasks: IdMap<Box<(TaskRecord, RawJson)>>,
     /// What [`Fresh::cost`] counts for every kept task.
     bytes: usize,
 }
@@ -593,9 +595,9 @@ impl<W: Waiter> Engine<W> {
             idle_members: Vec::new(),
             dirty: false,
             queues: BTreeMap::new(),
-            tasks: rustc_hash::FxHashMap::default(),
-            leased: rustc_hash::FxHashMap::default(),
-            renewed_in_memory: rustc_hash::FxHashMap::default(),
+            tasks: IdMap::default(),
+            leased: IdMap::default(),
+            renewed_in_memory: IdMap::default(),
             fresh: Fresh::default(),
             scheduled: BTreeSet::new(),
             leases: BTreeSet::new(),
@@ -809,7 +811,7 @@ impl<W: Waiter> Engine<W> {
             );
         }
         let mut bytes = 0;
-        for (id, kept) in &self.fresh.tasks {
+        for (id, kept) in self.fresh.tasks.iter() {
             let (rec, payload) = &**kept;
             assert_eq!(
                 self.tasks[id].state,
