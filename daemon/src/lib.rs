@@ -50,6 +50,22 @@ pub const VERSION: &str = concat!(
 /// The git commit the daemon was built from.
 pub const GIT_COMMIT: &str = env!("MUSTER_GIT_COMMIT");
 
+/// Turns transparent huge pages off for the whole process: the first thing `musterd`
+/// does (on Linux; elsewhere there is nothing to turn off).
+///
+/// The allocator (mimalloc) asks the kernel for huge pages for its arenas. A huge page
+/// is resident whole once any byte of it is touched, and zeroed whole at that first
+/// touch. With huge pages, the engine's maps split in 256 (`engine::sharded`) left
+/// partly used huge pages resident: a start with 1,000,000 stored tasks held 423 MiB
+/// against 384 MiB without them, and the enqueue phase of `muster bench` spent 16 % of
+/// the daemon's CPU zeroing huge pages. Without them the CPU per task did not change
+/// beyond the spread of runs (BENCHMARKS.md).
+pub fn no_huge_pages() -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    nix::sys::prctl::set_thp_disable(true)?;
+    Ok(())
+}
+
 /// The file in the data directory a running daemon holds an exclusive lock on, with its
 /// process id inside, so a second daemon on the same directory is refused and can say
 /// which process holds it.

@@ -10,6 +10,8 @@ use muster_daemon::config::Config;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    // Before the daemon's memory grows: 4 KiB pages only.
+    let huge_pages = muster_daemon::no_huge_pages();
     // Before any file or thread exists: whatever the daemon creates is its user's alone.
     muster_daemon::data_dir::restrict_umask();
     let config = Config::parse();
@@ -29,6 +31,9 @@ fn main() -> std::process::ExitCode {
     if let Err(e) = muster_daemon::logging::init(config.log_format, &asked) {
         eprintln!("musterd: {e:#}");
         return std::process::ExitCode::FAILURE;
+    }
+    if let Err(e) = huge_pages {
+        tracing::warn!("transparent huge pages stay on for musterd: {e}");
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -35,6 +35,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
+use clap::ValueEnum;
 use muster_protocol::model::{NewTask, QueuePatch};
 use muster_protocol::ops::{Ack, Claim, SessionOpen};
 use muster_sdk::{Client, ConnectOptions, Push, Trust};
@@ -59,6 +60,9 @@ const FSYNC_SAMPLES: usize = 200;
 /// its 10 s, so that its p99.9 and maximum mean something).
 const DISK_PROBE_INTERVAL: Duration = Duration::from_millis(10);
 
+/// Longest the latency phase waits, after its last enqueue, for every task to be acked.
+const LATENCY_SETTLE: Duration = Duration::from_secs(60);
+
 /// Longest a started daemon may take to serve.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -71,7 +75,11 @@ struct Daemon {
 
 impl Daemon {
     fn start(musterd: &Path, data: &Path, args: &BenchArgs) -> anyhow::Result<(Daemon, Duration)> {
-        let durability = args.durability.as_str();
+        let durability = args
+            .durability
+            .to_possible_value()
+            .expect("every durability has a name");
+        let durability = durability.get_name();
         let mut log = match &args.daemon_log {
             Some(path) => Some(
                 std::fs::OpenOptions::new()
@@ -199,10 +207,10 @@ fn cpu_probe_ms() -> f64 {
     median(&mut times)
 }
 
-/// A fixed piece of single-threaded work of the daemon's kinds: allocating, hashing into
-/// a map, sorting and copying ([`CPU_PROBE_VALUES`] pseudo-random keys); its result.
+/// A fixed piece of single-threaded work: [`CPU_PROBE_VALUES`] pseudo-random keys, each
+/// with a small allocation, hashed into a map, then sorted and looked up; its result.
 fn cpu_probe_work() -> u64 {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut x: u64 = std::hint::black_box(0x9e37_79b9_7f4a_7c15);
     let mut keys: Vec<u64> = (0..CPU_PROBE_VALUES)
         .map(|_| {
             // xorshift64: the same keys on every machine.
@@ -316,11 +324,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut runs = Vec::new();
     for n in 0..args.runs {
         let dir = tempfile::tempdir()?;
+        let machine_before = MachineTicks::read();
         let mut run = Run {
             cpu_probe_ms: Some(cpu_probe_ms()),
             ..Run::default()
         };
-        let machine_before = MachineTicks::read();
         let (p50, p99) = fdatasync_ms(dir.path())?;
         run.fdatasync_p50_ms = Some(p50);
         run.fdatasync_p99_ms = Some(p99);
@@ -582,8 +590,15 @@ async fn latency(
     run.latency_disk_p99_ms = Some(percentile(&disk, 0.99));
     run.latency_disk_p999_ms = Some(percentile(&disk, 0.999));
     run.latency_disk_max_ms = disk.last().copied();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while acked.load(Ordering::Relaxed) < total && Instant::now() < deadline {
+    let deadline = Instant::now() + LATENCY_SETTLE;
+    while acked.load(Ordering::Relaxed) < total {
+        if Instant::now() > deadline {
+            bail!(
+                "the latency phase's tasks were not all acked within {} s of the last enqueue: {} of {total}",
+                LATENCY_SETTLE.as_secs(),
+                acked.load(Ordering::Relaxed)
+            );
+        }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     for w in workers {

@@ -250,10 +250,10 @@ pub struct BenchArgs {
     /// Tasks each worker holds at once.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
     pub prefetch: u32,
-    /// Enqueues per second in the latency phase (at most 1,000,000).
+    /// Enqueues per second in the latency phase (1 to 1,000,000).
     #[arg(long, default_value_t = 2000.0, value_parser = bench_rate)]
     pub rate: f64,
-    /// Length of the latency and members phases, in seconds (at most a day).
+    /// Length of the latency and members phases, in seconds (1 to 86,400).
     #[arg(long, default_value_t = 10.0, value_parser = bench_seconds)]
     pub seconds: f64,
     /// Sequential round trips.
@@ -308,16 +308,6 @@ pub enum BenchDurability {
     Buffered,
 }
 
-impl BenchDurability {
-    /// The value of musterd's `--durability`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BenchDurability::Sync => "sync",
-            BenchDurability::Buffered => "buffered",
-        }
-    }
-}
-
 /// A count of at least one.
 fn at_least_one(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
@@ -327,20 +317,21 @@ fn at_least_one(s: &str) -> Result<usize, String> {
     }
 }
 
-/// `bench --rate`: above 0, at most 1,000,000 a second.
+/// `bench --rate`: 1 to 1,000,000 a second (so the latency phase, of at least a
+/// second, enqueues at least one task).
 fn bench_rate(s: &str) -> Result<f64, String> {
-    above_zero_at_most(s, 1_000_000.0)
+    between(s, 1.0, 1_000_000.0)
 }
 
-/// `bench --seconds`: above 0, at most a day.
+/// `bench --seconds`: 1 s to a day.
 fn bench_seconds(s: &str) -> Result<f64, String> {
-    above_zero_at_most(s, 86_400.0)
+    between(s, 1.0, 86_400.0)
 }
 
-fn above_zero_at_most(s: &str, max: f64) -> Result<f64, String> {
+fn between(s: &str, min: f64, max: f64) -> Result<f64, String> {
     match s.parse::<f64>() {
-        Ok(v) if v > 0.0 && v <= max => Ok(v),
-        Ok(_) => Err(format!("must be above 0 and at most {max}")),
+        Ok(v) if (min..=max).contains(&v) => Ok(v),
+        Ok(_) => Err(format!("must be from {min} to {max}")),
         Err(e) => Err(format!("{s:?} is not a number: {e}")),
     }
 }

@@ -27,6 +27,8 @@ use ulid::Ulid;
 
 use muster_protocol::model::TaskState;
 
+use super::sharded::ShardedMap;
+
 /// The labels a task requires, sorted and without duplicates; shared by its class.
 pub type Class = Arc<[String]>;
 
@@ -136,7 +138,7 @@ pub struct DispatchIndex {
     /// looks only at the classes whose first label it carries, each once.
     by_first_label: HashMap<String, Vec<Class>>,
     /// Each key's line of unfinished tasks, in enqueue order.
-    keys: HashMap<Arc<str>, Line>,
+    keys: ShardedMap<Arc<str>, Line>,
     /// Ready tasks with a key that are held back by their key's line.
     held_back: u64,
     /// The classes of `classes` (so each with a dispatchable task) that no connected
@@ -195,7 +197,7 @@ impl DispatchIndex {
                 if ready {
                     self.held_back += 1;
                 }
-                let line = self.keys.entry(Arc::clone(key)).or_default();
+                let line = self.keys.get_or_insert_with(Arc::clone(key), Line::default);
                 line.leased += u32::from(leased);
                 line.slots.insert(t.id, slot);
                 self.refresh(key, key_concurrency);

@@ -19,7 +19,7 @@ pub use authz::{
 mod bulk;
 pub mod dispatch;
 mod find;
-mod idmap;
+mod sharded;
 
 pub use authz::authorize_stateless;
 mod listing;
@@ -51,7 +51,7 @@ use muster_protocol::{ErrorBody, ErrorCode, RawJson};
 use crate::auth::Principal;
 use crate::store::{Batch, IndexView, Store, StoreError, TaskIndex, TaskRecord};
 use dispatch::{Class, DispatchIndex, TaskRef};
-use idmap::IdMap;
+use sharded::IdMap;
 use telemetry::LeaseEnd;
 
 /// Default of `--max-tasks-per-queue`: tasks one queue may hold in any state. The

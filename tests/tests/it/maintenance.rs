@@ -1,6 +1,6 @@
 //! Safe maintenance: one daemon per data directory, versions with their commit, a
-//! configuration check that starts nothing, and a snapshot of the live store that
-//! restores exactly what it held.
+//! configuration check that starts nothing, a snapshot of the live store that restores
+//! exactly what it held, and a daemon without transparent huge pages.
 
 use std::process::Command;
 
@@ -198,4 +198,20 @@ async fn a_snapshot_of_the_live_store_restores_exactly_what_it_held() {
     }
     // The restored lease is still the holder's.
     back.ack(&got[1].id, got[1].epoch, None).await.unwrap();
+}
+
+/// The daemon turns transparent huge pages off for itself (a huge page is resident and
+/// zeroed whole); the kernel shows it in the process's status.
+#[test]
+fn the_daemon_runs_without_transparent_huge_pages() {
+    let d = Daemon::start();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.pid())).unwrap();
+    let thp = status
+        .lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))
+        .unwrap_or_else(|| panic!("no THP_enabled line in:\n{status}"));
+    assert_eq!(thp.trim(), "0", "{status}");
+    // The test process itself still has them: the daemon changed only itself.
+    let own = std::fs::read_to_string("/proc/self/status").unwrap();
+    assert!(own.contains("THP_enabled:\t1"), "{own}");
 }
