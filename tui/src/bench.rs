@@ -366,7 +366,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         runs.push(run);
     }
     print_table(&runs)?;
-    let json = serde_json::json!({ "args": format!("{args:?}"), "runs": runs });
+    let json = serde_json::json!({ "args": args, "runs": runs });
     std::fs::write(&args.out, serde_json::to_vec_pretty(&json)?)
         .with_context(|| format!("writing {}", args.out.display()))?;
     println!("all figures: {}", args.out.display());

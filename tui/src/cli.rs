@@ -226,8 +226,8 @@ pub enum ContextCommand {
     },
 }
 
-/// Arguments of `bench`.
-#[derive(Debug, Args)]
+/// Arguments of `bench` (written into its JSON file as they were given).
+#[derive(Debug, Args, serde::Serialize)]
 pub struct BenchArgs {
     /// Phases, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "all")]
@@ -281,7 +281,8 @@ pub struct BenchArgs {
 }
 
 /// A phase of `bench`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum BenchPhase {
     /// Every phase.
     All,
@@ -300,7 +301,8 @@ pub enum BenchPhase {
 }
 
 /// The durability `bench` starts its daemons with.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum BenchDurability {
     /// Every reply after an fdatasync.
     Sync,

@@ -58,6 +58,14 @@ fn every_phase_gives_every_figure_in_the_json_and_the_table() {
     );
 
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    // The arguments as given, defaults filled in.
+    let args = &json["args"];
+    assert_eq!(args["phase"], serde_json::json!(["all"]), "{args}");
+    assert_eq!(args["runs"], 2, "{args}");
+    assert_eq!(args["tasks"], 600, "{args}");
+    assert_eq!(args["rate"], 200.0, "{args}");
+    assert_eq!(args["durability"], "sync", "{args}");
+    assert_eq!(args["musterd"], musterd.to_str().unwrap(), "{args}");
     let runs = json["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2);
     // Every figure of every phase, each present; those that time something are above 0.
@@ -179,6 +187,7 @@ fn only_the_phases_asked_for_run() {
         String::from_utf8_lossy(&o.stderr)
     );
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(json["args"]["phase"], serde_json::json!(["roundtrip"]));
     let run = &json["runs"][0];
     assert!(run["roundtrip_mean_ms"].as_f64().unwrap() > 0.0, "{run}");
     for k in [
