@@ -118,6 +118,63 @@ pub struct Config {
     /// one line and exit (0 when valid, 1 with the error): nothing is opened or served.
     #[arg(long)]
     pub check_config: bool,
+
+    /// Run as a node of the cluster with this id (letters, digits, `-`, `_`, `.`; at
+    /// most 64 bytes). Nodes of another cluster id cannot talk to this one.
+    #[arg(long, env = "MUSTER_CLUSTER_ID", help_heading = "Cluster")]
+    pub cluster_id: Option<String>,
+
+    /// This node's id in the cluster (1 or more; unique within it, never reused).
+    #[arg(long, env = "MUSTER_NODE_ID", help_heading = "Cluster")]
+    pub node_id: Option<u64>,
+
+    /// Address for node-to-node traffic (UDP), IP:PORT or HOST:PORT.
+    #[arg(long, env = "MUSTER_CLUSTER_LISTEN", value_parser = listen_addr, help_heading = "Cluster")]
+    pub cluster_listen: Option<SocketAddr>,
+
+    /// File holding the cluster secret (at least 32 bytes; surrounding whitespace is
+    /// ignored): every node of the cluster has the same one.
+    #[arg(long, env = "MUSTER_CLUSTER_SECRET_FILE", help_heading = "Cluster")]
+    pub cluster_secret_file: Option<PathBuf>,
+
+    /// The client address (HOST:PORT) other nodes name when they send clients to this
+    /// one as the leader; the bound --listen address if absent.
+    #[arg(long, env = "MUSTER_ADVERTISE", help_heading = "Cluster")]
+    pub advertise: Option<String>,
+
+    /// The node-to-node address (HOST:PORT) other nodes reach this one at; the bound
+    /// --cluster-listen address if absent.
+    #[arg(long, env = "MUSTER_CLUSTER_ADVERTISE", help_heading = "Cluster")]
+    pub cluster_advertise: Option<String>,
+
+    /// Form a new one-node cluster of this node, if its store holds none yet (the first
+    /// node's first start only; others join with `muster cluster add`).
+    #[arg(long, env = "MUSTER_BOOTSTRAP", help_heading = "Cluster")]
+    pub bootstrap: bool,
+
+    /// Reach node ID's node-to-node endpoint at ADDR instead of the address it
+    /// advertises (ID=HOST:PORT; repeatable): for proxies and tests.
+    #[arg(long = "route", value_parser = route, help_heading = "Cluster")]
+    pub routes: Vec<(u64, String)>,
+
+    /// Build a snapshot and compact the log after this many log entries.
+    #[arg(long, env = "MUSTER_CLUSTER_SNAPSHOT_EVERY", default_value_t = crate::cluster::node::SNAPSHOT_EVERY_ENTRIES, help_heading = "Cluster")]
+    pub cluster_snapshot_every: u64,
+}
+
+/// Longest cluster id, in bytes.
+pub const MAX_CLUSTER_ID_BYTES: usize = 64;
+
+/// The cluster settings of a node, once checked.
+pub struct ClusterFlags {
+    /// The cluster id.
+    pub cluster_id: String,
+    /// This node's id.
+    pub node_id: u64,
+    /// The node-to-node listen address.
+    pub listen: SocketAddr,
+    /// The secret file.
+    pub secret_file: PathBuf,
 }
 
 /// Default absolute threshold of the disk alarm, in MiB: room for the store to flush
@@ -171,8 +228,83 @@ impl Config {
         if self.disk_alarm_free_mib > 1 << 30 {
             bail!("--disk-alarm-free-mib must be at most 1073741824 (1 PiB)");
         }
+        self.cluster()?;
         Ok(())
     }
+
+    /// The cluster settings: `None` for a single daemon (no cluster flag given), an
+    /// error when some are missing or wrong.
+    pub fn cluster(&self) -> anyhow::Result<Option<ClusterFlags>> {
+        let any = self.cluster_id.is_some()
+            || self.node_id.is_some()
+            || self.cluster_listen.is_some()
+            || self.cluster_secret_file.is_some()
+            || self.advertise.is_some()
+            || self.cluster_advertise.is_some()
+            || self.bootstrap
+            || !self.routes.is_empty();
+        if !any {
+            return Ok(None);
+        }
+        let (Some(cluster_id), Some(node_id), Some(listen), Some(secret_file)) = (
+            &self.cluster_id,
+            self.node_id,
+            self.cluster_listen,
+            &self.cluster_secret_file,
+        ) else {
+            bail!(
+                "a cluster node needs --cluster-id, --node-id, --cluster-listen and --cluster-secret-file"
+            );
+        };
+        if cluster_id.is_empty()
+            || cluster_id.len() > MAX_CLUSTER_ID_BYTES
+            || !cluster_id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        {
+            bail!(
+                "--cluster-id must be 1 to {MAX_CLUSTER_ID_BYTES} letters, digits, '-', '_' or '.'"
+            );
+        }
+        if node_id == 0 {
+            bail!("--node-id must be at least 1");
+        }
+        if self.cluster_snapshot_every == 0 {
+            bail!("--cluster-snapshot-every must be at least 1");
+        }
+        for addr in [&self.advertise, &self.cluster_advertise].into_iter().flatten() {
+            host_port(addr).map_err(anyhow::Error::msg)?;
+        }
+        Ok(Some(ClusterFlags {
+            cluster_id: cluster_id.clone(),
+            node_id,
+            listen,
+            secret_file: secret_file.clone(),
+        }))
+    }
+}
+
+/// Checks that `s` is `HOST:PORT`.
+fn host_port(s: &str) -> Result<(), String> {
+    let (host, port) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("invalid address {s:?}: want HOST:PORT"))?;
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(format!("invalid address {s:?}: want HOST:PORT"));
+    }
+    Ok(())
+}
+
+/// `ID=HOST:PORT`.
+fn route(s: &str) -> Result<(u64, String), String> {
+    let (id, addr) = s
+        .split_once('=')
+        .ok_or_else(|| format!("invalid route {s:?}: want ID=HOST:PORT"))?;
+    let id = id
+        .parse::<u64>()
+        .map_err(|_| format!("invalid route {s:?}: {id:?} is not a node id"))?;
+    host_port(addr)?;
+    Ok((id, addr.to_string()))
 }
 
 impl Config {
@@ -258,6 +390,55 @@ mod tests {
         assert_eq!(
             err.unwrap_err().to_string(),
             "--disk-alarm-free-percent must be between 0 and 50"
+        );
+    }
+
+    #[test]
+    fn cluster_flags_are_all_or_nothing_and_checked() {
+        assert!(config(&[]).cluster().unwrap().is_none());
+        let base = [
+            "--cluster-id",
+            "prod-1",
+            "--node-id",
+            "2",
+            "--cluster-listen",
+            "127.0.0.1:7500",
+            "--cluster-secret-file",
+            "/s",
+        ];
+        let flags = config(&base).cluster().unwrap().unwrap();
+        assert_eq!(
+            (flags.cluster_id.as_str(), flags.node_id, flags.listen.port()),
+            ("prod-1", 2, 7500)
+        );
+        assert_eq!(
+            config(&["--bootstrap"]).check(false).unwrap_err().to_string(),
+            "a cluster node needs --cluster-id, --node-id, --cluster-listen and --cluster-secret-file"
+        );
+        let mut bad_id = base.to_vec();
+        bad_id[1] = "a b";
+        assert_eq!(
+            config(&bad_id).cluster().err().unwrap().to_string(),
+            "--cluster-id must be 1 to 64 letters, digits, '-', '_' or '.'"
+        );
+        let mut zero = base.to_vec();
+        zero[3] = "0";
+        assert_eq!(
+            config(&zero).cluster().err().unwrap().to_string(),
+            "--node-id must be at least 1"
+        );
+        let mut routed = base.to_vec();
+        routed.extend(["--route", "3=127.0.0.1:9000"]);
+        assert_eq!(config(&routed).routes, vec![(3, "127.0.0.1:9000".to_string())]);
+        let e = Config::try_parse_from(["musterd", "--route", "x=1:2"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("invalid route \"x=1:2\": \"x\" is not a node id"), "{e}");
+        let mut advertised = base.to_vec();
+        advertised.extend(["--advertise", "nohost"]);
+        assert_eq!(
+            config(&advertised).cluster().err().unwrap().to_string(),
+            "invalid address \"nohost\": want HOST:PORT"
         );
     }
 

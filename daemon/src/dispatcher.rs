@@ -56,6 +56,14 @@ pub enum Durability {
 }
 
 impl Durability {
+    /// How far a round is persisted in this mode.
+    pub fn persist(self) -> Persist {
+        match self {
+            Durability::Sync => Persist::Data,
+            Durability::Buffered => Persist::Os,
+        }
+    }
+
     /// The mode's name, as the command line and `server_stats` spell it.
     pub fn name(self) -> &'static str {
         match self {
@@ -228,35 +236,115 @@ pub struct Dispatcher {
     thread: JoinHandle<Result<(), StoreError>>,
 }
 
+/// What an engine is opened with.
+pub struct EngineSettings {
+    /// How long an unused member name stays reserved for its principal.
+    pub member_name_expiry: Duration,
+    /// The quotas.
+    pub quotas: crate::engine::Quotas,
+}
+
+/// Opens the engine over `store`: its state rebuilt from the store.
+fn open_engine(
+    store: Store,
+    clock: &Clock,
+    settings: &EngineSettings,
+    disk: &mut DiskAlarm,
+    stats: &CommitStats,
+) -> Result<Engine<Responder>, StoreError> {
+    let started = Instant::now();
+    let mut engine = Engine::open(store, clock.now(), rand::random())?;
+    engine.set_member_name_expiry(settings.member_name_expiry);
+    engine.set_quotas(settings.quotas);
+    // Before the first request: a daemon started on a full disk refuses enqueues at once.
+    watch_disk(disk, &mut engine, stats);
+    info!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "engine state rebuilt from the store"
+    );
+    Ok(engine)
+}
+
 impl Dispatcher {
     /// Opens the engine over the store (rebuilding its state) and starts the thread.
     pub fn start(
         store: Store,
         durability: Durability,
-        member_name_expiry: std::time::Duration,
-        quotas: crate::engine::Quotas,
+        settings: EngineSettings,
         mut disk: DiskAlarm,
     ) -> anyhow::Result<Dispatcher> {
         let clock = Clock::new();
-        let started = Instant::now();
-        let mut engine = Engine::open(store, clock.now(), rand::random())?;
-        engine.set_member_name_expiry(member_name_expiry);
-        engine.set_quotas(quotas);
         let stats = Arc::new(CommitStats::default());
         stats
             .started_ms
             .store(clock.now().wall_ms, Ordering::Relaxed);
-        // Before the first request: a daemon started on a full disk refuses enqueues at once.
-        watch_disk(&mut disk, &mut engine, &stats);
-        info!(
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "engine state rebuilt from the store"
-        );
+        let mut engine = open_engine(store, &clock, &settings, &mut disk, &stats)?;
         let (tx, rx) = flume::bounded(CHANNEL_CAPACITY);
         let thread_stats = Arc::clone(&stats);
         let thread = std::thread::Builder::new()
             .name("muster-dispatch".into())
-            .spawn(move || run(engine, rx, durability, clock, disk, &thread_stats))
+            .spawn(move || {
+                let mut commit = Commit::Local(durability.persist());
+                let ended = run(&mut engine, &rx, &mut commit, &clock, &mut disk, &thread_stats)?;
+                assert!(
+                    matches!(ended, Ended::Stopped),
+                    "a single daemon's dispatcher is never deposed"
+                );
+                Ok(())
+            })
+            .context("starting the dispatcher thread")?;
+        Ok(Dispatcher { tx, stats, thread })
+    }
+
+    /// Starts the thread of a cluster node. It follows (answering every request with
+    /// `not_leader`) until the node leads with every log entry applied, then opens the
+    /// engine over the store, as a restart does, and serves; when it stops leading it
+    /// drops the engine and follows again. Each change bumps `generation`, on which
+    /// the server closes every client connection.
+    pub fn start_clustered(
+        store: Store,
+        node: crate::cluster::node::Node,
+        settings: EngineSettings,
+        mut disk: DiskAlarm,
+        generation: tokio::sync::watch::Sender<u64>,
+    ) -> anyhow::Result<Dispatcher> {
+        let stats = Arc::new(CommitStats::default());
+        stats
+            .started_ms
+            .store(Clock::new().now().wall_ms, Ordering::Relaxed);
+        let (tx, rx) = flume::bounded(CHANNEL_CAPACITY);
+        let thread_stats = Arc::clone(&stats);
+        let thread = std::thread::Builder::new()
+            .name("muster-dispatch".into())
+            .spawn(move || -> Result<(), StoreError> {
+                loop {
+                    let Some(term) = follow(&rx, &node) else {
+                        info!("dispatcher stopped while following");
+                        return Ok(());
+                    };
+                    let applied = crate::cluster::storage::Applied::of(&store)?;
+                    let clock = Clock::floored(applied.wall_ms);
+                    let mut engine =
+                        open_engine(store.clone(), &clock, &settings, &mut disk, &thread_stats)?;
+                    info!(term, "leading: serving clients");
+                    generation.send_modify(|g| *g += 1);
+                    let mut commit = Commit::Cluster(crate::cluster::lead::Leading::new(
+                        node.clone(),
+                        term,
+                    ));
+                    let ended =
+                        run(&mut engine, &rx, &mut commit, &clock, &mut disk, &thread_stats)?;
+                    drop(engine);
+                    store.drop_held();
+                    match ended {
+                        Ended::Stopped => return Ok(()),
+                        Ended::Deposed => {
+                            info!(term, "no longer leading: following");
+                            generation.send_modify(|g| *g += 1);
+                        }
+                    }
+                }
+            })
             .context("starting the dispatcher thread")?;
         Ok(Dispatcher { tx, stats, thread })
     }
@@ -352,41 +440,107 @@ fn watch_disk<W: Waiter>(disk: &mut DiskAlarm, engine: &mut Engine<W>, stats: &C
 }
 
 /// The real clock: wall time for users, a monotonic clock for leases.
-struct Clock {
+pub(crate) struct Clock {
     origin: Instant,
+    /// Wall time never reads earlier than this: a cluster leader's clock is floored at
+    /// the last agreed round's time.
+    floor_ms: u64,
 }
 
 impl Clock {
-    fn new() -> Clock {
+    pub(crate) fn new() -> Clock {
+        Clock::floored(0)
+    }
+
+    pub(crate) fn floored(floor_ms: u64) -> Clock {
         Clock {
             origin: Instant::now(),
+            floor_ms,
         }
     }
 
-    fn now(&self) -> Now {
+    pub(crate) fn now(&self) -> Now {
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         Now {
-            wall_ms: wall,
+            wall_ms: wall.max(self.floor_ms),
             mono_ms: self.origin.elapsed().as_millis() as u64,
         }
     }
 }
 
+/// How a round's changes become durable before its replies leave.
+enum Commit {
+    /// A single daemon's: persist the journal as far as this says.
+    Local(Persist),
+    /// A cluster leader's: the cluster agrees on the round.
+    Cluster(crate::cluster::lead::Leading),
+}
+
+impl Commit {
+    /// Whether the round may take another request: a cluster round stops at
+    /// [`crate::cluster::lead::MAX_ROUND_BYTES`] of changes.
+    fn has_room(&self, store: &Store) -> bool {
+        match self {
+            Commit::Local(_) => true,
+            Commit::Cluster(_) => store.round_bytes() < crate::cluster::lead::MAX_ROUND_BYTES,
+        }
+    }
+
+    /// Makes the round's changes durable (`requests` of them applied); false if a
+    /// cluster did not agree on them, so that nothing of the round may be told.
+    fn finish(
+        &mut self,
+        engine: &mut Engine<Responder>,
+        now: Now,
+        requests: u64,
+        stats: &CommitStats,
+    ) -> Result<bool, StoreError> {
+        match self {
+            Commit::Local(mode) => {
+                if engine.take_dirty() {
+                    // IMPORTANT: persist before any reply of this round leaves.
+                    let started = Instant::now();
+                    engine.store().persist(*mode)?;
+                    let took = started.elapsed();
+                    metrics::histogram!("muster_fsync_seconds").record(took.as_secs_f64());
+                    let took_us = took.as_micros() as u64;
+                    stats.fsync_last_us.store(took_us, Ordering::Relaxed);
+                    stats.fsync_total_us.fetch_add(took_us, Ordering::Relaxed);
+                    metrics::histogram!("muster_fsync_batch_requests").record(requests as f64);
+                    stats.syncs.fetch_add(1, Ordering::Relaxed);
+                    stats.synced_requests.fetch_add(requests, Ordering::Relaxed);
+                    debug!(requests, "round persisted");
+                }
+                Ok(true)
+            }
+            Commit::Cluster(leading) => {
+                engine.take_dirty();
+                let replies = engine.has_output();
+                Ok(leading.agree(engine.store(), now.wall_ms, replies))
+            }
+        }
+    }
+}
+
+/// Why [`run`] returned.
+enum Ended {
+    /// Shut down (or the channel closed).
+    Stopped,
+    /// The node stopped leading: the engine is dropped and the node follows.
+    Deposed,
+}
+
 fn run(
-    mut engine: Engine<Responder>,
-    rx: flume::Receiver<Command>,
-    durability: Durability,
-    clock: Clock,
-    mut disk: DiskAlarm,
+    engine: &mut Engine<Responder>,
+    rx: &flume::Receiver<Command>,
+    commit: &mut Commit,
+    clock: &Clock,
+    disk: &mut DiskAlarm,
     stats: &CommitStats,
-) -> Result<(), StoreError> {
-    let mode = match durability {
-        Durability::Sync => Persist::Data,
-        Durability::Buffered => Persist::Os,
-    };
-    let mut round = Vec::with_capacity(MAX_ROUND);
+) -> Result<Ended, StoreError> {
+    let mut round = std::collections::VecDeque::with_capacity(MAX_ROUND);
     let mut stopping = false;
     let mut gauges_at = Instant::now();
     let mut disk_at = Instant::now();
@@ -396,25 +550,40 @@ fn run(
         let wake = engine
             .next_timer(clock.now())
             .map_or(IDLE_WAKE, |ms| Duration::from_millis(ms).min(IDLE_WAKE));
-        match rx.recv_timeout(wake) {
-            Ok(cmd) => round.push(cmd),
-            Err(flume::RecvTimeoutError::Timeout) => {}
-            Err(flume::RecvTimeoutError::Disconnected) => stopping = true,
+        let wake = match commit {
+            Commit::Local(_) => wake,
+            Commit::Cluster(_) => wake.min(crate::cluster::lead::CHECK_EVERY),
+        };
+        if round.is_empty() {
+            match rx.recv_timeout(wake) {
+                Ok(cmd) => round.push_back(cmd),
+                Err(flume::RecvTimeoutError::Timeout) => {}
+                Err(flume::RecvTimeoutError::Disconnected) => stopping = true,
+            }
         }
         while round.len() < MAX_ROUND {
             match rx.try_recv() {
-                Ok(cmd) => round.push(cmd),
+                Ok(cmd) => round.push_back(cmd),
                 Err(_) => break,
             }
         }
+        if let Commit::Cluster(leading) = commit
+            && !leading.is_leading()
+        {
+            refuse_all(&mut round, leading.node());
+            join_snapshot(&mut snapshot);
+            return Ok(Ended::Deposed);
+        }
         if disk_at.elapsed() >= crate::disk::CHECK_INTERVAL {
-            watch_disk(&mut disk, &mut engine, stats);
+            watch_disk(disk, engine, stats);
             disk_at = Instant::now();
         }
         let now = clock.now();
-        let requests = round.len() as u64;
+        let mut requests = 0u64;
         let round_started = Instant::now();
-        for cmd in round.drain(..) {
+        while commit.has_room(engine.store()) {
+            let Some(cmd) = round.pop_front() else { break };
+            requests += 1;
             match cmd {
                 Command::Request(req, responder) => {
                     let span = debug_span!(
@@ -438,22 +607,20 @@ fn run(
         let applied = round_started.elapsed();
         engine.tick(now)?;
         let ticked = round_started.elapsed();
-        let mut persisted = ticked;
-        if engine.take_dirty() {
-            // IMPORTANT: persist before any reply of this round leaves.
-            let started = Instant::now();
-            engine.store().persist(mode)?;
-            let took = started.elapsed();
-            metrics::histogram!("muster_fsync_seconds").record(took.as_secs_f64());
-            let took_us = took.as_micros() as u64;
-            stats.fsync_last_us.store(took_us, Ordering::Relaxed);
-            stats.fsync_total_us.fetch_add(took_us, Ordering::Relaxed);
-            metrics::histogram!("muster_fsync_batch_requests").record(requests as f64);
-            stats.syncs.fetch_add(1, Ordering::Relaxed);
-            stats.synced_requests.fetch_add(requests, Ordering::Relaxed);
-            debug!(requests, "round persisted");
-            persisted = round_started.elapsed();
+        if !commit.finish(engine, now, requests, stats)? {
+            for (responder, _) in engine.take_outbox() {
+                responder.send(Err(ErrorBody::new(
+                    ErrorCode::OutcomeUnknown,
+                    "the leader lost its leadership before this request's round was agreed on: it may or may not have taken effect",
+                )));
+            }
+            if let Commit::Cluster(leading) = commit {
+                refuse_all(&mut round, leading.node());
+            }
+            join_snapshot(&mut snapshot);
+            return Ok(Ended::Deposed);
         }
+        let persisted = round_started.elapsed();
         for (responder, result) in engine.take_outbox() {
             responder.send(result);
         }
@@ -494,11 +661,40 @@ fn run(
             stats
                 .members_connected
                 .store(engine.connected_members() as u64, Ordering::Relaxed);
+            if let Commit::Cluster(leading) = commit {
+                leading.node().publish_gauges();
+            }
             gauges_at = Instant::now();
         }
     }
     join_snapshot(&mut snapshot);
     engine.store().persist(Persist::All)?;
     info!("store persisted; dispatcher stopped");
-    Ok(())
+    Ok(Ended::Stopped)
+}
+
+/// Answers every request with `not_leader` until the node may lead; returns the term
+/// it leads in, or `None` on shutdown.
+fn follow(rx: &flume::Receiver<Command>, node: &crate::cluster::node::Node) -> Option<u64> {
+    loop {
+        if let Some(term) = node.ready_to_lead() {
+            return Some(term);
+        }
+        match rx.recv_timeout(crate::cluster::lead::CHECK_EVERY) {
+            Ok(Command::Request(_, responder)) => responder.refuse(node.not_leader()),
+            Ok(Command::Heard(_) | Command::Disconnected(_)) => {}
+            Ok(Command::Shutdown) | Err(flume::RecvTimeoutError::Disconnected) => return None,
+            Err(flume::RecvTimeoutError::Timeout) => {}
+        }
+    }
+}
+
+/// Answers every request of `round` with `not_leader`; other commands concern an
+/// engine that is gone.
+fn refuse_all(round: &mut std::collections::VecDeque<Command>, node: &crate::cluster::node::Node) {
+    for cmd in round.drain(..) {
+        if let Command::Request(_, responder) = cmd {
+            responder.refuse(node.not_leader());
+        }
+    }
 }

@@ -18,6 +18,7 @@
 
 pub mod admission;
 pub mod auth;
+pub mod cluster;
 pub mod config;
 pub mod data_dir;
 pub mod disk;
@@ -135,15 +136,19 @@ pub fn check_config(config: &Config) -> anyhow::Result<String> {
 fn write_ready_file(
     path: &std::path::Path,
     addr: std::net::SocketAddr,
+    cluster_addr: Option<std::net::SocketAddr>,
     fingerprint: &str,
     cert: &std::path::Path,
 ) -> anyhow::Result<()> {
-    let body = serde_json::json!({
+    let mut body = serde_json::json!({
         "addr": addr.to_string(),
         "fingerprint": fingerprint,
         "cert": cert.display().to_string(),
         "pid": std::process::id(),
     });
+    if let Some(cluster_addr) = cluster_addr {
+        body["cluster_addr"] = cluster_addr.to_string().into();
+    }
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, format!("{body}\n"))
         .with_context(|| format!("writing {}", tmp.display()))?;
@@ -200,37 +205,74 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let store_dir = config.data.join("store");
     let disk = disk::DiskAlarm::new(config.data.clone(), config.disk_threshold());
     let cache_bytes = config.cache_mib << 20;
-    let opened = tokio::task::spawn_blocking(move || {
+    let cluster = config.cluster()?;
+    let clustered = cluster.is_some();
+    let store = tokio::task::spawn_blocking(move || {
         let opening = std::time::Instant::now();
-        let store = store::Store::open(&store_dir, cache_bytes).context("opening the store")?;
+        let store = if clustered {
+            store::Store::open_clustered(&store_dir, cache_bytes)
+        } else {
+            store::Store::open(&store_dir, cache_bytes)
+        }
+        .context("opening the store")?;
         tracing::info!(
             elapsed_ms = opening.elapsed().as_millis() as u64,
             "store opened"
         );
-        let quotas = engine::Quotas {
-            max_tasks_per_queue: config.max_tasks_per_queue,
-            max_bytes_per_principal: config.max_bytes_per_token,
-        };
-        Dispatcher::start(
-            store,
-            config.durability,
-            config.member_name_expiry,
-            quotas,
-            disk,
-        )
-    });
-    let dispatcher = opened
-        .await
-        .context("opening the store")?
-        .context("opening the store")?;
+        anyhow::Ok(store)
+    })
+    .await
+    .context("opening the store")??;
 
     let secrets = tls::reset_secrets(&config.data)?;
     let endpoint = server::bind(config.listen, server_config, secrets)?;
     let addr = endpoint.local_addr().context("reading the bound address")?;
+    let settings = dispatcher::EngineSettings {
+        member_name_expiry: config.member_name_expiry,
+        quotas: engine::Quotas {
+            max_tasks_per_queue: config.max_tasks_per_queue,
+            max_bytes_per_principal: config.max_bytes_per_token,
+        },
+    };
+    let (dispatcher, node) = match cluster {
+        None => {
+            let durability = config.durability;
+            let dispatcher = tokio::task::spawn_blocking(move || {
+                Dispatcher::start(store, durability, settings, disk)
+            });
+            (dispatcher.await.context("opening the store")??, None)
+        }
+        Some(flags) => {
+            let node_config = cluster::node::NodeConfig {
+                secret: cluster::net::read_secret(&flags.secret_file)?,
+                cluster_id: flags.cluster_id,
+                node_id: flags.node_id,
+                listen: flags.listen,
+                advertise: config.advertise.clone(),
+                cluster_advertise: config.cluster_advertise.clone(),
+                bootstrap: config.bootstrap,
+                routes: config.routes.iter().cloned().collect(),
+                snapshot_every: config.cluster_snapshot_every,
+            };
+            let node = cluster::node::Node::start(
+                node_config,
+                &store,
+                &config.data,
+                config.durability.persist(),
+                addr,
+            )
+            .await?;
+            let (generation, watching) = tokio::sync::watch::channel(0u64);
+            let dispatcher =
+                Dispatcher::start_clustered(store, node.clone(), settings, disk, generation)?;
+            (dispatcher, Some((node, watching)))
+        }
+    };
+    let cluster_addr = node.as_ref().map(|(n, _)| n.cluster_addr);
     if let Some(path) = &config.ready_file {
-        write_ready_file(path, addr, &fingerprint, &cert_path)?;
+        write_ready_file(path, addr, cluster_addr, &fingerprint, &cert_path)?;
     }
-    server::log_listening(addr, &fingerprint, &cert_path);
+    server::log_listening(addr, cluster_addr, &fingerprint, &cert_path);
 
     let shutdown = CancellationToken::new();
     let context = server::ServerContext {
@@ -240,6 +282,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         hello_timeout: config.hello_timeout,
         stats: Arc::clone(&dispatcher.stats),
         durability: config.durability.name(),
+        cluster: node.clone(),
     };
     let server = tokio::spawn(server::serve(endpoint, context, shutdown.clone()));
     let metrics_server =
@@ -258,6 +301,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(path);
     }
     server.await.context("joining the server")?;
+    if let Some((node, _)) = &node {
+        node.shutdown().await;
+    }
     if let Some(metrics_server) = metrics_server {
         metrics_server.await.context("joining the metrics server")?;
     }

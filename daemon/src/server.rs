@@ -20,7 +20,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use muster_protocol::frame::{self, FrameError, FrameReader};
 use muster_protocol::limits::{MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES, MAX_PROGRESS_BYTES};
-use muster_protocol::ops::{ErrFrame, HelloReply, OkFrame, decode_request};
+use muster_protocol::ops::{ClusterStatusReply, ErrFrame, HelloReply, OkFrame, decode_request};
 use muster_protocol::{ErrorBody, ErrorCode, PROTOCOL_VERSION, Push, Request};
 
 use crate::admission::{Place, Pool};
@@ -107,6 +107,10 @@ const CLOSE_REPLACED: u32 = 3;
 
 /// Application error code on a connection closed for a wrong or missing token.
 const CLOSE_UNAUTHORIZED: u32 = 4;
+
+/// Application error code on the connections a cluster node closes when it starts or
+/// stops leading: the client looks for the leader again and resumes its session there.
+const CLOSE_LEADERSHIP: u32 = 6;
 
 /// How long a stream gets to deliver its last frames before its connection is closed.
 const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
@@ -286,6 +290,11 @@ async fn handle_connection(
     }
     let commands = context.server.commands.clone();
     context.heartbeats.watch(connection, conn.clone());
+    let mut leadership = context.server.cluster.as_ref().map(|(_, g)| {
+        let mut g = g.clone();
+        g.mark_unchanged();
+        g
+    });
     let result = loop {
         let (send, recv) = tokio::select! {
             s = conn.accept_bi() => match s {
@@ -293,6 +302,11 @@ async fn handle_connection(
                 Err(e) => break Err(e),
             },
             () = shutdown.cancelled() => break Ok(()),
+            Some(()) = leadership_changed(&mut leadership) => {
+                debug!("closing: the node's leadership changed");
+                conn.close(CLOSE_LEADERSHIP.into(), b"leadership changed");
+                break Ok(());
+            }
         };
         let span = info_span!("stream", id = %send.id());
         streams.spawn(handle_stream(Arc::clone(&state), (send, recv)).instrument(span));
@@ -307,6 +321,14 @@ async fn handle_connection(
         Ok(()) | Err(quinn::ConnectionError::ApplicationClosed(_)) => Ok(()),
         Err(quinn::ConnectionError::LocallyClosed) => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Resolves when a cluster node starts or stops leading (never on a single daemon).
+async fn leadership_changed(generation: &mut Option<tokio::sync::watch::Receiver<u64>>) -> Option<()> {
+    match generation {
+        Some(g) => g.changed().await.ok(),
+        None => std::future::pending().await,
     }
 }
 
@@ -614,6 +636,18 @@ async fn handle_frame(
         let _ = out.send(Outgoing::reply(Some(id), Ok(reply), slot));
         return Continue(());
     }
+    if let Some((node, _)) = &state.context.server.cluster
+        && allowed
+        && let Some(answer) = cluster_op(node, &req)
+    {
+        // A membership change waits for a new node to catch up: off this stream's loop.
+        let out = out.clone();
+        tokio::spawn(async move {
+            let reply = answer.await.map(Reply::Cluster);
+            let _ = out.send(Outgoing::reply(Some(id), reply, slot));
+        });
+        return Continue(());
+    }
     if principal.is_none() && !state.context.server.tokens.is_empty() {
         let error = ErrorBody::new(ErrorCode::Unauthorized, "present a token with hello first");
         let _ = out.send(Outgoing::reply(Some(id), Err(error), slot));
@@ -636,6 +670,30 @@ async fn handle_frame(
     Continue(())
 }
 
+/// A cluster node's answer to a cluster op, answered by the node rather than the engine.
+fn cluster_op(
+    node: &crate::cluster::node::Node,
+    req: &Request,
+) -> Option<std::pin::Pin<Box<dyn Future<Output = Result<ClusterStatusReply, ErrorBody>> + Send>>> {
+    let node = node.clone();
+    Some(match req {
+        Request::ClusterStatus(_) => Box::pin(async move { Ok(node.status()) }),
+        Request::ClusterAdd(add) => {
+            let (id, learner) = (add.node, add.learner);
+            let addr = crate::cluster::NodeAddr {
+                addr: add.addr.clone(),
+                cluster_addr: add.cluster_addr.clone(),
+            };
+            Box::pin(async move { node.add(id, addr, learner).await })
+        }
+        Request::ClusterRemove(remove) => {
+            let id = remove.node;
+            Box::pin(async move { node.remove(id).await })
+        }
+        _ => return None,
+    })
+}
+
 /// What every connection of the server shares.
 pub struct ServerContext {
     /// Where requests go.
@@ -650,6 +708,9 @@ pub struct ServerContext {
     pub stats: Arc<crate::dispatcher::CommitStats>,
     /// The durability mode's name, for `server_stats`.
     pub durability: &'static str,
+    /// On a cluster node: the node, and the dispatcher's leadership generation, which
+    /// changes when the node starts or stops leading (its connections are closed then).
+    pub cluster: Option<(crate::cluster::node::Node, tokio::sync::watch::Receiver<u64>)>,
 }
 
 /// One connection's state, shared by its streams.
@@ -763,7 +824,11 @@ impl ConnState {
                 }
             }
         }
-        hello_reply(hello.version)
+        let mut reply = hello_reply(hello.version)?;
+        if let (Reply::Hello(hello), Some((node, _))) = (&mut reply, &self.context.server.cluster) {
+            hello.cluster = Some(node.hello());
+        }
+        Ok(reply)
     }
 }
 
@@ -772,6 +837,7 @@ fn hello_reply(version: u32) -> Result<Reply, ErrorBody> {
         Ok(Reply::Hello(HelloReply {
             version: PROTOCOL_VERSION,
             server: concat!("musterd ", env!("CARGO_PKG_VERSION")).into(),
+            cluster: None,
         }))
     } else {
         Err(ErrorBody::new(
@@ -904,6 +970,22 @@ fn encode(
 }
 
 /// Logs where the daemon listens and how clients trust it.
-pub fn log_listening(addr: SocketAddr, fingerprint: &str, cert: &std::path::Path) {
-    info!(%addr, fingerprint, cert = %cert.display(), "musterd listening (QUIC, ALPN muster/1)");
+pub fn log_listening(
+    addr: SocketAddr,
+    cluster_addr: Option<SocketAddr>,
+    fingerprint: &str,
+    cert: &std::path::Path,
+) {
+    match cluster_addr {
+        None => {
+            info!(%addr, fingerprint, cert = %cert.display(), "musterd listening (QUIC, ALPN muster/1)")
+        }
+        Some(cluster_addr) => info!(
+            %addr,
+            %cluster_addr,
+            fingerprint,
+            cert = %cert.display(),
+            "musterd listening (QUIC, ALPN muster/1; cluster node-to-node traffic on cluster_addr, ALPN muster-raft/1)"
+        ),
+    }
 }

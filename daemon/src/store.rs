@@ -23,8 +23,9 @@
 //! The journal is persisted by hand ([`Store::persist`]): the engine commits every
 //! request's batch without syncing and syncs once per round, which is group commit.
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 pub mod format;
 mod torn_tail;
@@ -279,11 +280,75 @@ impl TaskIndex {
     }
 }
 
+/// A keyspace the engine writes: what a cluster's log entries and snapshots name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Space {
+    /// `meta`.
+    Meta,
+    /// `owners`.
+    Owners,
+    /// `queues`.
+    Queues,
+    /// `tasks`.
+    Tasks,
+    /// `payloads`.
+    Payloads,
+    /// `idem`.
+    Idem,
+}
+
+impl Space {
+    /// Every keyspace of the engine's state, in the order a copy writes them.
+    pub const ALL: [Space; 6] = [
+        Space::Meta,
+        Space::Owners,
+        Space::Queues,
+        Space::Tasks,
+        Space::Payloads,
+        Space::Idem,
+    ];
+}
+
+/// One change to the store: `value` written at `key`, or the key removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    /// The keyspace.
+    pub space: Space,
+    /// The key.
+    pub key: Vec<u8>,
+    /// The new value; `None` removes the key.
+    pub value: Option<Vec<u8>>,
+}
+
+impl Change {
+    /// Bytes the change carries (its key and value), for bounding a round.
+    pub fn bytes(&self) -> usize {
+        self.key.len() + self.value.as_ref().map_or(0, Vec::len)
+    }
+}
+
 /// The daemon's fjall database. Clones share it.
 #[derive(Clone)]
 pub struct Store {
     db: Database,
     ks: Arc<Keyspaces>,
+    /// On a cluster node: the changes of the leader's current round, held back until
+    /// the cluster agrees on them (and readable meanwhile); `None` on a single daemon,
+    /// whose batches go straight to fjall.
+    held: Option<Arc<Mutex<Held>>>,
+}
+
+/// A cluster leader's round in the making ([`Store::take_round`]) and what it changed,
+/// key by key, until the round is applied ([`Store::round_applied`]).
+#[derive(Default)]
+struct Held {
+    /// Changes not yet taken for a round.
+    changes: Vec<Change>,
+    /// Their bytes.
+    bytes: usize,
+    /// The latest value of every key changed since the last applied round: reads see
+    /// the engine's own writes before the cluster has agreed on them.
+    latest: HashMap<(Space, Vec<u8>), Option<Vec<u8>>>,
 }
 
 struct Keyspaces {
@@ -293,6 +358,19 @@ struct Keyspaces {
     tasks: Keyspace,
     payloads: Keyspace,
     idem: Keyspace,
+}
+
+impl Keyspaces {
+    fn get(&self, space: Space) -> &Keyspace {
+        match space {
+            Space::Meta => &self.meta,
+            Space::Owners => &self.owners,
+            Space::Queues => &self.queues,
+            Space::Tasks => &self.tasks,
+            Space::Payloads => &self.payloads,
+            Space::Idem => &self.idem,
+        }
+    }
 }
 
 impl Store {
@@ -334,9 +412,140 @@ impl Store {
         let store = Store {
             db,
             ks: Arc::new(ks),
+            held: None,
         };
         store.check_format(dir)?;
         Ok(store)
+    }
+
+    /// Opens the store of a cluster node: the engine's batches are held back as the
+    /// leader's round ([`Store::take_round`]) and reach fjall only through
+    /// [`Store::apply`], when the cluster has agreed on them.
+    pub fn open_clustered(dir: &Path, cache_bytes: u64) -> Result<Store, StoreError> {
+        let mut store = Store::open(dir, cache_bytes)?;
+        store.held = Some(Arc::default());
+        Ok(store)
+    }
+
+    /// The fjall database, for the cluster's log keyspaces.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// Takes the changes committed since the last call: the round to propose. Only on a
+    /// cluster node.
+    pub fn take_round(&self) -> Vec<Change> {
+        let mut held = self.held().lock().expect("the held round's lock");
+        held.bytes = 0;
+        std::mem::take(&mut held.changes)
+    }
+
+    /// Bytes of changes committed since the last [`Store::take_round`].
+    pub fn round_bytes(&self) -> usize {
+        self.held
+            .as_ref()
+            .map_or(0, |h| h.lock().expect("the held round's lock").bytes)
+    }
+
+    /// The proposed round was applied ([`Store::apply`]): reads go to fjall again.
+    pub fn round_applied(&self) {
+        let mut held = self.held().lock().expect("the held round's lock");
+        assert!(
+            held.changes.is_empty(),
+            "a round is applied only after it was taken, before the next one is made"
+        );
+        held.latest.clear();
+    }
+
+    /// Forgets every held change: the round will not be applied (the leadership was
+    /// lost) and the engine that made it is dropped.
+    pub fn drop_held(&self) {
+        if let Some(held) = &self.held {
+            *held.lock().expect("the held round's lock") = Held::default();
+        }
+    }
+
+    /// The start-up scans read fjall alone: an engine is built only over a store that
+    /// holds nothing back.
+    fn assert_nothing_held(&self) {
+        if let Some(held) = &self.held {
+            let held = held.lock().expect("the held round's lock");
+            assert!(
+                held.changes.is_empty() && held.latest.is_empty(),
+                "an engine is built over a store with changes held back"
+            );
+        }
+    }
+
+    fn held(&self) -> &Mutex<Held> {
+        self.held
+            .as_deref()
+            .expect("only a cluster node's store holds rounds")
+    }
+
+    /// The held value of `key`, if a change not yet applied touched it.
+    fn latest(&self, space: Space, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        let held = self.held.as_ref()?.lock().expect("the held round's lock");
+        held.latest.get(&(space, key.to_vec())).cloned()
+    }
+
+    /// Reads `key`, the held value first.
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some(value) = self.latest(space, key) {
+            return Ok(value);
+        }
+        Ok(self.ks.get(space).get(key)?.map(|v| v.to_vec()))
+    }
+
+    /// Writes `changes` and `meta` (keys of the `meta` keyspace) as one atomic batch,
+    /// unsynced: a cluster node's only way of writing the engine's keyspaces.
+    pub fn apply(&self, changes: &[Change], meta: &[(&[u8], Vec<u8>)]) -> Result<(), StoreError> {
+        let mut batch = self.db.batch();
+        for change in changes {
+            let ks = self.ks.get(change.space);
+            match &change.value {
+                Some(value) => batch.insert(ks, change.key.as_slice(), value.as_slice()),
+                None => batch.remove(ks, change.key.as_slice()),
+            }
+        }
+        for (key, value) in meta {
+            batch.insert(&self.ks.meta, *key, value.as_slice());
+        }
+        batch.durability(None).commit()?;
+        Ok(())
+    }
+
+    /// Removes a key of the `meta` keyspace (unsynced).
+    pub fn remove_meta(&self, key: &[u8]) -> Result<(), StoreError> {
+        self.ks.meta.remove(key)?;
+        Ok(())
+    }
+
+    /// Reads a key of the `meta` keyspace.
+    pub fn meta(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.ks.meta.get(key)?.map(|v| v.to_vec()))
+    }
+
+    /// Removes every key of the engine's keyspaces but `meta`'s format (a snapshot is
+    /// about to be installed), a batch at a time.
+    pub fn clear(&self) -> Result<(), StoreError> {
+        for space in Space::ALL {
+            let ks = self.ks.get(space);
+            let mut batch = self.db.batch();
+            for guard in ks.iter() {
+                let key = guard.key()?;
+                if space == Space::Meta && &*key == FORMAT_KEY {
+                    continue;
+                }
+                batch.remove(ks, key);
+                if batch.len() >= SNAPSHOT_BATCH {
+                    batch.durability(None).commit()?;
+                    batch = self.db.batch();
+                }
+            }
+            batch.durability(None).commit()?;
+        }
+        Ok(())
     }
 
     /// Checks (and on a new or pre-`meta` store, records) the store's format.
@@ -395,6 +604,7 @@ impl Store {
 
     /// Every member name and the principal that owns it.
     pub fn load_owners(&self) -> Result<Vec<(String, String)>, StoreError> {
+        self.assert_nothing_held();
         let mut out = Vec::new();
         for guard in self.ks.owners.iter() {
             let (k, v) = guard.into_inner()?;
@@ -408,6 +618,7 @@ impl Store {
 
     /// Every stored queue.
     pub fn load_queues(&self) -> Result<Vec<(String, QueueRecord)>, StoreError> {
+        self.assert_nothing_held();
         let mut out = Vec::new();
         for guard in self.ks.queues.iter() {
             let (k, v) = guard.into_inner()?;
@@ -422,6 +633,7 @@ impl Store {
     /// runs on a thread of its own, [`SCAN_BATCH`] records at a time, while `f` indexes
     /// the previous batch on the caller's: start-up takes both cores.
     pub fn for_each_task(&self, mut f: impl FnMut(Ulid, TaskIndex)) -> Result<(), StoreError> {
+        self.assert_nothing_held();
         let tasks = self.ks.tasks.clone();
         std::thread::scope(|scope| {
             let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<(Ulid, TaskIndex)>>(SCAN_QUEUE);
@@ -468,7 +680,7 @@ impl Store {
 
     /// Reads one task record.
     pub fn task(&self, id: Ulid) -> Result<Option<TaskRecord>, StoreError> {
-        match self.ks.tasks.get(id.to_bytes())? {
+        match self.get(Space::Tasks, &id.to_bytes())? {
             Some(v) => Ok(Some(
                 format::decode_task(&v).map_err(|d| corrupt_task(id, d))?,
             )),
@@ -480,21 +692,19 @@ impl Store {
     /// the records the engine keeps in memory with it).
     #[cfg(debug_assertions)]
     pub fn holds_exactly(&self, id: Ulid, rec: &TaskRecord) -> Result<bool, StoreError> {
-        let stored = self.ks.tasks.get(id.to_bytes())?;
+        let stored = self.get(Space::Tasks, &id.to_bytes())?;
         Ok(stored.as_deref() == Some(format::encode_task(rec).as_slice()))
     }
 
     /// Reads one task's payload as raw JSON.
     pub fn payload(&self, id: Ulid) -> Result<RawJson, StoreError> {
         let bytes = self
-            .ks
-            .payloads
-            .get(id.to_bytes())?
+            .get(Space::Payloads, &id.to_bytes())?
             .ok_or_else(|| StoreError::Corrupt {
                 what: format!("payload {id}"),
                 detail: "missing".into(),
             })?;
-        let text = String::from_utf8(bytes.to_vec()).map_err(|e| StoreError::Corrupt {
+        let text = String::from_utf8(bytes).map_err(|e| StoreError::Corrupt {
             what: format!("payload {id}"),
             detail: e.to_string(),
         })?;
@@ -506,7 +716,7 @@ impl Store {
 
     /// Looks up the task an idempotency key names in a queue.
     pub fn idem(&self, queue: &str, key: &str) -> Result<Option<Ulid>, StoreError> {
-        match self.ks.idem.get(idem_key(queue, key))? {
+        match self.get(Space::Idem, &idem_key(queue, key))? {
             Some(v) => Ok(Some(id_from_key(&v)?)),
             None => Ok(None),
         }
@@ -514,15 +724,22 @@ impl Store {
 
     /// Starts an atomic batch of changes.
     pub fn batch(&self) -> Batch {
+        let writes = match &self.held {
+            None => Writes::Direct(self.db.batch()),
+            Some(held) => Writes::Held {
+                held: Arc::clone(held),
+                changes: Vec::new(),
+            },
+        };
         Batch {
             ks: Arc::clone(&self.ks),
-            inner: self.db.batch(),
+            writes,
         }
     }
 }
 
 /// Entries copied per batch when a snapshot is written: bounds the batch's memory.
-const SNAPSHOT_BATCH: usize = 4096;
+pub(crate) const SNAPSHOT_BATCH: usize = 4096;
 
 /// Block cache of a store while a snapshot is written into it.
 const SNAPSHOT_CACHE_BYTES: u64 = 8 << 20;
@@ -554,6 +771,26 @@ impl Store {
 }
 
 impl StoreView {
+    /// Reads `key` of `space` as of the view.
+    pub fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        use fjall::Readable;
+        Ok(self.snapshot.get(self.ks.get(space), key)?.map(|v| v.to_vec()))
+    }
+
+    /// Calls `f` with every entry of `space` as of the view, in key order.
+    pub fn for_each(
+        &self,
+        space: Space,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        use fjall::Readable;
+        for guard in self.snapshot.iter(self.ks.get(space)) {
+            let (k, v) = guard.into_inner()?;
+            f(&k, &v)?;
+        }
+        Ok(())
+    }
+
     /// Writes the view into a new store in `dir` (an empty directory), every keyspace
     /// entry as it is, and makes it durable (`SyncAll`: a backup is kept whole or not at all).
     pub fn write_to(&self, dir: &Path) -> Result<SnapshotCounts, StoreError> {
@@ -597,68 +834,115 @@ impl StoreView {
 }
 
 /// An atomic set of changes, committed without syncing (the engine syncs per round).
+/// On a cluster node the changes are held back for the leader's round instead.
 pub struct Batch {
     ks: Arc<Keyspaces>,
-    inner: fjall::OwnedWriteBatch,
+    writes: Writes,
+}
+
+enum Writes {
+    /// A single daemon's: a fjall batch.
+    Direct(fjall::OwnedWriteBatch),
+    /// A cluster node's: changes for the round, added to it on commit.
+    Held {
+        held: Arc<Mutex<Held>>,
+        changes: Vec<Change>,
+    },
 }
 
 impl Batch {
+    fn insert(&mut self, space: Space, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) {
+        match &mut self.writes {
+            Writes::Direct(batch) => {
+                batch.insert(self.ks.get(space), key.as_ref(), value.as_ref());
+            }
+            Writes::Held { changes, .. } => changes.push(Change {
+                space,
+                key: key.as_ref().to_vec(),
+                value: Some(value.as_ref().to_vec()),
+            }),
+        }
+    }
+
+    fn remove(&mut self, space: Space, key: impl AsRef<[u8]>) {
+        match &mut self.writes {
+            Writes::Direct(batch) => batch.remove(self.ks.get(space), key.as_ref()),
+            Writes::Held { changes, .. } => changes.push(Change {
+                space,
+                key: key.as_ref().to_vec(),
+                value: None,
+            }),
+        }
+    }
+
     /// Writes a queue record.
     pub fn put_queue(&mut self, name: &str, rec: &QueueRecord) {
-        self.inner
-            .insert(&self.ks.queues, name.as_bytes(), encode(rec));
+        self.insert(Space::Queues, name.as_bytes(), encode(rec));
     }
 
     /// Records the principal that owns a member name.
     pub fn put_owner(&mut self, member: &str, principal: &str) {
-        self.inner
-            .insert(&self.ks.owners, member.as_bytes(), principal.as_bytes());
+        self.insert(Space::Owners, member.as_bytes(), principal.as_bytes());
     }
 
     /// Forgets the principal that owns a member name.
     pub fn remove_owner(&mut self, member: &str) {
-        self.inner.remove(&self.ks.owners, member.as_bytes());
+        self.remove(Space::Owners, member.as_bytes());
     }
 
     /// Removes a queue record.
     pub fn remove_queue(&mut self, name: &str) {
-        self.inner.remove(&self.ks.queues, name.as_bytes());
+        self.remove(Space::Queues, name.as_bytes());
     }
 
     /// Writes a task record.
     pub fn put_task(&mut self, id: Ulid, rec: &TaskRecord) {
-        self.inner
-            .insert(&self.ks.tasks, id.to_bytes(), format::encode_task(rec));
+        self.insert(Space::Tasks, id.to_bytes(), format::encode_task(rec));
     }
 
     /// Writes a new task's payload and its idempotency key.
     pub fn put_payload(&mut self, id: Ulid, queue: &str, payload: &str, idem: Option<&str>) {
-        self.inner
-            .insert(&self.ks.payloads, id.to_bytes(), payload.as_bytes());
+        self.insert(Space::Payloads, id.to_bytes(), payload.as_bytes());
         if let Some(key) = idem {
-            self.inner
-                .insert(&self.ks.idem, idem_key(queue, key), id.to_bytes());
+            self.insert(Space::Idem, idem_key(queue, key), id.to_bytes());
         }
     }
 
     /// Removes a task with its payload and idempotency key.
     pub fn remove_task(&mut self, id: Ulid, queue: &str, idem: Option<&str>) {
-        self.inner.remove(&self.ks.tasks, id.to_bytes());
-        self.inner.remove(&self.ks.payloads, id.to_bytes());
+        self.remove(Space::Tasks, id.to_bytes());
+        self.remove(Space::Payloads, id.to_bytes());
         if let Some(key) = idem {
-            self.inner.remove(&self.ks.idem, idem_key(queue, key));
+            self.remove(Space::Idem, idem_key(queue, key));
         }
     }
 
     /// Whether the batch holds no change.
     pub fn is_empty(&self) -> bool {
-        self.inner.is_empty()
+        match &self.writes {
+            Writes::Direct(batch) => batch.is_empty(),
+            Writes::Held { changes, .. } => changes.is_empty(),
+        }
     }
 
-    /// Applies the batch atomically (to the journal buffer and the memtables).
+    /// Applies the batch atomically (to the journal buffer and the memtables), or on a
+    /// cluster node adds it to the round.
     pub fn commit(self) -> Result<(), StoreError> {
-        if !self.inner.is_empty() {
-            self.inner.durability(None).commit()?;
+        match self.writes {
+            Writes::Direct(batch) => {
+                if !batch.is_empty() {
+                    batch.durability(None).commit()?;
+                }
+            }
+            Writes::Held { held, changes } => {
+                let mut held = held.lock().expect("the held round's lock");
+                for change in changes {
+                    held.bytes += change.bytes();
+                    held.latest
+                        .insert((change.space, change.key.clone()), change.value.clone());
+                    held.changes.push(change);
+                }
+            }
         }
         Ok(())
     }

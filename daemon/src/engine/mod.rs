@@ -963,6 +963,14 @@ impl<W: Waiter> Engine<W> {
         self.disk_alarm = on;
     }
 
+    /// Whether the round has anything to tell: replies, pushes or snapshots to start.
+    pub fn has_output(&self) -> bool {
+        !self.outbox.is_empty()
+            || !self.pushes.is_empty()
+            || !self.watch_pushes.is_empty()
+            || !self.snapshots.is_empty()
+    }
+
     /// The store, for persisting.
     pub fn store(&self) -> &Store {
         &self.store

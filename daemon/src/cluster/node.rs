@@ -1,0 +1,412 @@
+//! A cluster node: openraft started over the node's store, and what the rest of the
+//! daemon asks of it (its role, the leader's address, membership changes, status).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use openraft::{ChangeMembers, Config, Raft, RaftMetrics, ServerState, SnapshotPolicy};
+
+use muster_protocol::limits::CLUSTER_CATCH_UP;
+use muster_protocol::ops::{ClusterHello, ClusterMember, ClusterStatusReply};
+use muster_protocol::{ErrorBody, ErrorCode};
+
+use super::storage::{LogStore, StateMachine};
+use super::{Muster, NodeAddr, Round, net};
+use crate::store::{Persist, Store};
+
+/// How often the leader sends heartbeats.
+pub const HEARTBEAT_MS: u64 = 100;
+
+/// A follower that hears no leader for a time drawn from this range starts an election.
+pub const ELECTION_TIMEOUT_MS: (u64, u64) = (400, 800);
+
+/// Most log entries sent in one append RPC.
+pub const MAX_PAYLOAD_ENTRIES: u64 = 16;
+
+/// Bytes of a snapshot sent in one RPC.
+pub const SNAPSHOT_CHUNK_BYTES: u64 = 4 << 20;
+
+/// Log entries kept after a snapshot, for followers a little behind.
+pub const LOG_KEPT_AFTER_SNAPSHOT: u64 = 2_000;
+
+/// Entries applied since the last snapshot after which a node builds a new one (and
+/// compacts its log), unless `--cluster-snapshot-every` says otherwise.
+pub const SNAPSHOT_EVERY_ENTRIES: u64 = 20_000;
+
+/// How a node is started.
+pub struct NodeConfig {
+    /// The cluster's id: nodes of another cluster id cannot talk to this one.
+    pub cluster_id: String,
+    /// This node's id.
+    pub node_id: u64,
+    /// The cluster secret.
+    pub secret: Vec<u8>,
+    /// Where node-to-node traffic is received.
+    pub listen: SocketAddr,
+    /// The client address this node gives out (`None`: the bound one).
+    pub advertise: Option<String>,
+    /// The node-to-node address this node gives out (`None`: the bound one).
+    pub cluster_advertise: Option<String>,
+    /// Form a one-node cluster if the store has none yet.
+    pub bootstrap: bool,
+    /// Where to reach nodes instead of their advertised node-to-node addresses.
+    pub routes: HashMap<u64, String>,
+    /// Entries between snapshots.
+    pub snapshot_every: u64,
+}
+
+/// A running node. Clones share it.
+#[derive(Clone)]
+pub struct Node {
+    raft: Raft<Muster>,
+    id: u64,
+    cluster_id: Arc<str>,
+    runtime: tokio::runtime::Handle,
+    /// Where this node's node-to-node endpoint is bound.
+    pub cluster_addr: SocketAddr,
+}
+
+impl Node {
+    /// Starts the node over `store` (whose data directory is `data`), serving
+    /// node-to-node RPCs; `client_addr` is where the daemon's clients connect.
+    pub async fn start(
+        config: NodeConfig,
+        store: &Store,
+        data: &Path,
+        persist: Persist,
+        client_addr: SocketAddr,
+    ) -> anyhow::Result<Node> {
+        let raft_config = Config {
+            cluster_name: config.cluster_id.clone(),
+            heartbeat_interval: HEARTBEAT_MS,
+            election_timeout_min: ELECTION_TIMEOUT_MS.0,
+            election_timeout_max: ELECTION_TIMEOUT_MS.1,
+            max_payload_entries: MAX_PAYLOAD_ENTRIES,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
+            snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
+            max_in_snapshot_log_to_keep: LOG_KEPT_AFTER_SNAPSHOT.min(config.snapshot_every),
+            ..Config::default()
+        }
+        .validate()
+        .context("the cluster's raft settings")?;
+        let identity = net::identity(&config.secret, &config.cluster_id)?;
+        let endpoint = net::endpoint(config.listen, &identity)?;
+        let cluster_addr = endpoint
+            .local_addr()
+            .context("reading the cluster address")?;
+        let (log, machine) = {
+            let (store, data) = (store.clone(), data.to_path_buf());
+            tokio::task::spawn_blocking(move || {
+                anyhow::Ok((
+                    LogStore::open(&store, persist)?,
+                    StateMachine::open(&store, &data)?,
+                ))
+            })
+            .await
+            .context("opening the raft log")??
+        };
+        let network = net::Network::new(endpoint.clone(), config.routes);
+        let raft = Raft::new(
+            config.node_id,
+            Arc::new(raft_config),
+            network,
+            log,
+            machine,
+        )
+        .await
+        .context("starting raft")?;
+        tokio::spawn(net::serve(endpoint, raft.clone()));
+        let node = Node {
+            raft,
+            id: config.node_id,
+            cluster_id: config.cluster_id.into(),
+            runtime: tokio::runtime::Handle::current(),
+            cluster_addr,
+        };
+        if config.bootstrap {
+            let me = NodeAddr {
+                addr: config
+                    .advertise
+                    .unwrap_or_else(|| client_addr.to_string()),
+                cluster_addr: config
+                    .cluster_advertise
+                    .unwrap_or_else(|| cluster_addr.to_string()),
+            };
+            match node.raft.initialize(BTreeMap::from([(node.id, me)])).await {
+                Ok(()) => tracing::info!(node = node.id, "formed a one-node cluster"),
+                // The store already holds a cluster: --bootstrap only matters once.
+                Err(openraft::error::RaftError::APIError(
+                    openraft::error::InitializeError::NotAllowed(_),
+                )) => {}
+                Err(e) => return Err(anyhow::anyhow!("forming the cluster: {e}")),
+            }
+        }
+        Ok(node)
+    }
+
+    /// Stops raft (before the store closes).
+    pub async fn shutdown(&self) {
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!("stopping raft: {e}");
+        }
+    }
+
+    fn metrics(&self) -> RaftMetrics<u64, NodeAddr> {
+        self.raft.metrics().borrow().clone()
+    }
+
+    /// Whether this node leads in `term` and heard from a majority lately.
+    pub fn leads_in(&self, term: u64) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.state == ServerState::Leader
+            && m.current_term == term
+            && m.current_leader == Some(self.id)
+            && quorum_is_fresh(&m)
+    }
+
+    /// The term this node may start serving in: it leads, heard from a majority lately,
+    /// and has applied every entry of its log, one of them of its own term (so the store
+    /// holds everything any earlier leader got agreed). `None` otherwise.
+    pub fn ready_to_lead(&self) -> Option<u64> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let applied = m.last_applied?;
+        (m.state == ServerState::Leader
+            && m.current_leader == Some(self.id)
+            && quorum_is_fresh(&m)
+            && applied.leader_id.term == m.current_term
+            && m.last_log_index == Some(applied.index))
+        .then_some(m.current_term)
+    }
+
+    /// Proposes `round` and waits (at most `timeout`) until it is committed and applied
+    /// here; false if it was not, or was refused by the term fence.
+    pub fn propose(&self, round: Round, timeout: Duration) -> bool {
+        let raft = self.raft.clone();
+        let written = self
+            .runtime
+            .block_on(async move { tokio::time::timeout(timeout, raft.client_write(round)).await });
+        match written {
+            Ok(Ok(response)) => response.data,
+            Ok(Err(e)) => {
+                tracing::info!("a round was not agreed on: {e}");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "a round was not agreed on within {} ms",
+                    timeout.as_millis()
+                );
+                false
+            }
+        }
+    }
+
+    /// Confirms with a majority that this node still leads in `term`.
+    pub fn confirm_leadership(&self, term: u64, timeout: Duration) -> bool {
+        if self.leads_in(term) && self.quorum_age() < HEARTBEAT_MS {
+            // A majority acknowledged this leader within the last heartbeat: no other
+            // leader can have been elected since (that takes an election timeout).
+            return true;
+        }
+        let raft = self.raft.clone();
+        let confirmed = self.runtime.block_on(async move {
+            tokio::time::timeout(timeout, raft.ensure_linearizable()).await
+        });
+        matches!(confirmed, Ok(Ok(_))) && self.leads_in(term)
+    }
+
+    fn quorum_age(&self) -> u64 {
+        self.raft
+            .metrics()
+            .borrow()
+            .millis_since_quorum_ack
+            .unwrap_or(u64::MAX)
+    }
+
+    /// The leader's client address, as far as this node knows.
+    fn leader_addr(m: &RaftMetrics<u64, NodeAddr>) -> Option<String> {
+        let leader = m.current_leader?;
+        m.membership_config
+            .membership()
+            .get_node(&leader)
+            .map(|n| n.addr.clone())
+    }
+
+    /// The `not_leader` error this node answers with, naming the leader if it knows it.
+    pub fn not_leader(&self) -> ErrorBody {
+        let m = self.metrics();
+        let leader = m.current_leader.filter(|&l| l != self.id);
+        match (leader, Node::leader_addr(&m).filter(|_| leader.is_some())) {
+            (Some(id), Some(addr)) => ErrorBody::not_leader(
+                format!("node {} is not the leader; node {id} at {addr} is", self.id),
+                Some(addr),
+            ),
+            _ => ErrorBody::not_leader(
+                format!(
+                    "node {} is not serving: the cluster has no leader it knows of (an election, or this node is cut off)",
+                    self.id
+                ),
+                None,
+            ),
+        }
+    }
+
+    /// What `hello` tells a client of the cluster.
+    pub fn hello(&self) -> ClusterHello {
+        let m = self.metrics();
+        ClusterHello {
+            cluster_id: self.cluster_id.to_string(),
+            node: self.id,
+            term: m.current_term,
+            leader: m.current_leader,
+            leader_addr: Node::leader_addr(&m),
+        }
+    }
+
+    /// This node's view of the cluster.
+    pub fn status(&self) -> ClusterStatusReply {
+        let m = self.metrics();
+        let membership = m.membership_config.membership();
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        let members = membership
+            .nodes()
+            .map(|(&id, node)| ClusterMember {
+                node: id,
+                addr: node.addr.clone(),
+                cluster_addr: node.cluster_addr.clone(),
+                voter: voters.contains(&id),
+                matched: match &m.replication {
+                    Some(replication) => replication.get(&id).copied().flatten().map(|l| l.index),
+                    None => None,
+                },
+            })
+            .collect();
+        ClusterStatusReply {
+            cluster_id: self.cluster_id.to_string(),
+            node: self.id,
+            role: match m.state {
+                ServerState::Leader => "leader",
+                ServerState::Follower => "follower",
+                ServerState::Candidate => "candidate",
+                ServerState::Learner => "learner",
+                ServerState::Shutdown => "shutdown",
+            }
+            .into(),
+            term: m.current_term,
+            leader: m.current_leader,
+            last_log_index: m.last_log_index,
+            last_applied: m.last_applied.map(|l| l.index),
+            snapshot_index: m.snapshot.map(|l| l.index),
+            members,
+        }
+    }
+
+    /// Adds node `id` as a learner, waits until it caught up, then makes it a voter
+    /// (unless `learner`). Adding a node that is already a learner promotes it.
+    pub async fn add(
+        &self,
+        id: u64,
+        addr: NodeAddr,
+        learner: bool,
+    ) -> Result<ClusterStatusReply, ErrorBody> {
+        let m = self.metrics();
+        if m.membership_config.membership().voter_ids().any(|v| v == id) {
+            return Err(ErrorBody::new(
+                ErrorCode::AlreadyExists,
+                format!("node {id} is a voter of the cluster already"),
+            ));
+        }
+        let known = m.membership_config.membership().get_node(&id).cloned();
+        if known.is_none() {
+            let added =
+                tokio::time::timeout(CLUSTER_CATCH_UP, self.raft.add_learner(id, addr, true)).await;
+            match added {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(self.refusal(e)),
+                Err(_) => {
+                    return Err(ErrorBody::new(
+                        ErrorCode::InvalidState,
+                        format!(
+                            "node {id} did not catch up within {} s: it stays a learner (is it running, reachable at its cluster address, and started with this cluster's id and secret?)",
+                            CLUSTER_CATCH_UP.as_secs()
+                        ),
+                    ));
+                }
+            }
+        }
+        if !learner {
+            self.raft
+                .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+                .await
+                .map_err(|e| self.refusal(e))?;
+        }
+        Ok(self.status())
+    }
+
+    /// Removes node `id` from the cluster.
+    pub async fn remove(&self, id: u64) -> Result<ClusterStatusReply, ErrorBody> {
+        let m = self.metrics();
+        let membership = m.membership_config.membership();
+        let change = if membership.voter_ids().any(|v| v == id) {
+            ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+        } else if membership.get_node(&id).is_some() {
+            ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+        } else {
+            return Err(ErrorBody::new(
+                ErrorCode::NotFound,
+                format!("node {id} is not a member of the cluster"),
+            ));
+        };
+        self.raft
+            .change_membership(change, false)
+            .await
+            .map_err(|e| self.refusal(e))?;
+        Ok(self.status())
+    }
+
+    /// A membership change's failure, as a reply.
+    fn refusal(
+        &self,
+        e: openraft::error::RaftError<u64, openraft::error::ClientWriteError<u64, NodeAddr>>,
+    ) -> ErrorBody {
+        match e {
+            openraft::error::RaftError::APIError(
+                openraft::error::ClientWriteError::ForwardToLeader(_),
+            ) => self.not_leader(),
+            other => ErrorBody::new(ErrorCode::InvalidState, format!("membership change: {other}")),
+        }
+    }
+
+    /// Publishes the node's gauges.
+    pub fn publish_gauges(&self) {
+        let m = self.metrics();
+        metrics::gauge!("muster_cluster_leader").set(f64::from(u8::from(
+            m.state == ServerState::Leader,
+        )));
+        metrics::gauge!("muster_cluster_term").set(m.current_term as f64);
+        metrics::gauge!("muster_cluster_last_log_index")
+            .set(m.last_log_index.unwrap_or(0) as f64);
+        metrics::gauge!("muster_cluster_last_applied_index")
+            .set(m.last_applied.map_or(0, |l| l.index) as f64);
+        metrics::gauge!("muster_cluster_snapshot_index")
+            .set(m.snapshot.map_or(0, |l| l.index) as f64);
+        if let (Some(replication), Some(last)) = (&m.replication, m.last_log_index) {
+            for (id, matched) in replication {
+                let lag = last.saturating_sub(matched.map_or(0, |l| l.index));
+                metrics::gauge!("muster_cluster_node_lag", "node" => id.to_string())
+                    .set(lag as f64);
+            }
+        }
+    }
+}
+
+fn quorum_is_fresh(m: &RaftMetrics<u64, NodeAddr>) -> bool {
+    m.millis_since_quorum_ack
+        .is_some_and(|age| age < super::lead::LEADER_QUORUM_AGE.as_millis() as u64)
+}
