@@ -772,6 +772,7 @@ fn hello_reply(version: u32) -> Result<Reply, ErrorBody> {
         Ok(Reply::Hello(HelloReply {
             version: PROTOCOL_VERSION,
             server: concat!("musterd ", env!("CARGO_PKG_VERSION")).into(),
+            cluster: None,
         }))
     } else {
         Err(ErrorBody::new(
