@@ -35,6 +35,12 @@ pub enum ErrorCode {
     /// The disk alarm is on: the data directory's free space is below its threshold, and
     /// enqueues are refused until space comes back (everything else is served).
     DiskFull,
+    /// This node is not the cluster's leader: send the request to the leader, which the
+    /// error's `leader` field names when known.
+    NotLeader,
+    /// The leader lost its leadership before the request's round was agreed on: it may or
+    /// may not have taken effect; retry idempotently.
+    OutcomeUnknown,
 }
 
 impl ErrorCode {
@@ -54,6 +60,8 @@ impl ErrorCode {
             ErrorCode::Replaced => "replaced",
             ErrorCode::ShuttingDown => "shutting_down",
             ErrorCode::DiskFull => "disk_full",
+            ErrorCode::NotLeader => "not_leader",
+            ErrorCode::OutcomeUnknown => "outcome_unknown",
         }
     }
 }
@@ -72,6 +80,10 @@ pub struct ErrorBody {
     pub code: ErrorCode,
     /// A one-line explanation.
     pub message: String,
+    /// On `not_leader` errors, the leader's client address `HOST:PORT`, when the node
+    /// knows it; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
 }
 
 impl ErrorBody {
@@ -80,6 +92,16 @@ impl ErrorBody {
         ErrorBody {
             code,
             message: message.into(),
+            leader: None,
+        }
+    }
+
+    /// Builds a `not_leader` error naming the leader's client address `HOST:PORT`, if known.
+    pub fn not_leader(message: impl Into<String>, leader: Option<String>) -> Self {
+        ErrorBody {
+            code: ErrorCode::NotLeader,
+            message: message.into(),
+            leader,
         }
     }
 }

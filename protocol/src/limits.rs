@@ -145,6 +145,10 @@ pub const MAX_SUMMARY_PROGRESS_BYTES: usize = 256;
 /// before they are parsed, so no parser recursion depends on what a peer sends.
 pub const MAX_JSON_DEPTH: usize = 64;
 
+/// Longest a `cluster_add` waits for the new node to catch up with the leader's log
+/// before it gives up (the node stays a learner).
+pub const CLUSTER_CATCH_UP: Duration = Duration::from_secs(60);
+
 /// Cuts `text` to at most `max_bytes` bytes, on a character boundary. Returns whether
 /// anything was cut.
 pub fn cut_to(text: &mut String, max_bytes: usize) -> bool {

@@ -53,6 +53,28 @@ pub struct HelloReply {
     pub version: u32,
     /// The daemon's name and version.
     pub server: String,
+    /// The cluster this daemon is a node of, as the node sees it now; absent from a
+    /// single daemon (one that is not a cluster node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterHello>,
+}
+
+/// What a cluster node tells a client in its [`HelloReply`]: whom it believes to lead,
+/// so that a client can go to the leader.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterHello {
+    /// The cluster's id (`musterd --cluster-id`), the same on every node.
+    pub cluster_id: String,
+    /// This node's id.
+    pub node: u64,
+    /// The term this node is in.
+    pub term: u64,
+    /// The node this node believes leads; absent during an election.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<u64>,
+    /// The leader's client address `HOST:PORT`, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_addr: Option<String>,
 }
 
 /// Creates a queue.
@@ -729,6 +751,79 @@ pub struct ServerStatsReply {
     pub fsync_total_us: u64,
 }
 
+/// Reads the cluster as the node the request reaches sees it: its role, term, log, and
+/// the members (answered by any node, leader or not).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ClusterStatus {}
+
+/// Adds a node to the cluster (leader only): as a learner first, then, once it has caught
+/// up with the log (up to [`crate::limits::CLUSTER_CATCH_UP`]), as a voter unless
+/// `learner`. Adding a node that is a learner already promotes it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterAdd {
+    /// The new node's id, unique in the cluster.
+    pub node: u64,
+    /// The address clients reach it at, `HOST:PORT`.
+    pub addr: String,
+    /// The address the other nodes reach it at, `HOST:PORT`.
+    pub cluster_addr: String,
+    /// Keep it a learner (it copies the log but does not vote).
+    #[serde(default)]
+    pub learner: bool,
+}
+
+/// Removes a node from the cluster (leader only).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterRemove {
+    /// The node's id.
+    pub node: u64,
+}
+
+/// Reply to [`ClusterStatus`], [`ClusterAdd`] and [`ClusterRemove`]: the cluster as the
+/// answering node sees it (after the change, for add and remove).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatusReply {
+    /// The cluster's id.
+    pub cluster_id: String,
+    /// The answering node's id.
+    pub node: u64,
+    /// Its role: `leader`, `follower`, `candidate`, `learner` or `shutdown`.
+    pub role: String,
+    /// The term it is in.
+    pub term: u64,
+    /// The node it believes leads; absent during an election.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<u64>,
+    /// The index of the last entry in its log; absent while the log is empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_log_index: Option<u64>,
+    /// The index of the last entry it applied; absent before the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied: Option<u64>,
+    /// The last index its latest snapshot covers; absent before the first snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_index: Option<u64>,
+    /// Every node of the cluster's membership, voters and learners, by id.
+    pub members: Vec<ClusterMember>,
+}
+
+/// One node of the cluster's membership, in a [`ClusterStatusReply`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterMember {
+    /// The node's id.
+    pub node: u64,
+    /// The address clients reach it at, `HOST:PORT`.
+    pub addr: String,
+    /// The address the other nodes reach it at, `HOST:PORT`.
+    pub cluster_addr: String,
+    /// Whether it votes (false: a learner).
+    pub voter: bool,
+    /// The last log index the leader knows this node holds; absent when the answering
+    /// node is not the leader or does not know.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched: Option<u64>,
+}
+
 /// One screen of the operator's view, as a `watch` asks for it. Lists come a page at a
 /// time: `after` is the `next` cursor of the previous page, `limit` is 1 to
 /// [`crate::limits::MAX_WATCH_ROWS`] (100 if absent).
@@ -1082,6 +1177,9 @@ ops! {
     AdminSnapshot(AdminSnapshot) = "admin_snapshot" -> SnapshotReply;
     Watch(Watch) = "watch" -> WatchReply;
     Unwatch(Unwatch) = "unwatch" -> Empty;
+    ClusterStatus(ClusterStatus) = "cluster_status" -> ClusterStatusReply;
+    ClusterAdd(ClusterAdd) = "cluster_add" -> ClusterStatusReply;
+    ClusterRemove(ClusterRemove) = "cluster_remove" -> ClusterStatusReply;
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ErrorBody> {

@@ -20,6 +20,7 @@
 //! | `member_release` | admin, of every queue | the member must have no session and no lease |
 //! | `lease_revoke`, `task_update` | admin | the task's queue |
 //! | `server_stats` | admin | |
+//! | `cluster_status`, `cluster_add`, `cluster_remove` | admin | |
 //! | `admin_snapshot` | admin, of every queue | |
 //! | `watch` | admin | the view's queue or task; queue and dead screens show only covered queues; member screens: admin of every queue |
 //! | `unwatch` | admin | |
@@ -136,13 +137,17 @@ const PRODUCE: &[Role] = &[Role::Produce];
 const CONSUME: &[Role] = &[Role::Consume];
 const READ: &[Role] = &[Role::Produce, Role::Consume];
 
-/// Checks an op the connection layer answers itself (`hello`, `server_stats`), which
-/// needs no engine state; `None` for every other op. The engine's [`Engine::authorize`]
+/// Checks an op the connection layer answers itself (`hello`, `server_stats`, and on a
+/// cluster node `cluster_status`, `cluster_add`, `cluster_remove`), which needs no
+/// engine state; `None` for every other op. The engine's [`Engine::authorize`]
 /// uses it too, so each op has one rule.
 pub fn authorize_stateless(req: &Request, p: &Principal) -> Option<Result<(), ErrorBody>> {
     match req {
         Request::Hello(_) => Some(Ok(())),
         Request::ServerStats(_) => Some(p.check(ADMIN, None)),
+        Request::ClusterStatus(_) | Request::ClusterAdd(_) | Request::ClusterRemove(_) => {
+            Some(p.check(ADMIN, None))
+        }
         _ => None,
     }
 }
@@ -168,7 +173,11 @@ impl<W: Waiter> Engine<W> {
         }
         let any: &[Role] = &[Role::Produce, Role::Consume, Role::Admin];
         match req {
-            Request::Hello(_) | Request::ServerStats(_) => {
+            Request::Hello(_)
+            | Request::ServerStats(_)
+            | Request::ClusterStatus(_)
+            | Request::ClusterAdd(_)
+            | Request::ClusterRemove(_) => {
                 unreachable!("authorized by authorize_stateless")
             }
             Request::QueueList(_) => Ok(()),

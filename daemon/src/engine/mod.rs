@@ -173,6 +173,8 @@ pub enum Reply {
     Watch(WatchReply),
     /// Admin snapshot (answered by the dispatcher once the copy is written).
     Snapshot(muster_protocol::ops::SnapshotReply),
+    /// Cluster status, add, remove (answered by the connection on a cluster node).
+    Cluster(muster_protocol::ops::ClusterStatusReply),
 }
 
 /// Why an op failed: the client's fault (reply with the error) or the store's (stop).

@@ -36,6 +36,10 @@ use super::{
 use crate::auth::Principal;
 use crate::store::{LeaseRecord, QueueRecord, StoreError, TaskRecord};
 
+/// The `invalid_state` message of the cluster ops on a daemon that runs alone.
+pub const NOT_A_CLUSTER_NODE: &str =
+    "this daemon is not a cluster node (start it with --cluster-id to run a cluster)";
+
 /// A validated claim, kept by a waiting claim until tasks arrive.
 pub(super) struct ClaimSpec {
     pub(super) queues: Vec<String>,
@@ -216,6 +220,11 @@ impl<W: Waiter> Engine<W> {
             // Answered by the connection before they reach the engine.
             Request::Hello(_) | Request::ServerStats(_) => {
                 Err(bad("answered by the connection, not the engine"))
+            }
+            // A cluster node's connection answers these; reaching the engine means this
+            // daemon runs alone.
+            Request::ClusterStatus(_) | Request::ClusterAdd(_) | Request::ClusterRemove(_) => {
+                Err(client(ErrorCode::InvalidState, NOT_A_CLUSTER_NODE))
             }
             Request::QueueCreate(r) => self.queue_create(r, now).map(Reply::Queue),
             Request::QueueList(r) => self

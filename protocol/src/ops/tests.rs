@@ -282,3 +282,184 @@ fn the_leading_id_and_op_are_read_up_front_only_where_the_general_way_agrees() {
         missing.error.message
     );
 }
+
+#[test]
+fn cluster_error_codes_and_the_leader_field_have_their_wire_form() {
+    assert_eq!(ErrorCode::NotLeader.as_str(), "not_leader");
+    assert_eq!(ErrorCode::OutcomeUnknown.as_str(), "outcome_unknown");
+    let named = ErrorBody::not_leader("node 2 leads", Some("10.0.0.2:7420".into()));
+    let e = encode_json(&ErrFrame {
+        id: Some(4),
+        ok: false,
+        error: &named,
+    })
+    .unwrap();
+    assert_eq!(
+        &e[4..],
+        br#"{"id":4,"ok":false,"error":{"code":"not_leader","message":"node 2 leads","leader":"10.0.0.2:7420"}}"#
+    );
+    let unknown = ErrorBody::not_leader("an election is under way", None);
+    assert_eq!(
+        serde_json::to_string(&unknown).unwrap(),
+        r#"{"code":"not_leader","message":"an election is under way"}"#
+    );
+    let lost = ErrorBody::new(ErrorCode::OutcomeUnknown, "leadership lost");
+    assert_eq!(lost.leader, None);
+    assert_eq!(
+        serde_json::to_string(&lost).unwrap(),
+        r#"{"code":"outcome_unknown","message":"leadership lost"}"#
+    );
+    let back: ErrorBody = serde_json::from_str(
+        r#"{"code":"not_leader","message":"node 2 leads","leader":"10.0.0.2:7420"}"#,
+    )
+    .unwrap();
+    assert_eq!(back, named);
+    // Errors of daemons before clusters carry no leader.
+    let old: ErrorBody = serde_json::from_str(r#"{"code":"limit","message":"m"}"#).unwrap();
+    assert_eq!(old, ErrorBody::new(ErrorCode::Limit, "m"));
+    assert_eq!(
+        named.to_string(),
+        "not_leader: node 2 leads",
+        "the leader is not part of the one-line text"
+    );
+}
+
+#[test]
+fn hello_replies_carry_the_cluster_only_from_a_cluster_node() {
+    let single = HelloReply {
+        version: 1,
+        server: "musterd 0.1.0".into(),
+        cluster: None,
+    };
+    assert_eq!(
+        serde_json::to_string(&single).unwrap(),
+        r#"{"version":1,"server":"musterd 0.1.0"}"#
+    );
+    let node = HelloReply {
+        cluster: Some(ClusterHello {
+            cluster_id: "prod".into(),
+            node: 2,
+            term: 7,
+            leader: Some(1),
+            leader_addr: Some("10.0.0.1:7420".into()),
+        }),
+        ..single.clone()
+    };
+    let text = serde_json::to_string(&node).unwrap();
+    assert_eq!(
+        text,
+        r#"{"version":1,"server":"musterd 0.1.0","cluster":{"cluster_id":"prod","node":2,"term":7,"leader":1,"leader_addr":"10.0.0.1:7420"}}"#
+    );
+    let back: HelloReply = serde_json::from_str(&text).unwrap();
+    assert_eq!(back.cluster, node.cluster);
+    let electing: HelloReply = serde_json::from_str(
+        r#"{"version":1,"server":"s","cluster":{"cluster_id":"prod","node":3,"term":8}}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        electing.cluster,
+        Some(ClusterHello {
+            cluster_id: "prod".into(),
+            node: 3,
+            term: 8,
+            leader: None,
+            leader_addr: None,
+        })
+    );
+}
+
+#[test]
+fn cluster_requests_and_their_reply_round_trip() {
+    let framed = encode_json(&RequestFrame::new(1, &ClusterStatus {})).unwrap();
+    assert_eq!(&framed[4..], br#"{"id":1,"op":"cluster_status"}"#);
+    assert_eq!(
+        decode_request(&framed[4..]).unwrap().1.name(),
+        "cluster_status"
+    );
+
+    let add = ClusterAdd {
+        node: 3,
+        addr: "10.0.0.3:7420".into(),
+        cluster_addr: "10.0.0.3:7421".into(),
+        learner: false,
+    };
+    let framed = encode_json(&RequestFrame::new(2, &add)).unwrap();
+    assert_eq!(
+        &framed[4..],
+        br#"{"id":2,"op":"cluster_add","node":3,"addr":"10.0.0.3:7420","cluster_addr":"10.0.0.3:7421","learner":false}"#
+    );
+    let (_, req) = decode_request(
+        br#"{"id":2,"op":"cluster_add","node":3,"addr":"10.0.0.3:7420","cluster_addr":"10.0.0.3:7421"}"#,
+    )
+    .unwrap();
+    let Request::ClusterAdd(back) = req else {
+        panic!("not a cluster_add: {req:?}")
+    };
+    assert_eq!(
+        (
+            back.node,
+            back.addr.as_str(),
+            back.cluster_addr.as_str(),
+            back.learner
+        ),
+        (3, "10.0.0.3:7420", "10.0.0.3:7421", false)
+    );
+
+    let framed = encode_json(&RequestFrame::new(3, &ClusterRemove { node: 2 })).unwrap();
+    assert_eq!(&framed[4..], br#"{"id":3,"op":"cluster_remove","node":2}"#);
+    let Request::ClusterRemove(back) = decode_request(&framed[4..]).unwrap().1 else {
+        panic!("not a cluster_remove")
+    };
+    assert_eq!(back.node, 2);
+    assert_eq!(
+        code(r#"{"id":4,"op":"cluster_add","node":3,"addr":"a:1"}"#),
+        (Some(4), ErrorCode::BadRequest)
+    );
+    assert_eq!(
+        code(r#"{"id":5,"op":"cluster_remove","node":-1}"#),
+        (Some(5), ErrorCode::BadRequest)
+    );
+
+    let reply = ClusterStatusReply {
+        cluster_id: "prod".into(),
+        node: 1,
+        role: "leader".into(),
+        term: 4,
+        leader: Some(1),
+        last_log_index: Some(120),
+        last_applied: Some(119),
+        snapshot_index: None,
+        members: vec![
+            ClusterMember {
+                node: 1,
+                addr: "10.0.0.1:7420".into(),
+                cluster_addr: "10.0.0.1:7421".into(),
+                voter: true,
+                matched: Some(120),
+            },
+            ClusterMember {
+                node: 2,
+                addr: "10.0.0.2:7420".into(),
+                cluster_addr: "10.0.0.2:7421".into(),
+                voter: false,
+                matched: None,
+            },
+        ],
+    };
+    let ok = encode_json(&OkFrame {
+        id: 6,
+        ok: true,
+        body: &reply,
+    })
+    .unwrap();
+    let text = std::str::from_utf8(&ok[4..]).unwrap();
+    assert_eq!(
+        text,
+        r#"{"id":6,"ok":true,"cluster_id":"prod","node":1,"role":"leader","term":4,"leader":1,"last_log_index":120,"last_applied":119,"members":[{"node":1,"addr":"10.0.0.1:7420","cluster_addr":"10.0.0.1:7421","voter":true,"matched":120},{"node":2,"addr":"10.0.0.2:7420","cluster_addr":"10.0.0.2:7421","voter":false}]}"#
+    );
+    let back: ClusterStatusReply = serde_json::from_str(text).unwrap();
+    assert_eq!(back, reply);
+    for op in ["cluster_status", "cluster_add", "cluster_remove"] {
+        assert!(OP_NAMES.contains(&op), "{op}");
+    }
+}

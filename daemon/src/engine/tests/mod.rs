@@ -2225,3 +2225,32 @@ fn fresh_tasks_are_kept_within_their_byte_budget() {
     assert_eq!(delivered, ids.len());
     assert!(fresh_ids(&mut h).is_empty());
 }
+
+#[test]
+fn a_daemon_alone_answers_the_cluster_ops_with_invalid_state() {
+    let mut h = Harness::new();
+    let requests = [
+        Request::ClusterStatus(ops::ClusterStatus {}),
+        Request::ClusterAdd(ops::ClusterAdd {
+            node: 2,
+            addr: "10.0.0.2:7420".into(),
+            cluster_addr: "10.0.0.2:7421".into(),
+            learner: false,
+        }),
+        Request::ClusterRemove(ops::ClusterRemove { node: 2 }),
+    ];
+    for req in requests {
+        let name = req.name();
+        match h.call(req) {
+            Err(e) => assert_eq!(
+                e,
+                ErrorBody::new(
+                    ErrorCode::InvalidState,
+                    "this daemon is not a cluster node (start it with --cluster-id to run a cluster)"
+                ),
+                "{name}"
+            ),
+            Ok(r) => panic!("{name}: expected an error, got {r:?}"),
+        }
+    }
+}
