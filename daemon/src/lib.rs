@@ -5,6 +5,7 @@
 //!
 //! # Layout
 //! - [`auth`]: tokens from the config file, principals and roles.
+//! - [`cluster`]: replication of the store through openraft.
 //! - [`config`]: settings from flags and environment variables.
 //! - [`data_dir`]: the private data directory and the local-only token.
 //! - [`store`]: the fjall database; the only module that imports fjall.
@@ -18,6 +19,7 @@
 
 pub mod admission;
 pub mod auth;
+pub mod cluster;
 pub mod config;
 pub mod data_dir;
 pub mod disk;
