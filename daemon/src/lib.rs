@@ -5,6 +5,7 @@
 //!
 //! # Layout
 //! - [`auth`]: tokens from the config file, principals and roles.
+//! - [`cluster`]: replication of the store through openraft.
 //! - [`config`]: settings from flags and environment variables.
 //! - [`data_dir`]: the private data directory and the local-only token.
 //! - [`store`]: the fjall database; the only module that imports fjall.

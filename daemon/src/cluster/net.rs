@@ -1,0 +1,890 @@
+//! Node-to-node RPCs: openraft's append-entries, vote and install-snapshot over QUIC.
+//!
+//! Nodes authenticate each other by the cluster secret alone, as mutual TLS: every node
+//! derives the same Ed25519 key from the secret and the cluster id ([`identity`]) and
+//! presents a certificate for it, and a peer is accepted, as client or as server, only
+//! if its certificate carries that same public key. A node with another secret or of
+//! another cluster fails the handshake. TLS 1.3 only, no 0-RTT (a replayed vote or
+//! append must never be processed twice).
+//!
+//! Each node has an endpoint of its own for this ([`endpoint`], ALPN [`ALPN`]), apart
+//! from the client endpoint. One bidirectional stream carries one RPC: the request
+//! ([`Rpc`]) one way and the `Result` that openraft's [`openraft::Raft`] method returned
+//! the other, each a frame: a `u32` big-endian length, then that many bytes of postcard.
+//! The client side is [`Network`] (a [`RaftNetworkFactory`]) and its [`Peer`]s; the
+//! server side is [`serve`].
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use openraft::AnyError;
+use openraft::error::{
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::server::ParsedCertificate;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, SignatureScheme};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, warn};
+
+use super::{Muster, NodeAddr};
+
+/// The ALPN protocol of node-to-node connections: a client endpoint (ALPN `muster/1`)
+/// can never complete a handshake with a cluster endpoint, nor the other way round.
+pub const ALPN: &[u8] = b"muster-raft/1";
+
+/// Shortest cluster secret accepted, in bytes: the secret is the only thing that keeps
+/// outsiders out of the cluster, so it must not be guessable.
+pub const MIN_SECRET_BYTES: usize = 32;
+
+/// Largest frame, request or response, in bytes. An append-entries request past it is
+/// split by openraft (see [`Peer`]); a frame announcing more is refused before anything
+/// is read or allocated for it.
+pub const MAX_RPC_BYTES: usize = 256 * 1024 * 1024;
+
+/// Longest a connect (name resolution and handshake) may take, on either side. It runs
+/// on past an RPC's own deadline, so a slow handshake still serves the next RPC.
+pub const RPC_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Silence after which a connection is given up. Both sides send keep-alives well below
+/// it ([`KEEP_ALIVE`]), so only a lost peer reaches it.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often an otherwise idle connection is pinged.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(2);
+
+/// RPCs one connection may have in flight at once (its open bidirectional streams).
+/// openraft sends to one peer from a replication stream, elections and leadership
+/// checks: a few at a time.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 64;
+
+/// Connections (handshakes included) a node serves at once; past it a newcomer is
+/// refused. A healthy cluster holds one per other node (and a few while nodes restart).
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// The name the cluster certificate carries and clients ask for (it is not verified:
+/// the public key is what authenticates).
+const SERVER_NAME: &str = "muster-cluster";
+
+/// HKDF salt for everything derived from the secret: a new version of the derivation
+/// gets a new label, so keys of the two never match.
+const HKDF_SALT: &[u8] = b"muster-cluster-v1";
+
+/// PKCS#8 v1 (RFC 8410) of an Ed25519 key, up to the 32-byte seed that follows it.
+const ED25519_PKCS8_PREFIX: [u8; 16] = [
+    0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20,
+];
+
+/// Bytes a peer may have in flight on one stream (QUIC flow control).
+const STREAM_WINDOW: u32 = 16 * 1024 * 1024;
+
+/// Bytes a peer may have in flight on one connection, over all its streams.
+const CONNECTION_WINDOW: u32 = 64 * 1024 * 1024;
+
+/// Bytes a frame's buffer grows by ahead of the data: a frame's memory follows what
+/// actually arrived, not what its header announces.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// UDP receive buffer asked of the kernel (capped by `net.core.rmem_max`), for
+/// snapshot and catch-up bursts.
+const UDP_RECV_BUFFER: usize = 4 * 1024 * 1024;
+
+/// Application error code on a stream stopped or reset for an unreadable request.
+const RESET_BAD_FRAME: u32 = 1;
+
+/// Application error code on a stream reset because the answer could not be sent.
+const RESET_NO_ANSWER: u32 = 2;
+
+/// What a node needs to be recognised by its cluster: the key derived from the cluster
+/// secret, its certificate, and the public key every peer must present.
+pub struct ClusterIdentity {
+    cert: CertificateDer<'static>,
+    key: PrivatePkcs8KeyDer<'static>,
+    /// The DER SubjectPublicKeyInfo of the derived key, as found in the certificate.
+    spki: Vec<u8>,
+    /// The key stateless resets are derived from, the same on every node: a restarted
+    /// node's resets close its peers' stale connections at once.
+    reset_key: [u8; 32],
+}
+
+impl Clone for ClusterIdentity {
+    fn clone(&self) -> Self {
+        ClusterIdentity {
+            cert: self.cert.clone(),
+            key: self.key.clone_key(),
+            spki: self.spki.clone(),
+            reset_key: self.reset_key,
+        }
+    }
+}
+
+impl std::fmt::Debug for ClusterIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key: only the public half.
+        f.debug_struct("ClusterIdentity")
+            .field("spki", &hex::encode(&self.spki))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Derives the cluster's identity from its secret and id: the same on every node given
+/// the same two, and unrelated for another secret or another id.
+pub fn identity(secret: &[u8], cluster_id: &str) -> anyhow::Result<ClusterIdentity> {
+    let prk = ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, HKDF_SALT).extract(secret);
+    let expand = |label: &[u8]| -> anyhow::Result<[u8; 32]> {
+        let mut out = [0u8; 32];
+        prk.expand(&[label, cluster_id.as_bytes()], ring::hkdf::HKDF_SHA256)
+            .and_then(|okm| okm.fill(&mut out))
+            .map_err(|_| anyhow!("deriving the cluster key"))?;
+        Ok(out)
+    };
+    let seed = expand(b"ed25519:")?;
+    let reset_key = expand(b"stateless-reset:")?;
+
+    let mut pkcs8 = Vec::with_capacity(ED25519_PKCS8_PREFIX.len() + seed.len());
+    pkcs8.extend_from_slice(&ED25519_PKCS8_PREFIX);
+    pkcs8.extend_from_slice(&seed);
+    let key = PrivatePkcs8KeyDer::from(pkcs8);
+    let pair = rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&key, &rcgen::PKCS_ED25519)
+        .context("loading the derived cluster key")?;
+    let params = rcgen::CertificateParams::new(vec![SERVER_NAME.to_owned()])
+        .context("describing the cluster certificate")?;
+    let cert = params
+        .self_signed(&pair)
+        .context("signing the cluster certificate")?
+        .der()
+        .clone();
+    let spki = ParsedCertificate::try_from(&cert)
+        .context("reading back the cluster certificate")?
+        .subject_public_key_info()
+        .as_ref()
+        .to_vec();
+    Ok(ClusterIdentity {
+        cert,
+        key,
+        spki,
+        reset_key,
+    })
+}
+
+/// Reads the cluster secret from a file: its bytes less surrounding whitespace, at
+/// least [`MIN_SECRET_BYTES`] of them.
+pub fn read_secret(path: &Path) -> anyhow::Result<Vec<u8>> {
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("reading the cluster secret {}", path.display()))?;
+    let secret = bytes.trim_ascii();
+    if secret.len() < MIN_SECRET_BYTES {
+        bail!(
+            "the cluster secret in {} is {} bytes long; it must be at least {MIN_SECRET_BYTES} bytes",
+            path.display(),
+            secret.len()
+        );
+    }
+    Ok(secret.to_vec())
+}
+
+/// Binds the node's cluster endpoint on `listen`: it serves RPCs ([`serve`]) and sends
+/// them ([`Network`]), presenting and demanding the cluster identity both ways.
+pub fn endpoint(listen: SocketAddr, identity: &ClusterIdentity) -> anyhow::Result<quinn::Endpoint> {
+    let server = server_config(identity, &identity.spki)?;
+    let client = client_config(identity, &identity.spki)?;
+    let socket =
+        std::net::UdpSocket::bind(listen).with_context(|| format!("binding {listen} (cluster)"))?;
+    let state =
+        quinn::udp::UdpSocketState::new((&socket).into()).context("probing the UDP socket")?;
+    if let Err(e) = state.set_recv_buffer_size((&socket).into(), UDP_RECV_BUFFER) {
+        warn!(error = %e, "could not raise the cluster UDP receive buffer");
+    }
+    let reset_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &identity.reset_key);
+    let config = quinn::EndpointConfig::new(Arc::new(reset_key));
+    let mut endpoint =
+        quinn::Endpoint::new(config, Some(server), socket, Arc::new(quinn::TokioRuntime))
+            .context("starting the cluster endpoint")?;
+    endpoint.set_default_client_config(client);
+    Ok(endpoint)
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The transport both sides use: only the connecting side opens streams, one per RPC.
+fn transport(accept_streams: u32) -> anyhow::Result<Arc<quinn::TransportConfig>> {
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .max_concurrent_bidi_streams(accept_streams.into())
+        .max_concurrent_uni_streams(0u32.into())
+        .stream_receive_window(STREAM_WINDOW.into())
+        .receive_window(CONNECTION_WINDOW.into())
+        .send_window(u64::from(CONNECTION_WINDOW))
+        .keep_alive_interval(Some(KEEP_ALIVE))
+        .max_idle_timeout(Some(IDLE_TIMEOUT.try_into().context("idle timeout")?))
+        .datagram_receive_buffer_size(None);
+    Ok(Arc::new(transport))
+}
+
+/// The accepting side: presents `presented` and accepts clients whose key is `expected`.
+fn server_config(
+    presented: &ClusterIdentity,
+    expected: &[u8],
+) -> anyhow::Result<quinn::ServerConfig> {
+    let provider = provider();
+    let verifier = Arc::new(ClusterPeers::new(expected, &provider));
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .context("configuring TLS 1.3")?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(
+            vec![presented.cert.clone()],
+            PrivateKeyDer::Pkcs8(presented.key.clone_key()),
+        )
+        .context("loading the cluster key")?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    // IMPORTANT: 0-RTT data can be replayed; a vote or an append must not be.
+    tls.max_early_data_size = 0;
+    let crypto = QuicServerConfig::try_from(tls).context("building the QUIC TLS configuration")?;
+    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    config.transport_config(transport(MAX_STREAMS_PER_CONNECTION)?);
+    Ok(config)
+}
+
+/// The connecting side: presents `presented` and accepts servers whose key is `expected`.
+fn client_config(
+    presented: &ClusterIdentity,
+    expected: &[u8],
+) -> anyhow::Result<quinn::ClientConfig> {
+    let provider = provider();
+    let verifier = Arc::new(ClusterPeers::new(expected, &provider));
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .context("configuring TLS 1.3")?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_client_auth_cert(
+            vec![presented.cert.clone()],
+            PrivateKeyDer::Pkcs8(presented.key.clone_key()),
+        )
+        .context("loading the cluster key")?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    tls.enable_early_data = false;
+    let crypto = QuicClientConfig::try_from(tls).context("building the QUIC TLS configuration")?;
+    let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+    // The server side opens no streams towards the connecting node.
+    config.transport_config(transport(0)?);
+    Ok(config)
+}
+
+/// Accepts a peer, as server or as client, only if its certificate carries the cluster's
+/// public key; handshake signatures are checked against that key (Ed25519, TLS 1.3).
+/// Names, dates and issuers are not looked at: the key is the whole identity.
+#[derive(Debug)]
+struct ClusterPeers {
+    spki: Vec<u8>,
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ClusterPeers {
+    fn new(spki: &[u8], provider: &CryptoProvider) -> ClusterPeers {
+        ClusterPeers {
+            spki: spki.to_vec(),
+            algorithms: provider.signature_verification_algorithms,
+        }
+    }
+
+    fn check(&self, end_entity: &CertificateDer<'_>) -> Result<(), rustls::Error> {
+        let parsed = ParsedCertificate::try_from(end_entity)?;
+        if parsed.subject_public_key_info().as_ref() == self.spki.as_slice() {
+            Ok(())
+        } else {
+            // Another secret or another cluster id.
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::ApplicationVerificationFailure,
+            ))
+        }
+    }
+
+    fn tls13(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+}
+
+/// TLS 1.2 is never offered; a TLS 1.2 signature is refused should one ever arrive.
+fn no_tls12() -> rustls::Error {
+    rustls::Error::PeerIncompatible(rustls::PeerIncompatible::Tls13RequiredForQuic)
+}
+
+impl ServerCertVerifier for ClusterPeers {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        self.check(end_entity)
+            .map(|()| ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Err(no_tls12())
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.tls13(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        vec![SignatureScheme::ED25519]
+    }
+}
+
+impl ClientCertVerifier for ClusterPeers {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.check(end_entity)
+            .map(|()| ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Err(no_tls12())
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.tls13(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        vec![SignatureScheme::ED25519]
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Wire format
+
+/// One request, the first and only frame a stream carries from the connecting node.
+/// The answer frame is the `Result` of the matching [`openraft::Raft`] method.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Rpc {
+    /// Answered by `Result<AppendEntriesResponse<u64>, RaftError<u64>>`.
+    AppendEntries(AppendEntriesRequest<Muster>),
+    /// Answered by `Result<VoteResponse<u64>, RaftError<u64>>`.
+    Vote(VoteRequest<u64>),
+    /// Answered by `Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>`.
+    InstallSnapshot(InstallSnapshotRequest<Muster>),
+}
+
+/// Why a frame could not be read or written.
+#[derive(Debug, thiserror::Error)]
+enum FrameError {
+    #[error("frame of {0} bytes is over the limit of {MAX_RPC_BYTES}")]
+    TooLarge(u64),
+    #[error("frame of {expected} bytes ended after {got}")]
+    Truncated { expected: usize, got: usize },
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Reads one frame. The announced length is checked before anything else is read, and
+/// the buffer grows with the bytes that arrive rather than with the announcement.
+async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Vec<u8>, FrameError> {
+    let len = reader.read_u32().await?;
+    let len = usize::try_from(len).map_err(|_| FrameError::TooLarge(u64::from(len)))?;
+    if len > MAX_RPC_BYTES {
+        return Err(FrameError::TooLarge(len as u64));
+    }
+    let mut body = Vec::with_capacity(len.min(READ_CHUNK));
+    let got = reader.take(len as u64).read_to_end(&mut body).await?;
+    if got != len {
+        return Err(FrameError::Truncated { expected: len, got });
+    }
+    Ok(body)
+}
+
+/// Writes one frame; one over [`MAX_RPC_BYTES`] is refused before a byte is written.
+async fn write_frame<W: AsyncWrite + Unpin>(writer: &mut W, body: &[u8]) -> Result<(), FrameError> {
+    let len = u32::try_from(body.len())
+        .ok()
+        .filter(|&len| len as usize <= MAX_RPC_BYTES)
+        .ok_or(FrameError::TooLarge(body.len() as u64))?;
+    writer.write_all(&len.to_be_bytes()).await?;
+    writer.write_all(body).await?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Client side
+
+/// Sends a node's RPCs to its peers: openraft's network factory. Connections are shared
+/// by every [`Peer`] of the same target, so openraft's short-lived clients (elections,
+/// leadership checks) do not each pay a handshake.
+#[derive(Clone)]
+pub struct Network {
+    endpoint: quinn::Endpoint,
+    /// Addresses used instead of a node's `cluster_addr` (tests put relays between nodes).
+    routes: Arc<HashMap<u64, String>>,
+    connections: Arc<Connections>,
+}
+
+/// Established connections by target node, with the address each was made to.
+#[derive(Default)]
+struct Connections(Mutex<HashMap<u64, (String, quinn::Connection)>>);
+
+impl Connections {
+    fn get(&self, target: u64, addr: &str) -> Option<quinn::Connection> {
+        let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(&target)
+            .filter(|(a, c)| a == addr && c.close_reason().is_none())
+            .map(|(_, c)| c.clone())
+    }
+
+    fn put(&self, target: u64, addr: &str, conn: &quinn::Connection) {
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        map.insert(target, (addr.to_owned(), conn.clone()));
+    }
+
+    /// Forgets `conn` if it is still the one kept for `target`.
+    fn forget(&self, target: u64, conn: &quinn::Connection) {
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if map
+            .get(&target)
+            .is_some_and(|(_, c)| c.stable_id() == conn.stable_id())
+        {
+            map.remove(&target);
+        }
+    }
+}
+
+impl Network {
+    /// A factory sending from `endpoint` (made by [`endpoint`]) to each node's
+    /// `cluster_addr`, or to its entry in `routes` where there is one.
+    pub fn new(endpoint: quinn::Endpoint, routes: HashMap<u64, String>) -> Network {
+        Network {
+            endpoint,
+            routes: Arc::new(routes),
+            connections: Arc::default(),
+        }
+    }
+}
+
+impl RaftNetworkFactory<Muster> for Network {
+    type Network = Peer;
+
+    /// A client for `target`; it connects at its first RPC, not here.
+    async fn new_client(&mut self, target: u64, node: &NodeAddr) -> Peer {
+        let addr = self
+            .routes
+            .get(&target)
+            .cloned()
+            .unwrap_or_else(|| node.cluster_addr.clone());
+        Peer {
+            target,
+            node: node.clone(),
+            addr,
+            endpoint: self.endpoint.clone(),
+            connections: Arc::clone(&self.connections),
+            connecting: None,
+        }
+    }
+}
+
+/// Sends RPCs to one node: connects at its first RPC, reuses the connection, and
+/// reconnects after the connection is lost.
+///
+/// Failures map to openraft's [`RPCError`] so that openraft backs off where retrying at
+/// once is pointless:
+/// - no connection (the name does not resolve, no handshake within [`RPC_TIMEOUT`], the
+///   peer refused our identity or we refused its), or an answer we cannot read (a node
+///   of another version): [`RPCError::Unreachable`], after which openraft waits for
+///   [`RaftNetwork::backoff`] before the next try;
+/// - the connection or stream broke during the RPC, or no answer within the RPC's hard
+///   TTL: [`RPCError::Network`], retried without backoff (on a new connection if the old
+///   one is gone; if that connect fails, the next error is `Unreachable`);
+/// - an append-entries request that encodes to more than [`MAX_RPC_BYTES`]:
+///   [`RPCError::PayloadTooLarge`] with half its entries as the hint, so openraft
+///   splits it (a single entry too large is `Unreachable`: it can never be sent);
+/// - the remote [`openraft::Raft`] answered with an error: [`RPCError::RemoteError`].
+pub struct Peer {
+    target: u64,
+    node: NodeAddr,
+    addr: String,
+    endpoint: quinn::Endpoint,
+    connections: Arc<Connections>,
+    /// A connect under way. It is a task of its own, so an RPC that gives up on its TTL
+    /// leaves it running for the next RPC instead of starting the handshake over.
+    connecting: Option<JoinHandle<anyhow::Result<quinn::Connection>>>,
+}
+
+/// Why an RPC failed before the remote Raft answered.
+#[derive(Debug)]
+enum Failure {
+    /// Retry only after a backoff.
+    Unreachable(anyhow::Error),
+    /// Retry at once.
+    Network(anyhow::Error),
+    /// The request is over [`MAX_RPC_BYTES`].
+    TooLarge(usize),
+}
+
+impl Failure {
+    fn into_rpc_error<E: std::error::Error>(self) -> RPCError<u64, NodeAddr, E> {
+        match self {
+            Failure::Unreachable(e) => {
+                RPCError::Unreachable(Unreachable::from(AnyError::error(format!("{e:#}"))))
+            }
+            Failure::Network(e) => {
+                RPCError::Network(NetworkError::from(AnyError::error(format!("{e:#}"))))
+            }
+            Failure::TooLarge(len) => RPCError::Unreachable(Unreachable::from(AnyError::error(
+                format!("request of {len} bytes is over the limit of {MAX_RPC_BYTES}"),
+            ))),
+        }
+    }
+}
+
+impl Peer {
+    /// The live connection to the target, connecting if there is none.
+    async fn connection(&mut self) -> Result<quinn::Connection, Failure> {
+        if let Some(conn) = self.connections.get(self.target, &self.addr) {
+            return Ok(conn);
+        }
+        let task = self.connecting.get_or_insert_with(|| {
+            let (endpoint, addr) = (self.endpoint.clone(), self.addr.clone());
+            let (target, connections) = (self.target, Arc::clone(&self.connections));
+            tokio::spawn(async move {
+                let conn = tokio::time::timeout(RPC_TIMEOUT, connect(&endpoint, &addr))
+                    .await
+                    .map_err(|_| anyhow!("no handshake within {RPC_TIMEOUT:?}"))??;
+                connections.put(target, &addr, &conn);
+                Ok(conn)
+            })
+        });
+        let joined = task.await;
+        self.connecting = None;
+        let conn = joined
+            .map_err(|e| anyhow!("connect task failed: {e}"))
+            .and_then(|r| r)
+            .map_err(|e| {
+                Failure::Unreachable(e.context(format!(
+                    "connecting to node {} at {}",
+                    self.target, self.addr
+                )))
+            })?;
+        Ok(conn)
+    }
+
+    /// Sends one request and returns the remote Raft's answer, within `ttl`.
+    async fn call<T: DeserializeOwned>(&mut self, rpc: &Rpc, ttl: Duration) -> Result<T, Failure> {
+        let body = postcard::to_stdvec(rpc)
+            .map_err(|e| Failure::Unreachable(anyhow!("encoding the request: {e}")))?;
+        if body.len() > MAX_RPC_BYTES {
+            return Err(Failure::TooLarge(body.len()));
+        }
+        let (target, addr) = (self.target, self.addr.clone());
+        let exchange = async {
+            let conn = self.connection().await?;
+            match exchange(&conn, &body).await {
+                Ok(answer) => Ok(answer),
+                Err(e) => {
+                    let e = e.context(format!("RPC to node {target} at {addr}"));
+                    match conn.close_reason() {
+                        Some(reason) => {
+                            self.connections.forget(target, &conn);
+                            Err(connection_failure(reason, e))
+                        }
+                        None => Err(Failure::Network(e)),
+                    }
+                }
+            }
+        };
+        let answer = tokio::time::timeout(ttl, exchange).await.map_err(|_| {
+            Failure::Network(anyhow!(
+                "RPC to node {target} at {addr}: no answer within {ttl:?}"
+            ))
+        })??;
+        postcard::from_bytes(&answer).map_err(|e| {
+            Failure::Unreachable(anyhow!(
+                "RPC to node {target} at {addr}: unreadable answer ({e}): another version?"
+            ))
+        })
+    }
+
+    /// Maps the outcome of [`Peer::call`] to openraft's errors.
+    fn answer<T, E: std::error::Error>(
+        &self,
+        outcome: Result<Result<T, RaftError<u64, E>>, Failure>,
+    ) -> Result<T, RPCError<u64, NodeAddr, RaftError<u64, E>>> {
+        match outcome {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(remote)) => Err(RPCError::RemoteError(RemoteError::new_with_node(
+                self.target,
+                self.node.clone(),
+                remote,
+            ))),
+            Err(failure) => Err(failure.into_rpc_error()),
+        }
+    }
+}
+
+/// How a lost connection is reported: refused by a peer (its TLS said no, a protocol
+/// violation) or by us means backing off; a timeout, reset or close means reconnecting.
+fn connection_failure(reason: quinn::ConnectionError, e: anyhow::Error) -> Failure {
+    let e = e.context(reason.to_string());
+    match reason {
+        quinn::ConnectionError::ConnectionClosed(_)
+        | quinn::ConnectionError::TransportError(_)
+        | quinn::ConnectionError::VersionMismatch => Failure::Unreachable(e),
+        quinn::ConnectionError::ApplicationClosed(_)
+        | quinn::ConnectionError::Reset
+        | quinn::ConnectionError::TimedOut
+        | quinn::ConnectionError::LocallyClosed
+        | quinn::ConnectionError::CidsExhausted => Failure::Network(e),
+    }
+}
+
+/// Resolves `addr` (`HOST:PORT`) to an address `endpoint` can send to and connects.
+async fn connect(endpoint: &quinn::Endpoint, addr: &str) -> anyhow::Result<quinn::Connection> {
+    let local = endpoint
+        .local_addr()
+        .context("reading the cluster endpoint's address")?;
+    let mut found: Vec<SocketAddr> = tokio::net::lookup_host(addr)
+        .await
+        .with_context(|| format!("resolving {addr:?}"))?
+        .collect();
+    // An IPv4 socket can reach only IPv4 addresses; an IPv6 one prefers IPv6.
+    found.sort_by_key(|a| a.is_ipv4() != local.is_ipv4());
+    let remote = found
+        .into_iter()
+        .find(|a| local.is_ipv6() || a.is_ipv4())
+        .ok_or_else(|| anyhow!("{addr:?} resolves to no address of the endpoint's family"))?;
+    let conn = endpoint
+        .connect(remote, SERVER_NAME)
+        .with_context(|| format!("connecting to {remote}"))?
+        .await
+        .with_context(|| format!("handshake with {remote}"))?;
+    Ok(conn)
+}
+
+/// One RPC on its own stream: the request frame out, the answer frame back.
+async fn exchange(conn: &quinn::Connection, request: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let (mut send, mut recv) = conn.open_bi().await.context("opening a stream")?;
+    write_frame(&mut send, request)
+        .await
+        .context("sending the request")?;
+    send.finish().context("finishing the request")?;
+    let answer = read_frame(&mut recv).await.context("reading the answer")?;
+    Ok(answer)
+}
+
+impl RaftNetwork<Muster> for Peer {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<Muster>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, NodeAddr, RaftError<u64>>> {
+        let entries = rpc.entries.len() as u64;
+        match self.call(&Rpc::AppendEntries(rpc), option.hard_ttl()).await {
+            Err(Failure::TooLarge(_)) if entries > 1 => Err(RPCError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint(entries / 2),
+            )),
+            outcome => self.answer(outcome),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<u64>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<u64>, RPCError<u64, NodeAddr, RaftError<u64>>> {
+        let outcome = self.call(&Rpc::Vote(rpc), option.hard_ttl()).await;
+        self.answer(outcome)
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<Muster>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<u64>,
+        RPCError<u64, NodeAddr, RaftError<u64, InstallSnapshotError>>,
+    > {
+        let outcome = self
+            .call(&Rpc::InstallSnapshot(rpc), option.hard_ttl())
+            .await;
+        self.answer(outcome)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Server side
+
+/// What answers the RPCs: openraft's [`openraft::Raft`], or a stand-in in tests.
+trait Handler: Send + Sync + 'static {
+    /// Runs `rpc` and returns the encoded answer frame.
+    fn handle(&self, rpc: Rpc) -> impl Future<Output = Result<Vec<u8>, postcard::Error>> + Send;
+}
+
+impl Handler for openraft::Raft<Muster> {
+    async fn handle(&self, rpc: Rpc) -> Result<Vec<u8>, postcard::Error> {
+        match rpc {
+            Rpc::AppendEntries(r) => postcard::to_stdvec(&self.append_entries(r).await),
+            Rpc::Vote(r) => postcard::to_stdvec(&self.vote(r).await),
+            Rpc::InstallSnapshot(r) => postcard::to_stdvec(&self.install_snapshot(r).await),
+        }
+    }
+}
+
+/// Serves the peers' RPCs on `endpoint` into `raft` until the endpoint is closed, then
+/// waits for the RPCs under way to be answered.
+///
+/// Only peers with the cluster identity complete a handshake. At most
+/// [`MAX_CONNECTIONS`] connections (handshakes included) are served, each with at most
+/// [`MAX_STREAMS_PER_CONNECTION`] RPCs at once; a frame over [`MAX_RPC_BYTES`] is
+/// refused by its header. A stream with an unreadable request is stopped, with a debug
+/// log, and its connection goes on.
+pub async fn serve(endpoint: quinn::Endpoint, raft: openraft::Raft<Muster>) {
+    serve_with(endpoint, Arc::new(raft)).await;
+}
+
+async fn serve_with<H: Handler>(endpoint: quinn::Endpoint, handler: Arc<H>) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let tasks = TaskTracker::new();
+    while let Some(incoming) = endpoint.accept().await {
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            debug!(remote = %incoming.remote_address(), "cluster connection refused: {MAX_CONNECTIONS} served already");
+            incoming.refuse();
+            continue;
+        };
+        let handler = Arc::clone(&handler);
+        tasks.spawn(async move {
+            serve_connection(incoming, handler).await;
+            drop(slot);
+        });
+    }
+    tasks.close();
+    tasks.wait().await;
+}
+
+async fn serve_connection<H: Handler>(incoming: quinn::Incoming, handler: Arc<H>) {
+    let remote = incoming.remote_address();
+    let handshake = async {
+        let connecting = incoming.accept()?;
+        connecting.await
+    };
+    let conn = match tokio::time::timeout(RPC_TIMEOUT, handshake).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => {
+            debug!(%remote, error = %e, "cluster handshake failed");
+            return;
+        }
+        Err(_) => {
+            debug!(%remote, "cluster handshake timed out");
+            return;
+        }
+    };
+    let streams = TaskTracker::new();
+    loop {
+        match conn.accept_bi().await {
+            Ok((send, recv)) => {
+                streams.spawn(serve_stream(send, recv, Arc::clone(&handler)));
+            }
+            Err(e) => {
+                debug!(%remote, error = %e, "cluster connection ended");
+                break;
+            }
+        }
+    }
+    streams.close();
+    streams.wait().await;
+}
+
+async fn serve_stream<H: Handler>(
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    handler: Arc<H>,
+) {
+    let refuse = |mut send: quinn::SendStream, mut recv: quinn::RecvStream, code: u32| {
+        let _ = recv.stop(code.into());
+        let _ = send.reset(code.into());
+    };
+    let request = match read_frame(&mut recv).await {
+        Ok(request) => request,
+        Err(e) => {
+            debug!(error = %e, "unreadable cluster RPC frame");
+            return refuse(send, recv, RESET_BAD_FRAME);
+        }
+    };
+    let rpc: Rpc = match postcard::from_bytes(&request) {
+        Ok(rpc) => rpc,
+        Err(e) => {
+            debug!(error = %e, "undecodable cluster RPC");
+            return refuse(send, recv, RESET_BAD_FRAME);
+        }
+    };
+    drop(request);
+    let answer = match handler.handle(rpc).await {
+        Ok(answer) => answer,
+        Err(e) => {
+            debug!(error = %e, "cluster RPC answer not encodable");
+            return refuse(send, recv, RESET_NO_ANSWER);
+        }
+    };
+    if let Err(e) = write_frame(&mut send, &answer).await {
+        debug!(error = %e, "cluster RPC answer not sent");
+        return refuse(send, recv, RESET_NO_ANSWER);
+    }
+    let _ = send.finish();
+}
