@@ -272,7 +272,10 @@ impl Config {
         if self.cluster_snapshot_every == 0 {
             bail!("--cluster-snapshot-every must be at least 1");
         }
-        for addr in [&self.advertise, &self.cluster_advertise].into_iter().flatten() {
+        for addr in [&self.advertise, &self.cluster_advertise]
+            .into_iter()
+            .flatten()
+        {
             host_port(addr).map_err(anyhow::Error::msg)?;
         }
         Ok(Some(ClusterFlags {
@@ -408,11 +411,18 @@ mod tests {
         ];
         let flags = config(&base).cluster().unwrap().unwrap();
         assert_eq!(
-            (flags.cluster_id.as_str(), flags.node_id, flags.listen.port()),
+            (
+                flags.cluster_id.as_str(),
+                flags.node_id,
+                flags.listen.port()
+            ),
             ("prod-1", 2, 7500)
         );
         assert_eq!(
-            config(&["--bootstrap"]).check(false).unwrap_err().to_string(),
+            config(&["--bootstrap"])
+                .check(false)
+                .unwrap_err()
+                .to_string(),
             "a cluster node needs --cluster-id, --node-id, --cluster-listen and --cluster-secret-file"
         );
         let mut bad_id = base.to_vec();
@@ -429,11 +439,17 @@ mod tests {
         );
         let mut routed = base.to_vec();
         routed.extend(["--route", "3=127.0.0.1:9000"]);
-        assert_eq!(config(&routed).routes, vec![(3, "127.0.0.1:9000".to_string())]);
+        assert_eq!(
+            config(&routed).routes,
+            vec![(3, "127.0.0.1:9000".to_string())]
+        );
         let e = Config::try_parse_from(["musterd", "--route", "x=1:2"])
             .unwrap_err()
             .to_string();
-        assert!(e.contains("invalid route \"x=1:2\": \"x\" is not a node id"), "{e}");
+        assert!(
+            e.contains("invalid route \"x=1:2\": \"x\" is not a node id"),
+            "{e}"
+        );
         let mut advertised = base.to_vec();
         advertised.extend(["--advertise", "nohost"]);
         assert_eq!(

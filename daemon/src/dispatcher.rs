@@ -285,7 +285,14 @@ impl Dispatcher {
             .name("muster-dispatch".into())
             .spawn(move || {
                 let mut commit = Commit::Local(durability.persist());
-                let ended = run(&mut engine, &rx, &mut commit, &clock, &mut disk, &thread_stats)?;
+                let ended = run(
+                    &mut engine,
+                    &rx,
+                    &mut commit,
+                    &clock,
+                    &mut disk,
+                    &thread_stats,
+                )?;
                 assert!(
                     matches!(ended, Ended::Stopped),
                     "a single daemon's dispatcher is never deposed"
@@ -328,12 +335,16 @@ impl Dispatcher {
                         open_engine(store.clone(), &clock, &settings, &mut disk, &thread_stats)?;
                     info!(term, "leading: serving clients");
                     generation.send_modify(|g| *g += 1);
-                    let mut commit = Commit::Cluster(crate::cluster::lead::Leading::new(
-                        node.clone(),
-                        term,
-                    ));
-                    let ended =
-                        run(&mut engine, &rx, &mut commit, &clock, &mut disk, &thread_stats)?;
+                    let mut commit =
+                        Commit::Cluster(crate::cluster::lead::Leading::new(node.clone(), term));
+                    let ended = run(
+                        &mut engine,
+                        &rx,
+                        &mut commit,
+                        &clock,
+                        &mut disk,
+                        &thread_stats,
+                    )?;
                     drop(engine);
                     store.drop_held();
                     match ended {

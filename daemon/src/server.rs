@@ -325,7 +325,9 @@ async fn handle_connection(
 }
 
 /// Resolves when a cluster node starts or stops leading (never on a single daemon).
-async fn leadership_changed(generation: &mut Option<tokio::sync::watch::Receiver<u64>>) -> Option<()> {
+async fn leadership_changed(
+    generation: &mut Option<tokio::sync::watch::Receiver<u64>>,
+) -> Option<()> {
     match generation {
         Some(g) => g.changed().await.ok(),
         None => std::future::pending().await,
@@ -670,11 +672,12 @@ async fn handle_frame(
     Continue(())
 }
 
+/// A cluster op's answer in the making.
+type ClusterAnswer =
+    std::pin::Pin<Box<dyn Future<Output = Result<ClusterStatusReply, ErrorBody>> + Send>>;
+
 /// A cluster node's answer to a cluster op, answered by the node rather than the engine.
-fn cluster_op(
-    node: &crate::cluster::node::Node,
-    req: &Request,
-) -> Option<std::pin::Pin<Box<dyn Future<Output = Result<ClusterStatusReply, ErrorBody>> + Send>>> {
+fn cluster_op(node: &crate::cluster::node::Node, req: &Request) -> Option<ClusterAnswer> {
     let node = node.clone();
     Some(match req {
         Request::ClusterStatus(_) => Box::pin(async move { Ok(node.status()) }),
@@ -710,7 +713,10 @@ pub struct ServerContext {
     pub durability: &'static str,
     /// On a cluster node: the node, and the dispatcher's leadership generation, which
     /// changes when the node starts or stops leading (its connections are closed then).
-    pub cluster: Option<(crate::cluster::node::Node, tokio::sync::watch::Receiver<u64>)>,
+    pub cluster: Option<(
+        crate::cluster::node::Node,
+        tokio::sync::watch::Receiver<u64>,
+    )>,
 }
 
 /// One connection's state, shared by its streams.

@@ -698,12 +698,12 @@ impl Store {
 
     /// Reads one task's payload as raw JSON.
     pub fn payload(&self, id: Ulid) -> Result<RawJson, StoreError> {
-        let bytes = self
-            .get(Space::Payloads, &id.to_bytes())?
-            .ok_or_else(|| StoreError::Corrupt {
-                what: format!("payload {id}"),
-                detail: "missing".into(),
-            })?;
+        let bytes =
+            self.get(Space::Payloads, &id.to_bytes())?
+                .ok_or_else(|| StoreError::Corrupt {
+                    what: format!("payload {id}"),
+                    detail: "missing".into(),
+                })?;
         let text = String::from_utf8(bytes).map_err(|e| StoreError::Corrupt {
             what: format!("payload {id}"),
             detail: e.to_string(),
@@ -774,7 +774,10 @@ impl StoreView {
     /// Reads `key` of `space` as of the view.
     pub fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         use fjall::Readable;
-        Ok(self.snapshot.get(self.ks.get(space), key)?.map(|v| v.to_vec()))
+        Ok(self
+            .snapshot
+            .get(self.ks.get(space), key)?
+            .map(|v| v.to_vec()))
     }
 
     /// Calls `f` with every entry of `space` as of the view, in key order.

@@ -110,15 +110,9 @@ impl Node {
             .context("opening the raft log")??
         };
         let network = net::Network::new(endpoint.clone(), config.routes);
-        let raft = Raft::new(
-            config.node_id,
-            Arc::new(raft_config),
-            network,
-            log,
-            machine,
-        )
-        .await
-        .context("starting raft")?;
+        let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log, machine)
+            .await
+            .context("starting raft")?;
         tokio::spawn(net::serve(endpoint, raft.clone()));
         let node = Node {
             raft,
@@ -129,9 +123,7 @@ impl Node {
         };
         if config.bootstrap {
             let me = NodeAddr {
-                addr: config
-                    .advertise
-                    .unwrap_or_else(|| client_addr.to_string()),
+                addr: config.advertise.unwrap_or_else(|| client_addr.to_string()),
                 cluster_addr: config
                     .cluster_advertise
                     .unwrap_or_else(|| cluster_addr.to_string()),
@@ -316,7 +308,11 @@ impl Node {
         learner: bool,
     ) -> Result<ClusterStatusReply, ErrorBody> {
         let m = self.metrics();
-        if m.membership_config.membership().voter_ids().any(|v| v == id) {
+        if m.membership_config
+            .membership()
+            .voter_ids()
+            .any(|v| v == id)
+        {
             return Err(ErrorBody::new(
                 ErrorCode::AlreadyExists,
                 format!("node {id} is a voter of the cluster already"),
@@ -379,19 +375,20 @@ impl Node {
             openraft::error::RaftError::APIError(
                 openraft::error::ClientWriteError::ForwardToLeader(_),
             ) => self.not_leader(),
-            other => ErrorBody::new(ErrorCode::InvalidState, format!("membership change: {other}")),
+            other => ErrorBody::new(
+                ErrorCode::InvalidState,
+                format!("membership change: {other}"),
+            ),
         }
     }
 
     /// Publishes the node's gauges.
     pub fn publish_gauges(&self) {
         let m = self.metrics();
-        metrics::gauge!("muster_cluster_leader").set(f64::from(u8::from(
-            m.state == ServerState::Leader,
-        )));
+        metrics::gauge!("muster_cluster_leader")
+            .set(f64::from(u8::from(m.state == ServerState::Leader)));
         metrics::gauge!("muster_cluster_term").set(m.current_term as f64);
-        metrics::gauge!("muster_cluster_last_log_index")
-            .set(m.last_log_index.unwrap_or(0) as f64);
+        metrics::gauge!("muster_cluster_last_log_index").set(m.last_log_index.unwrap_or(0) as f64);
         metrics::gauge!("muster_cluster_last_applied_index")
             .set(m.last_applied.map_or(0, |l| l.index) as f64);
         metrics::gauge!("muster_cluster_snapshot_index")

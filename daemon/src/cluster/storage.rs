@@ -21,8 +21,8 @@
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use fjall::{Keyspace, KeyspaceCreateOptions};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
@@ -280,7 +280,9 @@ pub struct Applied {
 
 impl Applied {
     /// Reads the applied position from `read` (the store, or a view of it).
-    fn read(read: impl Fn(&[u8]) -> Result<Option<Vec<u8>>, StoreError>) -> Result<Applied, StoreError> {
+    fn read(
+        read: impl Fn(&[u8]) -> Result<Option<Vec<u8>>, StoreError>,
+    ) -> Result<Applied, StoreError> {
         let log_id = match read(APPLIED)? {
             Some(v) => decode(&v, "raft applied")?,
             None => None,
@@ -437,17 +439,15 @@ impl SnapshotBuilder {
     fn build(&self) -> Result<(SnapshotMeta<u64, NodeAddr>, PathBuf), StoreError> {
         let view = self.store.view();
         let applied = Applied::read(|key| view.get(Space::Meta, key))?;
-        let Some(last) = applied.log_id else {
-            return Err(StoreError::Corrupt {
-                what: "snapshot".into(),
-                detail: "nothing applied yet".into(),
-            });
-        };
+        let last = applied.log_id;
         let n = self.built.fetch_add(1, Ordering::Relaxed);
         let meta = SnapshotMeta {
-            last_log_id: Some(last),
+            last_log_id: last,
             last_membership: applied.membership.clone(),
-            snapshot_id: format!("{}-{}-{n}", last.leader_id.term, last.index),
+            snapshot_id: match last {
+                Some(last) => format!("{}-{}-{n}", last.leader_id.term, last.index),
+                None => format!("0-0-{n}"),
+            },
         };
         let building = self.dir.join(BUILDING);
         let file = std::fs::File::create(&building).map_err(fjall::Error::from)?;
@@ -578,7 +578,13 @@ impl RaftStateMachine<Muster> for StateMachine {
     }
 
     async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<tokio::fs::File>> {
-        let file = tokio::fs::File::create(self.dir.join(RECEIVING))
+        // Read back by install_snapshot, so opened for reading too.
+        let file = tokio::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(self.dir.join(RECEIVING))
             .await
             .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
         Ok(Box::new(file))
@@ -590,14 +596,24 @@ impl RaftStateMachine<Muster> for StateMachine {
         snapshot: Box<tokio::fs::File>,
     ) -> StorageResult<()> {
         let failed = |e: StoreError| StorageIOError::write_snapshot(Some(meta.signature()), &e);
-        snapshot
-            .sync_all()
+        let io = |e: std::io::Error| failed(fjall::Error::from(e).into());
+        // The data is whatever the file openraft hands back holds (normally `receiving`,
+        // written chunk by chunk): copied whole into `building`, then made `current`.
+        let mut source = snapshot;
+        tokio::io::AsyncSeekExt::seek(&mut *source, std::io::SeekFrom::Start(0))
             .await
-            .map_err(|e| failed(fjall::Error::from(e).into()))?;
-        drop(snapshot);
+            .map_err(io)?;
+        let building = self.dir.join(BUILDING);
+        let mut target = tokio::fs::File::create(&building).await.map_err(io)?;
+        tokio::io::copy(&mut *source, &mut target)
+            .await
+            .map_err(io)?;
+        target.sync_all().await.map_err(io)?;
+        drop((source, target));
         let (store, dir, owned) = (self.store.clone(), self.dir.clone(), meta.clone());
         let applied = blocking(move || {
-            std::fs::rename(dir.join(RECEIVING), dir.join(CURRENT)).map_err(fjall::Error::from)?;
+            std::fs::rename(dir.join(BUILDING), dir.join(CURRENT)).map_err(fjall::Error::from)?;
+            let _ = std::fs::remove_file(dir.join(RECEIVING));
             sync_dir(&dir)?;
             load_snapshot(&store, &dir.join(CURRENT), &owned)
         })
@@ -619,5 +635,128 @@ impl RaftStateMachine<Muster> for StateMachine {
             .await
             .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
         Ok(Some(Snapshot { meta, snapshot }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::testing::{StoreBuilder, Suite};
+    use openraft::{CommittedLeaderId, Membership};
+
+    use super::*;
+    use crate::cluster::Round;
+
+    struct Builder;
+
+    fn open(dir: &Path) -> (Store, LogStore, StateMachine) {
+        let store = Store::open_clustered(&dir.join("store"), 8 << 20).unwrap();
+        let log = LogStore::open(&store, Persist::Os).unwrap();
+        let machine = StateMachine::open(&store, dir).unwrap();
+        (store, log, machine)
+    }
+
+    impl StoreBuilder<Muster, LogStore, StateMachine, tempfile::TempDir> for Builder {
+        async fn build(&self) -> StorageResult<(tempfile::TempDir, LogStore, StateMachine)> {
+            let dir = tempfile::tempdir().unwrap();
+            let (_, log, machine) = open(dir.path());
+            Ok((dir, log, machine))
+        }
+    }
+
+    #[test]
+    fn passes_openraft_storage_suite() {
+        Suite::test_all(Builder).unwrap();
+    }
+
+    fn entry(term: u64, index: u64, round_term: u64, key: &[u8]) -> Entry<Muster> {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
+            payload: EntryPayload::Normal(Round {
+                term: round_term,
+                wall_ms: 1_000 * index,
+                changes: vec![Change {
+                    space: Space::Owners,
+                    key: key.to_vec(),
+                    value: Some(b"p".to_vec()),
+                }],
+            }),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_round_of_another_term_is_not_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _, mut machine) = open(dir.path());
+        let replies = machine
+            .apply([entry(3, 1, 3, b"kept"), entry(4, 2, 3, b"fenced")])
+            .await
+            .unwrap();
+        assert_eq!(replies, vec![true, false]);
+        let owners: Vec<String> = store
+            .load_owners()
+            .unwrap()
+            .into_iter()
+            .map(|(m, _)| m)
+            .collect();
+        assert_eq!(owners, vec!["kept".to_string()]);
+        let applied = Applied::of(&store).unwrap();
+        assert_eq!(applied.log_id.map(|l| l.index), Some(2));
+        assert_eq!(
+            applied.wall_ms, 1_000,
+            "the fenced round's time is not taken either"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_carries_every_key_and_installs_over_another_store() {
+        let from = tempfile::tempdir().unwrap();
+        let (_, _, mut machine) = open(from.path());
+        let membership = Membership::new(
+            vec![std::collections::BTreeSet::from([1u64])],
+            std::collections::BTreeMap::from([(1u64, NodeAddr::default())]),
+        );
+        machine
+            .apply([
+                Entry {
+                    log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),
+                    payload: EntryPayload::Membership(membership),
+                },
+                entry(1, 2, 1, b"a"),
+                entry(1, 3, 1, b"b"),
+            ])
+            .await
+            .unwrap();
+        let snapshot = machine
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        assert_eq!(snapshot.meta.last_log_id.map(|l| l.index), Some(3));
+
+        let to = tempfile::tempdir().unwrap();
+        let (store, _, mut other) = open(to.path());
+        other.apply([entry(1, 1, 1, b"stale")]).await.unwrap();
+        let mut receiving = other.begin_receiving_snapshot().await.unwrap();
+        let bytes = std::fs::read(from.path().join(SNAPSHOT_DIR).join(CURRENT)).unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut *receiving, &bytes)
+            .await
+            .unwrap();
+        other
+            .install_snapshot(&snapshot.meta, receiving)
+            .await
+            .unwrap();
+        let owners: Vec<String> = store
+            .load_owners()
+            .unwrap()
+            .into_iter()
+            .map(|(m, _)| m)
+            .collect();
+        assert_eq!(owners, vec!["a".to_string(), "b".to_string()]);
+        let (applied, members) = other.applied_state().await.unwrap();
+        assert_eq!(applied.map(|l| l.index), Some(3));
+        assert_eq!(members.voter_ids().collect::<Vec<_>>(), vec![1]);
+        assert_eq!(Applied::of(&store).unwrap().wall_ms, 3_000);
+        assert_eq!(store.meta(INSTALLING).unwrap(), None);
     }
 }
