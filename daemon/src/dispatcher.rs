@@ -527,9 +527,15 @@ impl Commit {
                 Ok(true)
             }
             Commit::Cluster(leading) => {
-                engine.take_dirty();
+                let changed = engine.take_dirty();
                 let replies = engine.has_output();
-                Ok(leading.agree(engine.store(), now.wall_ms, replies))
+                let agreed = leading.agree(engine.store(), now.wall_ms, replies);
+                if agreed && changed {
+                    // A round agreed on is a round made durable: counted as a sync.
+                    stats.syncs.fetch_add(1, Ordering::Relaxed);
+                    stats.synced_requests.fetch_add(requests, Ordering::Relaxed);
+                }
+                Ok(agreed)
             }
         }
     }

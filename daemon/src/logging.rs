@@ -21,7 +21,14 @@ use crate::config::LogFormat;
 
 /// Dependencies whose INFO lines are their own business (compactions, connection
 /// details): kept at WARN unless `MUSTER_LOG` names them.
-pub const QUIET_DEPENDENCIES: [&str; 5] = ["fjall", "lsm_tree", "quinn", "quinn_proto", "rustls"];
+pub const QUIET_DEPENDENCIES: [&str; 6] = [
+    "fjall",
+    "lsm_tree",
+    "openraft",
+    "quinn",
+    "quinn_proto",
+    "rustls",
+];
 
 /// The log filter for `MUSTER_LOG`'s value (`info` when empty): what was asked, with
 /// each of [`QUIET_DEPENDENCIES`] it does not name held at WARN.

@@ -18,9 +18,11 @@ pub const CHECK_EVERY: Duration = Duration::from_millis(50);
 /// `outcome_unknown` and the node stops serving until its log is settled again.
 pub const AGREEMENT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A leader that has not heard from a majority for this long stops serving (a leader cut
-/// off from the others must not go on answering): below the election timeout's least.
-pub const LEADER_QUORUM_AGE: Duration = Duration::from_millis(300);
+/// A leader that has not heard from a majority for this long stops serving: a leader cut
+/// off from the others stops answering (its rounds could not be agreed on anyway) and
+/// sends its clients looking for the new one. Well above the heartbeat, so that a busy
+/// machine's late acknowledgement does not cost the leadership.
+pub const LEADER_QUORUM_AGE: Duration = Duration::from_secs(1);
 
 /// A node leading in one term, with the engine built for that term.
 pub struct Leading {
