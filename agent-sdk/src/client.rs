@@ -80,6 +80,8 @@ struct Inner {
     next_id: AtomicU64,
     /// The daemon's name and version from its `hello` reply.
     server: std::sync::OnceLock<String>,
+    /// The cluster as the node saw it at `hello`; unset for a single daemon.
+    cluster: std::sync::OnceLock<ops::ClusterHello>,
 }
 
 impl Drop for Inner {
@@ -90,21 +92,51 @@ impl Drop for Inner {
 
 impl Client {
     /// Connects, opens the request stream and says hello.
+    ///
+    /// With one address and a single daemon there (not a cluster node) this is one
+    /// connection, and its error is the connect's error. Otherwise the client goes to
+    /// the cluster's leader: it connects to every address at once (and to a leader
+    /// address a node names that is not among them), keeps the first connection to a
+    /// single daemon or the leader and closes the others. While no node leads (an
+    /// election) it asks again every [`connect::FIND_LEADER_RETRY`], up to
+    /// [`connect::FIND_LEADER_TIMEOUT`], then fails with [`Error::Connect`] naming
+    /// what each address said last. Trust, token and server name apply to every
+    /// address; without a server name, each address's host is verified.
     pub async fn connect(options: ConnectOptions) -> Result<Client, Error> {
-        let (endpoint, conn) = connect::open_own(&options).await?;
-        Client::start(conn, Some(endpoint), &options).await
+        crate::leader::find(&options, None).await
     }
 
-    /// Connects on a shared endpoint (see [`connect::endpoint_for`]).
+    /// Connects on a shared endpoint (see [`connect::endpoint_for`]), to the leader
+    /// when the options list several addresses, as [`Client::connect`] does.
     pub async fn connect_on(
         endpoint: &quinn::Endpoint,
         options: ConnectOptions,
     ) -> Result<Client, Error> {
-        let conn = connect::open_on(endpoint, &options).await?;
-        Client::start(conn, None, &options).await
+        crate::leader::find(&options, Some(endpoint)).await
     }
 
-    async fn start(
+    /// Connects to exactly the one address the options name, leader or not, e.g. to
+    /// read one node's own view of the cluster ([`Client::cluster_status`]). Several
+    /// addresses are refused with [`Error::InvalidInput`].
+    pub async fn connect_node(options: ConnectOptions) -> Result<Client, Error> {
+        let addrs = connect::addresses(&options.addr)?;
+        if addrs.len() != 1 {
+            return Err(Error::InvalidInput(format!(
+                "one address is needed to connect to one node, not {} ({})",
+                addrs.len(),
+                options.addr
+            )));
+        }
+        let options = ConnectOptions {
+            addr: addrs[0].clone(),
+            ..options
+        };
+        let (endpoint, conn) = connect::open_own(&options).await?;
+        Client::start(conn, Some(endpoint), &options).await
+    }
+
+    /// Opens the request stream on a new connection and says hello.
+    pub(crate) async fn start(
         conn: quinn::Connection,
         endpoint: Option<quinn::Endpoint>,
         options: &ConnectOptions,
@@ -125,6 +157,7 @@ impl Client {
                 pending,
                 next_id: AtomicU64::new(1),
                 server: std::sync::OnceLock::new(),
+                cluster: std::sync::OnceLock::new(),
             }),
         };
         let hello = client
@@ -135,12 +168,22 @@ impl Client {
             })
             .await?;
         let _ = client.inner.server.set(hello.server);
+        if let Some(cluster) = hello.cluster {
+            let _ = client.inner.cluster.set(cluster);
+        }
         Ok(client)
     }
 
     /// The daemon's name and version as its `hello` reply gave them (`musterd 0.1.0`).
     pub fn server(&self) -> &str {
         self.inner.server.get().map_or("", String::as_str)
+    }
+
+    /// The cluster as the node this client is connected to saw it when it said hello
+    /// (its id, the node's id and term, whom it believed to lead); `None` for a single
+    /// daemon.
+    pub fn cluster(&self) -> Option<ops::ClusterHello> {
+        self.inner.cluster.get().cloned()
     }
 
     /// Sends any request and waits for its reply.
@@ -575,6 +618,40 @@ impl Client {
     /// The daemon's own counters (group commit).
     pub async fn server_stats(&self) -> Result<ops::ServerStatsReply, Error> {
         self.call(&ops::ServerStats {}).await
+    }
+
+    /// The cluster as the connected node sees it: its role, term, log and the members.
+    /// A single daemon refuses with `invalid_state`.
+    pub async fn cluster_status(&self) -> Result<ops::ClusterStatusReply, Error> {
+        self.call(&ops::ClusterStatus {}).await
+    }
+
+    /// Adds node `node` to the cluster (on the leader): reachable by clients at `addr`
+    /// and by the other nodes at `cluster_addr`, both `HOST:PORT`. It joins as a
+    /// learner and, once it has caught up (the daemon waits up to
+    /// [`muster_protocol::limits::CLUSTER_CATCH_UP`]), becomes a voter unless
+    /// `learner`; adding a node that is a learner already promotes it. Returns the
+    /// cluster afterwards.
+    pub async fn cluster_add(
+        &self,
+        node: u64,
+        addr: &str,
+        cluster_addr: &str,
+        learner: bool,
+    ) -> Result<ops::ClusterStatusReply, Error> {
+        self.call(&ops::ClusterAdd {
+            node,
+            addr: addr.into(),
+            cluster_addr: cluster_addr.into(),
+            learner,
+        })
+        .await
+    }
+
+    /// Removes node `node` from the cluster (on the leader); returns the cluster
+    /// afterwards.
+    pub async fn cluster_remove(&self, node: u64) -> Result<ops::ClusterStatusReply, Error> {
+        self.call(&ops::ClusterRemove { node }).await
     }
 
     /// Makes dead tasks ready again with failures reset.

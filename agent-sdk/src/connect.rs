@@ -1,5 +1,9 @@
 //! Where the daemon is and how to trust it.
 //!
+//! The address may name one daemon, `HOST:PORT`, or the nodes of a cluster,
+//! `HOST:PORT,HOST:PORT,...` (see [`addresses`]): [`crate::Client::connect`] then goes
+//! to the node that leads.
+//!
 //! Trust comes from, in order: a pinned SHA-256 fingerprint of the daemon's certificate,
 //! a CA file, or the certificate the daemon wrote into its data directory (found by
 //! itself for a local daemon). Only TLS 1.3 is offered and 0-RTT is never used.
@@ -35,6 +39,19 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// of 2 s or more (the default is 5 s), far below the idle timeout.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(1);
 
+/// Most addresses one [`ConnectOptions::addr`] may list (the nodes of a cluster), and
+/// most a client tries while it looks for the leader, those the nodes name included.
+pub const MAX_ADDRESSES: usize = 16;
+
+/// Longest [`crate::Client::connect`] looks for a cluster's leader (an election
+/// usually takes well under a second) before it gives up, naming what each address
+/// said last.
+pub const FIND_LEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long [`crate::Client::connect`] waits between two rounds of asking every
+/// address whom it believes to lead, while no node does.
+pub const FIND_LEADER_RETRY: Duration = Duration::from_millis(100);
+
 /// How long a connection may be silent before the client gives it up.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -52,7 +69,9 @@ pub enum Trust {
 /// Where and how to connect.
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
-    /// `HOST:PORT` of the daemon.
+    /// `HOST:PORT` of the daemon, or of a cluster's nodes separated by commas
+    /// (`HOST:PORT,HOST:PORT,...`, at most [`MAX_ADDRESSES`]): the client connects to
+    /// the leader (see [`crate::Client::connect`]).
     pub addr: String,
     /// How to trust its certificate.
     pub trust: Trust,
@@ -115,6 +134,57 @@ impl ConnectOptions {
     }
 }
 
+/// The addresses an [`ConnectOptions::addr`] lists, in order, each once: `HOST:PORT`
+/// entries separated by commas (spaces around an entry are ignored; an IPv6 host is
+/// written in brackets, `[::1]:7420`). More than [`MAX_ADDRESSES`] entries, an empty
+/// one or one that is not `HOST:PORT` are refused with [`Error::InvalidInput`].
+pub fn addresses(addr: &str) -> Result<Vec<String>, Error> {
+    let entries: Vec<&str> = addr.split(',').map(str::trim).collect();
+    if entries.len() > MAX_ADDRESSES {
+        return Err(Error::InvalidInput(format!(
+            "more than {MAX_ADDRESSES} addresses in {addr:?}"
+        )));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(entries.len());
+    for entry in entries {
+        if entry.is_empty() {
+            return Err(Error::InvalidInput(format!(
+                "an empty address in {addr:?} (addresses are HOST:PORT separated by commas)"
+            )));
+        }
+        if !is_host_port(entry) {
+            return Err(Error::InvalidInput(format!(
+                "address {entry:?} is not HOST:PORT (an IPv6 host in brackets: [::1]:7420)"
+            )));
+        }
+        if !out.iter().any(|a| a == entry) {
+            out.push(entry.to_owned());
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `entry` has the form `HOST:PORT`: a host without spaces or commas (an IPv6
+/// one in brackets) and a decimal port.
+pub(crate) fn is_host_port(entry: &str) -> bool {
+    let Some((host, port)) = entry.rsplit_once(':') else {
+        return false;
+    };
+    let port_ok =
+        !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u16>().is_ok();
+    let host_ok = match host.strip_prefix('[') {
+        Some(inner) => inner
+            .strip_suffix(']')
+            .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok()),
+        None => {
+            !host.is_empty()
+                && !host.contains(':')
+                && !host.bytes().any(|b| b.is_ascii_whitespace() || b == b',')
+        }
+    };
+    port_ok && host_ok
+}
+
 /// Longest token file read, in bytes: a token is a line, not a document.
 const MAX_TOKEN_FILE_BYTES: u64 = 4096;
 
@@ -148,7 +218,8 @@ pub fn default_data_dir() -> PathBuf {
 }
 
 /// Opens a raw QUIC connection (TLS 1.3, ALPN `muster/1`, the options' trust), for
-/// clients that frame their own requests. [`crate::Client::connect`] builds on it.
+/// clients that frame their own requests, to the one address the options name (no
+/// leader is looked for). [`crate::Client::connect`] builds on it.
 pub async fn open(options: &ConnectOptions) -> Result<quinn::Connection, Error> {
     Ok(open_own(options).await?.1)
 }
@@ -467,6 +538,49 @@ mod tests {
         options.token_file = None;
         options.trust = Trust::Pin("ab".repeat(32));
         assert_eq!(options.hello_token().unwrap(), None);
+    }
+
+    #[test]
+    fn addresses_are_host_port_entries_separated_by_commas() {
+        assert_eq!(addresses("127.0.0.1:7420").unwrap(), ["127.0.0.1:7420"]);
+        assert_eq!(
+            addresses("a.example:7420, [::1]:7421,b:1,a.example:7420").unwrap(),
+            ["a.example:7420", "[::1]:7421", "b:1"]
+        );
+        let many = vec!["h:1"; MAX_ADDRESSES].join(",");
+        assert_eq!(addresses(&many).unwrap(), ["h:1"]);
+        let too_many = vec!["h:1"; MAX_ADDRESSES + 1].join(",");
+        assert_eq!(
+            addresses(&too_many).unwrap_err().to_string(),
+            format!("invalid input: more than 16 addresses in {too_many:?}")
+        );
+        assert_eq!(
+            addresses("a:1,,b:2").unwrap_err().to_string(),
+            r#"invalid input: an empty address in "a:1,,b:2" (addresses are HOST:PORT separated by commas)"#
+        );
+        assert_eq!(
+            addresses("").unwrap_err().to_string(),
+            r#"invalid input: an empty address in "" (addresses are HOST:PORT separated by commas)"#
+        );
+        for bad in [
+            "a",
+            "a:",
+            ":1",
+            "a:x",
+            "a:70000",
+            "::1:7420",
+            "[::1:7420",
+            "[x]:1",
+            "a b:1",
+        ] {
+            assert_eq!(
+                addresses(&format!("h:1,{bad}")).unwrap_err().to_string(),
+                format!(
+                    "invalid input: address {bad:?} is not HOST:PORT (an IPv6 host in brackets: [::1]:7420)"
+                ),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

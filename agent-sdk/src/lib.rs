@@ -16,8 +16,9 @@
 //!
 //! # Layout
 //! - [`client`]: `Client` and its per-op methods.
-//! - [`connect`]: addresses, trust (CA file, pinned fingerprint, the daemon's own
-//!   certificate) and the QUIC connection.
+//! - [`connect`]: addresses (one daemon, or a cluster's nodes), trust (CA file, pinned
+//!   fingerprint, the daemon's own certificate) and the QUIC connection.
+//! - `leader` (private): finding a cluster's leader among the addresses.
 //! - [`context`]: named contexts (`contexts.toml`) and [`ConnectArgs`], the CLI's
 //!   resolution of connection options (flags and `MUSTER_*` variables, else the context
 //!   in use, else the local daemon), which the Python SDK uses too.
@@ -29,6 +30,7 @@ pub mod client;
 pub mod connect;
 pub mod context;
 pub mod error;
+mod leader;
 pub mod worker;
 
 pub use client::{Client, PendingReply};

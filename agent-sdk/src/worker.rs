@@ -10,6 +10,10 @@
 //! leases are kept, nothing is reclaimed, no failure is counted) and goes on renewing
 //! and settling with the claims it holds. Only a fresh process start reclaims: the
 //! daemon re-delivers what the member held before, with the last progress checkpoint.
+//! On a cluster, a reply `not_leader` (the node no longer leads) or `outcome_unknown`
+//! (its leadership ended before the request was agreed on) is taken as a lost
+//! connection: the worker connects to the new leader ([`Client::connect`] finds it)
+//! and resumes its session there, and settles whose outcome is unknown are sent again.
 //!
 //! Shutting down ([`WorkerHandle::shutdown`], a signal with
 //! [`WorkerHandle::shutdown_on_signals`], or an operator's drain) stops taking work,
@@ -365,6 +369,7 @@ impl Worker {
             settling: 0,
             draining: None,
             opened: false,
+            leader_moved: false,
             stopping: HashMap::new(),
             events: mpsc::unbounded_channel(),
         };
@@ -386,6 +391,9 @@ struct Run<H> {
     draining: Option<Instant>,
     /// A session was opened once: later sessions resume instead of reclaiming.
     opened: bool,
+    /// A reply on the current connection said the node no longer leads (or lost its
+    /// leadership mid-request): the connection is given up as if lost.
+    leader_moved: bool,
     /// Handlers of leases lost or revoked, told to stop and not yet ended.
     stopping: HashMap<String, Stopping>,
     events: (mpsc::UnboundedSender<Event>, mpsc::UnboundedReceiver<Event>),
@@ -426,6 +434,10 @@ where
                     // not at the idle timeout.
                     client.close().await;
                     return Ok(());
+                }
+                Ok(false) if self.leader_moved => {
+                    warn!("the musterd node is no longer the cluster's leader; reconnecting");
+                    self.pause(backoff(1)).await;
                 }
                 Ok(false) => {
                     warn!("connection to musterd lost; reconnecting");
@@ -558,6 +570,7 @@ where
     ) -> Result<bool, Error> {
         // Settle what finished while disconnected, and renew everything at once: the
         // leases may be close to their end. A stop asked meanwhile unsubscribes first.
+        self.leader_moved = false;
         self.drain_on(client).await;
         for settle in std::mem::take(&mut self.unsettled) {
             self.settle(client, settle);
@@ -595,6 +608,12 @@ where
                         info!("drained by an operator");
                         self.shutdown.cancel();
                     }
+                    // The node stopped leading and ended the session: resume on the leader.
+                    Some(Push::Closed(error)) if leader_moved(&error.code) => {
+                        warn!(%error, "session closed by musterd");
+                        self.leader_moved = true;
+                        return Ok(false);
+                    }
                     Some(Push::Closed(error)) => {
                         warn!(%error, "session closed by musterd");
                         return Err(Error::Server(error));
@@ -610,8 +629,18 @@ where
                             self.settle(client, settle);
                         }
                     }
-                    Event::Renewed(id, epoch, sent, result) => self.renewed(id, epoch, sent, result),
-                    Event::Settled(settle, result) => self.settled(settle, result),
+                    Event::Renewed(id, epoch, sent, result) => {
+                        self.renewed(id, epoch, sent, result);
+                        if self.leader_moved {
+                            return Ok(false);
+                        }
+                    }
+                    Event::Settled(settle, result) => {
+                        self.settled(settle, result);
+                        if self.leader_moved {
+                            return Ok(false);
+                        }
+                    }
                     Event::Expired(id, epoch) => self.expired(&id, epoch),
                 },
                 _ = tick.tick() => {
@@ -844,6 +873,16 @@ where
             {
                 self.lost(&id, epoch, &format!("lost ({})", e.message));
             }
+            // The node no longer leads: as for a lost connection, the next connection
+            // (to the leader) renews at once, progress too.
+            Err(Error::Server(e)) if leader_moved(&e.code) => {
+                debug!(task = %id, error = %e, "renewal on a node that no longer leads");
+                self.leader_moved = true;
+                held.renew_at = Instant::now() + MIN_RENEW_INTERVAL;
+                held.progress
+                    .unsent
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            }
             // Refused for what it carried (e.g. progress over its limit): drop the
             // checkpoint and keep the lease alive.
             Err(Error::Server(e)) => {
@@ -892,6 +931,13 @@ where
         let id = settle.id.clone();
         match result {
             Ok(reply) => info!(task = %id, state = %reply.state, "settled"),
+            // The node no longer leads, or lost its leadership before the settle was
+            // agreed on: settle again on the leader, as after a lost connection.
+            Err(Error::Server(e)) if leader_moved(&e.code) => {
+                debug!(task = %id, error = %e, "settle on a node that no longer leads");
+                self.leader_moved = true;
+                self.unsettled.push(settle);
+            }
             // The daemon refused it (the lease was lost meanwhile): nothing to retry.
             Err(Error::Server(e)) => warn!(task = %id, error = %e, "settle refused"),
             // Unknown whether it landed: settle again on the next connection. A repeat
@@ -1035,10 +1081,17 @@ async fn watch_deadline(
 /// Refusals that retrying cannot fix: the daemon answered, and said no.
 fn is_refusal(e: &Error) -> bool {
     match e {
-        Error::Server(body) => body.code != ErrorCode::ShuttingDown,
+        Error::Server(body) => body.code != ErrorCode::ShuttingDown && !leader_moved(&body.code),
         Error::InvalidInput(_) => true,
         _ => false,
     }
+}
+
+/// Whether an error code says the request went to a node that does not lead (any
+/// more): `not_leader`, or `outcome_unknown` after a leadership change. The worker
+/// reconnects (to the leader) and resumes, as after a lost connection.
+fn leader_moved(code: &ErrorCode) -> bool {
+    matches!(code, ErrorCode::NotLeader | ErrorCode::OutcomeUnknown)
 }
 
 /// Exponential backoff with ±20 % jitter.
@@ -1064,6 +1117,23 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_leadership_change_is_retried_like_a_lost_connection() {
+        use muster_protocol::ErrorBody;
+        let server = |code| Error::Server(ErrorBody::new(code, "m"));
+        assert!(!is_refusal(&server(ErrorCode::NotLeader)));
+        assert!(!is_refusal(&Error::Server(ErrorBody::not_leader(
+            "node 2 leads",
+            Some("b:1".into())
+        ))));
+        assert!(!is_refusal(&server(ErrorCode::OutcomeUnknown)));
+        assert!(!is_refusal(&server(ErrorCode::ShuttingDown)));
+        assert!(is_refusal(&server(ErrorCode::Forbidden)));
+        assert!(leader_moved(&ErrorCode::NotLeader));
+        assert!(leader_moved(&ErrorCode::OutcomeUnknown));
+        assert!(!leader_moved(&ErrorCode::LeaseLost));
+    }
 
     #[test]
     fn backoff_grows_to_its_cap_with_jitter() {

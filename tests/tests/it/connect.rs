@@ -190,3 +190,94 @@ async fn close_flushes_requests_whose_replies_were_never_awaited() {
         .expect_err("the parked claim ends with the connection");
     assert!(matches!(ended, muster_sdk::Error::Closed(_)), "{ended}");
 }
+
+/// A local UDP port where nothing listens (bound, read, let go).
+fn dead_port() -> u16 {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("a UDP port");
+    socket.local_addr().expect("its address").port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_of_addresses_reaches_the_single_daemon_among_them() {
+    let d = Daemon::start();
+    let dead = format!("127.0.0.1:{}", dead_port());
+    for addr in [format!("{dead},{}", d.addr), format!("{} , {dead}", d.addr)] {
+        let client = Client::connect(ConnectOptions {
+            addr: addr.clone(),
+            ..d.options()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{addr}: {e}"));
+        assert_eq!(client.cluster(), None, "a single daemon names no cluster");
+        assert!(client.queue_list().await.unwrap().is_empty());
+        // Its cluster ops say it runs alone.
+        let err = client.cluster_status().await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid_state: this daemon is not a cluster node (start it with --cluster-id to run a cluster)"
+        );
+    }
+    // One node's own view takes exactly one address.
+    let err = Client::connect_node(ConnectOptions {
+        addr: format!("{dead},{}", d.addr),
+        ..d.options()
+    })
+    .await
+    .err()
+    .expect("two addresses are refused");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "invalid input: one address is needed to connect to one node, not 2 ({dead},{})",
+            d.addr
+        )
+    );
+    let node = Client::connect_node(d.options()).await.unwrap();
+    assert_eq!(node.cluster(), None);
+    // A bad list is refused before anything is sent.
+    let err = Client::connect(ConnectOptions {
+        addr: format!("{},", d.addr),
+        ..d.options()
+    })
+    .await
+    .err()
+    .expect("an empty entry is refused");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "invalid input: an empty address in \"{},\" (addresses are HOST:PORT separated by commas)",
+            d.addr
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_where_nothing_answers_fails_naming_each_address() {
+    let d = Daemon::start();
+    let (a, b) = (
+        format!("127.0.0.1:{}", dead_port()),
+        format!("127.0.0.1:{}", dead_port()),
+    );
+    let started = std::time::Instant::now();
+    let err = Client::connect(ConnectOptions {
+        addr: format!("{a},{b}"),
+        ..d.options()
+    })
+    .await
+    .err()
+    .expect("nothing listens");
+    let waited = started.elapsed();
+    assert!(
+        waited >= muster_sdk::connect::FIND_LEADER_TIMEOUT - std::time::Duration::from_millis(200)
+            && waited < muster_sdk::connect::FIND_LEADER_TIMEOUT * 2,
+        "{waited:?}"
+    );
+    let nothing =
+        "nothing listens there (the host answered \"port unreachable\"): is musterd running?";
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "connect: no leader found among {a},{b} within 10 s: connect: {a}: {nothing}; connect: {b}: {nothing}"
+        )
+    );
+}

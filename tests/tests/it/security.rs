@@ -203,6 +203,10 @@ async fn attempt(c: &Client, op: &str, queue: &str, task: &str, member: &str) ->
             .await,
         ),
         "unwatch" => code(c.unwatch().await),
+        // A single daemon answers an admin with invalid_state: not refused.
+        "cluster_status" => code(c.cluster_status().await),
+        "cluster_add" => code(c.cluster_add(9, "127.0.0.1:1", "127.0.0.1:2", true).await),
+        "cluster_remove" => code(c.cluster_remove(9).await),
         other => panic!("no op {other}"),
     }
 }
@@ -251,6 +255,9 @@ const OPS: &[&str] = &[
     "watch_member",
     "watch_members",
     "unwatch",
+    "cluster_status",
+    "cluster_add",
+    "cluster_remove",
 ];
 
 /// The wire op a cell of the matrix exercises.
@@ -312,6 +319,9 @@ fn allowed(role: &str, op: &str, own: bool) -> bool {
             | "watch_dead"
             | "unwatch"
             | "task_find_all_queues"
+            | "cluster_status"
+            | "cluster_add"
+            | "cluster_remove"
     );
     let by_role = match role {
         "admin" | "queue-admin" => true,

@@ -1,0 +1,276 @@
+//! Finding a cluster's leader among the addresses a client was given.
+//!
+//! Every address is connected to at once and says `hello`; the first whose reply
+//! names no cluster (a single daemon) or names itself the leader is kept, the others
+//! are closed. A node that names a leader at an address not among those given is
+//! asked too. While no node leads (an election), every address is asked again each
+//! [`FIND_LEADER_RETRY`], up to [`FIND_LEADER_TIMEOUT`]; then the connect fails with
+//! what each address said last.
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio::time::Instant;
+
+use muster_protocol::ErrorCode;
+use muster_protocol::ops::ClusterHello;
+
+use crate::connect::{self, ConnectOptions, FIND_LEADER_RETRY, FIND_LEADER_TIMEOUT, MAX_ADDRESSES};
+use crate::{Client, Error};
+
+/// What an address answered, as far as finding the leader goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// A single daemon, or the cluster's leader: the connection to keep.
+    Serves,
+    /// A cluster node that does not lead; `leader_addr` is where it says the leader is.
+    Follows {
+        /// What it said, for the error of a search that fails.
+        said: String,
+        /// The leader's client address, when the node knows it.
+        leader_addr: Option<String>,
+    },
+}
+
+/// Judges a `hello` reply's cluster object.
+pub(crate) fn judge(cluster: Option<&ClusterHello>) -> Answer {
+    let Some(c) = cluster else {
+        return Answer::Serves;
+    };
+    if c.leader == Some(c.node) {
+        return Answer::Serves;
+    }
+    let said = match (c.leader, &c.leader_addr) {
+        (Some(leader), Some(addr)) => {
+            format!(
+                "node {} (term {}) follows node {leader} at {addr}",
+                c.node, c.term
+            )
+        }
+        (Some(leader), None) => format!(
+            "node {} (term {}) follows node {leader}, address unknown",
+            c.node, c.term
+        ),
+        (None, _) => format!("node {} (term {}) knows no leader", c.node, c.term),
+    };
+    Answer::Follows {
+        said,
+        leader_addr: c.leader_addr.clone(),
+    }
+}
+
+/// One line per address of what it said last, `ADDR: WHAT; ADDR: WHAT`, the address
+/// not repeated when the text starts with it already.
+pub(crate) fn summary(said: &[(String, String)]) -> String {
+    said.iter()
+        .map(|(addr, what)| {
+            if what.contains(addr.as_str()) {
+                what.clone()
+            } else {
+                format!("{addr}: {what}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Whether asking again cannot change a failed hello: the daemon answered and refused
+/// (a wrong token, say), not "ask someone else" or "shutting down".
+fn is_final(e: &Error) -> bool {
+    match e {
+        Error::Server(body) => !matches!(
+            body.code,
+            ErrorCode::NotLeader | ErrorCode::OutcomeUnknown | ErrorCode::ShuttingDown
+        ),
+        Error::InvalidInput(_) | Error::Config(_) => true,
+        _ => false,
+    }
+}
+
+/// Connects to one address with the options' trust and token; the certificate's name
+/// is the options' `server_name`, else the address's host.
+async fn attempt(
+    options: &ConnectOptions,
+    endpoint: Option<&quinn::Endpoint>,
+    addr: String,
+) -> (String, Result<Client, Error>) {
+    let one = ConnectOptions {
+        addr: addr.clone(),
+        ..options.clone()
+    };
+    let result = match endpoint {
+        Some(endpoint) => match connect::open_on(endpoint, &one).await {
+            Ok(conn) => Client::start(conn, None, &one).await,
+            Err(e) => Err(e),
+        },
+        None => match connect::open_own(&one).await {
+            Ok((endpoint, conn)) => Client::start(conn, Some(endpoint), &one).await,
+            Err(e) => Err(e),
+        },
+    };
+    (addr, result)
+}
+
+/// Connects to the leader among the options' addresses (or the single daemon there).
+/// With one address whose daemon is not a cluster node, or leads, this is one connect
+/// whose error, if any, is returned as it is.
+pub(crate) async fn find(
+    options: &ConnectOptions,
+    endpoint: Option<&quinn::Endpoint>,
+) -> Result<Client, Error> {
+    let mut addrs = connect::addresses(&options.addr)?;
+    // What each address said last, in the order they were tried.
+    let mut said: Vec<(String, String)> = Vec::new();
+    let note = |said: &mut Vec<(String, String)>, addr: &str, what: String| match said
+        .iter_mut()
+        .find(|(a, _)| a == addr)
+    {
+        Some(entry) => entry.1 = what,
+        None => said.push((addr.to_owned(), what)),
+    };
+    let deadline = Instant::now() + FIND_LEADER_TIMEOUT;
+    if let [only] = addrs.as_slice() {
+        let (addr, result) = attempt(options, endpoint, only.clone()).await;
+        let client = result?;
+        match judge(client.cluster().as_ref()) {
+            Answer::Serves => return Ok(client),
+            Answer::Follows {
+                said: what,
+                leader_addr,
+            } => {
+                note(&mut said, &addr, what);
+                if let Some(leader) = leader_addr
+                    && !addrs.contains(&leader)
+                    && connect::is_host_port(&leader)
+                {
+                    addrs.push(leader);
+                }
+            }
+        }
+    }
+    loop {
+        let mut tries = FuturesUnordered::new();
+        for addr in &addrs {
+            tries.push(attempt(options, endpoint, addr.clone()));
+        }
+        let mut finals = 0;
+        let mut answered = 0;
+        while let Ok(Some((addr, result))) = tokio::time::timeout_at(deadline, tries.next()).await {
+            answered += 1;
+            match result {
+                Ok(client) => match judge(client.cluster().as_ref()) {
+                    // The others are dropped, which closes them.
+                    Answer::Serves => return Ok(client),
+                    Answer::Follows {
+                        said: what,
+                        leader_addr,
+                    } => {
+                        note(&mut said, &addr, what);
+                        if let Some(leader) = leader_addr
+                            && !addrs.contains(&leader)
+                            && addrs.len() < MAX_ADDRESSES
+                            && connect::is_host_port(&leader)
+                        {
+                            addrs.push(leader.clone());
+                            tries.push(attempt(options, endpoint, leader));
+                        }
+                    }
+                },
+                Err(e) => {
+                    finals += usize::from(is_final(&e));
+                    note(&mut said, &addr, e.to_string());
+                }
+            }
+        }
+        if answered == addrs.len() && finals == addrs.len() {
+            // Every address refused outright: asking again cannot help.
+            break;
+        }
+        if Instant::now() + FIND_LEADER_RETRY >= deadline {
+            break;
+        }
+        tokio::time::sleep(FIND_LEADER_RETRY).await;
+    }
+    for addr in &addrs {
+        if !said.iter().any(|(a, _)| a == addr) {
+            said.push((addr.clone(), "no answer".into()));
+        }
+    }
+    Err(Error::Connect(format!(
+        "no leader found among {} within {} s: {}",
+        addrs.join(","),
+        FIND_LEADER_TIMEOUT.as_secs(),
+        summary(&said)
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello(node: u64, leader: Option<u64>, leader_addr: Option<&str>) -> ClusterHello {
+        ClusterHello {
+            cluster_id: "prod".into(),
+            node,
+            term: 3,
+            leader,
+            leader_addr: leader_addr.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn a_single_daemon_or_the_leader_is_kept_and_a_follower_names_the_leader() {
+        assert_eq!(judge(None), Answer::Serves);
+        assert_eq!(judge(Some(&hello(2, Some(2), Some("b:1")))), Answer::Serves);
+        assert_eq!(
+            judge(Some(&hello(1, Some(2), Some("b:1")))),
+            Answer::Follows {
+                said: "node 1 (term 3) follows node 2 at b:1".into(),
+                leader_addr: Some("b:1".into()),
+            }
+        );
+        assert_eq!(
+            judge(Some(&hello(1, Some(2), None))),
+            Answer::Follows {
+                said: "node 1 (term 3) follows node 2, address unknown".into(),
+                leader_addr: None,
+            }
+        );
+        assert_eq!(
+            judge(Some(&hello(3, None, None))),
+            Answer::Follows {
+                said: "node 3 (term 3) knows no leader".into(),
+                leader_addr: None,
+            }
+        );
+    }
+
+    #[test]
+    fn the_summary_names_each_address_once_on_one_line() {
+        let said = [
+            (
+                "a:1".to_owned(),
+                "node 1 (term 3) knows no leader".to_owned(),
+            ),
+            (
+                "b:2".to_owned(),
+                "connect: b:2: nothing listens there".to_owned(),
+            ),
+        ];
+        assert_eq!(
+            summary(&said),
+            "a:1: node 1 (term 3) knows no leader; connect: b:2: nothing listens there"
+        );
+    }
+
+    #[test]
+    fn only_a_refusal_that_asking_again_cannot_change_is_final() {
+        use muster_protocol::ErrorBody;
+        let server = |code| Error::Server(ErrorBody::new(code, "m"));
+        assert!(is_final(&server(ErrorCode::Unauthorized)));
+        assert!(is_final(&server(ErrorCode::BadRequest)));
+        assert!(!is_final(&server(ErrorCode::NotLeader)));
+        assert!(!is_final(&server(ErrorCode::OutcomeUnknown)));
+        assert!(!is_final(&server(ErrorCode::ShuttingDown)));
+        assert!(!is_final(&Error::Connect("refused".into())));
+    }
+}
