@@ -334,6 +334,7 @@ impl Dispatcher {
                     let mut engine =
                         open_engine(store.clone(), &clock, &settings, &mut disk, &thread_stats)?;
                     info!(term, "leading: serving clients");
+                    node.set_serving(Some(term));
                     generation.send_modify(|g| *g += 1);
                     let mut commit =
                         Commit::Cluster(crate::cluster::lead::Leading::new(node.clone(), term));
@@ -351,6 +352,7 @@ impl Dispatcher {
                         Ended::Stopped => return Ok(()),
                         Ended::Deposed => {
                             info!(term, "no longer leading: following");
+                            node.set_serving(None);
                             generation.send_modify(|g| *g += 1);
                         }
                     }

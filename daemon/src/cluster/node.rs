@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -66,6 +67,8 @@ pub struct Node {
     id: u64,
     cluster_id: Arc<str>,
     runtime: tokio::runtime::Handle,
+    /// The term whose engine the dispatcher serves with; 0 while it follows.
+    serving: Arc<AtomicU64>,
     /// Where this node's node-to-node endpoint is bound.
     pub cluster_addr: SocketAddr,
 }
@@ -119,6 +122,7 @@ impl Node {
             id: config.node_id,
             cluster_id: config.cluster_id.into(),
             runtime: tokio::runtime::Handle::current(),
+            serving: Arc::default(),
             cluster_addr,
         };
         if config.bootstrap {
@@ -249,15 +253,25 @@ impl Node {
         }
     }
 
-    /// What `hello` tells a client of the cluster.
+    /// The dispatcher serves with an engine of `term` (`None`: it follows).
+    pub fn set_serving(&self, term: Option<u64>) {
+        self.serving.store(term.unwrap_or(0), Ordering::Release);
+    }
+
+    /// What `hello` tells a client of the cluster. A node names itself the leader only
+    /// once its dispatcher serves: until then a client keeps looking.
     pub fn hello(&self) -> ClusterHello {
         let m = self.metrics();
+        let serving = self.serving.load(Ordering::Acquire);
+        let leader = m
+            .current_leader
+            .filter(|&l| l != self.id || serving == m.current_term);
         ClusterHello {
             cluster_id: self.cluster_id.to_string(),
             node: self.id,
             term: m.current_term,
-            leader: m.current_leader,
-            leader_addr: Node::leader_addr(&m),
+            leader,
+            leader_addr: leader.and(Node::leader_addr(&m)),
         }
     }
 
