@@ -634,8 +634,10 @@ impl Peer {
             return Err(Failure::TooLarge(body.len()));
         }
         let (target, addr) = (self.target, self.addr.clone());
+        let mut connected = false;
         let exchange = async {
             let conn = self.connection().await?;
+            connected = true;
             match exchange(&conn, &body).await {
                 Ok(answer) => Ok(answer),
                 Err(e) => {
@@ -650,11 +652,21 @@ impl Peer {
                 }
             }
         };
-        let answer = tokio::time::timeout(ttl, exchange).await.map_err(|_| {
-            Failure::Network(anyhow!(
-                "RPC to node {target} at {addr}: no answer within {ttl:?}"
-            ))
-        })??;
+        let outcome = tokio::time::timeout(ttl, exchange).await;
+        let answer = match outcome {
+            Ok(answer) => answer?,
+            // The connect goes on in its task, for the next RPC.
+            Err(_) if !connected => {
+                return Err(Failure::Unreachable(anyhow!(
+                    "node {target} at {addr}: no connection within {ttl:?}"
+                )));
+            }
+            Err(_) => {
+                return Err(Failure::Network(anyhow!(
+                    "RPC to node {target} at {addr}: no answer within {ttl:?}"
+                )));
+            }
+        };
         postcard::from_bytes(&answer).map_err(|e| {
             Failure::Unreachable(anyhow!(
                 "RPC to node {target} at {addr}: unreadable answer ({e}): another version?"
@@ -663,6 +675,10 @@ impl Peer {
     }
 
     /// Maps the outcome of [`Peer::call`] to openraft's errors.
+    #[expect(
+        clippy::result_large_err,
+        reason = "openraft's own error type, which RaftNetwork returns"
+    )]
     fn answer<T, E: std::error::Error>(
         &self,
         outcome: Result<Result<T, RaftError<u64, E>>, Failure>,
@@ -887,4 +903,503 @@ async fn serve_stream<H: Handler>(
         return refuse(send, recv, RESET_NO_ANSWER);
     }
     let _ = send.finish();
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::net::Ipv4Addr;
+
+    use openraft::error::{Fatal, SnapshotMismatch};
+    use openraft::{
+        CommittedLeaderId, Entry, EntryPayload, LogId, Membership, SnapshotMeta, SnapshotSegmentId,
+        StorageError, StorageIOError, StoredMembership, Vote,
+    };
+    use quinn::{ConnectionError, TransportErrorCode};
+
+    use super::*;
+    use crate::cluster::Round;
+
+    const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+    const OTHER_SECRET: &[u8] = b"0123456789abcdef0123456789abcdeF";
+    const CLUSTER: &str = "prod";
+
+    /// TLS alert `access_denied`, which rustls sends for a certificate the verifier refuses.
+    const ACCESS_DENIED: u8 = 49;
+
+    /// Answers votes (granted), append-entries (the remote Raft stopped) and snapshot
+    /// chunks (a mismatch naming the chunk's offset).
+    struct Fake;
+
+    impl Handler for Fake {
+        async fn handle(&self, rpc: Rpc) -> Result<Vec<u8>, postcard::Error> {
+            match rpc {
+                Rpc::Vote(r) => postcard::to_stdvec(&Ok::<_, RaftError<u64>>(VoteResponse::new(
+                    r.vote,
+                    r.last_log_id,
+                    true,
+                ))),
+                Rpc::AppendEntries(_) => postcard::to_stdvec(
+                    &Err::<AppendEntriesResponse<u64>, _>(RaftError::<u64>::Fatal(Fatal::Stopped)),
+                ),
+                Rpc::InstallSnapshot(r) => {
+                    postcard::to_stdvec(&Err::<InstallSnapshotResponse<u64>, _>(mismatch(r.offset)))
+                }
+            }
+        }
+    }
+
+    /// Never answers.
+    struct Silent;
+
+    impl Handler for Silent {
+        async fn handle(&self, _rpc: Rpc) -> Result<Vec<u8>, postcard::Error> {
+            std::future::pending().await
+        }
+    }
+
+    fn mismatch(offset: u64) -> RaftError<u64, InstallSnapshotError> {
+        RaftError::APIError(InstallSnapshotError::SnapshotMismatch(SnapshotMismatch {
+            expect: SnapshotSegmentId {
+                id: "snap-1".into(),
+                offset: 0,
+            },
+            got: SnapshotSegmentId {
+                id: "snap-1".into(),
+                offset,
+            },
+        }))
+    }
+
+    fn loopback() -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 0))
+    }
+
+    fn node(addr: &str) -> NodeAddr {
+        NodeAddr {
+            addr: "127.0.0.1:7420".into(),
+            cluster_addr: addr.into(),
+        }
+    }
+
+    fn log_id(term: u64, index: u64) -> LogId<u64> {
+        LogId::new(CommittedLeaderId::new(term, 1), index)
+    }
+
+    fn vote_request() -> VoteRequest<u64> {
+        VoteRequest::new(Vote::new(7, 3), Some(log_id(6, 41)))
+    }
+
+    fn append_request() -> AppendEntriesRequest<Muster> {
+        let membership = Membership::new(
+            vec![BTreeSet::from([1, 2, 3])],
+            BTreeMap::from([(1, node("10.0.0.1:7421")), (2, node("10.0.0.2:7421"))]),
+        );
+        AppendEntriesRequest {
+            vote: Vote::new_committed(7, 1),
+            prev_log_id: Some(log_id(6, 40)),
+            leader_commit: Some(log_id(6, 39)),
+            entries: vec![
+                Entry {
+                    log_id: log_id(7, 41),
+                    payload: EntryPayload::Blank,
+                },
+                Entry {
+                    log_id: log_id(7, 42),
+                    payload: EntryPayload::Normal(Round {
+                        term: 7,
+                        wall_ms: 1_700_000_000_000,
+                        changes: Default::default(),
+                    }),
+                },
+                Entry {
+                    log_id: log_id(7, 43),
+                    payload: EntryPayload::Membership(membership),
+                },
+            ],
+        }
+    }
+
+    fn snapshot_request() -> InstallSnapshotRequest<Muster> {
+        InstallSnapshotRequest {
+            vote: Vote::new_committed(7, 1),
+            meta: SnapshotMeta {
+                last_log_id: Some(log_id(7, 43)),
+                last_membership: StoredMembership::new(
+                    Some(log_id(7, 43)),
+                    Membership::new(
+                        vec![BTreeSet::from([1, 2])],
+                        BTreeMap::from([(1, node("a:1")), (2, node("b:2"))]),
+                    ),
+                ),
+                snapshot_id: "snap-1".into(),
+            },
+            offset: 3 << 20,
+            data: vec![0xa5; 1000],
+            done: false,
+        }
+    }
+
+    /// A cluster endpoint on loopback serving `handler`, and its address.
+    fn start<H: Handler>(
+        identity: &ClusterIdentity,
+        handler: H,
+    ) -> (quinn::Endpoint, SocketAddr, JoinHandle<()>) {
+        let endpoint = endpoint(loopback(), identity).unwrap();
+        let addr = endpoint.local_addr().unwrap();
+        let task = tokio::spawn(serve_with(endpoint.clone(), Arc::new(handler)));
+        (endpoint, addr, task)
+    }
+
+    fn option() -> RPCOption {
+        RPCOption::new(Duration::from_secs(5))
+    }
+
+    async fn peer(from: &quinn::Endpoint, target: u64, to: SocketAddr) -> Peer {
+        let mut network = Network::new(from.clone(), HashMap::new());
+        network.new_client(target, &node(&to.to_string())).await
+    }
+
+    /// Connects and, if the handshake completes here, waits for the server's verdict:
+    /// the client's handshake ends before the server has checked its certificate.
+    async fn handshake_error(client: &quinn::Endpoint, server: SocketAddr) -> ConnectionError {
+        match client.connect(server, SERVER_NAME).unwrap().await {
+            Err(e) => e,
+            Ok(conn) => conn.closed().await,
+        }
+    }
+
+    fn assert_refused_here(e: &ConnectionError) {
+        match e {
+            ConnectionError::TransportError(t) => {
+                assert_eq!(t.code, TransportErrorCode::crypto(ACCESS_DENIED), "{e}")
+            }
+            other => panic!("expected our own refusal, got {other:?}"),
+        }
+    }
+
+    fn assert_refused_by_peer(e: &ConnectionError) {
+        match e {
+            ConnectionError::ConnectionClosed(c) => {
+                assert_eq!(
+                    c.error_code,
+                    TransportErrorCode::crypto(ACCESS_DENIED),
+                    "{e}"
+                )
+            }
+            other => panic!("expected the peer's refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn identity_is_derived_from_the_secret_and_the_cluster_id() {
+        let a = identity(SECRET, CLUSTER).unwrap();
+        let b = identity(SECRET, CLUSTER).unwrap();
+        assert_eq!(a.spki, b.spki);
+        assert_eq!(a.key.secret_pkcs8_der(), b.key.secret_pkcs8_der());
+        assert_eq!(a.reset_key, b.reset_key);
+        assert_eq!(a.key.secret_pkcs8_der().len(), 48);
+        assert_eq!(&a.key.secret_pkcs8_der()[..16], &ED25519_PKCS8_PREFIX);
+        let other_secret = identity(OTHER_SECRET, CLUSTER).unwrap();
+        let other_cluster = identity(SECRET, "staging").unwrap();
+        assert_ne!(a.spki, other_secret.spki);
+        assert_ne!(a.spki, other_cluster.spki);
+        assert_ne!(a.reset_key, other_cluster.reset_key);
+        assert_ne!(a.reset_key.as_slice(), &a.key.secret_pkcs8_der()[16..]);
+        // Ed25519: algorithm id 1.3.101.112, then the 32-byte key.
+        assert_eq!(a.spki.len(), 44);
+        assert_eq!(&a.spki[4..9], &[0x06, 0x03, 0x2b, 0x65, 0x70]);
+        assert!(!format!("{a:?}").contains(&hex::encode(&a.key.secret_pkcs8_der()[16..])));
+    }
+
+    #[test]
+    fn requests_and_answers_round_trip_through_postcard() {
+        fn round_trip<T: Serialize + DeserializeOwned + std::fmt::Debug>(value: &T) {
+            let bytes = postcard::to_stdvec(value).unwrap();
+            let back: T = postcard::from_bytes(&bytes).unwrap();
+            assert_eq!(format!("{back:?}"), format!("{value:?}"));
+        }
+        round_trip(&Rpc::AppendEntries(append_request()));
+        round_trip(&Rpc::Vote(vote_request()));
+        round_trip(&Rpc::InstallSnapshot(snapshot_request()));
+        for answer in [
+            AppendEntriesResponse::Success,
+            AppendEntriesResponse::PartialSuccess(Some(log_id(7, 42))),
+            AppendEntriesResponse::Conflict,
+            AppendEntriesResponse::HigherVote(Vote::new(9, 2)),
+        ] {
+            round_trip(&Ok::<_, RaftError<u64>>(answer));
+        }
+        round_trip(&Ok::<_, RaftError<u64>>(VoteResponse::new(
+            Vote::new(7, 3),
+            None,
+            false,
+        )));
+        round_trip(&Ok::<_, RaftError<u64, InstallSnapshotError>>(
+            InstallSnapshotResponse {
+                vote: Vote::new_committed(7, 1),
+            },
+        ));
+        let io = std::io::Error::other("disk full");
+        for fatal in [
+            Fatal::Stopped,
+            Fatal::Panicked,
+            Fatal::StorageError(StorageError::from(StorageIOError::write_vote(&io))),
+        ] {
+            round_trip(&Err::<VoteResponse<u64>, _>(RaftError::<u64>::Fatal(fatal)));
+        }
+        round_trip(&Err::<InstallSnapshotResponse<u64>, _>(mismatch(7)));
+    }
+
+    #[tokio::test]
+    async fn frames_round_trip_and_oversized_ones_are_refused_by_their_header() {
+        let mut wire = Vec::new();
+        write_frame(&mut wire, b"hello").await.unwrap();
+        assert_eq!(wire, b"\0\0\0\x05hello");
+        assert_eq!(read_frame(&mut wire.as_slice()).await.unwrap(), b"hello");
+
+        // A header announcing one byte too many: refused before the body is read (the
+        // reader still holds all of it) or any buffer is made for it.
+        for announced in [MAX_RPC_BYTES as u32 + 1, u32::MAX] {
+            let mut wire = announced.to_be_bytes().to_vec();
+            wire.extend_from_slice(&[0; 10]);
+            let mut reader = wire.as_slice();
+            match read_frame(&mut reader).await {
+                Err(FrameError::TooLarge(n)) => assert_eq!(n, u64::from(announced)),
+                other => panic!("expected TooLarge, got {other:?}"),
+            }
+            assert_eq!(reader.len(), 10);
+        }
+
+        // A frame of exactly the limit is fine by its header; this one then ends early.
+        let mut wire = (MAX_RPC_BYTES as u32).to_be_bytes().to_vec();
+        wire.extend_from_slice(&[1; 3]);
+        match read_frame(&mut wire.as_slice()).await {
+            Err(FrameError::Truncated { expected, got }) => {
+                assert_eq!((expected, got), (MAX_RPC_BYTES, 3))
+            }
+            other => panic!("expected Truncated, got {other:?}"),
+        }
+
+        // Writing one over the limit writes nothing (the zeroed pages are never touched).
+        let body = vec![0u8; MAX_RPC_BYTES + 1];
+        let mut wire = Vec::new();
+        match write_frame(&mut wire, &body).await {
+            Err(FrameError::TooLarge(n)) => assert_eq!(n, MAX_RPC_BYTES as u64 + 1),
+            other => panic!("expected TooLarge, got {other:?}"),
+        }
+        assert!(wire.is_empty());
+    }
+
+    #[tokio::test]
+    async fn peers_with_the_same_secret_and_cluster_exchange_rpcs() {
+        let id = identity(SECRET, CLUSTER).unwrap();
+        let (server, server_addr, serving) = start(&id, Fake);
+        let client = endpoint(loopback(), &id).unwrap();
+
+        // Target 1 is routed to the server; its own cluster_addr leads nowhere.
+        let mut network = Network::new(
+            client.clone(),
+            HashMap::from([(1, server_addr.to_string())]),
+        );
+        let mut one = network.new_client(1, &node("127.0.0.1:9")).await;
+        let answer = one.vote(vote_request(), option()).await.unwrap();
+        assert_eq!(
+            answer,
+            VoteResponse::new(Vote::new(7, 3), Some(log_id(6, 41)), true)
+        );
+
+        match one.append_entries(append_request(), option()).await {
+            Err(RPCError::RemoteError(e)) => {
+                assert_eq!(e.target, 1);
+                assert_eq!(e.target_node, Some(node("127.0.0.1:9")));
+                assert_eq!(e.source, RaftError::Fatal(Fatal::Stopped));
+            }
+            other => panic!("expected a remote error, got {other:?}"),
+        }
+        match one.install_snapshot(snapshot_request(), option()).await {
+            Err(RPCError::RemoteError(e)) => assert_eq!(e.source, mismatch(3 << 20)),
+            other => panic!("expected a remote error, got {other:?}"),
+        }
+        assert_eq!(client.open_connections(), 1);
+
+        // Another client for the same target shares the connection; target 2, without
+        // a route, is reached at its cluster_addr on a connection of its own.
+        let mut again = network.new_client(1, &node("127.0.0.1:9")).await;
+        assert!(
+            again
+                .vote(vote_request(), option())
+                .await
+                .unwrap()
+                .vote_granted
+        );
+        assert_eq!(client.open_connections(), 1);
+        let mut two = network
+            .new_client(2, &node(&format!("localhost:{}", server_addr.port())))
+            .await;
+        assert!(
+            two.vote(vote_request(), option())
+                .await
+                .unwrap()
+                .vote_granted
+        );
+        assert_eq!(client.open_connections(), 2);
+
+        // A lost connection is replaced at the next RPC.
+        let lost = network
+            .connections
+            .get(1, &server_addr.to_string())
+            .unwrap();
+        lost.close(0u32.into(), b"test");
+        assert!(
+            one.vote(vote_request(), option())
+                .await
+                .unwrap()
+                .vote_granted
+        );
+        let replaced = network
+            .connections
+            .get(1, &server_addr.to_string())
+            .unwrap();
+        assert_ne!(replaced.stable_id(), lost.stable_id());
+
+        // serve returns once its endpoint is closed.
+        server.close(0u32.into(), b"done");
+        tokio::time::timeout(Duration::from_secs(10), serving)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn another_secret_fails_the_handshake() {
+        let (_server, server_addr, _serving) = start(&identity(SECRET, CLUSTER).unwrap(), Fake);
+        let stranger = endpoint(loopback(), &identity(OTHER_SECRET, CLUSTER).unwrap()).unwrap();
+        // The stranger refuses the server's certificate, ...
+        assert_refused_here(&handshake_error(&stranger, server_addr).await);
+        // ... which openraft hears as an unreachable node (and backs off).
+        let mut p = peer(&stranger, 1, server_addr).await;
+        match p.vote(vote_request(), option()).await {
+            Err(RPCError::Unreachable(e)) => {
+                assert!(e.to_string().contains("handshake with"), "{e}")
+            }
+            other => panic!("expected Unreachable, got {other:?}"),
+        }
+        // And the server refuses a stranger's certificate even when the stranger would
+        // accept the server's.
+        let ours = identity(SECRET, CLUSTER).unwrap();
+        let theirs = identity(OTHER_SECRET, CLUSTER).unwrap();
+        let mut sneaky = quinn::Endpoint::client(loopback()).unwrap();
+        sneaky.set_default_client_config(client_config(&theirs, &ours.spki).unwrap());
+        assert_refused_by_peer(&handshake_error(&sneaky, server_addr).await);
+    }
+
+    #[tokio::test]
+    async fn another_cluster_id_fails_the_handshake() {
+        let (_server, server_addr, _serving) = start(&identity(SECRET, CLUSTER).unwrap(), Fake);
+        let other = endpoint(loopback(), &identity(SECRET, "staging").unwrap()).unwrap();
+        assert_refused_here(&handshake_error(&other, server_addr).await);
+        // A server of the other cluster refuses our client the same way.
+        let (_s, other_addr, _t) = start(&identity(SECRET, "staging").unwrap(), Fake);
+        let ours = endpoint(loopback(), &identity(SECRET, CLUSTER).unwrap()).unwrap();
+        assert_refused_here(&handshake_error(&ours, other_addr).await);
+    }
+
+    #[tokio::test]
+    async fn the_server_refuses_an_oversized_frame_and_keeps_the_connection() {
+        let id = identity(SECRET, CLUSTER).unwrap();
+        let (_server, server_addr, _serving) = start(&id, Fake);
+        let client = endpoint(loopback(), &id).unwrap();
+        let conn = client
+            .connect(server_addr, SERVER_NAME)
+            .unwrap()
+            .await
+            .unwrap();
+
+        let (mut send, mut recv) = conn.open_bi().await.unwrap();
+        send.write_all(&(MAX_RPC_BYTES as u32 + 1).to_be_bytes())
+            .await
+            .unwrap();
+        let mut buf = [0u8; 1];
+        match recv.read(&mut buf).await {
+            Err(quinn::ReadError::Reset(code)) => assert_eq!(code, RESET_BAD_FRAME.into()),
+            other => panic!("expected a reset, got {other:?}"),
+        }
+        // Garbage of a valid length is refused the same way.
+        let (mut send, mut recv) = conn.open_bi().await.unwrap();
+        write_frame(&mut send, &[0xff; 8]).await.unwrap();
+        send.finish().unwrap();
+        match recv.read(&mut buf).await {
+            Err(quinn::ReadError::Reset(code)) => assert_eq!(code, RESET_BAD_FRAME.into()),
+            other => panic!("expected a reset, got {other:?}"),
+        }
+        // The connection still serves.
+        let request = postcard::to_stdvec(&Rpc::Vote(vote_request())).unwrap();
+        let answer = exchange(&conn, &request).await.unwrap();
+        let answer: Result<VoteResponse<u64>, RaftError<u64>> =
+            postcard::from_bytes(&answer).unwrap();
+        assert!(answer.unwrap().vote_granted);
+    }
+
+    #[tokio::test]
+    async fn deadlines_map_to_network_and_unreachable() {
+        let id = identity(SECRET, CLUSTER).unwrap();
+        let (_server, server_addr, _serving) = start(&id, Silent);
+        let client = endpoint(loopback(), &id).unwrap();
+        let ttl = RPCOption::new(Duration::from_millis(200));
+        // Connected (outside the TTL, so a slow handshake cannot decide the outcome),
+        // but no answer within the TTL: try again at once.
+        let mut p = peer(&client, 1, server_addr).await;
+        p.connection().await.unwrap();
+        match p.vote(vote_request(), ttl.clone()).await {
+            Err(RPCError::Network(e)) => assert!(e.to_string().contains("no answer within")),
+            other => panic!("expected NetworkError, got {other:?}"),
+        }
+        // Nobody there (a socket that drops everything): back off.
+        let sink = std::net::UdpSocket::bind(loopback()).unwrap();
+        let mut p = peer(&client, 2, sink.local_addr().unwrap()).await;
+        match p.vote(vote_request(), ttl).await {
+            Err(RPCError::Unreachable(e)) => {
+                assert!(e.to_string().contains("no connection within"))
+            }
+            other => panic!("expected Unreachable, got {other:?}"),
+        }
+        // A name that does not resolve: back off.
+        let mut p = network_peer(&client, "no-such-host.invalid:7421").await;
+        match p.vote(vote_request(), option()).await {
+            Err(RPCError::Unreachable(e)) => assert!(e.to_string().contains("resolving")),
+            other => panic!("expected Unreachable, got {other:?}"),
+        }
+    }
+
+    async fn network_peer(from: &quinn::Endpoint, addr: &str) -> Peer {
+        Network::new(from.clone(), HashMap::new())
+            .new_client(3, &node(addr))
+            .await
+    }
+
+    #[test]
+    fn read_secret_wants_32_bytes_less_surrounding_whitespace() {
+        let dir = tempfile::tempdir().unwrap();
+        let short = dir.path().join("short");
+        std::fs::write(&short, [b'x'; 31]).unwrap();
+        assert_eq!(
+            read_secret(&short).unwrap_err().to_string(),
+            format!(
+                "the cluster secret in {} is 31 bytes long; it must be at least 32 bytes",
+                short.display()
+            )
+        );
+        let padded = dir.path().join("padded");
+        std::fs::write(&padded, b"  \n0123456789abcdef0123456789abcde\n").unwrap();
+        assert!(
+            read_secret(&padded)
+                .unwrap_err()
+                .to_string()
+                .contains("is 31 bytes long")
+        );
+        let good = dir.path().join("good");
+        std::fs::write(&good, [SECRET, b"\n"].concat()).unwrap();
+        assert_eq!(read_secret(&good).unwrap(), SECRET);
+    }
 }
