@@ -352,11 +352,14 @@ impl Conn {
                     .flatten()
                     .map(|(c, served)| (c, Some(served)))
             } else {
-                tokio::time::timeout(CONNECT_TIMEOUT, Client::connect(self.target.options.clone()))
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-                    .map(|c| (c, None))
+                tokio::time::timeout(
+                    CONNECT_TIMEOUT,
+                    Client::connect(self.target.options.clone()),
+                )
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .map(|c| (c, None))
             };
             match connected {
                 Some((c, served)) => {
@@ -991,7 +994,9 @@ fn split_brain(history: &History) -> (usize, usize) {
     let mut split = 0;
     for (term, nodes) in &nodes_per_term {
         if nodes.len() > 1 {
-            eprintln!("checker: split brain in term {term}: writes acknowledged by nodes {nodes:?}");
+            eprintln!(
+                "checker: split brain in term {term}: writes acknowledged by nodes {nodes:?}"
+            );
             split += 1;
         }
     }

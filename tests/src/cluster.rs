@@ -398,7 +398,11 @@ impl Cluster {
     /// node that does not answer within [`PROBE_TIMEOUT`] is `None`).
     pub async fn hellos(&self) -> Vec<(NodeId, Option<ClusterHello>)> {
         let mut probes = tokio::task::JoinSet::new();
-        for n in self.nodes.iter().filter(|n| n.member && n.process.is_some()) {
+        for n in self
+            .nodes
+            .iter()
+            .filter(|n| n.member && n.process.is_some())
+        {
             let (id, options) = (n.id, self.options_for(n.listen.to_string()));
             probes.spawn(async move {
                 let hello = Probe::open(&options).await.ok().and_then(|p| p.cluster());
@@ -444,7 +448,10 @@ impl Cluster {
             .filter(|n| n.member && n.process.is_some() && n.id != leader)
             .map(|n| n.id)
             .collect();
-        assert!(!followers.is_empty(), "no running follower of node {leader}");
+        assert!(
+            !followers.is_empty(),
+            "no running follower of node {leader}"
+        );
         followers[pick % followers.len()]
     }
 
@@ -475,7 +482,11 @@ impl Cluster {
     /// Heals every relay.
     pub fn heal_all(&self) {
         let relays = self.relays();
-        for r in relays.clients.iter().chain(relays.paths.iter().map(|(_, _, r)| r)) {
+        for r in relays
+            .clients
+            .iter()
+            .chain(relays.paths.iter().map(|(_, _, r)| r))
+        {
             r.heal();
         }
     }
@@ -504,9 +515,7 @@ impl Cluster {
 
     /// One node's own view, from `muster --addr NODE cluster status --json`.
     pub async fn status(&self, id: NodeId) -> NodeStatus {
-        let out = self
-            .cli_node(id, &["--json", "cluster", "status"])
-            .await;
+        let out = self.cli_node(id, &["--json", "cluster", "status"]).await;
         assert!(
             out.status.success(),
             "muster cluster status on node {id} failed: {}",
@@ -669,7 +678,11 @@ impl Relays {
     async fn start(ports: &[Ports]) -> Relays {
         let mut clients = Vec::new();
         for p in ports {
-            clients.push(Relay::start(p.listen).await.expect("starting a client relay"));
+            clients.push(
+                Relay::start(p.listen)
+                    .await
+                    .expect("starting a client relay"),
+            );
         }
         let mut paths = Vec::new();
         for from in 1..=ports.len() as NodeId {
@@ -840,13 +853,23 @@ mod tests {
     #[test]
     fn a_leader_counts_once_a_majority_names_it_in_its_term() {
         let agreed = [view(1, 3, Some(1)), view(2, 3, Some(1)), (3, None)];
-        assert_eq!(agreed_leader(&agreed, 2).map(|l| (l.node, l.term)), Some((1, 3)));
+        assert_eq!(
+            agreed_leader(&agreed, 2).map(|l| (l.node, l.term)),
+            Some((1, 3))
+        );
         // Alone in its term: not yet.
         let alone = [view(1, 3, Some(1)), view(2, 2, Some(3)), view(3, 2, None)];
         assert_eq!(agreed_leader(&alone, 2), None);
         // A cut-off old leader still thinks it leads: the newer term wins.
-        let stale = [view(1, 3, Some(1)), view(2, 4, Some(2)), view(3, 4, Some(2))];
-        assert_eq!(agreed_leader(&stale, 2).map(|l| (l.node, l.term)), Some((2, 4)));
+        let stale = [
+            view(1, 3, Some(1)),
+            view(2, 4, Some(2)),
+            view(3, 4, Some(2)),
+        ];
+        assert_eq!(
+            agreed_leader(&stale, 2).map(|l| (l.node, l.term)),
+            Some((2, 4))
+        );
     }
 
     #[test]
