@@ -11,8 +11,14 @@
 //! It does not check dispatch order, priorities or keys: only the queue's promises
 //! (nothing acknowledged is lost, nothing is handed to two holders at once, every task
 //! ends done).
+//!
+//! [`run`] is the single daemon under kill -9 and power loss; [`run_against`] runs the
+//! same clients and scoring against any daemon or cluster with any nemesis (see
+//! `crate::cluster::check`). Against a cluster, every acknowledged write is recorded
+//! with the node and term that served its connection, and [`Report::split_brain`]
+//! counts the terms in which two nodes acknowledged writes.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,6 +30,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::Daemon;
+use crate::cluster::{Served, connect_leader};
 
 /// The queue the checker uses.
 const QUEUE: &str = "checker";
@@ -37,6 +44,9 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Longest one connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Longest creating the queue may take (on a cluster, a leader must be found first).
+const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Pause between connection attempts while the daemon is down.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
@@ -83,22 +93,61 @@ impl Config {
     /// The CI run (10 faults), or a long one when `MUSTER_CHECKER_SECONDS` is set; the
     /// seed from `MUSTER_CHECKER_SEED`, else a random one.
     pub fn from_env(nemesis: Nemesis) -> Config {
-        let seed = match std::env::var("MUSTER_CHECKER_SEED") {
-            Ok(s) => s.parse().expect("MUSTER_CHECKER_SEED is a u64"),
-            Err(_) => rand::random(),
-        };
-        let run_for = std::env::var("MUSTER_CHECKER_SECONDS")
-            .ok()
-            .map(|s| Duration::from_secs(s.parse().expect("MUSTER_CHECKER_SECONDS is a number")));
         Config {
-            seed,
+            seed: seed_from_env(),
             faults: 10,
-            run_for,
+            run_for: run_for_from_env(),
             nemesis,
             producers: 3,
             agents: 3,
         }
     }
+
+    /// The clients of the run.
+    pub fn workload(&self) -> Workload {
+        Workload {
+            seed: self.seed,
+            producers: self.producers,
+            agents: self.agents,
+        }
+    }
+}
+
+/// The seed from `MUSTER_CHECKER_SEED`, else a random one.
+pub fn seed_from_env() -> u64 {
+    match std::env::var("MUSTER_CHECKER_SEED") {
+        Ok(s) => s.parse().expect("MUSTER_CHECKER_SEED is a u64"),
+        Err(_) => rand::random(),
+    }
+}
+
+/// How long a long run lasts, from `MUSTER_CHECKER_SECONDS`; `None` for a run that
+/// counts its faults.
+pub fn run_for_from_env() -> Option<Duration> {
+    std::env::var("MUSTER_CHECKER_SECONDS")
+        .ok()
+        .map(|s| Duration::from_secs(s.parse().expect("MUSTER_CHECKER_SECONDS is a number")))
+}
+
+/// The clients [`run_against`] runs, and the seed of all their choices and the nemesis's.
+#[derive(Debug, Clone, Copy)]
+pub struct Workload {
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// Concurrent producers.
+    pub producers: usize,
+    /// Concurrent agents.
+    pub agents: usize,
+}
+
+/// What the clients of [`run_against`] connect to.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// A daemon's options, or a cluster's (its client addresses, comma-separated).
+    pub options: ConnectOptions,
+    /// True for a cluster: each connection goes to the leader and is attributed to the
+    /// node and term that serve it, and the report counts split brains.
+    pub clustered: bool,
 }
 
 /// What the checker found.
@@ -139,6 +188,14 @@ pub struct Report {
     pub remaining: u64,
     /// Tasks done after the drain.
     pub done: u64,
+    /// True if the run was against a cluster (the two counts below apply).
+    pub clustered: bool,
+    /// Terms in which acknowledged writes (enqueues, claims, settles) came from two or
+    /// more different nodes.
+    pub split_brain: usize,
+    /// Acknowledged writes not attributed to a node and term (a cluster run must have
+    /// none: the split-brain check would not see them).
+    pub unattributed: usize,
 }
 
 impl Report {
@@ -151,6 +208,8 @@ impl Report {
             && self.delivered_after_ack == 0
             && self.duplicated == 0
             && self.remaining == 0
+            && self.split_brain == 0
+            && (!self.clustered || self.unattributed == 0)
     }
 }
 
@@ -179,7 +238,15 @@ impl std::fmt::Display for Report {
             self.duplicated,
             self.remaining,
             self.done
-        )
+        )?;
+        if self.clustered {
+            write!(
+                f,
+                " split_brain={} unattributed={}",
+                self.split_brain, self.unattributed
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -190,6 +257,8 @@ struct Attempt {
     acked_id: Option<String>,
     /// True once the call ended without an answer.
     indeterminate: bool,
+    /// Who acknowledged it (cluster runs).
+    acked_by: Option<Served>,
 }
 
 /// How an agent ended its holding of one delivery.
@@ -219,6 +288,10 @@ struct Holding {
     settle_sent_ms: Option<u64>,
     /// Whether the daemon acknowledged the settle (false: lease_lost or never answered).
     settle_acknowledged: bool,
+    /// Who granted it (cluster runs).
+    granted_by: Option<Served>,
+    /// Who acknowledged the settle (cluster runs).
+    settled_by: Option<Served>,
 }
 
 /// Everything the clients logged.
@@ -237,34 +310,63 @@ fn wall_ms() -> u64 {
         .as_millis() as u64
 }
 
-/// True if the error means the connection is gone (retry on a new one), false if the
-/// daemon answered.
+/// Wire names of the errors a cluster answers when a request's outcome is unknown to
+/// the client: a follower's `not_leader` (the request went nowhere, but the client
+/// cannot tell it from a leader that lost the lead mid-request) and a leader's
+/// `outcome_unknown` (its round was not agreed, yet may still be committed by the next
+/// leader). Named by string so this compiles before the protocol branch adds the codes.
+const INDETERMINATE_CODES: [&str; 2] = ["not_leader", "outcome_unknown"];
+
+/// True if the error means the connection is gone, or the cluster cannot say whether
+/// the request took effect (retry on a new connection), false if the daemon answered.
 fn connection_lost(e: &Error) -> bool {
-    e.code().is_none()
+    e.code()
+        .is_none_or(|code| INDETERMINATE_CODES.contains(&code.as_str()))
 }
 
 /// A connection that is made again, with a bounded wait, whenever it is lost.
 struct Conn {
-    options: ConnectOptions,
+    target: Target,
     client: Option<Client>,
+    /// Who serves `client` (cluster runs).
+    served: Option<Served>,
 }
 
 impl Conn {
-    fn new(options: ConnectOptions) -> Conn {
+    fn new(target: Target) -> Conn {
         Conn {
-            options,
+            target,
             client: None,
+            served: None,
         }
     }
 
-    /// The client, connecting if needed; `None` (after a short pause) if the daemon is
-    /// not reachable right now.
+    /// The client, connecting if needed (to the leader, on a cluster); `None` (after a
+    /// short pause) if the daemon is not reachable right now.
     async fn get(&mut self) -> Option<Client> {
         if self.client.is_none() {
-            match tokio::time::timeout(CONNECT_TIMEOUT, Client::connect(self.options.clone())).await
-            {
-                Ok(Ok(c)) => self.client = Some(c),
-                _ => {
+            let connected = if self.target.clustered {
+                tokio::time::timeout(CONNECT_TIMEOUT, connect_leader(&self.target.options))
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|(c, served)| (c, Some(served)))
+            } else {
+                tokio::time::timeout(
+                    CONNECT_TIMEOUT,
+                    Client::connect(self.target.options.clone()),
+                )
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .map(|c| (c, None))
+            };
+            match connected {
+                Some((c, served)) => {
+                    self.client = Some(c);
+                    self.served = served;
+                }
+                None => {
                     tokio::time::sleep(RECONNECT_PAUSE).await;
                     return None;
                 }
@@ -273,8 +375,38 @@ impl Conn {
         self.client.clone()
     }
 
+    /// Who serves the current connection.
+    fn served(&self) -> Option<Served> {
+        self.served
+    }
+
     fn reset(&mut self) {
         self.client = None;
+        self.served = None;
+    }
+
+    /// Runs `call` on a connection until the daemon answers it, reconnecting as often as
+    /// needed within `within`; panics with `what` on a refusal or when time runs out.
+    async fn answered<T, F, Fut>(&mut self, within: Duration, what: &str, mut call: F) -> T
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Error>>,
+    {
+        let deadline = Instant::now() + within;
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: no answer within {within:?}"
+            );
+            let Some(client) = self.get().await else {
+                continue;
+            };
+            match bounded(self, call(client)).await {
+                Some(Ok(answer)) => return answer,
+                Some(Err(e)) => panic!("{what}: {e}"),
+                None => continue,
+            }
+        }
     }
 }
 
@@ -297,14 +429,8 @@ async fn bounded<T>(
     }
 }
 
-async fn produce(
-    id: u64,
-    mut rng: StdRng,
-    options: ConnectOptions,
-    stop: Arc<AtomicBool>,
-    log: Shared,
-) {
-    let mut conn = Conn::new(options);
+async fn produce(id: u64, mut rng: StdRng, target: Target, stop: Arc<AtomicBool>, log: Shared) {
+    let mut conn = Conn::new(target);
     let mut n = 0;
     while !stop.load(Ordering::SeqCst) {
         let Some(client) = conn.get().await else {
@@ -320,7 +446,10 @@ async fn produce(
             let mut log = lock(&log);
             let attempt = log.attempts.get_mut(&key).expect("attempt logged");
             match outcome {
-                Some(Ok(task)) => attempt.acked_id = Some(task.id),
+                Some(Ok(task)) => {
+                    attempt.acked_id = Some(task.id);
+                    attempt.acked_by = conn.served();
+                }
                 Some(Err(e)) => panic!("the daemon refused enqueue {key:?}: {e}"),
                 None => attempt.indeterminate = true,
             }
@@ -335,8 +464,8 @@ fn key_of(payload: &str) -> Option<(u64, u64)> {
     Some((v["p"].as_u64()?, v["n"].as_u64()?))
 }
 
-async fn work(mut rng: StdRng, options: ConnectOptions, stop: Arc<AtomicBool>, log: Shared) {
-    let mut conn = Conn::new(options);
+async fn work(mut rng: StdRng, target: Target, stop: Arc<AtomicBool>, log: Shared) {
+    let mut conn = Conn::new(target);
     let claim = Claim::new([QUEUE]).max(3).wait_ms(300).lease_ms(LEASE_MS);
     while !stop.load(Ordering::SeqCst) {
         let Some(client) = conn.get().await else {
@@ -346,6 +475,7 @@ async fn work(mut rng: StdRng, options: ConnectOptions, stop: Arc<AtomicBool>, l
             continue;
         };
         let deliveries = got.expect("claim refused");
+        let granted_by = conn.served();
         for d in deliveries {
             let mut h = Holding {
                 task: d.id.clone(),
@@ -361,6 +491,8 @@ async fn work(mut rng: StdRng, options: ConnectOptions, stop: Arc<AtomicBool>, l
                 },
                 settle_sent_ms: None,
                 settle_acknowledged: false,
+                granted_by,
+                settled_by: None,
             };
             // Simulated work, sometimes with a renewal in the middle.
             tokio::time::sleep(Duration::from_millis(rng.random_range(0..10))).await;
@@ -407,6 +539,7 @@ async fn settle(conn: &mut Conn, h: &mut Holding) {
             None => continue,
             Some(Ok(_)) => {
                 h.settle_acknowledged = true;
+                h.settled_by = conn.served();
                 return;
             }
             Some(Err(e)) if e.code() == Some(ErrorCode::LeaseLost) => return,
@@ -423,73 +556,94 @@ fn lock(log: &Shared) -> std::sync::MutexGuard<'_, History> {
     log.lock().expect("history lock")
 }
 
-/// Runs the whole test: queue, clients, nemesis, drain, analysis.
+/// Runs the whole test against one daemon: queue, clients, nemesis, drain, analysis.
 pub async fn run(config: Config) -> Report {
     println!(
         "checker: seed={} nemesis={:?} faults={} run_for={:?}",
         config.seed, config.nemesis, config.faults, config.run_for
     );
-    let mut daemon = Daemon::start();
-    let options = daemon.options();
-    Client::connect(options.clone())
+    let daemon = Daemon::start();
+    let target = Target {
+        options: daemon.options(),
+        clustered: false,
+    };
+    // The nemesis runs on a blocking thread; the daemon outlives it, for the drain.
+    let daemon = Arc::new(Mutex::new(daemon));
+    let held = Arc::clone(&daemon);
+    let (faults, run_for, nemesis) = (config.faults, config.run_for, config.nemesis);
+    let report = run_against(target, config.workload(), move |rng| async move {
+        tokio::task::spawn_blocking(move || {
+            let mut daemon = held.lock().expect("daemon lock");
+            inject(&mut daemon, rng, nemesis, faults, run_for)
+        })
         .await
-        .expect("connecting to musterd")
-        .queue_create(
-            QUEUE,
-            QueuePatch {
-                lease_ms: Some(LEASE_MS),
-                max_attempts: Some(0),
-                ..QueuePatch::default()
-            },
-        )
-        .await
-        .expect("creating the queue");
+        .expect("nemesis thread")
+    })
+    .await;
+    drop(daemon);
+    report
+}
+
+/// Runs the clients of `workload` against `target` while `nemesis` runs (it gets its
+/// own seeded generator and returns how many faults it made, once everything it did is
+/// undone); then drains the queue and analyses what the clients logged.
+pub async fn run_against<N, F>(target: Target, workload: Workload, nemesis: N) -> Report
+where
+    N: FnOnce(StdRng) -> F,
+    F: std::future::Future<Output = usize>,
+{
+    let mut conn = Conn::new(target.clone());
+    let queue = QueuePatch {
+        lease_ms: Some(LEASE_MS),
+        max_attempts: Some(0),
+        ..QueuePatch::default()
+    };
+    conn.answered(SETUP_TIMEOUT, "creating the queue", |c| {
+        let queue = queue.clone();
+        async move { c.queue_create(QUEUE, queue).await }
+    })
+    .await;
 
     let run_started = Instant::now();
-    let mut seeds = StdRng::seed_from_u64(config.seed);
+    let mut seeds = StdRng::seed_from_u64(workload.seed);
     let log: Shared = Arc::default();
     let stop_producing = Arc::new(AtomicBool::new(false));
     let stop_working = Arc::new(AtomicBool::new(false));
     let mut producers = Vec::new();
-    for p in 0..config.producers {
+    for p in 0..workload.producers {
         producers.push(tokio::spawn(produce(
             p as u64,
             StdRng::seed_from_u64(seeds.random()),
-            options.clone(),
+            target.clone(),
             Arc::clone(&stop_producing),
             Arc::clone(&log),
         )));
     }
     let mut agents = Vec::new();
-    for _ in 0..config.agents {
+    for _ in 0..workload.agents {
         agents.push(tokio::spawn(work(
             StdRng::seed_from_u64(seeds.random()),
-            options.clone(),
+            target.clone(),
             Arc::clone(&stop_working),
             Arc::clone(&log),
         )));
     }
 
-    let nemesis_rng = StdRng::seed_from_u64(seeds.random());
-    let (faults, run_for, nemesis) = (config.faults, config.run_for, config.nemesis);
-    let (daemon, faults) = tokio::task::spawn_blocking(move || {
-        let faults = inject(&mut daemon, nemesis_rng, nemesis, faults, run_for);
-        (daemon, faults)
-    })
-    .await
-    .expect("nemesis thread");
+    let faults = nemesis(StdRng::seed_from_u64(seeds.random())).await;
 
     println!("checker: nemesis done after {:?}", run_started.elapsed());
     stop_producing.store(true, Ordering::SeqCst);
     for p in producers {
         p.await.expect("producer");
     }
-    let client = Client::connect(options.clone())
-        .await
-        .expect("connecting after the nemesis");
     let started = Instant::now();
     loop {
-        let c = client.queue_describe(QUEUE).await.expect("describe").counts;
+        let c = conn
+            .answered(DRAIN_TIMEOUT, "describing the queue", |c| async move {
+                c.queue_describe(QUEUE).await
+            })
+            .await
+            .counts;
         if c.scheduled + c.ready + c.leased == 0 {
             break;
         }
@@ -508,22 +662,32 @@ pub async fn run(config: Config) -> Report {
     let mut done = HashSet::new();
     let mut cursor = None;
     loop {
-        let page = client
-            .task_list(QUEUE, TaskState::Done, cursor, Some(1000))
-            .await
-            .expect("listing done tasks");
+        let page = conn
+            .answered(DRAIN_TIMEOUT, "listing done tasks", |c| {
+                let cursor = cursor.clone();
+                async move {
+                    c.task_list(QUEUE, TaskState::Done, cursor, Some(1000))
+                        .await
+                }
+            })
+            .await;
         done.extend(page.tasks.into_iter().map(|t| t.id));
         match page.next {
             Some(next) => cursor = Some(next),
             None => break,
         }
     }
-    let counts = client.queue_describe(QUEUE).await.expect("describe").counts;
-    drop(daemon);
+    let counts = conn
+        .answered(DRAIN_TIMEOUT, "describing the queue", |c| async move {
+            c.queue_describe(QUEUE).await
+        })
+        .await
+        .counts;
     let history = std::mem::take(&mut *lock(&log));
     let mut report = analyse(&history, &done);
-    report.seed = config.seed;
+    report.seed = workload.seed;
     report.faults = faults;
+    report.clustered = target.clustered;
     report.remaining =
         counts.scheduled + counts.ready + counts.leased + counts.dead + counts.cancelled;
     report.done = counts.done;
@@ -799,7 +963,44 @@ fn analyse(history: &History, done: &HashSet<String>) -> Report {
             }
         }
     }
+    (r.split_brain, r.unattributed) = split_brain(history);
     r
+}
+
+/// The terms in which acknowledged writes came from two or more nodes, and the number
+/// of acknowledged writes without a node and term.
+fn split_brain(history: &History) -> (usize, usize) {
+    let acked = history
+        .attempts
+        .values()
+        .filter(|a| a.acked_id.is_some())
+        .map(|a| a.acked_by);
+    let granted = history.holdings.iter().map(|h| h.granted_by);
+    let settled = history
+        .holdings
+        .iter()
+        .filter(|h| h.settle_acknowledged)
+        .map(|h| h.settled_by);
+    let mut nodes_per_term: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
+    let mut unattributed = 0;
+    for served in acked.chain(granted).chain(settled) {
+        match served {
+            Some(s) => {
+                nodes_per_term.entry(s.term).or_default().insert(s.node);
+            }
+            None => unattributed += 1,
+        }
+    }
+    let mut split = 0;
+    for (term, nodes) in &nodes_per_term {
+        if nodes.len() > 1 {
+            eprintln!(
+                "checker: split brain in term {term}: writes acknowledged by nodes {nodes:?}"
+            );
+            split += 1;
+        }
+    }
+    (split, unattributed)
 }
 
 #[cfg(test)]
@@ -818,6 +1019,8 @@ mod tests {
             settle,
             settle_sent_ms: (settle != Settle::Abandon).then_some(granted_ms + 10),
             settle_acknowledged: settle != Settle::Abandon,
+            granted_by: None,
+            settled_by: None,
         }
     }
 
@@ -828,6 +1031,7 @@ mod tests {
             Attempt {
                 acked_id: acked.then(|| "t1".to_owned()),
                 indeterminate: !acked,
+                acked_by: None,
             },
         );
         h.holdings = holdings;
@@ -894,6 +1098,34 @@ mod tests {
         let h = history(false, vec![holding("t1", 1, 1_000, Settle::Ack)]);
         let r = analyse(&h, &done(&["t1"]));
         assert_eq!((r.recovered, r.is_clean()), (1, true));
+    }
+
+    #[test]
+    fn writes_of_one_term_from_two_nodes_are_a_split_brain() {
+        let served = |node, term| Some(Served { node, term });
+        let mut first = holding("t1", 1, 1_000, Settle::Release);
+        (first.granted_by, first.settled_by) = (served(1, 2), served(1, 2));
+        let mut h = history(true, vec![first]);
+        h.attempts.get_mut(&(0, 1)).expect("the attempt").acked_by = served(1, 2);
+        let mut r = analyse(&h, &done(&["t1"]));
+        r.clustered = true;
+        assert!(r.is_clean(), "{r}");
+        assert_eq!((r.split_brain, r.unattributed), (0, 0));
+
+        // Node 2 acknowledged a settle in node 1's term 2; term 3 is another leader's.
+        let mut second = holding("t1", 2, 1_000 + LEASE_MS, Settle::Ack);
+        (second.granted_by, second.settled_by) = (served(2, 3), served(2, 2));
+        h.holdings.push(second);
+        let r = analyse(&h, &done(&["t1"]));
+        assert_eq!(r.split_brain, 1);
+
+        // A cluster run's writes must all be attributed; a single daemon's never are.
+        h.holdings[1].settled_by = None;
+        let mut r = analyse(&h, &done(&["t1"]));
+        assert_eq!((r.split_brain, r.unattributed), (0, 1));
+        assert!(r.is_clean(), "{r}");
+        r.clustered = true;
+        assert!(!r.is_clean(), "{r}");
     }
 
     #[test]

@@ -8,12 +8,15 @@
 //! # Layout
 //! - this file: [`Daemon`], [`Proc`] and the paths of the binaries.
 //! - `checker`: the Jepsen-style total-queue checker with its kill -9 and power-loss nemesis.
+//! - `cluster`: a cluster of musterd nodes on loopback (optionally with a relay on every
+//!   path), and the checker against one under kills and partitions.
 //! - `agent_chaos`: the Jepsen-style agent checker: kill -9, drain, freeze and partition
 //!   of `muster work` and SDK agents (`src/bin/chaos_agent.rs`) against one daemon.
 //! - `relay`: a UDP relay between an agent and the daemon that can partition them.
 
 pub mod agent_chaos;
 pub mod checker;
+pub mod cluster;
 pub mod relay;
 
 use std::io::{BufRead, BufReader};

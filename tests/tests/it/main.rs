@@ -28,6 +28,8 @@
 //! - `agent_chaos`: the Jepsen-style agent checker: agents killed, drained, frozen and
 //!   partitioned while they work one queue.
 //! - `crash`: kill -9 during a burst of enqueues, and leases held across restarts.
+//! - `cluster`: three nodes: forming, `not_leader`, a kill -9 of the leader with tasks
+//!   and leases kept, the checker under kills and partitions, a snapshot for a new node.
 //! - `deploy`: the systemd unit's flags start a daemon; the dashboard and alerts query
 //!   what it exports.
 //! - `disk`: a full disk during a burst of enqueues, and recovery once space is freed.
@@ -44,6 +46,7 @@ mod agents;
 mod bench;
 mod checker;
 mod cli;
+mod cluster;
 mod connect;
 mod crash;
 mod demo;

@@ -1,0 +1,183 @@
+//! The total-queue checker against a relayed three-node cluster: while producers and
+//! agents run, a nemesis kills, isolates and cuts off the leader or a follower, one
+//! fault at a time; then everything is healed, the queue drained, and the report must
+//! be clean, with no term in which two nodes acknowledged writes.
+//!
+//! Every fault is undone before the next: a majority is always back within one hold,
+//! so the cluster must elect a leader again within
+//! [`LEADER_TIMEOUT`](super::LEADER_TIMEOUT) (the nemesis waits for one before each
+//! fault, and fails the run if none comes).
+
+use std::ops::RangeInclusive;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use rand::rngs::StdRng;
+
+use super::{Cluster, NodeId};
+use crate::checker::{self, Report, Target, Workload};
+
+/// Nodes in the checked cluster.
+pub const NODES: usize = 3;
+
+/// Faults of the CI run, unless `MUSTER_CHECKER_FAULTS` says otherwise.
+const DEFAULT_FAULTS: usize = 20;
+
+/// Milliseconds between one fault's end and the next fault.
+const PAUSE_MS: RangeInclusive<u64> = 200..=1_000;
+
+/// Milliseconds a fault lasts before it is undone (a killed node restarted, a
+/// partition healed, clients let back in).
+const HOLD_MS: RangeInclusive<u64> = 300..=1_800;
+
+/// One fault of the nemesis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// kill -9 of the leader, restarted after the hold.
+    KillLeader,
+    /// kill -9 of a follower, restarted after the hold.
+    KillFollower,
+    /// The leader's node-to-node paths blackholed, healed after the hold.
+    IsolateLeader,
+    /// A follower's node-to-node paths blackholed, healed after the hold.
+    IsolateFollower,
+    /// The leader's client relay blackholed (the cluster still sees it), restored after
+    /// the hold.
+    CutClientsFromLeader,
+}
+
+/// Every fault, equally likely.
+const FAULTS: [Fault; 5] = [
+    Fault::KillLeader,
+    Fault::KillFollower,
+    Fault::IsolateLeader,
+    Fault::IsolateFollower,
+    Fault::CutClientsFromLeader,
+];
+
+/// One run's settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// Faults to inject (when `run_for` is not set).
+    pub faults: usize,
+    /// Inject faults for this long instead of counting them (the long run).
+    pub run_for: Option<Duration>,
+    /// Concurrent producers.
+    pub producers: usize,
+    /// Concurrent agents.
+    pub agents: usize,
+}
+
+impl Config {
+    /// The CI run ([`DEFAULT_FAULTS`] faults, or `MUSTER_CHECKER_FAULTS`), or a long one
+    /// when `MUSTER_CHECKER_SECONDS` is set; the seed from `MUSTER_CHECKER_SEED`, else a
+    /// random one.
+    pub fn from_env() -> Config {
+        let faults = std::env::var("MUSTER_CHECKER_FAULTS").map_or(DEFAULT_FAULTS, |s| {
+            s.parse().expect("MUSTER_CHECKER_FAULTS is a number")
+        });
+        Config {
+            seed: checker::seed_from_env(),
+            faults,
+            run_for: checker::run_for_from_env(),
+            producers: 3,
+            agents: 3,
+        }
+    }
+
+    fn workload(&self) -> Workload {
+        Workload {
+            seed: self.seed,
+            producers: self.producers,
+            agents: self.agents,
+        }
+    }
+}
+
+/// Runs the checker against a relayed cluster of [`NODES`] nodes under the nemesis.
+pub async fn check(config: Config) -> Report {
+    println!(
+        "checker: seed={} nemesis=cluster faults={} run_for={:?}",
+        config.seed, config.faults, config.run_for
+    );
+    let mut cluster = Cluster::start_relayed(NODES).await;
+    let target = Target {
+        options: cluster.options(),
+        clustered: true,
+    };
+    let (faults, run_for) = (config.faults, config.run_for);
+    checker::run_against(target, config.workload(), |rng| {
+        inject(&mut cluster, rng, faults, run_for)
+    })
+    .await
+}
+
+/// The nemesis: `faults` faults (or faults for `run_for`), each after a pause and undone
+/// after its hold; then everything healed and a leader elected. Returns how many faults
+/// it made.
+async fn inject(
+    cluster: &mut Cluster,
+    mut rng: StdRng,
+    faults: usize,
+    run_for: Option<Duration>,
+) -> usize {
+    let started = Instant::now();
+    let mut made = 0;
+    loop {
+        let more = match run_for {
+            Some(d) => started.elapsed() < d,
+            None => made < faults,
+        };
+        if !more {
+            break;
+        }
+        // The nemesis's schedule, not a synchronisation: faults land at random moments.
+        tokio::time::sleep(Duration::from_millis(rng.random_range(PAUSE_MS))).await;
+        let fault = FAULTS[rng.random_range(0..FAULTS.len())];
+        let hold = Duration::from_millis(rng.random_range(HOLD_MS));
+        let leader = cluster.leader().await;
+        let node: NodeId = match fault {
+            Fault::KillLeader | Fault::IsolateLeader | Fault::CutClientsFromLeader => leader.node,
+            Fault::KillFollower | Fault::IsolateFollower => {
+                cluster.follower(leader.node, rng.random_range(0..NODES))
+            }
+        };
+        made += 1;
+        println!(
+            "checker: fault {made}: {fault:?} of node {node} (leader {} in term {}) for {hold:?}",
+            leader.node, leader.term
+        );
+        match fault {
+            Fault::KillLeader | Fault::KillFollower => {
+                cluster.kill9(node);
+                tokio::time::sleep(hold).await;
+                cluster.restart(node).await;
+            }
+            Fault::IsolateLeader | Fault::IsolateFollower => {
+                cluster.partition_node(node);
+                tokio::time::sleep(hold).await;
+                cluster.heal_node(node);
+            }
+            Fault::CutClientsFromLeader => {
+                cluster.cut_clients(node);
+                tokio::time::sleep(hold).await;
+                cluster.restore_clients(node);
+            }
+        }
+    }
+    // Every fault was undone already; this is the end state the drain relies on.
+    cluster.heal_all();
+    for id in cluster.node_ids() {
+        if !cluster.is_running(id) {
+            cluster.restart(id).await;
+        }
+    }
+    let leader = cluster.leader().await;
+    println!(
+        "checker: healed; node {} leads in term {}",
+        leader.node, leader.term
+    );
+    made
+}

@@ -1,0 +1,313 @@
+//! A three-node cluster: it forms and its followers name the leader; a kill -9 of the
+//! leader keeps every acknowledged task and lease; the checker under kills and
+//! partitions finds nothing lost, doubled or split; a node added after the log was
+//! compacted catches up from a snapshot and serves everything.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use muster_sdk::protocol::ops::{Claim, Enqueue, SessionOpen};
+use muster_sdk::{Client, ErrorCode, NewTask, QueuePatch, TaskState, TaskSummary};
+use muster_tests::cluster::{self, CLUSTER_ID, Cluster, reply_error_code, reply_error_leader};
+use muster_tests::until;
+
+/// Nodes in every cluster here but the snapshot test's.
+const NODES: usize = 3;
+
+/// Tasks per page when listing a queue (the daemon's page limit).
+const PAGE: u32 = 1000;
+
+/// Longest a restarted node may take to catch up with the leader.
+const REJOIN_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn task(n: usize) -> NewTask {
+    NewTask::new(muster_sdk::json(&n).expect("json"))
+}
+
+/// Every task of `queue` in `state`, by id.
+async fn tasks_in(client: &Client, queue: &str, state: TaskState) -> BTreeMap<String, TaskSummary> {
+    let mut found = BTreeMap::new();
+    let mut cursor = None;
+    loop {
+        let page = client
+            .task_list(queue, state, cursor, Some(PAGE))
+            .await
+            .expect("task_list");
+        found.extend(page.tasks.into_iter().map(|t| (t.id.clone(), t)));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => return found,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_forms_and_followers_name_the_leader() {
+    let cluster = Cluster::start(NODES).await;
+    let leader = cluster.leader().await;
+    for id in cluster.node_ids() {
+        let hello = cluster
+            .probe(id)
+            .await
+            .cluster()
+            .unwrap_or_else(|| panic!("node {id}'s hello names no cluster"));
+        assert_eq!(
+            (
+                hello.cluster_id.as_str(),
+                hello.node,
+                hello.term,
+                hello.leader,
+                hello.leader_addr.as_deref()
+            ),
+            (
+                CLUSTER_ID,
+                id,
+                leader.term,
+                Some(leader.node),
+                Some(leader.addr.as_str())
+            ),
+            "node {id}'s hello"
+        );
+    }
+
+    let client = cluster.client().await;
+    client
+        .queue_create("q", QueuePatch::default())
+        .await
+        .expect("queue_create through the cluster");
+    let follower = cluster.follower(leader.node, 0);
+    let mut probe = cluster.probe(follower).await;
+    let reply = probe
+        .call(&Enqueue {
+            queue: "q".into(),
+            tasks: vec![task(1)],
+        })
+        .await
+        .expect("the follower answers");
+    assert_eq!(reply_error_code(&reply), Some("not_leader"), "{reply}");
+    assert_eq!(
+        reply_error_leader(&reply),
+        Some(leader.addr.as_str()),
+        "{reply}"
+    );
+    let q = client.queue_describe("q").await.expect("queue_describe");
+    assert_eq!(q.counts.ready, 0, "the refused enqueue left a task");
+
+    let status = cluster.ok(&["--json", "cluster", "status"]).await;
+    let status = cluster::node_status(&status).expect("cluster status");
+    assert_eq!(status.voters, [1, 2, 3]);
+    assert_eq!(
+        (status.leader, status.term),
+        (Some(leader.node), leader.term)
+    );
+}
+
+/// Tasks enqueued before the kill.
+const TASKS: usize = 200;
+
+/// Leases the member holds across the kill.
+const HELD: usize = 5;
+
+/// The queue's lease: outlives the failover and every check after it.
+const LONG_LEASE_MS: u64 = 300_000;
+
+/// The member holding the leases.
+const MEMBER: &str = "survivor";
+
+fn session(resume: bool) -> SessionOpen {
+    SessionOpen {
+        member: MEMBER.into(),
+        labels: vec![],
+        capacity: HELD as u32 + 1,
+        reclaim: false,
+        resume,
+        liveness_ms: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_keeps_every_acknowledged_task_and_lease() {
+    let mut cluster = Cluster::start(NODES).await;
+    let admin = cluster.client().await;
+    admin
+        .queue_create(
+            "ha",
+            QueuePatch {
+                lease_ms: Some(LONG_LEASE_MS),
+                ..QueuePatch::default()
+            },
+        )
+        .await
+        .expect("queue_create");
+    let ids: BTreeSet<String> = admin
+        .enqueue_batch("ha", (0..TASKS).map(task).collect())
+        .await
+        .expect("enqueue")
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(ids.len(), TASKS);
+
+    // The member claims one more than it keeps: the released one's epoch is stale.
+    let agent = cluster.client().await;
+    let (_, _pushes) = agent.open_session(&session(false)).await.expect("session");
+    let mut claimed = agent
+        .claim(&Claim::new(["ha"]).max(HELD as u32 + 1).member(MEMBER))
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), HELD + 1);
+    let stale = claimed.pop().expect("the extra delivery");
+    agent
+        .release(&stale.id, stale.epoch)
+        .await
+        .expect("release");
+    let held: BTreeMap<String, u64> = claimed.into_iter().map(|d| (d.id, d.epoch)).collect();
+
+    let old = cluster.leader().await;
+    cluster.kill9(old.node);
+    let new = cluster.leader().await;
+    assert_ne!(new.node, old.node);
+    drop((admin, agent));
+
+    // The member reconnects through the list and resumes its session.
+    let agent = cluster.client().await;
+    let (reply, _pushes) = agent.open_session(&session(true)).await.expect("resume");
+    assert_eq!(reply.kept, HELD as u64);
+    let ready = tasks_in(&agent, "ha", TaskState::Ready).await;
+    let leased = tasks_in(&agent, "ha", TaskState::Leased).await;
+    let present: BTreeSet<String> = ready.keys().chain(leased.keys()).cloned().collect();
+    assert_eq!(present, ids, "the tasks after the failover");
+    assert_eq!(ready.len(), TASKS - HELD);
+    let leases: BTreeMap<String, (String, u64)> = leased
+        .into_iter()
+        .map(|(id, t)| {
+            let lease = t.lease.expect("a leased task's lease");
+            (id, (lease.member, lease.epoch))
+        })
+        .collect();
+    let expected: BTreeMap<String, (String, u64)> = held
+        .iter()
+        .map(|(id, epoch)| (id.clone(), (MEMBER.to_owned(), *epoch)))
+        .collect();
+    assert_eq!(leases, expected, "the leases after the failover");
+
+    // A stale epoch stays refused; the held ones settle with their old epochs.
+    let refused = agent
+        .ack(&stale.id, stale.epoch, None)
+        .await
+        .expect_err("an ack with a stale epoch");
+    assert_eq!(refused.code(), Some(ErrorCode::LeaseLost), "{refused}");
+    for (id, epoch) in &held {
+        let acked = agent
+            .ack(id, *epoch, None)
+            .await
+            .expect("ack with the old epoch");
+        assert_eq!(acked.state, TaskState::Done);
+    }
+
+    // The rest is delivered once each, none of the acked again.
+    let mut delivered = BTreeSet::new();
+    for _ in 0..=TASKS {
+        let got = agent
+            .claim(&Claim::new(["ha"]).max(PAGE))
+            .await
+            .expect("claim");
+        if got.is_empty() {
+            break;
+        }
+        for d in got {
+            agent.ack(&d.id, d.epoch, None).await.expect("ack");
+            assert!(delivered.insert(d.id.clone()), "{} delivered twice", d.id);
+        }
+    }
+    assert_eq!(delivered, ready.keys().cloned().collect::<BTreeSet<_>>());
+    let done = tasks_in(&agent, "ha", TaskState::Done).await;
+    assert_eq!(done.keys().cloned().collect::<BTreeSet<_>>(), ids);
+    for (id, t) in &done {
+        let expected = if *id == stale.id { 2 } else { 1 };
+        assert_eq!(t.deliveries, expected, "deliveries of {id}");
+    }
+
+    // The old leader rejoins and catches up.
+    cluster.restart(old.node).await;
+    let leader = cluster.leader().await;
+    let c = &cluster;
+    until(
+        REJOIN_TIMEOUT,
+        "the restarted node catches up",
+        || async move {
+            let (rejoined, leading) = (c.status(old.node).await, c.status(leader.node).await);
+            rejoined.leader == Some(leader.node) && rejoined.applied == leading.applied
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_under_faults_loses_nothing() {
+    let config = cluster::Config::from_env();
+    let report = cluster::check(config.clone()).await;
+    assert!(report.is_clean(), "the checker found violations: {report}");
+    if config.run_for.is_none() {
+        assert_eq!(report.faults, config.faults, "{report}");
+    }
+    assert!(report.acknowledged > 0, "nothing acknowledged: {report}");
+    assert_eq!(
+        report.done as usize,
+        report.acknowledged + report.recovered,
+        "{report}"
+    );
+}
+
+/// Log entries after which each node snapshots and compacts its log.
+const SNAPSHOT_EVERY: &str = "100";
+
+/// Tasks enqueued one per request (one log entry each) before the new node joins:
+/// several snapshots' worth.
+const COMPACTED_TASKS: usize = 500;
+
+/// Most leaders killed to make the new node the leader; each election goes to it with
+/// a chance of about a half, so all of them missing it is a one in 65,000 event.
+const MAX_FAILOVERS: usize = 16;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_added_after_compaction_gets_a_snapshot() {
+    let mut cluster = Cluster::start_with(2, &["--cluster-snapshot-every", SNAPSHOT_EVERY]).await;
+    let client = cluster.client().await;
+    client
+        .queue_create("snap", QueuePatch::default())
+        .await
+        .expect("queue_create");
+    let mut ids = BTreeSet::new();
+    for n in 0..COMPACTED_TASKS {
+        ids.insert(client.enqueue("snap", task(n)).await.expect("enqueue").id);
+    }
+    drop(client);
+    let added = cluster.add_node().await;
+
+    // Kill whoever else leads until the new node does: it must then serve from what
+    // the snapshot gave it.
+    for failovers in 0.. {
+        let leader = cluster.leader().await;
+        if leader.node == added {
+            break;
+        }
+        assert!(
+            failovers < MAX_FAILOVERS,
+            "node {added} did not become the leader in {MAX_FAILOVERS} failovers"
+        );
+        cluster.kill9(leader.node);
+        cluster.leader().await;
+        cluster.restart(leader.node).await;
+    }
+    let before = cluster.leader().await;
+    let client = cluster.client().await;
+    let ready = tasks_in(&client, "snap", TaskState::Ready).await;
+    assert_eq!(ready.keys().cloned().collect::<BTreeSet<_>>(), ids);
+    assert_eq!(
+        cluster.leader().await,
+        before,
+        "the leadership moved while the tasks were read"
+    );
+    assert_eq!(before.node, added);
+}
