@@ -26,7 +26,9 @@ pub struct Global {
     /// The named context to use (`muster context list`) instead of the current one.
     #[arg(long, global = true, env = "MUSTER_CONTEXT")]
     pub context: Option<String>,
-    /// Daemon address, HOST:PORT [default: the context's, else 127.0.0.1:7420].
+    /// Daemon address, HOST:PORT [default: the context's, else 127.0.0.1:7420]; for a
+    /// cluster, its nodes' addresses separated by commas (HOST:PORT,HOST:PORT,..., at
+    /// most 16): commands go to the leader.
     #[arg(long, global = true, env = "MUSTER_ADDR")]
     pub addr: Option<String>,
     /// The daemon's data directory, where its certificate is found.
@@ -163,6 +165,10 @@ pub enum Command {
     /// Maintenance of the daemon (snapshot), and tokens for its config file.
     #[command(subcommand)]
     Admin(AdminCommand),
+    /// A high-availability cluster of musterd nodes: its status, adding and removing
+    /// nodes (admin).
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
     /// Run any program as an agent: one process per task, payload on stdin.
     Work(WorkArgs),
     /// The benchmark of BENCHMARKS.md against a daemon it starts: a table, and JSON.
@@ -414,6 +420,38 @@ pub enum AdminCommand {
     /// Tokens for the daemon's config file (needs no daemon).
     #[command(subcommand)]
     Token(TokenCommand),
+}
+
+/// `muster cluster` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// The cluster as a node sees it: its id, the node, its role, term and leader, then
+    /// one line per member (node, client address, cluster address, voter or learner,
+    /// the last log index the leader knows it holds). With one --addr, that node's own
+    /// view; with several, the leader's.
+    Status,
+    /// Add node ID to the cluster (on the leader): it joins as a learner, catches up
+    /// with the log (the leader waits up to 60 s), then votes unless --learner; adding a
+    /// learner again promotes it. Prints the cluster's status afterwards.
+    Add {
+        /// The new node's id (its `musterd --node-id`).
+        id: u64,
+        /// The address clients reach the node at, HOST:PORT.
+        #[arg(long, value_name = "HOST:PORT")]
+        node_addr: String,
+        /// The address the other nodes reach it at, HOST:PORT.
+        #[arg(long, value_name = "HOST:PORT")]
+        cluster_addr: String,
+        /// Keep it a learner: it copies the log but does not vote.
+        #[arg(long)]
+        learner: bool,
+    },
+    /// Remove node ID from the cluster (on the leader). Prints the cluster's status
+    /// afterwards.
+    Remove {
+        /// The node's id.
+        id: u64,
+    },
 }
 
 /// Arguments of `work`.
@@ -694,5 +732,54 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         super::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn cluster_commands_parse() {
+        use super::{Cli, ClusterCommand, Command};
+        use clap::Parser;
+        let cli = Cli::try_parse_from([
+            "muster",
+            "--addr",
+            "a:1,b:2",
+            "cluster",
+            "add",
+            "3",
+            "--node-addr",
+            "c:7420",
+            "--cluster-addr",
+            "c:7421",
+            "--learner",
+        ])
+        .unwrap();
+        assert_eq!(cli.global.addr.as_deref(), Some("a:1,b:2"));
+        match cli.command {
+            Command::Cluster(ClusterCommand::Add {
+                id,
+                node_addr,
+                cluster_addr,
+                learner,
+            }) => assert_eq!(
+                (id, node_addr.as_str(), cluster_addr.as_str(), learner),
+                (3, "c:7420", "c:7421", true)
+            ),
+            other => panic!("{other:?}"),
+        }
+        let remove = Cli::try_parse_from(["muster", "cluster", "remove", "2"]).unwrap();
+        assert!(matches!(
+            remove.command,
+            Command::Cluster(ClusterCommand::Remove { id: 2 })
+        ));
+        let status = Cli::try_parse_from(["muster", "cluster", "status", "--json"]).unwrap();
+        assert!(status.global.json);
+        assert!(matches!(
+            status.command,
+            Command::Cluster(ClusterCommand::Status)
+        ));
+        // Both addresses are required to add a node.
+        assert!(
+            Cli::try_parse_from(["muster", "cluster", "add", "3", "--node-addr", "c:1"]).is_err()
+        );
+        assert!(Cli::try_parse_from(["muster", "cluster", "remove", "x"]).is_err());
     }
 }

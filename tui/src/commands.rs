@@ -12,8 +12,8 @@ use muster_sdk::{Client, ConnectArgs, ConnectOptions, WorkerConfig};
 
 use crate::ClaimString;
 use crate::cli::{
-    AdminCommand, Cli, Command, ContextCommand, DeadArgs, EnqueueArgs, FindArgs, Global,
-    LeaseCommand, MemberCommand, QueueCommand, QueueOptionArgs, TaskCommand, TokenCommand,
+    AdminCommand, Cli, ClusterCommand, Command, ContextCommand, DeadArgs, EnqueueArgs, FindArgs,
+    Global, LeaseCommand, MemberCommand, QueueCommand, QueueOptionArgs, TaskCommand, TokenCommand,
     TokenRole,
 };
 use crate::context::{Context, Contexts};
@@ -70,7 +70,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         other => other,
     };
-    let client = Client::connect(options(&cli.global)?).await?;
+    let options = options(&cli.global)?;
+    // One node's own view of the cluster when one address is given, else the leader's.
+    let client = match command {
+        Command::Cluster(ClusterCommand::Status)
+            if muster_sdk::connect::addresses(&options.addr)?.len() == 1 =>
+        {
+            Client::connect_node(options).await?
+        }
+        _ => Client::connect(options).await?,
+    };
     let result = one_shot(&client, &out, command).await;
     // The daemon learns at once that this client is gone (not at the idle timeout).
     client.close().await;
@@ -297,6 +306,21 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
                 },
                 &reply,
             )
+        }
+        Command::Cluster(ClusterCommand::Status) => cluster(out, &client.cluster_status().await?),
+        Command::Cluster(ClusterCommand::Add {
+            id,
+            node_addr,
+            cluster_addr,
+            learner,
+        }) => {
+            let reply = client
+                .cluster_add(id, &node_addr, &cluster_addr, learner)
+                .await?;
+            cluster(out, &reply)
+        }
+        Command::Cluster(ClusterCommand::Remove { id }) => {
+            cluster(out, &client.cluster_remove(id).await?)
         }
         Command::Work(_)
         | Command::Demo { .. }
@@ -743,6 +767,23 @@ async fn stats(client: &Client, out: &Output, queue: Option<&str>) -> anyhow::Re
             },
             &json,
         )?;
+    }
+    Ok(())
+}
+
+/// Prints a cluster's status: a row of [`output::CLUSTER_COLUMNS`] for the node that
+/// answered, then a row of [`output::CLUSTER_MEMBER_COLUMNS`] per member; with `--json`,
+/// the reply as one object.
+fn cluster(out: &Output, reply: &muster_protocol::ops::ClusterStatusReply) -> anyhow::Result<()> {
+    if out.is_json() {
+        return out.item(String::new, reply);
+    }
+    out.header(output::CLUSTER_COLUMNS)?;
+    out.text_line(&output::cluster_row(reply))?;
+    out.text_line("")?;
+    out.header(output::CLUSTER_MEMBER_COLUMNS)?;
+    for m in &reply.members {
+        out.text_line(&output::cluster_member_row(m))?;
     }
     Ok(())
 }

@@ -56,6 +56,15 @@ pub const DAEMON_COLUMNS: &[&str] = &[
     "DISK_ALARM",
 ];
 
+/// The columns of `cluster status` (and `cluster add`, `cluster remove`): the node
+/// that answered.
+pub const CLUSTER_COLUMNS: &[&str] = &[
+    "CLUSTER", "NODE", "ROLE", "TERM", "LEADER", "LAST_LOG", "APPLIED", "SNAPSHOT",
+];
+
+/// The columns of the members of `cluster status`.
+pub const CLUSTER_MEMBER_COLUMNS: &[&str] = &["NODE", "ADDR", "CLUSTER_ADDR", "KIND", "MATCHED"];
+
 /// The columns of `context list`.
 pub const CONTEXT_COLUMNS: &[&str] = &["NAME", "CURRENT", "ADDR", "TRUST"];
 
@@ -177,6 +186,35 @@ impl Output {
             t,
         )
     }
+}
+
+/// The row of [`CLUSTER_COLUMNS`] of a cluster status; `-` for what is unknown.
+pub fn cluster_row(c: &muster_protocol::ops::ClusterStatusReply) -> String {
+    let or_dash = |v: Option<u64>| v.map_or("-".to_owned(), |v| v.to_string());
+    format!(
+        "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+        safe(&c.cluster_id),
+        c.node,
+        safe(&c.role),
+        c.term,
+        or_dash(c.leader),
+        or_dash(c.last_log_index),
+        or_dash(c.last_applied),
+        or_dash(c.snapshot_index)
+    )
+}
+
+/// The row of [`CLUSTER_MEMBER_COLUMNS`] of one member: `voter` or `learner`, and `-`
+/// for an unknown matched index.
+pub fn cluster_member_row(m: &muster_protocol::ops::ClusterMember) -> String {
+    format!(
+        "{}\t{}\t{}\t{}\t{}",
+        m.node,
+        safe(&m.addr),
+        safe(&m.cluster_addr),
+        if m.voter { "voter" } else { "learner" },
+        m.matched.map_or("-".to_owned(), |v| v.to_string())
+    )
 }
 
 /// Text from others (an error a consumer wrote, a payload a producer sent, a task key)
@@ -353,7 +391,55 @@ fn task_text(t: &TaskInfo) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{safe, safe_json};
+    use super::{cluster_member_row, cluster_row, safe, safe_json};
+
+    #[test]
+    fn a_cluster_status_prints_one_row_for_the_node_and_one_per_member() {
+        use muster_protocol::ops::{ClusterMember, ClusterStatusReply};
+        let reply = ClusterStatusReply {
+            cluster_id: "prod".into(),
+            node: 2,
+            role: "follower".into(),
+            term: 7,
+            leader: Some(1),
+            last_log_index: Some(120),
+            last_applied: Some(119),
+            snapshot_index: None,
+            members: vec![
+                ClusterMember {
+                    node: 1,
+                    addr: "10.0.0.1:7420".into(),
+                    cluster_addr: "10.0.0.1:7421".into(),
+                    voter: true,
+                    matched: Some(120),
+                },
+                ClusterMember {
+                    node: 4,
+                    addr: "10.0.0.4:7420".into(),
+                    cluster_addr: "10.0.0.4:7421".into(),
+                    voter: false,
+                    matched: None,
+                },
+            ],
+        };
+        assert_eq!(cluster_row(&reply), "prod\t2\tfollower\t7\t1\t120\t119\t-");
+        assert_eq!(
+            cluster_member_row(&reply.members[0]),
+            "1\t10.0.0.1:7420\t10.0.0.1:7421\tvoter\t120"
+        );
+        assert_eq!(
+            cluster_member_row(&reply.members[1]),
+            "4\t10.0.0.4:7420\t10.0.0.4:7421\tlearner\t-"
+        );
+        let electing = ClusterStatusReply {
+            leader: None,
+            role: "candidate".into(),
+            last_log_index: None,
+            last_applied: None,
+            ..reply
+        };
+        assert_eq!(cluster_row(&electing), "prod\t2\tcandidate\t7\t-\t-\t-\t-");
+    }
 
     #[test]
     fn text_from_others_cannot_drive_the_terminal_or_forge_lines() {

@@ -290,3 +290,45 @@ fn text_from_other_clients_cannot_drive_the_operators_terminal() {
     let shown: serde_json::Value = serde_json::from_str(field(&got, "payload")).unwrap();
     assert_eq!(shown["note"], evil);
 }
+
+#[test]
+fn cluster_commands_on_a_single_daemon_say_it_is_not_a_cluster_node() {
+    let d = Daemon::start();
+    let alone = "muster: invalid_state: this daemon is not a cluster node (start it with --cluster-id to run a cluster)\n";
+    let dead = std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("a UDP port")
+        .port();
+    let both = format!("127.0.0.1:{dead},{}", d.addr);
+    let cases: &[&[&str]] = &[
+        // One address: that node's own view.
+        &["cluster", "status"],
+        // Several: the leader's, here the single daemon among them.
+        &["--addr", &both, "cluster", "status"],
+        &[
+            "cluster",
+            "add",
+            "2",
+            "--node-addr",
+            "127.0.0.1:7520",
+            "--cluster-addr",
+            "127.0.0.1:7521",
+        ],
+        &["--addr", &both, "cluster", "remove", "2"],
+    ];
+    for args in cases {
+        let out = d.cli(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(String::from_utf8(out.stderr).unwrap(), alone, "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    let bad = d.cli(&["--addr", &format!("{},", d.addr), "cluster", "status"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(bad.stderr).unwrap(),
+        format!(
+            "muster: invalid input: an empty address in \"{},\" (addresses are HOST:PORT separated by commas)\n",
+            d.addr
+        )
+    );
+}

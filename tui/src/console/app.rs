@@ -806,6 +806,9 @@ pub struct App {
     /// The daemon's name and version from its `hello` (`musterd 0.1.0`), for the title;
     /// empty until connected.
     pub server: String,
+    /// The cluster as the connected node saw it at `hello` (the title names the leader
+    /// and the term); `None` for a single daemon.
+    pub cluster: Option<muster_protocol::ops::ClusterHello>,
     /// No verbs: keys only look.
     pub readonly: bool,
     /// The navigation stack; the last page is shown.
@@ -864,6 +867,7 @@ impl App {
         let mut app = App {
             addr,
             server: String::new(),
+            cluster: None,
             readonly,
             stack: vec![Page::new(Screen::Queues)],
             tag: 0,

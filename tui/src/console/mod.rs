@@ -90,6 +90,7 @@ async fn event_loop(
 ) -> anyhow::Result<()> {
     let (mut app, first) = App::new(addr, readonly, now_ms());
     app.server = client.server().to_owned();
+    app.cluster = client.cluster();
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut pushes = client.watch_pushes();
     let mut client = Some(client);
@@ -162,6 +163,7 @@ async fn event_loop(
                 Msg::Connected(c) => {
                     // A restart may have brought another version.
                     app.server = c.server().to_owned();
+                    app.cluster = c.cluster();
                     pushes = c.watch_pushes();
                     client = Some(c);
                     app.connected = true;

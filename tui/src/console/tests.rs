@@ -1306,6 +1306,34 @@ fn the_title_names_the_daemons_version() {
     assert!(title.contains("127.0.0.1:7420  musterd 1.2.3"), "{title}");
 }
 
+#[test]
+fn the_title_names_a_clusters_leader_and_term() {
+    let mut app = started(false);
+    app.server = "musterd 1.2.3".into();
+    let title = |app: &App| text(app).lines().next().unwrap_or_default().to_owned();
+    assert!(!title(&app).contains("leader"), "{}", title(&app));
+    let mut cluster = muster_protocol::ops::ClusterHello {
+        cluster_id: "prod".into(),
+        node: 2,
+        term: 7,
+        leader: Some(1),
+        leader_addr: Some("10.0.0.1:7420".into()),
+    };
+    app.cluster = Some(cluster.clone());
+    assert!(
+        title(&app).contains("musterd 1.2.3  leader: node 1, term 7 "),
+        "{}",
+        title(&app)
+    );
+    cluster.leader = None;
+    app.cluster = Some(cluster);
+    assert!(
+        title(&app).contains(" no leader, term 7 "),
+        "{}",
+        title(&app)
+    );
+}
+
 /// The screen at 80×24 and at 200×50, each against its snapshot (`NAME`, `NAME_200x50`).
 fn snapshots(name: &str, app: &App) {
     insta::assert_snapshot!(name.to_owned(), screen(app, 80, 24).backend());

@@ -115,6 +115,13 @@ fn render_title(app: &App, frame: &mut Frame, area: Rect) {
             Style::new().fg(Color::DarkGray),
         ));
     }
+    if let Some(c) = &app.cluster {
+        let leader = match c.leader {
+            Some(node) => format!(" leader: node {node}, term {} ", c.term),
+            None => format!(" no leader, term {} ", c.term),
+        };
+        spans.push(Span::styled(leader, Style::new().fg(Color::DarkGray)));
+    }
     if let Some(f) = &app.facts {
         spans.push(Span::styled(
             format!(
