@@ -546,10 +546,11 @@ impl RaftNetworkFactory<Muster> for Network {
 ///
 /// Failures map to openraft's [`RPCError`] so that openraft backs off where retrying at
 /// once is pointless:
-/// - no connection (the name does not resolve, no handshake within [`RPC_TIMEOUT`], the
-///   peer refused our identity or we refused its), or an answer we cannot read (a node
-///   of another version): [`RPCError::Unreachable`], after which openraft waits for
-///   [`RaftNetwork::backoff`] before the next try;
+/// - no connection (the name does not resolve, no handshake within [`RPC_TIMEOUT`] or
+///   before the RPC's hard TTL ends, the peer refused our identity or we refused its),
+///   or a request or answer one side cannot read (a node of another version):
+///   [`RPCError::Unreachable`], after which openraft waits for [`RaftNetwork::backoff`]
+///   before the next try. A connect cut short by the TTL goes on for the next RPC;
 /// - the connection or stream broke during the RPC, or no answer within the RPC's hard
 ///   TTL: [`RPCError::Network`], retried without backoff (on a new connection if the old
 ///   one is gone; if that connect fails, the next error is `Unreachable`);
@@ -641,7 +642,11 @@ impl Peer {
             match exchange(&conn, &body).await {
                 Ok(answer) => Ok(answer),
                 Err(e) => {
+                    let refused = e.is::<RequestRefused>();
                     let e = e.context(format!("RPC to node {target} at {addr}"));
+                    if refused {
+                        return Err(Failure::Unreachable(e));
+                    }
                     match conn.close_reason() {
                         Some(reason) => {
                             self.connections.forget(target, &conn);
@@ -734,15 +739,47 @@ async fn connect(endpoint: &quinn::Endpoint, addr: &str) -> anyhow::Result<quinn
     Ok(conn)
 }
 
+/// The peer stopped the stream because it could not read our request: a node of
+/// another version, which an immediate retry will not change.
+#[derive(Debug, thiserror::Error)]
+#[error("the peer could not read the request (another version?)")]
+struct RequestRefused;
+
+/// Whether a frame failed because the peer stopped or reset the stream as unreadable.
+fn refused_by_peer(e: &FrameError) -> bool {
+    let FrameError::Io(io) = e else {
+        return false;
+    };
+    let Some(inner) = io.get_ref() else {
+        return false;
+    };
+    let code = match (
+        inner.downcast_ref::<quinn::ReadError>(),
+        inner.downcast_ref::<quinn::WriteError>(),
+    ) {
+        (Some(quinn::ReadError::Reset(code)), _) => *code,
+        (_, Some(quinn::WriteError::Stopped(code))) => *code,
+        _ => return false,
+    };
+    code == RESET_BAD_FRAME.into()
+}
+
 /// One RPC on its own stream: the request frame out, the answer frame back.
 async fn exchange(conn: &quinn::Connection, request: &[u8]) -> anyhow::Result<Vec<u8>> {
     let (mut send, mut recv) = conn.open_bi().await.context("opening a stream")?;
-    write_frame(&mut send, request)
-        .await
-        .context("sending the request")?;
-    send.finish().context("finishing the request")?;
-    let answer = read_frame(&mut recv).await.context("reading the answer")?;
-    Ok(answer)
+    let sent = write_frame(&mut send, request).await;
+    let answer = match sent {
+        Ok(()) => {
+            send.finish().context("finishing the request")?;
+            read_frame(&mut recv).await
+        }
+        Err(e) => Err(e),
+    };
+    match answer {
+        Ok(answer) => Ok(answer),
+        Err(e) if refused_by_peer(&e) => Err(RequestRefused.into()),
+        Err(e) => Err(anyhow::Error::new(e).context("sending the request or reading the answer")),
+    }
 }
 
 impl RaftNetwork<Muster> for Peer {
@@ -1325,14 +1362,10 @@ mod tests {
             Err(quinn::ReadError::Reset(code)) => assert_eq!(code, RESET_BAD_FRAME.into()),
             other => panic!("expected a reset, got {other:?}"),
         }
-        // Garbage of a valid length is refused the same way.
-        let (mut send, mut recv) = conn.open_bi().await.unwrap();
-        write_frame(&mut send, &[0xff; 8]).await.unwrap();
-        send.finish().unwrap();
-        match recv.read(&mut buf).await {
-            Err(quinn::ReadError::Reset(code)) => assert_eq!(code, RESET_BAD_FRAME.into()),
-            other => panic!("expected a reset, got {other:?}"),
-        }
+        // Garbage of a valid length is refused the same way, which the client tells
+        // apart from a broken stream (openraft backs off from a node it cannot talk to).
+        let refused = exchange(&conn, &[0xff; 8]).await.unwrap_err();
+        assert!(refused.is::<RequestRefused>(), "{refused:#}");
         // The connection still serves.
         let request = postcard::to_stdvec(&Rpc::Vote(vote_request())).unwrap();
         let answer = exchange(&conn, &request).await.unwrap();
