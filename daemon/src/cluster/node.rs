@@ -159,10 +159,13 @@ impl Node {
     pub fn leads_in(&self, term: u64) -> bool {
         let m = self.raft.metrics();
         let m = m.borrow();
+        // openraft forgets the quorum's last acknowledgement when the membership
+        // changes: unknown is not stale, a leader cut off sees it grow.
         m.state == ServerState::Leader
             && m.current_term == term
             && m.current_leader == Some(self.id)
-            && quorum_is_fresh(&m)
+            && m.millis_since_quorum_ack
+                .is_none_or(|_| quorum_is_fresh(&m))
     }
 
     /// The term this node may start serving in: it leads, heard from a majority lately,
