@@ -346,10 +346,9 @@ impl Conn {
     async fn get(&mut self) -> Option<Client> {
         if self.client.is_none() {
             let connected = if self.target.clustered {
-                tokio::time::timeout(CONNECT_TIMEOUT, connect_leader(&self.target.options))
+                // Bounded by its own probe and connect timeouts.
+                connect_leader(&self.target.options)
                     .await
-                    .ok()
-                    .flatten()
                     .map(|(c, served)| (c, Some(served)))
             } else {
                 tokio::time::timeout(

@@ -654,7 +654,10 @@ impl Drop for Cluster {
             return;
         }
         for node in &self.nodes {
-            let log = std::fs::read_to_string(node.data.join("musterd.log")).unwrap_or_default();
+            // A node that never started has no log to show.
+            let Ok(log) = std::fs::read_to_string(node.data.join("musterd.log")) else {
+                continue;
+            };
             let marked: Vec<&str> = log
                 .lines()
                 .filter(|l| FAILURE_MARKERS.iter().any(|m| l.contains(m)))

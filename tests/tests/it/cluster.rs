@@ -9,7 +9,7 @@ use std::time::Duration;
 use muster_sdk::protocol::ops::{Claim, Enqueue, SessionOpen};
 use muster_sdk::{Client, ErrorCode, NewTask, QueuePatch, TaskState, TaskSummary};
 use muster_tests::cluster::{self, CLUSTER_ID, Cluster, reply_error_code, reply_error_leader};
-use muster_tests::until;
+use muster_tests::{Daemon, until};
 
 /// Nodes in every cluster here but the snapshot test's.
 const NODES: usize = 3;
@@ -39,6 +39,31 @@ async fn tasks_in(client: &Client, queue: &str, state: TaskState) -> BTreeMap<St
             None => return found,
         }
     }
+}
+
+/// The harness's raw probe against a single daemon: its hello names no cluster, and a
+/// refusal's code is read from the reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_speaks_the_wire_and_a_single_daemon_names_no_cluster() {
+    let d = Daemon::start();
+    let mut probe = cluster::Probe::open(&d.options()).await.expect("probe");
+    assert_eq!(probe.cluster(), None, "{}", probe.hello());
+    assert!(
+        probe.hello()["server"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("musterd ")),
+        "{}",
+        probe.hello()
+    );
+    let reply = probe
+        .call(&Enqueue {
+            queue: "missing".into(),
+            tasks: vec![task(1)],
+        })
+        .await
+        .expect("an answer");
+    assert_eq!(reply_error_code(&reply), Some("not_found"), "{reply}");
+    assert_eq!(reply_error_leader(&reply), None, "{reply}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
