@@ -227,27 +227,24 @@ pub fn node_status(stdout: &str) -> Result<NodeStatus, String> {
     let v: Value = serde_json::from_str(stdout.trim())
         .map_err(|e| format!("cluster status is not one JSON object ({e}): {stdout}"))?;
     let u64_at = |key: &str| v[key].as_u64();
-    let id_of = |m: &Value| {
-        m.as_u64()
-            .or_else(|| m["node"].as_u64())
-            .or_else(|| m["id"].as_u64())
-    };
-    let mut voters = v["voters"]
+    let mut voters = v["members"]
         .as_array()
-        .ok_or_else(|| format!("cluster status has no voters array: {stdout}"))?
+        .ok_or_else(|| format!("cluster status has no members array: {stdout}"))?
         .iter()
-        .map(|m| id_of(m).ok_or_else(|| format!("a voter without an id: {m}")))
+        .filter(|m| m["voter"].as_bool() == Some(true))
+        .map(|m| {
+            m["node"]
+                .as_u64()
+                .ok_or_else(|| format!("a member without a node id: {m}"))
+        })
         .collect::<Result<Vec<u64>, String>>()?;
     voters.sort_unstable();
-    let applied = &v["last_applied"];
     Ok(NodeStatus {
         node: u64_at("node").ok_or_else(|| format!("cluster status has no node: {stdout}"))?,
         term: u64_at("term").ok_or_else(|| format!("cluster status has no term: {stdout}"))?,
         leader: u64_at("leader"),
         voters,
-        applied: applied
-            .as_u64()
-            .or_else(|| applied["index"].as_u64())
+        applied: u64_at("last_applied")
             .ok_or_else(|| format!("cluster status has no last_applied index: {stdout}"))?,
     })
 }
