@@ -125,9 +125,21 @@ create_exception!(
     ServerError,
     "disk_full: the daemon's disk alarm is on; enqueues are refused until space comes back."
 );
+create_exception!(
+    muster,
+    NotLeader,
+    ServerError,
+    "not_leader: the cluster node is not the leader; the client connects to the leader itself when given every node's address (addr=\"HOST:PORT,HOST:PORT,...\")."
+);
+create_exception!(
+    muster,
+    OutcomeUnknown,
+    ServerError,
+    "outcome_unknown: the cluster's leader lost its leadership before the request was agreed on: it may or may not have taken effect; retry it idempotently."
+);
 
 /// Each code's exception class, for the module to export and to label with its `code`.
-pub fn by_code(py: Python<'_>) -> [(ErrorCode, Bound<'_, pyo3::types::PyType>); 13] {
+pub fn by_code(py: Python<'_>) -> [(ErrorCode, Bound<'_, pyo3::types::PyType>); 15] {
     [
         (ErrorCode::BadRequest, BadRequest::type_object(py)),
         (ErrorCode::UnknownOp, UnknownOp::type_object(py)),
@@ -142,6 +154,8 @@ pub fn by_code(py: Python<'_>) -> [(ErrorCode, Bound<'_, pyo3::types::PyType>); 
         (ErrorCode::Replaced, Replaced::type_object(py)),
         (ErrorCode::ShuttingDown, ShuttingDown::type_object(py)),
         (ErrorCode::DiskFull, DiskFull::type_object(py)),
+        (ErrorCode::NotLeader, NotLeader::type_object(py)),
+        (ErrorCode::OutcomeUnknown, OutcomeUnknown::type_object(py)),
     ]
 }
 
@@ -176,6 +190,8 @@ pub fn to_py(error: muster_sdk::Error) -> PyErr {
             ErrorCode::Replaced => Replaced::new_err(text),
             ErrorCode::ShuttingDown => ShuttingDown::new_err(text),
             ErrorCode::DiskFull => DiskFull::new_err(text),
+            ErrorCode::NotLeader => NotLeader::new_err(text),
+            ErrorCode::OutcomeUnknown => OutcomeUnknown::new_err(text),
             _ => ServerError::new_err(text),
         },
         muster_sdk::Error::Connect(_) | muster_sdk::Error::Config(_) => ConnectError::new_err(text),

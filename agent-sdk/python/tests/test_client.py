@@ -529,3 +529,31 @@ def test_sync_client_has_the_new_ops(daemon: Daemon, tmp_path: Path) -> None:
         with pytest.raises(muster.InvalidState):
             client.member_release("script")
         assert client.admin_snapshot(str(tmp_path / "copy")).tasks == 1
+
+
+def test_cluster_error_codes_have_their_classes() -> None:
+    assert issubclass(muster.NotLeader, muster.ServerError)
+    assert issubclass(muster.OutcomeUnknown, muster.ServerError)
+    assert muster.NotLeader.code == "not_leader"
+    assert muster.OutcomeUnknown.code == "outcome_unknown"
+
+
+def test_a_list_of_addresses_reaches_the_single_daemon_among_them(daemon: Daemon) -> None:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+
+    async def body() -> None:
+        options = dict(daemon.connect, addr=f"{dead},{daemon.addr}")
+        async with await muster.Client.connect(**options) as client:
+            assert await client.queue_list() == []
+        with pytest.raises(muster.InvalidInput) as bad:
+            await muster.Client.connect(**dict(daemon.connect, addr=f"{daemon.addr},"))
+        assert str(bad.value) == (
+            f'invalid input: an empty address in "{daemon.addr}," '
+            "(addresses are HOST:PORT separated by commas)"
+        )
+
+    run(body())

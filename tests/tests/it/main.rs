@@ -35,7 +35,9 @@
 //! - `disk`: a full disk during a burst of enqueues, and recovery once space is freed.
 //! - `demo`: `muster demo` across a daemon restart, drained by SIGTERM.
 //! - `dispatch`: priorities, delays, keys, labels, fairness and retention.
-//! - `connect`: trust (pins, CA files), refusals at start-up, pipelining.
+//! - `connect`: trust (pins, CA files), refusals at start-up, pipelining, lists of
+//!   addresses.
+//! - `leader`: the SDK finding a cluster's leader among stand-in cluster nodes.
 //! - `tui`: `muster tui` in tmux: redrive with confirm, read-only, no daemon.
 //! - `work_attacks`: `muster work`'s programs get none of its `MUSTER_*` settings (no
 //!   token), and a FIFO, oversized or linked progress file neither stalls, bloats nor
@@ -57,6 +59,7 @@ mod exhaustion;
 mod fencing;
 mod fixture;
 mod lapse;
+mod leader;
 mod liveness;
 mod logs;
 mod maintenance;

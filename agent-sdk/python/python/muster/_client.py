@@ -179,6 +179,10 @@ class Client:
         certificate the daemon wrote in its data directory and presenting the token it
         wrote there.
 
+        ``addr`` is ``HOST:PORT``, or a cluster's nodes ``HOST:PORT,HOST:PORT,...`` (at
+        most 16): the client connects to the leader, waiting out an election (at most
+        10 s). Trust and token apply to every node.
+
         Trust is taken whole: if any of ``pin``, ``ca`` and ``data`` is given (or set in
         the environment), the context's is not used. ``pin`` (the certificate's SHA-256,
         hex) beats ``ca`` (a PEM file) beats ``data`` (a data directory); ``token``

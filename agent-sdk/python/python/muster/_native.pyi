@@ -71,6 +71,14 @@ class ShuttingDown(ServerError):
 class DiskFull(ServerError):
     """disk_full: the daemon's disk alarm is on; enqueues are refused until space comes back."""
 
+class NotLeader(ServerError):
+    """not_leader: the cluster node is not the leader; the client connects to the leader
+    itself when given every node's address (``addr="HOST:PORT,HOST:PORT,..."``)."""
+
+class OutcomeUnknown(ServerError):
+    """outcome_unknown: the cluster's leader lost its leadership before the request was
+    agreed on: it may or may not have taken effect; retry it idempotently."""
+
 class Loop:
     """One asyncio event loop's end of the bridge: calls resolve their futures through
     it when the loop calls ``pump`` (it watches ``wakeup_fd``)."""
