@@ -3,11 +3,15 @@
 //! request with `not_leader`) next to a real single daemon.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use muster_protocol::ops::ClusterHello;
 use muster_sdk::connect::FIND_LEADER_TIMEOUT;
-use muster_sdk::{Client, ConnectOptions, ErrorCode};
+use muster_sdk::{
+    Client, ConnectOptions, ErrorCode, NewTask, Outcome, QueuePatch, TaskState, Worker,
+    WorkerConfig,
+};
 use muster_tests::Daemon;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -17,6 +21,8 @@ use crate::security::read_frame;
 /// A stand-in cluster node on a loopback port; it stops when dropped.
 struct Node {
     addr: String,
+    /// `hello`s answered so far.
+    hellos: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -40,6 +46,13 @@ fn hello(node: u64, term: u64, leader: Option<u64>, leader_addr: Option<&str>) -
 /// Starts a stand-in node presenting the certificate and key of `d`'s data directory,
 /// so clients that trust `d` trust it too.
 fn node(d: &Daemon, cluster: ClusterHello) -> Node {
+    node_with(d, move |_| cluster.clone())
+}
+
+/// A stand-in node whose view of the cluster changes: `view(n)` is what it says (in its
+/// `hello` reply and its `not_leader` errors) after `n` hellos.
+fn node_with(d: &Daemon, view: impl Fn(usize) -> ClusterHello + Send + Sync + 'static) -> Node {
+    let view = Arc::new(view);
     let certs: Vec<CertificateDer<'static>> =
         CertificateDer::pem_file_iter(d.data().join(muster_protocol::CERT_FILE))
             .expect("cert.pem")
@@ -61,16 +74,20 @@ fn node(d: &Daemon, cluster: ClusterHello) -> Node {
     ));
     let endpoint = quinn::Endpoint::server(config, ([127, 0, 0, 1], 0).into()).expect("endpoint");
     let addr = endpoint.local_addr().expect("its address").to_string();
+    let hellos = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&hellos);
     let task = tokio::spawn(async move {
         while let Some(incoming) = endpoint.accept().await {
-            let cluster = cluster.clone();
+            let (view, counted) = (Arc::clone(&view), Arc::clone(&counted));
             tokio::spawn(async move {
                 let Ok(conn) = incoming.await else { return };
                 let Ok((mut send, mut recv)) = conn.accept_bi().await else {
                     return;
                 };
                 while let Some(req) = read_frame(&mut recv).await {
+                    let cluster = view(counted.load(Ordering::SeqCst));
                     let reply = if req["op"] == "hello" {
+                        counted.fetch_add(1, Ordering::SeqCst);
                         serde_json::json!({
                             "id": req["id"], "ok": true, "version": 1,
                             "server": "stand-in", "cluster": cluster,
@@ -98,7 +115,7 @@ fn node(d: &Daemon, cluster: ClusterHello) -> Node {
             });
         }
     });
-    Node { addr, task }
+    Node { addr, hellos, task }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -178,4 +195,47 @@ async fn without_a_leader_the_client_gives_up_naming_what_each_node_said() {
             b = b.addr
         )
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_told_not_leader_goes_to_the_new_leader_and_works_there() {
+    let d = Daemon::start();
+    let client = d.client().await;
+    client
+        .queue_create("jobs", QueuePatch::default())
+        .await
+        .expect("queue");
+    let id = client
+        .enqueue("jobs", NewTask::new(muster_sdk::json(&1).expect("json")))
+        .await
+        .expect("enqueue")
+        .id;
+    // The node says it leads at the first hello and refuses the session (not_leader);
+    // from then on it names the daemon as the new leader.
+    let new_leader = d.addr.clone();
+    let deposed = node_with(&d, move |hellos| {
+        if hellos == 0 {
+            hello(1, 4, Some(1), None)
+        } else {
+            hello(1, 5, Some(2), Some(&new_leader))
+        }
+    });
+    let worker = Worker::new(
+        ConnectOptions {
+            addr: deposed.addr.clone(),
+            ..d.options()
+        },
+        WorkerConfig::new("follower-of-leaders", ["jobs"]),
+    );
+    let handle = worker.handle();
+    let running = tokio::spawn(worker.run(|_task| async { Outcome::Ack(None) }));
+    let reply = client.wait(vec![id.clone()], 30_000).await.expect("wait");
+    assert_eq!(reply.finished.len(), 1, "{:?}", reply.pending);
+    assert_eq!(reply.finished[0].state, TaskState::Done);
+    assert!(deposed.hellos.load(Ordering::SeqCst) >= 2);
+    handle.shutdown();
+    running
+        .await
+        .expect("the worker's task")
+        .expect("a clean stop, not the not_leader refusal");
 }

@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use muster_protocol::ops::{
     DeadSelection, ServerStatsReply, TaskFindReply, TaskUpdate, Watch, WatchReply,
 };
-use muster_sdk::{Client, ConnectOptions, Error};
+use muster_sdk::{Client, ConnectOptions, Error, ErrorCode};
 
 use app::{App, DeadAction, Effect, Verb};
 
@@ -154,6 +154,20 @@ async fn event_loop(
                     Ok(reply) => effects.extend(app.on_watch(reply)),
                     // A lost connection is reported once, by the end of the pushes.
                     Err(Error::Closed(_) | Error::Connect(_)) => {}
+                    // A cluster's leader changed: find the new one, as after a lost
+                    // connection (once, however many watches were refused).
+                    Err(Error::Server(e))
+                        if matches!(e.code, ErrorCode::NotLeader | ErrorCode::OutcomeUnknown) =>
+                    {
+                        if client.take().is_some() {
+                            app.connected = false;
+                            app.message = Some((
+                                app::Level::Error,
+                                "the musterd node no longer leads; reconnecting…".into(),
+                            ));
+                            reconnect(options.clone(), tx.clone());
+                        }
+                    }
                     Err(e) => effects.extend(app.on_watch_failed(tag, e.to_string())),
                 },
                 Msg::Done(result, removed) => effects.push(app.on_done(result, removed)),
