@@ -513,6 +513,21 @@ impl Cluster {
         String::from_utf8(out.stdout).expect("utf-8 output")
     }
 
+    /// Waits (up to [`LEADER_TIMEOUT`]) until node `id` follows the leader and has
+    /// applied as far as the leader.
+    pub async fn wait_caught_up(&self, id: NodeId) {
+        let leader = self.leader().await;
+        crate::until(
+            LEADER_TIMEOUT,
+            "the node catches up with the leader",
+            || async move {
+                let (node, leading) = (self.status(id).await, self.status(leader.node).await);
+                node.leader == Some(leader.node) && node.applied >= leading.applied
+            },
+        )
+        .await;
+    }
+
     /// One node's own view, from `muster --addr NODE cluster status --json`.
     pub async fn status(&self, id: NodeId) -> NodeStatus {
         let out = self.cli_node(id, &["--json", "cluster", "status"]).await;

@@ -4,21 +4,17 @@
 //! compacted catches up from a snapshot and serves everything.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use muster_sdk::protocol::ops::{Claim, Enqueue, SessionOpen};
 use muster_sdk::{Client, ErrorCode, NewTask, QueuePatch, TaskState, TaskSummary};
+use muster_tests::Daemon;
 use muster_tests::cluster::{self, CLUSTER_ID, Cluster, reply_error_code, reply_error_leader};
-use muster_tests::{Daemon, until};
 
 /// Nodes in every cluster here but the snapshot test's.
 const NODES: usize = 3;
 
 /// Tasks per page when listing a queue (the daemon's page limit).
 const PAGE: u32 = 1000;
-
-/// Longest a restarted node may take to catch up with the leader.
-const REJOIN_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn task(n: usize) -> NewTask {
     NewTask::new(muster_sdk::json(&n).expect("json"))
@@ -255,17 +251,7 @@ async fn killing_the_leader_keeps_every_acknowledged_task_and_lease() {
 
     // The old leader rejoins and catches up.
     cluster.restart(old.node).await;
-    let leader = cluster.leader().await;
-    let c = &cluster;
-    until(
-        REJOIN_TIMEOUT,
-        "the restarted node catches up",
-        || async move {
-            let (rejoined, leading) = (c.status(old.node).await, c.status(leader.node).await);
-            rejoined.leader == Some(leader.node) && rejoined.applied == leading.applied
-        },
-    )
-    .await;
+    cluster.wait_caught_up(old.node).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
