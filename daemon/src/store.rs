@@ -489,12 +489,13 @@ impl Store {
         held.latest.get(&(space, key.to_vec())).cloned()
     }
 
-    /// Reads `key`, the held value first.
-    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+    /// Reads `key`, the held value first (a single daemon holds none: it reads fjall
+    /// without a copy).
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<fjall::Slice>, StoreError> {
         if let Some(value) = self.latest(space, key) {
-            return Ok(value);
+            return Ok(value.map(fjall::Slice::from));
         }
-        Ok(self.ks.get(space).get(key)?.map(|v| v.to_vec()))
+        Ok(self.ks.get(space).get(key)?)
     }
 
     /// Writes `changes` and `meta` (keys of the `meta` keyspace) as one atomic batch,
@@ -704,7 +705,7 @@ impl Store {
                     what: format!("payload {id}"),
                     detail: "missing".into(),
                 })?;
-        let text = String::from_utf8(bytes).map_err(|e| StoreError::Corrupt {
+        let text = String::from_utf8(bytes.to_vec()).map_err(|e| StoreError::Corrupt {
             what: format!("payload {id}"),
             detail: e.to_string(),
         })?;
@@ -854,25 +855,30 @@ enum Writes {
 }
 
 impl Batch {
-    fn insert(&mut self, space: Space, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) {
+    /// Writes `value` at `key`. A single daemon's owned keys and values move into
+    /// fjall's batch without a copy.
+    fn insert(
+        &mut self,
+        space: Space,
+        key: impl Into<fjall::Slice>,
+        value: impl Into<fjall::Slice>,
+    ) {
         match &mut self.writes {
-            Writes::Direct(batch) => {
-                batch.insert(self.ks.get(space), key.as_ref(), value.as_ref());
-            }
+            Writes::Direct(batch) => batch.insert(self.ks.get(space), key, value),
             Writes::Held { changes, .. } => changes.push(Change {
                 space,
-                key: key.as_ref().to_vec(),
-                value: Some(value.as_ref().to_vec()),
+                key: key.into().to_vec(),
+                value: Some(value.into().to_vec()),
             }),
         }
     }
 
-    fn remove(&mut self, space: Space, key: impl AsRef<[u8]>) {
+    fn remove(&mut self, space: Space, key: impl Into<fjall::Slice>) {
         match &mut self.writes {
-            Writes::Direct(batch) => batch.remove(self.ks.get(space), key.as_ref()),
+            Writes::Direct(batch) => batch.remove(self.ks.get(space), key),
             Writes::Held { changes, .. } => changes.push(Change {
                 space,
-                key: key.as_ref().to_vec(),
+                key: key.into().to_vec(),
                 value: None,
             }),
         }

@@ -648,6 +648,16 @@ mod tests {
 
     struct Builder;
 
+    /// The member names in the store's `owners` keyspace (what the test rounds write).
+    fn owners(store: &Store) -> Vec<String> {
+        store
+            .load_owners()
+            .unwrap()
+            .into_iter()
+            .map(|(m, _)| m)
+            .collect()
+    }
+
     fn open(dir: &Path) -> (Store, LogStore, StateMachine) {
         let store = Store::open_clustered(&dir.join("store"), 8 << 20).unwrap();
         let log = LogStore::open(&store, Persist::Os).unwrap();
@@ -692,13 +702,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(replies, vec![true, false]);
-        let owners: Vec<String> = store
-            .load_owners()
-            .unwrap()
-            .into_iter()
-            .map(|(m, _)| m)
-            .collect();
-        assert_eq!(owners, vec!["kept".to_string()]);
+        assert_eq!(owners(&store), ["kept"]);
         let applied = Applied::of(&store).unwrap();
         assert_eq!(applied.log_id.map(|l| l.index), Some(2));
         assert_eq!(
@@ -746,13 +750,7 @@ mod tests {
             .install_snapshot(&snapshot.meta, receiving)
             .await
             .unwrap();
-        let owners: Vec<String> = store
-            .load_owners()
-            .unwrap()
-            .into_iter()
-            .map(|(m, _)| m)
-            .collect();
-        assert_eq!(owners, vec!["a".to_string(), "b".to_string()]);
+        assert_eq!(owners(&store), ["a", "b"]);
         let (applied, members) = other.applied_state().await.unwrap();
         assert_eq!(applied.map(|l| l.index), Some(3));
         assert_eq!(members.voter_ids().collect::<Vec<_>>(), vec![1]);
