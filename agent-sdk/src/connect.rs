@@ -83,7 +83,9 @@ pub struct ConnectOptions {
     /// The name to verify in the certificate; the host of `addr` if absent.
     pub server_name: Option<String>,
     /// The local address to bind; if absent, the loopback address of the daemon's
-    /// family for a loopback daemon, else the unspecified one, port 0 either way.
+    /// family for a loopback daemon, else the unspecified one, port 0 either way. With
+    /// several addresses each is tried from a socket of its own bound here, so give
+    /// port 0.
     pub bind: Option<SocketAddr>,
 }
 

@@ -29,7 +29,8 @@ pub const MAX_CONTEXTS: usize = 256;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Context {
-    /// HOST:PORT.
+    /// HOST:PORT, or a cluster's nodes HOST:PORT,HOST:PORT,... (see
+    /// [`crate::connect::addresses`]).
     pub addr: String,
     /// SHA-256 fingerprint of the daemon's certificate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -61,7 +62,7 @@ pub struct Contexts {
 pub struct ConnectArgs {
     /// The context to use instead of the current one.
     pub context: Option<String>,
-    /// HOST:PORT.
+    /// HOST:PORT, or a cluster's nodes HOST:PORT,HOST:PORT,....
     pub addr: Option<String>,
     /// The daemon's data directory, where its certificate (and local token) is.
     pub data: Option<PathBuf>,

@@ -3,9 +3,13 @@
 //! Every address is connected to at once and says `hello`; the first whose reply
 //! names no cluster (a single daemon) or names itself the leader is kept, the others
 //! are closed. A node that names a leader at an address not among those given is
-//! asked too. While no node leads (an election), every address is asked again each
-//! [`FIND_LEADER_RETRY`], up to [`FIND_LEADER_TIMEOUT`]; then the connect fails with
-//! what each address said last.
+//! asked too. While no node leads (an election), each address is asked again
+//! [`FIND_LEADER_RETRY`] after its last answer, up to [`FIND_LEADER_TIMEOUT`]; then
+//! the connect fails with what each address said last. An address that refused
+//! outright (a wrong token, say) is not asked again, and once every address has, the
+//! connect fails at once.
+
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -86,13 +90,15 @@ fn is_final(e: &Error) -> bool {
     }
 }
 
-/// Connects to one address with the options' trust and token; the certificate's name
-/// is the options' `server_name`, else the address's host.
+/// Connects to one address, `after` a pause, with the options' trust and token; the
+/// certificate's name is the options' `server_name`, else the address's host.
 async fn attempt(
     options: &ConnectOptions,
     endpoint: Option<&quinn::Endpoint>,
     addr: String,
+    after: Duration,
 ) -> (String, Result<Client, Error>) {
+    tokio::time::sleep(after).await;
     let one = ConnectOptions {
         addr: addr.clone(),
         ..options.clone()
@@ -118,7 +124,7 @@ pub(crate) async fn find(
     endpoint: Option<&quinn::Endpoint>,
 ) -> Result<Client, Error> {
     let mut addrs = connect::addresses(&options.addr)?;
-    // What each address said last, in the order they were tried.
+    // What each address said last.
     let mut said: Vec<(String, String)> = Vec::new();
     let note = |said: &mut Vec<(String, String)>, addr: &str, what: String| match said
         .iter_mut()
@@ -129,7 +135,7 @@ pub(crate) async fn find(
     };
     let deadline = Instant::now() + FIND_LEADER_TIMEOUT;
     if let [only] = addrs.as_slice() {
-        let (addr, result) = attempt(options, endpoint, only.clone()).await;
+        let (addr, result) = attempt(options, endpoint, only.clone(), Duration::ZERO).await;
         let client = result?;
         match judge(client.cluster().as_ref()) {
             Answer::Serves => return Ok(client),
@@ -147,58 +153,70 @@ pub(crate) async fn find(
             }
         }
     }
+    // Each address is asked on its own: again FIND_LEADER_RETRY after each answer that
+    // names no leader here or each failure that asking again may mend, so a slow or
+    // silent address holds up no other.
+    let mut tries = FuturesUnordered::new();
+    for addr in &addrs {
+        tries.push(attempt(options, endpoint, addr.clone(), Duration::ZERO));
+    }
+    let mut timed_out = false;
     loop {
-        let mut tries = FuturesUnordered::new();
-        for addr in &addrs {
-            tries.push(attempt(options, endpoint, addr.clone()));
-        }
-        let mut finals = 0;
-        let mut answered = 0;
-        while let Ok(Some((addr, result))) = tokio::time::timeout_at(deadline, tries.next()).await {
-            answered += 1;
-            match result {
-                Ok(client) => match judge(client.cluster().as_ref()) {
-                    // The others are dropped, which closes them.
-                    Answer::Serves => return Ok(client),
-                    Answer::Follows {
-                        said: what,
-                        leader_addr,
-                    } => {
-                        note(&mut said, &addr, what);
-                        if let Some(leader) = leader_addr
-                            && !addrs.contains(&leader)
-                            && addrs.len() < MAX_ADDRESSES
-                            && connect::is_host_port(&leader)
-                        {
-                            addrs.push(leader.clone());
-                            tries.push(attempt(options, endpoint, leader));
-                        }
+        let next = match tokio::time::timeout_at(deadline, tries.next()).await {
+            Ok(Some(next)) => next,
+            // Every address refused outright: asking again cannot help.
+            Ok(None) => break,
+            Err(_) => {
+                timed_out = true;
+                break;
+            }
+        };
+        let (addr, result) = next;
+        match result {
+            Ok(client) => match judge(client.cluster().as_ref()) {
+                // The other connections are dropped, which closes them.
+                Answer::Serves => return Ok(client),
+                Answer::Follows {
+                    said: what,
+                    leader_addr,
+                } => {
+                    note(&mut said, &addr, what);
+                    if let Some(leader) = leader_addr
+                        && !addrs.contains(&leader)
+                        && addrs.len() < MAX_ADDRESSES
+                        && connect::is_host_port(&leader)
+                    {
+                        addrs.push(leader.clone());
+                        tries.push(attempt(options, endpoint, leader, Duration::ZERO));
                     }
-                },
-                Err(e) => {
-                    finals += usize::from(is_final(&e));
-                    note(&mut said, &addr, e.to_string());
+                    tries.push(attempt(options, endpoint, addr, FIND_LEADER_RETRY));
+                }
+            },
+            Err(e) => {
+                let fin = is_final(&e);
+                note(&mut said, &addr, e.to_string());
+                if !fin {
+                    tries.push(attempt(options, endpoint, addr, FIND_LEADER_RETRY));
                 }
             }
         }
-        if answered == addrs.len() && finals == addrs.len() {
-            // Every address refused outright: asking again cannot help.
-            break;
-        }
-        if Instant::now() + FIND_LEADER_RETRY >= deadline {
-            break;
-        }
-        tokio::time::sleep(FIND_LEADER_RETRY).await;
     }
-    for addr in &addrs {
-        if !said.iter().any(|(a, _)| a == addr) {
-            said.push((addr.clone(), "no answer".into()));
-        }
-    }
+    // In the order the addresses were given (then those the nodes named).
+    let said: Vec<(String, String)> = addrs
+        .iter()
+        .map(|addr| {
+            let what = said.iter().find(|(a, _)| a == addr).map(|(_, w)| w.clone());
+            (addr.clone(), what.unwrap_or_else(|| "no answer".into()))
+        })
+        .collect();
+    let how = if timed_out {
+        format!("within {} s", FIND_LEADER_TIMEOUT.as_secs())
+    } else {
+        "(every address refused)".to_owned()
+    };
     Err(Error::Connect(format!(
-        "no leader found among {} within {} s: {}",
+        "no leader found among {} {how}: {}",
         addrs.join(","),
-        FIND_LEADER_TIMEOUT.as_secs(),
         summary(&said)
     )))
 }

@@ -7,18 +7,18 @@ use crate::output::safe;
 
 /// Ends a run that failed with `e`: quietly with success if stdout was closed by its
 /// reader, else one line on stderr (`muster: what failed`, a daemon's refusal as
-/// `muster: CODE: message`), or with `json` one object `{"error":{"code","message"}}`,
-/// and exit status 1.
+/// `muster: CODE: message`), or with `json` one object `{"error":{"code","message"}}`
+/// (with the wire's `leader` too on a `not_leader` that names one), and exit status 1.
 pub fn report(e: &anyhow::Error, json: bool) -> ExitCode {
     if closed_pipe(e) {
         return ExitCode::SUCCESS;
     }
     if json {
         let (code, message) = code_and_message(e);
-        print_error(code, &message, true);
+        print_error(code, &message, leader(e), true);
     } else {
         // The whole chain on one line; a daemon's error reads `CODE: message`.
-        print_error("failed", &format!("{e:#}"), false);
+        print_error("failed", &format!("{e:#}"), None, false);
     }
     ExitCode::FAILURE
 }
@@ -36,7 +36,7 @@ pub fn usage(e: &clap::Error) -> ExitCode {
         }
         _ => {
             let json = std::env::args().any(|a| a == "--json");
-            print_error("usage", &usage_line(e), json);
+            print_error("usage", &usage_line(e), None, json);
             ExitCode::FAILURE
         }
     }
@@ -77,10 +77,14 @@ fn command_path(args: &[String]) -> String {
     path.join(" ")
 }
 
-fn print_error(code: &str, message: &str, json: bool) {
+fn print_error(code: &str, message: &str, leader: Option<&str>, json: bool) {
     use std::io::Write;
     let line = if json {
-        serde_json::json!({ "error": { "code": code, "message": message } }).to_string()
+        let mut error = serde_json::json!({ "code": code, "message": message });
+        if let Some(leader) = leader {
+            error["leader"] = leader.into();
+        }
+        serde_json::json!({ "error": error }).to_string()
     } else {
         format!("muster: {}", safe(message))
     };
@@ -126,6 +130,15 @@ fn code_and_message(e: &anyhow::Error) -> (&'static str, String) {
     (code, message)
 }
 
+/// The cluster leader's address a daemon's `not_leader` refusal named, if any.
+fn leader(e: &anyhow::Error) -> Option<&str> {
+    e.chain()
+        .find_map(|c| match c.downcast_ref::<muster_sdk::Error>() {
+            Some(muster_sdk::Error::Server(body)) => body.leader.as_deref(),
+            _ => None,
+        })
+}
+
 /// Whether the failure is stdout closed by its reader (EPIPE).
 fn closed_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
@@ -136,7 +149,24 @@ fn closed_pipe(e: &anyhow::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{closed_pipe, code_and_message};
+    use super::{closed_pipe, code_and_message, leader};
+
+    #[test]
+    fn a_not_leader_refusal_keeps_the_leader_it_names() {
+        let named = anyhow::Error::new(muster_sdk::Error::Server(
+            muster_sdk::protocol::ErrorBody::not_leader(
+                "node 2 is not the leader",
+                Some("10.0.0.1:7420".into()),
+            ),
+        ));
+        assert_eq!(
+            code_and_message(&named),
+            ("not_leader", "node 2 is not the leader".to_owned())
+        );
+        assert_eq!(leader(&named), Some("10.0.0.1:7420"));
+        let other = anyhow::Error::new(muster_sdk::Error::Connect("no route".into()));
+        assert_eq!(leader(&other), None);
+    }
 
     #[test]
     fn daemon_errors_keep_their_code_and_local_ones_say_what_they_are() {

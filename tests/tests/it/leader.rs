@@ -239,3 +239,39 @@ async fn a_worker_told_not_leader_goes_to_the_new_leader_and_works_there() {
         .expect("the worker's task")
         .expect("a clean stop, not the not_leader refusal");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_every_address_refuses_the_client_gives_up_at_once() {
+    let (d1, d2) = (Daemon::start(), Daemon::start());
+    // One CA file trusting both daemons' certificates.
+    let dir = tempfile::tempdir().expect("a directory");
+    let both = dir.path().join("both.pem");
+    let pem = |d: &Daemon| {
+        std::fs::read_to_string(d.data().join(muster_protocol::CERT_FILE)).expect("cert.pem")
+    };
+    std::fs::write(&both, pem(&d1) + &pem(&d2)).expect("writing the CA file");
+    let started = Instant::now();
+    let err = Client::connect(ConnectOptions {
+        addr: format!("{},{}", d1.addr, d2.addr),
+        trust: muster_sdk::Trust::CaFile(both),
+        token: Some("wrong-token-0123456789abcdef".into()),
+        ..d1.options()
+    })
+    .await
+    .err()
+    .expect("a wrong token everywhere");
+    assert!(started.elapsed() < Duration::from_secs(5), "{err}");
+    let text = err.to_string();
+    let prefix = format!(
+        "connect: no leader found among {},{} (every address refused): ",
+        d1.addr, d2.addr
+    );
+    assert!(text.starts_with(&prefix), "{text}");
+    for d in [&d1, &d2] {
+        assert!(
+            text.contains(&format!("{}: unauthorized: ", d.addr)),
+            "{text}"
+        );
+    }
+    assert_eq!(text.lines().count(), 1, "{text}");
+}
