@@ -130,12 +130,13 @@ mod tests {
 
     #[test]
     fn dependencies_stay_at_warn_unless_named() {
-        let quiet = ",fjall=warn,lsm_tree=warn,quinn=warn,quinn_proto=warn,rustls=warn";
+        let quiet =
+            ",fjall=warn,lsm_tree=warn,openraft=warn,quinn=warn,quinn_proto=warn,rustls=warn";
         assert_eq!(directives(""), format!("info{quiet}"));
         assert_eq!(directives("debug"), format!("debug{quiet}"));
         assert_eq!(
             directives("info,quinn=debug,fjall::compaction=trace"),
-            "info,quinn=debug,fjall::compaction=trace,lsm_tree=warn,quinn_proto=warn,rustls=warn"
+            "info,quinn=debug,fjall::compaction=trace,lsm_tree=warn,openraft=warn,quinn_proto=warn,rustls=warn"
         );
     }
 }
