@@ -695,9 +695,14 @@ fn run(
 /// Answers every request with `not_leader` until the node may lead; returns the term
 /// it leads in, or `None` on shutdown.
 fn follow(rx: &flume::Receiver<Command>, node: &crate::cluster::node::Node) -> Option<u64> {
+    let mut gauges_at = Instant::now();
     loop {
         if let Some(term) = node.ready_to_lead() {
             return Some(term);
+        }
+        if gauges_at.elapsed() >= crate::metrics::GAUGE_INTERVAL {
+            node.publish_gauges();
+            gauges_at = Instant::now();
         }
         match rx.recv_timeout(crate::cluster::lead::CHECK_EVERY) {
             Ok(Command::Request(_, responder)) => responder.refuse(node.not_leader()),

@@ -40,12 +40,14 @@ fn bin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let exe = std::env::current_exe().expect("test executable path");
-        // target/<profile>/deps/<test binary>
-        let dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test binary lives in target/<profile>/deps")
-            .to_path_buf();
+        // target/<profile>/deps/<test binary>, or target/<profile>/<binary> (the benches)
+        let parent = exe.parent().expect("the executable lives in a directory");
+        let dir = if parent.file_name().is_some_and(|n| n == "deps") {
+            parent.parent().expect("target/<profile>/deps has a parent")
+        } else {
+            parent
+        }
+        .to_path_buf();
         if std::env::var_os(PREBUILT_VAR).is_some() {
             // Run by someone without cargo (another user, in CI): the binaries are there.
             assert!(

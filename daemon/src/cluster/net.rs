@@ -635,10 +635,10 @@ impl Peer {
             return Err(Failure::TooLarge(body.len()));
         }
         let (target, addr) = (self.target, self.addr.clone());
-        let mut connected = false;
+        let mut connected = None;
         let exchange = async {
             let conn = self.connection().await?;
-            connected = true;
+            connected = Some(conn.clone());
             match exchange(&conn, &body).await {
                 Ok(answer) => Ok(answer),
                 Err(e) => {
@@ -661,12 +661,16 @@ impl Peer {
         let answer = match outcome {
             Ok(answer) => answer?,
             // The connect goes on in its task, for the next RPC.
-            Err(_) if !connected => {
-                return Err(Failure::Unreachable(anyhow!(
-                    "node {target} at {addr}: no connection within {ttl:?}"
-                )));
-            }
             Err(_) => {
+                let Some(conn) = connected else {
+                    return Err(Failure::Unreachable(anyhow!(
+                        "node {target} at {addr}: no connection within {ttl:?}"
+                    )));
+                };
+                // A connection silent for a whole RPC is likely to a process that is gone
+                // (a restarted node's new one does not know it): the next RPC connects
+                // afresh. RPCs still under way on it finish or fail on their own.
+                self.connections.forget(target, &conn);
                 return Err(Failure::Network(anyhow!(
                     "RPC to node {target} at {addr}: no answer within {ttl:?}"
                 )));

@@ -369,3 +369,35 @@ async fn every_counter_and_histogram_counts_exactly_what_happened() {
     }
     assert!(s.get("process_cpu_seconds_total").is_some(), "{}", s.text);
 }
+
+/// A cluster node exports its role, term and log positions; a lone node leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_exports_its_role_term_and_log() {
+    let metrics_addr = free_port();
+    let cluster =
+        muster_tests::cluster::Cluster::start_with(1, &["--metrics-addr", &metrics_addr]).await;
+    let client = cluster.client().await;
+    client
+        .queue_create("q", QueuePatch::default())
+        .await
+        .expect("queue_create");
+    client.enqueue("q", task(1)).await.expect("enqueue");
+    let leader = cluster.leader().await;
+    let applied = cluster.status(leader.node).await.applied;
+    // Gauges refresh once a second: scrape until they show the enqueue.
+    let mut s = scrape(&metrics_addr);
+    for _ in 0..50 {
+        if s.get("muster_cluster_last_applied_index") >= Some(applied as f64) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        s = scrape(&metrics_addr);
+    }
+    s.check(&[
+        ("muster_cluster_leader".into(), 1.0),
+        ("muster_cluster_term".into(), leader.term as f64),
+        ("muster_cluster_last_log_index".into(), applied as f64),
+        ("muster_cluster_last_applied_index".into(), applied as f64),
+        ("muster_cluster_snapshot_index".into(), 0.0),
+    ]);
+}
