@@ -619,6 +619,11 @@ impl RaftStateMachine<Muster> for StateMachine {
         })
         .await
         .map_err(failed)?;
+        tracing::info!(
+            snapshot = %meta.snapshot_id,
+            applied = ?applied.log_id.map(|l| l.index),
+            "installed a snapshot from the leader"
+        );
         self.applied = applied;
         Ok(())
     }

@@ -4,11 +4,12 @@
 //! compacted catches up from a snapshot and serves everything.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use muster_sdk::protocol::ops::{Claim, Enqueue, SessionOpen};
 use muster_sdk::{Client, ErrorCode, NewTask, QueuePatch, TaskState, TaskSummary};
-use muster_tests::Daemon;
 use muster_tests::cluster::{self, CLUSTER_ID, Cluster, reply_error_code, reply_error_leader};
+use muster_tests::{Daemon, until};
 
 /// Nodes in every cluster here but the snapshot test's.
 const NODES: usize = 3;
@@ -121,6 +122,23 @@ async fn a_cluster_forms_and_followers_name_the_leader() {
         (status.leader, status.term),
         (Some(leader.node), leader.term)
     );
+
+    // Membership: an unknown node cannot be removed; a follower can.
+    let unknown = cluster.cli(&["cluster", "remove", "9"]).await;
+    assert_eq!(unknown.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&unknown.stderr).trim(),
+        "muster: not_found: node 9 is not a member of the cluster"
+    );
+    let removed = cluster.follower(leader.node, 1);
+    cluster
+        .ok(&["cluster", "remove", &removed.to_string()])
+        .await;
+    let status = cluster::node_status(&cluster.ok(&["--json", "cluster", "status"]).await)
+        .expect("cluster status");
+    let mut left = vec![1, 2, 3];
+    left.retain(|&n| n != removed);
+    assert_eq!(status.voters, left);
 }
 
 /// Tasks enqueued before the kill.
@@ -295,6 +313,19 @@ async fn a_node_added_after_compaction_gets_a_snapshot() {
     }
     drop(client);
     let added = cluster.add_node().await;
+    // The log before the last snapshot was purged: the new node could only catch up
+    // from a snapshot (`add_node` returns once it has).
+    // (Its log is copied from its stderr by a thread: read until the line is there.)
+    let c = &cluster;
+    until(
+        Duration::from_secs(10),
+        "the added node logs the snapshot it installed",
+        || async move {
+            c.log(added)
+                .contains("installed a snapshot from the leader")
+        },
+    )
+    .await;
 
     // Kill whoever else leads until the new node does: it must then serve from what
     // the snapshot gave it.
