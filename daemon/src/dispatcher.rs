@@ -10,6 +10,10 @@
 //! them alone has nothing to persist.
 //!
 //! fjall blocks (fsync, write stalls), which is why this is an OS thread and not a tokio task.
+//!
+//! On a cluster node the round's durability step is the cluster's agreement instead
+//! (`Commit::Cluster`), and the thread serves only while its node leads
+//! ([`Dispatcher::start_clustered`]): it follows, answering `not_leader`, otherwise.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -8,7 +8,8 @@
 //! - [`cluster`]: replication of the store through openraft.
 //! - [`config`]: settings from flags and environment variables.
 //! - [`data_dir`]: the private data directory and the local-only token.
-//! - [`store`]: the fjall database; the only module that imports fjall.
+//! - [`store`]: the fjall database; the only module that imports fjall but for
+//!   [`cluster`]'s raft log keyspaces.
 //! - [`engine`]: task state, dispatch indexes, leases and timers; single-threaded, no clock.
 //! - [`disk`]: the disk alarm over the data directory's free space.
 //! - [`dispatcher`]: the OS thread that runs the engine and does group commit.

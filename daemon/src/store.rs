@@ -1,4 +1,5 @@
-//! The durable record: the only module that touches fjall.
+//! The durable record: the only module that touches fjall, but for the raft log
+//! keyspaces of a cluster node (`cluster::storage`).
 //!
 //! One fjall `Database` with four keyspaces, all written through [`Batch`]es so each
 //! request's changes land atomically:
@@ -22,6 +23,10 @@
 //!
 //! The journal is persisted by hand ([`Store::persist`]): the engine commits every
 //! request's batch without syncing and syncs once per round, which is group commit.
+//!
+//! On a cluster node ([`Store::open_clustered`]) batches are held back as the leader's
+//! round instead, and reach fjall only through [`Store::apply`] once the cluster agreed
+//! on them; `meta` then also holds the raft state machine's keys (`cluster::storage`).
 
 use std::collections::HashMap;
 use std::path::Path;
