@@ -40,6 +40,10 @@ pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// Longest [`Client::close`] waits for the replies to requests already sent.
 pub const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The application close code a client gives a connection its daemon fell silent on
+/// (see [`connect::SERVER_SILENCE`]).
+pub const SILENT_SERVER_CODE: u32 = 7;
+
 /// Where the reader puts the body of one reply frame.
 type ReplySlot = oneshot::Sender<Result<Vec<u8>, Error>>;
 
@@ -62,6 +66,23 @@ struct Pending {
     pushes: Mutex<Option<mpsc::UnboundedSender<Push>>>,
     /// Where this connection's watch pushes go, once a watch is open.
     watch: Mutex<Option<mpsc::UnboundedSender<WatchReply>>>,
+    /// Set (before closing) when the client gave the connection up because the daemon
+    /// fell silent: the reason every call in flight fails with.
+    silent: AtomicBool,
+}
+
+impl Pending {
+    /// Why the connection ended, as calls in flight fail with it: the daemon's close
+    /// reason, or that it fell silent, else `fallback`.
+    fn lost_reason(&self, conn: &quinn::Connection, fallback: impl FnOnce() -> String) -> String {
+        if self.silent.load(Ordering::SeqCst) {
+            return format!(
+                "no packet from the daemon for {} s (its host is down or unreachable)",
+                connect::SERVER_SILENCE.as_secs()
+            );
+        }
+        conn.close_reason().map_or_else(fallback, |r| r.to_string())
+    }
 }
 
 /// A connection to `musterd`. Clones share it.
@@ -149,6 +170,7 @@ impl Client {
         let (frames, queued) = mpsc::channel(WRITE_QUEUE);
         tokio::spawn(write_frames(send, queued));
         tokio::spawn(read_replies(recv, Arc::clone(&pending), conn.clone()));
+        tokio::spawn(watch_silence(conn.clone(), Arc::clone(&pending)));
         let client = Client {
             inner: Arc::new(Inner {
                 conn,
@@ -218,10 +240,11 @@ impl Client {
     }
 
     fn closed(&self) -> Error {
-        match self.inner.conn.close_reason() {
-            Some(reason) => Error::Closed(reason.to_string()),
-            None => Error::Closed("the request stream ended".into()),
-        }
+        Error::Closed(
+            self.inner
+                .pending
+                .lost_reason(&self.inner.conn, || "the request stream ended".into()),
+        )
     }
 
     /// Flushes and closes: waits (at most [`FLUSH_WAIT`]) until every request already
@@ -260,7 +283,8 @@ impl Client {
 
     /// Resolves when the connection is closed, with the reason.
     pub async fn closed_reason(&self) -> String {
-        self.inner.conn.closed().await.to_string()
+        let error = self.inner.conn.closed().await.to_string();
+        self.inner.pending.lost_reason(&self.inner.conn, || error)
     }
 
     /// Creates a queue; options not given take their defaults.
@@ -628,22 +652,25 @@ impl Client {
 
     /// Adds node `node` to the cluster (on the leader): reachable by clients at `addr`
     /// and by the other nodes at `cluster_addr`, both `HOST:PORT`. It joins as a
-    /// learner and, once it has caught up (the daemon waits up to
-    /// [`muster_protocol::limits::CLUSTER_CATCH_UP`]), becomes a voter unless
-    /// `learner`; adding a node that is a learner already promotes it. Returns the
-    /// cluster afterwards.
+    /// learner and, once it has caught up (the daemon waits up to `catch_up`, by
+    /// default [`muster_protocol::limits::CLUSTER_CATCH_UP`]), becomes a voter unless
+    /// `learner`; adding a node that is a learner already promotes it. A node that
+    /// did not catch up in time stays a learner and the call fails with
+    /// `invalid_state`. Returns the cluster afterwards.
     pub async fn cluster_add(
         &self,
         node: u64,
         addr: &str,
         cluster_addr: &str,
         learner: bool,
+        catch_up: Option<std::time::Duration>,
     ) -> Result<ops::ClusterStatusReply, Error> {
         self.call(&ops::ClusterAdd {
             node,
             addr: addr.into(),
             cluster_addr: cluster_addr.into(),
             learner,
+            catch_up_ms: catch_up.map(|d| d.as_millis() as u64),
         })
         .await
     }
@@ -741,6 +768,34 @@ async fn next_frame(
     }
 }
 
+/// Closes the connection once the daemon has sent no packet for
+/// [`connect::SERVER_SILENCE`] (its host is dead or unreachable), so every call in flight
+/// fails with [`Error::Closed`] and the owner reconnects. Ends with the reply stream.
+async fn watch_silence(conn: quinn::Connection, pending: Arc<Pending>) {
+    let mut heard = conn.stats().udp_rx.datagrams;
+    let mut heard_at = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval(connect::SILENCE_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = conn.closed() => return,
+        }
+        if pending.ended.load(Ordering::SeqCst) {
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        let received = conn.stats().udp_rx.datagrams;
+        if received != heard {
+            (heard, heard_at) = (received, now);
+        } else if now.duration_since(heard_at) >= connect::SERVER_SILENCE {
+            pending.silent.store(true, Ordering::SeqCst);
+            conn.close(SILENT_SERVER_CODE.into(), b"the daemon fell silent");
+            return;
+        }
+    }
+}
+
 async fn read_replies(mut recv: quinn::RecvStream, pending: Arc<Pending>, conn: quinn::Connection) {
     let mut frames = frame::FrameReader::new();
     let mut chunk = vec![0u8; READ_CHUNK];
@@ -788,7 +843,7 @@ async fn read_replies(mut recv: quinn::RecvStream, pending: Arc<Pending>, conn: 
             pending.answered.notify_waiters();
         }
     };
-    let reason = conn.close_reason().map_or(reason, |r| r.to_string());
+    let reason = pending.lost_reason(&conn, || reason);
     pending.ended.store(true, Ordering::SeqCst);
     for (_, call) in lock(&pending.calls).drain() {
         let _ = call.slot.send(Err(Error::Closed(reason.clone())));

@@ -36,8 +36,20 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How often the client pings an idle connection: the daemon counts any packet as news
 /// of a member's session, so this keeps a session `connected` with a liveness timeout
-/// of 2 s or more (the default is 5 s), far below the idle timeout.
-pub const KEEP_ALIVE: Duration = Duration::from_secs(1);
+/// of 2 s or more (the default is 5 s); and the daemon acknowledges each ping, so a
+/// live daemon is heard from at least this often (see [`SERVER_SILENCE`]).
+pub const KEEP_ALIVE: Duration = Duration::from_millis(500);
+
+/// Longest a client waits without a single packet from the daemon before it gives the
+/// connection up (and a [`crate::Worker`], the console or `muster work` reconnects,
+/// following a cluster's new leader). A live daemon acknowledges every keep-alive ping
+/// ([`KEEP_ALIVE`]), so only a dead or unreachable host stays silent this long: a
+/// `kill -9`ed leader's host sends no reset, and QUIC's own idle timeout (30 s) would
+/// strand its clients for that long. Checked every [`SILENCE_CHECK`].
+pub const SERVER_SILENCE: Duration = Duration::from_secs(2);
+
+/// How often a client looks whether its daemon is still heard from.
+pub const SILENCE_CHECK: Duration = Duration::from_millis(100);
 
 /// Most addresses one [`ConnectOptions::addr`] may list (the nodes of a cluster), and
 /// most a client tries while it looks for the leader, those the nodes name included.

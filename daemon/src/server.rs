@@ -640,7 +640,7 @@ async fn handle_frame(
     }
     if let Some((node, _)) = &state.context.server.cluster
         && allowed
-        && let Some(answer) = cluster_op(node, &req)
+        && let Some(answer) = cluster_op(node, &req, principal.as_ref().map(|p| p.name.clone()))
     {
         // A membership change waits for a new node to catch up: off this stream's loop.
         let out = out.clone();
@@ -677,24 +677,64 @@ type ClusterAnswer =
     std::pin::Pin<Box<dyn Future<Output = Result<ClusterStatusReply, ErrorBody>> + Send>>;
 
 /// A cluster node's answer to a cluster op, answered by the node rather than the engine.
-fn cluster_op(node: &crate::cluster::node::Node, req: &Request) -> Option<ClusterAnswer> {
+/// A membership change that took effect is audited as the `principal`'s.
+fn cluster_op(
+    node: &crate::cluster::node::Node,
+    req: &Request,
+    principal: Option<String>,
+) -> Option<ClusterAnswer> {
+    use crate::engine::audit;
     let node = node.clone();
-    Some(match req {
-        Request::ClusterStatus(_) => Box::pin(async move { Ok(node.status()) }),
+    let (op, target) = (req.name(), cluster_target(req)?);
+    let change: ClusterAnswer = match req {
+        Request::ClusterStatus(_) => return Some(Box::pin(async move { Ok(node.status()) })),
         Request::ClusterAdd(add) => {
             let (id, learner) = (add.node, add.learner);
+            let max = muster_protocol::limits::MAX_CLUSTER_CATCH_UP;
+            let catch_up = match add.catch_up_ms.map(std::time::Duration::from_millis) {
+                None => muster_protocol::limits::CLUSTER_CATCH_UP,
+                Some(d) if !d.is_zero() && d <= max => d,
+                Some(d) => {
+                    let error = ErrorBody::new(
+                        ErrorCode::BadRequest,
+                        format!(
+                            "catch_up_ms {} is out of range (1 to {})",
+                            d.as_millis(),
+                            max.as_millis()
+                        ),
+                    );
+                    return Some(Box::pin(async move { Err(error) }));
+                }
+            };
             let addr = crate::cluster::NodeAddr {
                 addr: add.addr.clone(),
                 cluster_addr: add.cluster_addr.clone(),
             };
-            Box::pin(async move { node.add(id, addr, learner).await })
+            Box::pin(async move { node.add(id, addr, learner, catch_up).await })
         }
         Request::ClusterRemove(remove) => {
             let id = remove.node;
             Box::pin(async move { node.remove(id).await })
         }
         _ => return None,
-    })
+    };
+    Some(Box::pin(async move {
+        let reply = change.await;
+        if reply.is_ok() {
+            audit::record(principal.as_deref(), op, &target, 0);
+        }
+        reply
+    }))
+}
+
+/// What a cluster op acts on, as the audit trail names it (`node 4`).
+fn cluster_target(req: &Request) -> Option<String> {
+    match req {
+        Request::ClusterStatus(_) => Some(String::new()),
+        Request::ClusterAdd(add) => Some(format!("node {}", add.node)),
+        Request::ClusterRemove(remove) => Some(format!("node {}", remove.node)),
+        _ => None,
+    }
 }
 
 /// What every connection of the server shares.

@@ -149,6 +149,9 @@ pub const MAX_JSON_DEPTH: usize = 64;
 /// before it gives up (the node stays a learner).
 pub const CLUSTER_CATCH_UP: Duration = Duration::from_secs(60);
 
+/// Longest a `cluster_add` may be asked to wait for the new node to catch up.
+pub const MAX_CLUSTER_CATCH_UP: Duration = Duration::from_secs(3600);
+
 /// Cuts `text` to at most `max_bytes` bytes, on a character boundary. Returns whether
 /// anything was cut.
 pub fn cut_to(text: &mut String, max_bytes: usize) -> bool {

@@ -757,8 +757,10 @@ pub struct ServerStatsReply {
 pub struct ClusterStatus {}
 
 /// Adds a node to the cluster (leader only): as a learner first, then, once it has caught
-/// up with the log (up to [`crate::limits::CLUSTER_CATCH_UP`]), as a voter unless
-/// `learner`. Adding a node that is a learner already promotes it.
+/// up with the log (waiting up to `catch_up_ms`, by default
+/// [`crate::limits::CLUSTER_CATCH_UP`]), as a voter unless `learner`. Adding a node that
+/// is a learner already promotes it, after the same wait. A node that did not catch up
+/// stays a learner: it never weakens the cluster's quorum.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClusterAdd {
     /// The new node's id, unique in the cluster.
@@ -770,6 +772,11 @@ pub struct ClusterAdd {
     /// Keep it a learner (it copies the log but does not vote).
     #[serde(default)]
     pub learner: bool,
+    /// Longest to wait for the node to catch up before promoting it, 1 ms to
+    /// [`crate::limits::MAX_CLUSTER_CATCH_UP`]; [`crate::limits::CLUSTER_CATCH_UP`] if
+    /// absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catch_up_ms: Option<u64>,
 }
 
 /// Removes a node from the cluster (leader only).

@@ -496,6 +496,19 @@ impl Cluster {
         self.cli_addr(&self.addrs(), args).await
     }
 
+    /// Starts a long-running CLI command (e.g. `muster work`) against the whole
+    /// cluster, in its own process group; it is kill -9ed when dropped.
+    pub fn spawn_cli(&self, args: &[&str]) -> crate::Proc {
+        let mut cmd = std::process::Command::new(crate::muster_bin());
+        cmd.args(args)
+            .env("MUSTER_ADDR", self.addrs())
+            .env("MUSTER_DATA", self.client_dir())
+            .env_remove("MUSTER_PIN")
+            .env_remove("MUSTER_CA")
+            .env_remove("MUSTER_CONTEXT");
+        crate::Proc::spawn(cmd)
+    }
+
     /// Runs the CLI against exactly one node, through its client address.
     pub async fn cli_node(&self, id: NodeId, args: &[&str]) -> Output {
         self.cli_addr(&self.client_addr(id), args).await

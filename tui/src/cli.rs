@@ -332,6 +332,16 @@ fn bench_rate(s: &str) -> Result<f64, String> {
 }
 
 /// `bench --seconds`: 1 s to a day.
+/// `cluster add --catch-up`: 1 ms to [`muster_protocol::limits::MAX_CLUSTER_CATCH_UP`].
+fn catch_up(s: &str) -> Result<Duration, String> {
+    let d = duration(s)?;
+    let max = muster_protocol::limits::MAX_CLUSTER_CATCH_UP;
+    if d < Duration::from_millis(1) || d > max {
+        return Err(format!("must be from 1ms to {}s", max.as_secs()));
+    }
+    Ok(d)
+}
+
 fn bench_seconds(s: &str) -> Result<f64, String> {
     between(s, 1.0, 86_400.0)
 }
@@ -445,6 +455,11 @@ pub enum ClusterCommand {
         /// Keep it a learner: it copies the log but does not vote.
         #[arg(long)]
         learner: bool,
+        /// Longest to wait for the node to catch up before making it a voter (up to
+        /// 1h); a node that has not caught up by then stays a learner and the command
+        /// fails.
+        #[arg(long, value_parser = catch_up, default_value = "60s")]
+        catch_up: Duration,
     },
     /// Remove node ID from the cluster (on the leader). Prints the cluster's status
     /// afterwards.
@@ -590,7 +605,9 @@ pub struct EnqueueArgs {
     /// Labels a member must carry, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub requires: Vec<String>,
-    /// Enqueue at most once under this key (single payload only).
+    /// Enqueue at most once under this key. With PAYLOAD `-`, a template giving each
+    /// line its own key from a field of its payload: `{/json/pointer}` stands for the
+    /// string or number there, e.g. 'order-{/order_id}'.
     #[arg(long)]
     pub idempotency_key: Option<String>,
 }
@@ -759,11 +776,43 @@ mod tests {
                 node_addr,
                 cluster_addr,
                 learner,
+                catch_up,
             }) => assert_eq!(
-                (id, node_addr.as_str(), cluster_addr.as_str(), learner),
-                (3, "c:7420", "c:7421", true)
+                (
+                    id,
+                    node_addr.as_str(),
+                    cluster_addr.as_str(),
+                    learner,
+                    catch_up
+                ),
+                (
+                    3,
+                    "c:7420",
+                    "c:7421",
+                    true,
+                    std::time::Duration::from_secs(60)
+                )
             ),
             other => panic!("{other:?}"),
+        }
+        for (given, error) in [
+            ("0s", "must be from 1ms to 3600s"),
+            ("2h", "must be from 1ms to 3600s"),
+        ] {
+            let refused = Cli::try_parse_from([
+                "muster",
+                "cluster",
+                "add",
+                "3",
+                "--node-addr",
+                "c:1",
+                "--cluster-addr",
+                "c:2",
+                "--catch-up",
+                given,
+            ])
+            .expect_err("out of range");
+            assert!(refused.to_string().contains(error), "{refused}");
         }
         let remove = Cli::try_parse_from(["muster", "cluster", "remove", "2"]).unwrap();
         assert!(matches!(

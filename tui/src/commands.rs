@@ -1,6 +1,5 @@
 //! What each subcommand does: build the request, call the daemon, print the result.
 
-use std::collections::VecDeque;
 use std::io::BufRead;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -313,9 +312,10 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
             node_addr,
             cluster_addr,
             learner,
+            catch_up,
         }) => {
             let reply = client
-                .cluster_add(id, &node_addr, &cluster_addr, learner)
+                .cluster_add(id, &node_addr, &cluster_addr, learner, Some(catch_up))
                 .await?;
             cluster(out, &reply)
         }
@@ -555,30 +555,43 @@ fn new_task(args: &EnqueueArgs, payload: muster_sdk::RawJson) -> NewTask {
 }
 
 async fn enqueue(client: &Client, out: &Output, args: EnqueueArgs) -> anyhow::Result<()> {
-    let print = |t: &muster_sdk::EnqueuedTask| {
-        out.item(
-            || {
-                if t.duplicate {
-                    format!("{}\tduplicate", t.id)
-                } else {
-                    t.id.clone()
-                }
-            },
-            t,
-        )
-    };
-    if args.payload != "-" {
-        let payload = json_arg("PAYLOAD", &args.payload)?;
-        let task = client
-            .enqueue(&args.queue, new_task(&args, payload))
-            .await?;
-        return print(&task);
+    if args.payload == "-" {
+        return enqueue_lines(client, out, args).await;
     }
-    if args.idempotency_key.is_some() {
-        bail!("--idempotency-key names one task; it cannot apply to every line of stdin");
+    let payload = json_arg("PAYLOAD", &args.payload)?;
+    let task = client
+        .enqueue(&args.queue, new_task(&args, payload))
+        .await?;
+    print_enqueued(out, &task)
+}
+
+/// Prints an enqueued task's id (in JSON mode the whole reply); a task that already
+/// existed under its idempotency key is said so on stderr, so stdout holds only ids.
+fn print_enqueued(out: &Output, task: &muster_sdk::EnqueuedTask) -> anyhow::Result<()> {
+    out.item(|| task.id.clone(), task)?;
+    if task.duplicate && !out.is_json() {
+        eprintln!(
+            "muster: {}: already enqueued under this idempotency key (nothing new stored)",
+            task.id
+        );
     }
-    // Lines are read on a blocking thread. Each enqueue is sent in stdin order and its
-    // reply awaited later, with up to STDIN_IN_FLIGHT in flight; ids print in input order.
+    Ok(())
+}
+
+/// `enqueue QUEUE -`: one task per stdin line. Each enqueue is sent in stdin order, up
+/// to [`STDIN_IN_FLIGHT`] at a time, and its id printed (and flushed) as soon as its
+/// reply arrives, in input order. On any failure the ids of every acknowledged line are
+/// printed before the command fails, naming the lines whose outcome is unknown (sent,
+/// never answered: they may have been stored) and the lines refused.
+async fn enqueue_lines(client: &Client, out: &Output, args: EnqueueArgs) -> anyhow::Result<()> {
+    use futures_util::StreamExt;
+
+    let keys = args
+        .idempotency_key
+        .as_deref()
+        .map(KeyTemplate::parse)
+        .transpose()?;
+    // Lines are read on a blocking thread.
     let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<String>>(STDIN_IN_FLIGHT);
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {
@@ -587,50 +600,235 @@ async fn enqueue(client: &Client, out: &Output, args: EnqueueArgs) -> anyhow::Re
             }
         }
     });
-    let mut in_flight = VecDeque::new();
+    let mut in_flight = futures_util::stream::FuturesOrdered::new();
+    let mut tally = LineTally::default();
     let mut line_no = 0usize;
-    let mut failure = None;
-    while let Some(line) = rx.recv().await {
-        line_no += 1;
-        let line = line.context("reading stdin")?;
-        if line.trim().is_empty() {
-            continue;
+    let mut reading = true;
+    while reading || !in_flight.is_empty() {
+        tokio::select! {
+            Some((line, reply)) = in_flight.next(), if !in_flight.is_empty() => {
+                match reply {
+                    Ok(reply) => {
+                        let reply: muster_protocol::ops::EnqueueReply = reply;
+                        for task in &reply.tasks {
+                            print_enqueued(out, task)?;
+                        }
+                        tally.acknowledged += 1;
+                    }
+                    Err(e) => {
+                        tally.failed(line, e);
+                        reading = false;
+                    }
+                }
+            }
+            line = rx.recv(), if reading && in_flight.len() < STDIN_IN_FLIGHT => {
+                let Some(line) = line else {
+                    reading = false;
+                    continue;
+                };
+                line_no += 1;
+                let task = match line
+                    .context("reading stdin")
+                    .and_then(|line| line_task(&args, keys.as_ref(), &line))
+                {
+                    Ok(Some(task)) => task,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        tally.stop = Some(format!("line {line_no}: {e:#}"));
+                        reading = false;
+                        continue;
+                    }
+                };
+                match client.send_enqueue(&args.queue, vec![task]).await {
+                    Ok(pending) => in_flight.push_back(async move { (line_no, pending.reply().await) }),
+                    Err(e) => {
+                        // Not sent at all: nothing of this line can have been stored.
+                        tally.stop = Some(format!("line {line_no} not sent: {e}"));
+                        reading = false;
+                    }
+                }
+            }
         }
-        let payload = match muster_sdk::raw_json(line.trim()) {
-            Ok(p) => p,
-            Err(e) => {
-                failure = Some(format!("line {line_no}: {e}"));
-                break;
+    }
+    tally.finish(line_no)
+}
+
+/// What became of the lines of `enqueue QUEUE -`.
+#[derive(Default)]
+struct LineTally {
+    acknowledged: usize,
+    /// Lines sent and never answered (the connection was lost): maybe stored.
+    unknown: Vec<usize>,
+    /// Lines the daemon refused (nothing stored), with the first refusal.
+    refused: Vec<usize>,
+    first_error: Option<String>,
+    /// Why reading stopped before stdin ended (an unreadable line, a line not sent).
+    stop: Option<String>,
+}
+
+impl LineTally {
+    fn failed(&mut self, line: usize, e: muster_sdk::Error) {
+        let unknown = match &e {
+            muster_sdk::Error::Server(body) => body.code == muster_sdk::ErrorCode::OutcomeUnknown,
+            muster_sdk::Error::Closed(_) => true,
+            _ => false,
+        };
+        if unknown {
+            self.unknown.push(line);
+        } else {
+            self.refused.push(line);
+        }
+        self.first_error
+            .get_or_insert_with(|| format!("line {line}: {e}"));
+    }
+
+    /// Ok if every line was acknowledged, else one line naming what failed and which
+    /// lines to look at; `read` lines of stdin were read.
+    fn finish(self, read: usize) -> anyhow::Result<()> {
+        let mut parts = Vec::new();
+        if let Some(stop) = self.stop {
+            parts.push(stop);
+        }
+        if let Some(first) = self.first_error {
+            parts.push(first);
+        }
+        if parts.is_empty() {
+            return Ok(());
+        }
+        let lines = |n: usize| {
+            if n == 1 {
+                "1 line".to_owned()
+            } else {
+                format!("{n} lines")
             }
         };
-        in_flight.push_back(
-            client
-                .send_enqueue(&args.queue, vec![new_task(&args, payload)])
-                .await?,
-        );
-        if in_flight.len() >= STDIN_IN_FLIGHT
-            && let Some(oldest) = in_flight.pop_front()
-        {
-            print_enqueued(&print, oldest).await?;
+        parts.push(format!(
+            "{} enqueued (their ids printed)",
+            lines(self.acknowledged)
+        ));
+        if !self.unknown.is_empty() {
+            parts.push(format!(
+                "{} sent without an answer (outcome_unknown: they may be stored; enqueue them again with idempotency keys): {}",
+                self.unknown.len(),
+                line_ranges(&self.unknown)
+            ));
         }
-    }
-    for pending in in_flight {
-        print_enqueued(&print, pending).await?;
-    }
-    match failure {
-        Some(f) => bail!("{f}; the lines before it were enqueued"),
-        None => Ok(()),
+        if !self.refused.is_empty() {
+            parts.push(format!(
+                "{} refused (not stored): {}",
+                self.refused.len(),
+                line_ranges(&self.refused)
+            ));
+        }
+        bail!("{}; stdin was not read past line {read}", parts.join("; "))
     }
 }
 
-async fn print_enqueued(
-    print: &impl Fn(&muster_sdk::EnqueuedTask) -> anyhow::Result<()>,
-    pending: muster_sdk::PendingReply<muster_protocol::ops::Enqueue>,
-) -> anyhow::Result<()> {
-    for task in pending.reply().await?.tasks {
-        print(&task)?;
+/// Line numbers as ranges: `lines 3, 5-9`.
+fn line_ranges(lines: &[usize]) -> String {
+    let mut sorted = lines.to_vec();
+    sorted.sort_unstable();
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    for n in sorted {
+        match ranges.last_mut() {
+            Some((_, end)) if *end + 1 == n => *end = n,
+            _ => ranges.push((n, n)),
+        }
     }
-    Ok(())
+    let text: Vec<String> = ranges
+        .iter()
+        .map(|&(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect();
+    let noun = if lines.len() == 1 { "line" } else { "lines" };
+    format!("{noun} {}", text.join(", "))
+}
+
+/// The task one stdin line stands for (`None` for a blank line).
+fn line_task(
+    args: &EnqueueArgs,
+    keys: Option<&KeyTemplate>,
+    line: &str,
+) -> anyhow::Result<Option<NewTask>> {
+    let line = line.trim();
+    if line.is_empty() {
+        return Ok(None);
+    }
+    let payload = muster_sdk::raw_json(line)?;
+    let mut task = new_task(args, payload);
+    task.idempotency_key = keys.map(|k| k.key_for(line)).transpose()?;
+    Ok(Some(task))
+}
+
+/// `--idempotency-key` with `enqueue QUEUE -`: a template giving each line its own key,
+/// in which `{/json/pointer}` stands for the string or number at that JSON pointer
+/// (RFC 6901) in the line's payload, e.g. `order-{/order_id}`.
+#[derive(Debug)]
+struct KeyTemplate {
+    parts: Vec<KeyPart>,
+}
+
+#[derive(Debug)]
+enum KeyPart {
+    Text(String),
+    Pointer(String),
+}
+
+impl KeyTemplate {
+    fn parse(template: &str) -> anyhow::Result<KeyTemplate> {
+        let mut parts = Vec::new();
+        let mut rest = template;
+        while let Some(open) = rest.find('{') {
+            let close = rest[open..]
+                .find('}')
+                .map(|c| open + c)
+                .with_context(|| format!("--idempotency-key {template:?}: an unclosed `{{`"))?;
+            if open > 0 {
+                parts.push(KeyPart::Text(rest[..open].to_owned()));
+            }
+            let pointer = &rest[open + 1..close];
+            if !pointer.starts_with('/') {
+                bail!(
+                    "--idempotency-key {template:?}: `{{{pointer}}}` is not a JSON pointer (one starts with `/`, e.g. `{{/id}}`)"
+                );
+            }
+            parts.push(KeyPart::Pointer(pointer.to_owned()));
+            rest = &rest[close + 1..];
+        }
+        if !rest.is_empty() {
+            parts.push(KeyPart::Text(rest.to_owned()));
+        }
+        if !parts.iter().any(|p| matches!(p, KeyPart::Pointer(_))) {
+            bail!(
+                "with PAYLOAD -, --idempotency-key is a template that gives each line its own key and must name a field of the payload, e.g. 'order-{{/order_id}}'"
+            );
+        }
+        Ok(KeyTemplate { parts })
+    }
+
+    fn key_for(&self, line: &str) -> anyhow::Result<String> {
+        let payload: serde_json::Value = serde_json::from_str(line)?;
+        let mut key = String::new();
+        for part in &self.parts {
+            match part {
+                KeyPart::Text(text) => key.push_str(text),
+                KeyPart::Pointer(pointer) => match payload.pointer(pointer) {
+                    Some(serde_json::Value::String(s)) => key.push_str(s),
+                    Some(serde_json::Value::Number(n)) => key.push_str(&n.to_string()),
+                    Some(other) => {
+                        bail!("the idempotency key's {pointer} is {other}, not a string or number")
+                    }
+                    None => bail!("the payload has no {pointer} for the idempotency key"),
+                },
+            }
+        }
+        Ok(key)
+    }
 }
 
 async fn list(

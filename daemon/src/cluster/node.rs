@@ -11,7 +11,6 @@ use std::time::Duration;
 use anyhow::Context;
 use openraft::{ChangeMembers, Config, Raft, RaftMetrics, ServerState, SnapshotPolicy};
 
-use muster_protocol::limits::CLUSTER_CATCH_UP;
 use muster_protocol::ops::{ClusterHello, ClusterMember, ClusterStatusReply};
 use muster_protocol::{ErrorBody, ErrorCode};
 
@@ -316,13 +315,17 @@ impl Node {
         }
     }
 
-    /// Adds node `id` as a learner, waits until it caught up, then makes it a voter
-    /// (unless `learner`). Adding a node that is already a learner promotes it.
+    /// Adds node `id` as a learner and, unless `learner`, waits up to `catch_up` until
+    /// it has caught up with the log, then makes it a voter. Adding a node that is
+    /// already a learner promotes it after the same wait. A node that does not catch up
+    /// in time (down, unreachable, another cluster's secret) stays a learner and the
+    /// answer is `invalid_state`: a voter that cannot vote would only weaken the quorum.
     pub async fn add(
         &self,
         id: u64,
         addr: NodeAddr,
         learner: bool,
+        catch_up: Duration,
     ) -> Result<ClusterStatusReply, ErrorBody> {
         let m = self.metrics();
         if m.membership_config
@@ -335,31 +338,59 @@ impl Node {
                 format!("node {id} is a voter of the cluster already"),
             ));
         }
-        let known = m.membership_config.membership().get_node(&id).cloned();
-        if known.is_none() {
-            let added =
-                tokio::time::timeout(CLUSTER_CATCH_UP, self.raft.add_learner(id, addr, true)).await;
-            match added {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => return Err(self.refusal(e)),
-                Err(_) => {
-                    return Err(ErrorBody::new(
-                        ErrorCode::InvalidState,
-                        format!(
-                            "node {id} did not catch up within {} s: it stays a learner (is it running, reachable at its cluster address, and started with this cluster's id and secret?)",
-                            CLUSTER_CATCH_UP.as_secs()
-                        ),
-                    ));
-                }
-            }
-        }
-        if !learner {
+        if m.membership_config.membership().get_node(&id).is_none() {
             self.raft
-                .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+                .add_learner(id, addr, false)
                 .await
                 .map_err(|e| self.refusal(e))?;
         }
+        if learner {
+            return Ok(self.status());
+        }
+        self.wait_caught_up(id, catch_up).await?;
+        self.raft
+            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+            .await
+            .map_err(|e| self.refusal(e))?;
         Ok(self.status())
+    }
+
+    /// Waits up to `catch_up` until the leader knows learner `id` to hold its whole log
+    /// as it stood when the wait began.
+    async fn wait_caught_up(&self, id: u64, catch_up: Duration) -> Result<(), ErrorBody> {
+        let target = self.metrics().last_log_index.unwrap_or(0);
+        let matched = |m: &RaftMetrics<u64, NodeAddr>| {
+            m.replication
+                .as_ref()
+                .and_then(|r| r.get(&id).copied().flatten())
+                .map(|l| l.index)
+        };
+        let waited = self
+            .raft
+            .wait(Some(catch_up))
+            .metrics(
+                |m| m.state != ServerState::Leader || matched(m).is_some_and(|i| i >= target),
+                "the new node to catch up",
+            )
+            .await;
+        let m = self.metrics();
+        if m.state != ServerState::Leader {
+            return Err(self.not_leader());
+        }
+        if waited.is_ok() && matched(&m).is_some_and(|i| i >= target) {
+            return Ok(());
+        }
+        let progress = match matched(&m) {
+            None => "it has not answered the leader at all".to_owned(),
+            Some(i) => format!("it holds the log up to {i} of {target}"),
+        };
+        Err(ErrorBody::new(
+            ErrorCode::InvalidState,
+            format!(
+                "node {id} did not catch up within {:.1} s ({progress}): it stays a learner and the cluster's voters are unchanged; is it running, reachable at its cluster address, and started with this cluster's id and secret? (`muster cluster remove {id}` takes it out)",
+                catch_up.as_secs_f64()
+            ),
+        ))
     }
 
     /// Removes node `id` from the cluster.

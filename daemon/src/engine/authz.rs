@@ -20,7 +20,8 @@
 //! | `member_release` | admin, of every queue | the member must have no session and no lease |
 //! | `lease_revoke`, `task_update` | admin | the task's queue |
 //! | `server_stats` | admin | |
-//! | `cluster_status`, `cluster_add`, `cluster_remove` | admin | |
+//! | `cluster_status` | admin | |
+//! | `cluster_add`, `cluster_remove` | admin | every queue |
 //! | `admin_snapshot` | admin, of every queue | |
 //! | `watch` | admin | the view's queue or task; queue and dead screens show only covered queues; member screens: admin of every queue |
 //! | `unwatch` | admin | |
@@ -145,9 +146,10 @@ pub fn authorize_stateless(req: &Request, p: &Principal) -> Option<Result<(), Er
     match req {
         Request::Hello(_) => Some(Ok(())),
         Request::ServerStats(_) => Some(p.check(ADMIN, None)),
-        Request::ClusterStatus(_) | Request::ClusterAdd(_) | Request::ClusterRemove(_) => {
-            Some(p.check(ADMIN, None))
-        }
+        Request::ClusterStatus(_) => Some(p.check(ADMIN, None)),
+        // A membership change can take the whole cluster's availability: only for an
+        // admin of every queue.
+        Request::ClusterAdd(_) | Request::ClusterRemove(_) => Some(every_queue_admin(p)),
         _ => None,
     }
 }

@@ -382,6 +382,7 @@ fn cluster_requests_and_their_reply_round_trip() {
         addr: "10.0.0.3:7420".into(),
         cluster_addr: "10.0.0.3:7421".into(),
         learner: false,
+        catch_up_ms: None,
     };
     let framed = encode_json(&RequestFrame::new(2, &add)).unwrap();
     assert_eq!(
@@ -400,10 +401,19 @@ fn cluster_requests_and_their_reply_round_trip() {
             back.node,
             back.addr.as_str(),
             back.cluster_addr.as_str(),
-            back.learner
+            back.learner,
+            back.catch_up_ms
         ),
-        (3, "10.0.0.3:7420", "10.0.0.3:7421", false)
+        (3, "10.0.0.3:7420", "10.0.0.3:7421", false, None)
     );
+    let (_, req) = decode_request(
+        br#"{"id":2,"op":"cluster_add","node":3,"addr":"a:1","cluster_addr":"a:2","catch_up_ms":5000}"#,
+    )
+    .unwrap();
+    let Request::ClusterAdd(back) = req else {
+        panic!("not a cluster_add: {req:?}")
+    };
+    assert_eq!(back.catch_up_ms, Some(5000));
 
     let framed = encode_json(&RequestFrame::new(3, &ClusterRemove { node: 2 })).unwrap();
     assert_eq!(&framed[4..], br#"{"id":3,"op":"cluster_remove","node":2}"#);

@@ -218,6 +218,8 @@ pub struct NodeStatus {
     pub leader: Option<u64>,
     /// The voters of the membership it knows, sorted.
     pub voters: Vec<u64>,
+    /// The learners (members that copy the log but do not vote), sorted.
+    pub learners: Vec<u64>,
     /// The index of the last log entry it applied.
     pub applied: u64,
 }
@@ -227,23 +229,29 @@ pub fn node_status(stdout: &str) -> Result<NodeStatus, String> {
     let v: Value = serde_json::from_str(stdout.trim())
         .map_err(|e| format!("cluster status is not one JSON object ({e}): {stdout}"))?;
     let u64_at = |key: &str| v[key].as_u64();
-    let mut voters = v["members"]
+    let members = v["members"]
         .as_array()
-        .ok_or_else(|| format!("cluster status has no members array: {stdout}"))?
-        .iter()
-        .filter(|m| m["voter"].as_bool() == Some(true))
-        .map(|m| {
-            m["node"]
-                .as_u64()
-                .ok_or_else(|| format!("a member without a node id: {m}"))
-        })
-        .collect::<Result<Vec<u64>, String>>()?;
-    voters.sort_unstable();
+        .ok_or_else(|| format!("cluster status has no members array: {stdout}"))?;
+    let ids = |voter: bool| {
+        let mut ids = members
+            .iter()
+            .filter(|m| m["voter"].as_bool() == Some(voter))
+            .map(|m| {
+                m["node"]
+                    .as_u64()
+                    .ok_or_else(|| format!("a member without a node id: {m}"))
+            })
+            .collect::<Result<Vec<u64>, String>>()?;
+        ids.sort_unstable();
+        Ok::<_, String>(ids)
+    };
+    let (voters, learners) = (ids(true)?, ids(false)?);
     Ok(NodeStatus {
         node: u64_at("node").ok_or_else(|| format!("cluster status has no node: {stdout}"))?,
         term: u64_at("term").ok_or_else(|| format!("cluster status has no term: {stdout}"))?,
         leader: u64_at("leader"),
         voters,
+        learners,
         applied: u64_at("last_applied")
             .ok_or_else(|| format!("cluster status has no last_applied index: {stdout}"))?,
     })

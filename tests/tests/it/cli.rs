@@ -332,3 +332,190 @@ fn cluster_commands_on_a_single_daemon_say_it_is_not_a_cluster_node() {
         )
     );
 }
+
+/// `muster enqueue QUEUE -` fed by hand, its stdout read line by line.
+struct Feeder {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    ids: std::sync::mpsc::Receiver<String>,
+}
+
+impl Feeder {
+    fn start(d: &Daemon, args: &[&str]) -> Feeder {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        let mut child = Command::new(muster_tests::muster_bin())
+            .args(args)
+            .env("MUSTER_ADDR", &d.addr)
+            .env("MUSTER_DATA", d.data())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting muster");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, ids) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Feeder { child, stdin, ids }
+    }
+
+    fn send(&mut self, line: &str) {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{line}").expect("writing a line");
+        stdin.flush().expect("flushing stdin");
+    }
+
+    /// The next id printed, waiting up to 10 s.
+    fn id(&self) -> String {
+        self.ids
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("an id printed while stdin is still open")
+    }
+
+    /// Closes stdin and waits for the exit: status, the rest of stdout, stderr.
+    fn finish(mut self) -> (std::process::ExitStatus, Vec<String>, String) {
+        use std::io::Read;
+        drop(self.stdin.take());
+        let mut stderr = String::new();
+        self.child
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut stderr)
+            .expect("reading stderr");
+        let status = self.child.wait().expect("muster's exit");
+        let rest = self.ids.try_iter().collect();
+        (status, rest, stderr)
+    }
+}
+
+#[test]
+fn enqueue_from_stdin_prints_each_id_as_it_is_acknowledged_and_names_the_unanswered_lines() {
+    let mut d = Daemon::start();
+    d.ok(&["queue", "create", "stream"]);
+    let mut feeder = Feeder::start(&d, &["enqueue", "stream", "-"]);
+    // Each id arrives while stdin is still open, long before 256 are in flight.
+    let mut acknowledged = Vec::new();
+    for n in 1..=3 {
+        feeder.send(&format!("{{\"n\":{n}}}"));
+        acknowledged.push(feeder.id());
+    }
+    // The daemon dies: the next two lines are sent and never answered.
+    d.kill9();
+    feeder.send(r#"{"n":4}"#);
+    feeder.send(r#"{"n":5}"#);
+    let (status, rest, stderr) = feeder.finish();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(rest.is_empty(), "no more ids: {rest:?}");
+    let stderr = stderr.trim_end();
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.starts_with("muster: line 4: connection lost: no packet from the daemon for 2 s"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.ends_with(
+            "3 lines enqueued (their ids printed); 2 sent without an answer (outcome_unknown: they may be stored; enqueue them again with idempotency keys): lines 4-5; stdin was not read past line 5"
+        ),
+        "{stderr}"
+    );
+    // What was printed is exactly what is stored.
+    d.restart();
+    let stored: Vec<String> = d
+        .ok(&["task", "list", "stream", "--state", "ready", "--no-headers"])
+        .lines()
+        .map(|l| l.split('\t').next().expect("an id column").to_owned())
+        .collect();
+    assert_eq!(stored, acknowledged);
+}
+
+#[test]
+fn enqueue_from_stdin_keys_each_line_from_its_payload() {
+    let d = Daemon::start();
+    d.ok(&["queue", "create", "orders"]);
+    let lines = "{\"order\":\"a-1\"}\n{\"order\":7}\n";
+    let args = [
+        "enqueue",
+        "orders",
+        "-",
+        "--idempotency-key",
+        "order-{/order}",
+    ];
+    let first = d.cli_stdin(&args, Some(lines));
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert!(
+        first.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let ids = String::from_utf8(first.stdout).unwrap();
+    assert_eq!(ids.lines().count(), 2, "{ids}");
+    // Sent again, nothing new is stored: the same ids print, each said on stderr.
+    let again = d.cli_stdin(&args, Some(lines));
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(String::from_utf8(again.stdout).unwrap(), ids);
+    let notes: Vec<String> = ids
+        .lines()
+        .map(|id| {
+            format!(
+                "muster: {id}: already enqueued under this idempotency key (nothing new stored)"
+            )
+        })
+        .collect();
+    assert_eq!(
+        String::from_utf8(again.stderr).unwrap(),
+        notes.join("\n") + "\n"
+    );
+    let keys: Vec<String> = ids
+        .lines()
+        .map(|id| {
+            let task: serde_json::Value =
+                serde_json::from_str(&d.ok(&["task", "get", id, "--json"])).unwrap();
+            task["idempotency_key"]
+                .as_str()
+                .unwrap_or("none")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(keys, ["order-a-1", "order-7"]);
+
+    // A template without a field, and a line without it, are refused with one line.
+    let plain = d.cli_stdin(
+        &["enqueue", "orders", "-", "--idempotency-key", "k"],
+        Some(lines),
+    );
+    assert_eq!(plain.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(plain.stderr).unwrap(),
+        "muster: with PAYLOAD -, --idempotency-key is a template that gives each line its own key and must name a field of the payload, e.g. 'order-{/order_id}'\n"
+    );
+    let missing = d.cli_stdin(&args, Some("{\"order\":\"b\"}\n{\"other\":1}\n"));
+    assert_eq!(missing.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(missing.stdout).unwrap().lines().count(),
+        1
+    );
+    assert_eq!(
+        String::from_utf8(missing.stderr).unwrap(),
+        "muster: line 2: the payload has no /order for the idempotency key; 1 line enqueued (their ids printed); stdin was not read past line 2\n"
+    );
+}

@@ -1,13 +1,19 @@
 //! A three-node cluster: it forms and its followers name the leader; a kill -9 of the
-//! leader keeps every acknowledged task and lease; the checker under kills and
-//! partitions finds nothing lost, doubled or split; a node added after the log was
-//! compacted catches up from a snapshot and serves everything.
+//! leader keeps every acknowledged task and lease; long-lived agents (the SDK's worker,
+//! `muster work`) follow a killed leader in seconds and run nothing twice; the checker
+//! under kills and partitions finds nothing lost, doubled or split; a node added after
+//! the log was compacted catches up from a snapshot and serves everything; a node that
+//! cannot catch up is never made a voter.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use muster_sdk::protocol::model::MemberState;
 use muster_sdk::protocol::ops::{Claim, Enqueue, SessionOpen};
-use muster_sdk::{Client, ErrorCode, NewTask, QueuePatch, TaskState, TaskSummary};
+use muster_sdk::{
+    Client, ErrorCode, NewTask, Outcome, QueuePatch, TaskState, TaskSummary, Worker, WorkerConfig,
+};
 use muster_tests::cluster::{self, CLUSTER_ID, Cluster, reply_error_code, reply_error_leader};
 use muster_tests::{Daemon, until};
 
@@ -270,6 +276,209 @@ async fn killing_the_leader_keeps_every_acknowledged_task_and_lease() {
     // The old leader rejoins and catches up.
     cluster.restart(old.node).await;
     cluster.wait_caught_up(old.node).await;
+}
+
+/// The lease of the tasks agents hold across the leader's death: longer than finding
+/// the new leader takes (the client's silence limit of 2 s, overlapping an election),
+/// far shorter than QUIC's 30 s idle timeout, which used to strand agents on a dead
+/// leader until their leases had lapsed and their tasks had gone to others.
+const FOLLOW_LEASE_MS: u64 = 8_000;
+
+/// Longest the agents may take to be connected to the new leader after the kill.
+const FOLLOW_WITHIN: Duration = Duration::from_secs(15);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_lived_agents_follow_a_killed_leader_and_run_nothing_twice() {
+    let mut cluster = Cluster::start(NODES).await;
+    let admin = cluster.client().await;
+    for queue in ["sdk", "cli"] {
+        admin
+            .queue_create(
+                queue,
+                QueuePatch {
+                    lease_ms: Some(FOLLOW_LEASE_MS),
+                    ..QueuePatch::default()
+                },
+            )
+            .await
+            .expect("queue_create");
+    }
+    let enqueue = |queue: &'static str, n: usize| {
+        let admin = admin.clone();
+        async move {
+            admin
+                .enqueue_batch(queue, (0..n).map(task).collect())
+                .await
+                .expect("enqueue")
+                .into_iter()
+                .map(|t| t.id)
+                .collect::<Vec<String>>()
+        }
+    };
+    let (sdk_ids, cli_ids) = (enqueue("sdk", 2).await, enqueue("cli", 1).await);
+
+    // The SDK's worker holds both its tasks until told to finish.
+    let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let worker = Worker::new(
+        cluster.options(),
+        WorkerConfig {
+            capacity: 2,
+            ..WorkerConfig::new("sdk-agent", ["sdk"])
+        },
+    );
+    let handle = worker.handle();
+    let held = Arc::clone(&gate);
+    let running = tokio::spawn(worker.run(move |task| {
+        let (started, gate) = (started.clone(), Arc::clone(&held));
+        async move {
+            let _ = started.send(task.id().to_owned());
+            gate.acquire().await.expect("the gate").forget();
+            Outcome::Ack(None)
+        }
+    }));
+    // `muster work` runs a program that notes each run and waits for a file.
+    let dir = tempfile::tempdir().expect("a directory");
+    let (runs, go) = (dir.path().join("runs"), dir.path().join("go"));
+    let script = format!(
+        "cat >/dev/null; echo run >> {runs}; while [ ! -e {go} ]; do sleep 0.05; done",
+        runs = runs.display(),
+        go = go.display()
+    );
+    let _work = cluster.spawn_cli(&[
+        "work",
+        "cli",
+        "--member",
+        "cli-agent",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let mut first = BTreeSet::new();
+    while first.len() < sdk_ids.len() {
+        first.insert(starts.recv().await.expect("a start"));
+    }
+    assert_eq!(first, sdk_ids.iter().cloned().collect::<BTreeSet<_>>());
+    until(
+        Duration::from_secs(30),
+        "muster work runs its program",
+        || {
+            let runs = runs.clone();
+            async move { runs.exists() }
+        },
+    )
+    .await;
+    drop(admin);
+
+    let old = cluster.leader().await;
+    cluster.kill9(old.node);
+    let killed = Instant::now();
+    let new = cluster.leader().await;
+    assert_ne!(new.node, old.node);
+    let admin = cluster.client().await;
+    until(
+        FOLLOW_WITHIN,
+        "both agents are connected to the new leader",
+        || {
+            let admin = admin.clone();
+            async move {
+                let members = admin.member_list().await.unwrap_or_default();
+                ["sdk-agent", "cli-agent"].iter().all(|name| {
+                    members
+                        .iter()
+                        .any(|m| m.name == *name && m.state == MemberState::Connected)
+                })
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "the agents were connected to the new leader {:.2} s after the kill",
+        killed.elapsed().as_secs_f64()
+    );
+
+    // They finish with the leases they held: each task ran once, with one delivery.
+    gate.add_permits(sdk_ids.len());
+    std::fs::write(&go, b"").expect("the go file");
+    let all: Vec<String> = sdk_ids.iter().chain(&cli_ids).cloned().collect();
+    let reply = admin.wait(all.clone(), 30_000).await.expect("wait");
+    assert!(
+        reply.pending.is_empty(),
+        "not finished: {:?}",
+        reply.pending
+    );
+    for t in &reply.finished {
+        let events: Vec<&str> = t.history.iter().map(|e| e.event.as_str()).collect();
+        assert_eq!(
+            (t.state, t.deliveries, events),
+            (TaskState::Done, 1, vec!["enqueued", "leased", "done"]),
+            "task {}",
+            t.id
+        );
+    }
+    assert!(starts.try_recv().is_err(), "an SDK task ran twice");
+    let cli_runs = std::fs::read_to_string(&runs).expect("the runs file");
+    assert_eq!(cli_runs, "run\n", "the program's runs");
+    handle.shutdown();
+    running
+        .await
+        .expect("the worker's task")
+        .expect("a clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adding_a_node_that_cannot_catch_up_leaves_the_voters_unchanged() {
+    let cluster = Cluster::start(NODES).await;
+    let leader = cluster.leader().await;
+    // A port where nothing listens (bound, then closed) for the node's cluster address.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0")
+        .expect("a UDP port")
+        .local_addr()
+        .expect("its address")
+        .to_string();
+    let out = cluster
+        .cli(&[
+            "cluster",
+            "add",
+            "9",
+            "--node-addr",
+            &silent,
+            "--cluster-addr",
+            &silent,
+            "--catch-up",
+            "2s",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "muster: invalid_state: node 9 did not catch up within 2.0 s (it has not answered the leader at all): it stays a learner and the cluster's voters are unchanged; is it running, reachable at its cluster address, and started with this cluster's id and secret? (`muster cluster remove 9` takes it out)\n"
+    );
+    let status = cluster.status(leader.node).await;
+    assert_eq!(status.voters, [1, 2, 3], "{status:?}");
+    assert_eq!(status.learners, [9], "{status:?}");
+    // Asking again (to promote it) fails the same way; removing it works.
+    let again = cluster
+        .cli(&[
+            "cluster",
+            "add",
+            "9",
+            "--node-addr",
+            &silent,
+            "--cluster-addr",
+            &silent,
+            "--catch-up",
+            "1s",
+        ])
+        .await;
+    assert_eq!(again.status.code(), Some(1));
+    cluster.ok(&["cluster", "remove", "9"]).await;
+    let status = cluster.status(leader.node).await;
+    assert_eq!(status.voters, [1, 2, 3], "{status:?}");
+    assert!(status.learners.is_empty(), "{status:?}");
+    // The cluster still serves.
+    cluster.ok(&["queue", "create", "after"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

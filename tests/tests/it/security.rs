@@ -205,7 +205,10 @@ async fn attempt(c: &Client, op: &str, queue: &str, task: &str, member: &str) ->
         "unwatch" => code(c.unwatch().await),
         // A single daemon answers an admin with invalid_state: not refused.
         "cluster_status" => code(c.cluster_status().await),
-        "cluster_add" => code(c.cluster_add(9, "127.0.0.1:1", "127.0.0.1:2", true).await),
+        "cluster_add" => code(
+            c.cluster_add(9, "127.0.0.1:1", "127.0.0.1:2", true, None)
+                .await,
+        ),
         "cluster_remove" => code(c.cluster_remove(9).await),
         other => panic!("no op {other}"),
     }
@@ -289,9 +292,10 @@ fn the_authorization_matrix_covers_every_op() {
 
 /// Whether `role` may do `op` on a queue its token covers (`own`) or not.
 fn allowed(role: &str, op: &str, own: bool) -> bool {
-    // A queue-scoped admin never acts on every member or name; and it sees a member only
-    // through a lease or a subscription in its queues, which the matrix's member
-    // (`{role}-m`, whose session_open released its claim) no longer has by then.
+    // A queue-scoped admin never acts on every member or name, nor on the cluster's
+    // membership; and it sees a member only through a lease or a subscription in its
+    // queues, which the matrix's member (`{role}-m`, whose session_open released its
+    // claim) no longer has by then.
     if role == "queue-admin"
         && matches!(
             op,
@@ -302,6 +306,8 @@ fn allowed(role: &str, op: &str, own: bool) -> bool {
                 | "admin_snapshot"
                 | "watch_member"
                 | "watch_members"
+                | "cluster_add"
+                | "cluster_remove"
         )
     {
         return false;

@@ -2236,6 +2236,7 @@ fn a_daemon_alone_answers_the_cluster_ops_with_invalid_state() {
             addr: "10.0.0.2:7420".into(),
             cluster_addr: "10.0.0.2:7421".into(),
             learner: false,
+            catch_up_ms: None,
         }),
         Request::ClusterRemove(ops::ClusterRemove { node: 2 }),
     ];
