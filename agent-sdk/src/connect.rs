@@ -37,13 +37,16 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the client pings an idle connection: the daemon counts any packet as news
 /// of a member's session, so this keeps a session `connected` with a liveness timeout
 /// of 2 s or more (the default is 5 s); and the daemon acknowledges each ping, so a
-/// live daemon is heard from at least this often (see [`SERVER_SILENCE`]).
-pub const KEEP_ALIVE: Duration = Duration::from_millis(500);
+/// live daemon is heard from about this often even when nothing else is said (see
+/// [`SERVER_SILENCE`]).
+pub const KEEP_ALIVE: Duration = Duration::from_secs(1);
 
 /// Longest a client waits without a single packet from the daemon before it gives the
 /// connection up (and a [`crate::Worker`], the console or `muster work` reconnects,
 /// following a cluster's new leader). A live daemon acknowledges every keep-alive ping
-/// ([`KEEP_ALIVE`]), so only a dead or unreachable host stays silent this long: a
+/// ([`KEEP_ALIVE`]), and a lost ping or acknowledgement is sent again after QUIC's
+/// probe timeout (a few round trips), so only a dead or unreachable host stays silent
+/// this long: a
 /// `kill -9`ed leader's host sends no reset, and QUIC's own idle timeout (30 s) would
 /// strand its clients for that long. Checked every [`SILENCE_CHECK`].
 pub const SERVER_SILENCE: Duration = Duration::from_secs(2);
