@@ -10,8 +10,11 @@
 //! - [`storage`]: openraft's log and state machine over the node's fjall store, and
 //!   snapshots as files.
 //! - [`net`]: node-to-node RPCs over QUIC, authenticated by the cluster secret.
+//! - [`elect`]: elections behind a pre-vote, so a node back from a partition does not
+//!   depose a healthy leader.
 //! - [`node`]: starting a node, membership changes and its status.
 
+pub mod elect;
 pub mod lead;
 pub mod net;
 pub mod node;

@@ -47,6 +47,8 @@ use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
+use super::elect::{self, PreVoteRequest, PreVoteResponse};
+use super::storage::LogStore;
 use super::{Muster, NodeAddr};
 
 /// The ALPN protocol of node-to-node connections: a client endpoint (ALPN `muster/1`)
@@ -425,6 +427,8 @@ pub enum Rpc {
     Vote(VoteRequest<u64>),
     /// Answered by `Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>`.
     InstallSnapshot(InstallSnapshotRequest<Muster>),
+    /// Answered by [`PreVoteResponse`] (not an openraft RPC: see [`super::elect`]).
+    PreVote(PreVoteRequest),
 }
 
 /// Why a frame could not be read or written.
@@ -683,6 +687,20 @@ impl Peer {
         })
     }
 
+    /// Asks the target whether it would vote for this node ([`super::elect`]).
+    pub async fn pre_vote(
+        &mut self,
+        req: &PreVoteRequest,
+        ttl: Duration,
+    ) -> anyhow::Result<PreVoteResponse> {
+        self.call(&Rpc::PreVote(req.clone()), ttl)
+            .await
+            .map_err(|failure| match failure {
+                Failure::Unreachable(e) | Failure::Network(e) => e,
+                Failure::TooLarge(len) => anyhow!("a pre-vote of {len} bytes"),
+            })
+    }
+
     /// Maps the outcome of [`Peer::call`] to openraft's errors.
     #[expect(
         clippy::result_large_err,
@@ -834,12 +852,20 @@ trait Handler: Send + Sync + 'static {
     fn handle(&self, rpc: Rpc) -> impl Future<Output = Result<Vec<u8>, postcard::Error>> + Send;
 }
 
-impl Handler for openraft::Raft<Muster> {
+/// A node's openraft and its log (for the pre-vote's answers).
+struct Served {
+    raft: openraft::Raft<Muster>,
+    log: LogStore,
+}
+
+impl Handler for Served {
     async fn handle(&self, rpc: Rpc) -> Result<Vec<u8>, postcard::Error> {
+        let raft = &self.raft;
         match rpc {
-            Rpc::AppendEntries(r) => postcard::to_stdvec(&self.append_entries(r).await),
-            Rpc::Vote(r) => postcard::to_stdvec(&self.vote(r).await),
-            Rpc::InstallSnapshot(r) => postcard::to_stdvec(&self.install_snapshot(r).await),
+            Rpc::AppendEntries(r) => postcard::to_stdvec(&raft.append_entries(r).await),
+            Rpc::Vote(r) => postcard::to_stdvec(&raft.vote(r).await),
+            Rpc::InstallSnapshot(r) => postcard::to_stdvec(&raft.install_snapshot(r).await),
+            Rpc::PreVote(r) => postcard::to_stdvec(&elect::answer(raft, &self.log, &r).await),
         }
     }
 }
@@ -852,8 +878,8 @@ impl Handler for openraft::Raft<Muster> {
 /// [`MAX_STREAMS_PER_CONNECTION`] RPCs at once; a frame over [`MAX_RPC_BYTES`] is
 /// refused by its header. A stream with an unreadable request is stopped, with a debug
 /// log, and its connection goes on.
-pub async fn serve(endpoint: quinn::Endpoint, raft: openraft::Raft<Muster>) {
-    serve_with(endpoint, Arc::new(raft)).await;
+pub async fn serve(endpoint: quinn::Endpoint, raft: openraft::Raft<Muster>, log: LogStore) {
+    serve_with(endpoint, Arc::new(Served { raft, log })).await;
 }
 
 async fn serve_with<H: Handler>(endpoint: quinn::Endpoint, handler: Arc<H>) {
@@ -968,8 +994,9 @@ mod tests {
     /// TLS alert `access_denied`, which rustls sends for a certificate the verifier refuses.
     const ACCESS_DENIED: u8 = 49;
 
-    /// Answers votes (granted), append-entries (the remote Raft stopped) and snapshot
-    /// chunks (a mismatch naming the chunk's offset).
+    /// Answers votes (granted), append-entries (the remote Raft stopped), snapshot
+    /// chunks (a mismatch naming the chunk's offset) and pre-votes (granted for odd
+    /// terms).
     struct Fake;
 
     impl Handler for Fake {
@@ -986,6 +1013,9 @@ mod tests {
                 Rpc::InstallSnapshot(r) => {
                     postcard::to_stdvec(&Err::<InstallSnapshotResponse<u64>, _>(mismatch(r.offset)))
                 }
+                Rpc::PreVote(r) => postcard::to_stdvec(&PreVoteResponse {
+                    granted: r.term % 2 == 1,
+                }),
             }
         }
     }
@@ -1163,6 +1193,12 @@ mod tests {
         round_trip(&Rpc::AppendEntries(append_request()));
         round_trip(&Rpc::Vote(vote_request()));
         round_trip(&Rpc::InstallSnapshot(snapshot_request()));
+        round_trip(&Rpc::PreVote(PreVoteRequest {
+            candidate: 2,
+            term: 9,
+            last_log_id: Some(log_id(8, 120)),
+        }));
+        round_trip(&PreVoteResponse { granted: true });
         for answer in [
             AppendEntriesResponse::Success,
             AppendEntriesResponse::PartialSuccess(Some(log_id(7, 42))),
@@ -1261,6 +1297,15 @@ mod tests {
         match one.install_snapshot(snapshot_request(), option()).await {
             Err(RPCError::RemoteError(e)) => assert_eq!(e.source, mismatch(3 << 20)),
             other => panic!("expected a remote error, got {other:?}"),
+        }
+        for (term, granted) in [(9, true), (10, false)] {
+            let req = PreVoteRequest {
+                candidate: 2,
+                term,
+                last_log_id: None,
+            };
+            let answer = one.pre_vote(&req, RPC_TIMEOUT).await.unwrap();
+            assert_eq!(answer, PreVoteResponse { granted });
         }
         assert_eq!(client.open_connections(), 1);
 

@@ -15,7 +15,7 @@ use muster_protocol::ops::{ClusterHello, ClusterMember, ClusterStatusReply};
 use muster_protocol::{ErrorBody, ErrorCode};
 
 use super::storage::{LogStore, StateMachine};
-use super::{Muster, NodeAddr, Round, net};
+use super::{Muster, NodeAddr, Round, elect, net};
 use crate::store::{Persist, Store};
 
 /// How often the leader sends heartbeats.
@@ -87,6 +87,8 @@ impl Node {
             heartbeat_interval: HEARTBEAT_MS,
             election_timeout_min: ELECTION_TIMEOUT_MS.0,
             election_timeout_max: ELECTION_TIMEOUT_MS.1,
+            // Elections start behind a pre-vote, from `elect::run`.
+            enable_elect: false,
             max_payload_entries: MAX_PAYLOAD_ENTRIES,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
             snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
@@ -112,10 +114,23 @@ impl Node {
             .context("opening the raft log")??
         };
         let network = net::Network::new(endpoint.clone(), config.routes);
-        let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log, machine)
-            .await
-            .context("starting raft")?;
-        tokio::spawn(net::serve(endpoint, raft.clone()));
+        let log_reader = log.clone();
+        let raft = Raft::new(
+            config.node_id,
+            Arc::new(raft_config),
+            network.clone(),
+            log,
+            machine,
+        )
+        .await
+        .context("starting raft")?;
+        tokio::spawn(net::serve(endpoint, raft.clone(), log_reader.clone()));
+        tokio::spawn(elect::run(
+            config.node_id,
+            raft.clone(),
+            log_reader,
+            network,
+        ));
         let node = Node {
             raft,
             id: config.node_id,

@@ -562,3 +562,49 @@ async fn a_node_added_after_compaction_gets_a_snapshot() {
     );
     assert_eq!(before.node, added);
 }
+
+/// How long a follower is kept alone: five times the longest election timeout, so that
+/// without a pre-vote it would have raised its term several times. Time alone is what
+/// the test is about, so it waits it out.
+const ALONE: Duration = Duration::from_secs(4);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_back_from_a_partition_rejoins_without_an_election() {
+    let cluster = Cluster::start_relayed(NODES).await;
+    let client = cluster.client().await;
+    client
+        .queue_create("steady", QueuePatch::default())
+        .await
+        .expect("queue_create");
+    let before = cluster.leader().await;
+    let follower = cluster.follower(before.node, 0);
+    assert_eq!(cluster.status(follower).await.term, before.term);
+
+    cluster.partition_node(follower);
+    tokio::time::sleep(ALONE).await;
+    let alone = cluster.status(follower).await;
+    assert_eq!(
+        alone.term, before.term,
+        "the follower raised its term alone: {alone:?}"
+    );
+    // The leader and the other follower serve meanwhile.
+    client
+        .enqueue("steady", task(1))
+        .await
+        .expect("enqueue while one node is away");
+
+    cluster.heal_node(follower);
+    cluster.wait_caught_up(follower).await;
+    let after = cluster.leader().await;
+    assert_eq!(
+        (after.node, after.term),
+        (before.node, before.term),
+        "the rejoining node forced an election"
+    );
+    // The same connection still serves: a leadership change would have closed it.
+    client
+        .enqueue("steady", task(2))
+        .await
+        .expect("enqueue after the heal");
+    assert_eq!(cluster.status(follower).await.term, before.term);
+}
