@@ -206,13 +206,24 @@ pub(crate) fn is_host_port(entry: &str) -> bool {
 const MAX_TOKEN_FILE_BYTES: u64 = 4096;
 
 /// Reads a token from a file: its contents less surrounding whitespace, which must
-/// leave a token of one line.
+/// leave a token of one line. A file that users other than its owner may write
+/// (group- or world-writable) is refused.
 pub fn read_token_file(path: &std::path::Path) -> Result<String, Error> {
     use std::io::Read;
     let describe = |e: std::io::Error| {
         Error::InvalidInput(format!("reading token file {}: {e}", path.display()))
     };
     let file = std::fs::File::open(path).map_err(describe)?;
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&file.metadata().map_err(describe)?.permissions());
+    if mode & 0o022 != 0 {
+        // Whoever can write it chooses the identity this client presents.
+        return Err(Error::InvalidInput(format!(
+            "token file {} is writable by other users (mode {:o}): chmod go-w it",
+            path.display(),
+            mode & 0o777
+        )));
+    }
     let mut text = String::new();
     file.take(MAX_TOKEN_FILE_BYTES + 1)
         .read_to_string(&mut text)

@@ -286,7 +286,8 @@ pub fn digest_hex(token: &str) -> String {
     hex::encode(digest(token))
 }
 
-fn digest(token: &str) -> [u8; 32] {
+/// The SHA-256 of a token: tokens are compared by their digests.
+pub fn digest(token: &str) -> [u8; 32] {
     let d = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
     let mut out = [0u8; 32];
     out.copy_from_slice(d.as_ref());

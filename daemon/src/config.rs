@@ -48,9 +48,17 @@ pub struct Config {
     #[arg(long, env = "MUSTER_DURABILITY", value_enum, default_value_t = Durability::Sync)]
     pub durability: Durability,
 
-    /// Serve Prometheus metrics on this address (HTTP, path /metrics).
+    /// Serve Prometheus metrics on this address (HTTP, path /metrics). A local-only
+    /// daemon (no tokens, no --open) answers only scrapes that present its local token
+    /// as `Authorization: Bearer`; see --metrics-token-file.
     #[arg(long, env = "MUSTER_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
+
+    /// A file holding the token scrapes must present (`Authorization: Bearer TOKEN`;
+    /// Prometheus: `authorization: {credentials_file: ...}`), instead of the local token
+    /// or none.
+    #[arg(long, env = "MUSTER_METRICS_TOKEN_FILE")]
+    pub metrics_token_file: Option<PathBuf>,
 
     /// Log format.
     #[arg(long, env = "MUSTER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -316,6 +324,7 @@ impl Config {
         let mut out = Vec::new();
         if let Some(addr) = self.metrics_addr
             && !addr.ip().is_loopback()
+            && self.metrics_token_file.is_none()
         {
             out.push(format!(
                 "metrics are served without authentication on {addr}, not a loopback address: \

@@ -11,7 +11,7 @@
 
 use std::fs::Permissions;
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -42,10 +42,13 @@ pub fn restrict_umask() {
 }
 
 /// Creates the data directory (0700) or makes an existing one private: the directory
-/// and everything in it lose group and other access, with a warning for each kind.
+/// and everything in it lose group and other access, with a warning for each kind. A
+/// directory or file in it owned by another user is refused: that user could have
+/// planted a token or a store.
 pub fn prepare(dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating data directory {}", dir.display()))?;
+    let me = nix::unistd::geteuid().as_raw();
     let mut wider = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     let mut seen = 0;
@@ -54,6 +57,15 @@ pub fn prepare(dir: &Path) -> anyhow::Result<()> {
             .with_context(|| format!("reading {}", path.display()))?;
         if meta.file_type().is_symlink() {
             continue;
+        }
+        if meta.uid() != me {
+            // Another user could have planted anything here (a local token that makes
+            // them admin, say): trust nothing of it.
+            anyhow::bail!(
+                "{} is owned by uid {}, not by this daemon's user (uid {me}): refusing to use a data directory another user controls (chown -R it to this user, or choose another --data)",
+                path.display(),
+                meta.uid()
+            );
         }
         let want = if meta.is_dir() { DIR_MODE } else { FILE_MODE };
         let mode = meta.permissions().mode() & 0o777;
@@ -93,17 +105,12 @@ pub fn prepare(dir: &Path) -> anyhow::Result<()> {
 }
 
 /// The data directory's local token: read if present, else generated and written
-/// (0600, created exclusively). `None`, and any stale token file removed, when the
-/// daemon does not run local-only (tokens configured, or `--open`), so that clients
-/// do not present a token nobody accepts.
+/// (0600, created exclusively). `None` when the daemon does not run local-only (tokens
+/// configured, or `--open`): [`remove_local_token`] then removes a stale one once the
+/// daemon has started, so that clients do not present a token nobody accepts.
 pub fn local_token(dir: &Path, local_only: bool) -> anyhow::Result<Option<String>> {
     let path = dir.join(LOCAL_TOKEN_FILE);
     if !local_only {
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
-        }
         return Ok(None);
     }
     match std::fs::read_to_string(&path) {
@@ -118,6 +125,37 @@ pub fn local_token(dir: &Path, local_only: bool) -> anyhow::Result<Option<String
     let token = new_token()?;
     write_private(&path, &format!("{token}\n"))?;
     Ok(Some(token))
+}
+
+/// Removes the data directory's local token file, if there is one.
+pub fn remove_local_token(dir: &Path) -> anyhow::Result<()> {
+    let path = dir.join(LOCAL_TOKEN_FILE);
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("removing {}", path.display())),
+    }
+}
+
+/// A token read from a file (surrounding whitespace ignored): one that others can
+/// write is refused, as is an empty one.
+pub fn read_token_file(path: &Path) -> anyhow::Result<String> {
+    let meta = std::fs::metadata(path)
+        .with_context(|| format!("reading token file {}", path.display()))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o022 != 0 {
+        anyhow::bail!(
+            "token file {} is writable by other users (mode {mode:o}): chmod go-w it",
+            path.display()
+        );
+    }
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading token file {}", path.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        anyhow::bail!("token file {} is empty", path.display());
+    }
+    Ok(token.to_owned())
 }
 
 /// A fresh random token: [`TOKEN_BYTES`] bytes from the system's generator, hex.
@@ -184,7 +222,10 @@ mod tests {
         assert_ne!(replaced, token);
         assert!(valid_token(&replaced));
         assert_eq!(local_token(dir.path(), false).unwrap(), None);
+        assert!(path.exists(), "kept until the daemon has started");
+        remove_local_token(dir.path()).unwrap();
         assert!(!path.exists());
+        remove_local_token(dir.path()).unwrap();
         assert_ne!(new_token().unwrap(), new_token().unwrap());
     }
 }

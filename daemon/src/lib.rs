@@ -169,12 +169,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             "the config holds token {name:?} in plain text: store its SHA-256 as token_sha256 instead (muster admin token new)"
         );
     }
+    let local_only = configured.is_empty() && !config.open;
+    // Refused before anything is created or changed.
+    config.check(!(configured.is_empty() && config.open))?;
     data_dir::prepare(&config.data)?;
     // Held until the process ends: a second daemon on this directory is refused (before
     // anything in it is written).
     let _lock = lock_data_dir(&config.data)?;
-    let local_only = configured.is_empty() && !config.open;
-    let tokens = Arc::new(match data_dir::local_token(&config.data, local_only)? {
+    let local_token = data_dir::local_token(&config.data, local_only)?;
+    let metrics_bearer = match &config.metrics_token_file {
+        Some(path) => Some(data_dir::read_token_file(path)?),
+        None => local_token.clone(),
+    };
+    let tokens = Arc::new(match local_token {
         Some(token) => {
             info!(
                 file = %config.data.join(auth::LOCAL_TOKEN_FILE).display(),
@@ -184,7 +191,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
         None => configured,
     });
-    config.check(!tokens.is_empty())?;
     if tokens.is_empty() {
         info!("--open: every client that can connect is served fully");
     }
@@ -275,6 +281,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         write_ready_file(path, addr, cluster_addr, &fingerprint, &cert_path)?;
     }
     server::log_listening(addr, cluster_addr, &fingerprint, &cert_path);
+    if !local_only {
+        // Only now that the start succeeded: a refused start changes nothing.
+        data_dir::remove_local_token(&config.data)?;
+    }
 
     let shutdown = CancellationToken::new();
     let context = server::ServerContext {
@@ -288,7 +298,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     };
     let server = tokio::spawn(server::serve(endpoint, context, shutdown.clone()));
     let metrics_server =
-        metrics_endpoint.map(|e| tokio::spawn(metrics::serve(e, shutdown.clone())));
+        metrics_endpoint.map(|e| tokio::spawn(metrics::serve(e, metrics_bearer, shutdown.clone())));
     let failed = tokio::select! {
         signal = shutdown_signal() => {
             signal?;

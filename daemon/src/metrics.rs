@@ -126,8 +126,11 @@ impl Endpoint {
     }
 }
 
-/// Answers scrapes and refreshes the process metrics until `shutdown`.
-pub async fn serve(endpoint: Endpoint, shutdown: CancellationToken) {
+/// Answers scrapes and refreshes the process metrics until `shutdown`. With a `bearer`
+/// token, only scrapes presenting it (`Authorization: Bearer TOKEN`) get the metrics;
+/// others get 401.
+pub async fn serve(endpoint: Endpoint, bearer: Option<String>, shutdown: CancellationToken) {
+    let bearer: Option<Arc<[u8; 32]>> = bearer.map(|t| Arc::new(crate::auth::digest(&t)));
     let Endpoint { handle, listener } = endpoint;
     let slots = Arc::new(Semaphore::new(MAX_SCRAPES));
     let tracker = TaskTracker::new();
@@ -144,11 +147,13 @@ pub async fn serve(endpoint: Endpoint, shutdown: CancellationToken) {
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
                 let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { break };
-                let handle = handle.clone();
+                let (handle, bearer) = (handle.clone(), bearer.clone());
                 tracker.spawn(async move {
                     let service = hyper::service::service_fn(move |req| {
-                        let handle = handle.clone();
-                        async move { Ok::<_, std::convert::Infallible>(answer(&req, &handle)) }
+                        let (handle, bearer) = (handle.clone(), bearer.clone());
+                        async move {
+                            Ok::<_, std::convert::Infallible>(answer(&req, &handle, bearer.as_deref()))
+                        }
                     });
                     let conn = hyper::server::conn::http1::Builder::new()
                         .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
@@ -163,11 +168,31 @@ pub async fn serve(endpoint: Endpoint, shutdown: CancellationToken) {
     tracker.wait().await;
 }
 
-fn answer(req: &Request<Incoming>, handle: &PrometheusHandle) -> Response<Full<Bytes>> {
+fn answer(
+    req: &Request<Incoming>,
+    handle: &PrometheusHandle,
+    bearer: Option<&[u8; 32]>,
+) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::new()));
     if req.uri().path() != "/metrics" {
         *response.status_mut() = StatusCode::NOT_FOUND;
         return response;
+    }
+    if let Some(want) = bearer {
+        let presented = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(|t| crate::auth::digest(t.trim()));
+        if presented.as_ref() != Some(want) {
+            *response.status_mut() = StatusCode::UNAUTHORIZED;
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer realm=\"musterd metrics\""),
+            );
+            return response;
+        }
     }
     if req.method() != hyper::Method::GET && req.method() != hyper::Method::HEAD {
         *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;

@@ -29,16 +29,34 @@ impl Scrape {
     }
 }
 
-fn scrape(addr: &str) -> Scrape {
+/// The HTTP response to `GET /metrics`, presenting `token` as a bearer token if given.
+fn get_metrics(addr: &str, token: Option<&str>) -> String {
     let mut stream = std::net::TcpStream::connect(addr).expect("metrics endpoint");
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
+    let authorization = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     stream
-        .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .write_all(
+            format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n{authorization}\r\n").as_bytes(),
+        )
         .expect("request");
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("response");
+    response
+}
+
+/// The local token of the daemon whose data directory is `data`, which a local-only
+/// daemon's metrics endpoint asks for.
+fn local_token(data: &std::path::Path) -> String {
+    std::fs::read_to_string(data.join(muster_protocol::LOCAL_TOKEN_FILE))
+        .expect("the local token")
+        .trim()
+        .to_owned()
+}
+
+fn scrape(addr: &str, token: &str) -> Scrape {
+    let response = get_metrics(addr, Some(token));
     let (head, body) = response.split_once("\r\n\r\n").expect("HTTP head and body");
     assert!(head.starts_with("HTTP/1.0 200 OK"), "{head}");
     let content_type = head
@@ -170,6 +188,7 @@ async fn ids(client: &Client, queue: &str, n: u32) -> Vec<(String, u64)> {
 async fn every_counter_and_histogram_counts_exactly_what_happened() {
     let metrics_addr = free_port();
     let d = Daemon::start_with(&["--metrics-addr", &metrics_addr]);
+    let token = local_token(d.data());
     let client = d.client().await;
     for queue in ["jobs", "idle", "gpu"] {
         client
@@ -281,13 +300,13 @@ async fn every_counter_and_histogram_counts_exactly_what_happened() {
         (r#"muster_member_capacity{member="m1"}"#.into(), 2.0),
     ];
     // Gauges refresh once a second: poll (bounded) until they caught up.
-    let mut s = scrape(&metrics_addr);
+    let mut s = scrape(&metrics_addr, &token);
     for _ in 0..50 {
         if gauges.iter().all(|(series, n)| s.get(series) == Some(*n)) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        s = scrape(&metrics_addr);
+        s = scrape(&metrics_addr, &token);
     }
     assert_eq!(s.content_type, "text/plain; version=0.0.4; charset=utf-8");
     s.check(&gauges);
@@ -384,14 +403,15 @@ async fn a_cluster_node_exports_its_role_term_and_log() {
     client.enqueue("q", task(1)).await.expect("enqueue");
     let leader = cluster.leader().await;
     let applied = cluster.status(leader.node).await.applied;
+    let token = local_token(cluster.data(leader.node));
     // Gauges refresh once a second: scrape until they show the enqueue.
-    let mut s = scrape(&metrics_addr);
+    let mut s = scrape(&metrics_addr, &token);
     for _ in 0..50 {
         if s.get("muster_cluster_last_applied_index") >= Some(applied as f64) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        s = scrape(&metrics_addr);
+        s = scrape(&metrics_addr, &token);
     }
     s.check(&[
         ("muster_cluster_leader".into(), 1.0),
@@ -400,4 +420,83 @@ async fn a_cluster_node_exports_its_role_term_and_log() {
         ("muster_cluster_last_applied_index".into(), applied as f64),
         ("muster_cluster_snapshot_index".into(), 0.0),
     ]);
+}
+
+/// A local-only daemon's metrics (queue names and counts) are for its own user: a
+/// scrape without its local token, or with another, gets 401 and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_only_daemons_metrics_need_its_local_token() {
+    let metrics_addr = free_port();
+    let d = Daemon::start_with(&["--metrics-addr", &metrics_addr]);
+    d.client()
+        .await
+        .queue_create("secret-queue", QueuePatch::default())
+        .await
+        .expect("queue_create");
+    for token in [None, Some("0".repeat(64).as_str())] {
+        let response = get_metrics(&metrics_addr, token);
+        let (head, body) = response.split_once("\r\n\r\n").expect("HTTP head and body");
+        assert!(head.starts_with("HTTP/1.0 401 Unauthorized"), "{head}");
+        assert!(
+            head.lines()
+                .any(|l| l == r#"www-authenticate: Bearer realm="musterd metrics""#),
+            "{head}"
+        );
+        assert_eq!(body, "");
+    }
+    let s = scrape(&metrics_addr, &local_token(d.data()));
+    assert!(s.text.contains("secret-queue"), "{}", s.text);
+}
+
+/// With --metrics-token-file, scrapes present that token instead; a token file others
+/// can write is refused at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_ask_for_the_token_file_they_are_given() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("a directory");
+    let file = dir.path().join("metrics.token");
+    std::fs::write(&file, "scrape-token-0123456789\n").expect("the token file");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let metrics_addr = free_port();
+    let d = Daemon::start_with(&[
+        "--metrics-addr",
+        &metrics_addr,
+        "--metrics-token-file",
+        file.to_str().expect("utf-8"),
+    ]);
+    let refused = get_metrics(&metrics_addr, Some(&local_token(d.data())));
+    assert!(
+        refused.starts_with("HTTP/1.0 401 Unauthorized"),
+        "{refused}"
+    );
+    let s = scrape(&metrics_addr, "scrape-token-0123456789");
+    assert!(s.text.contains("process_cpu_seconds_total"), "{}", s.text);
+    drop(d);
+
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let data = tempfile::tempdir().expect("a data directory");
+    let out = std::process::Command::new(muster_tests::musterd_bin())
+        .args([
+            "--data",
+            data.path().to_str().expect("utf-8"),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--metrics-addr",
+            &free_port(),
+            "--metrics-token-file",
+            file.to_str().expect("utf-8"),
+        ])
+        .output()
+        .expect("running musterd");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "token file {} is writable by other users (mode 666): chmod go-w it",
+            file.display()
+        )),
+        "{stderr}"
+    );
 }

@@ -556,3 +556,76 @@ async fn quotas_refuse_with_limit_and_hold_across_a_restart() {
     );
     producer.enqueue("more", payload(100)).await.unwrap();
 }
+
+/// A data directory another user controls is refused at start, whatever it holds:
+/// that user could have planted a local token (and so be admin) or a store.
+#[test]
+fn a_data_directory_another_user_owns_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    // What this process creates is owned by its effective user.
+    let me = std::fs::metadata(root.path()).unwrap().uid();
+    let (data, owner) = if me == 0 {
+        // Planted by uid 4242 before the daemon's first start.
+        let data = root.path().join("planted");
+        std::fs::create_dir(&data).unwrap();
+        let token = data.join(muster_protocol::LOCAL_TOKEN_FILE);
+        std::fs::write(&token, format!("{}\n", "a".repeat(64))).unwrap();
+        for path in [&data, &token] {
+            std::os::unix::fs::chown(path, Some(4242), Some(4242)).unwrap();
+        }
+        (data, 4242)
+    } else {
+        // As any other user: a directory root owns.
+        (std::path::PathBuf::from("/"), 0)
+    };
+    let out = std::process::Command::new(muster_tests::musterd_bin())
+        .arg("--data")
+        .arg(&data)
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    let err = failed(out);
+    assert!(
+        err.contains(&format!(
+            "{} is owned by uid {owner}, not by this daemon's user (uid {me}): refusing to use a data directory another user controls",
+            data.display()
+        )),
+        "{err}"
+    );
+}
+
+/// A start refused for its flags changes nothing: the local token stays.
+#[test]
+fn a_refused_start_keeps_the_local_token() {
+    let mut d = Daemon::start();
+    let token_file = d.data().join(muster_protocol::LOCAL_TOKEN_FILE);
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    d.kill9();
+    let out = std::process::Command::new(muster_tests::musterd_bin())
+        .arg("--data")
+        .arg(d.data())
+        .args(["--open", "--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    let err = failed(out);
+    assert!(err.contains("refusing to listen on 0.0.0.0:0"), "{err}");
+    assert_eq!(std::fs::read_to_string(&token_file).unwrap(), token);
+}
+
+/// A token file others can write is refused by the CLI (and the SDKs): whoever can
+/// write it chooses whom the client claims to be.
+#[test]
+fn a_token_file_others_can_write_is_refused() {
+    let (d, dir) = with_config(&tokens_config(r#""jobs""#), &[]);
+    let file = dir.path().join("admin.token");
+    std::fs::write(&file, format!("{ADMIN}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let err = failed(d.cli(&["--token-file", file.to_str().unwrap(), "queue", "list"]));
+    assert_eq!(
+        err,
+        format!(
+            "muster: invalid input: token file {} is writable by other users (mode 666): chmod go-w it\n",
+            file.display()
+        )
+    );
+}
