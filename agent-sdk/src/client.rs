@@ -633,8 +633,9 @@ impl Client {
         self.call(&LeaseRevoke { task: task.into() }).await
     }
 
-    /// Writes a consistent copy of the store into `dir` on the daemon's host (absolute,
-    /// not existing yet): a backup. Replies once the copy is durable.
+    /// Writes a consistent copy of the store into `dir` on the daemon's host, a new
+    /// directory inside its snapshot root (a name there, or an absolute path inside it):
+    /// a backup. Replies once the copy is durable, with the absolute path written.
     pub async fn admin_snapshot(&self, dir: &str) -> Result<ops::SnapshotReply, Error> {
         self.call(&ops::AdminSnapshot { dir: dir.into() }).await
     }

@@ -54,6 +54,12 @@ pub struct Config {
     #[arg(long, env = "MUSTER_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
 
+    /// The only directory admin snapshots are written in (a relative snapshot directory
+    /// is taken inside it; an absolute one must lie inside it, with no symbolic link or
+    /// `..` on the way). Default: `backups` in the data directory.
+    #[arg(long, env = "MUSTER_SNAPSHOT_ROOT")]
+    pub snapshot_root: Option<PathBuf>,
+
     /// A file holding the token scrapes must present (`Authorization: Bearer TOKEN`;
     /// Prometheus: `authorization: {credentials_file: ...}`), instead of the local token
     /// or none.
@@ -319,6 +325,13 @@ fn route(s: &str) -> Result<(u64, String), String> {
 }
 
 impl Config {
+    /// Where admin snapshots may be written: `--snapshot-root`, else `DATA/backups`.
+    pub fn snapshot_root(&self) -> PathBuf {
+        self.snapshot_root
+            .clone()
+            .unwrap_or_else(|| self.data.join("backups"))
+    }
+
     /// Settings that work but expose something: each is logged as a warning at start.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();

@@ -246,6 +246,8 @@ pub struct EngineSettings {
     pub member_name_expiry: Duration,
     /// The quotas.
     pub quotas: crate::engine::Quotas,
+    /// The only directory admin snapshots are written in.
+    pub snapshot_root: PathBuf,
 }
 
 /// Opens the engine over `store`: its state rebuilt from the store.
@@ -296,6 +298,7 @@ impl Dispatcher {
                     &clock,
                     &mut disk,
                     &thread_stats,
+                    &settings.snapshot_root,
                 )?;
                 assert!(
                     matches!(ended, Ended::Stopped),
@@ -349,6 +352,7 @@ impl Dispatcher {
                         &clock,
                         &mut disk,
                         &thread_stats,
+                        &settings.snapshot_root,
                     )?;
                     drop(engine);
                     store.drop_held();
@@ -385,12 +389,18 @@ impl Dispatcher {
     }
 }
 
-/// Starts writing a snapshot of `view` into `dir` on a thread of its own (a copy of a
-/// large store takes a while: the dispatcher goes on meanwhile); the thread answers.
-fn start_snapshot(view: StoreView, dir: PathBuf, responder: Responder) -> JoinHandle<()> {
+/// Starts writing a snapshot of `view` into `dir` (inside `root`) on a thread of its
+/// own (a copy of a large store takes a while: the dispatcher goes on meanwhile); the
+/// thread answers.
+fn start_snapshot(
+    view: StoreView,
+    root: PathBuf,
+    dir: PathBuf,
+    responder: Responder,
+) -> JoinHandle<()> {
     let writer = move || {
         let principal = responder.principal.as_ref().map(|p| p.name.clone());
-        let result = write_snapshot(&view, &dir);
+        let result = resolve_snapshot_dir(&root, &dir).and_then(|dir| write_snapshot(&view, &dir));
         if let Ok(reply) = &result {
             audit::record(
                 principal.as_deref(),
@@ -414,6 +424,51 @@ fn join_snapshot(snapshot: &mut Option<JoinHandle<()>>) {
         // already been reported by the panic hook and loses only that reply.
         let _ = thread.join();
     }
+}
+
+/// Where a snapshot asked for as `requested` goes: inside `root` (made if missing),
+/// relative to it unless absolute. The directory's parent must exist and be inside the
+/// root as it is, with no symbolic link or `..` on the way: an admin token may write a
+/// copy of the store there and nowhere else the daemon's user can write.
+fn resolve_snapshot_dir(root: &Path, requested: &Path) -> Result<PathBuf, ErrorBody> {
+    let bad = |message: String| ErrorBody::new(ErrorCode::BadRequest, message);
+    std::fs::create_dir_all(root).map_err(|e| {
+        bad(format!(
+            "creating the snapshot root {}: {e}",
+            root.display()
+        ))
+    })?;
+    let root = root.canonicalize().map_err(|e| {
+        bad(format!(
+            "resolving the snapshot root {}: {e}",
+            root.display()
+        ))
+    })?;
+    let wanted = root.join(requested);
+    let (Some(parent), Some(name)) = (wanted.parent(), wanted.file_name()) else {
+        return Err(bad(format!("{} names no new directory", wanted.display())));
+    };
+    let outside = || {
+        bad(format!(
+            "snapshot directory {} is not inside the snapshot root {} (symbolic links and .. are not followed; musterd --snapshot-root sets the root)",
+            wanted.display(),
+            root.display()
+        ))
+    };
+    let real = match parent.canonicalize() {
+        Ok(real) => real,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && parent.starts_with(&root) => {
+            return Err(bad(format!(
+                "creating {}: its parent does not exist",
+                wanted.display()
+            )));
+        }
+        Err(_) => return Err(outside()),
+    };
+    if real != parent || !real.starts_with(&root) {
+        return Err(outside());
+    }
+    Ok(real.join(name))
 }
 
 /// Creates `dir` (its parent must exist, it must not) and writes the view into it. A
@@ -562,6 +617,7 @@ fn run(
     clock: &Clock,
     disk: &mut DiskAlarm,
     stats: &CommitStats,
+    snapshot_root: &Path,
 ) -> Result<Ended, StoreError> {
     let mut round = std::collections::VecDeque::with_capacity(MAX_ROUND);
     let mut stopping = false;
@@ -664,7 +720,12 @@ fn run(
             join_snapshot(&mut snapshot);
             // After this round's persist: the view holds exactly what is durable.
             let view = engine.store().view();
-            snapshot = Some(start_snapshot(view, dir, responder));
+            snapshot = Some(start_snapshot(
+                view,
+                snapshot_root.to_path_buf(),
+                dir,
+                responder,
+            ));
         }
         let took = round_started.elapsed();
         metrics::histogram!("muster_round_seconds").record(took.as_secs_f64());

@@ -241,6 +241,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             max_tasks_per_queue: config.max_tasks_per_queue,
             max_bytes_per_principal: config.max_bytes_per_token,
         },
+        snapshot_root: config.snapshot_root(),
     };
     let (dispatcher, node) = match cluster {
         None => {

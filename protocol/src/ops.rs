@@ -692,7 +692,8 @@ pub struct MemberDescribeReply {
 /// host: a backup that a daemon opens as its `store` directory.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AdminSnapshot {
-    /// Where: an absolute path that does not exist yet, in an existing directory.
+    /// Where: a directory that does not exist yet inside the daemon's snapshot root (a
+    /// name there, or an absolute path inside it; no `.` or `..`).
     pub dir: String,
 }
 

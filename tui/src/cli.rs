@@ -420,11 +420,13 @@ pub enum LeaseCommand {
 /// `muster admin` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
-    /// Write a consistent copy of the live store into DIR on the daemon's host (absolute,
-    /// not existing yet): a backup, opened by a daemon as its data directory's `store`.
-    /// Prints DIR, then the tasks and queues it holds.
+    /// Write a consistent copy of the live store into DIR on the daemon's host (a new
+    /// directory inside its snapshot root, `musterd --snapshot-root`, by default
+    /// `backups` in its data directory): a backup, opened by a daemon as its data
+    /// directory's `store`. Prints DIR, then the tasks and queues it holds.
     Snapshot {
-        /// Where, on the daemon's host.
+        /// Where, on the daemon's host: a name inside the snapshot root, or an absolute
+        /// path inside it.
         dir: String,
     },
     /// Tokens for the daemon's config file (needs no daemon).

@@ -459,13 +459,17 @@ def test_find_update_undrain_release_and_snapshot(daemon: Daemon, tmp_path: Path
             with pytest.raises(muster.NotFound, match="bound to no principal"):
                 await client.member_release("cli-9")
 
-            # A snapshot of the store, on the daemon's host.
-            snapshot = tmp_path / "snapshot"
-            copy = await client.admin_snapshot(str(snapshot))
+            # A snapshot of the store, on the daemon's host, in its snapshot root (by
+            # default `backups` in its data directory); nowhere else.
+            snapshot = (daemon.data / "backups").resolve() / "snapshot"
+            copy = await client.admin_snapshot("snapshot")
             assert (copy.dir, copy.tasks, copy.queues) == (str(snapshot), 3, 2)
             assert snapshot.is_dir()
             with pytest.raises(muster.AlreadyExists):
                 await client.admin_snapshot(str(snapshot))
+            with pytest.raises(muster.BadRequest, match="not inside the snapshot root"):
+                await client.admin_snapshot(str(tmp_path / "elsewhere"))
+            assert not (tmp_path / "elsewhere").exists()
 
     run(body())
 
@@ -528,7 +532,7 @@ def test_sync_client_has_the_new_ops(daemon: Daemon, tmp_path: Path) -> None:
         assert not client.member_undrain("script").draining
         with pytest.raises(muster.InvalidState):
             client.member_release("script")
-        assert client.admin_snapshot(str(tmp_path / "copy")).tasks == 1
+        assert client.admin_snapshot("copy").tasks == 1
 
 
 def test_cluster_error_codes_have_their_classes() -> None:

@@ -1415,17 +1415,25 @@ impl<W> WaitFailure<W> {
 /// Longest directory name `admin_snapshot` takes, in bytes (Linux's PATH_MAX).
 const MAX_SNAPSHOT_DIR_BYTES: usize = 4096;
 
-/// Checks the form of a snapshot's directory; whether it can be created is the
-/// dispatcher's to find out (the engine does no I/O but through the store).
+/// Checks the form of a snapshot's directory: at most [`MAX_SNAPSHOT_DIR_BYTES`], no
+/// NUL, no `.` or `..` component. Where it may be created (inside the snapshot root) is
+/// the dispatcher's to find out (the engine does no I/O but through the store).
 fn snapshot_dir(dir: &str) -> OpResult<std::path::PathBuf> {
+    use std::path::Component;
     let path = std::path::Path::new(dir);
-    if dir.len() > MAX_SNAPSHOT_DIR_BYTES || dir.contains('\0') || !path.is_absolute() {
+    if dir.is_empty() || dir.len() > MAX_SNAPSHOT_DIR_BYTES || dir.contains('\0') {
         return Err(bad(format!(
-            "snapshot directory {dir:?} must be an absolute path of at most {MAX_SNAPSHOT_DIR_BYTES} bytes"
+            "snapshot directory {dir:?} must be a path of 1 to {MAX_SNAPSHOT_DIR_BYTES} bytes"
         )));
     }
-    if path.parent().is_none() {
-        return Err(bad("the snapshot directory cannot be /"));
+    if path
+        .components()
+        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+        || path.file_name().is_none()
+    {
+        return Err(bad(format!(
+            "snapshot directory {dir:?} must name a new directory without . or .. in it"
+        )));
     }
     Ok(path.to_path_buf())
 }

@@ -138,11 +138,13 @@ async fn a_snapshot_of_the_live_store_restores_exactly_what_it_held() {
     let got = client.claim(&Claim::new(["jobs"]).max(2)).await.unwrap();
     client.ack(&got[0].id, got[0].epoch, None).await.unwrap();
 
-    let backups = tempfile::tempdir().unwrap();
-    let snap = backups.path().join("snap-1");
+    // By default snapshots go to `backups` in the data directory: a relative name is
+    // taken there, an absolute path must lie there.
+    let backups = d.data().join("backups");
+    let snap = backups.join("snap-1");
     let snap_arg = snap.to_str().unwrap();
     assert_eq!(
-        d.ok(&["admin", "snapshot", snap_arg]),
+        d.ok(&["admin", "snapshot", "snap-1"]),
         format!("{snap_arg}\ttasks=5 queues=1\n")
     );
     // Changes after the snapshot are not in it.
@@ -154,7 +156,8 @@ async fn a_snapshot_of_the_live_store_restores_exactly_what_it_held() {
         .queue_create("later", QueuePatch::default())
         .await
         .unwrap();
-    // Refused: an existing directory, a relative one; nothing is written.
+    // Refused: an existing directory, `..`, a path outside the root, a symbolic link
+    // out of it; nothing is written.
     let again = d.cli(&["admin", "snapshot", snap_arg]);
     assert_eq!(again.status.code(), Some(1));
     assert!(
@@ -162,12 +165,34 @@ async fn a_snapshot_of_the_live_store_restores_exactly_what_it_held() {
             .starts_with(&format!("muster: already_exists: creating {snap_arg}: ")),
         "{again:?}"
     );
-    let relative = d.cli(&["admin", "snapshot", "snap-2"]);
+    let dotdot = d.cli(&["admin", "snapshot", "../escaped"]);
     assert_eq!(
-        String::from_utf8_lossy(&relative.stderr),
-        "muster: bad_request: snapshot directory \"snap-2\" must be an absolute path of at most 4096 bytes\n"
+        String::from_utf8_lossy(&dotdot.stderr),
+        "muster: bad_request: snapshot directory \"../escaped\" must name a new directory without . or .. in it\n"
     );
-    assert!(!std::path::Path::new("snap-2").exists());
+    let elsewhere = tempfile::tempdir().unwrap();
+    let root = backups.canonicalize().unwrap();
+    let outside = elsewhere.path().join("copy");
+    let link = backups.join("link");
+    std::os::unix::fs::symlink(elsewhere.path(), &link).unwrap();
+    for target in [outside.clone(), link.join("copy")] {
+        let refused = d.cli(&["admin", "snapshot", target.to_str().unwrap()]);
+        let shown = if target.starts_with(&backups) {
+            root.join("link/copy")
+        } else {
+            target.clone()
+        };
+        assert_eq!(
+            String::from_utf8_lossy(&refused.stderr),
+            format!(
+                "muster: bad_request: snapshot directory {} is not inside the snapshot root {} (symbolic links and .. are not followed; musterd --snapshot-root sets the root)\n",
+                shown.display(),
+                root.display()
+            )
+        );
+    }
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
+    assert!(!d.data().join("escaped").exists());
 
     // Restore: a daemon on a data directory whose `store` is the snapshot.
     let restored = Daemon::start_from(&snap, &[]);

@@ -570,6 +570,7 @@ class Client:
 
     async def admin_snapshot(self, dir: str) -> SnapshotResult:
         """Writes a consistent copy of the whole store into ``dir``, a new directory
-        (absolute path) **on the daemon's host**: a backup (PROTOCOL.md §5.36). Returns
-        once the copy is durable."""
+        **on the daemon's host** inside its snapshot root (a name there, or an absolute
+        path inside it): a backup (PROTOCOL.md §5.36). Returns once the copy is
+        durable, with the absolute path written."""
         return _one(SnapshotResult._from, await self._native.admin_snapshot(_loop.current(), dir))
