@@ -80,6 +80,15 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(2);
 /// checks: a few at a time.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 64;
 
+/// Bytes of requests (read, or being read, and not yet answered) one connection may
+/// hold in a node's memory: past it, the node reads no more of that connection until
+/// an answer frees some, so a peer sending many large frames at once is slowed, not
+/// buffered.
+pub const MAX_BUFFERED_PER_CONNECTION: usize = MAX_RPC_BYTES;
+
+/// Bytes of requests all connections together may hold in a node's memory.
+pub const MAX_BUFFERED_BYTES: usize = 2 * MAX_RPC_BYTES;
+
 /// Connections (handshakes included) a node serves at once; past it a newcomer is
 /// refused. A healthy cluster holds one per other node (and a few while nodes restart).
 pub const MAX_CONNECTIONS: usize = 64;
@@ -456,6 +465,79 @@ async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Vec<u8>, Fra
         return Err(FrameError::Truncated { expected: len, got });
     }
     Ok(body)
+}
+
+/// What requests may hold in memory: the node's budget and one connection's.
+#[derive(Clone)]
+struct Budget {
+    node: Arc<Semaphore>,
+    connection: Arc<Semaphore>,
+}
+
+impl Budget {
+    fn new(node: &Arc<Semaphore>, connection_bytes: usize) -> Budget {
+        Budget {
+            node: Arc::clone(node),
+            connection: Arc::new(Semaphore::new(connection_bytes)),
+        }
+    }
+
+    /// Waits until `bytes` more may be held; held until the permits are dropped.
+    async fn take(&self, bytes: usize) -> [tokio::sync::OwnedSemaphorePermit; 2] {
+        let n = u32::try_from(bytes).expect("a read chunk fits in u32");
+        let closed = "a budget's semaphore is never closed";
+        let connection = Arc::clone(&self.connection)
+            .acquire_many_owned(n)
+            .await
+            .expect(closed);
+        let node = Arc::clone(&self.node)
+            .acquire_many_owned(n)
+            .await
+            .expect(closed);
+        [connection, node]
+    }
+}
+
+/// Reads one request frame as [`read_frame`] does, taking each chunk's bytes from
+/// `budget` before reading it; the permits returned hold them until dropped (once the
+/// request is answered).
+async fn read_request<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    budget: &Budget,
+) -> Result<(Vec<u8>, Vec<tokio::sync::OwnedSemaphorePermit>), FrameError> {
+    let len = reader.read_u32().await?;
+    let len = usize::try_from(len).map_err(|_| FrameError::TooLarge(u64::from(len)))?;
+    if len > MAX_RPC_BYTES {
+        return Err(FrameError::TooLarge(len as u64));
+    }
+    let mut body = Vec::new();
+    let mut held = Vec::new();
+    while body.len() < len {
+        let want = (len - body.len()).min(READ_CHUNK);
+        held.extend(budget.take(want).await);
+        let start = body.len();
+        body.resize(start + want, 0);
+        let got = read_full(reader, &mut body[start..]).await?;
+        if got < want {
+            return Err(FrameError::Truncated {
+                expected: len,
+                got: start + got,
+            });
+        }
+    }
+    Ok((body, held))
+}
+
+/// Reads until `buf` is full or the stream ends; returns the bytes read.
+async fn read_full<R: AsyncRead + Unpin>(reader: &mut R, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match reader.read(&mut buf[got..]).await? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    Ok(got)
 }
 
 /// Writes one frame; one over [`MAX_RPC_BYTES`] is refused before a byte is written.
@@ -883,6 +965,7 @@ pub async fn serve(endpoint: quinn::Endpoint, raft: openraft::Raft<Muster>, log:
 }
 
 async fn serve_with<H: Handler>(endpoint: quinn::Endpoint, handler: Arc<H>) {
+    let buffered = Arc::new(Semaphore::new(MAX_BUFFERED_BYTES));
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let tasks = TaskTracker::new();
     while let Some(incoming) = endpoint.accept().await {
@@ -892,8 +975,9 @@ async fn serve_with<H: Handler>(endpoint: quinn::Endpoint, handler: Arc<H>) {
             continue;
         };
         let handler = Arc::clone(&handler);
+        let budget = Budget::new(&buffered, MAX_BUFFERED_PER_CONNECTION);
         tasks.spawn(async move {
-            serve_connection(incoming, handler).await;
+            serve_connection(incoming, handler, budget).await;
             drop(slot);
         });
     }
@@ -901,7 +985,7 @@ async fn serve_with<H: Handler>(endpoint: quinn::Endpoint, handler: Arc<H>) {
     tasks.wait().await;
 }
 
-async fn serve_connection<H: Handler>(incoming: quinn::Incoming, handler: Arc<H>) {
+async fn serve_connection<H: Handler>(incoming: quinn::Incoming, handler: Arc<H>, budget: Budget) {
     let remote = incoming.remote_address();
     let handshake = async {
         let connecting = incoming.accept()?;
@@ -922,7 +1006,12 @@ async fn serve_connection<H: Handler>(incoming: quinn::Incoming, handler: Arc<H>
     loop {
         match conn.accept_bi().await {
             Ok((send, recv)) => {
-                streams.spawn(serve_stream(send, recv, Arc::clone(&handler)));
+                streams.spawn(serve_stream(
+                    send,
+                    recv,
+                    Arc::clone(&handler),
+                    budget.clone(),
+                ));
             }
             Err(e) => {
                 debug!(%remote, error = %e, "cluster connection ended");
@@ -938,12 +1027,14 @@ async fn serve_stream<H: Handler>(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     handler: Arc<H>,
+    budget: Budget,
 ) {
     let refuse = |mut send: quinn::SendStream, mut recv: quinn::RecvStream, code: u32| {
         let _ = recv.stop(code.into());
         let _ = send.reset(code.into());
     };
-    let request = match read_frame(&mut recv).await {
+    // The permits hold the request's bytes against the budgets until it is answered.
+    let (request, _held) = match read_request(&mut recv, &budget).await {
         Ok(request) => request,
         Err(e) => {
             debug!(error = %e, "unreadable cluster RPC frame");
@@ -1226,6 +1317,74 @@ mod tests {
             round_trip(&Err::<VoteResponse<u64>, _>(RaftError::<u64>::Fatal(fatal)));
         }
         round_trip(&Err::<InstallSnapshotResponse<u64>, _>(mismatch(7)));
+    }
+
+    /// Requests hold their bytes against the connection's and the node's budgets until
+    /// answered: a request that would pass either waits, whatever its header says.
+    /// Whether `f` cannot finish now: it waits for something (here, a budget).
+    fn waits<F: Future>(f: F) -> bool {
+        let mut f = std::pin::pin!(f);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        f.as_mut().poll(&mut cx).is_pending()
+    }
+
+    #[tokio::test]
+    async fn requests_are_read_only_within_the_buffered_budgets() {
+        let frame = |len: usize| {
+            let mut wire = (len as u32).to_be_bytes().to_vec();
+            wire.extend(std::iter::repeat_n(7u8, len));
+            wire
+        };
+        let node = Arc::new(Semaphore::new(3 * READ_CHUNK));
+        let (one, two) = (
+            Budget::new(&node, 2 * READ_CHUNK),
+            Budget::new(&node, 2 * READ_CHUNK),
+        );
+
+        // A connection's budget: its second request waits for the first's answer.
+        let (first, held) = read_request(&mut frame(2 * READ_CHUNK).as_slice(), &one)
+            .await
+            .unwrap();
+        assert_eq!(first.len(), 2 * READ_CHUNK);
+        let second = frame(1);
+        assert!(
+            waits(read_request(&mut second.as_slice(), &one)),
+            "read past the connection's budget"
+        );
+        drop(held);
+        let (body, held_one) = read_request(&mut second.as_slice(), &one).await.unwrap();
+        assert_eq!(body, [7]);
+
+        // The node's budget: another connection gets what is left of it, and no more.
+        let (body, held_two) = read_request(&mut frame(READ_CHUNK).as_slice(), &two)
+            .await
+            .unwrap();
+        assert_eq!(body.len(), READ_CHUNK);
+        let big = frame(2 * READ_CHUNK);
+        assert!(
+            waits(read_request(&mut big.as_slice(), &two)),
+            "read past the node's budget"
+        );
+        drop((held_one, held_two));
+        assert_eq!(
+            read_request(&mut big.as_slice(), &two)
+                .await
+                .unwrap()
+                .0
+                .len(),
+            2 * READ_CHUNK
+        );
+
+        // A frame cut short is an error, and gives its bytes back.
+        let mut cut = frame(READ_CHUNK + 10);
+        cut.truncate(4 + READ_CHUNK + 3);
+        match read_request(&mut cut.as_slice(), &one).await {
+            Err(FrameError::Truncated { expected, got }) => {
+                assert_eq!((expected, got), (READ_CHUNK + 10, READ_CHUNK + 3));
+            }
+            other => panic!("expected a truncated frame, got {other:?}"),
+        }
+        assert_eq!(node.available_permits(), 3 * READ_CHUNK);
     }
 
     #[tokio::test]
