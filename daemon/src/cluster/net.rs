@@ -50,6 +50,7 @@ use tracing::{debug, warn};
 use super::elect::{self, PreVoteRequest, PreVoteResponse};
 use super::storage::LogStore;
 use super::{Muster, NodeAddr};
+use crate::admission::{Place, Pool};
 
 /// The ALPN protocol of node-to-node connections: a client endpoint (ALPN `muster/1`)
 /// can never complete a handshake with a cluster endpoint, nor the other way round.
@@ -89,9 +90,23 @@ pub const MAX_BUFFERED_PER_CONNECTION: usize = MAX_RPC_BYTES;
 /// Bytes of requests all connections together may hold in a node's memory.
 pub const MAX_BUFFERED_BYTES: usize = 2 * MAX_RPC_BYTES;
 
-/// Connections (handshakes included) a node serves at once; past it a newcomer is
-/// refused. A healthy cluster holds one per other node (and a few while nodes restart).
+/// Connections a node serves at once, counted once a peer's key was verified; past it
+/// a newcomer is closed ([`CLOSE_LIMIT`]). A healthy cluster holds one per other node
+/// (and a few while nodes restart).
 pub const MAX_CONNECTIONS: usize = 64;
+
+/// Handshakes a node lets run at once (each for at most [`RPC_TIMEOUT`]), of which
+/// [`MAX_HANDSHAKES_PER_ADDRESS`] from one source address. A newcomer is never refused
+/// for lack of room: the oldest handshake of its own address (when that address holds
+/// its share) or else the oldest of all is dropped. Every handshake comes after a QUIC
+/// Retry, so spoofed sources hold none.
+pub const MAX_HANDSHAKES: usize = 64;
+
+/// Handshakes from one source address a node lets run at once.
+pub const MAX_HANDSHAKES_PER_ADDRESS: usize = 16;
+
+/// Application close code of a connection refused for [`MAX_CONNECTIONS`].
+const CLOSE_LIMIT: u32 = 5;
 
 /// The name the cluster certificate carries and clients ask for (it is not verified:
 /// the public key is what authenticates).
@@ -955,9 +970,11 @@ impl Handler for Served {
 /// Serves the peers' RPCs on `endpoint` into `raft` until the endpoint is closed, then
 /// waits for the RPCs under way to be answered.
 ///
-/// Only peers with the cluster identity complete a handshake. At most
-/// [`MAX_CONNECTIONS`] connections (handshakes included) are served, each with at most
-/// [`MAX_STREAMS_PER_CONNECTION`] RPCs at once; a frame over [`MAX_RPC_BYTES`] is
+/// Only peers with the cluster identity complete a handshake, and only after a QUIC
+/// Retry proved their address; at most [`MAX_HANDSHAKES`] run at once, the oldest
+/// dropped for a newcomer. At most [`MAX_CONNECTIONS`] verified connections are served,
+/// each with at most [`MAX_STREAMS_PER_CONNECTION`] RPCs at once and
+/// [`MAX_BUFFERED_PER_CONNECTION`] bytes of requests held; a frame over [`MAX_RPC_BYTES`] is
 /// refused by its header. A stream with an unreadable request is stopped, with a debug
 /// log, and its connection goes on.
 pub async fn serve(endpoint: quinn::Endpoint, raft: openraft::Raft<Muster>, log: LogStore) {
@@ -967,40 +984,65 @@ pub async fn serve(endpoint: quinn::Endpoint, raft: openraft::Raft<Muster>, log:
 async fn serve_with<H: Handler>(endpoint: quinn::Endpoint, handler: Arc<H>) {
     let buffered = Arc::new(Semaphore::new(MAX_BUFFERED_BYTES));
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let handshakes = Pool::new(MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS);
     let tasks = TaskTracker::new();
     while let Some(incoming) = endpoint.accept().await {
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            debug!(remote = %incoming.remote_address(), "cluster connection refused: {MAX_CONNECTIONS} served already");
-            incoming.refuse();
+        if !incoming.remote_address_validated() {
+            // Always: a node proves its address (one round trip, stateless here) before
+            // it costs a handshake, so spoofed packets hold nothing.
+            if incoming.may_retry() {
+                let _ = incoming.retry();
+            } else {
+                incoming.ignore();
+            }
             continue;
-        };
-        let handler = Arc::clone(&handler);
+        }
+        let place = handshakes.admit(incoming.remote_address().ip());
+        let (handler, slots) = (Arc::clone(&handler), Arc::clone(&slots));
         let budget = Budget::new(&buffered, MAX_BUFFERED_PER_CONNECTION);
-        tasks.spawn(async move {
-            serve_connection(incoming, handler, budget).await;
-            drop(slot);
-        });
+        tasks.spawn(serve_connection(incoming, place, slots, handler, budget));
     }
     tasks.close();
     tasks.wait().await;
 }
 
-async fn serve_connection<H: Handler>(incoming: quinn::Incoming, handler: Arc<H>, budget: Budget) {
+/// Serves one connection: its handshake within [`RPC_TIMEOUT`] on a place of the
+/// handshake budget (given up if a newer handshake evicts it), then, its peer's key
+/// verified, on one of [`MAX_CONNECTIONS`] slots.
+async fn serve_connection<H: Handler>(
+    incoming: quinn::Incoming,
+    place: Place,
+    slots: Arc<Semaphore>,
+    handler: Arc<H>,
+    budget: Budget,
+) {
     let remote = incoming.remote_address();
     let handshake = async {
         let connecting = incoming.accept()?;
         connecting.await
     };
-    let conn = match tokio::time::timeout(RPC_TIMEOUT, handshake).await {
-        Ok(Ok(conn)) => conn,
-        Ok(Err(e)) => {
-            debug!(%remote, error = %e, "cluster handshake failed");
+    let conn = tokio::select! {
+        conn = tokio::time::timeout(RPC_TIMEOUT, handshake) => match conn {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => {
+                debug!(%remote, error = %e, "cluster handshake failed");
+                return;
+            }
+            Err(_) => {
+                debug!(%remote, "cluster handshake timed out");
+                return;
+            }
+        },
+        () = place.evicted.cancelled() => {
+            debug!(%remote, "cluster handshake dropped for a newer one");
             return;
         }
-        Err(_) => {
-            debug!(%remote, "cluster handshake timed out");
-            return;
-        }
+    };
+    drop(place);
+    let Ok(_slot) = slots.try_acquire_owned() else {
+        debug!(%remote, "cluster connection refused: {MAX_CONNECTIONS} served already");
+        conn.close(CLOSE_LIMIT.into(), b"connection limit reached");
+        return;
     };
     let streams = TaskTracker::new();
     loop {
@@ -1215,6 +1257,71 @@ mod tests {
 
     fn option() -> RPCOption {
         RPCOption::new(Duration::from_secs(5))
+    }
+
+    /// Starts a handshake with `server` that never finishes, as one spoofed Initial
+    /// does: the client's packets reach the server and nothing comes back. Resolves once
+    /// the server answered (a Retry, or its own Initial if it took the handshake on).
+    async fn half_open_handshake(
+        server: SocketAddr,
+        identity: &ClusterIdentity,
+    ) -> (quinn::Endpoint, JoinHandle<()>, JoinHandle<()>) {
+        let upstream = tokio::net::UdpSocket::bind(loopback()).await.unwrap();
+        let downstream = tokio::net::UdpSocket::bind(loopback()).await.unwrap();
+        let front = downstream.local_addr().unwrap();
+        let (answered, answer) = tokio::sync::oneshot::channel();
+        let relay = tokio::spawn(async move {
+            let mut answered = Some(answered);
+            let (mut from_client, mut from_server) = ([0u8; 2048], [0u8; 2048]);
+            loop {
+                tokio::select! {
+                    got = downstream.recv_from(&mut from_client) => {
+                        let (n, _) = got.unwrap();
+                        let _ = upstream.send_to(&from_client[..n], server).await;
+                    }
+                    got = upstream.recv_from(&mut from_server) => {
+                        got.unwrap();
+                        if let Some(answered) = answered.take() {
+                            let _ = answered.send(());
+                        }
+                    }
+                }
+            }
+        });
+        let client = endpoint(loopback(), identity).unwrap();
+        let connecting = client.connect(front, SERVER_NAME).unwrap();
+        let stalled = tokio::spawn(async move {
+            let _ = connecting.await;
+        });
+        tokio::time::timeout(Duration::from_secs(10), answer)
+            .await
+            .expect("the server answers the Initial")
+            .expect("the relay runs");
+        (client, relay, stalled)
+    }
+
+    /// A flood of half-open handshakes (more than the node serves connections) holds
+    /// nothing: a peer that connects meanwhile is served at once. Every Initial gets a
+    /// stateless Retry first, and only a verified peer takes a connection slot.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn half_open_handshakes_do_not_keep_a_peer_out() {
+        let id = identity(SECRET, CLUSTER).unwrap();
+        let (_server, server_addr, _serving) = start(&id, Fake);
+        let mut flood = Vec::new();
+        for _ in 0..2 * MAX_CONNECTIONS {
+            flood.push(half_open_handshake(server_addr, &id).await);
+        }
+        let client = endpoint(loopback(), &id).unwrap();
+        let mut p = peer(&client, 1, server_addr).await;
+        let answer = tokio::time::timeout(RPC_TIMEOUT, p.vote(vote_request(), option()))
+            .await
+            .expect("answered during the flood")
+            .expect("a vote answer");
+        assert!(answer.vote_granted);
+        for (_, relay, stalled) in flood {
+            relay.abort();
+            stalled.abort();
+        }
     }
 
     async fn peer(from: &quinn::Endpoint, target: u64, to: SocketAddr) -> Peer {
