@@ -260,6 +260,15 @@ impl Tokens {
         }
     }
 
+    /// True for the one token of a local-only daemon ([`Tokens::local`]).
+    pub fn is_local(&self) -> bool {
+        self.by_digest.len() == 1
+            && self
+                .by_digest
+                .values()
+                .all(|p| p.name == LOCAL_PRINCIPAL && !p.binds_members)
+    }
+
     /// True if no token is configured: the daemon is open to whoever can connect.
     pub fn is_empty(&self) -> bool {
         self.by_digest.is_empty()

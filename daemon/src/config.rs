@@ -12,6 +12,14 @@ use crate::dispatcher::Durability;
 /// (with tokens, at its first valid `hello`) and is closed when none is left.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 
+/// Default of `--max-connections-per-token`: a quarter of the default connections, so
+/// that one token can never hold them all.
+pub const DEFAULT_MAX_CONNECTIONS_PER_TOKEN: usize = 1024;
+
+/// Default of `--max-buffered-mib-per-token`: about 30 connections' worth of
+/// unfinished frames at their own limit of 8.25 MiB.
+pub const DEFAULT_MAX_BUFFERED_MIB_PER_TOKEN: usize = 256;
+
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
@@ -92,6 +100,16 @@ pub struct Config {
     /// Most connections served at once.
     #[arg(long, env = "MUSTER_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
+
+    /// Most connections one configured token holds at once (the last 16 of
+    /// --max-connections are kept for admins of every queue whatever this says).
+    #[arg(long, env = "MUSTER_MAX_CONNECTIONS_PER_TOKEN", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_TOKEN)]
+    pub max_connections_per_token: usize,
+
+    /// Most MiB of unfinished request frames one configured token's connections hold
+    /// together; a stream that would pass it is answered too_large and stopped.
+    #[arg(long, env = "MUSTER_MAX_BUFFERED_MIB_PER_TOKEN", default_value_t = DEFAULT_MAX_BUFFERED_MIB_PER_TOKEN)]
+    pub max_buffered_mib_per_token: usize,
 
     /// Once serving, write `{"addr", "fingerprint", "cert", "pid"}` (JSON, one line) to
     /// this file, atomically, for a supervisor to read; removed on a clean stop.
@@ -226,6 +244,12 @@ impl Config {
         }
         if self.max_connections == 0 {
             bail!("--max-connections must be at least 1");
+        }
+        if self.max_connections_per_token == 0 {
+            bail!("--max-connections-per-token must be at least 1");
+        }
+        if !(1..=1 << 20).contains(&self.max_buffered_mib_per_token) {
+            bail!("--max-buffered-mib-per-token must be between 1 and 1048576");
         }
         if self.max_tasks_per_queue == 0 || self.max_bytes_per_token == 0 {
             bail!("--max-tasks-per-queue and --max-bytes-per-token must be at least 1");

@@ -291,6 +291,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let context = server::ServerContext {
         commands: dispatcher.tx.clone(),
         max_connections: config.max_connections,
+        max_connections_per_token: config.max_connections_per_token,
+        max_buffered_per_token: config.max_buffered_mib_per_token << 20,
         tokens: Arc::clone(&tokens),
         hello_timeout: config.hello_timeout,
         stats: Arc::clone(&dispatcher.stats),

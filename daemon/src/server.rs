@@ -24,7 +24,7 @@ use muster_protocol::ops::{ClusterStatusReply, ErrFrame, HelloReply, OkFrame, de
 use muster_protocol::{ErrorBody, ErrorCode, PROTOCOL_VERSION, Push, Request};
 
 use crate::admission::{Place, Pool};
-use crate::auth::{Principal, Tokens};
+use crate::auth::{Principal, Role, Tokens};
 use crate::dispatcher::{Command, Outgoing, Responder, Slot};
 use crate::engine::Reply;
 
@@ -155,8 +155,11 @@ pub fn bind(
 /// that never finish a handshake or never present a token cannot keep a client with
 /// a valid token out.
 pub async fn serve(endpoint: quinn::Endpoint, context: ServerContext, shutdown: CancellationToken) {
+    let reserved = ADMIN_RESERVED_CONNECTIONS.min(context.max_connections / 2);
     let admission = Admission {
-        slots: Arc::new(Semaphore::new(context.max_connections)),
+        slots: Arc::new(Semaphore::new(context.max_connections - reserved)),
+        reserved: Arc::new(Semaphore::new(reserved)),
+        tenants: Arc::default(),
         handshakes: Pool::new(MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS),
         unauthenticated: Pool::new(MAX_UNAUTHENTICATED, MAX_UNAUTHENTICATED_PER_ADDRESS),
     };
@@ -216,6 +219,71 @@ pub async fn serve(endpoint: quinn::Endpoint, context: ServerContext, shutdown: 
     endpoint.wait_idle().await;
 }
 
+/// A connection's place of `--max-connections`, and of its token's share of them.
+struct ConnectionSlot {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    tenant: Option<TenantPlace>,
+}
+
+/// Places of `--max-connections` kept for admins of every queue.
+pub const ADMIN_RESERVED_CONNECTIONS: usize = 16;
+
+/// The connections and buffered request bytes of each configured token.
+#[derive(Default)]
+struct Tenants(std::sync::Mutex<HashMap<String, Tenant>>);
+
+#[derive(Default)]
+struct Tenant {
+    connections: usize,
+    /// Bytes of unfinished request frames over all its connections.
+    buffered: Arc<AtomicUsize>,
+}
+
+/// A connection's place among its token's: dropping it gives it back.
+struct TenantPlace {
+    tenants: Arc<Tenants>,
+    name: String,
+    buffered: Arc<AtomicUsize>,
+}
+
+impl Tenants {
+    /// A place among `name`'s connections, or how many it holds when that is `cap`.
+    fn enter(self: &Arc<Tenants>, name: &str, cap: usize) -> Result<TenantPlace, usize> {
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let tenant = map.entry(name.to_owned()).or_default();
+        if tenant.connections >= cap {
+            return Err(tenant.connections);
+        }
+        tenant.connections += 1;
+        Ok(TenantPlace {
+            tenants: Arc::clone(self),
+            name: name.to_owned(),
+            buffered: Arc::clone(&tenant.buffered),
+        })
+    }
+}
+
+impl Drop for TenantPlace {
+    fn drop(&mut self) {
+        let mut map = self
+            .tenants
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let tenant = map
+            .get_mut(&self.name)
+            .expect("a tenant with a place is in the map");
+        assert!(tenant.connections > 0, "a tenant's places are counted");
+        tenant.connections -= 1;
+        if tenant.connections == 0 {
+            map.remove(&self.name);
+        }
+    }
+}
+
 /// What every connection task holds: the server's context, its admission budgets and
 /// the connections whose packets are counted.
 struct Shared {
@@ -226,8 +294,12 @@ struct Shared {
 
 /// The budgets connections are admitted through (see [`serve`]).
 struct Admission {
-    /// Places of `--max-connections`.
+    /// Places of `--max-connections` for everyone.
     slots: Arc<Semaphore>,
+    /// The last [`ADMIN_RESERVED_CONNECTIONS`] places: for admins of every queue.
+    reserved: Arc<Semaphore>,
+    /// Each configured token's connections and buffered bytes.
+    tenants: Arc<Tenants>,
     handshakes: Arc<Pool>,
     unauthenticated: Arc<Pool>,
 }
@@ -262,7 +334,7 @@ async fn handle_connection(
     });
     let streams = TaskTracker::new();
     if context.server.tokens.is_empty() {
-        if let Err(e) = state.take_slot() {
+        if let Err(e) = state.take_slot(None) {
             conn.close(CLOSE_LIMIT.into(), b"connection limit reached");
             return Err(anyhow::anyhow!(e.message));
         }
@@ -423,6 +495,7 @@ async fn read_requests(
     let mut buffered = Buffered {
         total: &state.buffered,
         mine: 0,
+        token: None,
     };
     loop {
         loop {
@@ -439,7 +512,7 @@ async fn read_requests(
                     return;
                 }
             };
-            buffered.set(frames.capacity());
+            buffered.set(frames.capacity(), state.token_buffered());
             // Every frame takes a slot of the connection's in-flight limit until its
             // reply is encoded: past the limit the daemon stops reading (QUIC flow
             // control then holds the client back).
@@ -450,8 +523,23 @@ async fn read_requests(
                 return;
             }
         }
-        buffered.set(frames.capacity());
+        buffered.set(frames.capacity(), state.token_buffered());
         let limit = state.buffer_limit();
+        let token_limit = state.context.server.max_buffered_per_token;
+        if frames.in_frame()
+            && let Some(token) = state.token_buffered()
+            && token.load(Ordering::Relaxed) > token_limit
+        {
+            let error = ErrorBody::new(
+                ErrorCode::TooLarge,
+                format!(
+                    "this token's connections hold {} bytes of unfinished request frames; at most {token_limit} are buffered (--max-buffered-mib-per-token)",
+                    token.load(Ordering::Relaxed),
+                ),
+            );
+            refuse_stream(&state, &out, &mut recv, error).await;
+            return;
+        }
         if frames.in_frame() && buffered.total.load(Ordering::Relaxed) > limit {
             let error = ErrorBody::new(
                 ErrorCode::TooLarge,
@@ -493,26 +581,43 @@ async fn refuse_stream(
     let _ = recv.stop(RESET_BAD_FRAME.into());
 }
 
-/// One stream's part of its connection's buffered request bytes.
+/// One stream's part of its connection's buffered request bytes, and of its token's
+/// once the connection has one.
 struct Buffered<'a> {
     total: &'a AtomicUsize,
     mine: usize,
+    /// The token's total and what this stream added to it.
+    token: Option<(Arc<AtomicUsize>, usize)>,
 }
 
 impl Buffered<'_> {
-    fn set(&mut self, bytes: usize) {
-        if bytes >= self.mine {
-            self.total.fetch_add(bytes - self.mine, Ordering::Relaxed);
-        } else {
-            self.total.fetch_sub(self.mine - bytes, Ordering::Relaxed);
-        }
+    fn set(&mut self, bytes: usize, token: Option<&Arc<AtomicUsize>>) {
+        move_to(self.total, self.mine, bytes);
         self.mine = bytes;
+        if self.token.is_none()
+            && let Some(token) = token
+        {
+            self.token = Some((Arc::clone(token), 0));
+        }
+        if let Some((total, counted)) = &mut self.token {
+            move_to(total, *counted, bytes);
+            *counted = bytes;
+        }
+    }
+}
+
+/// Moves this part of `total` from `from` bytes to `to`.
+fn move_to(total: &AtomicUsize, from: usize, to: usize) {
+    if to >= from {
+        total.fetch_add(to - from, Ordering::Relaxed);
+    } else {
+        total.fetch_sub(from - to, Ordering::Relaxed);
     }
 }
 
 impl Drop for Buffered<'_> {
     fn drop(&mut self) {
-        self.set(0);
+        self.set(0, None);
     }
 }
 
@@ -743,6 +848,10 @@ pub struct ServerContext {
     pub commands: flume::Sender<Command>,
     /// Most connections served at once.
     pub max_connections: usize,
+    /// Most connections one configured token holds at once.
+    pub max_connections_per_token: usize,
+    /// Most bytes of unfinished request frames one configured token's connections hold.
+    pub max_buffered_per_token: usize,
     /// The configured tokens; empty serves everyone.
     pub tokens: Arc<Tokens>,
     /// How long a connection has to present its token.
@@ -765,9 +874,9 @@ struct ConnState {
     id: u64,
     /// Set by the first `hello` with a valid token.
     principal: OnceLock<Arc<Principal>>,
-    /// Its place of `--max-connections`: at the handshake without tokens, at the first
-    /// valid `hello` with them.
-    slot: OnceLock<tokio::sync::OwnedSemaphorePermit>,
+    /// Its place of `--max-connections` (and of its token's share): at the handshake
+    /// without tokens, at the first valid `hello` with them.
+    slot: OnceLock<ConnectionSlot>,
     in_flight: Arc<Semaphore>,
     /// The reply budget, in KiB ([`MAX_REPLY_BYTES_PER_CONNECTION`]).
     reply_bytes: Arc<Semaphore>,
@@ -780,32 +889,68 @@ struct ConnState {
 
 impl ConnState {
     /// Takes a place of `--max-connections` for the connection (once), and opens its
-    /// streams and receive window fully.
-    fn take_slot(&self) -> Result<(), ErrorBody> {
+    /// streams and receive window fully. A configured token gets at most
+    /// `--max-connections-per-token` places; the last [`ADMIN_RESERVED_CONNECTIONS`]
+    /// places are kept for admins of every queue, so the operator always gets in.
+    fn take_slot(&self, principal: Option<&Principal>) -> Result<(), ErrorBody> {
         if self.slot.get().is_some() {
             return Ok(());
         }
-        let permit = Arc::clone(&self.context.admission.slots)
+        let admission = &self.context.admission;
+        let server = &self.context.server;
+        let tenant = match principal {
+            Some(p) if !server.tokens.is_local() => Some(
+                admission
+                    .tenants
+                    .enter(&p.name, server.max_connections_per_token)
+                    .map_err(|held| {
+                        warn!(principal = %p.name, held, "connection refused: the token's limit reached");
+                        ErrorBody::new(
+                            ErrorCode::Limit,
+                            format!(
+                                "token {:?} holds {held} connections already (--max-connections-per-token)",
+                                p.name
+                            ),
+                        )
+                    })?,
+            ),
+            _ => None,
+        };
+        let operator = principal.is_none_or(|p| p.has(Role::Admin) && p.covers_all());
+        let permit = Arc::clone(&admission.slots)
             .try_acquire_owned()
+            .or_else(|e| match operator {
+                true => Arc::clone(&admission.reserved).try_acquire_owned(),
+                false => Err(e),
+            })
             .map_err(|_| {
                 warn!(
-                    max_connections = self.context.server.max_connections,
+                    max_connections = server.max_connections,
                     "connection refused: limit reached"
                 );
                 ErrorBody::new(
                     ErrorCode::Limit,
                     format!(
                         "the daemon serves {} connections already (--max-connections)",
-                        self.context.server.max_connections
+                        server.max_connections
                     ),
                 )
             })?;
+        let permit = ConnectionSlot {
+            _permit: permit,
+            tenant,
+        };
         let _ = self.slot.set(permit);
         self.conn
             .set_max_concurrent_bi_streams(crate::tls::MAX_STREAMS_PER_CONNECTION.into());
         self.conn
             .set_receive_window(crate::tls::CONNECTION_WINDOW.into());
         Ok(())
+    }
+
+    /// Its token's buffered-bytes total, once it holds a configured token's place.
+    fn token_buffered(&self) -> Option<&Arc<AtomicUsize>> {
+        self.slot.get()?.tenant.as_ref().map(|t| &t.buffered)
     }
 
     /// How many request bytes the connection's streams may hold buffered now.
@@ -850,7 +995,7 @@ impl ConnState {
                     if self.principal.get().is_none() {
                         // The connection's place of --max-connections comes with its
                         // first valid token; without one, the token gains nothing.
-                        self.take_slot()?;
+                        self.take_slot(Some(&p))?;
                         self.authenticated.cancel();
                     }
                     let current = self.principal.get_or_init(|| Arc::clone(&p));

@@ -503,3 +503,106 @@ async fn one_producer_cannot_blind_the_operator() {
     );
     assert_eq!(String::from_utf8_lossy(&dead.stdout).lines().count(), 500);
 }
+
+/// Connects with `token`; the daemon's refusal, if any.
+async fn connect_as(options: &ConnectOptions, token: &str) -> Result<Client, muster_sdk::Error> {
+    Client::connect(ConnectOptions {
+        token: Some(token.into()),
+        ..options.clone()
+    })
+    .await
+}
+
+/// One token cannot take every connection nor buffer without bound: it holds at most
+/// `--max-connections-per-token` connections, the last places of `--max-connections`
+/// are kept for admins of every queue, and its connections together buffer at most
+/// `--max-buffered-mib-per-token` of unfinished frames.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_token_cannot_hold_every_connection_or_buffer_without_bound() {
+    let (d, _config) = secured(&[
+        "--max-connections",
+        "20",
+        "--max-connections-per-token",
+        "6",
+        "--max-buffered-mib-per-token",
+        "1",
+    ]);
+    let options = d.options();
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        held.push(
+            connect_as(&options, PRODUCER)
+                .await
+                .expect("a producer connects"),
+        );
+    }
+    let refused = connect_as(&options, PRODUCER)
+        .await
+        .err()
+        .expect("a seventh producer connection");
+    assert_eq!(refused.code(), Some(ErrorCode::Limit), "{refused}");
+    assert_eq!(
+        refused.to_string(),
+        "limit: token \"producer\" holds 6 connections already (--max-connections-per-token)"
+    );
+    // Another tenant fills what is left for everyone: 20 less the 10 kept for admins.
+    for _ in 0..4 {
+        held.push(
+            connect_as(&options, CONSUMER)
+                .await
+                .expect("a consumer connects"),
+        );
+    }
+    let full = connect_as(&options, CONSUMER)
+        .await
+        .err()
+        .expect("no place left");
+    assert_eq!(
+        full.to_string(),
+        "limit: the daemon serves 20 connections already (--max-connections)"
+    );
+    // The operator still gets in, and is served.
+    let admin = connect_as(&options, ADMIN)
+        .await
+        .expect("the admin connects");
+    admin.queue_list().await.expect("and is served");
+    drop(held);
+
+    // Unfinished frames of two connections of one token count together.
+    let mut partial = (4u32 * 1024 * 1024).to_be_bytes().to_vec();
+    partial.extend(vec![b' '; 600 * 1024]);
+    let mut replies = Vec::new();
+    for _ in 0..2 {
+        let conn = muster_sdk::connect::open(&options)
+            .await
+            .expect("raw connection");
+        let (mut hello, mut hello_recv) = conn.open_bi().await.expect("stream");
+        hello
+            .write_all(&frame(&format!(
+                r#"{{"id":0,"op":"hello","version":1,"token":"{PRODUCER}"}}"#
+            )))
+            .await
+            .expect("hello");
+        assert_eq!(
+            read_frame(&mut hello_recv).await.expect("hello reply")["ok"],
+            true
+        );
+        let (mut send, recv) = conn.open_bi().await.expect("stream");
+        let _ = tokio::time::timeout(Duration::from_secs(2), send.write_all(&partial)).await;
+        replies.push((conn, send, recv));
+    }
+    let (_, _, recv) = &mut replies[1];
+    let reply = tokio::time::timeout(Duration::from_secs(10), read_frame(recv))
+        .await
+        .expect("an answer to the frame past the token's budget")
+        .expect("a reply frame");
+    assert_eq!(reply["error"]["code"], "too_large", "{reply}");
+    let message = reply["error"]["message"].as_str().expect("a message");
+    assert!(
+        message.starts_with("this token's connections hold ")
+            && message.ends_with("bytes of unfinished request frames; at most 1048576 are buffered (--max-buffered-mib-per-token)"),
+        "{message}"
+    );
+    // Another token is not held back by it.
+    admin.queue_list().await.expect("the admin is served");
+}
