@@ -184,6 +184,18 @@ pub struct Config {
     #[arg(long, env = "MUSTER_BOOTSTRAP", help_heading = "Cluster")]
     pub bootstrap: bool,
 
+    /// The way back from a lost majority: make this node the only voter of its
+    /// cluster, keeping everything its store holds (it may include writes the lost
+    /// majority never agreed on). Start it once so, then without the flag; add new
+    /// nodes with `muster cluster add`, and never restart the former voters with their
+    /// old data. A node that is its cluster's only voter already is left as it is.
+    #[arg(
+        long,
+        env = "MUSTER_CLUSTER_FORCE_SINGLE_NODE",
+        help_heading = "Cluster"
+    )]
+    pub cluster_force_single_node: bool,
+
     /// Reach node ID's node-to-node endpoint at ADDR instead of the address it
     /// advertises (ID=HOST:PORT; repeatable): for proxies and tests.
     #[arg(long = "route", value_parser = route, help_heading = "Cluster")]
@@ -280,6 +292,7 @@ impl Config {
             || self.advertise.is_some()
             || self.cluster_advertise.is_some()
             || self.bootstrap
+            || self.cluster_force_single_node
             || !self.routes.is_empty();
         if !any {
             return Ok(None);

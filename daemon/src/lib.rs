@@ -260,6 +260,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 advertise: config.advertise.clone(),
                 cluster_advertise: config.cluster_advertise.clone(),
                 bootstrap: config.bootstrap,
+                force_single_node: config.cluster_force_single_node,
                 routes: config.routes.iter().cloned().collect(),
                 snapshot_every: config.cluster_snapshot_every,
             };

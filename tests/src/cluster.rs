@@ -208,7 +208,7 @@ impl Cluster {
                 process: None,
             });
         }
-        cluster.spawn(1, true).await;
+        cluster.spawn(1, &["--bootstrap"]).await;
         cluster.nodes[0].member = true;
         // Every node and every client (the harness's probes too) shares node 1's
         // identity, made at its first start.
@@ -217,7 +217,7 @@ impl Cluster {
         cluster.leader().await;
         for id in 2..=count as NodeId {
             copy_identity(&first, &cluster.node(id).data, true);
-            cluster.spawn(id, false).await;
+            cluster.spawn(id, &[]).await;
             cluster.join(id).await;
         }
         cluster
@@ -245,7 +245,7 @@ impl Cluster {
             member: false,
             process: None,
         });
-        self.spawn(id, false).await;
+        self.spawn(id, &[]).await;
         self.join(id).await;
         id
     }
@@ -307,8 +307,13 @@ impl Cluster {
 
     /// Starts a killed node again on its data directory and ports.
     pub async fn restart(&mut self, id: NodeId) {
+        self.restart_with(id, &[]).await;
+    }
+
+    /// [`Cluster::restart`] with more flags for this start only.
+    pub async fn restart_with(&mut self, id: NodeId, flags: &[&str]) {
         assert!(!self.is_running(id), "node {id} is running already");
-        self.spawn(id, false).await;
+        self.spawn(id, flags).await;
     }
 
     /// The node's process id.
@@ -595,7 +600,7 @@ impl Cluster {
 
     /// Starts the node's process and waits until it listens; then checks that its ready
     /// file names the cluster port it was given.
-    async fn spawn(&mut self, id: NodeId, bootstrap: bool) {
+    async fn spawn(&mut self, id: NodeId, flags: &[&str]) {
         let secret = self.root.path().join("cluster.secret");
         let extra = self.extra.clone();
         let node = self.node_mut(id);
@@ -623,10 +628,8 @@ impl Cluster {
         for (to, via) in &node.routes {
             cmd.args(["--route", &format!("{to}={via}")]);
         }
-        if bootstrap {
-            cmd.arg("--bootstrap");
-        }
         let mut child = cmd
+            .args(flags)
             .args(&extra)
             .env("MUSTER_LOG", "info")
             // As for a single daemon: a test machine's free space is not the test's business.

@@ -53,6 +53,9 @@ pub struct NodeConfig {
     pub cluster_advertise: Option<String>,
     /// Form a one-node cluster if the store has none yet.
     pub bootstrap: bool,
+    /// Make this node the only voter of its cluster, from its store
+    /// ([`LogStore::force_single_node`]).
+    pub force_single_node: bool,
     /// Where to reach nodes instead of their advertised node-to-node addresses.
     pub routes: HashMap<u64, String>,
     /// Entries between snapshots.
@@ -113,6 +116,23 @@ impl Node {
             .await
             .context("opening the raft log")??
         };
+        let me = NodeAddr {
+            addr: config
+                .advertise
+                .clone()
+                .unwrap_or_else(|| client_addr.to_string()),
+            cluster_addr: config
+                .cluster_advertise
+                .clone()
+                .unwrap_or_else(|| cluster_addr.to_string()),
+        };
+        if config.force_single_node {
+            let (log, store, me, id) = (log.clone(), store.clone(), me.clone(), config.node_id);
+            tokio::task::spawn_blocking(move || log.force_single_node(&store, id, me))
+                .await
+                .context("forcing a one-node cluster")?
+                .context("forcing a one-node cluster")?;
+        }
         let network = net::Network::new(endpoint.clone(), config.routes);
         let log_reader = log.clone();
         let raft = Raft::new(
@@ -140,12 +160,6 @@ impl Node {
             cluster_addr,
         };
         if config.bootstrap {
-            let me = NodeAddr {
-                addr: config.advertise.unwrap_or_else(|| client_addr.to_string()),
-                cluster_addr: config
-                    .cluster_advertise
-                    .unwrap_or_else(|| cluster_addr.to_string()),
-            };
             match node.raft.initialize(BTreeMap::from([(node.id, me)])).await {
                 Ok(()) => tracing::info!(node = node.id, "formed a one-node cluster"),
                 // The store already holds a cluster: --bootstrap only matters once.

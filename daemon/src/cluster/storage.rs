@@ -18,6 +18,7 @@
 //! keyspaces in batches; the store is marked `raft_installing` meanwhile, and a node
 //! that stops half way redoes the install from `current` when it starts.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
@@ -27,8 +28,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use fjall::{Keyspace, KeyspaceCreateOptions};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
 use openraft::{
-    Entry, EntryPayload, LogId, OptionalSend, RaftLogReader, RaftSnapshotBuilder, SnapshotMeta,
-    StorageError, StorageIOError, StoredMembership, Vote,
+    Entry, EntryPayload, LogId, Membership, OptionalSend, RaftLogReader, RaftSnapshotBuilder,
+    SnapshotMeta, StorageError, StorageIOError, StoredMembership, Vote,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -125,6 +126,83 @@ impl LogStore {
             }
             None => Ok(None),
         }
+    }
+
+    /// The membership this node's log and state machine hold last: the latest
+    /// membership entry of the log, else the applied one.
+    fn last_membership(
+        &self,
+        store: &Store,
+    ) -> Result<Option<Membership<u64, NodeAddr>>, StoreError> {
+        for guard in self.log.iter().rev() {
+            let (_, v) = guard.into_inner()?;
+            let entry: Entry<Muster> = decode(&v, "raft log entry")?;
+            if let EntryPayload::Membership(m) = entry.payload {
+                return Ok(Some(m));
+            }
+        }
+        let applied = Applied::of(store)?;
+        Ok(applied
+            .log_id
+            .is_some()
+            .then(|| applied.membership.membership().clone()))
+    }
+
+    /// The way back from a lost majority: makes this node, `node` at `addr`, the only
+    /// voter of its cluster, keeping everything its store and log hold. Appends a
+    /// membership entry of `{node}` after the log's last entry, in a term above every
+    /// term it has seen, and votes for itself in that term (not yet elected: it wins
+    /// its own election at start, as the only voter). Nothing is done (`Ok(false)`)
+    /// when the node is its cluster's only voter already, so a flag left in place is
+    /// harmless; refused when its store never joined a cluster.
+    pub fn force_single_node(
+        &self,
+        store: &Store,
+        node: u64,
+        addr: NodeAddr,
+    ) -> Result<bool, StoreError> {
+        let refuse = |detail: String| StoreError::Corrupt {
+            what: "the forced recovery".into(),
+            detail,
+        };
+        let Some(membership) = self.last_membership(store)? else {
+            return Err(refuse(
+                "this node's store holds no cluster: there is nothing to recover".into(),
+            ));
+        };
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        if voters == BTreeSet::from([node]) && membership.get_joint_config().len() == 1 {
+            return Ok(false);
+        }
+        let purged: Option<LogId<u64>> = self.get_state(PURGED)?;
+        let last = self.last_entry()?.or(purged);
+        let vote: Option<Vote<u64>> = self.get_state(VOTE)?;
+        let term = vote
+            .map_or(0, |v| v.leader_id().term)
+            .max(last.map_or(0, |l| l.leader_id.term))
+            + 1;
+        let index = last.map_or(0, |l| l.index + 1);
+        let entry: Entry<Muster> = Entry {
+            log_id: LogId::new(openraft::CommittedLeaderId::new(term, node), index),
+            payload: EntryPayload::Membership(Membership::new(
+                vec![BTreeSet::from([node])],
+                BTreeMap::from([(node, addr)]),
+            )),
+        };
+        let db = store.database();
+        let mut batch = db.batch();
+        batch.insert(&self.log, index.to_be_bytes(), encode(&entry));
+        batch.insert(&self.state, VOTE, encode(&Vote::new(term, node)));
+        batch.durability(None).commit()?;
+        store.persist(Persist::All)?;
+        tracing::warn!(
+            node,
+            term,
+            index,
+            former_voters = ?voters,
+            "forced a one-node cluster from this node's store (--cluster-force-single-node): it leads alone with everything it held; add new nodes with `muster cluster add`, and never restart the former voters with their old data"
+        );
+        Ok(true)
     }
 
     /// Removes the entries in `from..to`, a batch at a time.

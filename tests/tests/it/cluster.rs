@@ -608,3 +608,84 @@ async fn a_follower_back_from_a_partition_rejoins_without_an_election() {
         .expect("enqueue after the heal");
     assert_eq!(cluster.status(follower).await.term, before.term);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_survivor_is_forced_into_a_one_node_cluster_with_everything_it_held() {
+    let mut cluster = Cluster::start(NODES).await;
+    let admin = cluster.client().await;
+    admin
+        .queue_create("kept", QueuePatch::default())
+        .await
+        .expect("queue_create");
+    let ids: BTreeSet<String> = admin
+        .enqueue_batch("kept", (0..TASKS).map(task).collect())
+        .await
+        .expect("enqueue")
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    drop(admin);
+    let leader = cluster.leader().await;
+    let survivor = cluster.follower(leader.node, 0);
+    cluster.wait_caught_up(survivor).await;
+
+    // The majority is lost for good; the survivor alone cannot serve.
+    for id in cluster.node_ids() {
+        cluster.kill9(id);
+    }
+    cluster.restart(survivor).await;
+    let alone = cluster.status(survivor).await;
+    assert_eq!(alone.voters, [1, 2, 3], "{alone:?}");
+
+    // Forced: it leads alone, with everything it held.
+    cluster.kill9(survivor);
+    cluster
+        .restart_with(survivor, &["--cluster-force-single-node"])
+        .await;
+    let client = connect_node_when_leading(&cluster, survivor).await;
+    let ready = tasks_in(&client, "kept", TaskState::Ready).await;
+    assert_eq!(ready.keys().cloned().collect::<BTreeSet<_>>(), ids);
+    let status = cluster.status(survivor).await;
+    assert_eq!(
+        (status.leader, status.voters.clone()),
+        (Some(survivor), vec![survivor])
+    );
+    client
+        .enqueue("kept", task(TASKS))
+        .await
+        .expect("an enqueue alone");
+    assert!(
+        cluster
+            .log(survivor)
+            .contains("forced a one-node cluster from this node's store"),
+        "the forced recovery is logged"
+    );
+
+    // Started again with the flag left in place, it changes nothing.
+    drop(client);
+    cluster.kill9(survivor);
+    cluster
+        .restart_with(survivor, &["--cluster-force-single-node"])
+        .await;
+    let client = connect_node_when_leading(&cluster, survivor).await;
+    assert_eq!(
+        tasks_in(&client, "kept", TaskState::Ready).await.len(),
+        TASKS + 1
+    );
+    assert_eq!(cluster.status(survivor).await.voters, [survivor]);
+}
+
+/// A client of exactly node `id`, once it leads (bounded by the harness's wait for a
+/// leader).
+async fn connect_node_when_leading(cluster: &Cluster, id: u64) -> Client {
+    let deadline = Instant::now() + cluster::LEADER_TIMEOUT;
+    loop {
+        if let Ok(client) = Client::connect(cluster.node_options(id)).await
+            && client.cluster().and_then(|c| c.leader) == Some(id)
+        {
+            return client;
+        }
+        assert!(Instant::now() < deadline, "node {id} does not lead alone");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
