@@ -898,7 +898,15 @@ impl<W: Waiter> Engine<W> {
         check_size("result", r.result.as_ref(), MAX_RESULT_BYTES)?;
         let (id, mut rec) = self.held(&r.task, r.epoch)?;
         let member = rec.lease.as_ref().map(|l| l.member.clone());
-        rec.result = r.result;
+        rec.result = match r.result {
+            // The agent finishes its task; the disk does not fill with its result.
+            Some(result)
+                if self.disk_alarm && result.get().len() > MAX_RESULT_BYTES_UNDER_ALARM =>
+            {
+                Some(truncated_result(result.get().len()))
+            }
+            result => result,
+        };
         telemetry::lease_ended(&rec.queue, LeaseEnd::Acked, granted_ms(&rec), now.wall_ms);
         if let Some(q) = self.queues.get_mut(&rec.queue) {
             q.totals.acked += 1;
@@ -990,7 +998,9 @@ impl<W: Waiter> Engine<W> {
         if let Some(lease) = rec.lease.as_mut() {
             lease.expires_ms = expires;
         }
-        if r.progress.is_some() {
+        // Under the disk alarm the lease is renewed but a new checkpoint is not stored:
+        // a reclaim then resumes from the last one stored before it.
+        if r.progress.is_some() && !self.disk_alarm {
             rec.progress = r.progress;
         }
         let cancel_requested = rec.cancel_requested;
@@ -1410,6 +1420,18 @@ impl<W> WaitFailure<W> {
     fn into_waiter_error(self) -> (W, Failure) {
         (self.0, self.1)
     }
+}
+
+/// Largest result an ack stores while the disk alarm is on; a larger one is replaced by
+/// [`truncated_result`].
+pub const MAX_RESULT_BYTES_UNDER_ALARM: usize = 1024;
+
+/// What an ack's result of `bytes` bytes is stored as while the disk alarm is on.
+fn truncated_result(bytes: usize) -> muster_protocol::RawJson {
+    muster_protocol::ops::raw(&format!(
+        r#"{{"muster_truncated":{{"reason":"disk_alarm","bytes":{bytes}}}}}"#
+    ))
+    .expect("the truncation marker is JSON")
 }
 
 /// Longest directory name `admin_snapshot` takes, in bytes (Linux's PATH_MAX).

@@ -341,12 +341,39 @@ async fn the_disk_alarm_refuses_enqueues_serves_agents_and_lifts_when_space_is_b
     let daemon = stats.lines().last().expect("the daemon's line");
     assert!(daemon.ends_with("\ton"), "{stats}");
 
-    // Agents go on: renew, ack the held work, claim and settle more.
+    // Agents go on: renew, ack the held work, claim and settle more. What would grow
+    // the store much is kept out: a new progress checkpoint is not stored (the lease is
+    // renewed), and a result over 1 KiB is stored as a marker of its size.
+    let checkpoint =
+        muster_sdk::protocol::ops::raw(&format!("\"{}\"", "c".repeat(60_000))).unwrap();
     agent
-        .renew(&held[0].id, held[0].epoch, None, None)
+        .renew(&held[0].id, held[0].epoch, None, Some(checkpoint))
         .await
         .unwrap();
-    for t in &held {
+    let big =
+        muster_sdk::protocol::ops::raw(&format!("\"{}\"", "r".repeat(1024 * 1024 - 2))).unwrap();
+    agent
+        .ack(&held[0].id, held[0].epoch, Some(big))
+        .await
+        .unwrap();
+    let first = producer.task_get(&held[0].id).await.unwrap();
+    assert_eq!(first.state, TaskState::Done);
+    assert!(first.progress.is_none(), "{:?}", first.progress);
+    assert_eq!(
+        first.result.as_ref().map(|r| r.get()),
+        Some(r#"{"muster_truncated":{"reason":"disk_alarm","bytes":1048576}}"#)
+    );
+    let small = muster_sdk::protocol::ops::raw(r#"{"ok":true}"#).unwrap();
+    agent
+        .ack(&held[1].id, held[1].epoch, Some(small))
+        .await
+        .unwrap();
+    let second = producer.task_get(&held[1].id).await.unwrap();
+    assert_eq!(
+        second.result.as_ref().map(|r| r.get()),
+        Some(r#"{"ok":true}"#)
+    );
+    for t in &held[2..] {
         agent.ack(&t.id, t.epoch, None).await.unwrap();
     }
     let more = agent
