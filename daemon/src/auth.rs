@@ -71,6 +71,13 @@ pub struct Principal {
 }
 
 impl Principal {
+    /// Whether it is one of several configured tokens (not the local-only token, the
+    /// daemon's one user): its use of what tokens share (member names, a queue's label
+    /// sets) is counted against it.
+    pub fn is_tenant(&self) -> bool {
+        self.binds_members
+    }
+
     /// Whether the principal holds `role` (admin holds every role).
     pub fn has(&self, role: Role) -> bool {
         self.roles.contains(&role) || self.roles.contains(&Role::Admin)

@@ -126,6 +126,11 @@ pub const MAX_PARKED_CLAIMS_PER_PRINCIPAL: usize = 1024;
 /// visits every class a claimer carries, so this bounds the work of a claim or push.
 pub const MAX_LABEL_CLASSES: usize = 256;
 
+/// Most of a queue's [`MAX_LABEL_CLASSES`] one token may bring (by enqueuing the first
+/// unfinished task of a label set), so that one tenant cannot use them all up. A task
+/// that requires nothing never counts.
+pub const MAX_LABEL_CLASSES_PER_TOKEN: usize = 64;
+
 /// Most label sets listed in a queue's `unclaimable_requires` (those holding the most
 /// tasks); `unclaimable_sets` counts them all.
 pub const MAX_LISTED_LABEL_SETS: usize = 16;

@@ -219,6 +219,10 @@ struct Queue {
     /// A `queue_delete` is removing it: it is gone for every request, and nothing is
     /// leased from it.
     deleting: bool,
+    /// Who first enqueued a task of each label set it knows, since the daemon started:
+    /// a token's share of the queue's label sets ([`MAX_LABEL_CLASSES_PER_TOKEN`]).
+    /// Entries of sets the queue no longer knows are dropped at the next new set.
+    class_owners: HashMap<Vec<String>, Arc<str>>,
 }
 
 impl Queue {
@@ -231,6 +235,7 @@ impl Queue {
             by_state: Default::default(),
             totals: QueueTotals::default(),
             deleting: false,
+            class_owners: HashMap::new(),
         }
     }
 

@@ -7,10 +7,11 @@ use ulid::Ulid;
 
 use muster_protocol::limits::{
     MAX_BATCH, MAX_CLAIM, MAX_CLAIM_QUEUES, MAX_CLAIM_REPLY_BYTES, MAX_DELAY, MAX_ERROR_BYTES,
-    MAX_IDS, MAX_KEY_CONCURRENCY, MAX_LABEL_CLASSES, MAX_LEASE, MAX_LISTED_LABEL_SETS,
-    MAX_LISTING_BYTES, MAX_PAGE, MAX_PARKED_CLAIMS_PER_CONNECTION, MAX_PARKED_CLAIMS_PER_PRINCIPAL,
-    MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_PROGRESS_BYTES, MAX_QUEUES, MAX_RESULT_BYTES,
-    MAX_RETENTION, MAX_SUMMARY_PROGRESS_BYTES, MAX_WAIT, MIN_LEASE, cut_to,
+    MAX_IDS, MAX_KEY_CONCURRENCY, MAX_LABEL_CLASSES, MAX_LABEL_CLASSES_PER_TOKEN, MAX_LEASE,
+    MAX_LISTED_LABEL_SETS, MAX_LISTING_BYTES, MAX_PAGE, MAX_PARKED_CLAIMS_PER_CONNECTION,
+    MAX_PARKED_CLAIMS_PER_PRINCIPAL, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_PROGRESS_BYTES,
+    MAX_QUEUES, MAX_RESULT_BYTES, MAX_RETENTION, MAX_SUMMARY_PROGRESS_BYTES, MAX_WAIT, MIN_LEASE,
+    cut_to,
 };
 use muster_protocol::model::{
     Delivery, EnqueuedTask, LeaseInfo, QueueInfo, QueueOptions, QueuePatch, StateCounts, TaskInfo,
@@ -552,7 +553,7 @@ impl<W: Waiter> Engine<W> {
                 return Err(at("not_before is more than a year away".into()));
             }
         }
-        self.check_label_classes(&r)?;
+        self.check_label_classes(&r, principal)?;
         let owner = principal.map(|p| p.name.as_str());
         self.check_quotas(&r, owner)?;
         let mut out = Vec::with_capacity(r.tasks.len());
@@ -657,12 +658,19 @@ impl<W: Waiter> Engine<W> {
     }
 
     /// Refuses an enqueue that would give its queue more than [`MAX_LABEL_CLASSES`]
-    /// label classes.
-    fn check_label_classes(&self, r: &Enqueue) -> OpResult<()> {
-        let dispatch = &self.queue(&r.queue)?.dispatch;
+    /// label sets, or give one configured token more than
+    /// [`MAX_LABEL_CLASSES_PER_TOKEN`] of them. Tasks that require nothing never count:
+    /// a plain enqueue is never refused for what other tokens' tasks require. The sets
+    /// new to the queue are recorded as the token's.
+    fn check_label_classes(&mut self, r: &Enqueue, principal: Option<&Principal>) -> OpResult<()> {
+        let queue = self
+            .queues
+            .get_mut(&r.queue)
+            .expect("the enqueue's queue was checked");
+        let dispatch = &queue.dispatch;
         let mut new: Vec<Vec<String>> = Vec::new();
         for t in &r.tasks {
-            if dispatch.knows(&t.requires) {
+            if t.requires.is_empty() || dispatch.knows(&t.requires) {
                 continue;
             }
             let labels = super::dispatch::sorted(&t.requires);
@@ -670,7 +678,11 @@ impl<W: Waiter> Engine<W> {
                 new.push(labels);
             }
         }
-        let total = dispatch.class_count() + new.len();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let counted = dispatch.class_count() - usize::from(dispatch.knows(&[]));
+        let total = counted + new.len();
         if total > MAX_LABEL_CLASSES {
             return Err(client(
                 ErrorCode::Limit,
@@ -679,6 +691,33 @@ impl<W: Waiter> Engine<W> {
                     r.queue
                 ),
             ));
+        }
+        let Some(tenant) = principal.filter(|p| p.is_tenant()) else {
+            return Ok(());
+        };
+        queue
+            .class_owners
+            .retain(|labels, _| dispatch.knows(labels));
+        let spender: std::sync::Arc<str> = std::sync::Arc::from(tenant.name.as_str());
+        let mine = queue
+            .class_owners
+            .values()
+            .filter(|owner| **owner == spender)
+            .count();
+        if mine + new.len() > MAX_LABEL_CLASSES_PER_TOKEN {
+            return Err(client(
+                ErrorCode::Limit,
+                format!(
+                    "token {spender:?} would have brought {} label sets (requires) to queue {:?}; one token may bring at most {MAX_LABEL_CLASSES_PER_TOKEN} of its {MAX_LABEL_CLASSES}",
+                    mine + new.len(),
+                    r.queue
+                ),
+            ));
+        }
+        for labels in new {
+            queue
+                .class_owners
+                .insert(labels, std::sync::Arc::clone(&spender));
         }
         Ok(())
     }

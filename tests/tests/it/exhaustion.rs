@@ -9,13 +9,16 @@ use std::time::{Duration, Instant};
 
 use muster_protocol::ErrorCode;
 use muster_protocol::limits::{
-    MAX_ERROR_BYTES, MAX_LABEL_CLASSES, MAX_PARKED_CLAIMS_PER_CONNECTION,
+    MAX_ERROR_BYTES, MAX_LABEL_CLASSES, MAX_LABEL_CLASSES_PER_TOKEN,
+    MAX_PARKED_CLAIMS_PER_CONNECTION,
 };
 use muster_protocol::model::{NewTask, QueuePatch};
 use muster_sdk::Client;
 use muster_sdk::connect::ConnectOptions;
 
-use crate::security::{ADMIN, CONSUMER, PRODUCER, frame, read_frame, rss_kib, secured};
+use crate::security::{
+    ADMIN, CONSUMER, MORE_PRODUCERS, PRODUCER, frame, read_frame, rss_kib, secured,
+};
 
 /// How long an agent with a valid token may take to be served during an attack.
 const SERVED_WITHIN: Duration = Duration::from_secs(1);
@@ -350,11 +353,13 @@ async fn one_tenant_cannot_slow_another() {
     }
     let before = round_trip(&admin, "other", 40).await;
 
-    // Label classes: the queue takes MAX_LABEL_CLASSES of them, then refuses more.
+    // Label classes: the queue takes MAX_LABEL_CLASSES of them, a token's share each
+    // from four producers, then refuses more.
     let producer = d.client_as(PRODUCER).await;
-    let batch = 64;
-    for b in 0..MAX_LABEL_CLASSES / batch {
-        producer
+    let batch = MAX_LABEL_CLASSES_PER_TOKEN;
+    for (b, token) in std::iter::once(PRODUCER).chain(MORE_PRODUCERS).enumerate() {
+        d.client_as(token)
+            .await
             .enqueue_batch("jobs", classes(b * batch, batch))
             .await
             .expect("classes up to the limit");
@@ -443,14 +448,20 @@ async fn one_producer_cannot_blind_the_operator() {
         .queue_create("jobs", QueuePatch::default())
         .await
         .expect("create");
-    // Tasks with 32 distinct 64-byte labels each: as many as the queue takes.
+    // Tasks with 32 distinct 64-byte labels each: as many as the queue takes, a
+    // token's share each from four producers.
     let producer = d.client_as(PRODUCER).await;
+    let mut producers = vec![d.client_as(PRODUCER).await];
+    for token in MORE_PRODUCERS {
+        producers.push(d.client_as(token).await);
+    }
     let label = |i: usize, j: usize| format!("{i:05}-{j:02}-{}", "x".repeat(55));
     let mut stored = 0;
     for i in 0..2_500 {
         let mut t = NewTask::new(muster_protocol::ops::raw("1").expect("json"));
         t.requires = (0..32).map(|j| label(i, j)).collect();
-        match producer.enqueue("jobs", t).await {
+        let by = &producers[(stored / MAX_LABEL_CLASSES_PER_TOKEN).min(producers.len() - 1)];
+        match by.enqueue("jobs", t).await {
             Ok(_) => stored += 1,
             Err(e) => assert_eq!(e.code(), Some(ErrorCode::Limit), "{e}"),
         }

@@ -14,8 +14,26 @@ pub(crate) const CONSUMER: &str = "consumer-token-0123456789ab";
 const CONSUMER_B: &str = "consumer-b-token-0123456789";
 const QUEUE_ADMIN: &str = "queue-admin-token-012345678";
 
+/// More producers of `jobs`, for attacks that need several tenants (a token brings at
+/// most its share of a queue's label sets).
+pub(crate) const MORE_PRODUCERS: [&str; 3] = [
+    "producer-2-token-0123456789",
+    "producer-3-token-0123456789",
+    "producer-4-token-0123456789",
+];
+
 fn config() -> String {
-    format!(
+    let more: String = MORE_PRODUCERS
+        .iter()
+        .enumerate()
+        .map(|(i, token)| {
+            format!(
+                "\n[[tokens]]\nname = \"producer-{}\"\ntoken = \"{token}\"\nroles = [\"produce\"]\nqueues = [\"jobs\"]\n",
+                i + 2
+            )
+        })
+        .collect();
+    more + &format!(
         r#"
 [[tokens]]
 name = "admin"

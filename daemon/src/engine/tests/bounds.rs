@@ -2,13 +2,14 @@
 //! bounded in bytes (waits, pages, member listings).
 
 use muster_protocol::limits::{
-    MAX_LABEL_CLASSES, MAX_LISTED_LABEL_SETS, MAX_LISTING_BYTES, MAX_PARKED_CLAIMS_PER_CONNECTION,
+    MAX_LABEL_CLASSES, MAX_LABEL_CLASSES_PER_TOKEN, MAX_LISTED_LABEL_SETS, MAX_LISTING_BYTES,
+    MAX_PARKED_CLAIMS_PER_CONNECTION,
 };
 use muster_protocol::model::{NewTask, QueuePatch, TaskState};
 use muster_protocol::ops::{self, Claim, Enqueue, QueueName, TaskList, Wait};
 use muster_protocol::{ErrorCode, Request};
 
-use super::{Harness, Reply, dead_letter, raw};
+use super::{Harness, Reply, dead_letter, principal, raw};
 
 fn requiring(labels: &[String]) -> NewTask {
     let mut t = NewTask::new(raw("1"));
@@ -27,8 +28,8 @@ fn enqueue_many(queue: &str, tasks: Vec<NewTask>) -> Request {
 fn a_queue_holds_at_most_max_label_classes_and_a_refused_enqueue_changes_nothing() {
     let mut h = Harness::new();
     h.create("q", QueuePatch::default());
-    // Classes 0..MAX-1 (the empty set is one of them), enqueued in batches.
-    let classes: Vec<Vec<String>> = (0..MAX_LABEL_CLASSES)
+    // The empty set (which never counts) and MAX classes, enqueued in batches.
+    let classes: Vec<Vec<String>> = (0..=MAX_LABEL_CLASSES)
         .map(|i| {
             if i == 0 {
                 Vec::new()
@@ -77,6 +78,70 @@ fn a_queue_holds_at_most_max_label_classes_and_a_refused_enqueue_changes_nothing
     .unwrap();
     h.call(refused).unwrap();
     assert_eq!(h.counts("q")[1], before[1] + 1);
+}
+
+/// Two tenants of one queue, as a config file names them.
+const TENANTS: &str = r#"
+[[tokens]]
+name = "greedy"
+token = "greedy-token-0123456789ab"
+roles = ["produce"]
+
+[[tokens]]
+name = "modest"
+token = "modest-token-0123456789ab"
+roles = ["produce"]
+"#;
+
+#[test]
+fn a_token_brings_at_most_its_share_of_a_queues_label_sets_and_plain_tasks_never_count() {
+    let (greedy, modest) = (
+        principal(TENANTS, "greedy-token-0123456789ab"),
+        principal(TENANTS, "modest-token-0123456789ab"),
+    );
+    let mut h = Harness::new();
+    h.create("q", QueuePatch::default());
+    h.principal = Some(greedy);
+    let sets = |from: usize, n: usize| -> Vec<NewTask> {
+        (from..from + n)
+            .map(|i| requiring(&[format!("g{i}")]))
+            .collect()
+    };
+    let Ok(Reply::Enqueue(mine)) = h.call(enqueue_many("q", sets(0, MAX_LABEL_CLASSES_PER_TOKEN)))
+    else {
+        panic!("the token's share");
+    };
+    let before = h.counts("q");
+    match h.call(enqueue_many("q", sets(MAX_LABEL_CLASSES_PER_TOKEN, 1))) {
+        Err(e) => {
+            assert_eq!(e.code, ErrorCode::Limit);
+            assert_eq!(
+                e.message,
+                format!(
+                    "token \"greedy\" would have brought {} label sets (requires) to queue \"q\"; one token may bring at most {MAX_LABEL_CLASSES_PER_TOKEN} of its {MAX_LABEL_CLASSES}",
+                    MAX_LABEL_CLASSES_PER_TOKEN + 1
+                )
+            );
+        }
+        other => panic!("expected limit, got {other:?}"),
+    }
+    assert_eq!(h.counts("q"), before);
+    // Another tenant: a plain enqueue, and label sets of its own.
+    h.principal = Some(modest);
+    h.call(enqueue_many("q", vec![requiring(&[])])).unwrap();
+    h.call(enqueue_many("q", vec![requiring(&["m0".into()])]))
+        .unwrap();
+    // A set the greedy token brought is anyone's to use; its tasks finished, its place
+    // in the share is free again.
+    h.call(enqueue_many("q", vec![requiring(&["g0".into()])]))
+        .unwrap();
+    h.principal = Some(greedy);
+    h.call(Request::Cancel(ops::Cancel {
+        task: mine.tasks[1].id.clone(),
+    }))
+    .unwrap();
+    h.call(enqueue_many("q", sets(MAX_LABEL_CLASSES_PER_TOKEN, 1)))
+        .unwrap();
 }
 
 #[test]
