@@ -44,7 +44,8 @@ pub struct Global {
     /// arguments: prefer --token-file.
     #[arg(long, global = true, env = "MUSTER_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// A file holding the token (read at each connect; --token beats it). Without
+    /// A file holding the token (read at each connect, by `muster work` once at start;
+    /// --token beats it). Without
     /// either, a daemon trusted through its data directory is sent the token it wrote
     /// there for its own user, if it wrote one.
     #[arg(long, global = true, env = "MUSTER_TOKEN_FILE")]
@@ -494,6 +495,12 @@ pub struct WorkArgs {
     /// unreachable and gives it nothing new (2s to 60s).
     #[arg(long, value_parser = duration, default_value = "5s")]
     pub liveness: Duration,
+    /// Run the program as this user (a name or a numeric uid), with that user's primary
+    /// group and no supplementary groups, so that it can read neither the runner's
+    /// token nor its files. Needs root (or CAP_SETUID, CAP_SETGID, CAP_KILL, CAP_CHOWN
+    /// and CAP_DAC_OVERRIDE).
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,

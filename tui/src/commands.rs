@@ -39,6 +39,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let spec = work::WorkSpec {
                 command: args.command,
                 grace: args.grace,
+                user: args.user,
             };
             return work::run(options(&cli.global)?, config, spec).await;
         }

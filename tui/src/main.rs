@@ -22,9 +22,11 @@ fn main() -> ExitCode {
         _ => "warn",
     };
     let filter = EnvFilter::try_from_env("MUSTER_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    // Colours only for a terminal: a log written to a file or a pipe stays plain text.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -21,11 +21,26 @@
 //! its stdin, a pipe only the runner writes, reaches end of file.
 //!
 //! **Progress.** The program reports progress by writing a JSON checkpoint into the
-//! file named by `MUSTER_PROGRESS_FILE`, in a directory private to the runner (mode
-//! 0700, removed when the runner exits or dies); the latest one is stored with the next
-//! renewal, and before a stopped task is released, and handed to the next attempt in
-//! `MUSTER_PROGRESS`. Only a regular file owned by the runner's user is read, without
-//! following links or blocking, and at most [`MAX_PROGRESS_BYTES`] of it.
+//! file named by `MUSTER_PROGRESS_FILE`, in a directory private to the program's user
+//! (mode 0700, removed when the runner exits or dies); the latest one is stored with
+//! the next renewal, and before a stopped task is released, and handed to the next
+//! attempt in `MUSTER_PROGRESS`. Only a regular file owned by the program's user is
+//! read, without following links or blocking, and at most [`MAX_PROGRESS_BYTES`] of it.
+//!
+//! **The runner's token is not the program's.** The program gets none of the runner's
+//! `MUSTER_*` variables. The runner reads a token file once, at start, and keeps the
+//! token in memory only; on Linux it makes itself (and the guardian) non-dumpable, so
+//! that no process of its user but root can read its environment (`/proc/PID/environ`)
+//! or memory, nor trace it. A program that runs as the runner's user can still read
+//! every file that user can, a token file included: `--user` runs it as another user
+//! (its primary group, no supplementary groups), whose progress directory is then its
+//! own, inside one that only the runner can list.
+//!
+//! **The program's output is untrusted text.** What it writes to stderr goes into the
+//! runner's log only escaped as the CLI escapes text for a terminal
+//! ([`crate::output::safe`]): no escape sequence, line break or bidi control of its
+//! own. The error stored with the task keeps the text as it was; every display of it
+//! escapes it.
 //!
 //! **A broken runner is not the task's fault.** COMMAND must exist and be executable
 //! when `muster work` starts. A program that cannot be started later is a runner
@@ -43,7 +58,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::unistd::{Pid, Uid, User};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tracing::{info, warn};
@@ -52,6 +67,7 @@ use muster_protocol::limits::{MAX_ERROR_BYTES, MAX_PROGRESS_BYTES, MAX_RESULT_BY
 use muster_sdk::{ConnectOptions, Outcome, Task, Worker, WorkerConfig};
 
 use crate::ClaimString;
+use crate::output::safe;
 
 /// The exit status with which a program dead-letters its task (sysexits' `EX_DATAERR`:
 /// the input was bad, retrying cannot help).
@@ -76,6 +92,19 @@ pub struct WorkSpec {
     pub command: Vec<String>,
     /// How long a stopped program gets between SIGTERM and SIGKILL.
     pub grace: Duration,
+    /// The user the program runs as (`--user`: a name or a numeric uid); the runner's
+    /// own if absent.
+    pub user: Option<String>,
+}
+
+/// The user `--user` names, as the program runs.
+#[derive(Debug)]
+struct ProgramUser {
+    name: String,
+    uid: u32,
+    /// Its primary group: the program's only group.
+    gid: u32,
+    home: PathBuf,
 }
 
 /// What every task's handler shares.
@@ -83,8 +112,12 @@ struct Runner {
     spec: WorkSpec,
     /// COMMAND resolved to a file when the runner started.
     program: PathBuf,
-    /// The private directory of progress files.
-    dir: PathBuf,
+    /// `--user`: who the program runs as.
+    user: Option<ProgramUser>,
+    /// The directory of progress files, private to the program's user.
+    progress_dir: PathBuf,
+    /// The uid a progress file must be owned by: the program's.
+    progress_owner: u32,
     guardian: Guardian,
     /// Programs that could not be started in a row: the backoff of the next one.
     spawn_failures: AtomicU32,
@@ -92,22 +125,47 @@ struct Runner {
 
 /// Runs the worker until SIGTERM/SIGINT (then drains) or until its session is taken over.
 pub async fn run(
-    options: ConnectOptions,
+    mut options: ConnectOptions,
     config: WorkerConfig,
     spec: WorkSpec,
 ) -> anyhow::Result<()> {
+    // First of all: from here on no other process of this user (a program above all)
+    // can read this one's environment, where MUSTER_TOKEN may be, or its memory.
+    non_dumpable().context("making muster work non-dumpable")?;
+    // MUSTER_TOKEN stays in this process's own environment: removing it would not
+    // help, since /proc/PID/environ shows the block the process was started with,
+    // which unsetenv leaves as it was, and std::env::remove_var is unsound now that
+    // the runtime's threads run. Being non-dumpable is what keeps that block from the
+    // programs; they are started without any MUSTER_* variable (see `execute`).
+    //
+    // A token file is read once, now, and the token kept in memory: no reconnect opens
+    // the file again (a program of this user could have replaced it meanwhile). The
+    // daemon's own token in a data directory the runner trusts is still read at each
+    // connect, as the daemon may write a new one; a program that can read the data
+    // directory can read it anyway.
+    if options.token.is_none() && options.token_file.is_some() {
+        options.token = options.hello_token().context("reading the token file")?;
+        options.token_file = None;
+    }
     anyhow::ensure!(!spec.command.is_empty(), "no COMMAND given after --");
     let program = resolve_program(&spec.command[0])?;
+    let user = spec.user.as_deref().map(program_user).transpose()?;
     let dir = tempfile::Builder::new()
         .prefix("muster-work-")
         .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir()
         .context("creating the private progress directory")?;
+    let (progress_dir, progress_owner) = match &user {
+        None => (dir.path().to_owned(), Uid::effective().as_raw()),
+        Some(user) => (program_progress_dir(dir.path(), user)?, user.uid),
+    };
     let guardian = Guardian::start(dir.path())?;
     let runner = Arc::new(Runner {
         spec,
         program,
-        dir: dir.path().to_owned(),
+        user,
+        progress_dir,
+        progress_owner,
         guardian,
         spawn_failures: AtomicU32::new(0),
     });
@@ -124,6 +182,95 @@ pub async fn run(
     // directory goes with the TempDir.
     drop(dir);
     result
+}
+
+/// Makes this process non-dumpable (`prctl(PR_SET_DUMPABLE, 0)`): its `/proc/PID`
+/// files (`environ`, `mem`, `fd`, ...) are then root's, and only a process with
+/// CAP_SYS_PTRACE may read or trace it. Also no core dumps, which would hold the token.
+/// Linux only: elsewhere nothing is done.
+fn non_dumpable() -> anyhow::Result<()> {
+    #[cfg(target_os = "linux")]
+    nix::sys::prctl::set_dumpable(false).context("prctl(PR_SET_DUMPABLE, 0)")?;
+    Ok(())
+}
+
+/// The user `--user` names (a name, or a numeric uid with a passwd entry), checked to be
+/// one the runner can switch to and not the runner's own.
+fn program_user(spec: &str) -> anyhow::Result<ProgramUser> {
+    anyhow::ensure!(
+        can_switch_users(),
+        "--user {spec}: muster work cannot switch users: it needs root (or CAP_SETUID, CAP_SETGID, CAP_KILL, CAP_CHOWN and CAP_DAC_OVERRIDE)"
+    );
+    let found = if !spec.is_empty() && spec.bytes().all(|b| b.is_ascii_digit()) {
+        let uid: u32 = spec
+            .parse()
+            .with_context(|| format!("--user {spec}: not a uid"))?;
+        User::from_uid(Uid::from_raw(uid))
+    } else {
+        User::from_name(spec)
+    };
+    let user = found
+        .with_context(|| format!("--user {spec}: looking the user up"))?
+        .with_context(|| format!("--user {spec}: no such user"))?;
+    anyhow::ensure!(
+        user.uid != Uid::effective(),
+        "--user {spec}: that is the runner's own user: its programs could read the runner's token and files"
+    );
+    Ok(ProgramUser {
+        name: user.name,
+        uid: user.uid.as_raw(),
+        gid: user.gid.as_raw(),
+        home: user.dir,
+    })
+}
+
+/// Whether this process can run programs as another user and still supervise them:
+/// switch user and group (and drop supplementary groups), signal their processes, hand
+/// them their progress directory and read and remove what they write there. On Linux
+/// the effective capabilities say so (root has them all, unless a container took some
+/// away); elsewhere only root can.
+fn can_switch_users() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_KILL, CAP_SETGID, CAP_SETUID.
+        const NEEDED: [u32; 5] = [0, 1, 5, 6, 7];
+        let effective = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|status| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("CapEff:"))
+                    .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            });
+        effective.is_some_and(|caps| NEEDED.iter().all(|bit| caps & (1 << bit) != 0))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Uid::effective().is_root()
+    }
+}
+
+/// With `--user`: the progress directory of the program's user inside the runner's
+/// private directory `dir`. `dir` stays the runner's, searchable but not listable by
+/// others (0711), so the program cannot rename or replace what the runner reads and
+/// removes; inside it `progress`, 0700 and the program's user's, is private to that user.
+fn program_progress_dir(dir: &Path, user: &ProgramUser) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let progress = dir.join("progress");
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&progress)
+        .with_context(|| format!("creating {}", progress.display()))?;
+    std::os::unix::fs::chown(&progress, Some(user.uid), Some(user.gid)).with_context(|| {
+        format!(
+            "handing the progress directory {} to user {}",
+            progress.display(),
+            user.name
+        )
+    })?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
+        .with_context(|| format!("chmod 711 {}", dir.display()))?;
+    Ok(progress)
 }
 
 /// COMMAND as a file that exists and is executable: a path if it names one, else the
@@ -182,10 +329,12 @@ async fn run_task(runner: &Runner, task: &Task) -> Outcome {
             info!(task = %claim.id, epoch = claim.epoch, %status, duration_ms, outcome = "release", "task ended")
         }
         Outcome::Nack { error, .. } => {
-            warn!(task = %claim.id, epoch = claim.epoch, %status, duration_ms, outcome = "nack", %error, "task ended")
+            // The error holds the program's stderr: escaped, it cannot drive a terminal
+            // or forge log lines.
+            warn!(task = %claim.id, epoch = claim.epoch, %status, duration_ms, outcome = "nack", error = %safe(error), "task ended")
         }
         Outcome::DeadLetter(error) => {
-            warn!(task = %claim.id, epoch = claim.epoch, %status, duration_ms, outcome = "dead_letter", %error, "task ended")
+            warn!(task = %claim.id, epoch = claim.epoch, %status, duration_ms, outcome = "dead_letter", error = %safe(error), "task ended")
         }
     }
     outcome
@@ -199,7 +348,7 @@ async fn execute(
 ) -> anyhow::Result<(Outcome, String)> {
     let d = task.delivery();
     let progress_file = runner
-        .dir
+        .progress_dir
         .join(format!("{}-{}.json", claim.id, claim.epoch));
     let last_progress = task
         .progress()
@@ -226,6 +375,15 @@ async fn execute(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    if let Some(user) = &runner.user {
+        // setgid, then (std does it whenever a uid is set) setgroups(0) and setuid.
+        command
+            .gid(user.gid)
+            .uid(user.uid)
+            .env("HOME", &user.home)
+            .env("USER", &user.name)
+            .env("LOGNAME", &user.name);
+    }
     let child = match command.spawn() {
         Ok(child) => child,
         Err(e) => return Ok((runner_failure(runner, task, &e).await, "-".into())),
@@ -257,19 +415,25 @@ async fn execute(
             status = program.child.wait() => break status.context("waiting for the program")?,
             () = task.cancelled(), if stopped.is_none() => stopped = Some(Stop::Cancelled),
             () = task.draining(), if stopped.is_none() => stopped = Some(Stop::Draining),
-            _ = poll.tick() => report_progress(task, &progress_file, &runner.dir, &mut seen),
+            _ = poll.tick() => report_progress(task, &progress_file, runner.progress_owner, &mut seen),
         }
         if let Some(why) = stopped {
             info!(task = %claim.id, epoch = claim.epoch, reason = ?why, "stopping the program (SIGTERM, SIGKILL after the grace period)");
             let kill_at = (Instant::now() + runner.spec.grace).min(task.lease_deadline());
             break program
-                .stop(kill_at, task, &progress_file, &runner.dir, &mut seen)
+                .stop(
+                    kill_at,
+                    task,
+                    &progress_file,
+                    runner.progress_owner,
+                    &mut seen,
+                )
                 .await?;
         }
     };
     // Whatever the program left running in its group goes with it.
     program.kill_group();
-    report_progress(task, &progress_file, &runner.dir, &mut seen);
+    report_progress(task, &progress_file, runner.progress_owner, &mut seen);
     let _ = std::fs::remove_file(&progress_file);
     // A background process of the program may hold the pipes open: read what is there
     // for a moment, then give up on the rest rather than hang the task.
@@ -360,7 +524,7 @@ impl<'a> Program<'a> {
         kill_at: Instant,
         task: &Task,
         progress_file: &Path,
-        dir: &Path,
+        owner: u32,
         seen: &mut Option<(std::time::SystemTime, u64)>,
     ) -> anyhow::Result<std::process::ExitStatus> {
         self.signal_group(Signal::SIGTERM);
@@ -370,7 +534,7 @@ impl<'a> Program<'a> {
             tokio::select! {
                 status = self.child.wait() => return status.context("waiting for the program"),
                 () = tokio::time::sleep_until(deadline) => break,
-                _ = poll.tick() => report_progress(task, progress_file, dir, seen),
+                _ = poll.tick() => report_progress(task, progress_file, owner, seen),
             }
         }
         self.kill_group();
@@ -398,7 +562,14 @@ impl Guardian {
     fn start(dir: &Path) -> anyhow::Result<Guardian> {
         use std::os::unix::process::CommandExt;
         let exe = std::env::current_exe().context("locating the muster binary")?;
-        let mut child = std::process::Command::new(exe)
+        let mut command = std::process::Command::new(exe);
+        // Not the runner's client settings (its token) either: the guardian needs none.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("MUSTER_") {
+                command.env_remove(name);
+            }
+        }
+        let mut child = command
             .arg("guard")
             .arg("--dir")
             .arg(dir)
@@ -453,6 +624,8 @@ impl Drop for Guardian {
 /// stdin ends (the runner exited or died), kills every group still held with SIGKILL
 /// and removes `dir`.
 pub fn guard(dir: &Path) -> anyhow::Result<()> {
+    // It holds no secret, but a program of the runner's user has no business with it.
+    non_dumpable().context("making muster guard non-dumpable")?;
     let mut held: HashSet<i32> = HashSet::new();
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {
@@ -525,18 +698,15 @@ async fn finish_reader(reader: tokio::task::JoinHandle<std::io::Result<Vec<u8>>>
 }
 
 /// Reads the progress file if it changed and hands a valid checkpoint to the worker.
-/// Only a regular file owned by the owner of `dir` (the runner's user) is read, opened
-/// without following a link and without blocking (a FIFO cannot stall the runner), and
-/// at most [`MAX_PROGRESS_BYTES`] + 1 bytes of it: a longer one is ignored.
+/// Only a regular file owned by `owner` (the program's user) is read, opened without
+/// following a link and without blocking (a FIFO cannot stall the runner), and at most
+/// [`MAX_PROGRESS_BYTES`] + 1 bytes of it: a longer one is ignored.
 fn report_progress(
     task: &Task,
     path: &Path,
-    dir: &Path,
+    owner: u32,
     seen: &mut Option<(std::time::SystemTime, u64)>,
 ) {
-    let Ok(owner) = std::fs::metadata(dir).map(|m| m.uid()) else {
-        return;
-    };
     let Ok(mut file) = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)

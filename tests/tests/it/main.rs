@@ -40,7 +40,9 @@
 //! - `leader`: the SDK finding a cluster's leader among stand-in cluster nodes.
 //! - `tui`: `muster tui` in tmux: redrive with confirm, read-only, no daemon.
 //! - `work_attacks`: `muster work`'s programs get none of its `MUSTER_*` settings (no
-//!   token), and a FIFO, oversized or linked progress file neither stalls, bloats nor
+//!   token) and cannot read the runner's environment or memory, `--user` runs them as
+//!   another user away from its token file, their stderr reaches the runner's log
+//!   escaped, and a FIFO, oversized or linked progress file neither stalls, bloats nor
 //!   misleads the runner.
 
 mod agent_chaos;
