@@ -153,6 +153,10 @@ pub struct LeaseRecord {
     pub granted_ms: u64,
 }
 
+/// What a task's record holds besides its payload, result and progress (its fields,
+/// timeline, last error and index entries), as its stored-bytes quota counts it.
+pub const TASK_RECORD_BYTES: u64 = 1024;
+
 /// A task as stored, without its payload (on disk in the form `format` gives it).
 #[derive(Debug, Clone)]
 pub struct TaskRecord {
@@ -196,8 +200,11 @@ pub struct TaskRecord {
     pub history: Vec<TimelineEvent>,
     /// The principal that enqueued it (with tokens), for its stored-bytes quota.
     pub enqueued_by: Option<String>,
-    /// The length of its payload, counted against that principal's quota.
-    pub payload_bytes: u64,
+    /// What it stores, counted against that principal's quota: its payload, result and
+    /// progress checkpoint, and [`TASK_RECORD_BYTES`] for the rest of its record (on
+    /// disk as format 1's `payload_bytes`; records written before results and progress
+    /// counted hold their payload's length only, until they are next written).
+    pub stored_bytes: u64,
 }
 
 /// The fields of a task record the engine's index needs, read at start-up without
@@ -224,8 +231,8 @@ pub struct TaskIndex {
     pub finished_ms: Option<u64>,
     /// The principal that enqueued it.
     pub enqueued_by: Option<String>,
-    /// The length of its payload.
-    pub payload_bytes: u64,
+    /// What it stores, counted against that principal's quota.
+    pub stored_bytes: u64,
 }
 
 /// What the engine indexes of a task, borrowed from a full record or a [`TaskIndex`].

@@ -694,7 +694,7 @@ impl<W: Waiter> Engine<W> {
         });
         self.last_id = self.last_id.max(id);
         if let Some(principal) = &rec.enqueued_by {
-            self.count_bytes(principal, rec.payload_bytes);
+            self.count_bytes(principal, rec.stored_bytes);
         }
         if let Some(clock) = clock
             && let Some(mut full) = self.store.task(id)?
@@ -1166,7 +1166,7 @@ impl<W: Waiter> Engine<W> {
     /// Removes a task from the store and every index.
     fn remove(&mut self, id: Ulid, rec: &TaskRecord) {
         if let Some(principal) = &rec.enqueued_by {
-            self.uncount_bytes(principal, rec.payload_bytes);
+            self.uncount_bytes(principal, rec.stored_bytes);
         }
         self.unindex(id);
         self.tasks.remove(&id);

@@ -35,7 +35,7 @@ use super::{
     TaskWait, Waiter, client, push_event,
 };
 use crate::auth::Principal;
-use crate::store::{LeaseRecord, QueueRecord, StoreError, TaskRecord};
+use crate::store::{LeaseRecord, QueueRecord, StoreError, TASK_RECORD_BYTES, TaskRecord};
 
 /// The `invalid_state` message of the cluster ops on a daemon that runs alone.
 pub const NOT_A_CLUSTER_NODE: &str =
@@ -605,10 +605,10 @@ impl<W: Waiter> Engine<W> {
                 finished_ms: None,
                 history: Vec::new(),
                 enqueued_by: owner.map(str::to_owned),
-                payload_bytes: t.payload.get().len() as u64,
+                stored_bytes: t.payload.get().len() as u64 + TASK_RECORD_BYTES,
             };
             if let Some(owner) = owner {
-                self.count_bytes(owner, rec.payload_bytes);
+                self.count_bytes(owner, rec.stored_bytes);
             }
             push_event(&mut rec, now, "enqueued", None, None, None);
             self.pending
@@ -937,7 +937,7 @@ impl<W: Waiter> Engine<W> {
         check_size("result", r.result.as_ref(), MAX_RESULT_BYTES)?;
         let (id, mut rec) = self.held(&r.task, r.epoch)?;
         let member = rec.lease.as_ref().map(|l| l.member.clone());
-        rec.result = match r.result {
+        let result = match r.result {
             // The agent finishes its task; the disk does not fill with its result.
             Some(result)
                 if self.disk_alarm && result.get().len() > MAX_RESULT_BYTES_UNDER_ALARM =>
@@ -946,6 +946,9 @@ impl<W: Waiter> Engine<W> {
             }
             result => result,
         };
+        let was = json_len(&rec.result);
+        self.recount_bytes(&mut rec, was, json_len(&result));
+        rec.result = result;
         telemetry::lease_ended(&rec.queue, LeaseEnd::Acked, granted_ms(&rec), now.wall_ms);
         if let Some(q) = self.queues.get_mut(&rec.queue) {
             q.totals.acked += 1;
@@ -1040,6 +1043,8 @@ impl<W: Waiter> Engine<W> {
         // Under the disk alarm the lease is renewed but a new checkpoint is not stored:
         // a reclaim then resumes from the last one stored before it.
         if r.progress.is_some() && !self.disk_alarm {
+            let was = json_len(&rec.progress);
+            self.recount_bytes(&mut rec, was, json_len(&r.progress));
             rec.progress = r.progress;
         }
         let cancel_requested = rec.cancel_requested;
@@ -1459,6 +1464,11 @@ impl<W> WaitFailure<W> {
     fn into_waiter_error(self) -> (W, Failure) {
         (self.0, self.1)
     }
+}
+
+/// The length of an optional JSON value, 0 for none.
+fn json_len(value: &Option<muster_protocol::RawJson>) -> u64 {
+    value.as_ref().map_or(0, |v| v.get().len() as u64)
 }
 
 /// Largest result an ack stores while the disk alarm is on; a larger one is replaced by

@@ -1,5 +1,6 @@
-//! Quotas on what producers make the daemon store: tasks per queue, and payload bytes
-//! per principal. Both are checked against the whole batch before anything of it is
+//! Quotas on what producers make the daemon store: tasks per queue, and bytes per
+//! principal (each task it enqueued: its payload, result and progress checkpoint, and
+//! [`TASK_RECORD_BYTES`] for the rest of its record). Both are checked against the whole batch before anything of it is
 //! written (an idempotent duplicate counts as new for the check), and both counts are
 //! kept as tasks come and go, never by a scan: tasks per queue are the queue's state
 //! indexes, bytes per principal are summed as tasks are enqueued and removed and
@@ -9,6 +10,7 @@ use muster_protocol::ErrorCode;
 use muster_protocol::ops::Enqueue;
 
 use super::{Engine, OpResult, Quotas, Waiter, client};
+use crate::store::{TASK_RECORD_BYTES, TaskRecord};
 
 impl<W: Waiter> Engine<W> {
     /// Sets the quotas (from the daemon's flags).
@@ -37,14 +39,19 @@ impl<W: Waiter> Engine<W> {
             return Ok(());
         };
         let stored = self.stored_bytes.get(owner).copied().unwrap_or(0);
-        let adding: u64 = r.tasks.iter().map(|t| t.payload.get().len() as u64).sum();
+        let adding: u64 = r
+            .tasks
+            .iter()
+            .map(|t| t.payload.get().len() as u64 + TASK_RECORD_BYTES)
+            .sum();
         let max_bytes = self.quotas.max_bytes_per_principal;
         if stored + adding > max_bytes {
             return Err(client(
                 ErrorCode::Limit,
                 format!(
-                    "token {owner:?} has {stored} payload bytes stored; {adding} more would pass \
-                     its quota of {max_bytes} (--max-bytes-per-token)"
+                    "token {owner:?} has {stored} bytes stored (its tasks' records, payloads, \
+                     results and progress); {adding} more would pass its quota of {max_bytes} \
+                     (--max-bytes-per-token)"
                 ),
             ));
         }
@@ -62,7 +69,21 @@ impl<W: Waiter> Engine<W> {
         }
     }
 
-    /// A task `principal` enqueued was removed: its payload no longer counts.
+    /// A field of `rec` that counts against its enqueuer's quota (its result, its
+    /// progress checkpoint) goes from `from` bytes to `to`.
+    pub(super) fn recount_bytes(&mut self, rec: &mut TaskRecord, from: u64, to: u64) {
+        assert!(
+            rec.stored_bytes >= from,
+            "a task's stored bytes hold its parts"
+        );
+        rec.stored_bytes = rec.stored_bytes - from + to;
+        if let Some(principal) = &rec.enqueued_by {
+            self.count_bytes(principal, to);
+            self.uncount_bytes(principal, from);
+        }
+    }
+
+    /// A task `principal` enqueued was removed: what it stored no longer counts.
     pub(super) fn uncount_bytes(&mut self, principal: &str, bytes: u64) {
         let stored = self
             .stored_bytes

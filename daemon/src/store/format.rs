@@ -149,7 +149,7 @@ impl TryFrom<StoredTask1> for TaskRecord {
             finished_ms: s.finished_ms,
             history: s.history.into_iter().map(Into::into).collect(),
             enqueued_by: s.enqueued_by,
-            payload_bytes: s.payload_bytes,
+            stored_bytes: s.payload_bytes,
         })
     }
 }
@@ -250,7 +250,7 @@ pub(super) fn encode_task(r: &TaskRecord) -> Vec<u8> {
             lease: r.lease.as_ref().map(Cow::Borrowed),
             finished_ms: r.finished_ms,
             enqueued_by: borrowed(&r.enqueued_by),
-            payload_bytes: r.payload_bytes,
+            payload_bytes: r.stored_bytes,
         },
         body: TaskBody {
             idempotency_key: borrowed(&r.idempotency_key),
@@ -310,7 +310,7 @@ pub(super) fn decode_task(bytes: &[u8]) -> Result<TaskRecord, String> {
         finished_ms: head.finished_ms,
         history: body.history.into_iter().map(Into::into).collect(),
         enqueued_by: owned(head.enqueued_by),
-        payload_bytes: head.payload_bytes,
+        stored_bytes: head.payload_bytes,
     })
 }
 
@@ -337,7 +337,7 @@ pub(super) fn decode_index(bytes: &[u8]) -> Result<TaskIndex, String> {
         lease: head.lease.map(Cow::into_owned),
         finished_ms: head.finished_ms,
         enqueued_by: head.enqueued_by.map(Cow::into_owned),
-        payload_bytes: head.payload_bytes,
+        stored_bytes: head.payload_bytes,
     })
 }
 
@@ -495,7 +495,7 @@ mod tests {
                 ),
             ],
             enqueued_by: Some("producers".into()),
-            payload_bytes: 256,
+            stored_bytes: 256,
         }
     }
 
@@ -522,7 +522,7 @@ mod tests {
             finished_ms: None,
             history: Vec::new(),
             enqueued_by: None,
-            payload_bytes: 0,
+            stored_bytes: 0,
         }
     }
 
@@ -540,7 +540,7 @@ mod tests {
                 &r.lease,
                 r.finished_ms,
                 &r.enqueued_by,
-                r.payload_bytes
+                r.stored_bytes
             )
         )
     }
@@ -564,7 +564,7 @@ mod tests {
                 lease: i.lease,
                 finished_ms: i.finished_ms,
                 enqueued_by: i.enqueued_by,
-                payload_bytes: i.payload_bytes,
+                stored_bytes: i.stored_bytes,
                 ..bare()
             };
             assert_eq!(index_of(&index), index_of(&rec));
@@ -578,7 +578,7 @@ mod tests {
         assert_eq!(format!("{rec:?}"), format!("{:?}", full()));
         let index = decode_index(json.as_bytes()).unwrap();
         assert_eq!(
-            (index.queue.as_str(), index.deliveries, index.payload_bytes),
+            (index.queue.as_str(), index.deliveries, index.stored_bytes),
             ("q-é", 2, 256)
         );
         let binary = encode_task(&rec);

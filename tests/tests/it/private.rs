@@ -507,7 +507,7 @@ async fn quotas_refuse_with_limit_and_hold_across_a_restart() {
             "--max-tasks-per-queue",
             "5",
             "--max-bytes-per-token",
-            "1000",
+            "4000",
         ],
     );
     let admin = d.client_as(ADMIN).await;
@@ -517,7 +517,8 @@ async fn quotas_refuse_with_limit_and_hold_across_a_restart() {
         .unwrap();
     let producer = d.client_as("producer-token-0123456789").await;
     let payload = |n: usize| NewTask::new(muster_sdk::json(&"x".repeat(n)).unwrap());
-    // Two payloads of 402 bytes (a JSON string of 400): 804 bytes stored.
+    // Two payloads of 402 bytes (a JSON string of 400) with their records (1024 bytes
+    // each): 2852 bytes stored.
     producer
         .enqueue_batch("jobs", vec![payload(400), payload(400)])
         .await
@@ -541,7 +542,7 @@ async fn quotas_refuse_with_limit_and_hold_across_a_restart() {
     drop((admin, producer));
     assert_eq!(d.terminate(), Some(0));
     d.restart();
-    // The producer's 804 bytes were counted again at start: refused on an empty queue.
+    // The producer's 2852 bytes were counted again at start: refused on an empty queue.
     d.client_as(ADMIN)
         .await
         .queue_create("more", QueuePatch::default())
@@ -551,7 +552,7 @@ async fn quotas_refuse_with_limit_and_hold_across_a_restart() {
     let refused = producer.enqueue("more", payload(200)).await.unwrap_err();
     assert_eq!(refused.code(), Some(ErrorCode::Limit), "{refused}");
     assert!(
-        refused.to_string().contains("has 804 payload bytes"),
+        refused.to_string().contains("has 2852 bytes stored"),
         "{refused}"
     );
     producer.enqueue("more", payload(100)).await.unwrap();

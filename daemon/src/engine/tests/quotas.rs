@@ -1,5 +1,6 @@
-//! Quotas: tasks per queue and payload bytes per principal, refused with `limit`
-//! before anything of the batch is stored, counted incrementally and rebuilt at start.
+//! Quotas: tasks per queue and stored bytes per principal (each task's payload, result
+//! and progress and `TASK_RECORD_BYTES` for its record), refused with `limit` before
+//! anything of the batch is stored, counted incrementally and rebuilt at start.
 
 use muster_protocol::model::{NewTask, QueuePatch};
 use muster_protocol::ops::{self, Enqueue, QueueName};
@@ -7,6 +8,7 @@ use muster_protocol::{ErrorCode, Request};
 
 use super::{Harness, principal, raw};
 use crate::engine::Quotas;
+use crate::store::TASK_RECORD_BYTES;
 
 const CONFIG: &str = r#"
 [[tokens]]
@@ -27,9 +29,10 @@ fn enqueue(payloads: &[&str]) -> Request {
     })
 }
 
+/// Room for two tasks with 10 bytes of payload between them.
 const QUOTAS: Quotas = Quotas {
     max_tasks_per_queue: 4,
-    max_bytes_per_principal: 10,
+    max_bytes_per_principal: 2 * TASK_RECORD_BYTES + 10,
 };
 
 #[test]
@@ -43,11 +46,16 @@ fn quotas_refuse_whole_batches_and_count_across_removal_and_restart() {
     );
     h.principal = Some(p);
     h.call(enqueue(&["1234", "123456"])).unwrap();
-    // 10 bytes stored: one more byte is past p's quota; nothing of the batch is kept.
+    // Two records and 10 bytes stored: one more task is past p's quota; nothing of the
+    // batch is kept.
     let refused = h.call(enqueue(&["1"])).unwrap_err();
     assert_eq!(refused.code, ErrorCode::Limit);
     assert!(
-        refused.message.contains("token \"p\" has 10 payload bytes"),
+        refused.message.starts_with(&format!(
+            "token \"p\" has {} bytes stored (its tasks' records, payloads, results and progress); {} more",
+            2 * TASK_RECORD_BYTES + 10,
+            TASK_RECORD_BYTES + 1
+        )),
         "{}",
         refused.message
     );
@@ -75,4 +83,59 @@ fn quotas_refuse_whole_batches_and_count_across_removal_and_restart() {
     h.principal = Some(p);
     h.call(enqueue(&["1234567890"])).unwrap();
     assert_eq!(h.code(enqueue(&["1"])), ErrorCode::Limit);
+}
+
+/// A task's result and progress checkpoint count against the token that enqueued it,
+/// as they are stored and replaced.
+#[test]
+fn results_and_progress_count_against_the_enqueuing_token() {
+    let mut h = Harness::new();
+    h.engine().set_quotas(Quotas {
+        max_tasks_per_queue: 100,
+        max_bytes_per_principal: 2 * TASK_RECORD_BYTES + 250,
+    });
+    h.create("jobs", QueuePatch::default());
+    let p = principal(CONFIG, "p-token-0123456789abcdef");
+    h.principal = Some(p);
+    h.call(enqueue(&["1"])).unwrap();
+    h.principal = None;
+    let (id, epoch) = h.claim_one("jobs");
+    // A checkpoint of 102 bytes, then one of 52 in its place.
+    let checkpoint = |n: usize| Some(raw(&format!("\"{}\"", "c".repeat(n))));
+    for n in [100, 50] {
+        h.call(Request::Renew(ops::Renew {
+            task: id.clone(),
+            epoch,
+            extend_ms: None,
+            progress: checkpoint(n),
+        }))
+        .unwrap();
+    }
+    // A result of 202 bytes: 1 + 52 + 202 of p's task stored with its record.
+    h.call(Request::Ack(ops::Ack {
+        task: id.clone(),
+        epoch,
+        result: Some(raw(&format!("\"{}\"", "r".repeat(200)))),
+    }))
+    .unwrap();
+    h.principal = Some(p);
+    let refused = h.call(enqueue(&["2"])).unwrap_err();
+    assert_eq!(refused.code, ErrorCode::Limit);
+    assert!(
+        refused.message.starts_with(&format!(
+            "token \"p\" has {} bytes stored",
+            TASK_RECORD_BYTES + 255
+        )),
+        "{}",
+        refused.message
+    );
+    // Counted again from the records at start.
+    let before = refused.message;
+    h.restart(1_000);
+    h.engine().set_quotas(Quotas {
+        max_tasks_per_queue: 100,
+        max_bytes_per_principal: 2 * TASK_RECORD_BYTES + 250,
+    });
+    h.principal = Some(p);
+    assert_eq!(h.call(enqueue(&["2"])).unwrap_err().message, before);
 }
