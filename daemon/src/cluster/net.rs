@@ -60,6 +60,12 @@ pub const ALPN: &[u8] = b"muster-raft/1";
 /// outsiders out of the cluster, so it must not be guessable.
 pub const MIN_SECRET_BYTES: usize = 32;
 
+/// Least entropy a cluster secret must show, in bits, as [`secret_entropy_bits`]
+/// estimates it. Every node hands its public key (derived from the secret) to whoever
+/// connects, so the secret must be beyond offline guessing: 128 bits is, whatever the
+/// key derivation costs. `head -c 48 /dev/urandom | base64` gives about 270.
+pub const MIN_SECRET_ENTROPY_BITS: f64 = 128.0;
+
 /// Largest frame, request or response, in bytes. An append-entries request past it is
 /// split by openraft (see [`Peer`]); a frame announcing more is refused before anything
 /// is read or allocated for it.
@@ -226,7 +232,36 @@ pub fn read_secret(path: &Path) -> anyhow::Result<Vec<u8>> {
             secret.len()
         );
     }
+    let bits = secret_entropy_bits(secret);
+    if bits < MIN_SECRET_ENTROPY_BITS {
+        bail!(
+            "the cluster secret in {} looks guessable (about {bits:.0} bits of entropy; at least {MIN_SECRET_ENTROPY_BITS:.0} are needed): make one with `head -c 48 /dev/urandom | base64`",
+            path.display()
+        );
+    }
     Ok(secret.to_vec())
+}
+
+/// An estimate of a secret's entropy, in bits: its length times the Shannon entropy of
+/// its bytes' frequencies. Random bytes, hex or base64 score near their true entropy;
+/// repeated characters and short alphabets (`AAAA…`, `passwordpassword…`) score low.
+/// An upper bound for text a person chose, which is why the floor is well above what
+/// guessing can reach.
+pub fn secret_entropy_bits(secret: &[u8]) -> f64 {
+    let mut counts = [0u32; 256];
+    for &b in secret {
+        counts[usize::from(b)] += 1;
+    }
+    let n = secret.len() as f64;
+    let per_byte: f64 = counts
+        .iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let p = f64::from(c) / n;
+            -p * p.log2()
+        })
+        .sum();
+    per_byte * n
 }
 
 /// Binds the node's cluster endpoint on `listen`: it serves RPCs ([`serve`]) and sends
@@ -1749,5 +1784,37 @@ mod tests {
         let good = dir.path().join("good");
         std::fs::write(&good, [SECRET, b"\n"].concat()).unwrap();
         assert_eq!(read_secret(&good).unwrap(), SECRET);
+        // Long enough but guessable: refused, saying how to make a good one.
+        for weak in [vec![b'A'; 40], b"passwordpasswordpasswordpassword".to_vec()] {
+            let path = dir.path().join("weak");
+            std::fs::write(&path, &weak).unwrap();
+            let refused = read_secret(&path).unwrap_err().to_string();
+            assert!(
+                refused.starts_with(&format!(
+                    "the cluster secret in {} looks guessable (about ",
+                    path.display()
+                )) && refused.ends_with(
+                    "bits of entropy; at least 128 are needed): make one with `head -c 48 /dev/urandom | base64`"
+                ),
+                "{refused}"
+            );
+        }
+    }
+
+    #[test]
+    fn secrets_are_estimated_by_the_spread_of_their_bytes() {
+        assert_eq!(secret_entropy_bits(&[b'A'; 40]), 0.0);
+        // 32 bytes over 16 symbols, evenly: 4 bits each.
+        assert_eq!(
+            secret_entropy_bits(b"0123456789abcdef0123456789abcdef"),
+            128.0
+        );
+        // 64 characters over 64 symbols, evenly: 6 bits each.
+        let base64: Vec<u8> = (b'A'..=b'Z')
+            .chain(b'a'..=b'z')
+            .chain(b'0'..=b'9')
+            .chain([b'+', b'/'])
+            .collect();
+        assert_eq!(secret_entropy_bits(&base64), 384.0);
     }
 }
