@@ -281,6 +281,23 @@ impl Tokens {
         self.by_digest.is_empty()
     }
 
+    /// Names of the consuming tokens that may use any member name (no `members`
+    /// patterns) while the config holds other tokens: each could take another tenant's
+    /// agent names first, to warn about.
+    pub fn unconfined_members(&self) -> Vec<String> {
+        if self.by_digest.len() < 2 {
+            return Vec::new();
+        }
+        let mut names: Vec<String> = self
+            .by_digest
+            .values()
+            .filter(|p| p.binds_members && p.has(Role::Consume) && p.members.is_empty())
+            .map(|p| p.name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
     /// Names of the tokens the config holds in plain text, to warn about.
     pub fn plaintext(&self) -> &[String] {
         &self.plaintext
@@ -358,6 +375,9 @@ roles = ["admin"]
         let ops = &tokens.by_digest[&one];
         assert_eq!(ops.check_member("anything"), Ok(()));
         assert_eq!(tokens.plaintext(), ["producer".to_owned()]);
+        // The admin (who consumes too) may use any name among other tenants: warned of.
+        assert_eq!(tokens.unconfined_members(), ["ops".to_owned()]);
+        assert!(Tokens::local("x").unconfined_members().is_empty());
     }
 
     #[test]

@@ -169,6 +169,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             "the config holds token {name:?} in plain text: store its SHA-256 as token_sha256 instead (muster admin token new)"
         );
     }
+    for name in configured.unconfined_members() {
+        warn!(
+            token = %name,
+            "token {name:?} may use any member name (no members patterns): it can take other tenants' agent names first; give each tenant's tokens members patterns (an admin's `muster member release NAME` frees a taken name)"
+        );
+    }
     let local_only = configured.is_empty() && !config.open;
     // Refused before anything is created or changed.
     config.check(!(configured.is_empty() && config.open))?;

@@ -402,12 +402,23 @@ impl<W: Waiter> Engine<W> {
     /// `member_release`: frees a member name bound to a principal. Refused while the
     /// member has a session or leases (drain it first).
     pub(super) fn member_release(&mut self, member: &str) -> Result<(), ErrorBody> {
-        if self.members.contains_key(member) {
+        if let Some(m) = self.members.get(member)
+            && !m.leased.is_empty()
+        {
             return Err(ErrorBody::new(
                 ErrorCode::InvalidState,
-                format!("member {member:?} has a session or leases: drain it first"),
+                format!(
+                    "member {member:?} holds {} leases: drain it (its agent finishes or hands them back) or revoke them first",
+                    m.leased.len()
+                ),
             ));
         }
+        // A session (a squatter's, say) ends: the name is the operator's to free.
+        self.end_session(
+            member,
+            &format!("an operator released member name {member:?}: this session has ended"),
+        );
+
         if !self.owners.remove(member, &mut self.pending) {
             return Err(ErrorBody::new(
                 ErrorCode::NotFound,

@@ -550,6 +550,36 @@ impl<W: Waiter> Engine<W> {
     }
 
     /// A connection ended: its member session (if any) ends with it. Leases stay.
+    /// Ends member `name`'s session for an operator: its agent is told (`closed`,
+    /// `replaced`: it must not come back under the name) and the member forgotten if it
+    /// holds nothing else. Nothing happens to a member without a session.
+    pub(super) fn end_session(&mut self, name: &str, why: &str) {
+        let Some(m) = self.members.get_mut(name) else {
+            return;
+        };
+        let before = m.counted();
+        let Some(session) = m.session.take() else {
+            return;
+        };
+        m.subscribed.clear();
+        let idle = m.is_idle();
+        self.sessions.remove(&session.connection);
+        self.generation += 1;
+        if !session.sink.is_closed() {
+            let error = ErrorBody::new(ErrorCode::Replaced, why);
+            self.pushes.push((session.sink, Push::Closed(error)));
+        }
+        tracing::info!(member = name, "member session ended by an operator");
+        let after = match idle {
+            true => {
+                self.members.remove(name);
+                Counted::default()
+            }
+            false => self.members[name].counted(),
+        };
+        self.recount(before, after);
+    }
+
     pub fn disconnected(&mut self, connection: u64) {
         self.watches.remove(&connection);
         self.heard.remove(&connection);

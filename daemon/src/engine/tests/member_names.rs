@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use muster_protocol::model::QueuePatch;
 use muster_protocol::ops::{self, Claim};
-use muster_protocol::{ErrorCode, Request};
+use muster_protocol::{ErrorCode, Push, Request};
 
 use super::{Harness, open, principal};
 use crate::auth::Principal;
@@ -76,7 +76,6 @@ fn names_without_session_or_lease_expire_and_an_admin_releases_them() {
     h.principal = Some(b);
     h.call_on(1, open("a/1", 1, false, false)).unwrap();
     h.principal = None;
-    assert_eq!(h.code(release("a/1")), ErrorCode::InvalidState);
     assert_eq!(h.code(release("nobody")), ErrorCode::NotFound);
     // The session stays ten minutes: the name stays bound all along.
     h.advance(600_000);
@@ -132,4 +131,46 @@ fn a_principal_binds_at_most_its_cap_of_names() {
     // Another principal is not affected.
     h.principal = Some(a);
     assert_eq!(h.claim_as("jobs", 1, "a/1").len(), 1);
+}
+
+#[test]
+fn an_admin_ends_a_squatters_session_and_frees_the_name_but_not_one_with_leases() {
+    let (mut h, a, b) = setup();
+    // b squats a/1 with a session it keeps open.
+    h.principal = Some(b);
+    h.call_on(1, open("a/1", 1, false, false)).unwrap();
+    h.principal = Some(a);
+    assert_eq!(h.code(open("a/1", 1, false, false)), ErrorCode::Forbidden);
+    // The admin's release ends b's session (b is told, and must not come back under
+    // the name) and frees the name for a.
+    h.principal = None;
+    h.call(release("a/1")).unwrap();
+    match h.pushed(1).as_slice() {
+        [Push::Closed(e)] => {
+            assert_eq!(e.code, ErrorCode::Replaced);
+            assert_eq!(
+                e.message,
+                "an operator released member name \"a/1\": this session has ended"
+            );
+        }
+        other => panic!("expected the session's end, got {other:?}"),
+    }
+    h.principal = Some(a);
+    h.call_on(2, open("a/1", 1, false, false)).unwrap();
+    // A member holding leases keeps its name: its work is not taken from it.
+    h.principal = None;
+    h.enqueue("jobs", "1");
+    h.principal = Some(a);
+    match h.call_on(2, claim("a/1")) {
+        Ok(Reply::Claim(r)) => assert_eq!(r.tasks.len(), 1),
+        other => panic!("claim: {other:?}"),
+    }
+    h.principal = None;
+    let refused = h.call(release("a/1")).unwrap_err();
+    assert_eq!(refused.code, ErrorCode::InvalidState);
+    assert_eq!(
+        refused.message,
+        "member \"a/1\" holds 1 leases: drain it (its agent finishes or hands them back) or revoke them first"
+    );
+    assert!(h.pushed(2).iter().all(|p| !matches!(p, Push::Closed(_))));
 }
