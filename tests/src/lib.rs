@@ -569,3 +569,38 @@ pub fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// One QUIC Initial that opens a handshake and never goes on, as a spoofing or
+/// stalling client sends, from its own UDP port.
+pub fn half_open_initial(server: std::net::SocketAddr) -> std::net::UdpSocket {
+    let mut crypto = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .expect("TLS 1.3")
+    .with_root_certificates(rustls::RootCertStore::empty())
+    .with_no_client_auth();
+    crypto.alpn_protocols = vec![b"muster/1".to_vec()];
+    let config = quinn::ClientConfig::new(std::sync::Arc::new(
+        quinn::crypto::rustls::QuicClientConfig::try_from(crypto).expect("QUIC TLS config"),
+    ));
+    let mut endpoint = quinn_proto::Endpoint::new(
+        std::sync::Arc::new(quinn_proto::EndpointConfig::default()),
+        None,
+        false,
+        None,
+    );
+    let now = std::time::Instant::now();
+    let (_, mut conn) = endpoint
+        .connect(now, config, server, "localhost")
+        .expect("a client connection");
+    let mut datagram = Vec::new();
+    let transmit = conn
+        .poll_transmit(now, 1, &mut datagram)
+        .expect("an Initial to send");
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("a UDP port");
+    socket
+        .send_to(&datagram[..transmit.size], server)
+        .expect("sending the Initial");
+    socket
+}

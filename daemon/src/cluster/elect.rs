@@ -66,24 +66,35 @@ struct Standing {
     /// majority's acknowledgements on the leader).
     heard: Option<Instant>,
     voters: BTreeSet<u64>,
+    /// On the leader: how long ago a majority last acknowledged it.
+    quorum_acked_ms: Option<u64>,
 }
 
 impl Standing {
     async fn read(raft: &Raft<Muster>) -> Option<Standing> {
-        raft.with_raft_state(|st| Standing {
+        let quorum_acked_ms = raft.metrics().borrow().millis_since_quorum_ack;
+        raft.with_raft_state(move |st| Standing {
             state: st.server_state,
             vote: *st.vote_ref(),
             heard: st.vote_last_modified(),
             voters: st.membership_state.effective().voter_ids().collect(),
+            quorum_acked_ms,
         })
         .await
         .ok()
     }
 
-    /// Whether a leader's lease still holds here: a leader was established and heard
-    /// from within [`LEADER_LEASE`].
+    /// Whether a leader's lease still holds here: on a follower, a leader was
+    /// established and heard from within [`LEADER_LEASE`]; on the leader, a majority
+    /// acknowledged it within [`LEADER_LEASE`] (its vote's clock is not refreshed by
+    /// those acknowledgements: `quorum_acked_ms` is).
     fn leader_lease_holds(&self, now: Instant) -> bool {
-        self.vote.is_committed() && self.heard.is_some_and(|at| now <= at + LEADER_LEASE)
+        match self.state {
+            ServerState::Leader => self
+                .quorum_acked_ms
+                .is_some_and(|age| age <= LEADER_LEASE.as_millis() as u64),
+            _ => self.vote.is_committed() && self.heard.is_some_and(|at| now <= at + LEADER_LEASE),
+        }
     }
 }
 
@@ -135,6 +146,11 @@ pub async fn run(id: u64, raft: Raft<Muster>, log: LogStore, mut network: Networ
             last_try = None;
             continue;
         }
+        // A leader heard from since this node's last try: a follower again, it waits
+        // out the leader's lease before trying.
+        if me.vote.is_committed() && me.heard.zip(last_try).is_some_and(|(h, t)| h > t) {
+            last_try = None;
+        }
         // Quiet since the leader (or a candidate this node voted for) was last heard
         // from, its own last try, or its start. openraft's rule: after a leader, wait
         // out its lease as well as a timeout.
@@ -143,7 +159,11 @@ pub async fn run(id: u64, raft: Raft<Muster>, log: LogStore, mut network: Networ
             .flatten()
             .max()
             .unwrap_or(started);
-        let wait = if me.vote.is_committed() && last_try.is_none() {
+        // After a leader, or a vote for another node (which may be about to lead and
+        // send its first heartbeat), the lease too; after a lost try of its own, only
+        // a timeout.
+        let followed = me.vote.is_committed() || me.vote.leader_id().voted_for() != Some(id);
+        let wait = if followed && last_try.is_none() {
             LEADER_LEASE + due_after
         } else {
             due_after
@@ -167,6 +187,18 @@ pub async fn run(id: u64, raft: Raft<Muster>, log: LogStore, mut network: Networ
                 granted,
                 majority,
                 "pre-vote lost: no election"
+            );
+            continue;
+        }
+        // While it asked, another node may have won an election this node voted in (or
+        // a leader may have been heard): then it follows, and stands in no election.
+        let Some(now_standing) = Standing::read(&raft).await else {
+            return;
+        };
+        if now_standing.vote != me.vote || now_standing.state == ServerState::Leader {
+            tracing::debug!(
+                term = req.term,
+                "pre-vote won, but the vote moved on: no election"
             );
             continue;
         }

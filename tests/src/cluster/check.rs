@@ -44,16 +44,31 @@ pub enum Fault {
     /// The leader's client relay blackholed (the cluster still sees it), restored after
     /// the hold.
     CutClientsFromLeader,
+    /// A flood of half-open handshakes (QUIC Initials from ever new source ports, as
+    /// spoofed ones are) at every node's cluster port while the leader is kill -9ed: a
+    /// new leader must still be elected within [`FLOOD_FAILOVER`]. The flood stops and
+    /// the node is restarted after the hold.
+    FloodAndKillLeader,
 }
 
 /// Every fault, equally likely.
-const FAULTS: [Fault; 5] = [
+const FAULTS: [Fault; 6] = [
     Fault::KillLeader,
     Fault::KillFollower,
     Fault::IsolateLeader,
     Fault::IsolateFollower,
     Fault::CutClientsFromLeader,
+    Fault::FloodAndKillLeader,
 ];
+
+/// Longest a flooded cluster may take to elect a new leader after its leader's kill:
+/// as long as a quiet one may.
+pub const FLOOD_FAILOVER: Duration = super::LEADER_TIMEOUT;
+
+/// Half-open handshakes sent to each node per flood round, and the pause between
+/// rounds: about 500 Initials a second in all, as the security review's flood.
+const FLOOD_PER_ROUND: usize = 8;
+const FLOOD_ROUND: Duration = Duration::from_millis(50);
 
 /// One run's settings.
 #[derive(Debug, Clone)]
@@ -139,7 +154,10 @@ async fn inject(
         let hold = Duration::from_millis(rng.random_range(HOLD_MS));
         let leader = cluster.leader().await;
         let node: NodeId = match fault {
-            Fault::KillLeader | Fault::IsolateLeader | Fault::CutClientsFromLeader => leader.node,
+            Fault::KillLeader
+            | Fault::IsolateLeader
+            | Fault::CutClientsFromLeader
+            | Fault::FloodAndKillLeader => leader.node,
             Fault::KillFollower | Fault::IsolateFollower => {
                 cluster.follower(leader.node, rng.random_range(0..NODES))
             }
@@ -165,6 +183,33 @@ async fn inject(
                 tokio::time::sleep(hold).await;
                 cluster.restore_clients(node);
             }
+            Fault::FloodAndKillLeader => {
+                let targets: Vec<std::net::SocketAddr> = cluster
+                    .node_ids()
+                    .into_iter()
+                    .map(|id| cluster.cluster_addr(id).parse().expect("a cluster address"))
+                    .collect();
+                let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                // Stops the flood however this fault ends (a panic included).
+                let stopping = FloodHandle(std::sync::Arc::clone(&stop));
+                let flood =
+                    tokio::task::spawn_blocking(move || flood_cluster_ports(&targets, &stop));
+                cluster.kill9(node);
+                let killed = Instant::now();
+                let next = tokio::time::timeout(FLOOD_FAILOVER, cluster.leader())
+                    .await
+                    .unwrap_or_else(|_| panic!("no leader within {FLOOD_FAILOVER:?} of the leader's kill under a handshake flood"));
+                println!(
+                    "checker: under the flood, node {} leads in term {} {:.2} s after the kill",
+                    next.node,
+                    next.term,
+                    killed.elapsed().as_secs_f64()
+                );
+                tokio::time::sleep(hold).await;
+                drop(stopping);
+                flood.await.expect("the flood's thread");
+                cluster.restart(node).await;
+            }
         }
     }
     // Every fault was undone already; this is the end state the drain relies on.
@@ -180,4 +225,26 @@ async fn inject(
         leader.node, leader.term
     );
     made
+}
+
+/// Stops the flood it belongs to when dropped.
+struct FloodHandle(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for FloodHandle {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Sends half-open handshakes to every target until `stop`: each a QUIC Initial from a
+/// socket of its own, never answered further.
+fn flood_cluster_ports(targets: &[std::net::SocketAddr], stop: &std::sync::atomic::AtomicBool) {
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        for &target in targets {
+            for _ in 0..FLOOD_PER_ROUND {
+                drop(crate::half_open_initial(target));
+            }
+        }
+        std::thread::sleep(FLOOD_ROUND);
+    }
 }

@@ -3,7 +3,7 @@
 //! listings blinded by one producer. Each runs the attack and asserts that another
 //! client is still served, and how much the daemon's memory grew.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,41 +38,6 @@ async fn served(options: ConnectOptions, token: &str) -> Duration {
     took
 }
 
-/// One QUIC Initial that opens a handshake and never goes on, as a spoofing or
-/// stalling client sends, from its own UDP port.
-fn half_open_initial(server: SocketAddr) -> UdpSocket {
-    let mut crypto = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_protocol_versions(&[&rustls::version::TLS13])
-    .expect("TLS 1.3")
-    .with_root_certificates(rustls::RootCertStore::empty())
-    .with_no_client_auth();
-    crypto.alpn_protocols = vec![b"muster/1".to_vec()];
-    let config = quinn::ClientConfig::new(Arc::new(
-        quinn::crypto::rustls::QuicClientConfig::try_from(crypto).expect("QUIC TLS config"),
-    ));
-    let mut endpoint = quinn_proto::Endpoint::new(
-        Arc::new(quinn_proto::EndpointConfig::default()),
-        None,
-        false,
-        None,
-    );
-    let now = std::time::Instant::now();
-    let (_, mut conn) = endpoint
-        .connect(now, config, server, "localhost")
-        .expect("a client connection");
-    let mut datagram = Vec::new();
-    let transmit = conn
-        .poll_transmit(now, 1, &mut datagram)
-        .expect("an Initial to send");
-    let socket = UdpSocket::bind("127.0.0.1:0").expect("a UDP port");
-    socket
-        .send_to(&datagram[..transmit.size], server)
-        .expect("sending the Initial");
-    socket
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_open_handshakes_and_silent_connections_never_keep_an_agent_out() {
     let (d, _config) = secured(&["--max-connections", "8"]);
@@ -82,7 +47,7 @@ async fn half_open_handshakes_and_silent_connections_never_keep_an_agent_out() {
     // handshake budget, each from its own port: the sockets stay open, silent.
     let mut initials = Vec::new();
     for _ in 0..16 {
-        initials.push(half_open_initial(server));
+        initials.push(muster_tests::half_open_initial(server));
     }
     let took = served(d.options(), CONSUMER).await;
     assert!(
@@ -90,7 +55,7 @@ async fn half_open_handshakes_and_silent_connections_never_keep_an_agent_out() {
         "served after {took:?} behind 16 half-open handshakes"
     );
     for _ in 0..400 {
-        initials.push(half_open_initial(server));
+        initials.push(muster_tests::half_open_initial(server));
     }
     let took = served(d.options(), CONSUMER).await;
     assert!(
