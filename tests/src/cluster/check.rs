@@ -1,5 +1,6 @@
 //! The total-queue checker against a relayed three-node cluster: while producers and
-//! agents run, a nemesis kills, isolates and cuts off the leader or a follower, one
+//! agents run, a nemesis kills, isolates and cuts off the leader or a follower, or
+//! kills the leader under a flood of half-open handshakes at every cluster port, one
 //! fault at a time; then everything is healed, the queue drained, and the report must
 //! be clean, with no term in which two nodes acknowledged writes.
 //!
