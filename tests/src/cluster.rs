@@ -84,7 +84,31 @@ pub struct Cluster {
     relays: Option<Relays>,
     /// Flags every node gets (e.g. `--cluster-snapshot-every 100`).
     extra: Vec<String>,
+    /// With tokens configured ([`Cluster::start_secured`]): the token every client of
+    /// the harness presents (an admin of every queue).
+    token: Option<String>,
 }
+
+/// The tokens of a cluster started by [`Cluster::start_secured`]: an admin of every
+/// queue (the harness's own clients) and an admin confined to queues `jobs*`.
+pub const SECURED_CONFIG: &str = r#"
+[[tokens]]
+name = "admin"
+token = "cluster-admin-token-0123456789"
+roles = ["admin"]
+
+[[tokens]]
+name = "jobs-admin"
+token = "jobs-admin-token-0123456789ab"
+roles = ["admin"]
+queues = ["jobs", "jobs.*"]
+"#;
+
+/// The admin of every queue of [`SECURED_CONFIG`].
+pub const SECURED_ADMIN: &str = "cluster-admin-token-0123456789";
+
+/// The admin confined to queues `jobs*` of [`SECURED_CONFIG`].
+pub const QUEUE_ADMIN: &str = "jobs-admin-token-0123456789ab";
 
 /// One node: where it lives and listens, and its process while it runs.
 struct Node {
@@ -171,12 +195,33 @@ impl Cluster {
         Cluster::start_on(nodes, true, &[]).await
     }
 
+    /// [`Cluster::start_relayed`] with the tokens of [`SECURED_CONFIG`]: the harness's
+    /// clients present [`SECURED_ADMIN`].
+    pub async fn start_secured(nodes: usize) -> Cluster {
+        Cluster::start_with_tokens(nodes, true, &[], true).await
+    }
+
     async fn start_on(count: usize, relayed: bool, extra: &[&str]) -> Cluster {
+        Cluster::start_with_tokens(count, relayed, extra, false).await
+    }
+
+    async fn start_with_tokens(
+        count: usize,
+        relayed: bool,
+        extra: &[&str],
+        secured: bool,
+    ) -> Cluster {
         assert!(count >= 1, "a cluster has at least one node");
         let root = tempfile::tempdir().expect("temporary cluster directory");
         make_private_dir(root.path());
         write_secret(&root.path().join("cluster.secret"));
         make_private_dir(&root.path().join("client"));
+        let mut extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
+        if secured {
+            let config = root.path().join("muster.toml");
+            std::fs::write(&config, SECURED_CONFIG).expect("writing the tokens");
+            extra.extend(["--config".to_owned(), config.display().to_string()]);
+        }
         let ports = pick_ports(count);
         let relays = if relayed {
             Some(Relays::start(&ports).await)
@@ -187,7 +232,8 @@ impl Cluster {
             root,
             nodes: Vec::new(),
             relays,
-            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            extra,
+            token: secured.then(|| SECURED_ADMIN.to_owned()),
         };
         for (i, p) in ports.iter().enumerate() {
             let id = i as NodeId + 1;
@@ -213,10 +259,10 @@ impl Cluster {
         // Every node and every client (the harness's probes too) shares node 1's
         // identity, made at its first start.
         let first = cluster.nodes[0].data.clone();
-        copy_identity(&first, &cluster.client_dir(), false);
+        copy_identity(&first, &cluster.client_dir(), false, !secured);
         cluster.leader().await;
         for id in 2..=count as NodeId {
-            copy_identity(&first, &cluster.node(id).data, true);
+            copy_identity(&first, &cluster.node(id).data, true, !secured);
             cluster.spawn(id, &[]).await;
             cluster.join(id).await;
         }
@@ -234,7 +280,7 @@ impl Cluster {
         let p = pick_ports(1)[0];
         let data = self.root.path().join(format!("node-{id}"));
         make_private_dir(&data);
-        copy_identity(&self.node(1).data, &data, true);
+        copy_identity(&self.node(1).data, &data, true, self.token.is_none());
         self.nodes.push(Node {
             id,
             data,
@@ -371,6 +417,7 @@ impl Cluster {
         ConnectOptions {
             addr,
             trust: Trust::DataDir(self.client_dir()),
+            token: self.token.clone(),
             ..ConnectOptions::default()
         }
     }
@@ -511,6 +558,9 @@ impl Cluster {
             .env_remove("MUSTER_PIN")
             .env_remove("MUSTER_CA")
             .env_remove("MUSTER_CONTEXT");
+        if let Some(token) = &self.token {
+            cmd.env("MUSTER_TOKEN", token);
+        }
         crate::Proc::spawn(cmd)
     }
 
@@ -558,17 +608,30 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("node {id}: {e}"))
     }
 
+    /// Runs the CLI against the whole cluster presenting `token` instead of the
+    /// harness's own.
+    pub async fn cli_as(&self, token: &str, args: &[&str]) -> Output {
+        self.cli_run(&self.addrs(), Some(token), args).await
+    }
+
     async fn cli_addr(&self, addr: &str, args: &[&str]) -> Output {
-        let run = tokio::process::Command::new(crate::muster_bin())
-            .args(args)
+        self.cli_run(addr, self.token.as_deref(), args).await
+    }
+
+    async fn cli_run(&self, addr: &str, token: Option<&str>, args: &[&str]) -> Output {
+        let mut cmd = tokio::process::Command::new(crate::muster_bin());
+        cmd.args(args)
             .env("MUSTER_ADDR", addr)
             .env("MUSTER_DATA", self.client_dir())
             .env_remove("MUSTER_PIN")
             .env_remove("MUSTER_CA")
             .env_remove("MUSTER_CONTEXT")
             .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output();
+            .kill_on_drop(true);
+        if let Some(token) = token {
+            cmd.env("MUSTER_TOKEN", token);
+        }
+        let run = cmd.output();
         tokio::time::timeout(CLI_TIMEOUT, run)
             .await
             .unwrap_or_else(|_| panic!("muster {args:?} did not finish within {CLI_TIMEOUT:?}"))
@@ -843,13 +906,15 @@ fn make_private_dir(dir: &Path) {
 
 /// Copies the certificate and local token (and with `key`, the private key) of the
 /// data directory `from` into `to` (permissions kept).
-fn copy_identity(from: &Path, to: &Path, key: bool) {
+fn copy_identity(from: &Path, to: &Path, key: bool, local_token: bool) {
     use muster_sdk::protocol::{CERT_FILE, KEY_FILE, LOCAL_TOKEN_FILE};
-    let files: &[&str] = if key {
-        &[CERT_FILE, KEY_FILE, LOCAL_TOKEN_FILE]
-    } else {
-        &[CERT_FILE, LOCAL_TOKEN_FILE]
-    };
+    let mut files = vec![CERT_FILE];
+    if key {
+        files.push(KEY_FILE);
+    }
+    if local_token {
+        files.push(LOCAL_TOKEN_FILE);
+    }
     for file in files {
         std::fs::copy(from.join(file), to.join(file))
             .unwrap_or_else(|e| panic!("copying {file} from {}: {e}", from.display()));

@@ -50,16 +50,21 @@ pub enum Fault {
     /// new leader must still be elected within [`FLOOD_FAILOVER`]. The flood stops and
     /// the node is restarted after the hold.
     FloodAndKillLeader,
+    /// An admin confined to some queues tries to remove a follower and to add a node
+    /// that does not exist: both refused (`forbidden`), the voters unchanged, and the
+    /// cluster serving on. Nothing to undo.
+    ScopedAdminChangesMembership,
 }
 
 /// Every fault, equally likely.
-const FAULTS: [Fault; 6] = [
+const FAULTS: [Fault; 7] = [
     Fault::KillLeader,
     Fault::KillFollower,
     Fault::IsolateLeader,
     Fault::IsolateFollower,
     Fault::CutClientsFromLeader,
     Fault::FloodAndKillLeader,
+    Fault::ScopedAdminChangesMembership,
 ];
 
 /// Longest a flooded cluster may take to elect a new leader after its leader's kill:
@@ -118,7 +123,9 @@ pub async fn check(config: Config) -> Report {
         "checker: seed={} nemesis=cluster faults={} run_for={:?}",
         config.seed, config.faults, config.run_for
     );
-    let mut cluster = Cluster::start_relayed(NODES).await;
+    // With tokens, so that an admin confined to some queues can try what only an admin
+    // of every queue may.
+    let mut cluster = Cluster::start_secured(NODES).await;
     let target = Target {
         options: cluster.options(),
         clustered: true,
@@ -159,7 +166,7 @@ async fn inject(
             | Fault::IsolateLeader
             | Fault::CutClientsFromLeader
             | Fault::FloodAndKillLeader => leader.node,
-            Fault::KillFollower | Fault::IsolateFollower => {
+            Fault::KillFollower | Fault::IsolateFollower | Fault::ScopedAdminChangesMembership => {
                 cluster.follower(leader.node, rng.random_range(0..NODES))
             }
         };
@@ -183,6 +190,35 @@ async fn inject(
                 cluster.cut_clients(node);
                 tokio::time::sleep(hold).await;
                 cluster.restore_clients(node);
+            }
+            Fault::ScopedAdminChangesMembership => {
+                let before = cluster.status(leader.node).await.voters;
+                let follower = node.to_string();
+                for args in [
+                    vec!["cluster", "remove", follower.as_str()],
+                    vec![
+                        "cluster",
+                        "add",
+                        "99",
+                        "--node-addr",
+                        "127.0.0.1:9",
+                        "--cluster-addr",
+                        "127.0.0.1:9",
+                        "--catch-up",
+                        "1s",
+                    ],
+                ] {
+                    let out = cluster.cli_as(super::QUEUE_ADMIN, &args).await;
+                    let stderr = String::from_utf8_lossy(&out.stderr);
+                    assert_eq!(out.status.code(), Some(1), "muster {args:?}: {stderr}");
+                    assert_eq!(
+                        stderr,
+                        "muster: forbidden: token \"jobs-admin\" is limited to some queues\n",
+                        "muster {args:?}"
+                    );
+                }
+                assert_eq!(cluster.status(leader.node).await.voters, before);
+                tokio::time::sleep(hold).await;
             }
             Fault::FloodAndKillLeader => {
                 let targets: Vec<std::net::SocketAddr> = cluster
