@@ -4,7 +4,8 @@
 //! A context is a daemon kept by name in a small TOML file in the user's configuration
 //! directory (`$XDG_CONFIG_HOME/muster/contexts.toml`, by default
 //! `~/.config/muster/contexts.toml`; `~/Library/Application Support/muster/` on macOS):
-//! an address and how to trust the daemon (pin, CA file or data directory). The one in
+//! an address, how to trust the daemon (pin, CA file or data directory) and, if asked,
+//! the path of a token file (never a token: the file stays the only copy). The one in
 //! use is the one named (`--context NAME`, else `MUSTER_CONTEXT`), else the file's
 //! `current`. A connection option given as a flag, an argument or an environment
 //! variable (`--addr`, `MUSTER_ADDR`, …) wins over the context's ([`ConnectArgs`]).
@@ -41,6 +42,10 @@ pub struct Context {
     /// The daemon's data directory, where its certificate is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<PathBuf>,
+    /// A file holding the token to present (its path: a context never holds a token).
+    /// Used like `--token-file` when the daemon is trusted by this context's trust.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
 }
 
 /// The whole file.
@@ -209,12 +214,23 @@ impl ConnectArgs {
 
     /// The options with `context` filling in what was not given. Trust is taken whole,
     /// from these options if any of `pin`, `ca` and `data` was given, else from the
-    /// context: a pin beats a CA file, which beats a data directory.
+    /// context: a pin beats a CA file, which beats a data directory. The context's token
+    /// file goes with its trust (it is only sent to a daemon the context trusts), and a
+    /// token or token file given wins over it.
     pub fn options_with(&self, context: Option<&Context>) -> ConnectOptions {
         let given_trust = self.pin.is_some() || self.ca.is_some() || self.data.is_some();
-        let (pin, ca, data) = match context {
-            Some(c) if !given_trust => (c.pin.clone(), c.ca.clone(), c.data.clone()),
-            _ => (self.pin.clone(), self.ca.clone(), self.data.clone()),
+        let (pin, ca, data, token_file) = match context {
+            Some(c) if !given_trust => (
+                c.pin.clone(),
+                c.ca.clone(),
+                c.data.clone(),
+                c.token_file.clone(),
+            ),
+            _ => (self.pin.clone(), self.ca.clone(), self.data.clone(), None),
+        };
+        let token_file = match (&self.token, &self.token_file) {
+            (None, None) => token_file,
+            (_, given) => given.clone(),
         };
         let trust = match (pin, ca) {
             (Some(pin), _) => Trust::Pin(pin),
@@ -230,7 +246,7 @@ impl ConnectArgs {
             addr,
             trust,
             token: self.token.clone(),
-            token_file: self.token_file.clone(),
+            token_file,
             server_name: self.server_name.clone(),
             bind: None,
         }

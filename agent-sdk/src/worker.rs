@@ -5,6 +5,10 @@
 //! latest progress, and fires the task's cancellation when a cancel is asked, the lease
 //! is lost or revoked. The handler's [`Outcome`] becomes an ack, a nack or a dead-letter.
 //!
+//! A queue that does not exist yet (an agent started before its queue was created) is
+//! waited for: logged once, subscribed to again with the worker's backoff until it
+//! exists, the worker's other queues served meanwhile.
+//!
 //! Connections fail; work goes on. After a lost connection or a daemon restart the
 //! worker reconnects with backoff and jitter, opens its session with `resume` (its
 //! leases are kept, nothing is reclaimed, no failure is counted) and goes on renewing
@@ -33,7 +37,7 @@
 //! first deadline comes from the daemon's wall-clock expiry (clocks assumed in sync
 //! within the margin), bounded by the lease's length from its arrival.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -353,7 +357,10 @@ impl Worker {
     /// Runs until shut down (or drained) and every task is settled or released.
     ///
     /// Fails only when the session was taken over by another process under the same
-    /// member name (`replaced`) or the daemon refuses the session (e.g. a bad name).
+    /// member name (`replaced`) or the daemon refuses the session or the subscription
+    /// (e.g. a bad name, a queue the token may not consume). A queue that does not exist
+    /// is not a failure: the worker waits for it (logged once), serving its other
+    /// queues meanwhile.
     pub async fn run<H, F>(self, handler: H) -> Result<(), Error>
     where
         H: Fn(Task) -> F + Send + Sync + 'static,
@@ -371,6 +378,9 @@ impl Worker {
             opened: false,
             leader_moved: false,
             stopping: HashMap::new(),
+            waiting_for: HashSet::new(),
+            subscribe_again: None,
+            subscribe_failures: 0,
             events: mpsc::unbounded_channel(),
         };
         run.run().await
@@ -396,6 +406,13 @@ struct Run<H> {
     leader_moved: bool,
     /// Handlers of leases lost or revoked, told to stop and not yet ended.
     stopping: HashMap<String, Stopping>,
+    /// Queues of the worker's that did not exist at its last subscription, each logged
+    /// once when first missed.
+    waiting_for: HashSet<String>,
+    /// When to subscribe again, while a queue is waited for.
+    subscribe_again: Option<Instant>,
+    /// Subscriptions in a row that missed a queue, for the backoff.
+    subscribe_failures: u32,
     events: (mpsc::UnboundedSender<Event>, mpsc::UnboundedReceiver<Event>),
 }
 
@@ -554,11 +571,63 @@ where
             self.begin_drain();
         }
         if self.draining.is_none() {
-            client
-                .subscribe(&self.config.member, &self.config.queues)
-                .await?;
+            self.subscribe(&client).await?;
         }
         Ok((client, pushes))
+    }
+
+    /// Subscribes to the worker's queues that exist. A queue that does not exist (yet:
+    /// an agent started before its queue was created) is waited for, not a failure: it
+    /// is logged once (WARN, naming it), the others are served meanwhile, and the
+    /// subscription is sent again with the worker's backoff until every queue exists.
+    /// Any other refusal (`forbidden`, …) fails the worker.
+    async fn subscribe(&mut self, client: &Client) -> Result<(), Error> {
+        let member = &self.config.member;
+        let mut missing = Vec::new();
+        let subscribed = match client.subscribe(member, &self.config.queues).await {
+            Err(e) if is_not_found(&e) => {
+                let mut present = Vec::new();
+                for queue in &self.config.queues {
+                    match client.queue_describe(queue).await {
+                        Ok(_) => present.push(queue.clone()),
+                        Err(e) if is_not_found(&e) => missing.push(queue.clone()),
+                        Err(e) => return Err(e),
+                    }
+                }
+                if present.is_empty() {
+                    Ok(())
+                } else {
+                    client.subscribe(member, &present).await
+                }
+            }
+            other => other,
+        };
+        let raced = match subscribed {
+            Ok(()) => false,
+            // A queue deleted between the look and the subscription: the next try sees it.
+            Err(e) if is_not_found(&e) => true,
+            Err(e) => return Err(e),
+        };
+        for queue in &missing {
+            if self.waiting_for.insert(queue.clone()) {
+                warn!(queue = %queue, "the queue does not exist; waiting for it to be created");
+            }
+        }
+        self.waiting_for.retain(|queue| {
+            let found = !missing.contains(queue);
+            if found {
+                info!(queue = %queue, "the queue exists now; serving it");
+            }
+            !found
+        });
+        if missing.is_empty() && !raced {
+            self.subscribe_failures = 0;
+            self.subscribe_again = None;
+        } else {
+            self.subscribe_failures += 1;
+            self.subscribe_again = Some(Instant::now() + backoff(self.subscribe_failures));
+        }
+        Ok(())
     }
 
     /// Serves one connection. Returns `Ok(true)` when the worker is done, `Ok(false)`
@@ -650,6 +719,20 @@ where
                         self.settle(client, settle);
                     }
                     self.renew_due(client);
+                    // A queue waited for: subscribe again (never while draining).
+                    if self.draining.is_none()
+                        && self.subscribe_again.is_some_and(|at| Instant::now() >= at)
+                    {
+                        match self.subscribe(client).await {
+                            Ok(()) => {}
+                            Err(e) if is_refusal(&e) => return Err(e),
+                            Err(Error::Server(e)) if leader_moved(&e.code) => {
+                                self.leader_moved = true;
+                                return Ok(false);
+                            }
+                            Err(_) => return Ok(false),
+                        }
+                    }
                     if let Some(deadline) = self.draining
                         && Instant::now() >= deadline
                     {
@@ -1085,6 +1168,11 @@ fn is_refusal(e: &Error) -> bool {
         Error::InvalidInput(_) => true,
         _ => false,
     }
+}
+
+/// Whether a request was refused with `not_found` (a queue that does not exist).
+fn is_not_found(e: &Error) -> bool {
+    matches!(e, Error::Server(body) if body.code == ErrorCode::NotFound)
 }
 
 /// Whether an error code says the request went to a node that does not lead (any

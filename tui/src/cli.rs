@@ -150,7 +150,8 @@ pub enum Command {
         yes: bool,
     },
     /// Counts per queue and state, what happened since the daemon started, and the
-    /// daemon's group commit.
+    /// daemon's group commit. With --json, one object per line, each with a `kind`:
+    /// `queue` (the fields of `queue describe --json`), then `daemon`.
     Stats {
         /// Only this queue.
         queue: Option<String>,
@@ -198,10 +199,22 @@ pub enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Print muster's man page (roff): `muster man > ~/.local/share/man/man1/muster.1`.
-    Man,
+    /// Print muster's man page (roff), or a subcommand's (`muster man queue create`):
+    /// `muster man > ~/.local/share/man/man1/muster.1`; `--dir` writes them all.
+    Man {
+        /// The subcommand whose page to print, e.g. `queue create`; muster's own page
+        /// without one.
+        subcommand: Vec<String>,
+        /// Write every page into DIR instead (muster.1, muster-enqueue.1,
+        /// muster-queue-create.1, …), printing the path of each file written:
+        /// `muster man --dir ~/.local/share/man/man1`.
+        #[arg(long, conflicts_with = "subcommand")]
+        dir: Option<std::path::PathBuf>,
+    },
     /// The guardian `muster work` starts for itself: kills the process groups named on
-    /// stdin (`+PGID` holds, `-PGID` lets go) when stdin ends, then removes DIR.
+    /// stdin (`+PGID` holds, `-PGID` lets go) when stdin ends, then removes DIR. Refuses
+    /// at once a DIR that is not the runner's private directory (a directory of this
+    /// user named muster-work-*, mode 0700 or 0711, not a symbolic link).
     #[command(hide = true)]
     Guard {
         /// The runner's private directory, removed at the end.
@@ -214,12 +227,13 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum ContextCommand {
     /// Add (or replace) a context from the connection options given with it (`--addr`,
-    /// and `--pin`, `--ca` or `--data`); the first one added becomes current.
+    /// and `--pin`, `--ca` or `--data`, and `--token-file`: its path is kept, never a
+    /// token); the first one added becomes current.
     Add {
         /// The context's name: [A-Za-z0-9._-]{1,64}.
         name: String,
     },
-    /// List contexts: name, current, address, trust.
+    /// List contexts: name, current, address, trust (and token file).
     List,
     /// Make a context current.
     Use {

@@ -1,6 +1,6 @@
 //! What each subcommand does: build the request, call the daemon, print the result.
 
-use std::io::BufRead;
+use std::io::{BufRead, Write as _};
 use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
@@ -61,13 +61,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             clap_complete::generate(shell, &mut cli, "muster", &mut stdout);
             return std::io::Write::flush(&mut stdout).context("writing the completions");
         }
-        Command::Man => {
-            let mut stdout = std::io::stdout();
-            clap_mangen::Man::new(Cli::command())
-                .render(&mut stdout)
-                .context("writing the man page")?;
-            return std::io::Write::flush(&mut stdout).context("writing the man page");
-        }
+        Command::Man { subcommand, dir } => return man(&subcommand, dir.as_deref()),
         other => other,
     };
     let options = options(&cli.global)?;
@@ -331,10 +325,83 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
         | Command::Guard { .. }
         | Command::Context(_)
         | Command::Completions { .. }
-        | Command::Man => {
+        | Command::Man { .. } => {
             unreachable!("handled before connecting")
         }
     }
+}
+
+/// The command line's definition as the man pages show it: built (every subcommand
+/// knows its full name, `muster-queue-create`, and the global options), with no `help`
+/// subcommand.
+pub fn man_command() -> clap::Command {
+    let mut command = Cli::command().disable_help_subcommand(true);
+    command.build();
+    command
+}
+
+/// `muster man [SUBCOMMAND...]` prints one page; `muster man --dir DIR` writes the page
+/// of muster and of every subcommand (hidden ones aside) into DIR, a file each named
+/// after the command (`muster-queue-create.1`), and prints their paths.
+fn man(subcommand: &[String], dir: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let command = man_command();
+    if let Some(dir) = dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut written = Vec::new();
+        write_pages(command, dir, &mut written)?;
+        let mut stdout = std::io::stdout().lock();
+        for path in written {
+            writeln!(stdout, "{}", path.display())?;
+        }
+        return stdout.flush().context("writing the list of pages");
+    }
+    let mut page = command;
+    let mut path = vec!["muster".to_owned()];
+    for name in subcommand {
+        let Some(sub) = page
+            .find_subcommand(name)
+            .filter(|s| !s.is_hide_set())
+            .cloned()
+        else {
+            bail!(
+                "{} has no subcommand {name:?} (see `{} --help`)",
+                path.join(" "),
+                path.join(" ")
+            );
+        };
+        path.push(sub.get_name().to_owned());
+        page = sub;
+    }
+    let mut stdout = std::io::stdout().lock();
+    page_of(page)
+        .render(&mut stdout)
+        .context("writing the man page")?;
+    stdout.flush().context("writing the man page")
+}
+
+/// The page of a command of [`man_command`], its source muster's version (a
+/// subcommand has none of its own).
+fn page_of(command: clap::Command) -> clap_mangen::Man {
+    let version = Cli::command().get_version().unwrap_or_default().to_owned();
+    clap_mangen::Man::new(command).source(format!("muster {version}"))
+}
+
+/// Writes the page of `command` and of each of its subcommands (hidden ones aside) into
+/// `dir`, adding each file's path to `written`, the command's own first.
+fn write_pages(
+    command: clap::Command,
+    dir: &std::path::Path,
+    written: &mut Vec<std::path::PathBuf>,
+) -> anyhow::Result<()> {
+    let man = page_of(command.clone());
+    let path = dir.join(man.get_filename());
+    man.generate_to(dir)
+        .with_context(|| format!("writing {}", path.display()))?;
+    written.push(path);
+    for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+        write_pages(sub.clone(), dir, written)?;
+    }
+    Ok(())
 }
 
 /// Random bytes in a token `muster admin token new` prints: 256 bits.
@@ -404,13 +471,26 @@ fn contexts(out: &Output, g: &Global, cmd: ContextCommand) -> anyhow::Result<()>
             let addr = g.addr.clone().context(
                 "a context needs --addr HOST:PORT (and --pin, --ca or --data to trust it)",
             )?;
+            if g.token.is_some() {
+                bail!(
+                    "a context keeps no token: put it in a file only you can read and give \
+                     --token-file FILE instead of --token or MUSTER_TOKEN"
+                );
+            }
+            // Paths as absolute ones: later commands run from other directories.
+            let absolute = |p: &Option<std::path::PathBuf>| {
+                p.as_deref()
+                    .map(|p| std::path::absolute(p).with_context(|| format!("{}", p.display())))
+                    .transpose()
+            };
             all.add(
                 &name,
                 Context {
                     addr,
                     pin: g.pin.clone(),
-                    ca: g.ca.clone(),
-                    data: g.data.clone(),
+                    ca: absolute(&g.ca)?,
+                    data: absolute(&g.data)?,
+                    token_file: absolute(&g.token_file)?,
                 },
             )?;
         }
@@ -420,15 +500,18 @@ fn contexts(out: &Output, g: &Global, cmd: ContextCommand) -> anyhow::Result<()>
             out.header(output::CONTEXT_COLUMNS)?;
             for (name, c) in &all.contexts {
                 let current = all.current.as_deref() == Some(name.as_str());
-                let trust = match (&c.pin, &c.ca, &c.data) {
+                let mut trust = match (&c.pin, &c.ca, &c.data) {
                     (Some(pin), _, _) => format!("pin {pin}"),
                     (None, Some(ca), _) => format!("ca {}", ca.display()),
                     (None, None, Some(data)) => format!("data {}", data.display()),
                     (None, None, None) => "local data directory".into(),
                 };
+                if let Some(file) = &c.token_file {
+                    trust.push_str(&format!(", token file {}", file.display()));
+                }
                 let json = serde_json::json!({
                     "name": name, "current": current, "addr": c.addr,
-                    "pin": c.pin, "ca": c.ca, "data": c.data,
+                    "pin": c.pin, "ca": c.ca, "data": c.data, "token_file": c.token_file,
                 });
                 out.item(
                     || format!("{name}\t{current}\t{}\t{}", c.addr, output::safe(&trust)),
@@ -903,6 +986,17 @@ fn parse_state(state: &str) -> anyhow::Result<TaskState> {
     })
 }
 
+/// A line of `stats --json`: the item's fields after `kind` (`queue` or `daemon`), so
+/// every line is one object a reader tells apart by one field.
+#[derive(serde::Serialize)]
+struct Kind<'a, T> {
+    kind: &'static str,
+    #[serde(flatten)]
+    item: &'a T,
+}
+
+/// `muster stats [QUEUE]`: a row per queue, then (without QUEUE) the daemon's row after
+/// a blank line; with `--json`, one object per line, each with its `kind`.
 async fn stats(client: &Client, out: &Output, queue: Option<&str>) -> anyhow::Result<()> {
     let queues = match queue {
         Some(q) => vec![client.queue_describe(q).await?],
@@ -935,7 +1029,10 @@ async fn stats(client: &Client, out: &Output, queue: Option<&str>) -> anyhow::Re
                     q.options.paused
                 )
             },
-            q,
+            &Kind {
+                kind: "queue",
+                item: q,
+            },
         )?;
     }
     if queue.is_none() {
@@ -948,6 +1045,7 @@ async fn stats(client: &Client, out: &Output, queue: Option<&str>) -> anyhow::Re
             .count();
         let factor = daemon.synced_requests as f64 / daemon.syncs.max(1) as f64;
         let json = serde_json::json!({
+            "kind": "daemon",
             "syncs": daemon.syncs,
             "synced_requests": daemon.synced_requests,
             "batch_factor": factor,

@@ -623,7 +623,18 @@ impl Drop for Guardian {
 /// `muster guard`: holds process groups named on stdin (`+PGID`, `-PGID`) and, when
 /// stdin ends (the runner exited or died), kills every group still held with SIGKILL
 /// and removes `dir`.
+///
+/// `dir` must be the private directory `muster work` made for it ([`private_dir`]):
+/// anything else is refused at once, before stdin is read, and left as it is.
 pub fn guard(dir: &Path) -> anyhow::Result<()> {
+    let made = private_dir(dir).map_err(|why| {
+        anyhow::anyhow!(
+            "refusing --dir {}: {why} (muster guard removes only the private directory \
+             muster work made for it: a directory of this user named muster-work-*, mode \
+             0700 or 0711, not a symbolic link)",
+            dir.display()
+        )
+    })?;
     // It holds no secret, but a program of the runner's user has no business with it.
     non_dumpable().context("making muster guard non-dumpable")?;
     let mut held: HashSet<i32> = HashSet::new();
@@ -651,10 +662,43 @@ pub fn guard(dir: &Path) -> anyhow::Result<()> {
     for pgid in held {
         let _ = kill(Pid::from_raw(-pgid), Signal::SIGKILL);
     }
-    if dir.exists() {
+    // Still the directory it was given (not replaced meanwhile): removed.
+    if private_dir(dir).is_ok_and(|now| (now.dev(), now.ino()) == (made.dev(), made.ino())) {
         std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
     }
     Ok(())
+}
+
+/// The metadata of `dir` if it is what `muster work` makes for its guardian: a real
+/// directory (not a symbolic link) owned by this process's effective user, mode 0700
+/// (0711 with `--user`), named `muster-work-…`; else why not.
+fn private_dir(dir: &Path) -> Result<std::fs::Metadata, String> {
+    let named = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("muster-work-"));
+    if !named {
+        return Err("its name does not start with muster-work-".into());
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
+    if meta.file_type().is_symlink() {
+        return Err("it is a symbolic link".into());
+    }
+    if !meta.is_dir() {
+        return Err("it is not a directory".into());
+    }
+    let me = Uid::effective().as_raw();
+    if meta.uid() != me {
+        return Err(format!(
+            "it is owned by uid {}, not this user (uid {me})",
+            meta.uid()
+        ));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode != 0o700 && mode != 0o711 {
+        return Err(format!("its mode is {mode:04o}, not 0700 or 0711"));
+    }
+    Ok(meta)
 }
 
 /// stdout as the task's result: JSON if it is JSON, else a JSON string of the text.

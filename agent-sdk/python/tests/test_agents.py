@@ -48,7 +48,7 @@ def wait_for(check: Callable[[], bool], timeout: float) -> None:
 
 def test_producer_and_agents(daemon: Daemon, programs: StartProgram) -> None:
     with muster.sync.Client.connect(**daemon.connect) as client:
-        # Before the agents: a worker whose queue does not exist stops (not_found).
+        # Before the agents (a worker started first would wait for it).
         client.queue_create("jobs")
     agents = [agent(programs, daemon, f"py/agent-{n}", 2, grace=0.5) for n in range(2)]
     producer = programs([str(EXAMPLES / "producer.py"), "jobs", "6", "5"], daemon.env())

@@ -392,6 +392,43 @@ def test_sdk_warnings_reach_logging(daemon: Daemon, caplog: pytest.LogCaptureFix
         run(body())
 
 
+def test_a_worker_started_before_its_queue_waits_for_it_and_says_so_once(
+    daemon: Daemon, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def handle(task: muster.Task) -> Any:
+        return {"got": task.payload}
+
+    def waited() -> int:
+        return sum(
+            1
+            for r in caplog.records
+            if r.name == "muster"
+            and r.levelno == logging.WARNING
+            and r.getMessage()
+            == "the queue does not exist; waiting for it to be created queue=jobs"
+        )
+
+    async def body() -> None:
+        # Started before queue jobs exists (an agent brought up first): it waits.
+        worker, running = start(daemon, handle, member="py/early")
+
+        async def warned() -> bool:
+            return waited() == 1
+
+        await until(warned)
+        assert not running.done()
+        async with await muster.Client.connect(**daemon.connect) as client:
+            await client.queue_create("jobs")
+            [task_id] = await client.enqueue_many("jobs", [{"n": 1}])
+            done = (await client.wait([task_id], 20)).finished
+            assert [(t.state, t.result) for t in done] == [("done", {"got": {"n": 1}})]
+        await stop(worker, running)
+        assert waited() == 1
+
+    with caplog.at_level(logging.WARNING, logger="muster"):
+        run(body())
+
+
 def test_a_daemon_killed_and_restarted_under_a_running_handler_loses_nothing(
     daemon: Daemon,
 ) -> None:

@@ -313,7 +313,12 @@ impl<W: Waiter> Engine<W> {
         match self.owners.owner(member) {
             Some(owner) if owner != p.name && p.binds_members() => Err(ErrorBody::new(
                 ErrorCode::Forbidden,
-                format!("member {member:?} belongs to another principal"),
+                format!(
+                    "member {member:?} belongs to another principal; an admin of every \
+                     queue frees it with `muster member release {member}`, or it frees \
+                     itself after --member-name-expiry (24 h by default) with no session \
+                     and no lease"
+                ),
             )),
             _ => Ok(()),
         }

@@ -493,3 +493,111 @@ async fn operators_list_members_revoke_a_lease_and_drain_from_the_cli() {
         "muster: not_found: no member \"nobody\"\n"
     );
 }
+
+/// `muster work` started before its queue exists (an agent under systemd or Kubernetes
+/// that comes up first) waits for the queue, saying so once, instead of exiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn muster_work_started_before_its_queue_waits_for_it_and_says_so_once() {
+    use std::os::unix::process::CommandExt;
+    let d = Daemon::start();
+    let client = d.client().await;
+    let log_dir = tempfile::tempdir().unwrap();
+    let log_path = log_dir.path().join("work.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut work = std::process::Command::new(muster_tests::muster_bin())
+        .args(["work", "later", "--member", "early", "--grace", "1s", "--"])
+        .args(["sh", "-c", r#"printf '{"got":%s}' "$(cat)""#])
+        .env("MUSTER_ADDR", &d.addr)
+        .env("MUSTER_DATA", d.data())
+        .env_remove("MUSTER_LOG")
+        .process_group(0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let read_log = || std::fs::read_to_string(&log_path).unwrap();
+    let waiting = |log: &str| {
+        log.lines()
+            .filter(|l| {
+                l.contains(" WARN ")
+                    && l.contains("the queue does not exist; waiting for it to be created")
+                    && l.contains("queue=later")
+            })
+            .count()
+    };
+    muster_tests::until(Duration::from_secs(10), "the wait is logged", || async {
+        waiting(&read_log()) == 1
+    })
+    .await;
+    assert_eq!(work.try_wait().unwrap(), None, "it exited:\n{}", read_log());
+    // The member is connected (serving nothing yet) while it waits.
+    let m = client.member_describe("early").await.unwrap().member;
+    assert_eq!(m.state, muster_sdk::protocol::model::MemberState::Connected);
+
+    queue_with_lease(&client, "later", 30_000).await;
+    let id = enqueue(&client, "later", serde_json::json!({"n": 7})).await;
+    let reply = client.wait(vec![id.clone()], 20_000).await.unwrap();
+    assert_eq!(reply.finished.len(), 1, "not run:\n{}", read_log());
+    let t = &reply.finished[0];
+    assert_eq!((t.state, t.deliveries), (TaskState::Done, 1));
+    assert_eq!(
+        t.result.as_ref().map(|r| r.get()),
+        Some(r#"{"got":{"n":7}}"#)
+    );
+    // Stopped, it exits 0; the log said it waited exactly once, then that it serves.
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &work.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let code = loop {
+        if let Some(status) = work.try_wait().unwrap() {
+            break status.code();
+        }
+        assert!(Instant::now() < deadline, "muster work did not exit");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let log = read_log();
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(waiting(&log), 1, "{log}");
+    let serving = log
+        .lines()
+        .filter(|l| l.contains("the queue exists now; serving it") && l.contains("queue=later"))
+        .count();
+    assert_eq!(serving, 1, "{log}");
+}
+
+/// The SDK's `Worker` on two queues, one not created yet: it serves the other
+/// meanwhile, then both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_serves_its_queues_that_exist_while_it_waits_for_the_others() {
+    let d = Daemon::start();
+    let client = d.client().await;
+    queue_with_lease(&client, "now", 30_000).await;
+    let worker = Worker::new(d.options(), WorkerConfig::new("both", ["now", "later"]));
+    let handle = worker.handle();
+    let run =
+        tokio::spawn(worker.run(|task: muster_sdk::Task| async move {
+            Outcome::Ack(Some(task.payload().clone()))
+        }));
+    let first = enqueue(&client, "now", serde_json::json!({"q": "now"})).await;
+    let reply = client.wait(vec![first], 20_000).await.unwrap();
+    assert_eq!(reply.finished.len(), 1, "the existing queue is not served");
+    assert_eq!(reply.finished[0].state, TaskState::Done);
+    assert!(!run.is_finished(), "the worker stopped");
+
+    queue_with_lease(&client, "later", 30_000).await;
+    let ids = vec![
+        enqueue(&client, "later", serde_json::json!({"q": "later"})).await,
+        enqueue(&client, "now", serde_json::json!({"q": "now"})).await,
+    ];
+    let reply = client.wait(ids, 20_000).await.unwrap();
+    assert_eq!((reply.finished.len(), reply.pending.len()), (2, 0));
+    assert!(reply.finished.iter().all(|t| t.state == TaskState::Done));
+    let m = client.member_describe("both").await.unwrap().member;
+    assert_eq!(m.subscribed, ["now", "later"]);
+    handle.shutdown();
+    run.await.unwrap().unwrap();
+}

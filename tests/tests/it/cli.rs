@@ -519,3 +519,439 @@ fn enqueue_from_stdin_keys_each_line_from_its_payload() {
         "muster: line 2: the payload has no /order for the idempotency key; 1 line enqueued (their ids printed); stdin was not read past line 2\n"
     );
 }
+
+/// A member name bound to the token that first used it says, to the token refused it,
+/// how it is freed: `muster member release NAME` by an admin, or the expiry.
+#[test]
+fn a_member_name_bound_to_another_token_says_how_to_free_it() {
+    const ADMIN: &str = "admin-token-for-the-cli-test-0123";
+    const FIRST: &str = "first-token-for-the-cli-test-0123";
+    const SECOND: &str = "second-token-for-the-cli-test-012";
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("muster.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[tokens]]\nname = \"admin\"\ntoken = \"{ADMIN}\"\nroles = [\"admin\"]\n\n\
+             [[tokens]]\nname = \"first\"\ntoken = \"{FIRST}\"\nroles = [\"consume\"]\n\n\
+             [[tokens]]\nname = \"second\"\ntoken = \"{SECOND}\"\nroles = [\"consume\"]\n"
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start_with(&["--config", config.to_str().unwrap()]);
+    let as_token = |token: &str, args: &[&str]| {
+        let mut all = vec!["--token", token];
+        all.extend_from_slice(args);
+        d.cli(&all)
+    };
+    let ok = |token: &str, args: &[&str]| {
+        let out = as_token(token, args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    ok(ADMIN, &["queue", "create", "jobs"]);
+    ok(ADMIN, &["enqueue", "jobs", "1"]);
+    // A claim that gets a task binds the name to the first token.
+    let claimed = ok(FIRST, &["claim", "jobs", "--member", "agent-1"]);
+    let claim = claimed.split('\t').next().unwrap().to_owned();
+    assert_eq!(ok(FIRST, &["ack", &claim]), "done\n");
+
+    let refused = as_token(SECOND, &["claim", "jobs", "--member", "agent-1"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(refused.stderr).unwrap(),
+        "muster: forbidden: member \"agent-1\" belongs to another principal; an admin of \
+         every queue frees it with `muster member release agent-1`, or it frees itself \
+         after --member-name-expiry (24 h by default) with no session and no lease\n"
+    );
+    // Doing what it says frees the name for the second token.
+    ok(ADMIN, &["member", "release", "agent-1"]);
+    ok(ADMIN, &["enqueue", "jobs", "2"]);
+    let claimed = ok(SECOND, &["claim", "jobs", "--member", "agent-1"]);
+    assert!(claimed.ends_with("\t1\t2\n"), "{claimed:?}");
+}
+
+/// `muster guard --dir DIR` removes DIR at the end, so it takes only the private
+/// directory `muster work` makes for it; anything else is refused at once, in one line,
+/// and left as it was.
+#[test]
+fn muster_guard_refuses_a_dir_that_is_not_a_runners_private_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().unwrap();
+    let guard = |dir: &std::path::Path| {
+        std::process::Command::new(muster_tests::muster_bin())
+            .arg("guard")
+            .arg("--dir")
+            .arg(dir)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let make = |name: &str, mode: u32| {
+        let dir = root.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("keep"), "precious").unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        dir
+    };
+    let home = make("home", 0o700);
+    let wide = make("muster-work-wide", 0o755);
+    let file = root.path().join("muster-work-file");
+    std::fs::write(&file, "precious").unwrap();
+    let link = root.path().join("muster-work-link");
+    std::os::unix::fs::symlink(&home, &link).unwrap();
+    let missing = root.path().join("muster-work-missing");
+    let mut refused = vec![
+        (
+            home.clone(),
+            "its name does not start with muster-work-".to_owned(),
+        ),
+        (
+            wide.clone(),
+            "its mode is 0755, not 0700 or 0711".to_owned(),
+        ),
+        (file.clone(), "it is not a directory".to_owned()),
+        (link.clone(), "it is a symbolic link".to_owned()),
+        (missing, "No such file or directory (os error 2)".to_owned()),
+    ];
+    // Another user's directory (only root can make one to test with).
+    let theirs = make("muster-work-theirs", 0o700);
+    if std::os::unix::fs::chown(&theirs, Some(65534), None).is_ok() {
+        let me = std::fs::metadata(root.path().join("home")).map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.uid()
+        });
+        refused.push((
+            theirs,
+            format!(
+                "it is owned by uid 65534, not this user (uid {})",
+                me.unwrap()
+            ),
+        ));
+    }
+    for (dir, why) in refused {
+        let out = guard(&dir);
+        assert_eq!(out.status.code(), Some(1), "{}", dir.display());
+        assert_eq!(
+            String::from_utf8(out.stderr).unwrap(),
+            format!(
+                "muster: refusing --dir {}: {why} (muster guard removes only the private \
+                 directory muster work made for it: a directory of this user named \
+                 muster-work-*, mode 0700 or 0711, not a symbolic link)\n",
+                dir.display()
+            )
+        );
+    }
+    // Nothing refused was touched.
+    assert_eq!(
+        std::fs::read_to_string(home.join("keep")).unwrap(),
+        "precious"
+    );
+    assert_eq!(
+        std::fs::read_to_string(wide.join("keep")).unwrap(),
+        "precious"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "precious");
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    // The real thing (0700, or 0711 with --user) is removed when stdin ends.
+    for mode in [0o700, 0o711] {
+        let private = make(&format!("muster-work-{mode:o}"), mode);
+        let out = guard(&private);
+        assert_eq!(
+            (out.status.code(), String::from_utf8(out.stderr).unwrap()),
+            (Some(0), String::new())
+        );
+        assert!(!private.exists(), "{}", private.display());
+    }
+}
+
+/// `stats --json`: one object per line, each with its `kind`, the queues' as
+/// `queue describe --json` has them, the daemon's last.
+#[test]
+fn stats_json_gives_every_line_a_kind() {
+    let d = Daemon::start();
+    d.ok(&["queue", "create", "jobs"]);
+    d.ok(&["queue", "create", "mail"]);
+    d.ok(&["enqueue", "jobs", "1"]);
+    let lines = |args: &[&str]| -> Vec<serde_json::Value> {
+        d.ok(args)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+            .collect()
+    };
+    let all = lines(&["stats", "--json"]);
+    let kinds: Vec<&str> = all.iter().map(|l| l["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["queue", "queue", "daemon"]);
+    // A queue's line is its `queue describe --json` object with `kind` first.
+    let described: serde_json::Value =
+        serde_json::from_str(&d.ok(&["queue", "describe", "jobs", "--json"])).unwrap();
+    let mut jobs = all[0].as_object().unwrap().clone();
+    assert_eq!(jobs.keys().next().map(String::as_str), Some("kind"));
+    jobs.remove("kind");
+    assert_eq!(serde_json::Value::Object(jobs), described);
+    assert_eq!(all[1]["name"], "mail");
+    let daemon = all[2].as_object().unwrap();
+    assert_eq!(
+        daemon.keys().map(String::as_str).collect::<Vec<_>>(),
+        [
+            "kind",
+            "syncs",
+            "synced_requests",
+            "batch_factor",
+            "members_connected",
+            "disk_alarm"
+        ]
+    );
+    assert_eq!(
+        (&daemon["members_connected"], &daemon["disk_alarm"]),
+        (&serde_json::json!(0), &serde_json::json!(false))
+    );
+    // One queue: its line alone.
+    let one = lines(&["stats", "jobs", "--json"]);
+    assert_eq!(one.len(), 1);
+    assert_eq!(
+        (&one[0]["kind"], &one[0]["name"]),
+        (&"queue".into(), &"jobs".into())
+    );
+}
+
+/// A context keeps a token file's path (never the token) and commands under it present
+/// the token as `--token-file` would.
+#[test]
+fn a_context_with_a_token_file_presents_its_token() {
+    use std::os::unix::fs::PermissionsExt;
+    const ADMIN: &str = "admin-token-for-the-context-test-01";
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = config_dir.path().join("muster.toml");
+    std::fs::write(
+        &config,
+        format!("[[tokens]]\nname = \"ops\"\ntoken = \"{ADMIN}\"\nroles = [\"admin\"]\n"),
+    )
+    .unwrap();
+    let d = Daemon::start_with(&["--config", config.to_str().unwrap()]);
+    let home = tempfile::tempdir().unwrap();
+    let secrets = home.path().join("secrets");
+    std::fs::create_dir(&secrets).unwrap();
+    let token_file = secrets.join("ops.token");
+    std::fs::write(&token_file, format!("{ADMIN}\n")).unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // muster with nothing but HOME and the contexts file, run from `cwd`.
+    let run = |cwd: &std::path::Path, args: &[&str]| {
+        std::process::Command::new(muster_tests::muster_bin())
+            .args(args)
+            .current_dir(cwd)
+            .env_clear()
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", home.path())
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let ok = |args: &[&str]| {
+        let out = run(home.path(), args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // Without a token the daemon refuses.
+    ok(&[
+        "context",
+        "add",
+        "bare",
+        "--addr",
+        &d.addr,
+        "--pin",
+        &d.fingerprint,
+    ]);
+    let refused = run(home.path(), &["queue", "list"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        String::from_utf8(refused.stderr)
+            .unwrap()
+            .starts_with("muster: unauthorized: "),
+    );
+    // Added from another directory with a relative path: kept absolute.
+    let added = run(
+        &secrets,
+        &[
+            "context",
+            "add",
+            "ops",
+            "--addr",
+            &d.addr,
+            "--pin",
+            &d.fingerprint,
+            "--token-file",
+            "ops.token",
+        ],
+    );
+    assert!(
+        added.status.success(),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
+    let file = home.path().join("muster").join("contexts.toml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains(&format!(
+            "[contexts.ops]\naddr = \"{}\"\npin = \"{}\"\ntoken_file = \"{}\"\n",
+            d.addr,
+            d.fingerprint,
+            token_file.display()
+        )),
+        "{text}"
+    );
+    assert!(
+        !text.contains(ADMIN),
+        "the token itself is never kept: {text}"
+    );
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert_eq!(
+        ok(&["context", "list", "--no-headers"]),
+        format!(
+            "bare\ttrue\t{addr}\tpin {pin}\nops\tfalse\t{addr}\tpin {pin}, token file {}\n",
+            token_file.display(),
+            addr = d.addr,
+            pin = d.fingerprint
+        )
+    );
+    // Under the context, the token is presented: an admin's command succeeds.
+    assert!(
+        ok(&["--context", "ops", "queue", "create", "jobs", "--json"])
+            .contains("\"name\":\"jobs\"")
+    );
+    ok(&["context", "use", "ops"]);
+    assert!(ok(&["queue", "list", "--no-headers"]).starts_with("jobs\t"));
+    // A literal token is refused: a context keeps none in plain text.
+    let literal = run(
+        home.path(),
+        &[
+            "context", "add", "leak", "--addr", &d.addr, "--token", ADMIN,
+        ],
+    );
+    assert_eq!(literal.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(literal.stderr).unwrap(),
+        "muster: a context keeps no token: put it in a file only you can read and give \
+         --token-file FILE instead of --token or MUSTER_TOKEN\n"
+    );
+    assert!(!std::fs::read_to_string(&file).unwrap().contains(ADMIN));
+}
+
+/// `muster man --dir DIR` writes a page per command, named after it, each naming every
+/// option and argument of its command; `muster man SUBCOMMAND...` prints one of them.
+#[test]
+fn every_subcommand_has_a_man_page_naming_its_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let pages = dir.path().join("man1");
+    let muster = |args: &[&str]| {
+        std::process::Command::new(muster_tests::muster_bin())
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let written = muster(&["man", "--dir", pages.to_str().unwrap()]);
+    assert!(
+        written.status.success(),
+        "{}",
+        String::from_utf8_lossy(&written.stderr)
+    );
+    let listed: Vec<String> = String::from_utf8(written.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    // Every command of the definition, hidden ones (`guard`) aside, from the top (each
+    // before its subcommands), with the names its page must give its options.
+    let root = muster_tui::commands::man_command();
+    let mut commands: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    let mut stack = vec![(Vec::<String>::new(), &root)];
+    while let Some((path, command)) = stack.pop() {
+        let names = command
+            .get_arguments()
+            .filter(|a| !a.is_hide_set())
+            .map(|a| match (a.get_long(), a.get_short()) {
+                (Some(long), _) => format!("\\fB\\-\\-{}\\fR", long.replace('-', "\\-")),
+                (None, Some(short)) => format!("\\fB\\-{short}\\fR"),
+                (None, None) => format!(
+                    "\\fI{}\\fR",
+                    a.get_value_names().expect("a positional's value name")[0].replace('-', "\\-")
+                ),
+            })
+            .collect();
+        let subs: Vec<_> = command
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set())
+            .collect();
+        for sub in subs.into_iter().rev() {
+            let mut path = path.clone();
+            path.push(sub.get_name().to_owned());
+            stack.push((path, sub));
+        }
+        commands.push((path, names));
+    }
+    assert!(commands.len() > 50, "{}", commands.len());
+    let files: Vec<String> = commands
+        .iter()
+        .map(|(path, _)| {
+            let name = std::iter::once("muster")
+                .chain(path.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join("-");
+            pages.join(format!("{name}.1")).display().to_string()
+        })
+        .collect();
+    assert_eq!(listed, files);
+    for ((path, options), file) in commands.iter().zip(&files) {
+        let page = std::fs::read_to_string(file).unwrap();
+        let title = std::iter::once("muster")
+            .chain(path.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join("-");
+        assert!(page.contains(&format!(".TH {title} 1 ")), "{file}");
+        for option in options {
+            assert!(
+                page.contains(option.as_str()),
+                "{file} does not name {option}"
+            );
+        }
+        // `muster man SUBCOMMAND...` prints the same page.
+        let mut args = vec!["man"];
+        args.extend(path.iter().map(String::as_str));
+        let printed = muster(&args);
+        assert_eq!(String::from_utf8(printed.stdout).unwrap(), page, "{args:?}");
+    }
+    // queue create's page names its own options and the global ones.
+    let create = std::fs::read_to_string(pages.join("muster-queue-create.1")).unwrap();
+    for option in [
+        "\\-\\-max\\-attempts",
+        "\\-\\-lease",
+        "\\-\\-token\\-file",
+        "<\\fINAME\\fR>",
+    ] {
+        assert!(create.contains(option), "{option}: {create}");
+    }
+    let unknown = muster(&["man", "queue", "nope"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(unknown.stderr).unwrap(),
+        "muster: muster queue has no subcommand \"nope\" (see `muster queue --help`)\n"
+    );
+}

@@ -376,9 +376,63 @@ pub struct Found {
     pub more: bool,
 }
 
-/// Turns what was typed after `/` into a search: words `id:PREFIX`, `key:K`, `idem:K`,
-/// `label:L`, `error:TEXT`, `payload:TEXT`, `state:STATE`, `field:PATH=VALUE`; a bare
-/// word is an id prefix if it can be one (Crockford base32), else payload text.
+/// The words a search may hold, each `NAME:TEXT`.
+const SEARCH_WORDS: [&str; 8] = [
+    "id", "key", "idem", "label", "state", "error", "payload", "field",
+];
+
+/// Splits what was typed after `/` into its words: `(NAME, TEXT)`, NAME `""` for bare
+/// text before the first word. A word's TEXT runs to the next `NAME:` of a search word,
+/// spaces and all (`error:timed out`), trimmed at both ends; so does bare text (one
+/// phrase, not a word each). A word is named once. An unknown `NAME:` (letters only)
+/// at the start is refused as a likely typo; after a word it is part of its text
+/// (`error:refused by host:443`).
+pub fn search_words(text: &str) -> Result<Vec<(&str, &str)>, String> {
+    // (name, where its text starts, where it ends so far)
+    let mut words: Vec<(&str, usize, usize)> = Vec::new();
+    let mut at = 0;
+    for piece in text.split_whitespace() {
+        let start = at + text[at..].find(piece).expect("a piece of the text");
+        at = start + piece.len();
+        let named = piece
+            .split_once(':')
+            .filter(|(name, _)| SEARCH_WORDS.contains(name));
+        match (named, words.last_mut()) {
+            (Some((name, _)), _) => {
+                if words.iter().any(|(n, _, _)| *n == name) {
+                    return Err(format!("{name}: is given twice"));
+                }
+                words.push((name, start + name.len() + 1, at));
+            }
+            (None, Some(last)) => last.2 = at,
+            (None, None) => {
+                if let Some((name, _)) = piece.split_once(':')
+                    && !name.is_empty()
+                    && name.chars().all(|c| c.is_ascii_alphabetic())
+                {
+                    return Err(format!("unknown search word {name}: (? lists them)"));
+                }
+                words.push(("", start, at));
+            }
+        }
+    }
+    words
+        .into_iter()
+        .map(|(name, start, end)| {
+            let value = text[start..end.max(start)].trim();
+            if value.is_empty() {
+                Err(format!("nothing after {name}:"))
+            } else {
+                Ok((name, value))
+            }
+        })
+        .collect()
+}
+
+/// Turns what was typed after `/` into a search (the words of [`search_words`]):
+/// `id:PREFIX`, `key:K`, `idem:K`, `label:L`, `error:TEXT`, `payload:TEXT`,
+/// `state:STATE`, `field:PATH=VALUE`; bare text is an id prefix if it can be one
+/// (one word of Crockford base32), else payload text.
 pub fn search_query(queue: Option<String>, text: &str) -> Result<TaskFind, String> {
     let mut search = TaskFind {
         queue,
@@ -391,36 +445,44 @@ pub fn search_query(queue: Option<String>, text: &str) -> Result<TaskFind, Strin
             "type what to search for: an id prefix, key:K, error:TEXT, … (? for all)".into(),
         );
     }
-    for word in text.split_whitespace() {
-        let (name, value) = word.split_once(':').unwrap_or(("", word));
-        if value.is_empty() {
-            return Err(format!("nothing after {name}: in {word:?}"));
-        }
-        let value = value.to_owned();
+    for (name, value) in search_words(text)? {
+        let one_word = |what: &str| {
+            if value.contains(char::is_whitespace) {
+                Err(format!("{what} has no spaces: {value:?}"))
+            } else {
+                Ok(value.to_owned())
+            }
+        };
+        let set = |slot: &mut Option<String>| {
+            if slot.is_some() {
+                return Err("payload text is given twice (bare text is payload text)".to_owned());
+            }
+            *slot = Some(value.to_owned());
+            Ok(())
+        };
         match name {
-            "id" => search.id_prefix = Some(value),
-            "key" => search.key = Some(value),
-            "idem" => search.idempotency_key = Some(value),
-            "label" => search.label = Some(value),
-            "error" => search.error = Some(value),
-            "payload" => search.payload = Some(value),
+            "id" => search.id_prefix = Some(one_word("an id prefix")?),
+            "key" => search.key = Some(value.to_owned()),
+            "idem" => search.idempotency_key = Some(value.to_owned()),
+            "label" => search.label = Some(one_word("a label")?),
+            "error" => search.error = Some(value.to_owned()),
+            "payload" => set(&mut search.payload)?,
             "state" => {
                 search.state = Some(
-                    TaskState::parse(&value).ok_or_else(|| format!("unknown state {value:?}"))?,
+                    TaskState::parse(value).ok_or_else(|| format!("unknown state {value:?}"))?,
                 )
             }
             "field" => {
                 let (path, v) = value
                     .split_once('=')
-                    .ok_or_else(|| format!("want field:PATH=VALUE, not {word:?}"))?;
+                    .ok_or_else(|| format!("want field:PATH=VALUE, not {value:?}"))?;
                 search.field = Some(FieldMatch {
-                    path: path.to_owned(),
-                    value: serde_json::from_str(v).unwrap_or_else(|_| v.into()),
+                    path: path.trim().to_owned(),
+                    value: serde_json::from_str(v.trim()).unwrap_or_else(|_| v.trim().into()),
                 });
             }
-            "" if is_id_prefix(&value) => search.id_prefix = Some(value),
-            "" => search.payload = Some(value),
-            other => return Err(format!("unknown search word {other}: (? lists them)")),
+            _ if is_id_prefix(value) => search.id_prefix = Some(value.to_owned()),
+            _ => set(&mut search.payload)?,
         }
     }
     Ok(search)
@@ -710,11 +772,115 @@ pub enum SortValue {
     Text(String),
 }
 
-impl Row<'_> {
-    /// The columns `s` sorts by, in the order it steps through them.
-    pub fn sort_columns(&self) -> &'static [&'static str] {
+/// A column of a task table (after the id, which every one starts with).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskColumn {
+    /// The task's id (always the first column).
+    Id,
+    /// Its queue.
+    Queue,
+    /// Its state.
+    State,
+    /// Its priority.
+    Priority,
+    /// Its key.
+    Key,
+    /// Its deliveries.
+    Attempts,
+    /// Its failures.
+    Failures,
+    /// Since it last changed.
+    Age,
+    /// When a scheduled task becomes ready.
+    Due,
+    /// The member holding its lease.
+    Holder,
+    /// How long its lease has run.
+    Running,
+    /// When its lease expires.
+    Expires,
+    /// Its last progress checkpoint.
+    Progress,
+    /// When it died.
+    Died,
+    /// Why it died.
+    Reason,
+    /// Its last error.
+    Error,
+}
+
+impl TaskColumn {
+    /// The column's name, as `s` shows it in the title (`by holder ↑`).
+    pub fn name(self) -> &'static str {
         match self {
-            Row::Queue(_) => &[
+            TaskColumn::Id => "id",
+            TaskColumn::Queue => "queue",
+            TaskColumn::State => "state",
+            TaskColumn::Priority => "priority",
+            TaskColumn::Key => "key",
+            TaskColumn::Attempts => "attempts",
+            TaskColumn::Failures => "failures",
+            TaskColumn::Age => "age",
+            TaskColumn::Due => "due",
+            TaskColumn::Holder => "holder",
+            TaskColumn::Running => "running",
+            TaskColumn::Expires => "expires",
+            TaskColumn::Progress => "progress",
+            TaskColumn::Died => "died",
+            TaskColumn::Reason => "reason",
+            TaskColumn::Error => "error",
+        }
+    }
+
+    /// What a task's row is sorted by in this column. Times sort as times, earliest
+    /// first: the oldest (age, died), the longest running, the soonest due or expiring.
+    fn value(self, t: &TaskSummary) -> SortValue {
+        use SortValue::{Number, Text};
+        let text = |s: Option<&str>| Text(s.unwrap_or_default().to_owned());
+        match self {
+            TaskColumn::Id => Text(t.id.clone()),
+            TaskColumn::Queue => Text(t.queue.clone()),
+            TaskColumn::State => Text(t.state.as_str().to_owned()),
+            TaskColumn::Priority => Number(u64::from(t.priority)),
+            TaskColumn::Key => text(t.key.as_deref()),
+            TaskColumn::Attempts => Number(t.deliveries),
+            TaskColumn::Failures => Number(t.failures),
+            TaskColumn::Age | TaskColumn::Running | TaskColumn::Died => Number(t.updated_ms),
+            TaskColumn::Due => Number(t.not_before_ms.unwrap_or(u64::MAX)),
+            TaskColumn::Holder => text(t.lease.as_ref().map(|l| l.member.as_str())),
+            TaskColumn::Expires => Number(t.lease.as_ref().map_or(u64::MAX, |l| l.expires_ms)),
+            TaskColumn::Progress => text(t.progress.as_deref()),
+            TaskColumn::Reason => text(t.dead_reason.as_deref()),
+            TaskColumn::Error => text(t.last_error.as_deref()),
+        }
+    }
+}
+
+/// The columns of a screen's task table after the id, as shown and as `s` sorts them.
+pub fn task_columns(screen: &Screen) -> &'static [TaskColumn] {
+    use TaskColumn::*;
+    match screen {
+        Screen::Queue { state, .. } => match state {
+            TaskState::Leased => &[Holder, Attempts, Running, Expires, Progress],
+            TaskState::Dead => &[Attempts, Died, Reason, Error],
+            TaskState::Scheduled => &[Priority, Key, Failures, Due],
+            TaskState::Ready | TaskState::Done | TaskState::Cancelled => {
+                &[Priority, Key, Attempts, Failures, Age]
+            }
+        },
+        Screen::Member { .. } => &[Queue, Attempts, Expires],
+        Screen::Dead => &[Queue, Attempts, Died, Reason, Error],
+        Screen::Found { .. } => &[Queue, State, Attempts, Age, Error],
+        Screen::Queues | Screen::Task { .. } | Screen::Members => &[],
+    }
+}
+
+impl Row<'_> {
+    /// The columns `s` sorts by on `screen`, in the order it steps through them: the
+    /// columns shown, left to right.
+    pub fn sort_columns(&self, screen: &Screen) -> Vec<&'static str> {
+        match self {
+            Row::Queue(_) => vec![
                 "name",
                 "ready",
                 "scheduled",
@@ -724,15 +890,16 @@ impl Row<'_> {
                 "consumers",
                 "oldest",
             ],
-            Row::Task(_) => &[
-                "id", "priority", "key", "attempts", "failures", "changed", "error",
-            ],
-            Row::Member(_) => &["name", "leases", "capacity", "last seen"],
-            Row::Group(_) => &["count", "error", "died"],
+            Row::Task(_) => std::iter::once(TaskColumn::Id)
+                .chain(task_columns(screen).iter().copied())
+                .map(TaskColumn::name)
+                .collect(),
+            Row::Member(_) => vec!["name", "leases", "capacity", "last seen"],
+            Row::Group(_) => vec!["count", "error", "died"],
         }
     }
 
-    fn sort_value(&self, column: usize) -> SortValue {
+    fn sort_value(&self, screen: &Screen, column: usize) -> SortValue {
         use SortValue::{Number, Text};
         match self {
             Row::Queue(q) => match column {
@@ -746,14 +913,11 @@ impl Row<'_> {
                 // Oldest first: the smallest time.
                 _ => Number(q.oldest_ready_ms.unwrap_or(u64::MAX)),
             },
-            Row::Task(t) => match column {
-                0 => Text(t.id.clone()),
-                1 => Number(u64::from(t.priority)),
-                2 => Text(t.key.clone().unwrap_or_default()),
-                3 => Number(t.deliveries),
-                4 => Number(t.failures),
-                5 => Number(t.updated_ms),
-                _ => Text(t.last_error.clone().unwrap_or_default()),
+            Row::Task(t) => match column.checked_sub(1) {
+                None => TaskColumn::Id.value(t),
+                Some(c) => task_columns(screen)
+                    .get(c)
+                    .map_or(Number(0), |c| c.value(t)),
             },
             Row::Member(m) => match column {
                 0 => Text(m.name.clone()),
@@ -778,26 +942,54 @@ impl Row<'_> {
         }
     }
 
+    /// Whether the row passes a quick filter (`f`, lowercased): the whole text as one
+    /// phrase in any of its columns, or the search's words the rows carry (`id:`,
+    /// `key:`, `error:`, `state:`, `label:`), each text to the next word as a phrase
+    /// (`error:timed out`), all of which must match.
     fn matches(&self, filter: &str) -> bool {
         if filter.is_empty() {
             return true;
         }
-        let hit = |s: &str| s.to_lowercase().contains(filter);
-        match self {
-            Row::Queue(q) => hit(&q.name),
-            Row::Task(t) => {
+        match search_words(filter) {
+            Ok(words) if words.iter().all(|(name, _)| ROW_WORDS.contains(name)) => words
+                .iter()
+                .all(|(name, text)| self.matches_word(name, text)),
+            _ => self.matches_word("", filter),
+        }
+    }
+
+    /// Whether the row's column named by a search word (any column for `""`) holds
+    /// `text` (lowercased; an id starts with it, a state is it).
+    fn matches_word(&self, name: &str, text: &str) -> bool {
+        let hit = |s: &str| s.to_lowercase().contains(text);
+        let task_error = |t: &TaskSummary| {
+            t.last_error.as_deref().is_some_and(hit) || t.dead_reason.as_deref().is_some_and(hit)
+        };
+        match (name, self) {
+            ("id", row) => row.id().to_lowercase().starts_with(text),
+            ("key", Row::Task(t)) => t.key.as_deref().is_some_and(hit),
+            ("error", Row::Task(t)) => task_error(t),
+            ("error", Row::Group(g)) => hit(&g.error),
+            ("state", Row::Task(t)) => t.state.as_str() == text,
+            ("state", Row::Member(m)) => m.state.as_str() == text,
+            ("label", Row::Member(m)) => m.labels.iter().any(|l| hit(l)),
+            ("", Row::Queue(q)) => hit(&q.name),
+            ("", Row::Task(t)) => {
                 hit(&t.id)
                     || hit(&t.queue)
                     || t.key.as_deref().is_some_and(hit)
-                    || t.last_error.as_deref().is_some_and(hit)
-                    || t.dead_reason.as_deref().is_some_and(hit)
+                    || task_error(t)
                     || t.lease.as_ref().is_some_and(|l| hit(&l.member))
             }
-            Row::Member(m) => hit(&m.name) || m.labels.iter().any(|l| hit(l)),
-            Row::Group(g) => hit(&g.error) || g.queues.iter().any(|q| hit(q)),
+            ("", Row::Member(m)) => hit(&m.name) || m.labels.iter().any(|l| hit(l)),
+            ("", Row::Group(g)) => hit(&g.error) || g.queues.iter().any(|q| hit(q)),
+            _ => false,
         }
     }
 }
+
+/// The search words a quick filter applies to the rows on screen.
+const ROW_WORDS: [&str; 6] = ["", "id", "key", "error", "state", "label"];
 
 /// The console.
 pub struct App {
@@ -1187,8 +1379,11 @@ impl App {
             .filter(|r| r.matches(&filter))
             .collect();
         if let Some((column, descending)) = self.page().sort {
+            let screen = &self.page().screen;
             rows.sort_by(|a, b| {
-                let order = a.sort_value(column).cmp(&b.sort_value(column));
+                let order = a
+                    .sort_value(screen, column)
+                    .cmp(&b.sort_value(screen, column));
                 if descending { order.reverse() } else { order }
             });
         }
@@ -1199,7 +1394,7 @@ impl App {
     /// daemon's order); `S`: the other way round.
     fn sort(&mut self, reverse: bool) {
         let columns = match self.all_rows().first() {
-            Some(row) => row.sort_columns().len(),
+            Some(row) => row.sort_columns(&self.page().screen).len(),
             None => return,
         };
         let page = self.page_mut();
@@ -1216,7 +1411,8 @@ impl App {
     pub fn sorted_by(&self) -> Option<(&'static str, bool)> {
         let (column, descending) = self.page().sort?;
         let row = self.all_rows().into_iter().next()?;
-        Some((row.sort_columns()[column], descending))
+        let name = *row.sort_columns(&self.page().screen).get(column)?;
+        Some((name, descending))
     }
 
     /// Every row of the current list screen's page, filter or not.

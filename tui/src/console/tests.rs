@@ -17,7 +17,7 @@ use muster_protocol::{ErrorBody, ErrorCode};
 
 use super::app::{
     App, DaemonFacts, DeadAction, DeadTasks, Draft, Effect, Level, Mode, NEW_PAYLOAD, PAGE_ROWS,
-    QueueChange, Requeue, TABS, TREND_SECONDS, Verb, search_query,
+    QueueChange, Requeue, TABS, TREND_SECONDS, Verb, search_query, search_words,
 };
 use super::ui;
 
@@ -970,6 +970,134 @@ fn search_words_and_their_errors() {
 }
 
 #[test]
+fn a_search_words_text_runs_to_the_next_word_spaces_and_all() {
+    // The parts: bare text is one phrase, each word's text runs to the next word.
+    assert_eq!(search_words("timed out"), Ok(vec![("", "timed out")]));
+    assert_eq!(
+        search_words("  error:timed  out   state:dead "),
+        Ok(vec![("error", "timed  out"), ("state", "dead")])
+    );
+    assert_eq!(
+        search_words("no reply error: refused by host:443 key:a b"),
+        Ok(vec![
+            ("", "no reply"),
+            ("error", "refused by host:443"),
+            ("key", "a b")
+        ])
+    );
+    assert_eq!(
+        search_words("error:a error:b"),
+        Err("error: is given twice".into())
+    );
+    assert_eq!(
+        search_words("error: state:dead"),
+        Err("nothing after error:".into())
+    );
+    assert_eq!(
+        search_words("colour:red car"),
+        Err("unknown search word colour: (? lists them)".into())
+    );
+    // The searches they make.
+    let q = || Some("jobs".to_owned());
+    let ok = |text: &str| search_query(q(), text).unwrap_or_else(|e| panic!("{text}: {e}"));
+    assert_eq!(
+        ok("error:timed out"),
+        TaskFind {
+            queue: q(),
+            error: Some("timed out".into()),
+            newest_first: true,
+            limit: Some(PAGE_ROWS),
+            ..TaskFind::default()
+        }
+    );
+    assert_eq!(
+        ok("timed out state:dead"),
+        TaskFind {
+            queue: q(),
+            payload: Some("timed out".into()),
+            state: Some(TaskState::Dead),
+            newest_first: true,
+            limit: Some(PAGE_ROWS),
+            ..TaskFind::default()
+        }
+    );
+    assert_eq!(
+        ok("field:user.name = Ann Lee")
+            .field
+            .map(|f| (f.path, f.value)),
+        Some(("user.name".to_owned(), serde_json::json!("Ann Lee")))
+    );
+    assert_eq!(ok("01KA").id_prefix.as_deref(), Some("01KA"));
+    assert_eq!(ok("01KA 02").payload.as_deref(), Some("01KA 02"));
+    for (bad, why) in [
+        ("state:dead now", "unknown state \"dead now\""),
+        ("id:01 02", "an id prefix has no spaces: \"01 02\""),
+        (
+            "big payload:x",
+            "payload text is given twice (bare text is payload text)",
+        ),
+    ] {
+        assert_eq!(search_query(q(), bad), Err(why.to_owned()), "{bad:?}");
+    }
+    // Typed after `/`: the search and its title hold the whole text.
+    let mut app = started(false);
+    on_queue_tab(&mut app, 3, TaskState::Dead, 1..3);
+    let (search, _) = searched(&chars(&mut app, "/error:timed out\n"));
+    assert_eq!(search.error.as_deref(), Some("timed out"));
+    assert_eq!(search.payload, None);
+    assert!(
+        text(&app).contains("Search inference for error:timed out "),
+        "{}",
+        text(&app)
+    );
+}
+
+#[test]
+fn a_quick_filter_is_one_phrase_or_the_search_words_of_the_rows() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 3, TaskState::Dead, 1..1);
+    let tag = current_tag(&mut app);
+    let errors = [
+        "Timed out after 30s",
+        "timed out again",
+        "connection refused: timed out",
+        "timed\nout",
+    ];
+    let mut update = tasks_update(TaskState::Dead, 1..5, None);
+    if let WatchUpdate::Tasks { tasks, .. } = &mut update {
+        for (t, e) in tasks.iter_mut().zip(errors) {
+            t.last_error = Some(e.into());
+        }
+    }
+    deliver(&mut app, tag, update);
+    let shown = |app: &App| -> Vec<String> {
+        app.rows()
+            .iter()
+            .map(|r| match r {
+                super::app::Row::Task(t) => t.id.clone(),
+                _ => panic!("a task row"),
+            })
+            .collect()
+    };
+    chars(&mut app, "ftimed out\n");
+    assert_eq!(shown(&app), [id(1), id(2), id(3)]);
+    assert!(text(&app).contains("filter timed out "));
+    press(&mut app, KeyCode::Esc);
+    chars(&mut app, "ferror:timed out key:user-\n");
+    assert_eq!(shown(&app), [id(2)]);
+    press(&mut app, KeyCode::Esc);
+    chars(&mut app, "ferror:TIMED OUT\n");
+    assert_eq!(shown(&app), [id(1), id(2), id(3)]);
+    press(&mut app, KeyCode::Esc);
+    chars(&mut app, "fkey:user-4 error:out\n");
+    assert_eq!(shown(&app), [id(4)]);
+    press(&mut app, KeyCode::Esc);
+    // Words no row carries are text, as typed.
+    chars(&mut app, "fpayload:x\n");
+    assert_eq!(shown(&app), Vec::<String>::new());
+}
+
+#[test]
 fn capital_g_reaches_the_real_end_and_n_shows_the_newest_first() {
     let mut app = started(false);
     on_queue_tab(&mut app, 0, TaskState::Ready, 0..2);
@@ -1296,6 +1424,116 @@ fn s_sorts_the_pages_rows_by_each_column_and_capital_s_reverses() {
     }
     assert_eq!(app.sorted_by(), None);
     assert_eq!(names(&app), ["emails", "inference", "reports"]);
+}
+
+#[test]
+fn the_leased_tab_sorts_by_holder_running_time_and_expiry() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 2, TaskState::Leased, 1..1);
+    let tag = current_tag(&mut app);
+    // (holder, running since, expires)
+    let leases = [
+        ("gpu-b", NOW - 30 * SEC, NOW + 5 * SEC),
+        ("gpu-c", NOW - 90 * SEC, NOW + 50 * SEC),
+        ("gpu-a", NOW - 10 * SEC, NOW + 20 * SEC),
+    ];
+    let mut update = tasks_update(TaskState::Leased, 1..4, None);
+    if let WatchUpdate::Tasks { tasks, .. } = &mut update {
+        for (t, (member, since, expires)) in tasks.iter_mut().zip(leases) {
+            t.updated_ms = since;
+            t.lease = Some(LeaseInfo {
+                member: member.into(),
+                epoch: 1,
+                expires_ms: expires,
+            });
+        }
+    }
+    deliver(&mut app, tag, update);
+    let order = |app: &App| -> Vec<String> {
+        app.rows()
+            .iter()
+            .map(|r| match r {
+                super::app::Row::Task(t) => t.lease.as_ref().expect("leased").member.clone(),
+                _ => panic!("a task row"),
+            })
+            .collect()
+    };
+    // `s` steps through the columns shown, left to right; `S` reverses.
+    let mut steps = Vec::new();
+    loop {
+        press(&mut app, KeyCode::Char('s'));
+        let Some((column, false)) = app.sorted_by() else {
+            break;
+        };
+        steps.push((column, order(&app)));
+        if column == "holder" {
+            assert!(text(&app).contains("· by holder ↑"), "{}", text(&app));
+            press(&mut app, KeyCode::Char('S'));
+            assert_eq!(app.sorted_by(), Some(("holder", true)));
+            assert_eq!(order(&app), ["gpu-c", "gpu-b", "gpu-a"]);
+        }
+    }
+    let by = |names: [&str; 3]| names.map(String::from).to_vec();
+    assert_eq!(
+        steps,
+        [
+            ("id", by(["gpu-b", "gpu-c", "gpu-a"])),
+            ("holder", by(["gpu-a", "gpu-b", "gpu-c"])),
+            ("attempts", by(["gpu-b", "gpu-c", "gpu-a"])),
+            // The longest running first, then the soonest to expire.
+            ("running", by(["gpu-c", "gpu-b", "gpu-a"])),
+            ("expires", by(["gpu-b", "gpu-a", "gpu-c"])),
+            ("progress", by(["gpu-b", "gpu-c", "gpu-a"])),
+        ]
+    );
+    // Every task table sorts by the columns it shows.
+    let names = |app: &App| {
+        let rows = app.rows();
+        rows.first()
+            .map(|r| r.sort_columns(&app.page().screen))
+            .unwrap_or_default()
+    };
+    let shown = [
+        (
+            TaskState::Ready,
+            "ID PRI KEY ATT FAIL AGE",
+            "id priority key attempts failures age",
+        ),
+        (
+            TaskState::Scheduled,
+            "ID PRI KEY FAIL DUE",
+            "id priority key failures due",
+        ),
+        (
+            TaskState::Leased,
+            "ID HOLDER ATT RUNNING EXPIRES PROGRESS",
+            "id holder attempts running expires progress",
+        ),
+        (
+            TaskState::Dead,
+            "ID ATT DIED REASON ERROR",
+            "id attempts died reason error",
+        ),
+    ];
+    for (state, header, columns) in shown {
+        let mut app = started(false);
+        let tab = TABS.iter().position(|s| *s == state).expect("a tab");
+        on_queue_tab(&mut app, tab, state, 1..3);
+        let screen = text(&app);
+        let words: Vec<&str> = header.split(' ').collect();
+        let line = screen
+            .lines()
+            .find(|l| l.contains(" ID "))
+            .unwrap_or_else(|| panic!("{state:?}: no header in {screen}"));
+        assert_eq!(
+            line.split(|c: char| c.is_whitespace() || c == '│' || c == '"')
+                .filter(|w| !w.is_empty())
+                .collect::<Vec<_>>(),
+            words,
+            "{state:?}"
+        );
+        assert_eq!(names(&app).join(" "), columns, "{state:?}");
+    }
 }
 
 #[test]

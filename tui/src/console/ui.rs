@@ -14,7 +14,7 @@ use muster_protocol::model::{
 };
 use muster_protocol::ops::WatchUpdate;
 
-use super::app::{App, Level, Mode, Row, Screen, TABS, TrendSeries};
+use super::app::{App, Level, Mode, Row, Screen, TABS, TaskColumn, TrendSeries, task_columns};
 
 /// Draws the whole console.
 pub fn render(app: &App, frame: &mut Frame) {
@@ -74,13 +74,7 @@ fn render_found(app: &App, frame: &mut Frame, area: Rect) {
         frame.render_widget(Paragraph::new(nothing(app, what)).block(block), area);
         return;
     }
-    task_table(
-        app,
-        &[QUEUE, STATE, ATTEMPTS, AGE, ERROR],
-        block,
-        frame,
-        area,
-    );
+    task_table(app, &screen_columns(app), block, frame, area);
 }
 
 fn render_data(app: &App, frame: &mut Frame, main: Rect) {
@@ -494,7 +488,7 @@ fn render_queue(
     if app.page().grouped {
         return group_table(app, Block::new(), frame, list);
     }
-    task_table(app, &columns(state), Block::new(), frame, list);
+    task_table(app, &screen_columns(app), Block::new(), frame, list);
 }
 
 /// A dead list grouped by error: how many died of each, in which queues, the last when.
@@ -566,8 +560,7 @@ fn render_dead(app: &App, total: u64, block: Block<'_>, frame: &mut Frame, area:
     if app.page().grouped {
         return group_table(app, block, frame, area);
     }
-    let columns = [QUEUE, ATTEMPTS, DIED, REASON, ERROR];
-    task_table(app, &columns, block, frame, area);
+    task_table(app, &screen_columns(app), block, frame, area);
 }
 
 /// A column of a task table: its title, its width and what a task shows in it.
@@ -657,16 +650,29 @@ const QUEUE: Column = Column {
     cell: |t, _| t.queue.clone(),
 };
 
-/// The columns of a queue's tab, after the id.
-fn columns(state: TaskState) -> Vec<Column> {
-    match state {
-        TaskState::Leased => vec![HOLDER, ATTEMPTS, RUNNING, EXPIRES, PROGRESS],
-        TaskState::Dead => vec![ATTEMPTS, DIED, REASON, ERROR],
-        TaskState::Scheduled => vec![PRIORITY, KEY, FAILURES, DUE],
-        TaskState::Ready | TaskState::Done | TaskState::Cancelled => {
-            vec![PRIORITY, KEY, ATTEMPTS, FAILURES, AGE]
-        }
-    }
+/// The columns of the current screen's task table, after the id: those `s` sorts by.
+fn screen_columns(app: &App) -> Vec<Column> {
+    task_columns(&app.page().screen)
+        .iter()
+        .map(|c| match c {
+            TaskColumn::Id => unreachable!("the id is every task table's first column"),
+            TaskColumn::Queue => QUEUE,
+            TaskColumn::State => STATE,
+            TaskColumn::Priority => PRIORITY,
+            TaskColumn::Key => KEY,
+            TaskColumn::Attempts => ATTEMPTS,
+            TaskColumn::Failures => FAILURES,
+            TaskColumn::Age => AGE,
+            TaskColumn::Due => DUE,
+            TaskColumn::Holder => HOLDER,
+            TaskColumn::Running => RUNNING,
+            TaskColumn::Expires => EXPIRES,
+            TaskColumn::Progress => PROGRESS,
+            TaskColumn::Died => DIED,
+            TaskColumn::Reason => REASON,
+            TaskColumn::Error => ERROR,
+        })
+        .collect()
 }
 
 /// The tasks of the current screen: the id (marked with `*`), then `columns`.
@@ -731,7 +737,7 @@ fn render_member(app: &App, m: &MemberInfo, block: Block<'_>, frame: &mut Frame,
         frame.render_widget(Paragraph::new(nothing(app, "holds no tasks")), list);
         return;
     }
-    task_table(app, &[QUEUE, ATTEMPTS, EXPIRES], Block::new(), frame, list);
+    task_table(app, &screen_columns(app), Block::new(), frame, list);
 }
 
 /// How a member's state reads, and its color.
@@ -969,8 +975,14 @@ const HELP_NOTES: [(&str, &str); 3] = [
         ":",
         "queues, members, dead, queue NAME [STATE], task ID, q (tab)",
     ),
-    ("/", "ID-PREFIX or payload text · key:K · idem:K · label:L"),
-    ("", "state:S · error:TEXT · payload:TEXT · field:PATH=VALUE"),
+    (
+        "/",
+        "ID-PREFIX or text · key:K · idem:K · label:L · state:S",
+    ),
+    (
+        "",
+        "error:TEXT · payload:TEXT · field:PATH=VALUE (spaces ok)",
+    ),
 ];
 
 fn render_help(app: &App, frame: &mut Frame) {

@@ -172,7 +172,8 @@ class Client:
         Each argument not given comes from its variable: ``MUSTER_ADDR``,
         ``MUSTER_DATA``, ``MUSTER_CA``, ``MUSTER_PIN``, ``MUSTER_TOKEN``,
         ``MUSTER_TOKEN_FILE``, ``MUSTER_CONTEXT``. Then the named context in use fills in
-        the address and the trust not given: ``context`` (else ``MUSTER_CONTEXT``, else
+        the address and the trust not given, and its token file (with its trust, when
+        no token or token file was given): ``context`` (else ``MUSTER_CONTEXT``, else
         the current one of ``muster context use``) from ``contexts.toml`` in the user's
         configuration directory (``$XDG_CONFIG_HOME/muster/``, by default
         ``~/.config/muster/``). Without a context: ``127.0.0.1:7420``, trusting the

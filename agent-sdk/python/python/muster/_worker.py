@@ -256,7 +256,11 @@ class Worker:
         Cancelling this coroutine drains the worker as :meth:`shutdown` does, then
         raises :class:`asyncio.CancelledError`. Raises :class:`~muster.Replaced` when
         another process took the member name over, or the daemon's refusal of the
-        session (e.g. :class:`~muster.BadRequest` for a bad name).
+        session (e.g. :class:`~muster.BadRequest` for a bad name,
+        :class:`~muster.Forbidden` for a queue the token may not consume). A queue that
+        does not exist yet is waited for, not raised: the worker logs it once (a warning
+        naming it, on the ``muster`` logger), serves its other queues meanwhile and
+        subscribes again with its backoff until the queue is created.
         """
         loop = asyncio.get_running_loop()
         signals = self._install_signals(loop) if handle_signals else []
