@@ -789,6 +789,7 @@ fn cluster_op(
     principal: Option<String>,
 ) -> Option<ClusterAnswer> {
     use crate::engine::audit;
+    let watched = node.clone();
     let node = node.clone();
     let (op, target) = (req.name(), cluster_target(req)?);
     let change: ClusterAnswer = match req {
@@ -823,10 +824,29 @@ fn cluster_op(
         }
         _ => return None,
     };
+    // A node that joins as a learner and is refused promotion changed the membership.
+    let is_member = |node: &crate::cluster::node::Node, id: u64| {
+        node.status().members.iter().any(|m| m.node == id)
+    };
+    let added = match req {
+        Request::ClusterAdd(add) if !is_member(&watched, add.node) => Some(add.node),
+        _ => None,
+    };
     Some(Box::pin(async move {
         let reply = change.await;
-        if reply.is_ok() {
-            audit::record(principal.as_deref(), op, &target, 0);
+        match (&reply, added) {
+            (Ok(_), _) => audit::record(principal.as_deref(), op, &target, 0),
+            // Refused after the node joined as a learner (it did not catch up): the
+            // membership changed all the same.
+            (Err(_), Some(id)) if is_member(&watched, id) => {
+                audit::record(
+                    principal.as_deref(),
+                    op,
+                    &format!("{target} (a learner)"),
+                    0,
+                );
+            }
+            (Err(_), _) => {}
         }
         reply
     }))

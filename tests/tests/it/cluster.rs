@@ -474,6 +474,25 @@ async fn adding_a_node_that_cannot_catch_up_leaves_the_voters_unchanged() {
         .await;
     assert_eq!(again.status.code(), Some(1));
     cluster.ok(&["cluster", "remove", "9"]).await;
+    // Both changes are in the leader's audit trail.
+    let audited: Vec<(String, String)> = cluster
+        .log(leader.node)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["fields"]["message"] == "operator action")
+        .map(|v| {
+            let field = |k: &str| v["fields"][k].as_str().unwrap_or_default().to_owned();
+            (field("op"), field("target"))
+        })
+        .filter(|(_, target)| target.starts_with("node 9"))
+        .collect();
+    assert_eq!(
+        audited,
+        [
+            ("cluster_add".to_owned(), "node 9 (a learner)".to_owned()),
+            ("cluster_remove".to_owned(), "node 9".to_owned()),
+        ]
+    );
     let status = cluster.status(leader.node).await;
     assert_eq!(status.voters, [1, 2, 3], "{status:?}");
     assert!(status.learners.is_empty(), "{status:?}");
