@@ -392,12 +392,18 @@ async fn member_names_are_not_squatted_released_expire_and_are_capped_per_token(
         .open_session(&session("gpu/squat", false))
         .await
         .unwrap();
-    // Now it is the other token's: released by an admin once its session is gone.
-    assert_eq!(
-        code(admin.member_release("gpu/squat").await),
-        Some(ErrorCode::InvalidState)
-    );
-    other.close().await;
+    // Now it is the other token's, and its session squats it: an admin's release ends
+    // that session (its connection is closed: replaced) and frees the name at once.
+    admin.member_release("gpu/squat").await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(5), other.closed_reason())
+        .await
+        .expect("the squatter's connection is closed");
+    assert!(ended.contains("replaced (code 3)"), "{ended}");
+    gpu.open_session(&session("gpu/squat", false))
+        .await
+        .expect("the released name is free for its owner");
+    gpu.close().await;
+    let gpu = d.client_as(GPU).await;
     let waited = eventually(Duration::from_secs(5), async || {
         code(admin.member_release("gpu/squat").await) != Some(ErrorCode::InvalidState)
     })

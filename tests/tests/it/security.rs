@@ -166,7 +166,9 @@ async fn attempt(c: &Client, op: &str, queue: &str, task: &str, member: &str) ->
             })
             .await,
         ),
-        "member_release" => code(c.member_release(member).await),
+        // A name bound to nobody: an allowed release is `not_found`, and releasing the
+        // cell's own member would end this connection's session (and close it).
+        "member_release" => code(c.member_release(&format!("{member}-unbound")).await),
         "lease_revoke" => code(c.lease_revoke(task).await),
         "watch_queues" => code(
             c.watch(
