@@ -618,19 +618,18 @@ fn muster_guard_refuses_a_dir_that_is_not_a_runners_private_directory() {
         (link.clone(), "it is a symbolic link".to_owned()),
         (missing, "No such file or directory (os error 2)".to_owned()),
     ];
-    // Another user's directory (only root can make one to test with).
+    // Another user's directory (only root can make one to test with; chown to one's
+    // own uid succeeds for anyone, so the other uid is never this process's).
     let theirs = make("muster-work-theirs", 0o700);
-    if std::os::unix::fs::chown(&theirs, Some(65534), None).is_ok() {
-        let me = std::fs::metadata(root.path().join("home")).map(|m| {
-            use std::os::unix::fs::MetadataExt;
-            m.uid()
-        });
+    let me = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(root.path().join("home")).unwrap().uid()
+    };
+    let other = if me == 65534 { 65533 } else { 65534 };
+    if std::os::unix::fs::chown(&theirs, Some(other), None).is_ok() {
         refused.push((
             theirs,
-            format!(
-                "it is owned by uid 65534, not this user (uid {})",
-                me.unwrap()
-            ),
+            format!("it is owned by uid {other}, not this user (uid {me})"),
         ));
     }
     for (dir, why) in refused {
