@@ -179,8 +179,8 @@ pub async fn run(id: u64, raft: Raft<Muster>, log: LogStore, mut network: Networ
             last_log_id: last_log_id(&log).await,
         };
         let others: Vec<u64> = me.voters.iter().copied().filter(|&v| v != id).collect();
-        let granted = 1 + ask(&raft, &mut network, &others, &req).await;
         let majority = me.voters.len() / 2 + 1;
+        let granted = 1 + ask(&raft, &mut network, &others, &req, majority - 1).await;
         if granted < majority {
             tracing::debug!(
                 term = req.term,
@@ -213,12 +213,15 @@ pub async fn run(id: u64, raft: Raft<Muster>, log: LogStore, mut network: Networ
     }
 }
 
-/// Asks `others` at once and counts the yeses that arrive within [`PRE_VOTE_TIMEOUT`].
+/// Asks `others` at once and counts the yeses that arrive within [`PRE_VOTE_TIMEOUT`],
+/// returning as soon as `enough` said yes: a dead voter's silence does not hold up the
+/// election the others agree to.
 async fn ask(
     raft: &Raft<Muster>,
     network: &mut Network,
     others: &[u64],
     req: &PreVoteRequest,
+    enough: usize,
 ) -> usize {
     let membership = raft.metrics().borrow().membership_config.clone();
     let mut asks = tokio::task::JoinSet::new();
@@ -237,7 +240,12 @@ async fn ask(
     loop {
         tokio::select! {
             joined = asks.join_next() => match joined {
-                Some(Ok(Ok(answer))) => granted += usize::from(answer.granted),
+                Some(Ok(Ok(answer))) => {
+                    granted += usize::from(answer.granted);
+                    if granted >= enough {
+                        return granted;
+                    }
+                }
                 Some(Ok(Err(e))) => tracing::debug!(error = %e, "pre-vote not answered"),
                 Some(Err(e)) => tracing::debug!(error = %e, "pre-vote task failed"),
                 None => return granted,
