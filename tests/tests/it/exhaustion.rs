@@ -187,20 +187,7 @@ async fn replies_and_unfinished_requests_are_bounded_in_bytes_per_connection() {
     assert_eq!(admin.task_get(&id).await.expect("task_get").id, id);
 
     // Unfinished frames: 64 streams each announcing 4 MiB and sending 1 MiB of it.
-    let conn2 = muster_sdk::connect::open(&d.options())
-        .await
-        .expect("raw connection");
-    let (mut hello, mut hello_recv) = conn2.open_bi().await.expect("stream");
-    hello
-        .write_all(&frame(&format!(
-            r#"{{"id":0,"op":"hello","version":1,"token":"{PRODUCER}"}}"#
-        )))
-        .await
-        .expect("hello");
-    assert_eq!(
-        read_frame(&mut hello_recv).await.expect("hello reply")["ok"],
-        true
-    );
+    let conn2 = producer_connection(&d.options()).await;
     let mut partial = (4u32 * 1024 * 1024).to_be_bytes().to_vec();
     partial.extend(vec![b' '; 1024 * 1024]);
     let mut streams = Vec::new();
@@ -480,6 +467,25 @@ async fn one_producer_cannot_blind_the_operator() {
     assert_eq!(String::from_utf8_lossy(&dead.stdout).lines().count(), 500);
 }
 
+/// A raw connection on which the producer's `hello` was accepted.
+async fn producer_connection(options: &ConnectOptions) -> quinn::Connection {
+    let conn = muster_sdk::connect::open(options)
+        .await
+        .expect("raw connection");
+    let (mut hello, mut hello_recv) = conn.open_bi().await.expect("stream");
+    hello
+        .write_all(&frame(&format!(
+            r#"{{"id":0,"op":"hello","version":1,"token":"{PRODUCER}"}}"#
+        )))
+        .await
+        .expect("hello");
+    assert_eq!(
+        read_frame(&mut hello_recv).await.expect("hello reply")["ok"],
+        true
+    );
+    conn
+}
+
 /// Connects with `token`; the daemon's refusal, if any.
 async fn connect_as(options: &ConnectOptions, token: &str) -> Result<Client, muster_sdk::Error> {
     Client::connect(ConnectOptions {
@@ -549,20 +555,7 @@ async fn one_token_cannot_hold_every_connection_or_buffer_without_bound() {
     partial.extend(vec![b' '; 600 * 1024]);
     let mut replies = Vec::new();
     for _ in 0..2 {
-        let conn = muster_sdk::connect::open(&options)
-            .await
-            .expect("raw connection");
-        let (mut hello, mut hello_recv) = conn.open_bi().await.expect("stream");
-        hello
-            .write_all(&frame(&format!(
-                r#"{{"id":0,"op":"hello","version":1,"token":"{PRODUCER}"}}"#
-            )))
-            .await
-            .expect("hello");
-        assert_eq!(
-            read_frame(&mut hello_recv).await.expect("hello reply")["ok"],
-            true
-        );
+        let conn = producer_connection(&options).await;
         let (mut send, recv) = conn.open_bi().await.expect("stream");
         let _ = tokio::time::timeout(Duration::from_secs(2), send.write_all(&partial)).await;
         replies.push((conn, send, recv));
