@@ -437,19 +437,25 @@ async fn adding_a_node_that_cannot_catch_up_leaves_the_voters_unchanged() {
         .local_addr()
         .expect("its address")
         .to_string();
-    let out = cluster
-        .cli(&[
-            "cluster",
-            "add",
-            "9",
-            "--node-addr",
-            &silent,
-            "--cluster-addr",
-            &silent,
-            "--catch-up",
-            "2s",
-        ])
-        .await;
+    // Node 9 at that address, waiting `catch_up` for it.
+    let add_silent = |catch_up: &'static str| {
+        let (cluster, silent) = (&cluster, silent.clone());
+        async move {
+            let args = [
+                "cluster",
+                "add",
+                "9",
+                "--node-addr",
+                &silent,
+                "--cluster-addr",
+                &silent,
+            ];
+            cluster
+                .cli(&[&args[..], &["--catch-up", catch_up]].concat())
+                .await
+        }
+    };
+    let out = add_silent("2s").await;
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
@@ -459,19 +465,7 @@ async fn adding_a_node_that_cannot_catch_up_leaves_the_voters_unchanged() {
     assert_eq!(status.voters, [1, 2, 3], "{status:?}");
     assert_eq!(status.learners, [9], "{status:?}");
     // Asking again (to promote it) fails the same way; removing it works.
-    let again = cluster
-        .cli(&[
-            "cluster",
-            "add",
-            "9",
-            "--node-addr",
-            &silent,
-            "--cluster-addr",
-            &silent,
-            "--catch-up",
-            "1s",
-        ])
-        .await;
+    let again = add_silent("1s").await;
     assert_eq!(again.status.code(), Some(1));
     cluster.ok(&["cluster", "remove", "9"]).await;
     // Both changes are in the leader's audit trail.
