@@ -5,12 +5,16 @@
 //!
 //! Each method takes the running loop's bridge (`done`, a [`Loop`]) first: the call
 //! runs on the extension's runtime and the loop resolves its future (see `bridge`), so
-//! no method holds the GIL while it waits. Arguments arrive as plain values the Python
+//! no method holds the GIL while it waits. Every op goes through one code path,
+//! [`Client::run`] ([`Client::json`] for those answering a record): a method only
+//! checks its arguments and names the SDK call. Arguments arrive as plain values the Python
 //! layer prepared (durations in milliseconds, options and tasks as JSON text); records
 //! go back as JSON text for the Python layer to turn into dataclasses, so the wire
 //! types are decoded in one place (serde, here) and never re-implemented in Python.
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use muster_protocol::limits::MAX_BATCH;
 use muster_protocol::model::{NewTask, QueuePatch, TaskState};
@@ -19,7 +23,7 @@ use muster_sdk::{ConnectArgs, ConnectOptions};
 use pyo3::prelude::*;
 use serde::Serialize;
 
-use crate::bridge::Loop;
+use crate::bridge::{Loop, Reply};
 use crate::errors::invalid;
 
 /// A connection to `musterd`, shared by every call made through it.
@@ -63,9 +67,10 @@ pub fn options(
         .map_err(crate::errors::to_py)
 }
 
-/// Connects; resolves to a [`Client`].
+/// Connects; resolves to a [`Client`]. With `node`, to exactly the one address given,
+/// leader or not (`muster_sdk::Client::connect_node`), else to the leader among them.
 #[pyfunction]
-#[pyo3(signature = (done, addr=None, data=None, ca=None, pin=None, token=None, server_name=None, token_file=None, context=None))]
+#[pyo3(signature = (done, addr=None, data=None, ca=None, pin=None, token=None, server_name=None, token_file=None, context=None, node=false))]
 #[expect(
     clippy::too_many_arguments,
     reason = "the connection options, as Python passes them"
@@ -81,20 +86,57 @@ pub fn connect<'py>(
     server_name: Option<String>,
     token_file: Option<String>,
     context: Option<String>,
+    node: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let options = options(addr, data, ca, pin, token, server_name, token_file, context)?;
     done.get().spawn(py, async move {
-        let client = muster_sdk::Client::connect(options).await?;
+        let client = if node {
+            muster_sdk::Client::connect_node(options).await?
+        } else {
+            muster_sdk::Client::connect(options).await?
+        };
         Ok(Client { client })
     })
+}
+
+impl Client {
+    /// The one code path of every op: `op` runs on the extension's runtime with a
+    /// clone of the SDK client, and what it returns resolves the loop's future.
+    fn run<'py, T, F>(
+        &self,
+        py: Python<'py>,
+        done: &Bound<'py, Loop>,
+        op: impl FnOnce(muster_sdk::Client) -> F,
+    ) -> PyResult<Bound<'py, PyAny>>
+    where
+        T: Into<Reply>,
+        F: Future<Output = Result<T, muster_sdk::Error>> + Send + 'static,
+    {
+        done.get().spawn(py, op(self.client.clone()))
+    }
+
+    /// [`Client::run`] for an op that answers a record: it resolves to the record as
+    /// JSON text, for the Python layer's dataclasses.
+    fn json<'py, T, F>(
+        &self,
+        py: Python<'py>,
+        done: &Bound<'py, Loop>,
+        op: impl FnOnce(muster_sdk::Client) -> F,
+    ) -> PyResult<Bound<'py, PyAny>>
+    where
+        T: Serialize,
+        F: Future<Output = Result<T, muster_sdk::Error>> + Send + 'static,
+    {
+        let call = op(self.client.clone());
+        done.get().spawn(py, async move { text(&call.await?) })
+    }
 }
 
 #[pymethods]
 impl Client {
     /// Closes the connection, waiting (at most a second) until the daemon was told.
     fn close<'py>(&self, py: Python<'py>, done: &Bound<'py, Loop>) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get().spawn(py, async move {
+        self.run(py, done, |client| async move {
             client.close().await;
             Ok(())
         })
@@ -109,9 +151,8 @@ impl Client {
         options: &str,
     ) -> PyResult<Bound<'py, PyAny>> {
         let patch = patch(options)?;
-        let client = self.client.clone();
-        done.get().spawn(py, async move {
-            text(&client.queue_create(&queue, patch).await?)
+        self.json(py, done, |client| async move {
+            client.queue_create(&queue, patch).await
         })
     }
 
@@ -121,9 +162,7 @@ impl Client {
         py: Python<'py>,
         done: &Bound<'py, Loop>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get()
-            .spawn(py, async move { text(&client.queue_list().await?) })
+        self.json(py, done, |client| async move { client.queue_list().await })
     }
 
     /// One queue; resolves to QueueInfo JSON.
@@ -133,11 +172,9 @@ impl Client {
         done: &Bound<'py, Loop>,
         queue: String,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get().spawn(
-            py,
-            async move { text(&client.queue_describe(&queue).await?) },
-        )
+        self.json(py, done, |client| async move {
+            client.queue_describe(&queue).await
+        })
     }
 
     /// Changes a queue's options (a QueuePatch as JSON text); resolves to QueueInfo JSON.
@@ -149,9 +186,8 @@ impl Client {
         options: &str,
     ) -> PyResult<Bound<'py, PyAny>> {
         let patch = patch(options)?;
-        let client = self.client.clone();
-        done.get().spawn(py, async move {
-            text(&client.queue_update(&queue, patch).await?)
+        self.json(py, done, |client| async move {
+            client.queue_update(&queue, patch).await
         })
     }
 
@@ -162,9 +198,9 @@ impl Client {
         done: &Bound<'py, Loop>,
         queue: String,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get()
-            .spawn(py, async move { text(&client.queue_pause(&queue).await?) })
+        self.json(py, done, |client| async move {
+            client.queue_pause(&queue).await
+        })
     }
 
     /// Resumes a queue; resolves to QueueInfo JSON.
@@ -174,9 +210,9 @@ impl Client {
         done: &Bound<'py, Loop>,
         queue: String,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get()
-            .spawn(py, async move { text(&client.queue_resume(&queue).await?) })
+        self.json(py, done, |client| async move {
+            client.queue_resume(&queue).await
+        })
     }
 
     /// Removes a queue's ready and scheduled tasks; resolves to how many.
@@ -186,9 +222,9 @@ impl Client {
         done: &Bound<'py, Loop>,
         queue: String,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get()
-            .spawn(py, async move { client.queue_purge(&queue).await })
+        self.run(py, done, |client| async move {
+            client.queue_purge(&queue).await
+        })
     }
 
     /// Deletes a queue and its tasks; resolves to how many tasks went with it.
@@ -198,9 +234,9 @@ impl Client {
         done: &Bound<'py, Loop>,
         queue: String,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get()
-            .spawn(py, async move { client.queue_delete(&queue).await })
+        self.run(py, done, |client| async move {
+            client.queue_delete(&queue).await
+        })
     }
 
     /// Enqueues tasks given as a JSON list of NewTask, in batches of `MAX_BATCH` sent
@@ -217,8 +253,7 @@ impl Client {
         if tasks.is_empty() {
             return Err(invalid("nothing to enqueue"));
         }
-        let client = self.client.clone();
-        done.get().spawn(py, async move {
+        self.run(py, done, |client| async move {
             let mut pending = Vec::with_capacity(tasks.len().div_ceil(MAX_BATCH));
             while !tasks.is_empty() {
                 let rest = tasks.split_off(tasks.len().min(MAX_BATCH));
@@ -240,9 +275,11 @@ impl Client {
         done: &Bound<'py, Loop>,
         task: String,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get()
-            .spawn(py, async move { text(&client.task_get(&task).await?) })
+        self.json(
+            py,
+            done,
+            |client| async move { client.task_get(&task).await },
+        )
     }
 
     /// One page of a queue's tasks in a state; resolves to `{"tasks": [...], "next": ...}`.
@@ -261,9 +298,8 @@ impl Client {
                 "{state:?} is not a task state (scheduled, ready, leased, done, dead, cancelled)"
             ))
         })?;
-        let client = self.client.clone();
-        done.get().spawn(py, async move {
-            text(&client.task_list(&queue, state, after, limit).await?)
+        self.json(py, done, |client| async move {
+            client.task_list(&queue, state, after, limit).await
         })
     }
 
@@ -277,9 +313,11 @@ impl Client {
     ) -> PyResult<Bound<'py, PyAny>> {
         let search: TaskFind =
             serde_json::from_str(search).map_err(|e| invalid(format!("task search: {e}")))?;
-        let client = self.client.clone();
-        done.get()
-            .spawn(py, async move { text(&client.task_find(&search).await?) })
+        self.json(
+            py,
+            done,
+            |client| async move { client.task_find(&search).await },
+        )
     }
 
     /// Changes a ready or scheduled task's priority, or runs a scheduled one now;
@@ -298,9 +336,9 @@ impl Client {
             priority,
             run_now,
         };
-        let client = self.client.clone();
-        done.get()
-            .spawn(py, async move { text(&client.task_update(&update).await?) })
+        self.json(py, done, |client| async move {
+            client.task_update(&update).await
+        })
     }
 
     /// Waits up to `timeout_ms` for tasks to finish; resolves to WaitReply JSON.
@@ -311,11 +349,9 @@ impl Client {
         tasks: Vec<String>,
         timeout_ms: u64,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get().spawn(
-            py,
-            async move { text(&client.wait(tasks, timeout_ms).await?) },
-        )
+        self.json(py, done, |client| async move {
+            client.wait(tasks, timeout_ms).await
+        })
     }
 
     /// Cancels a task; resolves to CancelReply JSON.
@@ -325,9 +361,7 @@ impl Client {
         done: &Bound<'py, Loop>,
         task: String,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get()
-            .spawn(py, async move { text(&client.cancel(&task).await?) })
+        self.json(py, done, |client| async move { client.cancel(&task).await })
     }
 
     /// Leases ready tasks; resolves to a JSON list of Delivery.
@@ -355,9 +389,7 @@ impl Client {
             member,
             labels,
         };
-        let client = self.client.clone();
-        done.get()
-            .spawn(py, async move { text(&client.claim(&claim).await?) })
+        self.json(py, done, |client| async move { client.claim(&claim).await })
     }
 
     /// Extends a lease, storing a checkpoint (JSON text); resolves to RenewReply JSON.
@@ -372,9 +404,8 @@ impl Client {
         progress: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let progress = progress.map(raw).transpose()?;
-        let client = self.client.clone();
-        done.get().spawn(py, async move {
-            text(&client.renew(&task, epoch, extend_ms, progress).await?)
+        self.json(py, done, |client| async move {
+            client.renew(&task, epoch, extend_ms, progress).await
         })
     }
 
@@ -389,11 +420,9 @@ impl Client {
         result: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let result = result.map(raw).transpose()?;
-        let client = self.client.clone();
-        done.get().spawn(
-            py,
-            async move { text(&client.ack(&task, epoch, result).await?) },
-        )
+        self.json(py, done, |client| async move {
+            client.ack(&task, epoch, result).await
+        })
     }
 
     /// Hands a leased task back as failed; resolves to SettleReply JSON.
@@ -407,9 +436,8 @@ impl Client {
         delay_ms: Option<u64>,
         error: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get().spawn(py, async move {
-            text(&client.nack(&task, epoch, delay_ms, error).await?)
+        self.json(py, done, |client| async move {
+            client.nack(&task, epoch, delay_ms, error).await
         })
     }
 
@@ -421,11 +449,9 @@ impl Client {
         task: String,
         epoch: u64,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get().spawn(
-            py,
-            async move { text(&client.release(&task, epoch).await?) },
-        )
+        self.json(py, done, |client| async move {
+            client.release(&task, epoch).await
+        })
     }
 
     /// Sends a leased task to dead; resolves to SettleReply JSON.
@@ -437,9 +463,8 @@ impl Client {
         epoch: u64,
         error: String,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get().spawn(py, async move {
-            text(&client.dead_letter(&task, epoch, &error).await?)
+        self.json(py, done, |client| async move {
+            client.dead_letter(&task, epoch, &error).await
         })
     }
 
@@ -459,9 +484,11 @@ impl Client {
             all,
             dry_run,
         };
-        let client = self.client.clone();
-        done.get()
-            .spawn(py, async move { text(&client.redrive(selection).await?) })
+        self.json(
+            py,
+            done,
+            |client| async move { client.redrive(selection).await },
+        )
     }
 
     /// Removes dead tasks; resolves to CountReply JSON.
@@ -480,9 +507,11 @@ impl Client {
             all,
             dry_run,
         };
-        let client = self.client.clone();
-        done.get()
-            .spawn(py, async move { text(&client.discard(selection).await?) })
+        self.json(
+            py,
+            done,
+            |client| async move { client.discard(selection).await },
+        )
     }
 
     /// Every member; resolves to a JSON list of MemberInfo.
@@ -491,9 +520,7 @@ impl Client {
         py: Python<'py>,
         done: &Bound<'py, Loop>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get()
-            .spawn(py, async move { text(&client.member_list().await?) })
+        self.json(py, done, |client| async move { client.member_list().await })
     }
 
     /// One member and its leases; resolves to MemberDescribeReply JSON.
@@ -503,11 +530,9 @@ impl Client {
         done: &Bound<'py, Loop>,
         member: String,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get().spawn(
-            py,
-            async move { text(&client.member_describe(&member).await?) },
-        )
+        self.json(py, done, |client| async move {
+            client.member_describe(&member).await
+        })
     }
 
     /// Drains a member; resolves to MemberInfo JSON.
@@ -517,11 +542,9 @@ impl Client {
         done: &Bound<'py, Loop>,
         member: String,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get().spawn(
-            py,
-            async move { text(&client.member_drain(&member).await?) },
-        )
+        self.json(py, done, |client| async move {
+            client.member_drain(&member).await
+        })
     }
 
     /// Ends a member's drain; resolves to MemberInfo JSON.
@@ -531,11 +554,9 @@ impl Client {
         done: &Bound<'py, Loop>,
         member: String,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get().spawn(
-            py,
-            async move { text(&client.member_undrain(&member).await?) },
-        )
+        self.json(py, done, |client| async move {
+            client.member_undrain(&member).await
+        })
     }
 
     /// Frees a member name from the principal that first used it; resolves to `None`.
@@ -545,9 +566,9 @@ impl Client {
         done: &Bound<'py, Loop>,
         member: String,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get()
-            .spawn(py, async move { client.member_release(&member).await })
+        self.run(py, done, |client| async move {
+            client.member_release(&member).await
+        })
     }
 
     /// Writes a copy of the store into `dir` on the daemon's host; resolves to
@@ -558,9 +579,59 @@ impl Client {
         done: &Bound<'py, Loop>,
         dir: String,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get()
-            .spawn(py, async move { text(&client.admin_snapshot(&dir).await?) })
+        self.json(py, done, |client| async move {
+            client.admin_snapshot(&dir).await
+        })
+    }
+
+    /// The cluster as the connected node sees it; resolves to ClusterStatusReply JSON.
+    fn cluster_status<'py>(
+        &self,
+        py: Python<'py>,
+        done: &Bound<'py, Loop>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.json(
+            py,
+            done,
+            |client| async move { client.cluster_status().await },
+        )
+    }
+
+    /// Adds a node to the cluster (a learner, then a voter once it caught up, unless
+    /// `learner`); resolves to ClusterStatusReply JSON.
+    #[pyo3(signature = (done, node, addr, cluster_addr, learner=false, catch_up_ms=None))]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one argument per field of the cluster_add op, as Python passes them"
+    )]
+    fn cluster_add<'py>(
+        &self,
+        py: Python<'py>,
+        done: &Bound<'py, Loop>,
+        node: u64,
+        addr: String,
+        cluster_addr: String,
+        learner: bool,
+        catch_up_ms: Option<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let catch_up = catch_up_ms.map(Duration::from_millis);
+        self.json(py, done, |client| async move {
+            client
+                .cluster_add(node, &addr, &cluster_addr, learner, catch_up)
+                .await
+        })
+    }
+
+    /// Removes a node from the cluster; resolves to ClusterStatusReply JSON.
+    fn cluster_remove<'py>(
+        &self,
+        py: Python<'py>,
+        done: &Bound<'py, Loop>,
+        node: u64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.json(py, done, |client| async move {
+            client.cluster_remove(node).await
+        })
     }
 
     /// Revokes a task's lease; resolves to SettleReply JSON.
@@ -570,9 +641,9 @@ impl Client {
         done: &Bound<'py, Loop>,
         task: String,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get()
-            .spawn(py, async move { text(&client.lease_revoke(&task).await?) })
+        self.json(py, done, |client| async move {
+            client.lease_revoke(&task).await
+        })
     }
 
     /// The daemon's own counters; resolves to ServerStatsReply JSON.
@@ -581,9 +652,11 @@ impl Client {
         py: Python<'py>,
         done: &Bound<'py, Loop>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let client = self.client.clone();
-        done.get()
-            .spawn(py, async move { text(&client.server_stats().await?) })
+        self.json(
+            py,
+            done,
+            |client| async move { client.server_stats().await },
+        )
     }
 }
 

@@ -14,6 +14,7 @@ import json
 import os
 import queue
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -67,6 +68,8 @@ class Daemon:
         self.data = data
         self.args = list(args)
         self.addr = "127.0.0.1:0"
+        self.cluster_addr = ""
+        """A cluster node's node-to-node address, as it reported it (else empty)."""
         self.fingerprint = ""
         self.proc: Optional[subprocess.Popen[str]] = None
         self.start()
@@ -125,6 +128,7 @@ class Daemon:
                 continue
             if str(fields.get("message", "")).startswith("musterd listening"):
                 self.addr = fields["addr"]
+                self.cluster_addr = fields.get("cluster_addr", "")
                 self.fingerprint = fields["fingerprint"]
                 return
 
@@ -167,6 +171,56 @@ class Daemon:
             text=True,
             timeout=60,
         )
+
+
+CLUSTER_ID = "py-test"
+"""The cluster id of the test clusters."""
+
+IDENTITY_FILES = ("cert.pem", "key.pem")
+"""What every node of a cluster shares with node 1: its TLS certificate and key, so one
+trust (node 1's data directory) works for all."""
+
+
+def cluster_secret(directory: Path) -> Path:
+    """A fresh cluster secret (48 random bytes, hex) in a file only this user reads."""
+    path = directory / "cluster.secret"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(os.urandom(48).hex() + "\n")
+    return path
+
+
+def cluster_node(
+    bins: Path,
+    data: Path,
+    node: int,
+    secret: Path,
+    args: Sequence[str] = (),
+    identity_from: Optional[Path] = None,
+) -> Daemon:
+    """Starts cluster node ``node`` on loopback (client and node-to-node ports chosen
+    by the system, read back from its log), as ``tests/src/cluster.rs`` starts one:
+    node 1 with ``--bootstrap`` (a one-node cluster), any other with node 1's identity
+    (``identity_from``, its data directory) copied in before its first start, to be
+    added with ``cluster_add``."""
+    data.mkdir(mode=0o700, exist_ok=True)
+    if identity_from is not None:
+        for name in IDENTITY_FILES:
+            shutil.copy2(identity_from / name, data / name)
+    flags = [
+        "--cluster-id",
+        CLUSTER_ID,
+        "--node-id",
+        str(node),
+        "--cluster-listen",
+        "127.0.0.1:0",
+        "--cluster-secret-file",
+        str(secret),
+        *args,
+    ]
+    if identity_from is None:
+        flags.append("--bootstrap")
+    return Daemon(bins, data, flags)
 
 
 class Relay:

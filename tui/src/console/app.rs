@@ -4,7 +4,7 @@
 //! call it alike. It returns [`Effect`]s (watch a screen, run a verb) for the loop to
 //! carry out; their results come back through [`App::on_watch`] and [`App::on_done`].
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
@@ -13,8 +13,8 @@ use muster_protocol::model::{
     MemberInfo, QueueInfo, QueueOptions, QueuePatch, QueueTotals, TaskState, TaskSummary,
 };
 use muster_protocol::ops::{
-    FieldMatch, FindCursor, ServerStatsReply, TaskFind, TaskFindReply, View, WatchReply,
-    WatchUpdate,
+    ClusterStatusReply, FieldMatch, FindCursor, ServerStatsReply, TaskFind, TaskFindReply, View,
+    WatchReply, WatchUpdate,
 };
 
 /// Rows asked for per page of a list screen.
@@ -63,6 +63,8 @@ pub enum Screen {
         /// What the operator typed after `/`.
         query: String,
     },
+    /// Every node of the cluster, each as it answers `cluster_status` itself.
+    Cluster,
 }
 
 /// A screen on the navigation stack, with where the operator is on it.
@@ -101,7 +103,8 @@ impl Page {
         }
     }
 
-    /// The watch view of this page; `None` for a search, which is not watched.
+    /// The watch view of this page; `None` for a search and the cluster, which are not
+    /// watched (they are asked).
     pub fn view(&self) -> Option<View> {
         let after = self.cursors.last().cloned().flatten();
         let limit = Some(PAGE_ROWS);
@@ -119,7 +122,7 @@ impl Page {
                 member: name.clone(),
             },
             Screen::Dead => View::Dead { after, limit },
-            Screen::Found { .. } => return None,
+            Screen::Found { .. } | Screen::Cluster => return None,
         })
     }
 
@@ -361,6 +364,97 @@ pub enum Effect {
         /// Replies carry it; others are stale.
         tag: u64,
     },
+}
+
+/// One round of the cluster screen's questions: the connected node's answer, and each
+/// other member's own answer or why it did not come.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterPoll {
+    /// The answer of the node the console is connected to (the leader, when one leads):
+    /// the membership, and on the leader how far it knows each node to be.
+    pub local: ClusterStatusReply,
+    /// Each other member's own answer, by node id, or why there was none.
+    pub others: Vec<(u64, Result<ClusterStatusReply, String>)>,
+}
+
+/// What the cluster screen knows of the nodes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterNodes {
+    /// The connected node's latest answer.
+    pub local: ClusterStatusReply,
+    /// Each member's latest own answer and when it came (wall-clock ms), by node id.
+    pub heard: BTreeMap<u64, (u64, ClusterStatusReply)>,
+    /// Why a member did not answer the latest round, by node id.
+    pub failed: BTreeMap<u64, String>,
+}
+
+impl ClusterNodes {
+    /// A row per member of the connected node's membership, by node id.
+    pub fn rows(&self) -> Vec<NodeRow> {
+        let leads = self.local.role == "leader";
+        let last = self.local.last_log_index.unwrap_or(0);
+        self.local
+            .members
+            .iter()
+            .map(|m| {
+                let heard = self.heard.get(&m.node);
+                let own = heard.map(|(_, reply)| reply);
+                // Never heard from: the role its membership gives it.
+                let role = match own {
+                    Some(reply) => reply.role.clone(),
+                    None if self.local.leader == Some(m.node) => "leader".into(),
+                    None if m.voter => "follower".into(),
+                    None => "learner".into(),
+                };
+                NodeRow {
+                    node: m.node,
+                    id: m.node.to_string(),
+                    addr: m.addr.clone(),
+                    role,
+                    term: own.map(|r| r.term),
+                    last_log: own.and_then(|r| r.last_log_index),
+                    applied: own.and_then(|r| r.last_applied),
+                    lag: m
+                        .matched
+                        .filter(|_| leads)
+                        .map(|matched| last.saturating_sub(matched)),
+                    heard_ms: heard.map(|(at, _)| *at),
+                    snapshot: own.and_then(|r| r.snapshot_index),
+                    error: self.failed.get(&m.node).cloned(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// One node as the cluster screen shows it: what it said of itself in its latest
+/// answer, and its lag as the leader knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRow {
+    /// Its id.
+    pub node: u64,
+    /// Its id as text: the row's id, for the selection and the filter.
+    pub id: String,
+    /// Its client address.
+    pub addr: String,
+    /// Its role as it last said (`leader`, `follower`, `candidate`, `learner`,
+    /// `shutdown`), or, never heard from, as the membership gives it.
+    pub role: String,
+    /// Its term.
+    pub term: Option<u64>,
+    /// The last entry of its log.
+    pub last_log: Option<u64>,
+    /// The last entry it applied.
+    pub applied: Option<u64>,
+    /// Entries it is behind the leader's log, as the leader knows; only when the
+    /// console is connected to the leader.
+    pub lag: Option<u64>,
+    /// When its latest answer came; `None` if it never answered.
+    pub heard_ms: Option<u64>,
+    /// The last entry its latest snapshot covers.
+    pub snapshot: Option<u64>,
+    /// Why it did not answer the latest round.
+    pub error: Option<String>,
 }
 
 /// What a search found so far, newest first.
@@ -706,6 +800,8 @@ pub enum Row<'a> {
     Member(&'a MemberInfo),
     /// Dead tasks of the page that died with one error (`E`).
     Group(ErrorGroup),
+    /// A node of the cluster.
+    Node(NodeRow),
 }
 
 /// Dead tasks of a page that died with the same error: the first line of their last
@@ -871,7 +967,7 @@ pub fn task_columns(screen: &Screen) -> &'static [TaskColumn] {
         Screen::Member { .. } => &[Queue, Attempts, Expires],
         Screen::Dead => &[Queue, Attempts, Died, Reason, Error],
         Screen::Found { .. } => &[Queue, State, Attempts, Age, Error],
-        Screen::Queues | Screen::Task { .. } | Screen::Members => &[],
+        Screen::Queues | Screen::Task { .. } | Screen::Members | Screen::Cluster => &[],
     }
 }
 
@@ -896,6 +992,9 @@ impl Row<'_> {
                 .collect(),
             Row::Member(_) => vec!["name", "leases", "capacity", "last seen"],
             Row::Group(_) => vec!["count", "error", "died"],
+            Row::Node(_) => vec![
+                "node", "address", "role", "term", "log", "applied", "lag", "contact", "snapshot",
+            ],
         }
     }
 
@@ -930,6 +1029,21 @@ impl Row<'_> {
                 1 => Text(g.error.clone()),
                 _ => Number(g.last_died_ms),
             },
+            Row::Node(n) => {
+                let number = |v: Option<u64>| Number(v.unwrap_or(0));
+                match column {
+                    0 => Number(n.node),
+                    1 => Text(n.addr.clone()),
+                    2 => Text(n.role.clone()),
+                    3 => number(n.term),
+                    4 => number(n.last_log),
+                    5 => number(n.applied),
+                    6 => number(n.lag),
+                    // The longest silent first: the earliest answer (never, 0, first of all).
+                    7 => number(n.heard_ms),
+                    _ => number(n.snapshot),
+                }
+            }
         }
     }
 
@@ -939,6 +1053,7 @@ impl Row<'_> {
             Row::Task(t) => &t.id,
             Row::Member(m) => &m.name,
             Row::Group(g) => &g.error,
+            Row::Node(n) => &n.id,
         }
     }
 
@@ -983,6 +1098,7 @@ impl Row<'_> {
             }
             ("", Row::Member(m)) => hit(&m.name) || m.labels.iter().any(|l| hit(l)),
             ("", Row::Group(g)) => hit(&g.error) || g.queues.iter().any(|q| hit(q)),
+            ("", Row::Node(n)) => hit(&n.id) || hit(&n.addr) || hit(&n.role),
             _ => false,
         }
     }
@@ -1039,6 +1155,12 @@ pub struct App {
     last_stats: Option<ServerStatsReply>,
     /// Each queue's recent history, for the trend graphs.
     trends: HashMap<String, Trend>,
+    /// The cluster screen's nodes, once the first answers came.
+    pub nodes: Option<ClusterNodes>,
+    /// The tag of the cluster screen's round of questions in flight: one at a time.
+    cluster_poll: Option<u64>,
+    /// The cluster screen wants a round of questions (it opened, or a second passed).
+    cluster_due: bool,
 }
 
 /// What the title says of the daemon.
@@ -1079,8 +1201,11 @@ impl App {
             facts: None,
             last_stats: None,
             trends: HashMap::new(),
+            nodes: None,
+            cluster_poll: None,
+            cluster_due: false,
         };
-        let effect = app.rewatch();
+        let effect = app.rewatch().expect("the queues screen is watched");
         (app, effect)
     }
 
@@ -1098,8 +1223,10 @@ impl App {
     }
 
     /// Watches the current page again under a new tag (after navigation or a verb); a
-    /// search's page is searched again from the cursor it started at.
-    pub fn rewatch(&mut self) -> Effect {
+    /// search's page is searched again from the cursor it started at. The cluster
+    /// screen is not watched but asked: `None`, and [`App::cluster_request`] has a
+    /// round of questions to send.
+    pub fn rewatch(&mut self) -> Option<Effect> {
         self.tag += 1;
         let page = self.page();
         if let Screen::Found { queue, query } = &page.screen {
@@ -1108,15 +1235,95 @@ impl App {
             search.after = page.found_cursors.last().cloned().flatten();
             self.search = Some(search.clone());
             self.found = None;
-            return Effect::Find {
+            return Some(Effect::Find {
                 search: Box::new(search),
                 tag: self.tag,
-            };
+            });
         }
-        Effect::Watch {
-            view: page.view().expect("every screen but a search is watched"),
+        if page.screen == Screen::Cluster {
+            // A round still out is of the old tag: its answers are dropped.
+            self.cluster_poll = None;
+            self.cluster_due = true;
+            return None;
+        }
+        Some(Effect::Watch {
+            view: page
+                .view()
+                .expect("every screen but a search and the cluster is watched"),
             tag: self.tag,
+        })
+    }
+
+    /// A second passed: the cluster screen wants its nodes asked again (not on a single
+    /// daemon, which is asked once, to say so).
+    pub fn on_tick(&mut self) {
+        if self.page().screen == Screen::Cluster && self.cluster.is_some() {
+            self.cluster_due = true;
         }
+    }
+
+    /// The tag of a round of questions the cluster screen wants sent now: when it
+    /// opens (or is shown again after a reconnect), then at the first tick after each
+    /// round came back; never while a round is out, nor disconnected. The loop asks
+    /// the connected node and every other member for its own `cluster_status`, and
+    /// hands the answers to [`App::on_cluster`] with this tag.
+    pub fn cluster_request(&mut self) -> Option<u64> {
+        if self.page().screen != Screen::Cluster
+            || !self.cluster_due
+            || self.cluster_poll.is_some()
+            || !self.connected
+        {
+            return None;
+        }
+        self.cluster_due = false;
+        self.cluster_poll = Some(self.tag);
+        Some(self.tag)
+    }
+
+    /// A round of the cluster screen's questions came back (at `now_ms`): each node
+    /// that answered is shown as it said, with when; one that did not keeps what it
+    /// last said, marked with why. Nodes no longer members are forgotten.
+    pub fn on_cluster(&mut self, tag: u64, poll: Result<ClusterPoll, String>) {
+        if self.cluster_poll == Some(tag) {
+            self.cluster_poll = None;
+        }
+        if tag != self.tag || self.page().screen != Screen::Cluster {
+            return;
+        }
+        let poll = match poll {
+            Ok(poll) => poll,
+            // What was shown stays, the footer says why it is not refreshed.
+            Err(e) if self.nodes.is_some() => {
+                self.message = Some((Level::Error, format!("cluster status: {e}")));
+                return;
+            }
+            Err(e) => {
+                self.load_error = Some(e);
+                return;
+            }
+        };
+        self.load_error = None;
+        let selected = self.selected_row().map(|r| r.id().to_owned());
+        let mut heard = self.nodes.take().map(|n| n.heard).unwrap_or_default();
+        let mut failed = BTreeMap::new();
+        heard.insert(poll.local.node, (self.now_ms, poll.local.clone()));
+        for (node, answer) in poll.others {
+            match answer {
+                Ok(reply) => {
+                    heard.insert(node, (self.now_ms, reply));
+                }
+                Err(e) => {
+                    failed.insert(node, e);
+                }
+            }
+        }
+        heard.retain(|node, _| poll.local.members.iter().any(|m| m.node == *node));
+        self.nodes = Some(ClusterNodes {
+            local: poll.local,
+            heard,
+            failed,
+        });
+        self.follow(selected);
     }
 
     /// A search's reply arrived: its matches join the page, and while the page is not
@@ -1160,7 +1367,7 @@ impl App {
         }
     }
 
-    fn open(&mut self, screen: Screen) -> Effect {
+    fn open(&mut self, screen: Screen) -> Option<Effect> {
         self.stack.push(Page::new(screen));
         self.leave();
         self.rewatch()
@@ -1171,10 +1378,11 @@ impl App {
     fn leave(&mut self) {
         self.data = None;
         self.found = None;
+        self.nodes = None;
     }
 
     /// Replaces everything above the queues page with `screen` (`:` commands).
-    fn jump(&mut self, screen: Screen) -> Effect {
+    fn jump(&mut self, screen: Screen) -> Option<Effect> {
         self.stack.truncate(1);
         if screen == Screen::Queues {
             self.leave();
@@ -1189,7 +1397,8 @@ impl App {
         }
         self.stack.pop();
         self.leave();
-        Some(self.rewatch())
+        // Never to the cluster screen: nothing opens from it.
+        self.rewatch()
     }
 
     /// A watch reply or push arrived. Stale tags are dropped.
@@ -1321,7 +1530,7 @@ impl App {
     ///
     /// `removed` says the verb removed what it named (a discard): on the task screen
     /// there is then nothing left to show, so the console goes back.
-    pub fn on_done(&mut self, result: Result<String, String>, removed: bool) -> Effect {
+    pub fn on_done(&mut self, result: Result<String, String>, removed: bool) -> Option<Effect> {
         let ok = result.is_ok();
         self.message = Some(match result {
             Ok(text) => {
@@ -1331,7 +1540,7 @@ impl App {
             Err(text) => (Level::Error, text),
         });
         if ok && removed && matches!(self.page().screen, Screen::Task { .. }) {
-            return self.back().unwrap_or_else(|| self.rewatch());
+            return self.back().or_else(|| self.rewatch());
         }
         self.rewatch()
     }
@@ -1430,6 +1639,13 @@ impl App {
                 .found
                 .iter()
                 .flat_map(|f| f.tasks.iter().map(Row::Task))
+                .collect();
+        }
+        if self.page().screen == Screen::Cluster {
+            return self
+                .nodes
+                .iter()
+                .flat_map(|n| n.rows().into_iter().map(Row::Node))
                 .collect();
         }
         match &self.data {
@@ -1563,7 +1779,9 @@ impl App {
                     match search_query(queue.clone(), &text) {
                         Ok(_) => {
                             self.message = None;
-                            vec![self.open(Screen::Found { queue, query: text })]
+                            self.open(Screen::Found { queue, query: text })
+                                .into_iter()
+                                .collect()
                         }
                         Err(e) => {
                             self.message = Some((Level::Error, e));
@@ -1615,7 +1833,9 @@ impl App {
     /// Completes the last word of a `:` command: the command, then a queue name (of
     /// the queues seen), then a state. Several candidates complete to what they share.
     fn complete(&self, text: &str) -> String {
-        const COMMANDS: [&str; 6] = ["queues", "queue", "members", "dead", "task", "quit"];
+        const COMMANDS: [&str; 7] = [
+            "queues", "queue", "members", "dead", "cluster", "task", "quit",
+        ];
         let words: Vec<&str> = text.split(' ').collect();
         let (done, last) = words.split_at(words.len() - 1);
         let last = last[0];
@@ -1659,6 +1879,7 @@ impl App {
             (Some("queues"), None, None) => Screen::Queues,
             (Some("members"), None, None) => Screen::Members,
             (Some("dead"), None, None) => Screen::Dead,
+            (Some("cluster"), None, None) => Screen::Cluster,
             (Some("queue"), Some(name), state) => {
                 let state = match state.map(TaskState::parse) {
                     None => TaskState::Ready,
@@ -1683,14 +1904,14 @@ impl App {
                 self.message = Some((
                     Level::Error,
                     format!(
-                        "unknown command {text:?}: try :queues, :members, :dead, :queue NAME [STATE], :task ID, :q"
+                        "unknown command {text:?}: try :queues, :members, :dead, :cluster, :queue NAME [STATE], :task ID, :q"
                     ),
                 ));
                 return Vec::new();
             }
         };
         self.message = None;
-        vec![self.jump(screen)]
+        self.jump(screen).into_iter().collect()
     }
 
     fn normal_key(&mut self, key: KeyEvent) -> Vec<Effect> {
@@ -1821,7 +2042,7 @@ impl App {
             Ok(reply) => reply,
             Err(e) => {
                 self.message = Some((Level::Error, format!("to the end: {e}")));
-                return Some(self.rewatch());
+                return self.rewatch();
             }
         };
         let after = (reply.tasks.len() > PAGE_ROWS as usize)
@@ -1835,7 +2056,7 @@ impl App {
         // Clamped to the last row when the page arrives.
         page.selected = usize::MAX;
         self.data = None;
-        Some(self.rewatch())
+        self.rewatch()
     }
 
     /// `n` on a queue's tab or the dead letters: the same list newest first (a search by
@@ -1843,10 +2064,10 @@ impl App {
     /// seen first.
     fn newest_first(&mut self) -> Option<Effect> {
         match self.page().screen.clone() {
-            Screen::Dead => Some(self.open(Screen::Found {
+            Screen::Dead => self.open(Screen::Found {
                 queue: None,
                 query: "state:dead".into(),
-            })),
+            }),
             Screen::Members => {
                 // Members have no age: the most recently heard from first, or back.
                 const LAST_SEEN: usize = 3;
@@ -1857,10 +2078,10 @@ impl App {
                 };
                 None
             }
-            Screen::Queue { name, state } => Some(self.open(Screen::Found {
+            Screen::Queue { name, state } => self.open(Screen::Found {
                 queue: Some(name),
                 query: format!("state:{}", state.as_str()),
-            })),
+            }),
             Screen::Found { query, .. } if query.starts_with("state:") && self.stack.len() > 1 => {
                 self.back()
             }
@@ -1916,10 +2137,13 @@ impl App {
                 format!("the payload of {}", task.id),
             ),
             (Some(WatchUpdate::Task { task }), false) => (task.id.clone(), task.id.clone()),
-            (_, false) => {
-                let id = self.selected_row()?.id().to_owned();
-                (id.clone(), id)
-            }
+            (_, false) => match self.selected_row()? {
+                Row::Node(n) => (n.addr.clone(), format!("the address of node {}", n.node)),
+                row => {
+                    let id = row.id().to_owned();
+                    (id.clone(), id)
+                }
+            },
             (_, true) => return None,
         };
         Some(Effect::Copy { text, what })
@@ -1932,7 +2156,7 @@ impl App {
             Screen::Queue { name, .. } => Some(Some(name.clone())),
             Screen::Found { queue, .. } => Some(queue.clone()),
             Screen::Queues | Screen::Dead => Some(None),
-            Screen::Task { .. } | Screen::Members | Screen::Member { .. } => None,
+            Screen::Task { .. } | Screen::Members | Screen::Member { .. } | Screen::Cluster => None,
         }
     }
 
@@ -1946,7 +2170,7 @@ impl App {
             return None;
         }
         // Nothing on screen yet (a page or screen is on its way): nothing to move over.
-        if self.data.is_none() && self.found.is_none() {
+        if self.data.is_none() && self.found.is_none() && self.nodes.is_none() {
             return None;
         }
         let n = self.rows().len();
@@ -1968,7 +2192,7 @@ impl App {
             let page = self.page_mut();
             page.found_cursors.push(next);
             page.selected = 0;
-            return Some(self.rewatch());
+            return self.rewatch();
         }
         let next = self.next_cursor()?;
         let page = self.page_mut();
@@ -1976,7 +2200,7 @@ impl App {
         page.selected = 0;
         // Until the new page arrives there is no row to act on and no cursor to follow.
         self.data = None;
-        Some(self.rewatch())
+        self.rewatch()
     }
 
     /// Goes to the previous page, selecting `selected` there (clamped when it arrives).
@@ -1985,7 +2209,7 @@ impl App {
         if page.found_cursors.len() > 1 {
             page.found_cursors.pop();
             page.selected = selected;
-            return Some(self.rewatch());
+            return self.rewatch();
         }
         if page.cursors.len() < 2 {
             return None;
@@ -1993,7 +2217,7 @@ impl App {
         page.cursors.pop();
         page.selected = selected;
         self.data = None;
-        Some(self.rewatch())
+        self.rewatch()
     }
 
     fn enter(&mut self) -> Option<Effect> {
@@ -2019,7 +2243,7 @@ impl App {
             },
             _ => return None,
         };
-        Some(self.open(screen))
+        self.open(screen)
     }
 
     fn tab(&mut self, by: usize) -> Option<Effect> {
@@ -2033,7 +2257,7 @@ impl App {
         };
         *self.page_mut() = Page::new(screen);
         self.leave();
-        Some(self.rewatch())
+        self.rewatch()
     }
 
     /// Marks or unmarks the selected dead task (marks are for redrive and discard).
@@ -2315,10 +2539,17 @@ impl App {
                     *k != "/" && (*k != "[ ]" || self.page().screen == Screen::Members)
                 }))
             }
+            // One page of nodes, nothing to open or search.
+            Screen::Cluster => keys.extend(
+                list.into_iter()
+                    .filter(|(k, _)| !matches!(*k, "enter" | "[ ]" | "/")),
+            ),
             _ => keys.extend(list),
         }
-        if !matches!(self.page().screen, Screen::Members | Screen::Member { .. }) {
-            keys.push(("y", "copy id"));
+        match self.page().screen {
+            Screen::Members | Screen::Member { .. } => {}
+            Screen::Cluster => keys.push(("y", "copy address")),
+            _ => keys.push(("y", "copy id")),
         }
         if matches!(self.page().screen, Screen::Task { .. }) {
             keys.push(("Y", "copy payload"));
@@ -2403,6 +2634,8 @@ impl App {
                 ("u", "undrain"),
             ],
             Screen::Dead => dead.to_vec(),
+            // Membership changes are the CLI's (`muster cluster add`, `remove`).
+            Screen::Cluster => Vec::new(),
             Screen::Found { .. } => vec![
                 ("c", "cancel"),
                 ("v", "revoke lease"),

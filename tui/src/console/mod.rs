@@ -4,7 +4,9 @@
 //! - [`ui`]: drawing, a function of the state.
 //! - this module: the loop. It watches the current screen over one connection (the
 //!   daemon pushes changes, at most once a second), runs verbs, redraws after every key,
-//!   push and result, and reconnects when the daemon goes away.
+//!   push and result, and reconnects when the daemon goes away. The cluster screen is
+//!   not pushed: once a second it asks every node for its `cluster_status`, the others
+//!   over connections of their own (`NodeClients`).
 //!
 //! The terminal is restored on every exit: normal, error (this function's caller prints
 //! it after the restore) and panic (ratatui's panic hook).
@@ -14,6 +16,8 @@ pub mod app;
 mod tests;
 pub mod ui;
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
@@ -23,11 +27,12 @@ use ratatui::DefaultTerminal;
 use tokio::sync::mpsc;
 
 use muster_protocol::ops::{
-    DeadSelection, ServerStatsReply, TaskFindReply, TaskUpdate, Watch, WatchReply,
+    ClusterStatusReply, DeadSelection, ServerStatsReply, TaskFindReply, TaskUpdate, Watch,
+    WatchReply,
 };
 use muster_sdk::{Client, ConnectOptions, Error, ErrorCode};
 
-use app::{App, DeadAction, Effect, Verb};
+use app::{App, ClusterPoll, DeadAction, Effect, Verb};
 
 /// How often the screen is redrawn with nothing happening (ages move on).
 const REDRAW: Duration = Duration::from_secs(1);
@@ -38,6 +43,9 @@ const RECONNECT: Duration = Duration::from_secs(1);
 /// How often the title's daemon facts (uptime, members, fsync latency) are read with
 /// `server_stats`: often enough to follow, one small request per console.
 const STATS_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Longest the cluster screen waits on one node: for a connection, and for its answer.
+const NODE_WAIT: Duration = Duration::from_secs(2);
 
 /// Results coming back to the loop from the tasks it started.
 enum Msg {
@@ -51,6 +59,9 @@ enum Msg {
     Found(u64, Result<TaskFindReply, String>),
     /// The daemon's counters, or why they could not be read.
     Stats(Result<ServerStatsReply, String>),
+    /// A round of the cluster screen's questions (or why the connected node did not
+    /// answer), with the tag of the screen.
+    Cluster(u64, Box<Result<ClusterPoll, String>>),
     /// A new connection after the old one was lost.
     Connected(Client),
     /// An attempt to reconnect failed, for this reason.
@@ -94,6 +105,7 @@ async fn event_loop(
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut pushes = client.watch_pushes();
     let mut client = Some(client);
+    let nodes = NodeClients::new(options.clone());
     let mut events = EventStream::new();
     let mut redraw = tokio::time::interval(REDRAW);
     let mut stats = tokio::time::interval(STATS_INTERVAL);
@@ -111,7 +123,10 @@ async fn event_loop(
         }
         if let Some(c) = &client {
             for effect in effects.drain(..) {
-                perform(c, &tx, effect).await;
+                perform(c, &nodes, &tx, effect).await;
+            }
+            if let Some(tag) = app.cluster_request() {
+                ask_the_nodes(c, &nodes, &tx, tag);
             }
         }
         app.now_ms = now_ms();
@@ -170,10 +185,11 @@ async fn event_loop(
                     }
                     Err(e) => effects.extend(app.on_watch_failed(tag, e.to_string())),
                 },
-                Msg::Done(result, removed) => effects.push(app.on_done(result, removed)),
+                Msg::Done(result, removed) => effects.extend(app.on_done(result, removed)),
                 Msg::Found(tag, reply) => effects.extend(app.on_found(tag, reply)),
                 Msg::Said(result) => app.say(result),
                 Msg::Stats(result) => app.on_stats(result),
+                Msg::Cluster(tag, poll) => app.on_cluster(tag, *poll),
                 Msg::Connected(c) => {
                     // A restart may have brought another version.
                     app.server = c.server().to_owned();
@@ -182,7 +198,7 @@ async fn event_loop(
                     client = Some(c);
                     app.connected = true;
                     app.message = Some((app::Level::Info, "reconnected".into()));
-                    effects.push(app.rewatch());
+                    effects.extend(app.rewatch());
                 }
                 Msg::Reconnecting(why) => {
                     app.message = Some((
@@ -191,7 +207,7 @@ async fn event_loop(
                     ));
                 }
             },
-            Input::Tick => {}
+            Input::Tick => app.on_tick(),
             Input::Stats => {
                 if let Some(c) = &client {
                     let (c, tx) = (c.clone(), tx.clone());
@@ -234,11 +250,115 @@ fn reconnect(options: ConnectOptions, tx: mpsc::UnboundedSender<Msg>) {
     });
 }
 
+/// The console's own connections to the cluster's other nodes, for the cluster screen:
+/// each node answers `cluster_status` with its own view, as `muster --addr NODE cluster
+/// status` reads it. Made on the screen's first round, kept while it is shown, closed
+/// when another screen is watched or searched (or a node does not answer).
+#[derive(Clone)]
+struct NodeClients {
+    /// The console's connection options: each node is reached at its client address
+    /// with the same trust and token.
+    options: ConnectOptions,
+    /// By node id: the address connected to, and the connection.
+    clients: Arc<Mutex<HashMap<u64, (String, Client)>>>,
+}
+
+impl NodeClients {
+    fn new(options: ConnectOptions) -> NodeClients {
+        NodeClients {
+            options,
+            clients: Arc::default(),
+        }
+    }
+
+    fn clients(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (String, Client)>> {
+        self.clients.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Closes every connection (dropping the last clone of a client closes it).
+    fn clear(&self) {
+        self.clients().clear();
+    }
+
+    /// One round: the connected node's answer, then every other member's at once,
+    /// each bounded by [`NODE_WAIT`].
+    async fn poll(&self, client: &Client) -> Result<ClusterPoll, String> {
+        let local = within(client.cluster_status()).await?;
+        let others: Vec<(u64, String)> = local
+            .members
+            .iter()
+            .filter(|m| m.node != local.node)
+            .map(|m| (m.node, m.addr.clone()))
+            .collect();
+        self.clients()
+            .retain(|node, _| others.iter().any(|(other, _)| other == node));
+        let asked = others
+            .into_iter()
+            .map(|(node, addr)| async move { (node, self.ask(node, addr).await) });
+        let others = futures_util::future::join_all(asked).await;
+        Ok(ClusterPoll { local, others })
+    }
+
+    /// One node's own answer, over the connection to it (made if there is none).
+    async fn ask(&self, node: u64, addr: String) -> Result<ClusterStatusReply, String> {
+        let kept = self
+            .clients()
+            .get(&node)
+            .filter(|(at, _)| *at == addr)
+            .map(|(_, c)| c.clone());
+        let client = match kept {
+            Some(client) => client,
+            None => {
+                let options = ConnectOptions {
+                    addr: addr.clone(),
+                    ..self.options.clone()
+                };
+                let client = within(Client::connect_node(options)).await?;
+                self.clients().insert(node, (addr, client.clone()));
+                client
+            }
+        };
+        let answer = within(client.cluster_status()).await;
+        if answer.is_err() {
+            // Connected afresh next round.
+            self.clients().remove(&node);
+        }
+        answer
+    }
+}
+
+/// A call's result, or that it took longer than [`NODE_WAIT`].
+async fn within<T>(call: impl Future<Output = Result<T, Error>>) -> Result<T, String> {
+    match tokio::time::timeout(NODE_WAIT, call).await {
+        Ok(result) => result.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {} s", NODE_WAIT.as_secs())),
+    }
+}
+
+/// Starts a round of the cluster screen's questions; the answers come back as a
+/// [`Msg::Cluster`].
+fn ask_the_nodes(client: &Client, nodes: &NodeClients, tx: &mpsc::UnboundedSender<Msg>, tag: u64) {
+    let (client, nodes, tx) = (client.clone(), nodes.clone(), tx.clone());
+    tokio::spawn(async move {
+        let poll = nodes.poll(&client).await;
+        let _ = tx.send(Msg::Cluster(tag, Box::new(poll)));
+    });
+}
+
 /// Starts an effect; its result comes back as a [`Msg`]. A watch is sent here, in
 /// order (a later watch must reach the daemon after an earlier one, or the daemon would
 /// keep the older screen); only its reply is awaited on a task of its own.
-async fn perform(client: &Client, tx: &mpsc::UnboundedSender<Msg>, effect: Effect) {
+async fn perform(
+    client: &Client,
+    nodes: &NodeClients,
+    tx: &mpsc::UnboundedSender<Msg>,
+    effect: Effect,
+) {
     let tx = tx.clone();
+    if matches!(effect, Effect::Watch { .. } | Effect::Find { .. }) {
+        // Another screen: the cluster screen's connections are not needed.
+        nodes.clear();
+    }
     match effect {
         Effect::Watch { view, tag } => match client.send(&Watch { view, tag }).await {
             Ok(pending) => {

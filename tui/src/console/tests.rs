@@ -11,13 +11,14 @@ use muster_protocol::model::{
     StateCounts, TaskInfo, TaskState, TaskSummary, TimelineEvent,
 };
 use muster_protocol::ops::{
-    FindCursor, ServerStatsReply, TaskFind, TaskFindReply, View, WatchReply, WatchUpdate, raw,
+    ClusterHello, ClusterMember, ClusterStatusReply, FindCursor, ServerStatsReply, TaskFind,
+    TaskFindReply, View, WatchReply, WatchUpdate, raw,
 };
 use muster_protocol::{ErrorBody, ErrorCode};
 
 use super::app::{
-    App, DaemonFacts, DeadAction, DeadTasks, Draft, Effect, Level, Mode, NEW_PAYLOAD, PAGE_ROWS,
-    QueueChange, Requeue, TABS, TREND_SECONDS, Verb, search_query, search_words,
+    App, ClusterPoll, DaemonFacts, DeadAction, DeadTasks, Draft, Effect, Level, Mode, NEW_PAYLOAD,
+    PAGE_ROWS, QueueChange, Requeue, Screen, TABS, TREND_SECONDS, Verb, search_query, search_words,
 };
 use super::ui;
 
@@ -71,7 +72,7 @@ fn queues_view() -> View {
 /// Watches the current screen again and returns the tag its updates must carry.
 fn current_tag(app: &mut App) -> u64 {
     match app.rewatch() {
-        Effect::Watch { tag, .. } => tag,
+        Some(Effect::Watch { tag, .. }) => tag,
         other => panic!("{other:?}"),
     }
 }
@@ -326,7 +327,7 @@ fn dead_tab_redrives_the_marked_tasks_with_their_count() {
     assert_eq!(press(&mut app, KeyCode::Char('y')), vec![Effect::Run(verb)]);
     // The result lands in the footer, the marks go and the screen is watched afresh.
     let effect = app.on_done(Ok("redriven 2 tasks of inference".into()), false);
-    watched(&[effect], tasks_view(TaskState::Dead, None));
+    watched(effect.as_slice(), tasks_view(TaskState::Dead, None));
     assert!(app.page().marked.is_empty());
     assert!(text(&app).contains("redriven 2 tasks of inference"));
     // Redrive all asks with the queue's dead count; discard asks for the selected one.
@@ -366,7 +367,7 @@ fn daemon_errors_show_in_the_footer() {
         Err("forbidden: token \"ops\" lacks the role admin".into()),
         false,
     );
-    watched(&[effect], queues_view());
+    watched(effect.as_slice(), queues_view());
     insta::assert_snapshot!("error_footer", screen(&app, 80, 24).backend());
 }
 
@@ -581,7 +582,7 @@ fn commands_and_their_errors() {
         app.message,
         Some((
             Level::Error,
-            "unknown command \"frobnicate\": try :queues, :members, :dead, :queue NAME [STATE], :task ID, :q".into()
+            "unknown command \"frobnicate\": try :queues, :members, :dead, :cluster, :queue NAME [STATE], :task ID, :q".into()
         ))
     );
     watched(
@@ -764,7 +765,7 @@ fn a_task_discarded_from_its_own_screen_goes_back_saying_so() {
         other => panic!("{other:?}"),
     }
     let effect = app.on_done(Ok("discarded 1 task of inference".into()), true);
-    watched(&[effect], tasks_view(TaskState::Dead, None));
+    watched(effect.as_slice(), tasks_view(TaskState::Dead, None));
     assert_eq!(
         app.message,
         Some((Level::Info, "discarded 1 task of inference".into()))
@@ -1281,6 +1282,7 @@ fn tab_completes_commands_queue_names_and_states() {
         now
     };
     assert_eq!(typed(&mut app, "mem"), "members ");
+    assert_eq!(typed(&mut app, "cl"), "cluster ");
     assert_eq!(typed(&mut app, "qu"), "qu", "queue, queues and quit");
     assert_eq!(typed(&mut app, "que"), "queue", "queue and queues share it");
     assert_eq!(typed(&mut app, "queue inf"), "queue inference ");
@@ -2232,4 +2234,418 @@ fn help_lists_the_new_verbs_of_each_screen() {
     assert!(has(&app, "u") && has(&app, "n"));
     let app = on_members(true);
     assert!(!has(&app, "u"));
+}
+
+/// What node `node` of cluster `prod` says of itself: nodes 1 to 3 vote, node 4 learns;
+/// `matched` is what it knows of each (the leader's knowledge), `None` for a follower.
+fn node_status(
+    node: u64,
+    role: &str,
+    log: u64,
+    applied: u64,
+    snapshot: Option<u64>,
+    matched: [Option<u64>; 4],
+) -> ClusterStatusReply {
+    ClusterStatusReply {
+        cluster_id: "prod".into(),
+        node,
+        role: role.into(),
+        term: 7,
+        leader: Some(1),
+        last_log_index: Some(log),
+        last_applied: Some(applied),
+        snapshot_index: snapshot,
+        members: (1..=4)
+            .zip(matched)
+            .map(|(n, matched)| ClusterMember {
+                node: n,
+                addr: format!("10.0.0.{n}:7420"),
+                cluster_addr: format!("10.0.0.{n}:7421"),
+                voter: n != 4,
+                matched,
+            })
+            .collect(),
+    }
+}
+
+/// The leader's answer: node 2 holds its whole log, node 3 is 14 entries behind, of
+/// node 4 it knows nothing yet.
+fn leader_status() -> ClusterStatusReply {
+    node_status(
+        1,
+        "leader",
+        1204,
+        1204,
+        Some(1000),
+        [Some(1204), Some(1204), Some(1190), None],
+    )
+}
+
+/// A console on a cluster node, led by node 1 in term 7.
+fn clustered() -> App {
+    let mut app = started(false);
+    app.cluster = Some(ClusterHello {
+        cluster_id: "prod".into(),
+        node: 1,
+        term: 7,
+        leader: Some(1),
+        leader_addr: Some("10.0.0.1:7420".into()),
+    });
+    app
+}
+
+/// Opens the cluster screen with `:cluster`: no watch, a round of questions instead;
+/// its tag.
+fn open_cluster(app: &mut App) -> u64 {
+    assert_eq!(chars(app, ":cluster\n"), vec![]);
+    assert_eq!(app.page().screen, Screen::Cluster);
+    let tag = app.cluster_request().expect("a round of questions");
+    // One round at a time: none while the first is out, ticks or not.
+    app.on_tick();
+    assert_eq!(app.cluster_request(), None);
+    tag
+}
+
+/// The cluster screen's rows as tuples: node, role, term, log, applied, lag, when last
+/// heard from, snapshot, and whether the latest round failed.
+type NodeFacts = (
+    u64,
+    String,
+    Option<u64>,
+    Option<u64>,
+    Option<u64>,
+    Option<u64>,
+    Option<u64>,
+    Option<u64>,
+    bool,
+);
+
+fn node_facts(app: &App) -> Vec<NodeFacts> {
+    app.nodes
+        .as_ref()
+        .expect("the cluster screen has its nodes")
+        .rows()
+        .into_iter()
+        .map(|n| {
+            (
+                n.node,
+                n.role,
+                n.term,
+                n.last_log,
+                n.applied,
+                n.lag,
+                n.heard_ms,
+                n.snapshot,
+                n.error.is_some(),
+            )
+        })
+        .collect()
+}
+
+/// The ids of the cluster screen's rows as shown (filtered and sorted).
+fn node_ids(app: &App) -> Vec<String> {
+    app.rows()
+        .into_iter()
+        .map(|r| match r {
+            super::app::Row::Node(n) => n.id,
+            _ => panic!("a row of another screen"),
+        })
+        .collect()
+}
+
+#[test]
+fn the_cluster_screen_shows_every_node_as_it_answers_itself() {
+    let mut app = clustered();
+    let tag = open_cluster(&mut app);
+    assert!(text(&app).contains("asking every node…"), "{}", text(&app));
+    app.on_cluster(
+        tag,
+        Ok(ClusterPoll {
+            local: leader_status(),
+            others: vec![
+                (
+                    2,
+                    Ok(node_status(
+                        2,
+                        "follower",
+                        1204,
+                        1203,
+                        Some(1000),
+                        [None; 4],
+                    )),
+                ),
+                (
+                    3,
+                    Ok(node_status(3, "follower", 1190, 1190, None, [None; 4])),
+                ),
+                (4, Err("no answer within 2 s".into())),
+            ],
+        }),
+    );
+    let f = |s: &str| s.to_owned();
+    let at = Some(NOW);
+    assert_eq!(
+        node_facts(&app),
+        vec![
+            (
+                1,
+                f("leader"),
+                Some(7),
+                Some(1204),
+                Some(1204),
+                Some(0),
+                at,
+                Some(1000),
+                false
+            ),
+            (
+                2,
+                f("follower"),
+                Some(7),
+                Some(1204),
+                Some(1203),
+                Some(0),
+                at,
+                Some(1000),
+                false
+            ),
+            (
+                3,
+                f("follower"),
+                Some(7),
+                Some(1190),
+                Some(1190),
+                Some(14),
+                at,
+                None,
+                false
+            ),
+            // Never heard from: the role its membership gives it, nothing else known.
+            (4, f("learner"), None, None, None, None, None, None, true),
+        ]
+    );
+    app.now_ms = NOW + 3 * SEC;
+    snapshots("cluster", &app);
+    // The tick during the round asks again once it came back, under the same tag.
+    assert_eq!(app.cluster_request(), Some(tag));
+    assert_eq!(app.cluster_request(), None);
+    // Node 2 goes silent: it keeps what it said last, in red, with why; node 4 answers.
+    app.now_ms = NOW + 4 * SEC;
+    app.on_cluster(
+        tag,
+        Ok(ClusterPoll {
+            local: node_status(
+                1,
+                "leader",
+                1210,
+                1210,
+                Some(1000),
+                [Some(1210), Some(1204), Some(1210), Some(1210)],
+            ),
+            others: vec![
+                (2, Err("connection lost".into())),
+                (
+                    3,
+                    Ok(node_status(3, "follower", 1210, 1210, None, [None; 4])),
+                ),
+                (
+                    4,
+                    Ok(node_status(4, "learner", 1210, 1209, None, [None; 4])),
+                ),
+            ],
+        }),
+    );
+    // Nothing is asked before the next tick.
+    assert_eq!(app.cluster_request(), None);
+    let (then, now) = (Some(NOW), Some(NOW + 4 * SEC));
+    assert_eq!(
+        node_facts(&app),
+        vec![
+            (
+                1,
+                f("leader"),
+                Some(7),
+                Some(1210),
+                Some(1210),
+                Some(0),
+                now,
+                Some(1000),
+                false
+            ),
+            (
+                2,
+                f("follower"),
+                Some(7),
+                Some(1204),
+                Some(1203),
+                Some(6),
+                then,
+                Some(1000),
+                true
+            ),
+            (
+                3,
+                f("follower"),
+                Some(7),
+                Some(1210),
+                Some(1210),
+                Some(0),
+                now,
+                None,
+                false
+            ),
+            (
+                4,
+                f("learner"),
+                Some(7),
+                Some(1210),
+                Some(1209),
+                Some(0),
+                now,
+                None,
+                false
+            ),
+        ]
+    );
+    app.now_ms = NOW + 9 * SEC;
+    let screen = text(&app);
+    assert!(
+        screen.contains("node 2 (10.0.0.2:7420) did not answer: connection lost"),
+        "{screen}"
+    );
+    assert!(screen.contains("3 of 4 nodes answered"), "{screen}");
+    assert!(
+        screen.contains("│ 2    10.0.0.2:7420     follower  7     1204    1203    6     9s "),
+        "{screen}"
+    );
+    // y copies the selected node's address; f filters by id, address or role.
+    assert_eq!(
+        press(&mut app, KeyCode::Char('y')),
+        vec![Effect::Copy {
+            text: "10.0.0.1:7420".into(),
+            what: "the address of node 1".into()
+        }]
+    );
+    chars(&mut app, "flearner\n");
+    assert_eq!(node_ids(&app), ["4"]);
+    press(&mut app, KeyCode::Esc);
+    // s sorts by the columns shown: by contact, the longest silent first.
+    for _ in 0..8 {
+        press(&mut app, KeyCode::Char('s'));
+    }
+    assert_eq!(app.sorted_by(), Some(("contact", false)));
+    assert_eq!(node_ids(&app), ["2", "1", "3", "4"]);
+    // Only looking: no verbs, nothing to open or search.
+    for key in ['p', 'd', 'u', 'c', 'v', 'x', 'r'] {
+        assert_eq!(press(&mut app, KeyCode::Char(key)), vec![]);
+        assert_eq!(app.mode, Mode::Normal, "{key} does nothing here");
+    }
+    assert_eq!(press(&mut app, KeyCode::Enter), vec![]);
+    assert_eq!(press(&mut app, KeyCode::Char('/')), vec![]);
+    assert_eq!(app.mode, Mode::Normal);
+    let keys: Vec<&str> = app.keys().iter().map(|(k, _)| *k).collect();
+    assert_eq!(
+        keys,
+        ["↑↓ j/k", "g G", "f", "s S", "y", ":", "esc", "?", "q"]
+    );
+    // Leaving: the queues again, and a round still out is dropped when it comes.
+    app.on_tick();
+    assert_eq!(app.cluster_request(), Some(tag));
+    watched(&press(&mut app, KeyCode::Esc), queues_view());
+    app.on_tick();
+    assert_eq!(app.cluster_request(), None);
+    app.on_cluster(
+        tag,
+        Ok(ClusterPoll {
+            local: leader_status(),
+            others: Vec::new(),
+        }),
+    );
+    assert_eq!(app.nodes, None);
+}
+
+#[test]
+fn the_cluster_screen_seen_from_a_follower_leaves_the_lag_to_the_leader() {
+    let mut app = clustered();
+    let tag = open_cluster(&mut app);
+    app.on_cluster(
+        tag,
+        Ok(ClusterPoll {
+            local: node_status(2, "follower", 1204, 1204, Some(1000), [None; 4]),
+            others: vec![
+                (1, Ok(leader_status())),
+                (
+                    3,
+                    Ok(node_status(3, "follower", 1190, 1190, None, [None; 4])),
+                ),
+                (
+                    4,
+                    Ok(node_status(4, "learner", 1204, 1204, None, [None; 4])),
+                ),
+            ],
+        }),
+    );
+    let lags: Vec<Option<u64>> = node_facts(&app).into_iter().map(|n| n.5).collect();
+    assert_eq!(lags, [None; 4]);
+    let screen = text(&app);
+    assert!(
+        screen.contains("as node 2 (follower) sees it: the lag is the leader's to know"),
+        "{screen}"
+    );
+}
+
+#[test]
+fn the_cluster_screen_says_why_it_cannot_show_the_cluster() {
+    // A token that may not read the cluster's status.
+    let mut app = clustered();
+    let tag = open_cluster(&mut app);
+    app.on_cluster(
+        tag,
+        Err("forbidden: token \"jobs\" lacks the role admin".into()),
+    );
+    let screen = text(&app);
+    assert!(
+        screen.contains("cannot show this screen: forbidden: token \"jobs\" lacks the role"),
+        "{screen}"
+    );
+    // Once shown, a failed round leaves the nodes as they were and says why below.
+    assert_eq!(app.cluster_request(), Some(tag));
+    app.on_cluster(
+        tag,
+        Ok(ClusterPoll {
+            local: leader_status(),
+            others: Vec::new(),
+        }),
+    );
+    app.on_tick();
+    assert_eq!(app.cluster_request(), Some(tag));
+    app.on_cluster(tag, Err("connection lost".into()));
+    assert_eq!(node_facts(&app).len(), 4);
+    assert_eq!(
+        app.message,
+        Some((Level::Error, "cluster status: connection lost".into()))
+    );
+    // Disconnected: no questions until the connection is back, then at once (every
+    // screen is watched again), under a new tag.
+    app.connected = false;
+    app.on_tick();
+    assert_eq!(app.cluster_request(), None);
+    app.connected = true;
+    assert_eq!(app.rewatch(), None);
+    assert_eq!(app.cluster_request(), Some(tag + 1));
+}
+
+#[test]
+fn the_cluster_screen_of_a_single_daemon_says_it_is_not_clustered() {
+    let mut app = started(false);
+    let tag = open_cluster(&mut app);
+    app.on_cluster(
+        tag,
+        Err("invalid_state: this daemon is not a cluster node (start it with --cluster-id to run a cluster)".into()),
+    );
+    // Asked once; a single daemon is not asked again every second.
+    app.on_tick();
+    assert_eq!(app.cluster_request(), None);
+    insta::assert_snapshot!("cluster_single", screen(&app, 80, 24).backend());
+    assert!(text(&app).contains("not clustered"));
 }

@@ -14,7 +14,10 @@ use muster_protocol::model::{
 };
 use muster_protocol::ops::WatchUpdate;
 
-use super::app::{App, Level, Mode, Row, Screen, TABS, TaskColumn, TrendSeries, task_columns};
+use super::app::{
+    App, ClusterNodes, Level, Mode, NodeRow, Row, Screen, TABS, TaskColumn, TrendSeries,
+    task_columns,
+};
 
 /// Draws the whole console.
 pub fn render(app: &App, frame: &mut Frame) {
@@ -26,10 +29,10 @@ pub fn render(app: &App, frame: &mut Frame) {
     ])
     .areas(frame.area());
     render_title(app, frame, title);
-    if matches!(app.page().screen, Screen::Found { .. }) {
-        render_found(app, frame, main);
-    } else {
-        render_data(app, frame, main);
+    match app.page().screen {
+        Screen::Found { .. } => render_found(app, frame, main),
+        Screen::Cluster => render_cluster(app, frame, main),
+        _ => render_data(app, frame, main),
     }
     render_message(app, frame, message);
     render_keys(app, frame, keys);
@@ -75,6 +78,182 @@ fn render_found(app: &App, frame: &mut Frame, area: Rect) {
         return;
     }
     task_table(app, &screen_columns(app), block, frame, area);
+}
+
+/// The cluster: a row per node, each as it last answered the console, with what the
+/// connected node's answer says of the cluster above; on a single daemon, that it is
+/// not clustered.
+fn render_cluster(app: &App, frame: &mut Frame, area: Rect) {
+    let block = Block::bordered().title(screen_title(app));
+    let say = |text: Line<'static>, frame: &mut Frame| {
+        frame.render_widget(
+            Paragraph::new(text)
+                .wrap(Wrap { trim: true })
+                .block(block.clone()),
+            area,
+        )
+    };
+    if app.cluster.is_none() {
+        return say(
+            Line::raw(format!(
+                "not clustered: musterd at {} runs as a single daemon, not as a node of a cluster (musterd --cluster-id …: README, \"Running a cluster\")",
+                app.addr
+            )),
+            frame,
+        );
+    }
+    let Some(nodes) = &app.nodes else {
+        return say(
+            match &app.load_error {
+                Some(e) => Line::from(Span::styled(
+                    format!("cannot show this screen: {e}"),
+                    Style::new().fg(Color::Red),
+                )),
+                None => Line::raw("asking every node…"),
+            },
+            frame,
+        );
+    };
+    let all = nodes.rows();
+    let answered = all.iter().filter(|n| n.error.is_none()).count();
+    let block = block.title_bottom(format!(
+        " {answered} of {} nodes answered · asked every second ",
+        all.len()
+    ));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let failed: Vec<&NodeRow> = all.iter().filter(|n| n.error.is_some()).collect();
+    let facts = cluster_facts(nodes);
+    let [info, list, errors] = Layout::vertical([
+        Constraint::Length(u16::try_from(facts.len()).unwrap_or(2)),
+        Constraint::Min(1),
+        Constraint::Length(u16::try_from(failed.len().min(4)).unwrap_or(4)),
+    ])
+    .areas(inner);
+    frame.render_widget(Paragraph::new(facts), info);
+    // Packed on the left: a wide terminal leaves the room at the right.
+    let widths = [
+        Constraint::Length(4),
+        Constraint::Max(24),
+        Constraint::Length(9),
+        Constraint::Length(5),
+        Constraint::Length(7),
+        Constraint::Length(7),
+        Constraint::Length(5),
+        Constraint::Length(7),
+        Constraint::Length(8),
+    ];
+    let addr_width = column_widths(list, &widths)[1];
+    let now = app.now_ms;
+    let or_dash = |v: Option<u64>| v.map_or("-".to_owned(), index);
+    let rows = app
+        .rows()
+        .into_iter()
+        .filter_map(|r| match r {
+            Row::Node(n) => Some(n),
+            _ => None,
+        })
+        .map(|n| {
+            let role = Cell::from(n.role.clone());
+            let role = match n.role.as_str() {
+                "leader" => role.fg(Color::Green).bold(),
+                "candidate" => role.fg(Color::Yellow),
+                "shutdown" => role.fg(Color::Red),
+                _ => role,
+            };
+            let contact = Cell::from(n.heard_ms.map_or("never".into(), |at| ago(now, at)));
+            let row = TableRow::new(vec![
+                Cell::from(n.id.clone()),
+                Cell::from(fit(&n.addr, addr_width)),
+                role,
+                Cell::from(or_dash(n.term)),
+                Cell::from(or_dash(n.last_log)),
+                Cell::from(or_dash(n.applied)),
+                Cell::from(or_dash(n.lag)),
+                contact,
+                Cell::from(or_dash(n.snapshot)),
+            ]);
+            // A node that did not answer: what it said last, in red.
+            if n.error.is_some() {
+                row.fg(Color::Red)
+            } else {
+                row
+            }
+        })
+        .collect::<Vec<_>>();
+    if rows.is_empty() {
+        frame.render_widget(Paragraph::new(nothing(app, "no nodes")), list);
+    } else {
+        let head = header(&[
+            "NODE", "ADDRESS", "ROLE", "TERM", "LOG", "APPLIED", "LAG", "CONTACT", "SNAPSHOT",
+        ]);
+        table(app, rows, &widths, head, Block::new(), frame, list);
+    }
+    let lines: Vec<Line<'_>> = failed
+        .iter()
+        .map(|n| {
+            let why = format!(
+                "node {} ({}) did not answer: {}",
+                n.node,
+                n.addr,
+                one_line(n.error.as_deref().unwrap_or_default())
+            );
+            Line::from(Span::styled(
+                fit(&why, errors.width),
+                Style::new().fg(Color::Red),
+            ))
+        })
+        .collect();
+    frame.render_widget(Paragraph::new(lines), errors);
+}
+
+/// The cluster as the connected node's answer has it: its id, the leader and the term,
+/// the voters and learners; and on a line of its own, whose view it is when that node
+/// does not lead.
+fn cluster_facts(nodes: &ClusterNodes) -> Vec<Line<'static>> {
+    let c = &nodes.local;
+    let voters = c.members.iter().filter(|m| m.voter).count();
+    let learners = c.members.len() - voters;
+    let plural = |n: usize, one: &str| {
+        if n == 1 {
+            format!("1 {one}")
+        } else {
+            format!("{n} {one}s")
+        }
+    };
+    let leader = match c.leader {
+        Some(node) => Span::raw(format!("leader node {node}")),
+        None => Span::styled("no leader (an election)", Style::new().fg(Color::Red)),
+    };
+    let mut lines = vec![Line::from(vec![
+        Span::raw(format!("cluster {} · ", c.cluster_id)),
+        leader,
+        Span::raw(format!(
+            " · term {} · {}, {}",
+            c.term,
+            plural(voters, "voter"),
+            plural(learners, "learner")
+        )),
+    ])];
+    if c.role != "leader" {
+        lines.push(Line::from(Span::styled(
+            format!(
+                "as node {} ({}) sees it: the lag is the leader's to know",
+                c.node, c.role
+            ),
+            Style::new().fg(Color::Yellow),
+        )));
+    }
+    lines
+}
+
+/// A log position in a column of 7: exact up to 9,999,999, abbreviated beyond.
+fn index(n: u64) -> String {
+    if n < 10_000_000 {
+        n.to_string()
+    } else {
+        count(n)
+    }
 }
 
 fn render_data(app: &App, frame: &mut Frame, main: Rect) {
@@ -158,6 +337,7 @@ fn screen_title(app: &App) -> String {
             queue.as_deref().unwrap_or("every queue"),
             one_line(query)
         ),
+        Screen::Cluster => " Cluster ".to_owned(),
     };
     if page.number() > 1 {
         title.push_str(&format!("· page {} ", page.number()));
@@ -970,11 +1150,9 @@ fn popup(frame: &mut Frame, width: u16, height: u16) -> Rect {
 }
 
 /// What `?` adds under the keys: the `:` commands and the words of a `/` search.
-const HELP_NOTES: [(&str, &str); 3] = [
-    (
-        ":",
-        "queues, members, dead, queue NAME [STATE], task ID, q (tab)",
-    ),
+const HELP_NOTES: [(&str, &str); 4] = [
+    (":", "queues, members, dead, cluster, q (tab completes)"),
+    ("", "queue NAME [STATE], task ID"),
     (
         "/",
         "ID-PREFIX or text · key:K · idem:K · label:L · state:S",

@@ -15,6 +15,7 @@ from .records import (
     Backoff,
     CancelResult,
     Claim,
+    ClusterStatus,
     CountResult,
     FindCursor,
     FindResult,
@@ -117,6 +118,13 @@ def _queue_options(
     return json.dumps(patch)
 
 
+def _node_id(node: int) -> int:
+    """A cluster node's id, checked to be a u64 before anything is sent."""
+    if isinstance(node, bool) or not isinstance(node, int) or not 0 <= node < 2**64:
+        raise _native.InvalidInput(f"a node id is an integer from 0 to 2**64-1, not {node!r}")
+    return node
+
+
 def _one(make: Callable[[Dict[str, Any]], _T], text: str) -> _T:
     return make(json.loads(text))
 
@@ -128,7 +136,8 @@ def _many(make: Callable[[Dict[str, Any]], _T], text: str) -> List[_T]:
 class Client:
     """A connection to ``musterd``, for producers, operators and pulling consumers.
 
-    Make one with ``await Client.connect(...)``; it is safe to share between tasks:
+    Make one with ``await Client.connect(...)`` (or :meth:`connect_node` for one
+    cluster node's own view); it is safe to share between tasks:
     concurrent calls are pipelined over one QUIC stream. Every method is a coroutine
     that waits without holding the GIL and raises a :class:`~muster.MusterError`
     subclass on failure (a refusal by the daemon is the :class:`~muster.ServerError`
@@ -194,6 +203,31 @@ class Client:
         """
         native = await _native.connect(
             _loop.current(), addr, data, ca, pin, token, server_name, token_file, context
+        )
+        return cls(native)
+
+    @classmethod
+    async def connect_node(
+        cls,
+        addr: Optional[str] = None,
+        *,
+        data: Optional[str] = None,
+        ca: Optional[str] = None,
+        pin: Optional[str] = None,
+        token: Optional[str] = None,
+        server_name: Optional[str] = None,
+        token_file: Optional[str] = None,
+        context: Optional[str] = None,
+    ) -> Client:
+        """Connects to exactly one cluster node, leader or not, as
+        ``muster --addr NODE cluster status`` does: to read that node's own view with
+        :meth:`cluster_status` (a node that does not lead answers every other op with
+        :class:`~muster.NotLeader`). The options are settled as :meth:`connect` settles
+        them; they must name one address (several are refused with
+        :class:`~muster.InvalidInput`).
+        """
+        native = await _native.connect(
+            _loop.current(), addr, data, ca, pin, token, server_name, token_file, context, True
         )
         return cls(native)
 
@@ -575,3 +609,52 @@ class Client:
         path inside it): a backup (PROTOCOL.md §5.36). Returns once the copy is
         durable, with the absolute path written."""
         return _one(SnapshotResult._from, await self._native.admin_snapshot(_loop.current(), dir))
+
+    # Cluster.
+
+    async def cluster_status(self) -> ClusterStatus:
+        """The cluster as the connected node sees it (PROTOCOL.md §5.39): its role, term,
+        leader, log and applied positions and snapshot, and every voter and learner
+        (with, on the leader, how far it knows each to be). Any node answers, leader or
+        not: connect with :meth:`connect_node` for one node's own view. Needs an admin
+        token (when tokens are configured); a single daemon raises
+        :class:`~muster.InvalidState`."""
+        return _one(ClusterStatus._from, await self._native.cluster_status(_loop.current()))
+
+    async def cluster_add(
+        self,
+        node: int,
+        addr: str,
+        cluster_addr: str,
+        *,
+        learner: bool = False,
+        catch_up: Optional[Duration] = None,
+    ) -> ClusterStatus:
+        """Adds node ``node`` to the cluster, on the leader (PROTOCOL.md §5.40): clients
+        reach it at ``addr`` and the other nodes at ``cluster_addr`` (both
+        ``HOST:PORT``). It joins as a learner; the leader waits up to ``catch_up``
+        (60 s if ``None``; 1 ms to 1 h) until it holds the log, then makes it a voter
+        unless ``learner``. Adding a learner again promotes it. Returns the cluster
+        afterwards, as the leader sees it.
+
+        A node that did not catch up in time stays a learner and this raises
+        :class:`~muster.InvalidState` saying how far it got. Raises
+        :class:`~muster.AlreadyExists` for a node that votes already,
+        :class:`~muster.NotLeader` on a node that does not lead,
+        :class:`~muster.BadRequest` for a ``catch_up`` out of range and
+        :class:`~muster.Forbidden` without an admin token over every queue.
+        """
+        catch_up_ms = ms(catch_up, "catch_up")
+        text = await self._native.cluster_add(
+            _loop.current(), _node_id(node), addr, cluster_addr, learner, catch_up_ms
+        )
+        return _one(ClusterStatus._from, text)
+
+    async def cluster_remove(self, node: int) -> ClusterStatus:
+        """Removes node ``node`` from the cluster, on the leader (PROTOCOL.md §5.41); stop
+        its process afterwards. Returns the cluster afterwards. Raises
+        :class:`~muster.NotFound` for a node that is not a member,
+        :class:`~muster.NotLeader` on a node that does not lead and
+        :class:`~muster.Forbidden` without an admin token over every queue."""
+        text = await self._native.cluster_remove(_loop.current(), _node_id(node))
+        return _one(ClusterStatus._from, text)

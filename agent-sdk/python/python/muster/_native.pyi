@@ -101,10 +101,12 @@ def connect(
     server_name: Optional[str] = None,
     token_file: Optional[str] = None,
     context: Optional[str] = None,
+    node: bool = False,
 ) -> Awaitable[Client]:
     """Connects; resolves to a ``Client``. The options are settled as the CLI settles
     them (arguments, ``MUSTER_*`` variables, the context in use); raises ``ConnectError``
-    for a bad contexts file or an unknown context."""
+    for a bad contexts file or an unknown context. With ``node``, to exactly the one
+    address given, leader or not; else to the leader among the addresses."""
 
 def next_log() -> Optional[Tuple[int, str]]:
     """Waits, without the GIL, for the next SDK log record ``(logging level, message)``;
@@ -215,6 +217,20 @@ class Client:
         """Frees a member name from its principal."""
     def admin_snapshot(self, done: Loop, dir: str) -> Awaitable[str]:
         """Writes a copy of the store on the daemon's host; SnapshotReply JSON."""
+    def cluster_status(self, done: Loop) -> Awaitable[str]:
+        """The cluster as the connected node sees it; ClusterStatusReply JSON."""
+    def cluster_add(
+        self,
+        done: Loop,
+        node: int,
+        addr: str,
+        cluster_addr: str,
+        learner: bool = False,
+        catch_up_ms: Optional[int] = None,
+    ) -> Awaitable[str]:
+        """Adds a node to the cluster; ClusterStatusReply JSON."""
+    def cluster_remove(self, done: Loop, node: int) -> Awaitable[str]:
+        """Removes a node from the cluster; ClusterStatusReply JSON."""
     def lease_revoke(self, done: Loop, task: str) -> Awaitable[str]:
         """Revokes a lease; SettleReply JSON."""
     def server_stats(self, done: Loop) -> Awaitable[str]:

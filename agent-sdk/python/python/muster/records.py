@@ -17,6 +17,9 @@ TaskState = Literal["scheduled", "ready", "leased", "done", "dead", "cancelled"]
 MemberState = Literal["connected", "unreachable", "gone"]
 """Whether the daemon hears from a member: ``connected``, ``unreachable`` or ``gone``."""
 
+ClusterRole = Literal["leader", "follower", "candidate", "learner", "shutdown"]
+"""A cluster node's role: ``leader``, ``follower``, ``candidate``, ``learner`` or ``shutdown``."""
+
 _Dict = Dict[str, Any]
 
 
@@ -480,3 +483,69 @@ class ServerStats:
     @staticmethod
     def _from(d: _Dict) -> ServerStats:
         return ServerStats(d["syncs"], d["synced_requests"])
+
+
+@dataclass(frozen=True)
+class ClusterMember:
+    """One node of a cluster's membership, in a :class:`ClusterStatus` (PROTOCOL.md §5.39)."""
+
+    node: int
+    addr: str
+    """The address clients reach it at, ``HOST:PORT``."""
+    cluster_addr: str
+    """The address the other nodes reach it at, ``HOST:PORT``."""
+    voter: bool
+    """Whether it votes (``False``: a learner)."""
+    matched: Optional[int]
+    """The last log index the leader knows the node holds; ``None`` when the answering
+    node is not the leader or does not know."""
+
+    @staticmethod
+    def _from(d: _Dict) -> ClusterMember:
+        return ClusterMember(d["node"], d["addr"], d["cluster_addr"], d["voter"], d.get("matched"))
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """A cluster as the node that answered sees it (PROTOCOL.md §5.39): after the change,
+    for ``cluster_add`` and ``cluster_remove``.
+
+    ``last_log_index``, ``last_applied`` and ``snapshot_index`` are ``None`` before the
+    node has such an entry; ``leader`` is ``None`` during an election.
+    """
+
+    cluster_id: str
+    node: int
+    """The answering node's id."""
+    role: ClusterRole
+    term: int
+    leader: Optional[int]
+    last_log_index: Optional[int]
+    last_applied: Optional[int]
+    snapshot_index: Optional[int]
+    members: List[ClusterMember]
+    """Every voter and learner, by node id."""
+
+    @property
+    def voters(self) -> List[int]:
+        """The ids of the members that vote."""
+        return [m.node for m in self.members if m.voter]
+
+    @property
+    def learners(self) -> List[int]:
+        """The ids of the members that copy the log without voting."""
+        return [m.node for m in self.members if not m.voter]
+
+    @staticmethod
+    def _from(d: _Dict) -> ClusterStatus:
+        return ClusterStatus(
+            cluster_id=d["cluster_id"],
+            node=d["node"],
+            role=d["role"],
+            term=d["term"],
+            leader=d.get("leader"),
+            last_log_index=d.get("last_log_index"),
+            last_applied=d.get("last_applied"),
+            snapshot_index=d.get("snapshot_index"),
+            members=[ClusterMember._from(m) for m in d["members"]],
+        )

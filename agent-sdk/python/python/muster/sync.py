@@ -17,7 +17,18 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
-from typing import Any, Coroutine, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import (
+    Any,
+    Callable,
+    Coroutine,
+    Iterable,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+    Union,
+)
 
 from . import _client, _worker
 from ._convert import Duration
@@ -25,6 +36,7 @@ from .records import (
     Backoff,
     CancelResult,
     Claim,
+    ClusterStatus,
     CountResult,
     FindCursor,
     FindResult,
@@ -71,21 +83,55 @@ class Client:
         context: Optional[str] = None,
     ) -> Client:
         """Connects as :meth:`muster.Client.connect` does."""
+        return cls._open(
+            _client.Client.connect,
+            addr,
+            data=data,
+            ca=ca,
+            pin=pin,
+            token=token,
+            server_name=server_name,
+            token_file=token_file,
+            context=context,
+        )
+
+    @classmethod
+    def connect_node(
+        cls,
+        addr: Optional[str] = None,
+        *,
+        data: Optional[str] = None,
+        ca: Optional[str] = None,
+        pin: Optional[str] = None,
+        token: Optional[str] = None,
+        server_name: Optional[str] = None,
+        token_file: Optional[str] = None,
+        context: Optional[str] = None,
+    ) -> Client:
+        """Connects to exactly one cluster node as :meth:`muster.Client.connect_node` does."""
+        return cls._open(
+            _client.Client.connect_node,
+            addr,
+            data=data,
+            ca=ca,
+            pin=pin,
+            token=token,
+            server_name=server_name,
+            token_file=token_file,
+            context=context,
+        )
+
+    @classmethod
+    def _open(
+        cls,
+        connect: Callable[..., Coroutine[Any, Any, _client.Client]],
+        addr: Optional[str],
+        **options: Optional[str],
+    ) -> Client:
         _refuse_inside_a_loop()
         loop = asyncio.new_event_loop()
         try:
-            client = loop.run_until_complete(
-                _client.Client.connect(
-                    addr,
-                    data=data,
-                    ca=ca,
-                    pin=pin,
-                    token=token,
-                    server_name=server_name,
-                    token_file=token_file,
-                    context=context,
-                )
-            )
+            client = loop.run_until_complete(connect(addr, **options))
         except BaseException:
             loop.close()
             raise
@@ -375,6 +421,28 @@ class Client:
     def admin_snapshot(self, dir: str) -> SnapshotResult:
         """Blocking :meth:`muster.Client.admin_snapshot`."""
         return self._run(self._client.admin_snapshot(dir))
+
+    def cluster_status(self) -> ClusterStatus:
+        """Blocking :meth:`muster.Client.cluster_status`."""
+        return self._run(self._client.cluster_status())
+
+    def cluster_add(
+        self,
+        node: int,
+        addr: str,
+        cluster_addr: str,
+        *,
+        learner: bool = False,
+        catch_up: Optional[Duration] = None,
+    ) -> ClusterStatus:
+        """Blocking :meth:`muster.Client.cluster_add`."""
+        return self._run(
+            self._client.cluster_add(node, addr, cluster_addr, learner=learner, catch_up=catch_up)
+        )
+
+    def cluster_remove(self, node: int) -> ClusterStatus:
+        """Blocking :meth:`muster.Client.cluster_remove`."""
+        return self._run(self._client.cluster_remove(node))
 
 
 def _refuse_inside_a_loop() -> None:
