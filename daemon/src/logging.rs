@@ -20,7 +20,8 @@ use tracing_subscriber::registry::LookupSpan;
 use crate::config::LogFormat;
 
 /// Dependencies whose INFO lines are their own business (compactions, connection
-/// details): kept at WARN unless `MUSTER_LOG` names them.
+/// details): kept at WARN (openraft quieter still: [`OPENRAFT_DIRECTIVES`]) unless
+/// `MUSTER_LOG` names them.
 pub const QUIET_DEPENDENCIES: [&str; 6] = [
     "fjall",
     "lsm_tree",
@@ -30,8 +31,18 @@ pub const QUIET_DEPENDENCIES: [&str; 6] = [
     "rustls",
 ];
 
+/// What [`directives`] holds openraft at unless `MUSTER_LOG` names it. openraft logs
+/// every failed RPC to a peer that is down, and every retry of it, at WARN and ERROR
+/// (about ten lines a second per dead peer), and a stale answer after a membership
+/// change at WARN: expected events, which `cluster::net` logs once itself (WARN when a
+/// peer becomes unreachable, INFO when it answers again). So openraft's WARN lines are
+/// dropped, and its replication stream, whose ERROR lines are only those retries, is
+/// silenced; openraft's other ERROR lines (a storage failure, its core stopping) stay.
+pub const OPENRAFT_DIRECTIVES: &str = "openraft=error,openraft::replication=off";
+
 /// The log filter for `MUSTER_LOG`'s value (`info` when empty): what was asked, with
-/// each of [`QUIET_DEPENDENCIES`] it does not name held at WARN.
+/// each of [`QUIET_DEPENDENCIES`] it does not name held at WARN (openraft at
+/// [`OPENRAFT_DIRECTIVES`]).
 pub fn directives(asked: &str) -> String {
     let asked = if asked.trim().is_empty() {
         "info"
@@ -46,7 +57,11 @@ pub fn directives(asked: &str) -> String {
     };
     let mut directives = asked.to_owned();
     for dep in QUIET_DEPENDENCIES.iter().filter(|d| !named(d)) {
-        directives.push_str(&format!(",{dep}=warn"));
+        if *dep == "openraft" {
+            directives.push_str(&format!(",{OPENRAFT_DIRECTIVES}"));
+        } else {
+            directives.push_str(&format!(",{dep}=warn"));
+        }
     }
     directives
 }
@@ -130,13 +145,20 @@ mod tests {
 
     #[test]
     fn dependencies_stay_at_warn_unless_named() {
-        let quiet =
-            ",fjall=warn,lsm_tree=warn,openraft=warn,quinn=warn,quinn_proto=warn,rustls=warn";
+        let quiet = ",fjall=warn,lsm_tree=warn,openraft=error,openraft::replication=off,quinn=warn,quinn_proto=warn,rustls=warn";
         assert_eq!(directives(""), format!("info{quiet}"));
         assert_eq!(directives("debug"), format!("debug{quiet}"));
         assert_eq!(
             directives("info,quinn=debug,fjall::compaction=trace"),
-            "info,quinn=debug,fjall::compaction=trace,lsm_tree=warn,openraft=warn,quinn_proto=warn,rustls=warn"
+            "info,quinn=debug,fjall::compaction=trace,lsm_tree=warn,openraft=error,openraft::replication=off,quinn_proto=warn,rustls=warn"
         );
+        // Naming openraft (or one of its modules) takes none of its defaults.
+        assert_eq!(
+            directives("info,openraft::replication=warn"),
+            "info,openraft::replication=warn,fjall=warn,lsm_tree=warn,quinn=warn,quinn_proto=warn,rustls=warn"
+        );
+        for asked in ["", "debug", "info,openraft=info"] {
+            EnvFilter::try_new(directives(asked)).expect("a valid filter");
+        }
     }
 }

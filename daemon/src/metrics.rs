@@ -26,10 +26,28 @@
 //! | `muster_member_leases`, `muster_member_capacity` | gauges | `member`: the first [`MAX_MEMBER_SERIES`](crate::engine::telemetry::MAX_MEMBER_SERIES) (100) by name, the rest summed under `_other` |
 //! | `muster_build_info` | gauge, 1 | `version`, `commit` |
 //! | `muster_store_size_bytes` | gauge: the store's files on disk | |
+//! | `muster_disk_free_bytes`, `muster_disk_alarm` | gauges: free space of the data directory's file system, the disk alarm (1 on) | |
 //! | `muster_fsync_batch_requests` | histogram: requests made durable by one fsync | |
-//! | `muster_fsync_seconds` | histogram: time of one persist | |
+//! | `muster_fsync_seconds` | histogram: time of one persist (a cluster node: of one append to its raft log) | |
 //! | `muster_round_seconds` | histogram: time of one dispatcher round (requests applied, timers, persist, replies handed on) | |
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_threads`, … | the process | |
+//!
+//! A cluster node (`cluster::node`, `cluster::storage`, `cluster::net`):
+//!
+//! | metric | kind | labels |
+//! |--------|------|--------|
+//! | `muster_cluster_leader`, `muster_cluster_term` | gauges: 1 on the leader; the raft term | |
+//! | `muster_cluster_last_log_index`, `muster_cluster_last_applied_index`, `muster_cluster_snapshot_index` | gauges: the node's log, state machine and snapshot positions | |
+//! | `muster_cluster_voters` | gauge: voters of the membership the node applied | |
+//! | `muster_cluster_node_lag` | gauge, leader only: entries a node's log is behind | `node` |
+//! | `muster_cluster_node_last_contact_seconds` | gauge, leader only: since a node last answered | `node` |
+//! | `muster_cluster_voters_reachable` | gauge, leader only: voters not unreachable, itself included | |
+//!
+//! Every cluster node exports the disk, store and fsync series and, from what its state
+//! machine applied, `muster_tasks`, `muster_leases_in_flight` and
+//! `muster_oldest_ready_age_seconds`; the counters, the other histograms, held-back and
+//! unclaimable tasks and members come from the node that serves, the leader, alone.
+//! A leader records `muster_fsync_batch_requests` per round agreed on.
 //!
 //! Gauges are refreshed at most once a second ([`GAUGE_INTERVAL`]) from counts the
 //! engine keeps anyway: publishing costs no scan of the tasks. A gauge not refreshed
@@ -249,6 +267,49 @@ fn describe() {
         Unit::Bytes,
         "Size of the store's files on disk."
     );
+    describe_gauge!(
+        "muster_disk_free_bytes",
+        Unit::Bytes,
+        "Free space of the data directory's file system."
+    );
+    describe_gauge!(
+        "muster_disk_alarm",
+        "1 while the disk alarm is on (enqueues refused), else 0."
+    );
+    describe_gauge!(
+        "muster_cluster_leader",
+        "1 on the cluster's leader, else 0."
+    );
+    describe_gauge!("muster_cluster_term", "The node's raft term.");
+    describe_gauge!(
+        "muster_cluster_last_log_index",
+        "Index of the last entry of the node's raft log."
+    );
+    describe_gauge!(
+        "muster_cluster_last_applied_index",
+        "Index of the last entry the node applied."
+    );
+    describe_gauge!(
+        "muster_cluster_snapshot_index",
+        "Index of the last entry in the node's snapshot."
+    );
+    describe_gauge!(
+        "muster_cluster_voters",
+        "Voters of the membership the node applied."
+    );
+    describe_gauge!(
+        "muster_cluster_node_lag",
+        "On the leader: entries each node's log is behind the leader's."
+    );
+    describe_gauge!(
+        "muster_cluster_node_last_contact_seconds",
+        Unit::Seconds,
+        "On the leader: time since each other node last answered it."
+    );
+    describe_gauge!(
+        "muster_cluster_voters_reachable",
+        "On the leader: voters not unreachable, the leader included."
+    );
     describe_histogram!(
         "muster_queue_wait_seconds",
         Unit::Seconds,
@@ -282,7 +343,7 @@ fn describe() {
     describe_histogram!(
         "muster_fsync_seconds",
         Unit::Seconds,
-        "Time of one persist of the store."
+        "Time of one persist of the store (a cluster node: of one append to its raft log)."
     );
     describe_histogram!(
         "muster_round_seconds",

@@ -17,13 +17,21 @@
 //! written to `building` (or received into `receiving`) and renamed. Installing one replaces the
 //! keyspaces in batches; the store is marked `raft_installing` meanwhile, and a node
 //! that stops half way redoes the install from `current` when it starts.
+//!
+//! Every append of the log is persisted in one fsync, timed as `muster_fsync_seconds`
+//! (what a single daemon's round persist is). The state machine also keeps a
+//! [`Census`] of what it applied: each task's queue and state, so that a node that does
+//! not serve (it has no engine) exports the same task gauges as the leader, and the
+//! membership, for the voter gauges ([`publish_gauges`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use fjall::{Keyspace, KeyspaceCreateOptions};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
@@ -31,10 +39,14 @@ use openraft::{
     Entry, EntryPayload, LogId, Membership, OptionalSend, RaftLogReader, RaftSnapshotBuilder,
     SnapshotMeta, StorageError, StorageIOError, StoredMembership, Vote,
 };
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use ulid::Ulid;
+
+use muster_protocol::model::TaskState;
 
 use super::{Muster, NodeAddr};
+use crate::store::format::{self, StoredState};
 use crate::store::{Change, Persist, SNAPSHOT_BATCH, Space, Store, StoreError};
 
 type StorageResult<T> = Result<T, StorageError<u64>>;
@@ -322,10 +334,12 @@ impl RaftLogStorage<Muster> for LogStore {
         // The entries are readable now; openraft hears they are durable once they are.
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
             let result = this
                 .store
                 .persist(this.persist)
                 .map_err(std::io::Error::other);
+            metrics::histogram!("muster_fsync_seconds").record(started.elapsed().as_secs_f64());
             callback.log_io_completed(result);
         });
         Ok(())
@@ -400,6 +414,7 @@ pub struct StateMachine {
     dir: PathBuf,
     applied: Applied,
     snapshots_built: Arc<AtomicU64>,
+    census: Arc<Mutex<Census>>,
 }
 
 impl StateMachine {
@@ -416,21 +431,26 @@ impl StateMachine {
             );
             load_snapshot(store, &dir.join(CURRENT), &meta)?;
         }
+        let applied = Applied::of(store)?;
+        let census = Arc::new(Mutex::new(Census::scan(store, &applied)?));
+        *CENSUS.lock().unwrap_or_else(PoisonError::into_inner) = Arc::downgrade(&census);
         Ok(StateMachine {
             store: store.clone(),
-            applied: Applied::of(store)?,
+            applied,
             dir,
             snapshots_built: Arc::default(),
+            census,
         })
     }
 }
 
-/// Replaces the store's engine keyspaces with the snapshot in `file`.
+/// Replaces the store's engine keyspaces with the snapshot in `file`; returns what is
+/// applied then, and the census of what the store holds then.
 fn load_snapshot(
     store: &Store,
     file: &Path,
     meta: &SnapshotMeta<u64, NodeAddr>,
-) -> Result<Applied, StoreError> {
+) -> Result<(Applied, Census), StoreError> {
     store.apply(&[], &[(INSTALLING, Vec::new())])?;
     store.persist(Persist::Data)?;
     store.clear()?;
@@ -438,6 +458,7 @@ fn load_snapshot(
     let _meta = read_frame(&mut reader)?;
     let mut changes = Vec::with_capacity(SNAPSHOT_BATCH);
     let mut wall_ms = 0;
+    let mut census = Census::default();
     while let Some(frame) = read_frame(&mut reader)? {
         let change: Change = decode(&frame, "snapshot frame")?;
         if change.space == Space::Meta {
@@ -451,6 +472,7 @@ fn load_snapshot(
         changes.push(change);
         if changes.len() >= SNAPSHOT_BATCH {
             store.apply(&changes, &[])?;
+            census.apply(&changes);
             changes.clear();
         }
     }
@@ -460,9 +482,230 @@ fn load_snapshot(
         wall_ms,
     };
     store.apply(&changes, &applied.meta())?;
+    census.apply(&changes);
+    census.set_membership(&applied);
     store.remove_meta(INSTALLING)?;
     store.persist(Persist::All)?;
-    Ok(applied)
+    Ok((applied, census))
+}
+
+/// What the state machine has applied, counted for the gauges: every stored task's
+/// queue and state, per queue the tasks in each state and the ready ones in id order
+/// (enqueue order: the oldest ready task is the first), and the membership. Kept as
+/// entries are applied, from their changes (no read of the store); built by a scan of
+/// the store when the node starts, and from the snapshot a node installs. It costs
+/// about 30 bytes a task (and as much again a ready one), and a hash lookup per task
+/// changed.
+#[derive(Debug, Default)]
+pub struct Census {
+    /// Every stored task (by its id's bytes): its queue (an index of `queues`) and state.
+    tasks: HashMap<[u8; 16], (u32, StoredState)>,
+    /// Every queue seen, by index; a deleted one stays, not stored.
+    queues: Vec<QueueCensus>,
+    /// Queue name → index of `queues`.
+    index: HashMap<String, u32>,
+    /// The applied membership's nodes, true for voters.
+    members: BTreeMap<u64, bool>,
+}
+
+/// One queue of the [`Census`].
+#[derive(Debug)]
+struct QueueCensus {
+    name: String,
+    /// The queue is stored (its series are published).
+    stored: bool,
+    /// Tasks per state, indexed by [`StoredState`].
+    counts: [u64; 6],
+    /// The ready tasks.
+    ready: BTreeSet<Ulid>,
+}
+
+/// The fields of a task record the census reads: the first three of `store::format`'s
+/// `TaskHead`, in both formats (a format 2 record is postcard, whose fields are read in
+/// order, so these three are read without the rest; a format 1 record is JSON, its other
+/// fields skipped). `a_census_reads_what_the_store_writes` checks it against the store.
+#[derive(Deserialize)]
+struct Head<'a> {
+    v: u32,
+    #[serde(borrow)]
+    queue: Cow<'a, str>,
+    state: StoredState,
+}
+
+/// The queue and state of a stored task record of any format.
+fn read_head(bytes: &[u8]) -> Result<Head<'_>, String> {
+    let head: Head<'_> = if bytes.first() == Some(&b'{') {
+        serde_json::from_slice(bytes).map_err(|e| e.to_string())?
+    } else {
+        postcard::take_from_bytes(bytes)
+            .map_err(|e| e.to_string())?
+            .0
+    };
+    if !(format::OLDEST_FORMAT..=format::FORMAT).contains(&head.v) {
+        return Err(format!("a task record of format {}", head.v));
+    }
+    Ok(head)
+}
+
+/// The census of this process's node, for [`publish_gauges`] and [`members`] (a process
+/// runs one node; in unit tests, the latest state machine opened).
+static CENSUS: Mutex<Weak<Mutex<Census>>> = Mutex::new(Weak::new());
+
+impl Census {
+    /// The census of what `store` holds, at `applied`.
+    fn scan(store: &Store, applied: &Applied) -> Result<Census, StoreError> {
+        let mut census = Census::default();
+        for (name, _) in store.load_queues()? {
+            let q = census.queue(&name);
+            census.queues[q as usize].stored = true;
+        }
+        store.for_each_task(|id, task| {
+            census.put(id.to_bytes(), Some((&task.queue, task.state.into())));
+        })?;
+        census.set_membership(applied);
+        Ok(census)
+    }
+
+    /// The index of queue `name`, added if new.
+    fn queue(&mut self, name: &str) -> u32 {
+        if let Some(&q) = self.index.get(name) {
+            return q;
+        }
+        let q = self.queues.len() as u32;
+        self.queues.push(QueueCensus {
+            name: name.to_owned(),
+            stored: false,
+            counts: [0; 6],
+            ready: BTreeSet::new(),
+        });
+        self.index.insert(name.to_owned(), q);
+        q
+    }
+
+    /// Task `id` is now in `task` (queue, state), or removed (`None`).
+    fn put(&mut self, id: [u8; 16], task: Option<(&str, StoredState)>) {
+        let new = task.map(|(queue, state)| (self.queue(queue), state));
+        let old = match new {
+            Some(new) => self.tasks.insert(id, new),
+            None => self.tasks.remove(&id),
+        };
+        if let Some((q, state)) = old {
+            let q = &mut self.queues[q as usize];
+            q.counts[state as usize] = q.counts[state as usize].saturating_sub(1);
+            if state == StoredState::Ready {
+                q.ready.remove(&Ulid::from_bytes(id));
+            }
+        }
+        if let Some((q, state)) = new {
+            let q = &mut self.queues[q as usize];
+            q.counts[state as usize] += 1;
+            if state == StoredState::Ready {
+                q.ready.insert(Ulid::from_bytes(id));
+            }
+        }
+    }
+
+    /// Counts the changes of an applied entry (or of a snapshot being installed).
+    fn apply(&mut self, changes: &[Change]) {
+        for change in changes {
+            match change.space {
+                Space::Queues => {
+                    let name = String::from_utf8_lossy(&change.key);
+                    let q = self.queue(&name);
+                    self.queues[q as usize].stored = change.value.is_some();
+                }
+                Space::Tasks => {
+                    let Ok(id) = <[u8; 16]>::try_from(change.key.as_slice()) else {
+                        continue;
+                    };
+                    match change.value.as_deref().map(read_head).transpose() {
+                        Ok(head) => self.put(id, head.as_ref().map(|h| (&*h.queue, h.state))),
+                        Err(e) => {
+                            // Written by this build's store: not expected. The task is
+                            // left out of the counts rather than counted wrong.
+                            tracing::warn!(
+                                task = %Ulid::from_bytes(id),
+                                error = e,
+                                "a task record the gauges cannot read"
+                            );
+                            self.put(id, None);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The membership in force at `applied`.
+    fn set_membership(&mut self, applied: &Applied) {
+        let membership = applied.membership.membership();
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        self.members = membership
+            .nodes()
+            .map(|(&id, _)| (id, voters.contains(&id)))
+            .collect();
+    }
+
+    /// Sets the task gauges of every stored queue, as the engine does for a node that
+    /// serves: `muster_tasks{state}`, `muster_leases_in_flight` and
+    /// `muster_oldest_ready_age_seconds` (by the oldest ready task's id, as the engine
+    /// reads it, at the wall time `now_ms`).
+    fn publish_tasks(&self, now_ms: u64) {
+        for q in self.queues.iter().filter(|q| q.stored) {
+            for state in TaskState::ALL {
+                let count = q.counts[StoredState::from(state) as usize];
+                metrics::gauge!("muster_tasks", "queue" => q.name.clone(), "state" => state.as_str())
+                    .set(count as f64);
+            }
+            metrics::gauge!("muster_leases_in_flight", "queue" => q.name.clone())
+                .set(q.counts[StoredState::Leased as usize] as f64);
+            let age = q.ready.first().map_or(0.0, |id| {
+                now_ms.saturating_sub(id.timestamp_ms()) as f64 / 1000.0
+            });
+            metrics::gauge!("muster_oldest_ready_age_seconds", "queue" => q.name.clone()).set(age);
+        }
+    }
+}
+
+/// Publishes what this node's state machine applied, once a second: always
+/// `muster_cluster_voters` (the voters of the applied membership); and unless the node
+/// `serving` (whose engine sets them), the task gauges of every queue
+/// ([`Census::publish_tasks`]): a follower exports the same queue depths as its leader,
+/// as far as it has applied. Held-back and unclaimable tasks, and members, are the
+/// serving leader's alone: they describe dispatch, which only it does.
+pub fn publish_gauges(serving: bool) {
+    let Some(census) = CENSUS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .upgrade()
+    else {
+        return;
+    };
+    let census = census.lock().unwrap_or_else(PoisonError::into_inner);
+    let voters = census.members.values().filter(|&&voter| voter).count();
+    metrics::gauge!("muster_cluster_voters").set(voters as f64);
+    if !serving {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        census.publish_tasks(now_ms);
+    }
+}
+
+/// The nodes of the membership this node applied last, true for voters.
+pub fn members() -> BTreeMap<u64, bool> {
+    CENSUS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .upgrade()
+        .map(|c| {
+            c.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .members
+                .clone()
+        })
+        .unwrap_or_default()
 }
 
 /// The meta of the snapshot in `file`: its first frame.
@@ -641,6 +884,12 @@ impl RaftStateMachine<Muster> for StateMachine {
             self.store
                 .apply(&changes, &applied.meta())
                 .map_err(|e| StorageIOError::apply(log_id, &e))?;
+            let mut census = self.census.lock().unwrap_or_else(PoisonError::into_inner);
+            census.apply(&changes);
+            if applied.membership.log_id() != self.applied.membership.log_id() {
+                census.set_membership(&applied);
+            }
+            drop(census);
             self.applied = applied;
             replies.push(true);
         }
@@ -689,7 +938,7 @@ impl RaftStateMachine<Muster> for StateMachine {
         target.sync_all().await.map_err(io)?;
         drop((source, target));
         let (store, dir, owned) = (self.store.clone(), self.dir.clone(), meta.clone());
-        let applied = blocking(move || {
+        let (applied, census) = blocking(move || {
             std::fs::rename(dir.join(BUILDING), dir.join(CURRENT)).map_err(fjall::Error::from)?;
             let _ = std::fs::remove_file(dir.join(RECEIVING));
             sync_dir(&dir)?;
@@ -703,6 +952,7 @@ impl RaftStateMachine<Muster> for StateMachine {
             "installed a snapshot from the leader"
         );
         self.applied = applied;
+        *self.census.lock().unwrap_or_else(PoisonError::into_inner) = census;
         Ok(())
     }
 
@@ -774,6 +1024,145 @@ mod tests {
                 }],
             }),
         }
+    }
+
+    fn task(queue: &str, state: TaskState) -> crate::store::TaskRecord {
+        crate::store::TaskRecord {
+            queue: queue.into(),
+            state,
+            priority: 0,
+            key: None,
+            requires: vec![],
+            not_before_ms: None,
+            idempotency_key: None,
+            deliveries: 0,
+            failures: 0,
+            lease: None,
+            cancel_requested: false,
+            progress: None,
+            result: None,
+            last_error: None,
+            dead_reason: None,
+            created_ms: 1,
+            updated_ms: 1,
+            finished_ms: None,
+            history: vec![],
+            enqueued_by: None,
+            stored_bytes: 0,
+        }
+    }
+
+    /// Per stored queue: its tasks per state (in `TaskState::ALL`'s order) and the
+    /// oldest ready task.
+    fn summary(census: &Census) -> BTreeMap<String, (Vec<u64>, Option<Ulid>)> {
+        census
+            .queues
+            .iter()
+            .filter(|q| q.stored)
+            .map(|q| {
+                let counts = TaskState::ALL
+                    .iter()
+                    .map(|&s| q.counts[StoredState::from(s) as usize])
+                    .collect();
+                (q.name.clone(), (counts, q.ready.first().copied()))
+            })
+            .collect()
+    }
+
+    /// Commits a leader's round of `writes` through the store's batches and applies
+    /// it as entry `index`.
+    async fn apply_round(
+        store: &Store,
+        machine: &mut StateMachine,
+        index: u64,
+        writes: impl FnOnce(&mut crate::store::Batch),
+    ) {
+        let mut batch = store.batch();
+        writes(&mut batch);
+        batch.commit().unwrap();
+        let round = Round {
+            term: 1,
+            wall_ms: 1_000 * index,
+            changes: store.take_round(),
+        };
+        let applied = machine
+            .apply([Entry {
+                log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+                payload: EntryPayload::Normal(round),
+            }])
+            .await
+            .unwrap();
+        assert_eq!(applied, vec![true]);
+        store.round_applied();
+    }
+
+    #[tokio::test]
+    async fn a_census_reads_what_the_store_writes() {
+        use TaskState::{Done, Leased, Ready};
+        use muster_protocol::model::QueueOptions;
+
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _, mut machine) = open(dir.path());
+        let ids: Vec<Ulid> = (1..=4).map(|n| Ulid::from_parts(n, 7)).collect();
+        let queue = crate::store::QueueRecord::new(QueueOptions::default(), 1);
+        apply_round(&store, &mut machine, 1, |b| {
+            b.put_queue("jobs", &queue);
+            b.put_queue("idle", &queue);
+            b.put_task(ids[0], &task("jobs", Ready));
+            b.put_task(ids[1], &task("jobs", Ready));
+            b.put_task(ids[2], &task("jobs", Leased));
+            b.put_task(ids[3], &task("jobs", Done));
+        })
+        .await;
+        let counted = summary(&machine.census.lock().unwrap());
+        //                  scheduled ready leased done dead cancelled
+        assert_eq!(counted["jobs"], (vec![0, 2, 1, 1, 0, 0], Some(ids[0])));
+        assert_eq!(counted["idle"], (vec![0; 6], None));
+
+        // The oldest ready task leased, the done one removed, a queue deleted.
+        apply_round(&store, &mut machine, 2, |b| {
+            b.put_task(ids[0], &task("jobs", Leased));
+            b.remove_task(ids[3], "jobs", None);
+            b.remove_queue("idle");
+        })
+        .await;
+        let counted = summary(&machine.census.lock().unwrap());
+        assert_eq!(
+            counted,
+            BTreeMap::from([("jobs".to_owned(), (vec![0, 1, 2, 0, 0, 0], Some(ids[1])))])
+        );
+        // What was counted entry by entry is what a scan of the store finds.
+        let scanned = Census::scan(&store, &Applied::of(&store).unwrap()).unwrap();
+        assert_eq!(summary(&scanned), counted);
+
+        // And what a node that installs a snapshot of it counts.
+        let snapshot = machine
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        let to = tempfile::tempdir().unwrap();
+        let (_, _, mut other) = open(to.path());
+        let mut receiving = other.begin_receiving_snapshot().await.unwrap();
+        let bytes = std::fs::read(dir.path().join(SNAPSHOT_DIR).join(CURRENT)).unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut *receiving, &bytes)
+            .await
+            .unwrap();
+        other
+            .install_snapshot(&snapshot.meta, receiving)
+            .await
+            .unwrap();
+        assert_eq!(summary(&other.census.lock().unwrap()), counted);
+
+        // A format 1 record (JSON) reads too; a record of a newer format does not.
+        let old = read_head(br#"{"v":1,"queue":"old","state":"dead","priority":3}"#).unwrap();
+        assert_eq!((&*old.queue, old.state), ("old", StoredState::Dead));
+        let newer = format!(
+            r#"{{"v":{},"queue":"q","state":"ready"}}"#,
+            format::FORMAT + 1
+        );
+        assert!(read_head(newer.as_bytes()).is_err());
     }
 
     #[tokio::test]

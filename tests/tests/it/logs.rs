@@ -294,3 +294,103 @@ async fn info_lines_tell_a_members_life_and_every_operator_action() {
     );
     assert!(purge_lines[1].contains(r#""message":"applied""#));
 }
+
+/// The leader's log lines after its first `skip`, parsed.
+fn lines_after(log: &str, skip: usize) -> Vec<serde_json::Value> {
+    log.lines()
+        .skip(skip)
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// The lines saying `message` of cluster node `node`.
+fn about_node<'a>(
+    lines: &'a [serde_json::Value],
+    message: &'a str,
+    node: u64,
+) -> impl Iterator<Item = &'a serde_json::Value> {
+    lines
+        .iter()
+        .filter(move |v| v["fields"]["message"] == message && v["fields"]["node"] == node)
+}
+
+/// The WARN and ERROR lines.
+fn alarming(lines: &[serde_json::Value]) -> Vec<&serde_json::Value> {
+    lines
+        .iter()
+        .filter(|v| v["level"] == "WARN" || v["level"] == "ERROR")
+        .collect()
+}
+
+const UNREACHABLE: &str =
+    "cluster node unreachable: its RPCs are retried without further lines until it answers";
+const REACHABLE: &str = "cluster node reachable again";
+
+/// Most WARN and ERROR lines the leader may log while a follower is down and after it
+/// is back: the one `cluster node unreachable` line. The leader keeps its majority, so
+/// nothing else is worth a warning; openraft's own line per failed heartbeat and per
+/// retry (29 lines in the first 3 s before they were filtered, about 10 a second
+/// after) must not come back.
+const MOST_ALARMS: usize = 1;
+
+/// A follower killed: its leader logs it unreachable once at WARN, not at every retry
+/// of openraft's, and nothing else at WARN or ERROR; back, it logs it reachable again
+/// once at INFO.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_node_is_logged_once_not_at_every_retry() {
+    let mut cluster = muster_tests::cluster::Cluster::start(3).await;
+    let leader = cluster.leader().await.node;
+    let dead = cluster.follower(leader, 0);
+    let before = cluster.log(leader).lines().count();
+    cluster.kill9(dead);
+    let killed = std::time::Instant::now();
+    // Until the leader says so (within a second and a half or so: a second of failed
+    // RPCs), and at least 3 s in all, in which openraft would have retried some 6
+    // times.
+    let mut lines = Vec::new();
+    while killed.elapsed() < Duration::from_secs(10) {
+        lines = lines_after(&cluster.log(leader), before);
+        if about_node(&lines, UNREACHABLE, dead).count() > 0
+            && killed.elapsed() >= Duration::from_secs(3)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let said: Vec<_> = about_node(&lines, UNREACHABLE, dead).collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert_eq!(said[0]["level"], "WARN");
+    assert!(said[0]["fields"]["error"].is_string(), "{}", said[0]);
+    assert!(
+        said[0]["fields"]["silent_ms"]
+            .as_u64()
+            .is_some_and(|ms| ms >= 1_000),
+        "{}",
+        said[0]
+    );
+    let alarms = alarming(&lines);
+    assert!(alarms.len() <= MOST_ALARMS, "{alarms:#?}");
+
+    cluster.restart(dead).await;
+    let back = std::time::Instant::now();
+    while back.elapsed() < Duration::from_secs(20) {
+        lines = lines_after(&cluster.log(leader), before);
+        if about_node(&lines, REACHABLE, dead).count() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let said: Vec<_> = about_node(&lines, REACHABLE, dead).collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert_eq!(said[0]["level"], "INFO");
+    assert!(
+        said[0]["fields"]["unreachable_ms"]
+            .as_u64()
+            .is_some_and(|ms| ms > 0),
+        "{}",
+        said[0]
+    );
+    assert_eq!(about_node(&lines, UNREACHABLE, dead).count(), 1);
+    let alarms = alarming(&lines);
+    assert!(alarms.len() <= MOST_ALARMS, "{alarms:#?}");
+}

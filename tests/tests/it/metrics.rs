@@ -1,5 +1,6 @@
 //! The Prometheus endpoint: every counter and histogram driven through a real daemon,
-//! with exact values; every series of a queue present (zero) from its creation.
+//! with exact values; every series of a queue present (zero) from its creation; every
+//! node of a cluster, followers too, exporting its disk, store, fsync and queue depths.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -8,9 +9,10 @@ use std::time::Duration;
 use muster_sdk::protocol::ops::{Claim, DeadSelection, SessionOpen};
 use muster_sdk::{Client, NewTask, QueuePatch};
 use muster_tests::Daemon;
+use muster_tests::cluster::{Cluster, NodeId};
 
 /// A scrape: the response's content type and its series by their full name and labels.
-struct Scrape {
+pub(crate) struct Scrape {
     content_type: String,
     series: BTreeMap<String, f64>,
     text: String,
@@ -19,6 +21,28 @@ struct Scrape {
 impl Scrape {
     fn get(&self, series: &str) -> Option<f64> {
         self.series.get(series).copied()
+    }
+
+    /// The metric names of the series (a histogram's under its own name).
+    pub(crate) fn names(&self) -> std::collections::BTreeSet<String> {
+        self.series
+            .keys()
+            .map(|series| {
+                let name = series.split('{').next().unwrap_or(series);
+                ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s))
+                    .unwrap_or(name)
+                    .to_owned()
+            })
+            .collect()
+    }
+
+    /// The value of `series`, which must be exported.
+    #[track_caller]
+    fn value(&self, series: &str) -> f64 {
+        self.get(series)
+            .unwrap_or_else(|| panic!("{series} in\n{}", self.text))
     }
 
     #[track_caller]
@@ -48,14 +72,14 @@ fn get_metrics(addr: &str, token: Option<&str>) -> String {
 
 /// The local token of the daemon whose data directory is `data`, which a local-only
 /// daemon's metrics endpoint asks for.
-fn local_token(data: &std::path::Path) -> String {
+pub(crate) fn local_token(data: &std::path::Path) -> String {
     std::fs::read_to_string(data.join(muster_protocol::LOCAL_TOKEN_FILE))
         .expect("the local token")
         .trim()
         .to_owned()
 }
 
-fn scrape(addr: &str, token: &str) -> Scrape {
+pub(crate) fn scrape(addr: &str, token: &str) -> Scrape {
     let response = get_metrics(addr, Some(token));
     let (head, body) = response.split_once("\r\n\r\n").expect("HTTP head and body");
     assert!(head.starts_with("HTTP/1.0 200 OK"), "{head}");
@@ -77,6 +101,37 @@ fn scrape(addr: &str, token: &str) -> Scrape {
         series,
         text: body.to_owned(),
     }
+}
+
+/// Where cluster node `id` serves metrics: started with `--metrics-addr 127.0.0.1:0`, it
+/// logs the address it bound before it logs that it listens.
+pub(crate) fn node_metrics_addr(cluster: &Cluster, id: NodeId) -> String {
+    cluster
+        .log(id)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["fields"]["message"] == "serving Prometheus metrics")
+        .and_then(|v| v["fields"]["addr"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| panic!("node {id} logged no metrics address"))
+}
+
+/// Scrapes `addr` (a node started with the cluster's shared local token in `data`)
+/// until `done` holds of the scrape, for up to 10 s (gauges refresh once a second).
+async fn scrape_until(
+    addr: &str,
+    data: &std::path::Path,
+    done: impl Fn(&Scrape) -> bool,
+) -> Scrape {
+    let token = local_token(data);
+    let mut s = scrape(addr, &token);
+    for _ in 0..100 {
+        if done(&s) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        s = scrape(addr, &token);
+    }
+    s
 }
 
 fn free_port() -> String {
@@ -420,6 +475,168 @@ async fn a_cluster_node_exports_its_role_term_and_log() {
         ("muster_cluster_last_applied_index".into(), applied as f64),
         ("muster_cluster_snapshot_index".into(), 0.0),
     ]);
+}
+
+/// Every node of a cluster exports the same disk, store and fsync series as a single
+/// daemon, and a follower the queue depths it applied: exactly the leader's once it
+/// caught up. Dispatch (held-back and unclaimable tasks, members) and the counters are
+/// the serving leader's alone, as is its view of the others, which shows a killed
+/// follower unreachable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_cluster_node_exports_its_disk_store_fsync_and_queue_depths() {
+    let started = std::time::Instant::now();
+    let cluster = Cluster::start_with(3, &["--metrics-addr", "127.0.0.1:0"]).await;
+    let leader = cluster.leader().await;
+    let (follower, other) = (
+        cluster.follower(leader.node, 0),
+        cluster.follower(leader.node, 1),
+    );
+    assert_ne!(follower, other);
+    let client = cluster.client().await;
+    for queue in ["jobs", "idle"] {
+        client
+            .queue_create(queue, QueuePatch::default())
+            .await
+            .expect("queue_create");
+    }
+    for n in 0..5 {
+        client.enqueue("jobs", task(n)).await.expect("enqueue");
+    }
+    let leased = ids(&client, "jobs", 2).await;
+    client
+        .ack(&leased[0].0, leased[0].1, None)
+        .await
+        .expect("ack");
+    cluster.wait_caught_up(follower).await;
+    let applied = cluster.status(leader.node).await.applied as f64;
+
+    // jobs: 3 ready, 1 leased, 1 done; idle: empty. On every node alike.
+    let mut depths = Vec::new();
+    for (state, n) in [
+        ("scheduled", 0.0),
+        ("ready", 3.0),
+        ("leased", 1.0),
+        ("done", 1.0),
+        ("dead", 0.0),
+        ("cancelled", 0.0),
+    ] {
+        let label = format!(r#"state="{state}""#);
+        depths.push(q("muster_tasks", "jobs", &label, n));
+        depths.push(q("muster_tasks", "idle", &label, 0.0));
+    }
+    depths.push(q("muster_leases_in_flight", "jobs", "", 1.0));
+    depths.push(q("muster_leases_in_flight", "idle", "", 0.0));
+    depths.push(q("muster_oldest_ready_age_seconds", "idle", "", 0.0));
+    depths.push(("muster_disk_alarm".into(), 0.0));
+    depths.push(("muster_cluster_voters".into(), 3.0));
+
+    let mut follower_view = depths.clone();
+    follower_view.extend([
+        ("muster_cluster_leader".into(), 0.0),
+        ("muster_cluster_term".into(), leader.term as f64),
+        ("muster_cluster_last_applied_index".into(), applied),
+    ]);
+    let f = scrape_until(
+        &node_metrics_addr(&cluster, follower),
+        cluster.data(follower),
+        |s| {
+            follower_view
+                .iter()
+                .all(|(series, n)| s.get(series) == Some(*n))
+        },
+    )
+    .await;
+    f.check(&follower_view);
+
+    let others = |id: NodeId| format!(r#"{{node="{id}"}}"#);
+    let mut leader_view = depths;
+    leader_view.extend([
+        ("muster_cluster_leader".into(), 1.0),
+        ("muster_cluster_term".into(), leader.term as f64),
+        ("muster_cluster_last_applied_index".into(), applied),
+        (format!("muster_cluster_node_lag{}", others(follower)), 0.0),
+        ("muster_cluster_voters_reachable".into(), 3.0),
+        q("muster_held_back_tasks", "jobs", "", 0.0),
+        q("muster_unclaimable_tasks", "jobs", "", 0.0),
+        ("muster_members_connected".into(), 0.0),
+    ]);
+    let leader_addr = node_metrics_addr(&cluster, leader.node);
+    let l = scrape_until(&leader_addr, cluster.data(leader.node), |s| {
+        leader_view
+            .iter()
+            .all(|(series, n)| s.get(series) == Some(*n))
+    })
+    .await;
+    l.check(&leader_view);
+
+    for s in [&f, &l] {
+        // The oldest ready task was enqueued during this test.
+        let age = s.value(r#"muster_oldest_ready_age_seconds{queue="jobs"}"#);
+        assert!(
+            age > 0.0 && age <= started.elapsed().as_secs_f64(),
+            "oldest ready age {age}"
+        );
+        for series in ["muster_store_size_bytes", "muster_disk_free_bytes"] {
+            assert!(s.value(series) > 0.0, "{series} in\n{}", s.text);
+        }
+        // Every append to the raft log is an fsync, timed.
+        let fsyncs = s.value("muster_fsync_seconds_count");
+        assert!(fsyncs >= 1.0, "{}", s.text);
+        assert_eq!(
+            s.get(r#"muster_fsync_seconds_bucket{le="+Inf"}"#),
+            Some(fsyncs)
+        );
+    }
+    // The leader's rounds: 2 queues, 5 enqueues, a claim and an ack, each agreed on.
+    assert!(
+        l.value("muster_fsync_batch_requests_count") >= 9.0,
+        "{}",
+        l.text
+    );
+    for id in [follower, other] {
+        let contact = l.value(&format!(
+            "muster_cluster_node_last_contact_seconds{}",
+            others(id)
+        ));
+        assert!((0.0..5.0).contains(&contact), "node {id}: {contact}");
+    }
+    // What describes dispatch, the counters and the view of the others: not on a
+    // follower (so the alerts on them fire for the leader alone).
+    let names = f.names();
+    for leader_only in [
+        "muster_held_back_tasks",
+        "muster_unclaimable_tasks",
+        "muster_members_connected",
+        "muster_members_unreachable",
+        "muster_enqueued_total",
+        "muster_fsync_batch_requests",
+        "muster_cluster_node_lag",
+        "muster_cluster_node_last_contact_seconds",
+        "muster_cluster_voters_reachable",
+    ] {
+        assert!(!names.contains(leader_only), "{leader_only} in\n{}", f.text);
+    }
+
+    // A voter killed: the leader reaches two of three, and has not heard from it since.
+    let mut cluster = cluster;
+    cluster.kill9(other);
+    let killed = std::time::Instant::now();
+    let contact = format!("muster_cluster_node_last_contact_seconds{}", others(other));
+    let l = scrape_until(&leader_addr, cluster.data(leader.node), |s| {
+        s.get("muster_cluster_voters_reachable") == Some(2.0)
+    })
+    .await;
+    assert_eq!(
+        l.get("muster_cluster_voters_reachable"),
+        Some(2.0),
+        "{}",
+        l.text
+    );
+    let silent = l.value(&contact);
+    assert!(
+        silent >= 1.0 && silent <= killed.elapsed().as_secs_f64() + 1.0,
+        "node {other} silent for {silent} s"
+    );
 }
 
 /// A local-only daemon's metrics (queue names and counts) are for its own user: a
