@@ -68,18 +68,15 @@ struct Pending {
     watch: Mutex<Option<mpsc::UnboundedSender<WatchReply>>>,
     /// Set (before closing) when the client gave the connection up because the daemon
     /// fell silent: the reason every call in flight fails with.
-    silent: AtomicBool,
+    silent: Mutex<Option<String>>,
 }
 
 impl Pending {
     /// Why the connection ended, as calls in flight fail with it: the daemon's close
     /// reason, or that it fell silent, else `fallback`.
     fn lost_reason(&self, conn: &quinn::Connection, fallback: impl FnOnce() -> String) -> String {
-        if self.silent.load(Ordering::SeqCst) {
-            return format!(
-                "no packet from the daemon for {} s (its host is down or unreachable)",
-                connect::SERVER_SILENCE.as_secs()
-            );
+        if let Some(why) = lock(&self.silent).clone() {
+            return why;
         }
         conn.close_reason().map_or_else(fallback, |r| r.to_string())
     }
@@ -769,12 +766,16 @@ async fn next_frame(
     }
 }
 
-/// Closes the connection once the daemon has sent no packet for
-/// [`connect::SERVER_SILENCE`] (its host is dead or unreachable), so every call in flight
-/// fails with [`Error::Closed`] and the owner reconnects. Ends with the reply stream.
+/// Closes the connection once the daemon has answered nothing for too long (its host
+/// is dead or unreachable), so every call in flight fails with [`Error::Closed`] and the
+/// owner reconnects. Ends with the reply stream.
+///
+/// Two limits: a request or keep-alive sent and not even acknowledged by the daemon's
+/// QUIC stack within [`connect::unanswered_limit`] (a live daemon acknowledges within a
+/// round trip and 25 ms, whatever its engine is doing), and no packet at all for
+/// [`connect::SERVER_SILENCE`]. Checked every [`connect::SILENCE_CHECK`].
 async fn watch_silence(conn: quinn::Connection, pending: Arc<Pending>) {
-    let mut heard = conn.stats().udp_rx.datagrams;
-    let mut heard_at = tokio::time::Instant::now();
+    let mut silence = Silence::new(&conn.stats(), tokio::time::Instant::now());
     let mut tick = tokio::time::interval(connect::SILENCE_CHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -786,15 +787,69 @@ async fn watch_silence(conn: quinn::Connection, pending: Arc<Pending>) {
             return;
         }
         let now = tokio::time::Instant::now();
-        let received = conn.stats().udp_rx.datagrams;
-        if received != heard {
-            (heard, heard_at) = (received, now);
-        } else if now.duration_since(heard_at) >= connect::SERVER_SILENCE {
-            pending.silent.store(true, Ordering::SeqCst);
+        if let Some(why) = silence.look(&conn.stats(), conn.rtt(), now) {
+            *lock(&pending.silent) = Some(why);
             conn.close(SILENT_SERVER_CODE.into(), b"the daemon fell silent");
             return;
         }
     }
+}
+
+/// What [`watch_silence`] remembers between two looks.
+#[derive(Debug, Clone, Copy)]
+struct Silence {
+    /// Datagrams received, and when that count last grew.
+    heard: u64,
+    heard_at: tokio::time::Instant,
+    /// Frames the daemon must acknowledge (stream data, pings) sent when it last did.
+    asked_at_heard: u64,
+    /// The first look that saw such frames sent since the daemon was last heard.
+    asked_since: Option<tokio::time::Instant>,
+}
+
+impl Silence {
+    fn new(stats: &quinn::ConnectionStats, now: tokio::time::Instant) -> Silence {
+        Silence {
+            heard: stats.udp_rx.datagrams,
+            heard_at: now,
+            asked_at_heard: asked(stats),
+            asked_since: None,
+        }
+    }
+
+    /// Why the daemon is given up now, if it is.
+    fn look(
+        &mut self,
+        stats: &quinn::ConnectionStats,
+        rtt: std::time::Duration,
+        now: tokio::time::Instant,
+    ) -> Option<String> {
+        if stats.udp_rx.datagrams != self.heard {
+            *self = Silence::new(stats, now);
+            return None;
+        }
+        if asked(stats) != self.asked_at_heard {
+            let since = *self.asked_since.get_or_insert(now);
+            let limit = connect::unanswered_limit(rtt);
+            if now.duration_since(since) >= limit {
+                return Some(format!(
+                    "the daemon acknowledged nothing sent to it for {} ms (its host is down or unreachable)",
+                    limit.as_millis()
+                ));
+            }
+        }
+        (now.duration_since(self.heard_at) >= connect::SERVER_SILENCE).then(|| {
+            format!(
+                "no packet from the daemon for {} s (its host is down or unreachable)",
+                connect::SERVER_SILENCE.as_secs()
+            )
+        })
+    }
+}
+
+/// Frames sent that the daemon's QUIC stack must acknowledge: requests and pings.
+fn asked(stats: &quinn::ConnectionStats) -> u64 {
+    stats.frame_tx.stream + stats.frame_tx.ping
 }
 
 async fn read_replies(mut recv: quinn::RecvStream, pending: Arc<Pending>, conn: quinn::Connection) {
@@ -853,4 +908,61 @@ async fn read_replies(mut recv: quinn::RecvStream, pending: Arc<Pending>, conn: 
     // Dropping the push senders ends the push streams: the connection is gone.
     lock(&pending.pushes).take();
     lock(&pending.watch).take();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn stats(received: u64, streams: u64, pings: u64) -> quinn::ConnectionStats {
+        let mut s = quinn::ConnectionStats::default();
+        s.udp_rx.datagrams = received;
+        s.frame_tx.stream = streams;
+        s.frame_tx.ping = pings;
+        s
+    }
+
+    const RTT: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_request_the_daemon_never_acknowledges_gives_the_connection_up() {
+        let t0 = tokio::time::Instant::now();
+        let mut silence = Silence::new(&stats(10, 3, 0), t0);
+        // A request goes out; nothing comes back.
+        let ms = |n| t0 + Duration::from_millis(n);
+        assert_eq!(silence.look(&stats(10, 4, 0), RTT, ms(100)), None);
+        assert_eq!(silence.look(&stats(10, 4, 0), RTT, ms(500)), None);
+        let why = silence.look(&stats(10, 4, 0), RTT, ms(600));
+        assert_eq!(
+            why.as_deref(),
+            Some(
+                "the daemon acknowledged nothing sent to it for 500 ms (its host is down or unreachable)"
+            )
+        );
+    }
+
+    #[test]
+    fn an_answered_request_and_a_quiet_connection_are_not_silence() {
+        let t0 = tokio::time::Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut silence = Silence::new(&stats(10, 3, 0), t0);
+        // Sent, then acknowledged: the limit starts again from what is sent next.
+        assert_eq!(silence.look(&stats(10, 4, 0), RTT, ms(100)), None);
+        assert_eq!(silence.look(&stats(11, 4, 0), RTT, ms(400)), None);
+        assert_eq!(silence.look(&stats(11, 4, 0), RTT, ms(1_000)), None);
+        // Nothing sent and nothing heard: only the 2 s limit applies.
+        assert_eq!(silence.look(&stats(11, 4, 0), RTT, ms(2_300)), None);
+        let why = silence.look(&stats(11, 4, 0), RTT, ms(2_400));
+        assert_eq!(
+            why.as_deref(),
+            Some("no packet from the daemon for 2 s (its host is down or unreachable)")
+        );
+        // A slow network gets 8 round trips.
+        let mut slow = Silence::new(&stats(0, 0, 0), t0);
+        let rtt = Duration::from_millis(100);
+        assert_eq!(slow.look(&stats(0, 0, 1), rtt, ms(100)), None);
+        assert_eq!(slow.look(&stats(0, 0, 1), rtt, ms(800)), None);
+        assert!(slow.look(&stats(0, 0, 1), rtt, ms(900)).is_some());
+    }
 }

@@ -36,10 +36,12 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How often the client pings an idle connection: the daemon counts any packet as news
 /// of a member's session, so this keeps a session `connected` with a liveness timeout
-/// of 2 s or more (the default is 5 s); and the daemon acknowledges each ping, so a
-/// live daemon is heard from about this often even when nothing else is said (see
-/// [`SERVER_SILENCE`]).
-pub const KEEP_ALIVE: Duration = Duration::from_secs(1);
+/// of 2 s or more (the default is 5 s); and the daemon's QUIC stack acknowledges each
+/// ping, so a dead daemon is noticed within this and [`unanswered_limit`] even when
+/// the client waits for a reply the daemon already acknowledged receiving (a leader
+/// killed mid-request): under 1.1 s on a LAN. Two small packets a second per idle
+/// connection.
+pub const KEEP_ALIVE: Duration = Duration::from_millis(500);
 
 /// Longest a client waits without a single packet from the daemon before it gives the
 /// connection up (and a [`crate::Worker`], the console or `muster work` reconnects,
@@ -53,9 +55,27 @@ pub const SERVER_SILENCE: Duration = Duration::from_secs(2);
 
 /// How often a client looks whether its daemon is still heard from.
 ///
-/// Every 250 ms: a connection is given up 2 to 2.25 s after the daemon's last packet,
-/// for 4 wake-ups a second per connection.
-pub const SILENCE_CHECK: Duration = Duration::from_millis(250);
+/// Every 100 ms: a connection is given up within 100 ms of either limit
+/// ([`unanswered_limit`], [`SERVER_SILENCE`]), for 10 cheap wake-ups a second per
+/// connection.
+pub const SILENCE_CHECK: Duration = Duration::from_millis(100);
+
+/// Least time a request (or a keep-alive ping) may go without the daemon's QUIC stack
+/// acknowledging it before the client gives the connection up: a live daemon
+/// acknowledges every packet within a round trip and 25 ms, whatever its engine is
+/// doing, so this is what tells a dead leader from a busy one while a call waits.
+pub const UNANSWERED_MIN: Duration = Duration::from_millis(500);
+
+/// Round trips a request may go unacknowledged (lost packets are sent again after about
+/// one) before the client gives the connection up, when that is longer than
+/// [`UNANSWERED_MIN`].
+pub const UNANSWERED_RTTS: u32 = 8;
+
+/// How long a request may go unacknowledged on a connection with round trip `rtt`:
+/// [`UNANSWERED_RTTS`] round trips, at least [`UNANSWERED_MIN`].
+pub fn unanswered_limit(rtt: Duration) -> Duration {
+    (rtt * UNANSWERED_RTTS).max(UNANSWERED_MIN)
+}
 
 /// Most addresses one [`ConnectOptions::addr`] may list (the nodes of a cluster), and
 /// most a client tries while it looks for the leader, those the nodes name included.

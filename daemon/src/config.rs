@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::bail;
 use clap::Parser;
@@ -204,6 +205,17 @@ pub struct Config {
     /// Build a snapshot and compact the log after this many log entries.
     #[arg(long, env = "MUSTER_CLUSTER_SNAPSHOT_EVERY", default_value_t = crate::cluster::node::SNAPSHOT_EVERY_ENTRIES, help_heading = "Cluster")]
     pub cluster_snapshot_every: u64,
+
+    /// How often the leader sends heartbeats (20ms to 1s). Every node of a cluster should
+    /// have the same.
+    #[arg(long, env = "MUSTER_CLUSTER_HEARTBEAT", value_parser = humantime::parse_duration, default_value = "100ms", help_heading = "Cluster")]
+    pub cluster_heartbeat: Duration,
+
+    /// The election timeout T (3 heartbeats to 10s): a leader that hears no majority for
+    /// T stops leading; followers elect a new one 1.5–2 T after they last heard from
+    /// their leader. Every node of a cluster should have the same.
+    #[arg(long, env = "MUSTER_CLUSTER_ELECTION_TIMEOUT", value_parser = humantime::parse_duration, default_value = "400ms", help_heading = "Cluster")]
+    pub cluster_election_timeout: Duration,
 }
 
 /// Longest cluster id, in bytes.
@@ -219,6 +231,8 @@ pub struct ClusterFlags {
     pub listen: SocketAddr,
     /// The secret file.
     pub secret_file: PathBuf,
+    /// Heartbeats and election timeouts.
+    pub timing: crate::cluster::node::Timing,
 }
 
 /// Default absolute threshold of the disk alarm, in MiB: room for the store to flush
@@ -323,6 +337,11 @@ impl Config {
         if self.cluster_snapshot_every == 0 {
             bail!("--cluster-snapshot-every must be at least 1");
         }
+        let timing = crate::cluster::node::Timing::new(
+            self.cluster_heartbeat,
+            self.cluster_election_timeout,
+        )
+        .map_err(anyhow::Error::msg)?;
         for addr in [&self.advertise, &self.cluster_advertise]
             .into_iter()
             .flatten()
@@ -334,6 +353,7 @@ impl Config {
             node_id,
             listen,
             secret_file: secret_file.clone(),
+            timing,
         }))
     }
 }

@@ -14,6 +14,9 @@
 //! On a cluster node the round's durability step is the cluster's agreement instead
 //! (`Commit::Cluster`), and the thread serves only while its node leads
 //! ([`Dispatcher::start_clustered`]): it follows, answering `not_leader`, otherwise.
+//! Following, it still watches the disk and publishes the node's gauges (the disk, the
+//! store's size, the tasks its state machine applied, the node's raft positions), so
+//! that every node of a cluster exports them, not only the leader.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -332,19 +335,26 @@ impl Dispatcher {
             .name("muster-dispatch".into())
             .spawn(move || -> Result<(), StoreError> {
                 loop {
-                    let Some(term) = follow(&rx, &node) else {
+                    let Some(term) = follow(&rx, &node, &store, &mut disk, &thread_stats) else {
                         info!("dispatcher stopped while following");
                         return Ok(());
                     };
+                    let opening = Instant::now();
                     let applied = crate::cluster::storage::Applied::of(&store)?;
                     let clock = Clock::floored(applied.wall_ms);
                     let mut engine =
                         open_engine(store.clone(), &clock, &settings, &mut disk, &thread_stats)?;
-                    info!(term, "leading: serving clients");
+                    info!(
+                        term,
+                        opened_ms = opening.elapsed().as_millis() as u64,
+                        "leading: serving clients"
+                    );
                     node.set_serving(Some(term));
                     generation.send_modify(|g| *g += 1);
-                    let mut commit =
-                        Commit::Cluster(crate::cluster::lead::Leading::new(node.clone(), term));
+                    let mut commit = Commit::Cluster(Box::new(crate::cluster::lead::Leading::new(
+                        node.clone(),
+                        term,
+                    )));
                     let ended = run(
                         &mut engine,
                         &rx,
@@ -546,8 +556,9 @@ impl Clock {
 enum Commit {
     /// A single daemon's: persist the journal as far as this says.
     Local(Persist),
-    /// A cluster leader's: the cluster agrees on the round.
-    Cluster(crate::cluster::lead::Leading),
+    /// A cluster leader's: the cluster agrees on the round (boxed: a node's handle is
+    /// large beside a persist mode).
+    Cluster(Box<crate::cluster::lead::Leading>),
 }
 
 impl Commit {
@@ -592,7 +603,10 @@ impl Commit {
                 let replies = engine.has_output();
                 let agreed = leading.agree(engine.store(), now.wall_ms, replies);
                 if agreed && changed {
-                    // A round agreed on is a round made durable: counted as a sync.
+                    // A round agreed on is a round made durable: counted as a sync. Its
+                    // fsync is the leader's append of its one log entry, which the raft
+                    // log times (`muster_fsync_seconds`, cluster::storage).
+                    metrics::histogram!("muster_fsync_batch_requests").record(requests as f64);
                     stats.syncs.fetch_add(1, Ordering::Relaxed);
                     stats.synced_requests.fetch_add(requests, Ordering::Relaxed);
                 }
@@ -747,6 +761,8 @@ fn run(
                 .store(engine.connected_members() as u64, Ordering::Relaxed);
             if let Commit::Cluster(leading) = commit {
                 leading.node().publish_gauges();
+                crate::cluster::storage::publish_gauges(true);
+                crate::cluster::net::publish_gauges();
             }
             gauges_at = Instant::now();
         }
@@ -758,16 +774,38 @@ fn run(
 }
 
 /// Answers every request with `not_leader` until the node may lead; returns the term
-/// it leads in, or `None` on shutdown.
-fn follow(rx: &flume::Receiver<Command>, node: &crate::cluster::node::Node) -> Option<u64> {
-    let mut gauges_at = Instant::now();
+/// it leads in, or `None` on shutdown. Meanwhile it watches the disk (the alarm and
+/// its gauges, as a serving node does) and publishes the node's gauges, the store's
+/// size and the tasks the node applied (`cluster::storage::publish_gauges`).
+fn follow(
+    rx: &flume::Receiver<Command>,
+    node: &crate::cluster::node::Node,
+    store: &Store,
+    disk: &mut DiskAlarm,
+    stats: &CommitStats,
+) -> Option<u64> {
+    // Published at once: a node that stops leading goes on with every gauge.
+    let mut gauges_at: Option<Instant> = None;
+    let mut disk_at: Option<Instant> = None;
     loop {
         if let Some(term) = node.ready_to_lead() {
             return Some(term);
         }
-        if gauges_at.elapsed() >= crate::metrics::GAUGE_INTERVAL {
+        if disk_at.is_none_or(|at| at.elapsed() >= crate::disk::CHECK_INTERVAL) {
+            match disk.check() {
+                Ok((_, on)) => stats.disk_alarm.store(on, Ordering::Relaxed),
+                Err(e) => tracing::warn!("reading the data directory's free space: {e}"),
+            }
+            disk_at = Some(Instant::now());
+        }
+        if gauges_at.is_none_or(|at| at.elapsed() >= crate::metrics::GAUGE_INTERVAL) {
             node.publish_gauges();
-            gauges_at = Instant::now();
+            crate::cluster::storage::publish_gauges(false);
+            // A failure to read the sizes only leaves the gauge at its last value.
+            if let Ok(bytes) = store.disk_space() {
+                metrics::gauge!("muster_store_size_bytes").set(bytes as f64);
+            }
+            gauges_at = Some(Instant::now());
         }
         match rx.recv_timeout(crate::cluster::lead::CHECK_EVERY) {
             Ok(Command::Request(_, responder)) => responder.refuse(node.not_leader()),

@@ -269,6 +269,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 force_single_node: config.cluster_force_single_node,
                 routes: config.routes.iter().cloned().collect(),
                 snapshot_every: config.cluster_snapshot_every,
+                timing: flags.timing,
             };
             let node = cluster::node::Node::start(
                 node_config,
@@ -317,6 +318,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
         () = watch_dispatcher(&dispatcher) => true,
     };
+    if let Some((node, _)) = &node {
+        node.step_back();
+    }
     shutdown.cancel();
     if let Some(path) = &config.ready_file {
         // Not serving any more: a supervisor must not find a stale address.

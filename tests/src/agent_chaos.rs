@@ -85,8 +85,9 @@ use muster_sdk::{Backoff, Client, ErrorCode, NewTask, QueuePatch, TaskInfo, Task
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::cluster::{Cluster, NodeId};
 use crate::relay::Relay;
-use crate::{Daemon, Proc};
+use crate::{Daemon, Proc, signal_pid};
 
 /// The queue the checker uses.
 const QUEUE: &str = "chaos";
@@ -157,6 +158,9 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 /// Pause between two looks at the queue during the drain.
 const DRAIN_POLL: Duration = Duration::from_millis(200);
 
+/// Pause before a producer connects again after a failed connect.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
+
 /// Longest one call to the daemon may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -203,6 +207,9 @@ pub struct Config {
     pub sdk_agents: usize,
     /// Tasks each agent runs at once.
     pub capacity: u32,
+    /// Against a relayed three-node cluster whose leader a second nemesis kills,
+    /// isolates and deafens meanwhile ([`LeaderFault`]), instead of one daemon.
+    pub cluster: bool,
 }
 
 impl Config {
@@ -227,8 +234,169 @@ impl Config {
             work_agents: 4,
             sdk_agents: 4,
             capacity: 2,
+            cluster: false,
         }
     }
+
+    /// [`Config::from_env`] against a cluster whose leader changes under the agents.
+    pub fn cluster_from_env() -> Config {
+        Config {
+            cluster: true,
+            ..Config::from_env()
+        }
+    }
+}
+
+/// Nodes of the cluster of a [`Config::cluster`] run.
+const CLUSTER_NODES: usize = 3;
+
+/// Pause between two leader faults, in ms.
+const LEADER_FAULT_PAUSE_MS: RangeInclusive<u64> = 1_000..=3_000;
+
+/// How long a leader fault lasts, in ms: long enough for a new leader to serve.
+const LEADER_FAULT_HOLD_MS: RangeInclusive<u64> = 2_500..=3_500;
+
+/// What the cluster's nemesis does to the leader, while the agents' nemesis works on
+/// the agents: every leader fault makes the agents follow a new leader, renewing and
+/// settling their leases there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaderKind {
+    /// kill -9, restarted after the hold.
+    Kill9,
+    /// Its node-to-node paths blackholed (its clients still reach it), healed after
+    /// the hold.
+    Isolate,
+    /// Nothing the other nodes send reaches it (one-way loss), healed after the hold.
+    Deafen,
+}
+
+/// One leader fault, as the cluster's nemesis made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderFault {
+    /// What it was.
+    pub kind: LeaderKind,
+    /// The node.
+    pub node: NodeId,
+    /// Wall ms it began.
+    pub start_ms: u64,
+    /// Wall ms it was undone.
+    pub end_ms: u64,
+}
+
+/// What the agents run against: one daemon, or a cluster.
+enum Backend {
+    Daemon(Daemon),
+    Cluster(Cluster),
+}
+
+impl Backend {
+    /// A client of the daemon, or of the cluster's leader.
+    async fn client(&self) -> Client {
+        match self {
+            Backend::Daemon(d) => d.client().await,
+            Backend::Cluster(c) => c.client().await,
+        }
+    }
+
+    /// Connect options of the daemon, or of the whole cluster.
+    fn options(&self) -> muster_sdk::ConnectOptions {
+        match self {
+            Backend::Daemon(d) => d.options(),
+            Backend::Cluster(c) => c.options(),
+        }
+    }
+
+    /// Where agents connect: the daemon, or every node.
+    fn upstreams(&self) -> Vec<SocketAddr> {
+        let addrs = match self {
+            Backend::Daemon(d) => vec![d.addr.clone()],
+            Backend::Cluster(c) => c
+                .node_ids()
+                .into_iter()
+                .map(|id| c.client_addr(id))
+                .collect(),
+        };
+        addrs
+            .iter()
+            .map(|a| a.parse().expect("a client address"))
+            .collect()
+    }
+
+    /// The directory agents find the daemon's identity in (`MUSTER_DATA`).
+    fn trust_dir(&self) -> PathBuf {
+        match self {
+            Backend::Daemon(d) => d.data().to_path_buf(),
+            Backend::Cluster(c) => c.client_dir(),
+        }
+    }
+
+    /// Every log, for a run that keeps its directory: `(file name, text)`.
+    fn logs(&self) -> Vec<(String, String)> {
+        match self {
+            Backend::Daemon(d) => vec![("musterd.log".to_owned(), d.log())],
+            Backend::Cluster(c) => c
+                .node_ids()
+                .into_iter()
+                .map(|id| (format!("musterd-{id}.log"), c.log(id)))
+                .collect(),
+        }
+    }
+}
+
+/// The cluster's nemesis: leader faults at random intervals until `stop`, each undone
+/// after its hold; then everything healed and a leader serving. Returns the cluster and
+/// what it did.
+async fn fault_leaders(
+    mut cluster: Cluster,
+    mut rng: StdRng,
+    stop: Arc<AtomicBool>,
+) -> (Cluster, Vec<LeaderFault>) {
+    let mut faults = Vec::new();
+    while !stop.load(Ordering::SeqCst) {
+        // The nemesis's schedule, not a synchronisation.
+        tokio::time::sleep(Duration::from_millis(
+            rng.random_range(LEADER_FAULT_PAUSE_MS),
+        ))
+        .await;
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let kind = match rng.random_range(0..3) {
+            0 => LeaderKind::Kill9,
+            1 => LeaderKind::Isolate,
+            _ => LeaderKind::Deafen,
+        };
+        let hold = Duration::from_millis(rng.random_range(LEADER_FAULT_HOLD_MS));
+        let leader = cluster.leader().await;
+        let start_ms = wall_ms();
+        println!(
+            "agent_chaos: leader fault at {start_ms}: {kind:?} of node {} (term {}) for {hold:?}",
+            leader.node, leader.term
+        );
+        match kind {
+            LeaderKind::Kill9 => cluster.kill9(leader.node),
+            LeaderKind::Isolate => cluster.partition_node(leader.node),
+            LeaderKind::Deafen => cluster.deafen_node(leader.node),
+        }
+        tokio::time::sleep(hold).await;
+        match kind {
+            LeaderKind::Kill9 => cluster.restart(leader.node).await,
+            LeaderKind::Isolate | LeaderKind::Deafen => cluster.heal_node(leader.node),
+        }
+        faults.push(LeaderFault {
+            kind,
+            node: leader.node,
+            start_ms,
+            end_ms: wall_ms(),
+        });
+    }
+    cluster.heal_all();
+    let leader = cluster.leader().await;
+    println!(
+        "agent_chaos: cluster healed; node {} leads in term {}",
+        leader.node, leader.term
+    );
+    (cluster, faults)
 }
 
 /// What the nemesis does to one agent.
@@ -350,6 +518,8 @@ pub struct Report {
     pub freeze: usize,
     /// Partitions.
     pub partition: usize,
+    /// Leader faults (cluster runs): kill -9, isolation and one-way loss of the leader.
+    pub leader_faults: usize,
     /// Members restarted under their name after a kill or drain.
     pub restarted_same_name: usize,
     /// Slots restarted under a new member name.
@@ -431,9 +601,9 @@ pub struct Report {
 }
 
 impl Report {
-    /// Faults injected.
+    /// Faults injected (leader faults included).
     pub fn faults(&self) -> usize {
-        self.kill9 + self.kill9_main + self.term + self.freeze + self.partition
+        self.kill9 + self.kill9_main + self.term + self.freeze + self.partition + self.leader_faults
     }
 
     /// True if the run kept every promise.
@@ -477,7 +647,7 @@ impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "seed={} faults={} (kill9={} kill9_main={} term={} freeze={} partition={}) \
+            "seed={} faults={} (kill9={} kill9_main={} term={} freeze={} partition={} leader={}) \
              restarts (same_name={} new_name={} retired={}) acknowledged={} indeterminate={} \
              tasks={} executions={} completions={} failures={} max_failures={} failures_after_recovery={} zombies_frozen={} \
              zombies_cut_off={} zombie_overlaps={} completed_twice={} hard_stops={} unverifiable={} truncated={} \
@@ -493,6 +663,7 @@ impl std::fmt::Display for Report {
             self.term,
             self.freeze,
             self.partition,
+            self.leader_faults,
             self.restarted_same_name,
             self.restarted_new_name,
             self.retired,
@@ -571,7 +742,8 @@ enum Phase {
 struct Slot {
     kind: AgentKind,
     index: usize,
-    relay: Relay,
+    /// One relay per node (one for a single daemon).
+    relays: Vec<Relay>,
     member: String,
     generation: u32,
     proc: Option<Proc>,
@@ -609,15 +781,6 @@ fn exit_status(p: &mut Proc) -> Option<std::process::ExitStatus> {
     p.child.try_wait().expect("try_wait on an agent")
 }
 
-/// Sends a signal to one process (not its group).
-fn signal_pid(pid: u32, signal: &str) {
-    let status = Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success(), "kill {signal} {pid} failed");
-}
-
 fn window_end(f: &Fault, lease_ms: u64, liveness_ms: u64) -> u64 {
     f.end_ms + lease_ms + liveness_ms + WINDOW_SLACK_MS
 }
@@ -648,7 +811,8 @@ impl Nemesis {
                     .arg(&env.log);
             }
         }
-        cmd.env("MUSTER_ADDR", slot.relay.addr().to_string())
+        let addrs: Vec<String> = slot.relays.iter().map(|r| r.addr().to_string()).collect();
+        cmd.env("MUSTER_ADDR", addrs.join(","))
             .env("MUSTER_DATA", &env.daemon_data)
             .env("MUSTER_LOG", "info")
             .env("RUST_LOG", "info")
@@ -736,7 +900,9 @@ impl Nemesis {
                     self.slots[i].phase = Phase::Up { since: now };
                 }
                 Phase::Partitioned { until, fault } if now >= until || self.healing => {
-                    self.slots[i].relay.heal();
+                    for relay in &self.slots[i].relays {
+                        relay.heal();
+                    }
                     self.end_fault(i, fault, wall_ms());
                     self.slots[i].phase = Phase::Up { since: now };
                 }
@@ -861,7 +1027,9 @@ impl Nemesis {
                 self.report.freeze += 1;
             }
             FaultKind::Partition => {
-                slot.relay.partition();
+                for relay in &slot.relays {
+                    relay.partition();
+                }
                 let pause = Duration::from_millis(self.rng.random_range(PARTITION_MS));
                 slot.phase = Phase::Partitioned {
                     until: now + pause,
@@ -924,6 +1092,15 @@ impl Nemesis {
     }
 }
 
+/// A relay in front of each of `upstreams`.
+async fn relay_each(upstreams: &[SocketAddr]) -> Vec<Relay> {
+    let mut relays = Vec::new();
+    for &upstream in upstreams {
+        relays.push(Relay::start(upstream).await.expect("starting a relay"));
+    }
+    relays
+}
+
 fn member_name(kind: AgentKind, index: usize, generation: u32) -> String {
     match kind {
         AgentKind::Work => format!("work-{index}-{generation}"),
@@ -931,19 +1108,44 @@ fn member_name(kind: AgentKind, index: usize, generation: u32) -> String {
     }
 }
 
-async fn produce(id: u64, mut rng: StdRng, client: Client, stop: Arc<AtomicBool>) -> Produced {
+/// Enqueues paced tasks until `stop`, connecting again (to the new leader, on a
+/// cluster) whenever the connection is lost: a reply that never came, `not_leader` and
+/// `outcome_unknown` are indeterminate.
+async fn produce(
+    id: u64,
+    mut rng: StdRng,
+    options: muster_sdk::ConnectOptions,
+    stop: Arc<AtomicBool>,
+) -> Produced {
     let mut out = Produced::default();
+    let mut client: Option<Client> = None;
     let mut n = 0u64;
     while !stop.load(Ordering::SeqCst) {
+        let Some(c) = client.clone() else {
+            match tokio::time::timeout(CALL_TIMEOUT, Client::connect(options.clone())).await {
+                Ok(Ok(c)) => client = Some(c),
+                // Between leaders: the pause bounds the loop's pace.
+                _ => tokio::time::sleep(RECONNECT_PAUSE).await,
+            }
+            continue;
+        };
         n += 1;
         let ms = rng.random_range(WORK_MS);
         let payload = muster_sdk::json(&serde_json::json!({"p": id, "n": n, "ms": ms}))
             .expect("payload is JSON");
-        match tokio::time::timeout(CALL_TIMEOUT, client.enqueue(QUEUE, NewTask::new(payload))).await
-        {
+        match tokio::time::timeout(CALL_TIMEOUT, c.enqueue(QUEUE, NewTask::new(payload))).await {
             Ok(Ok(task)) => out.acked.push(task.id),
-            Ok(Err(e)) => panic!("the daemon refused enqueue {id}/{n}: {e}"),
-            Err(_) => out.indeterminate += 1,
+            Ok(Err(e))
+                if e.code().is_some_and(|code| {
+                    !matches!(code, ErrorCode::NotLeader | ErrorCode::OutcomeUnknown)
+                }) =>
+            {
+                panic!("the daemon refused enqueue {id}/{n}: {e}")
+            }
+            Ok(Err(_)) | Err(_) => {
+                out.indeterminate += 1;
+                client = None;
+            }
         }
         let pause = rng.random_range(PRODUCE_PAUSE_MS);
         tokio::time::sleep(Duration::from_millis(pause)).await;
@@ -966,12 +1168,16 @@ pub async fn run(config: Config) -> Report {
         None => format!("faults={}", config.faults),
     };
     println!(
-        "agent_chaos: seed={} {length} lease_ms={LEASE_MS} liveness_ms={LIVENESS_MS}",
-        config.seed
+        "agent_chaos: seed={} {length} lease_ms={LEASE_MS} liveness_ms={LIVENESS_MS} cluster={}",
+        config.seed, config.cluster
     );
     let run_started = Instant::now();
-    let daemon = Daemon::start();
-    let client = daemon.client().await;
+    let backend = if config.cluster {
+        Backend::Cluster(Cluster::start_relayed(CLUSTER_NODES).await)
+    } else {
+        Backend::Daemon(Daemon::start())
+    };
+    let client = backend.client().await;
     client
         .queue_create(
             QUEUE,
@@ -994,7 +1200,7 @@ pub async fn run(config: Config) -> Report {
     let program = dir.path().join("task.sh");
     std::fs::write(&program, PROGRAM).expect("writing the task program");
     std::fs::write(&log, "").expect("creating the log");
-    let upstream: SocketAddr = daemon.addr.parse().expect("the daemon's address");
+    let upstreams = backend.upstreams();
 
     let mut seeds = StdRng::seed_from_u64(config.seed);
     let mut slots = Vec::new();
@@ -1004,7 +1210,7 @@ pub async fn run(config: Config) -> Report {
         slots.push(Slot {
             kind,
             index,
-            relay: Relay::start(upstream).await.expect("starting a relay"),
+            relays: relay_each(&upstreams).await,
             member: member_name(kind, index, 0),
             generation: 0,
             proc: None,
@@ -1021,7 +1227,7 @@ pub async fn run(config: Config) -> Report {
             dir: dir.path().to_path_buf(),
             log: log.clone(),
             program,
-            daemon_data: daemon.data().to_path_buf(),
+            daemon_data: backend.trust_dir(),
             capacity: config.capacity,
         },
         slots,
@@ -1043,10 +1249,23 @@ pub async fn run(config: Config) -> Report {
         producers.push(tokio::spawn(produce(
             p as u64,
             StdRng::seed_from_u64(seeds.random()),
-            daemon.client().await,
+            backend.options(),
             Arc::clone(&stop),
         )));
     }
+    // On a cluster, the leader's nemesis owns the cluster while it runs.
+    let stop_leaders = Arc::new(AtomicBool::new(false));
+    let (backend, leaders) = match backend {
+        Backend::Cluster(cluster) => (
+            None,
+            Some(tokio::spawn(fault_leaders(
+                cluster,
+                StdRng::seed_from_u64(seeds.random()),
+                Arc::clone(&stop_leaders),
+            ))),
+        ),
+        daemon => (Some(daemon), None),
+    };
 
     let (faults, run_for) = (config.faults, config.run_for);
     let mut nemesis = tokio::task::spawn_blocking(move || {
@@ -1060,6 +1279,17 @@ pub async fn run(config: Config) -> Report {
         "agent_chaos: nemesis done after {:?}; every agent healed and up",
         run_started.elapsed()
     );
+    stop_leaders.store(true, Ordering::SeqCst);
+    let (backend, leader_faults) = match (backend, leaders) {
+        (_, Some(task)) => {
+            let (cluster, faults) = task.await.expect("the leaders' nemesis");
+            (Backend::Cluster(cluster), faults)
+        }
+        (Some(daemon), None) => (daemon, Vec::new()),
+        (None, None) => unreachable!("a run has a daemon or a cluster"),
+    };
+    // The first client may have lost its leader.
+    let client = backend.client().await;
     stop.store(true, Ordering::SeqCst);
     let mut acked = Vec::new();
     for p in producers {
@@ -1116,7 +1346,8 @@ pub async fn run(config: Config) -> Report {
             Err(e) => panic!("task_get {id}: {e}"),
         }
     }
-    let nemesis_record = format!("faults:\n{faults:#?}\nlives:\n{lives:#?}\n");
+    let nemesis_record =
+        format!("faults:\n{faults:#?}\nleader faults:\n{leader_faults:#?}\nlives:\n{lives:#?}\n");
     let history = History {
         lease_ms: LEASE_MS,
         liveness_ms: LIVENESS_MS,
@@ -1133,6 +1364,7 @@ pub async fn run(config: Config) -> Report {
     analysed.term = report.term;
     analysed.freeze = report.freeze;
     analysed.partition = report.partition;
+    analysed.leader_faults = leader_faults.len();
     analysed.restarted_same_name = report.restarted_same_name;
     analysed.restarted_new_name = report.restarted_new_name;
     analysed.retired = report.retired;
@@ -1149,7 +1381,9 @@ pub async fn run(config: Config) -> Report {
     println!("agent_chaos: {analysed}");
     println!("agent_chaos: run took {:?}", run_started.elapsed());
     if !analysed.is_clean() || std::env::var_os("MUSTER_AGENT_CHAOS_KEEP").is_some() {
-        let _ = std::fs::write(dir.path().join("musterd.log"), daemon.log());
+        for (name, text) in backend.logs() {
+            let _ = std::fs::write(dir.path().join(name), text);
+        }
         let _ = std::fs::write(dir.path().join("timelines.jsonl"), timelines);
         let _ = std::fs::write(dir.path().join("nemesis.txt"), nemesis_record);
         let kept = dir.keep();

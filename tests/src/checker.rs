@@ -196,6 +196,18 @@ pub struct Report {
     /// Acknowledged writes not attributed to a node and term (a cluster run must have
     /// none: the split-brain check would not see them).
     pub unattributed: usize,
+    /// Every acknowledged enqueue of a cluster run, in the order the replies came: when,
+    /// and who served it. What failover times are measured from.
+    pub acks: Vec<AckMark>,
+}
+
+/// One acknowledged enqueue of a cluster run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckMark {
+    /// When the reply arrived (wall ms).
+    pub at_ms: u64,
+    /// The node and term that served it.
+    pub by: Served,
 }
 
 impl Report {
@@ -259,6 +271,8 @@ struct Attempt {
     indeterminate: bool,
     /// Who acknowledged it (cluster runs).
     acked_by: Option<Served>,
+    /// When the acknowledgement arrived (wall ms).
+    acked_ms: u64,
 }
 
 /// How an agent ended its holding of one delivery.
@@ -303,7 +317,8 @@ struct History {
 
 type Shared = Arc<Mutex<History>>;
 
-fn wall_ms() -> u64 {
+/// Now, in ms since the Unix epoch.
+pub fn wall_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("clock after 1970")
@@ -448,6 +463,7 @@ async fn produce(id: u64, mut rng: StdRng, target: Target, stop: Arc<AtomicBool>
                 Some(Ok(task)) => {
                     attempt.acked_id = Some(task.id);
                     attempt.acked_by = conn.served();
+                    attempt.acked_ms = wall_ms();
                 }
                 Some(Err(e)) => panic!("the daemon refused enqueue {key:?}: {e}"),
                 None => attempt.indeterminate = true,
@@ -963,6 +979,18 @@ fn analyse(history: &History, done: &HashSet<String>) -> Report {
         }
     }
     (r.split_brain, r.unattributed) = split_brain(history);
+    r.acks = history
+        .attempts
+        .values()
+        .filter(|a| a.acked_id.is_some())
+        .filter_map(|a| {
+            a.acked_by.map(|by| AckMark {
+                at_ms: a.acked_ms,
+                by,
+            })
+        })
+        .collect();
+    r.acks.sort_by_key(|a| a.at_ms);
     r
 }
 
@@ -1031,6 +1059,7 @@ mod tests {
                 acked_id: acked.then(|| "t1".to_owned()),
                 indeterminate: !acked,
                 acked_by: None,
+                acked_ms: 0,
             },
         );
         h.holdings = holdings;

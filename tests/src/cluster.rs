@@ -124,8 +124,18 @@ struct Node {
     routes: Vec<(NodeId, SocketAddr)>,
     /// True once `cluster add` made it a voter (node 1: once it bootstrapped).
     member: bool,
+    /// The musterd it runs when not this build's (a previous release, for a rolling
+    /// upgrade: see [`UPGRADE_FROM_VAR`]).
+    binary: Option<PathBuf>,
     process: Option<Running>,
 }
+
+/// Set to the path of another build's `musterd` (a previous release), every node of
+/// a cluster starts on it, until [`Cluster::upgrade`] moves it to this build.
+pub const UPGRADE_FROM_VAR: &str = "MUSTER_TEST_UPGRADE_FROM";
+
+/// Longest a node may take to exit after SIGTERM ([`Cluster::stop`]).
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A running node's process and the thread copying its log.
 struct Running {
@@ -251,6 +261,7 @@ impl Cluster {
                 advertise,
                 routes,
                 member: false,
+                binary: std::env::var_os(UPGRADE_FROM_VAR).map(PathBuf::from),
                 process: None,
             });
         }
@@ -289,6 +300,7 @@ impl Cluster {
             advertise: p.listen,
             routes: Vec::new(),
             member: false,
+            binary: None,
             process: None,
         });
         self.spawn(id, &[]).await;
@@ -349,6 +361,42 @@ impl Cluster {
             .take()
             .unwrap_or_else(|| panic!("node {id} is not running"));
         running.kill9();
+    }
+
+    /// Stops one node as its service manager would (SIGTERM, then waiting for it to
+    /// exit); it stays down until [`Cluster::restart`]. Returns its exit code.
+    pub fn stop(&mut self, id: NodeId) -> Option<i32> {
+        let mut running = self
+            .node_mut(id)
+            .process
+            .take()
+            .unwrap_or_else(|| panic!("node {id} is not running"));
+        crate::signal_pid(running.child.id(), "-TERM");
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        let code = loop {
+            if let Some(status) = running.child.try_wait().expect("try_wait on a node") {
+                break status.code();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {id} still running {STOP_TIMEOUT:?} after SIGTERM"
+            );
+            std::thread::sleep(POLL_PAUSE);
+        };
+        // Reaped already: this only waits for the log to be complete.
+        running.kill9();
+        code
+    }
+
+    /// Whether the node runs another build's musterd ([`UPGRADE_FROM_VAR`]).
+    pub fn runs_previous(&self, id: NodeId) -> bool {
+        self.node(id).binary.is_some()
+    }
+
+    /// From its next start on, the (stopped) node runs this build's musterd.
+    pub fn upgrade(&mut self, id: NodeId) {
+        assert!(!self.is_running(id), "node {id} is running: stop it first");
+        self.node_mut(id).binary = None;
     }
 
     /// Starts a killed node again on its data directory and ports.
@@ -514,7 +562,22 @@ impl Cluster {
         }
     }
 
-    /// Undoes [`Cluster::partition_node`].
+    /// Drops every node-to-node datagram on its way to the node, while what it sends
+    /// still arrives: the others hear it, it hears none of them (a one-way loss).
+    /// Undone by [`Cluster::heal_node`].
+    pub fn deafen_node(&self, id: NodeId) {
+        for (from, to, r) in &self.relays().paths {
+            // A path carries `from`'s connection to `to`: what `from` sends goes
+            // forward, what `to` answers comes back.
+            if *to == id {
+                r.cut(crate::relay::Direction::Forward);
+            } else if *from == id {
+                r.cut(crate::relay::Direction::Back);
+            }
+        }
+    }
+
+    /// Undoes [`Cluster::partition_node`] and [`Cluster::deafen_node`].
     pub fn heal_node(&self, id: NodeId) {
         for r in self.relays().node_paths(id) {
             r.heal();
@@ -582,15 +645,17 @@ impl Cluster {
     }
 
     /// Waits (up to [`LEADER_TIMEOUT`]) until node `id` follows the leader and has
-    /// applied as far as the leader.
+    /// applied as far as the leader had when the wait began.
     pub async fn wait_caught_up(&self, id: NodeId) {
         let leader = self.leader().await;
+        // Where the leader was when the wait began: under load it moves on meanwhile.
+        let target = self.status(leader.node).await.applied;
         crate::until(
             LEADER_TIMEOUT,
             "the node catches up with the leader",
             || async move {
-                let (node, leading) = (self.status(id).await, self.status(leader.node).await);
-                node.leader == Some(leader.node) && node.applied >= leading.applied
+                let node = self.status(id).await;
+                node.leader == Some(leader.node) && node.applied >= target
             },
         )
         .await;
@@ -639,7 +704,8 @@ impl Cluster {
     }
 
     /// Where clients find the cluster's certificate and token.
-    fn client_dir(&self) -> PathBuf {
+    /// Where clients find the cluster's identity (`MUSTER_DATA`): node 1's certificate.
+    pub fn client_dir(&self) -> PathBuf {
         self.root.path().join("client")
     }
 
@@ -677,7 +743,7 @@ impl Cluster {
         let ready_file = node.data.join("ready.json");
         // A kill -9 leaves the last one behind: it must not be read as this start's.
         let _ = std::fs::remove_file(&ready_file);
-        let mut cmd = Command::new(crate::musterd_bin());
+        let mut cmd = Command::new(node.binary.clone().unwrap_or_else(crate::musterd_bin));
         cmd.arg("--data")
             .arg(&node.data)
             .args(["--listen", &node.listen.to_string(), "--log-format", "json"])
@@ -694,7 +760,12 @@ impl Cluster {
         let mut child = cmd
             .args(flags)
             .args(&extra)
-            .env("MUSTER_LOG", "info")
+            // `MUSTER_TEST_NODE_LOG` (e.g. `info,openraft=info`) to see more of a
+            // failing run.
+            .env(
+                "MUSTER_LOG",
+                std::env::var("MUSTER_TEST_NODE_LOG").unwrap_or_else(|_| "info".into()),
+            )
             // As for a single daemon: a test machine's free space is not the test's business.
             .env("MUSTER_DISK_ALARM_FREE_MIB", "0")
             .env("MUSTER_DISK_ALARM_FREE_PERCENT", "0")

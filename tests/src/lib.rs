@@ -209,6 +209,15 @@ impl Drop for Proc {
     }
 }
 
+/// Sends a signal to one process (not its group).
+pub fn signal_pid(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {signal} {pid} failed");
+}
+
 fn signal_group(pid: u32, signal: &str) {
     let status = Command::new("kill")
         .args([signal, "--", &format!("-{pid}")])

@@ -4,7 +4,7 @@
 //! source address (one per QUIC endpoint, so one per agent process) gets an upstream
 //! socket of its own, so the daemon sees one peer per client, as without the relay.
 //! [`Relay::partition`] blackholes both directions until [`Relay::heal`]: QUIC sees a
-//! cut cable, not a closed port. The relay runs on the caller's tokio runtime and stops
+//! cut cable, not a closed port. [`Relay::cut`] blackholes one direction only. The relay runs on the caller's tokio runtime and stops
 //! when dropped.
 
 use std::collections::HashMap;
@@ -42,8 +42,10 @@ struct Shared {
     front: UdpSocket,
     /// The daemon.
     upstream: SocketAddr,
-    /// True while partitioned: every datagram is dropped.
-    cut: AtomicBool,
+    /// True while datagrams from the clients to the daemon are dropped.
+    cut_forward: AtomicBool,
+    /// True while datagrams from the daemon to the clients are dropped.
+    cut_back: AtomicBool,
     clients: Mutex<HashMap<SocketAddr, Client>>,
 }
 
@@ -62,7 +64,8 @@ impl Relay {
         let shared = Arc::new(Shared {
             front,
             upstream,
-            cut: AtomicBool::new(false),
+            cut_forward: AtomicBool::new(false),
+            cut_back: AtomicBool::new(false),
             clients: Mutex::new(HashMap::new()),
         });
         let front_task = tokio::spawn(forward_front(Arc::clone(&shared))).abort_handle();
@@ -80,17 +83,44 @@ impl Relay {
 
     /// Drops every datagram in both directions from now on.
     pub fn partition(&self) {
-        self.shared.cut.store(true, Ordering::SeqCst);
+        self.cut(Direction::Forward);
+        self.cut(Direction::Back);
     }
 
-    /// Forwards datagrams again.
+    /// Drops every datagram going `direction` from now on (the other direction is
+    /// unchanged).
+    pub fn cut(&self, direction: Direction) {
+        self.shared.switch(direction).store(true, Ordering::SeqCst);
+    }
+
+    /// Forwards datagrams both ways again.
     pub fn heal(&self) {
-        self.shared.cut.store(false, Ordering::SeqCst);
+        self.shared.cut_forward.store(false, Ordering::SeqCst);
+        self.shared.cut_back.store(false, Ordering::SeqCst);
     }
 
-    /// True while partitioned.
+    /// True while partitioned (both directions cut).
     pub fn is_partitioned(&self) -> bool {
-        self.shared.cut.load(Ordering::SeqCst)
+        self.shared.cut_forward.load(Ordering::SeqCst)
+            && self.shared.cut_back.load(Ordering::SeqCst)
+    }
+}
+
+/// One direction through a relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// From the clients to the daemon.
+    Forward,
+    /// From the daemon back to the clients.
+    Back,
+}
+
+impl Shared {
+    fn switch(&self, direction: Direction) -> &AtomicBool {
+        match direction {
+            Direction::Forward => &self.cut_forward,
+            Direction::Back => &self.cut_back,
+        }
     }
 }
 
@@ -114,7 +144,7 @@ async fn forward_front(shared: Arc<Shared>) {
                 continue;
             }
         };
-        if shared.cut.load(Ordering::SeqCst) {
+        if shared.cut_forward.load(Ordering::SeqCst) {
             continue;
         }
         let Some(back) = upstream_for(&shared, from).await else {
@@ -174,7 +204,7 @@ async fn forward_back(shared: Arc<Shared>, back: Arc<UdpSocket>, client: SocketA
                 continue;
             }
         };
-        if shared.cut.load(Ordering::SeqCst) {
+        if shared.cut_back.load(Ordering::SeqCst) {
             continue;
         }
         if let Some(c) = lock(&shared.clients).get_mut(&client) {
@@ -245,5 +275,39 @@ mod tests {
                 break;
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_one_way_cut_drops_only_its_direction() {
+        let server = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let relay = Relay::start(server.local_addr().unwrap()).await.unwrap();
+        let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        client.connect(relay.addr()).await.unwrap();
+        let mut buf = [0u8; 16];
+        let wait = Duration::from_secs(5);
+
+        relay.cut(Direction::Back);
+        assert!(!relay.is_partitioned());
+        client.send(b"up").await.unwrap();
+        let (n, peer) = tokio::time::timeout(wait, server.recv_from(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&buf[..n], b"up");
+        server.send_to(b"down", peer).await.unwrap();
+        // Nothing can arrive: wait a moment for what would.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), client.recv(&mut buf))
+                .await
+                .is_err()
+        );
+
+        relay.heal();
+        server.send_to(b"again", peer).await.unwrap();
+        let n = tokio::time::timeout(wait, client.recv(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&buf[..n], b"again");
     }
 }

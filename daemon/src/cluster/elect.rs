@@ -7,12 +7,16 @@
 //! until a new election ends. So openraft's own election timer is off
 //! (`Config::enable_elect` false) and this timer decides instead (Raft's PreVote,
 //! Ongaro's thesis §9.6): a voter whose leader has been silent past the leader lease and
-//! an election timeout asks every other voter whether it *would* vote for it
+//! a random part of half an election timeout ([`Timing`]) asks every other voter whether it *would* vote for it
 //! ([`PreVoteRequest`], term unchanged), and only if a majority, itself included, would
 //! does it start a real election (`Trigger::elect`). A voter would if it has not heard
 //! from a leader within the leader lease (openraft's own rule for real votes) and the
 //! candidate's log is at least as up to date as its own. A node cut off hears no yes,
 //! so its term stays where it was, and it rejoins as a follower without an election.
+//!
+//! The same timer gives the leader check-quorum, which openraft 0.9 lacks too: a leader
+//! that has not heard from a majority for an election timeout stops its heartbeats, so
+//! the others elect a new leader instead of following one that cannot commit.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -24,19 +28,12 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::net::{Network, Peer};
-use super::node::ELECTION_TIMEOUT_MS;
+use super::node::Timing;
 use super::storage::LogStore;
 use super::{Muster, NodeAddr};
 
 /// How often the timer looks whether an election is due.
 pub const ELECTION_TICK: Duration = Duration::from_millis(50);
-
-/// How long a leader's heartbeat keeps a voter from granting another node a vote:
-/// openraft's leader lease, which is the longest election timeout.
-pub const LEADER_LEASE: Duration = Duration::from_millis(ELECTION_TIMEOUT_MS.1);
-
-/// Longest a candidate waits for the pre-vote answers: the shortest election timeout.
-pub const PRE_VOTE_TIMEOUT: Duration = Duration::from_millis(ELECTION_TIMEOUT_MS.0);
 
 /// A would-you-vote-for-me question, sent before a real election.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,16 +81,16 @@ impl Standing {
         .ok()
     }
 
-    /// Whether a leader's lease still holds here: on a follower, a leader was
-    /// established and heard from within [`LEADER_LEASE`]; on the leader, a majority
-    /// acknowledged it within [`LEADER_LEASE`] (its vote's clock is not refreshed by
-    /// those acknowledgements: `quorum_acked_ms` is).
-    fn leader_lease_holds(&self, now: Instant) -> bool {
+    /// Whether a leader's lease ([`Timing::leader_lease`]) still holds here: on a
+    /// follower, a leader was established and heard from within it; on the leader, a
+    /// majority acknowledged it within it (its vote's clock is not refreshed by those
+    /// acknowledgements: `quorum_acked_ms` is).
+    fn leader_lease_holds(&self, now: Instant, lease: Duration) -> bool {
         match self.state {
             ServerState::Leader => self
                 .quorum_acked_ms
-                .is_some_and(|age| age <= LEADER_LEASE.as_millis() as u64),
-            _ => self.vote.is_committed() && self.heard.is_some_and(|at| now <= at + LEADER_LEASE),
+                .is_some_and(|age| age <= lease.as_millis() as u64),
+            _ => self.vote.is_committed() && self.heard.is_some_and(|at| now <= at + lease),
         }
     }
 }
@@ -106,7 +103,8 @@ pub async fn answer(raft: &Raft<Muster>, log: &LogStore, req: &PreVoteRequest) -
         return PreVoteResponse { granted: false };
     };
     let mine = last_log_id(log).await;
-    let granted = !me.leader_lease_holds(Instant::now())
+    let lease = Timing::of(raft.config()).leader_lease();
+    let granted = !me.leader_lease_holds(Instant::now(), lease)
         && req.term >= me.vote.leader_id().term
         && (mine.is_none() || req.last_log_id >= mine);
     tracing::debug!(
@@ -129,18 +127,26 @@ async fn last_log_id(log: &LogStore) -> Option<LogId<u64>> {
     }
 }
 
-/// Runs the election timer of node `id` until its raft stops.
+/// Runs the election timer of node `id` until its raft stops; on the leader, steps it
+/// back when its majority falls silent ([`CheckQuorum`]).
 pub async fn run(id: u64, raft: Raft<Muster>, log: LogStore, mut network: Network) {
-    let mut due_after = random_timeout();
-    let mut tick = tokio::time::interval(ELECTION_TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let timing = Timing::of(raft.config());
+    let mut wait: Option<Waits> = None;
     let started = Instant::now();
     let mut last_try: Option<Instant> = None;
+    // Whether the last try went past its pre-vote into an election.
+    let mut stood = false;
+    let mut check_quorum = CheckQuorum::default();
+    // When to look next: every ELECTION_TICK, or sooner when an election falls due, so
+    // that each voter stands at the moment its own wait says (its slot, below).
+    let mut next = Instant::now();
     loop {
-        tick.tick().await;
+        tokio::time::sleep_until(next).await;
+        next = Instant::now() + ELECTION_TICK;
         let Some(me) = Standing::read(&raft).await else {
             return; // openraft stopped.
         };
+        check_quorum.look(&raft, &network, &me, timing);
         let now = Instant::now();
         if me.state == ServerState::Leader || !me.voters.contains(&id) {
             last_try = None;
@@ -152,27 +158,32 @@ pub async fn run(id: u64, raft: Raft<Muster>, log: LogStore, mut network: Networ
             last_try = None;
         }
         // Quiet since the leader (or a candidate this node voted for) was last heard
-        // from, its own last try, or its start. openraft's rule: after a leader, wait
-        // out its lease as well as a timeout.
+        // from, its own last try, or its start.
         let quiet_since = [me.heard, last_try, Some(started)]
             .into_iter()
             .flatten()
             .max()
             .unwrap_or(started);
         // After a leader, or a vote for another node (which may be about to lead and
-        // send its first heartbeat), the lease too; after a lost try of its own, only
-        // a timeout.
+        // send its first heartbeat), its lease and a random part of half a timeout:
+        // the other voters' leases end at about the same moment, so they would grant
+        // the pre-vote; after a lost pre-vote (a voter's lease may have ended a moment
+        // later than this node's), a heartbeat or two; after an election of its own
+        // that made no leader, a whole random timeout.
         let followed = me.vote.is_committed() || me.vote.leader_id().voted_for() != Some(id);
-        let wait = if followed && last_try.is_none() {
-            LEADER_LEASE + due_after
-        } else {
-            due_after
+        let waits = *wait.get_or_insert_with(|| Waits::draw(timing, id, &me.voters));
+        let due = match last_try {
+            None if followed => waits.after_leader,
+            Some(_) if !stood => waits.after_pre_vote,
+            _ => waits.after_try,
         };
-        if now < quiet_since + wait {
+        if now < quiet_since + due {
+            next = next.min(quiet_since + due);
             continue;
         }
         last_try = Some(now);
-        due_after = random_timeout();
+        stood = false;
+        wait = None;
         let req = PreVoteRequest {
             candidate: id,
             term: me.vote.leader_id().term + 1,
@@ -180,7 +191,15 @@ pub async fn run(id: u64, raft: Raft<Muster>, log: LogStore, mut network: Networ
         };
         let others: Vec<u64> = me.voters.iter().copied().filter(|&v| v != id).collect();
         let majority = me.voters.len() / 2 + 1;
-        let granted = 1 + ask(&raft, &mut network, &others, &req, majority - 1).await;
+        let granted = 1 + ask(
+            &raft,
+            &mut network,
+            &others,
+            &req,
+            majority - 1,
+            timing.election_timeout(),
+        )
+        .await;
         if granted < majority {
             tracing::debug!(
                 term = req.term,
@@ -207,13 +226,14 @@ pub async fn run(id: u64, raft: Raft<Muster>, log: LogStore, mut network: Networ
             granted,
             "pre-vote won: starting an election"
         );
+        stood = true;
         if raft.trigger().elect().await.is_err() {
             return;
         }
     }
 }
 
-/// Asks `others` at once and counts the yeses that arrive within [`PRE_VOTE_TIMEOUT`],
+/// Asks `others` at once and counts the yeses that arrive within `timeout`,
 /// returning as soon as `enough` said yes: a dead voter's silence does not hold up the
 /// election the others agree to.
 async fn ask(
@@ -222,6 +242,7 @@ async fn ask(
     others: &[u64],
     req: &PreVoteRequest,
     enough: usize,
+    timeout: Duration,
 ) -> usize {
     let membership = raft.metrics().borrow().membership_config.clone();
     let mut asks = tokio::task::JoinSet::new();
@@ -232,10 +253,10 @@ async fn ask(
         };
         let mut peer: Peer = network.new_client(target, &node).await;
         let req = req.clone();
-        asks.spawn(async move { peer.pre_vote(&req, PRE_VOTE_TIMEOUT).await });
+        asks.spawn(async move { peer.pre_vote(&req, timeout).await });
     }
     let mut granted = 0;
-    let deadline = tokio::time::sleep(PRE_VOTE_TIMEOUT);
+    let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
     loop {
         tokio::select! {
@@ -255,8 +276,116 @@ async fn ask(
     }
 }
 
-/// A random election timeout in [`ELECTION_TIMEOUT_MS`].
-fn random_timeout() -> Duration {
-    let (min, max) = ELECTION_TIMEOUT_MS;
-    Duration::from_millis(rand::rng().random_range(min..=max))
+/// How long a follower's timer waits before it asks for a pre-vote, drawn anew after
+/// each try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Waits {
+    /// After its leader fell silent: the leader's lease and a part of half an election
+    /// timeout (1.5–2 `T`). The half timeout is cut into one slot per voter, in the
+    /// order of their ids, and the wait falls at random within this voter's slot: the
+    /// voters, which all heard the dead leader last at about the same moment, stand one
+    /// after another instead of splitting the vote (the first whose log is up to date
+    /// wins, usually before the next slot begins).
+    after_leader: Duration,
+    /// After a pre-vote a majority did not grant: one or two heartbeats. A pre-vote
+    /// changes no term, so asking again soon disturbs nothing.
+    after_pre_vote: Duration,
+    /// After an election of its own that did not end in a leader: a random timeout
+    /// (1–1.5 `T`), so that two candidates that split the vote do not meet again.
+    after_try: Duration,
+}
+
+impl Waits {
+    fn draw(timing: Timing, id: u64, voters: &BTreeSet<u64>) -> Waits {
+        let t = timing.election_timeout().as_millis() as u64;
+        let slots = voters.len().max(1) as u64;
+        let slot = voters.iter().position(|&v| v == id).unwrap_or(0) as u64;
+        let width = (t / 2 / slots).max(1);
+        let mut rng = rand::rng();
+        Waits {
+            after_leader: timing.leader_lease()
+                + Duration::from_millis(slot * width + rng.random_range(0..width)),
+            after_pre_vote: timing.heartbeat()
+                + Duration::from_millis(
+                    rng.random_range(0..=timing.heartbeat().as_millis() as u64),
+                ),
+            after_try: Duration::from_millis(rng.random_range(t..=t * 3 / 2)),
+        }
+    }
+}
+
+/// Check-quorum on openraft 0.9, which has none: a leader that has not heard from a
+/// majority for the election timeout *steps back*: it stops sending heartbeats and
+/// append-entries (whose retries would keep the followers' leases alive), so that the
+/// followers' leases run out and they elect a new leader (with its vote, if it can still
+/// hear them), instead of following a leader that cannot commit. It steps forward again
+/// once it no longer leads (it heard of a later term), for when it leads next.
+#[derive(Debug)]
+struct CheckQuorum {
+    /// Whether this node sends heartbeats and append-entries.
+    heartbeats: bool,
+}
+
+impl Default for CheckQuorum {
+    fn default() -> CheckQuorum {
+        CheckQuorum { heartbeats: true }
+    }
+}
+
+impl CheckQuorum {
+    fn look(&mut self, raft: &Raft<Muster>, network: &Network, me: &Standing, timing: Timing) {
+        let silent_ms = me
+            .quorum_acked_ms
+            .filter(|_| me.state == ServerState::Leader);
+        // Unknown (just elected, or the membership changed) is not silent.
+        let lost = silent_ms.is_some_and(|age| age >= timing.election_timeout().as_millis() as u64);
+        if lost && self.heartbeats {
+            tracing::warn!(
+                term = me.vote.leader_id().term,
+                silent_ms,
+                "no majority heard from: stepping back so that the others can elect a leader"
+            );
+            raft.runtime_config().heartbeat(false);
+            network.set_quiet(true);
+            self.heartbeats = false;
+        } else if me.state != ServerState::Leader && !self.heartbeats {
+            tracing::info!(
+                term = me.vote.leader_id().term,
+                "no longer leading: heartbeats back on for when this node leads again"
+            );
+            raft.runtime_config().heartbeat(true);
+            network.set_quiet(false);
+            self.heartbeats = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn voters_wait_in_slots_of_their_own_in_id_order() {
+        let timing = Timing::default();
+        let voters = BTreeSet::from([1, 4, 9]);
+        let lease = timing.leader_lease();
+        for _ in 0..100 {
+            // Half of the 400 ms timeout, cut in three slots of 66 ms.
+            let slot = |id| {
+                let w = Waits::draw(timing, id, &voters);
+                assert!(
+                    (Duration::from_millis(400)..=Duration::from_millis(600))
+                        .contains(&w.after_try)
+                );
+                assert!(
+                    (Duration::from_millis(100)..=Duration::from_millis(200))
+                        .contains(&w.after_pre_vote)
+                );
+                (w.after_leader - lease).as_millis()
+            };
+            assert!((0..66).contains(&slot(1)));
+            assert!((66..132).contains(&slot(4)));
+            assert!((132..198).contains(&slot(9)));
+        }
+    }
 }

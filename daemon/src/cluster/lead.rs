@@ -14,15 +14,11 @@ pub const MAX_ROUND_BYTES: usize = 8 << 20;
 /// may lead now; a leader, whether it still does.
 pub const CHECK_EVERY: Duration = Duration::from_millis(50);
 
-/// Longest a leader waits for a round to be agreed on. Past it the round's requests get
-/// `outcome_unknown` and the node stops serving until its log is settled again.
+/// Longest a leader waits for a round to be agreed on while it still hears from a
+/// majority (a slow disk on the others). Past it, or as soon as the leader has not heard
+/// from a majority for the election timeout (see `node::Timing`), the round's requests
+/// get `outcome_unknown` and the node stops serving until its log is settled again.
 pub const AGREEMENT_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// A leader that has not heard from a majority for this long stops serving: a leader cut
-/// off from the others stops answering (its rounds could not be agreed on anyway) and
-/// sends its clients looking for the new one. Well above the heartbeat, so that a busy
-/// machine's late acknowledgement does not cost the leadership.
-pub const LEADER_QUORUM_AGE: Duration = Duration::from_secs(1);
 
 /// A node leading in one term, with the engine built for that term.
 pub struct Leading {
@@ -59,7 +55,7 @@ impl Leading {
             wall_ms,
             changes,
         };
-        let agreed = self.node.propose(round, AGREEMENT_TIMEOUT);
+        let agreed = self.node.propose(self.term, round, AGREEMENT_TIMEOUT);
         if agreed {
             store.round_applied();
         }

@@ -13,13 +13,20 @@
 //! the other, each a frame: a `u32` big-endian length, then that many bytes of postcard.
 //! The client side is [`Network`] (a [`RaftNetworkFactory`]) and its [`Peer`]s; the
 //! server side is [`serve`].
+//!
+//! The client side also keeps what each peer last answered ([`Contacts`]): a peer whose
+//! RPCs have failed for [`UNREACHABLE_AFTER`] without an answer is logged unreachable,
+//! once, at WARN, and reachable again, once, at INFO, when it next answers (openraft's
+//! own line per failed RPC and retry is filtered out, see `crate::logging`). A serving
+//! leader exports the same as gauges ([`publish_gauges`]).
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use openraft::AnyError;
@@ -45,7 +52,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::elect::{self, PreVoteRequest, PreVoteResponse};
 use super::storage::LogStore;
@@ -110,6 +117,18 @@ pub const MAX_HANDSHAKES: usize = 64;
 
 /// Handshakes from one source address a node lets run at once.
 pub const MAX_HANDSHAKES_PER_ADDRESS: usize = 16;
+
+/// A peer whose RPCs have all failed (or been given up by openraft's timeouts) for this
+/// long, with no answer in between, is logged unreachable. Longer than a few missed
+/// heartbeats (100 ms apart) and openraft's backoff after an unreachable peer (500 ms),
+/// so a single lost RPC or a peer's quick restart is not worth a warning; as long as a
+/// leader goes without a majority before it stops serving.
+pub const UNREACHABLE_AFTER: Duration = Duration::from_secs(1);
+
+/// A failed RPC this long after the previous failure starts a new streak of failures
+/// rather than continuing the old one: a peer last tried long ago (a follower asks the
+/// others only in elections) is not unreachable for all that time.
+const STREAK_GAP: Duration = Duration::from_secs(2);
 
 /// Application close code of a connection refused for [`MAX_CONNECTIONS`].
 const CLOSE_LIMIT: u32 = 5;
@@ -613,6 +632,194 @@ pub struct Network {
     /// Addresses used instead of a node's `cluster_addr` (tests put relays between nodes).
     routes: Arc<HashMap<u64, String>>,
     connections: Arc<Connections>,
+    contacts: Arc<Contacts>,
+    /// Set while a leader has stepped back (see `elect`'s check-quorum): it sends no
+    /// append-entries or snapshots, so the followers stop hearing from it and elect.
+    quiet: Arc<AtomicBool>,
+}
+
+/// What each peer last answered, by node id: shared by a node's [`Network`] and every
+/// [`Peer`] it made, so that each outage of a peer is logged once however many clients
+/// openraft makes for it.
+#[derive(Default)]
+struct Contacts(Mutex<HashMap<u64, Contact>>);
+
+/// One peer's answers, as this node saw them.
+#[derive(Debug)]
+struct Contact {
+    /// When it last answered an RPC (an error of its Raft is an answer); `None`: never
+    /// since this process started.
+    heard: Option<Instant>,
+    /// When this process first sent it an RPC.
+    first_tried: Instant,
+    /// The current streak of failed RPCs, with no answer in between: when the first of
+    /// them was sent, and when the last one failed.
+    failing: Option<(Instant, Instant)>,
+    /// Since when it is logged unreachable (until it answers again).
+    unreachable: Option<Instant>,
+}
+
+impl Contact {
+    /// How long it has not answered: since its last answer, or since it was first tried.
+    fn silent(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.heard.unwrap_or(self.first_tried))
+    }
+}
+
+/// The contacts of this process's node, for [`publish_gauges`] (a process runs one
+/// node; in unit tests, the latest network made).
+static CONTACTS: Mutex<Weak<Contacts>> = Mutex::new(Weak::new());
+
+impl Contacts {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Contact>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// An RPC to `target` is being sent.
+    fn tried(&self, target: u64, now: Instant) {
+        self.lock().entry(target).or_insert(Contact {
+            heard: None,
+            first_tried: now,
+            failing: None,
+            unreachable: None,
+        });
+    }
+
+    /// `target` answered: a peer logged unreachable is logged reachable again, once.
+    fn answered(&self, target: u64, addr: &str, now: Instant) {
+        let mut map = self.lock();
+        let Some(c) = map.get_mut(&target) else {
+            return;
+        };
+        c.heard = Some(now);
+        c.failing = None;
+        if let Some(since) = c.unreachable.take() {
+            info!(
+                node = target,
+                addr,
+                unreachable_ms = now.saturating_duration_since(since).as_millis() as u64,
+                "cluster node reachable again"
+            );
+        }
+    }
+
+    /// An RPC to `target` sent at `sent` failed (or was given up) with `error`. Once
+    /// the streak of failures is [`UNREACHABLE_AFTER`] long, the peer is logged
+    /// unreachable, once until it answers again.
+    fn failed(&self, target: u64, addr: &str, sent: Instant, now: Instant, error: &str) {
+        let mut map = self.lock();
+        let Some(c) = map.get_mut(&target) else {
+            return;
+        };
+        let first = match c.failing {
+            Some((first, last)) if now.saturating_duration_since(last) < STREAK_GAP => {
+                first.min(sent)
+            }
+            _ => sent,
+        };
+        c.failing = Some((first, now));
+        if c.unreachable.is_none() && now.saturating_duration_since(first) >= UNREACHABLE_AFTER {
+            c.unreachable = Some(now);
+            warn!(
+                node = target,
+                addr,
+                silent_ms = c.silent(now).as_millis() as u64,
+                error,
+                "cluster node unreachable: its RPCs are retried without further lines until it answers"
+            );
+        }
+    }
+}
+
+/// Publishes a serving leader's view of the other members, once a second: for each,
+/// `muster_cluster_node_last_contact_seconds{node}` (since it last answered an RPC,
+/// or since it was first tried), and `muster_cluster_voters_reachable`: the voters not
+/// logged unreachable, the leader included. Only a leader sends RPCs to every member
+/// all the time, so only its view is current; a node that stops leading stops
+/// publishing them, and they go after `crate::metrics::GAUGE_IDLE_TIMEOUT`.
+pub fn publish_gauges() {
+    let Some(contacts) = CONTACTS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .upgrade()
+    else {
+        return;
+    };
+    let members = super::storage::members();
+    let now = Instant::now();
+    let map = contacts.lock();
+    let mut reachable = 0u64;
+    for (&id, &voter) in &members {
+        let unreachable = match map.get(&id) {
+            Some(c) => {
+                metrics::gauge!("muster_cluster_node_last_contact_seconds", "node" => id.to_string())
+                    .set(c.silent(now).as_secs_f64());
+                c.unreachable.is_some()
+            }
+            // The leader itself, or a member it has not sent anything yet.
+            None => false,
+        };
+        reachable += u64::from(voter && !unreachable);
+    }
+    metrics::gauge!("muster_cluster_voters_reachable").set(reachable as f64);
+}
+
+/// One RPC's outcome for [`Contacts`]: answered, failed, or dropped unsettled. An
+/// openraft RPC is dropped past openraft's own timeout (100 ms for an append): that
+/// counts as failed. A pre-vote is dropped once enough others said yes: that counts as
+/// nothing.
+struct Attempt {
+    contacts: Arc<Contacts>,
+    target: u64,
+    addr: String,
+    sent: Instant,
+    /// Settled, or dropped where that says nothing.
+    settled: bool,
+}
+
+impl Attempt {
+    fn start(contacts: &Arc<Contacts>, target: u64, addr: &str, dropped_fails: bool) -> Attempt {
+        let sent = Instant::now();
+        contacts.tried(target, sent);
+        Attempt {
+            contacts: Arc::clone(contacts),
+            target,
+            addr: addr.to_owned(),
+            sent,
+            settled: !dropped_fails,
+        }
+    }
+
+    fn answered(mut self) {
+        self.settled = true;
+        self.contacts
+            .answered(self.target, &self.addr, Instant::now());
+    }
+
+    fn failed(mut self, error: &str) {
+        self.settled = true;
+        self.contacts
+            .failed(self.target, &self.addr, self.sent, Instant::now(), error);
+    }
+
+    /// Neither: the request was never sent (it is too large).
+    fn forget(mut self) {
+        self.settled = true;
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.contacts.failed(
+                self.target,
+                &self.addr,
+                self.sent,
+                Instant::now(),
+                "no answer before the RPC was given up",
+            );
+        }
+    }
 }
 
 /// Established connections by target node, with the address each was made to.
@@ -648,11 +855,22 @@ impl Network {
     /// A factory sending from `endpoint` (made by [`endpoint`]) to each node's
     /// `cluster_addr`, or to its entry in `routes` where there is one.
     pub fn new(endpoint: quinn::Endpoint, routes: HashMap<u64, String>) -> Network {
+        let contacts = Arc::new(Contacts::default());
+        *CONTACTS.lock().unwrap_or_else(PoisonError::into_inner) = Arc::downgrade(&contacts);
         Network {
             endpoint,
             routes: Arc::new(routes),
             connections: Arc::default(),
+            contacts,
+            quiet: Arc::default(),
         }
+    }
+
+    /// Stops (`true`) or resumes sending append-entries and snapshots: a leader that
+    /// stepped back must not keep its followers' leases alive with retries of what it
+    /// could not get acknowledged.
+    pub fn set_quiet(&self, quiet: bool) {
+        self.quiet.store(quiet, Ordering::Relaxed);
     }
 }
 
@@ -672,6 +890,8 @@ impl RaftNetworkFactory<Muster> for Network {
             addr,
             endpoint: self.endpoint.clone(),
             connections: Arc::clone(&self.connections),
+            contacts: Arc::clone(&self.contacts),
+            quiet: Arc::clone(&self.quiet),
             connecting: None,
         }
     }
@@ -700,6 +920,9 @@ pub struct Peer {
     addr: String,
     endpoint: quinn::Endpoint,
     connections: Arc<Connections>,
+    contacts: Arc<Contacts>,
+    /// The [`Network`]'s switch: set while the node has stepped back.
+    quiet: Arc<AtomicBool>,
     /// A connect under way. It is a task of its own, so an RPC that gives up on its TTL
     /// leaves it running for the next RPC instead of starting the handshake over.
     connecting: Option<JoinHandle<anyhow::Result<quinn::Connection>>>,
@@ -763,8 +986,23 @@ impl Peer {
         Ok(conn)
     }
 
-    /// Sends one request and returns the remote Raft's answer, within `ttl`.
+    /// Sends one request and returns the remote Raft's answer, within `ttl`, and
+    /// notes the outcome in the peer's [`Contacts`] (see [`Attempt`] for a call
+    /// dropped unfinished).
     async fn call<T: DeserializeOwned>(&mut self, rpc: &Rpc, ttl: Duration) -> Result<T, Failure> {
+        let dropped_fails = !matches!(rpc, Rpc::PreVote(_));
+        let attempt = Attempt::start(&self.contacts, self.target, &self.addr, dropped_fails);
+        let outcome = self.send(rpc, ttl).await;
+        match &outcome {
+            Ok(_) => attempt.answered(),
+            Err(Failure::Unreachable(e) | Failure::Network(e)) => attempt.failed(&format!("{e:#}")),
+            Err(Failure::TooLarge(_)) => attempt.forget(),
+        }
+        outcome
+    }
+
+    /// [`Peer::call`]'s exchange.
+    async fn send<T: DeserializeOwned>(&mut self, rpc: &Rpc, ttl: Duration) -> Result<T, Failure> {
         let body = postcard::to_stdvec(rpc)
             .map_err(|e| Failure::Unreachable(anyhow!("encoding the request: {e}")))?;
         if body.len() > MAX_RPC_BYTES {
@@ -942,6 +1180,9 @@ impl RaftNetwork<Muster> for Peer {
         rpc: AppendEntriesRequest<Muster>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, NodeAddr, RaftError<u64>>> {
+        if self.quiet.load(Ordering::Relaxed) {
+            return Err(stepped_back());
+        }
         let entries = rpc.entries.len() as u64;
         match self.call(&Rpc::AppendEntries(rpc), option.hard_ttl()).await {
             Err(Failure::TooLarge(_)) if entries > 1 => Err(RPCError::PayloadTooLarge(
@@ -968,11 +1209,21 @@ impl RaftNetwork<Muster> for Peer {
         InstallSnapshotResponse<u64>,
         RPCError<u64, NodeAddr, RaftError<u64, InstallSnapshotError>>,
     > {
+        if self.quiet.load(Ordering::Relaxed) {
+            return Err(stepped_back());
+        }
         let outcome = self
             .call(&Rpc::InstallSnapshot(rpc), option.hard_ttl())
             .await;
         self.answer(outcome)
     }
+}
+
+/// The error of an RPC a stepped-back leader does not send: openraft backs off.
+fn stepped_back<E: std::error::Error>() -> RPCError<u64, NodeAddr, E> {
+    RPCError::Unreachable(Unreachable::from(AnyError::error(
+        "not sent: this leader stepped back (no majority heard from)",
+    )))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1208,6 +1459,47 @@ mod tests {
                 offset,
             },
         }))
+    }
+
+    /// Whether `target` is held unreachable.
+    fn unreachable(contacts: &Contacts, target: u64) -> bool {
+        contacts.lock()[&target].unreachable.is_some()
+    }
+
+    #[test]
+    fn a_peer_is_unreachable_once_its_rpcs_failed_for_a_while_and_reachable_at_its_answer() {
+        let contacts = Contacts::default();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        contacts.tried(3, at(0));
+        contacts.answered(3, "n3", at(10));
+        // Failures every 500 ms (openraft's backoff): a streak from the first one sent.
+        contacts.failed(3, "n3", at(100), at(200), "no answer");
+        contacts.failed(3, "n3", at(600), at(700), "no answer");
+        assert!(!unreachable(&contacts, 3), "900 ms of failures");
+        contacts.failed(3, "n3", at(1_100), at(1_200), "no answer");
+        assert!(unreachable(&contacts, 3), "1.1 s of failures");
+        assert_eq!(
+            contacts.lock()[&3].silent(at(1_200)),
+            Duration::from_millis(1_190)
+        );
+        // It stays so (logged once) until it answers.
+        contacts.failed(3, "n3", at(1_600), at(1_700), "no answer");
+        contacts.answered(3, "n3", at(1_800));
+        assert!(!unreachable(&contacts, 3));
+        assert_eq!(
+            contacts.lock()[&3].silent(at(1_900)),
+            Duration::from_millis(100)
+        );
+
+        // Failures far apart (a follower asks in elections only) are each a streak of
+        // their own; one RPC given up after a long wait is a streak that long.
+        contacts.tried(2, at(0));
+        contacts.failed(2, "n2", at(0), at(100), "no answer");
+        contacts.failed(2, "n2", at(5_000), at(5_100), "no answer");
+        assert!(!unreachable(&contacts, 2));
+        contacts.failed(2, "n2", at(9_000), at(10_500), "no answer");
+        assert!(unreachable(&contacts, 2));
     }
 
     fn loopback() -> SocketAddr {

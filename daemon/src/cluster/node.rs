@@ -18,11 +18,109 @@ use super::storage::{LogStore, StateMachine};
 use super::{Muster, NodeAddr, Round, elect, net};
 use crate::store::{Persist, Store};
 
-/// How often the leader sends heartbeats.
-pub const HEARTBEAT_MS: u64 = 100;
+/// How often the leader sends heartbeats, unless `--cluster-heartbeat` says otherwise.
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(100);
 
-/// A follower that hears no leader for a time drawn from this range starts an election.
-pub const ELECTION_TIMEOUT_MS: (u64, u64) = (400, 800);
+/// The election timeout, unless `--cluster-election-timeout` says otherwise: see
+/// [`Timing`].
+pub const DEFAULT_ELECTION_TIMEOUT: Duration = Duration::from_millis(400);
+
+/// The heartbeats a [`Timing`] allows, from a LAN's fastest useful rate to a slow WAN's.
+pub const HEARTBEAT_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(20)..=Duration::from_secs(1);
+
+/// Least election timeout, in heartbeats: a follower must be able to miss two
+/// heartbeats in a row without starting an election.
+pub const ELECTION_TIMEOUT_MIN_HEARTBEATS: u32 = 3;
+
+/// Longest election timeout a [`Timing`] allows.
+pub const ELECTION_TIMEOUT_MAX: Duration = Duration::from_secs(10);
+
+/// The cluster's clock: the heartbeat, and the election timeout `T` every other wait
+/// derives from.
+///
+/// - A follower that has not heard from its leader for the leader's *lease* (1.5 `T`)
+///   plus a random part of `T / 2` asks for a pre-vote, then stands; it refuses votes to
+///   others while its leader's lease holds (openraft's rule).
+/// - A leader that has not heard from a majority for `T` stops serving, fails the rounds
+///   it was waiting for (`outcome_unknown`) and stops sending heartbeats, so that the
+///   others elect a new leader at once instead of hearing from one that cannot commit
+///   (check-quorum): an isolated leader, or one whose messages arrive but whose
+///   answers do not.
+///
+/// So a leader's death or isolation costs about 1.5–2 `T` before a new leader serves.
+/// All nodes of a cluster should run with the same timing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    heartbeat: Duration,
+    election_timeout: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Timing {
+        Timing {
+            heartbeat: DEFAULT_HEARTBEAT,
+            election_timeout: DEFAULT_ELECTION_TIMEOUT,
+        }
+    }
+}
+
+impl Timing {
+    /// A timing, or why it is not one: the heartbeat within [`HEARTBEAT_RANGE`], the
+    /// election timeout at least [`ELECTION_TIMEOUT_MIN_HEARTBEATS`] heartbeats and at
+    /// most [`ELECTION_TIMEOUT_MAX`].
+    pub fn new(heartbeat: Duration, election_timeout: Duration) -> Result<Timing, String> {
+        if !HEARTBEAT_RANGE.contains(&heartbeat) {
+            return Err(format!(
+                "--cluster-heartbeat must be {} to {} ms, not {} ms",
+                HEARTBEAT_RANGE.start().as_millis(),
+                HEARTBEAT_RANGE.end().as_millis(),
+                heartbeat.as_millis()
+            ));
+        }
+        let least = heartbeat * ELECTION_TIMEOUT_MIN_HEARTBEATS;
+        if election_timeout < least || election_timeout > ELECTION_TIMEOUT_MAX {
+            return Err(format!(
+                "--cluster-election-timeout must be {} to {} ms ({ELECTION_TIMEOUT_MIN_HEARTBEATS} heartbeats at least), not {} ms",
+                least.as_millis(),
+                ELECTION_TIMEOUT_MAX.as_millis(),
+                election_timeout.as_millis()
+            ));
+        }
+        Ok(Timing {
+            heartbeat,
+            election_timeout,
+        })
+    }
+
+    /// How often the leader sends heartbeats.
+    pub fn heartbeat(self) -> Duration {
+        self.heartbeat
+    }
+
+    /// `T`: how long a leader goes without a majority before it stops leading, and the
+    /// shortest wait of a follower's election timer.
+    pub fn election_timeout(self) -> Duration {
+        self.election_timeout
+    }
+
+    /// How long a leader's heartbeat keeps a voter from voting for another node:
+    /// openraft's leader lease (its longest election timeout), 1.5 `T`.
+    pub fn leader_lease(self) -> Duration {
+        self.election_timeout * 3 / 2
+    }
+
+    /// The timing of a running raft (from its configuration).
+    pub fn of(config: &Config) -> Timing {
+        Timing {
+            heartbeat: Duration::from_millis(config.heartbeat_interval),
+            election_timeout: Duration::from_millis(config.election_timeout_min),
+        }
+    }
+}
+
+/// How often a leader waiting for its majority looks whether it still leads.
+const LEADERSHIP_CHECK: Duration = Duration::from_millis(25);
 
 /// Most log entries sent in one append RPC.
 pub const MAX_PAYLOAD_ENTRIES: u64 = 16;
@@ -60,6 +158,8 @@ pub struct NodeConfig {
     pub routes: HashMap<u64, String>,
     /// Entries between snapshots.
     pub snapshot_every: u64,
+    /// Heartbeats and election timeouts.
+    pub timing: Timing,
 }
 
 /// A running node. Clones share it.
@@ -71,6 +171,8 @@ pub struct Node {
     runtime: tokio::runtime::Handle,
     /// The term whose engine the dispatcher serves with; 0 while it follows.
     serving: Arc<AtomicU64>,
+    timing: Timing,
+    network: net::Network,
     /// Where this node's node-to-node endpoint is bound.
     pub cluster_addr: SocketAddr,
 }
@@ -87,9 +189,9 @@ impl Node {
     ) -> anyhow::Result<Node> {
         let raft_config = Config {
             cluster_name: config.cluster_id.clone(),
-            heartbeat_interval: HEARTBEAT_MS,
-            election_timeout_min: ELECTION_TIMEOUT_MS.0,
-            election_timeout_max: ELECTION_TIMEOUT_MS.1,
+            heartbeat_interval: config.timing.heartbeat().as_millis() as u64,
+            election_timeout_min: config.timing.election_timeout().as_millis() as u64,
+            election_timeout_max: config.timing.leader_lease().as_millis() as u64,
             // Elections start behind a pre-vote, from `elect::run`.
             enable_elect: false,
             max_payload_entries: MAX_PAYLOAD_ENTRIES,
@@ -149,7 +251,7 @@ impl Node {
             config.node_id,
             raft.clone(),
             log_reader,
-            network,
+            network.clone(),
         ));
         let node = Node {
             raft,
@@ -157,6 +259,8 @@ impl Node {
             cluster_id: config.cluster_id.into(),
             runtime: tokio::runtime::Handle::current(),
             serving: Arc::default(),
+            timing: config.timing,
+            network,
             cluster_addr,
         };
         if config.bootstrap {
@@ -170,6 +274,18 @@ impl Node {
             }
         }
         Ok(node)
+    }
+
+    /// The first step of a node's shutdown: a leader steps back (no more heartbeats or
+    /// log entries), so that the others elect a new leader as soon as its lease runs
+    /// out, instead of once this node has closed its client connections and stopped
+    /// raft. Its rounds stop being agreed on within the election timeout.
+    pub fn step_back(&self) {
+        if self.metrics().state == ServerState::Leader {
+            tracing::info!("stepping back before shutting down: the others elect a new leader");
+        }
+        self.raft.runtime_config().heartbeat(false);
+        self.network.set_quiet(true);
     }
 
     /// Stops raft (before the store closes).
@@ -193,7 +309,7 @@ impl Node {
             && m.current_term == term
             && m.current_leader == Some(self.id)
             && m.millis_since_quorum_ack
-                .is_none_or(|_| quorum_is_fresh(&m))
+                .is_none_or(|_| quorum_is_fresh(&m, self.timing))
     }
 
     /// The term this node may start serving in: it leads, heard from a majority lately,
@@ -205,30 +321,25 @@ impl Node {
         let applied = m.last_applied?;
         (m.state == ServerState::Leader
             && m.current_leader == Some(self.id)
-            && quorum_is_fresh(&m)
+            && quorum_is_fresh(&m, self.timing)
             && applied.leader_id.term == m.current_term
             && m.last_log_index == Some(applied.index))
         .then_some(m.current_term)
     }
 
-    /// Proposes `round` and waits (at most `timeout`) until it is committed and applied
-    /// here; false if it was not, or was refused by the term fence.
-    pub fn propose(&self, round: Round, timeout: Duration) -> bool {
+    /// Proposes `round` of `term` and waits until it is committed and applied here:
+    /// false if it was not (refused by the term fence, or not agreed on before the node
+    /// stopped leading in `term` or `timeout` passed).
+    pub fn propose(&self, term: u64, round: Round, timeout: Duration) -> bool {
         let raft = self.raft.clone();
-        let written = self
-            .runtime
-            .block_on(async move { tokio::time::timeout(timeout, raft.client_write(round)).await });
-        match written {
+        match self.while_leading(term, timeout, raft.client_write(round)) {
             Ok(Ok(response)) => response.data,
             Ok(Err(e)) => {
                 tracing::info!("a round was not agreed on: {e}");
                 false
             }
-            Err(_) => {
-                tracing::warn!(
-                    "a round was not agreed on within {} ms",
-                    timeout.as_millis()
-                );
+            Err(why) => {
+                tracing::info!("a round was not agreed on: {why}");
                 false
             }
         }
@@ -236,16 +347,45 @@ impl Node {
 
     /// Confirms with a majority that this node still leads in `term`.
     pub fn confirm_leadership(&self, term: u64, timeout: Duration) -> bool {
-        if self.leads_in(term) && self.quorum_age() < HEARTBEAT_MS {
+        if self.leads_in(term) && self.quorum_age() < self.timing.heartbeat().as_millis() as u64 {
             // A majority acknowledged this leader within the last heartbeat: no other
             // leader can have been elected since (that takes an election timeout).
             return true;
         }
         let raft = self.raft.clone();
-        let confirmed = self.runtime.block_on(async move {
-            tokio::time::timeout(timeout, raft.ensure_linearizable()).await
-        });
+        let confirmed = self.while_leading(term, timeout, raft.ensure_linearizable());
         matches!(confirmed, Ok(Ok(_))) && self.leads_in(term)
+    }
+
+    /// Runs `wait` (the leader's wait for a majority) until it ends, the node stops
+    /// leading in `term` (its majority silent for the election timeout: nothing it waits
+    /// for can be agreed on now, and its clients should look for the new leader at
+    /// once), or `timeout` passes. `Err` says which of the last two happened.
+    fn while_leading<T>(
+        &self,
+        term: u64,
+        timeout: Duration,
+        wait: impl std::future::Future<Output = T>,
+    ) -> Result<T, String> {
+        let node = self.clone();
+        self.runtime.block_on(async move {
+            let lapsed = async {
+                let mut check = tokio::time::interval(LEADERSHIP_CHECK);
+                loop {
+                    check.tick().await;
+                    if !node.leads_in(term) {
+                        return;
+                    }
+                }
+            };
+            tokio::select! {
+                done = wait => Ok(done),
+                () = lapsed => Err(format!("the node stopped leading in term {term}")),
+                () = tokio::time::sleep(timeout) => {
+                    Err(format!("no majority within {} ms", timeout.as_millis()))
+                }
+            }
+        })
     }
 
     fn quorum_age(&self) -> u64 {
@@ -480,7 +620,34 @@ impl Node {
     }
 }
 
-fn quorum_is_fresh(m: &RaftMetrics<u64, NodeAddr>) -> bool {
+/// Whether a majority acknowledged this leader within the election timeout.
+fn quorum_is_fresh(m: &RaftMetrics<u64, NodeAddr>, timing: Timing) -> bool {
     m.millis_since_quorum_ack
-        .is_some_and(|age| age < super::lead::LEADER_QUORUM_AGE.as_millis() as u64)
+        .is_some_and(|age| age < timing.election_timeout().as_millis() as u64)
+}
+
+#[cfg(test)]
+mod timing_tests {
+    use super::*;
+
+    #[test]
+    fn timings_outside_their_ranges_are_refused_with_the_range() {
+        let ms = Duration::from_millis;
+        let t = Timing::new(ms(100), ms(400)).unwrap();
+        assert_eq!(t, Timing::default());
+        assert_eq!(t.leader_lease(), ms(600));
+        assert_eq!(
+            Timing::new(ms(10), ms(400)),
+            Err("--cluster-heartbeat must be 20 to 1000 ms, not 10 ms".to_owned())
+        );
+        assert_eq!(
+            Timing::new(ms(100), ms(250)),
+            Err("--cluster-election-timeout must be 300 to 10000 ms (3 heartbeats at least), not 250 ms".to_owned())
+        );
+        assert_eq!(
+            Timing::new(ms(100), ms(10_001)),
+            Err("--cluster-election-timeout must be 300 to 10000 ms (3 heartbeats at least), not 10001 ms".to_owned())
+        );
+        assert!(Timing::new(ms(1_000), ms(3_000)).is_ok());
+    }
 }

@@ -28,6 +28,9 @@ use serde_json::Value;
 /// Longest a probe's connection, hello or one call may take.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Pause before a node that does not lead is probed again by [`connect_leader`].
+const LEADER_PROBE_RETRY: Duration = Duration::from_millis(50);
+
 /// Longest the SDK connection to the leader may take once a probe found it.
 const LEADER_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -259,7 +262,7 @@ pub fn node_status(stdout: &str) -> Result<NodeStatus, String> {
 
 /// Connects the SDK to the leader among the comma-separated addresses in
 /// `options.addr`, and says which node and term serve the connection: the leader is
-/// found by probing every address, and confirmed by a second probe after the SDK's own
+/// the first address whose probe says it leads, confirmed by a second probe after the SDK's own
 /// hello. A node's term only grows, so the same term before and after means the SDK's
 /// hello saw that term too, from the leader of that term; and a node closes its client
 /// connections when it gains or loses the leadership, so every reply on the connection
@@ -271,20 +274,31 @@ pub async fn connect_leader(options: &ConnectOptions) -> Option<(Client, Served)
             addr: addr.to_owned(),
             ..options.clone()
         };
-        probes.spawn(async move {
-            let hello = Probe::open(&single).await.ok()?.cluster()?;
-            hello.leads().then_some((hello, single))
-        });
+        // Asked again while the node does not lead (an election), within one
+        // PROBE_TIMEOUT in all.
+        probes.spawn(tokio::time::timeout(PROBE_TIMEOUT, async move {
+            loop {
+                if let Ok(probe) = Probe::open(&single).await
+                    && let Some(hello) = probe.cluster()
+                    && hello.leads()
+                {
+                    return (hello, single);
+                }
+                tokio::time::sleep(LEADER_PROBE_RETRY).await;
+            }
+        }));
     }
-    let mut best: Option<(ClusterHello, ConnectOptions)> = None;
+    // The first node that says it leads, as the SDK's own search takes it: a dead node's
+    // probe, which only its timeout ends, holds up nothing (dropping the set aborts it).
+    let mut first = None;
     while let Some(joined) = probes.join_next().await {
-        if let Ok(Some((hello, single))) = joined
-            && best.as_ref().is_none_or(|(b, _)| hello.term > b.term)
-        {
-            best = Some((hello, single));
+        if let Ok(Ok(found)) = joined {
+            first = Some(found);
+            break;
         }
     }
-    let (before, single) = best?;
+    drop(probes);
+    let (before, single) = first?;
     let client = tokio::time::timeout(LEADER_CONNECT_TIMEOUT, Client::connect(single.clone()))
         .await
         .ok()?

@@ -26,10 +26,12 @@
 //!   paging, member records, `max_runtime_ms` across restarts and queue updates).
 //! - `checker`: the Jepsen-style checker under kill -9 and simulated power loss.
 //! - `agent_chaos`: the Jepsen-style agent checker: agents killed, drained, frozen and
-//!   partitioned while they work one queue.
+//!   partitioned while they work one queue, on one daemon and on a cluster whose leader
+//!   is killed, isolated and deafened meanwhile.
 //! - `crash`: kill -9 during a burst of enqueues, and leases held across restarts.
 //! - `cluster`: three nodes: forming, `not_leader`, a kill -9 of the leader with tasks
-//!   and leases kept, the checker under kills and partitions, a snapshot for a new node.
+//!   and leases kept, the checker under kills, partitions and one-way loss (with each
+//!   failover measured), a snapshot for a new node.
 //! - `deploy`: the systemd unit's flags start a daemon; the dashboard and alerts query
 //!   what it exports.
 //! - `disk`: a full disk during a burst of enqueues, and recovery once space is freed.
