@@ -421,7 +421,9 @@ fn enqueue_from_stdin_prints_each_id_as_it_is_acknowledged_and_names_the_unanswe
     let stderr = stderr.trim_end();
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
     assert!(
-        stderr.starts_with("muster: line 4: connection lost: no packet from the daemon for 2 s"),
+        stderr.starts_with(
+            "muster: line 4: connection lost: the daemon acknowledged nothing sent to it for 500 ms"
+        ),
         "{stderr}"
     );
     assert!(
