@@ -614,17 +614,29 @@ impl Cluster {
     /// Starts a long-running CLI command (e.g. `muster work`) against the whole
     /// cluster, in its own process group; it is kill -9ed when dropped.
     pub fn spawn_cli(&self, args: &[&str]) -> crate::Proc {
+        crate::Proc::spawn(self.cli_command(args))
+    }
+
+    /// The CLI with `args`, set up to talk to the whole cluster (as [`Cluster::cli`]),
+    /// not started.
+    pub fn cli_command(&self, args: &[&str]) -> std::process::Command {
+        self.command_at(&self.addrs(), self.token.as_deref(), args)
+    }
+
+    /// The CLI with `args`, talking to `addr` with `token`, trusting the cluster's
+    /// identity and nothing from the test's own environment.
+    fn command_at(&self, addr: &str, token: Option<&str>, args: &[&str]) -> std::process::Command {
         let mut cmd = std::process::Command::new(crate::muster_bin());
         cmd.args(args)
-            .env("MUSTER_ADDR", self.addrs())
+            .env("MUSTER_ADDR", addr)
             .env("MUSTER_DATA", self.client_dir())
             .env_remove("MUSTER_PIN")
             .env_remove("MUSTER_CA")
             .env_remove("MUSTER_CONTEXT");
-        if let Some(token) = &self.token {
+        if let Some(token) = token {
             cmd.env("MUSTER_TOKEN", token);
         }
-        crate::Proc::spawn(cmd)
+        cmd
     }
 
     /// Runs the CLI against exactly one node, through its client address.
@@ -684,26 +696,14 @@ impl Cluster {
     }
 
     async fn cli_run(&self, addr: &str, token: Option<&str>, args: &[&str]) -> Output {
-        let mut cmd = tokio::process::Command::new(crate::muster_bin());
-        cmd.args(args)
-            .env("MUSTER_ADDR", addr)
-            .env("MUSTER_DATA", self.client_dir())
-            .env_remove("MUSTER_PIN")
-            .env_remove("MUSTER_CA")
-            .env_remove("MUSTER_CONTEXT")
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        if let Some(token) = token {
-            cmd.env("MUSTER_TOKEN", token);
-        }
-        let run = cmd.output();
+        let mut cmd = tokio::process::Command::from(self.command_at(addr, token, args));
+        let run = cmd.stdin(Stdio::null()).kill_on_drop(true).output();
         tokio::time::timeout(CLI_TIMEOUT, run)
             .await
             .unwrap_or_else(|_| panic!("muster {args:?} did not finish within {CLI_TIMEOUT:?}"))
             .expect("running muster")
     }
 
-    /// Where clients find the cluster's certificate and token.
     /// Where clients find the cluster's identity (`MUSTER_DATA`): node 1's certificate.
     pub fn client_dir(&self) -> PathBuf {
         self.root.path().join("client")

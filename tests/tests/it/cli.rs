@@ -334,7 +334,7 @@ fn cluster_commands_on_a_single_daemon_say_it_is_not_a_cluster_node() {
 }
 
 /// `muster enqueue QUEUE -` fed by hand, its stdout read line by line.
-struct Feeder {
+pub(crate) struct Feeder {
     child: std::process::Child,
     stdin: Option<std::process::ChildStdin>,
     ids: std::sync::mpsc::Receiver<String>,
@@ -342,12 +342,18 @@ struct Feeder {
 
 impl Feeder {
     fn start(d: &Daemon, args: &[&str]) -> Feeder {
-        use std::io::BufRead;
-        use std::process::{Command, Stdio};
-        let mut child = Command::new(muster_tests::muster_bin())
-            .args(args)
+        let mut cmd = std::process::Command::new(muster_tests::muster_bin());
+        cmd.args(args)
             .env("MUSTER_ADDR", &d.addr)
-            .env("MUSTER_DATA", d.data())
+            .env("MUSTER_DATA", d.data());
+        Feeder::spawn(cmd)
+    }
+
+    /// Runs `cmd` (the CLI, its arguments and environment set) with piped stdio.
+    pub(crate) fn spawn(mut cmd: std::process::Command) -> Feeder {
+        use std::io::BufRead;
+        use std::process::Stdio;
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -369,7 +375,7 @@ impl Feeder {
         Feeder { child, stdin, ids }
     }
 
-    fn send(&mut self, line: &str) {
+    pub(crate) fn send(&mut self, line: &str) {
         use std::io::Write;
         let stdin = self.stdin.as_mut().expect("stdin open");
         writeln!(stdin, "{line}").expect("writing a line");
@@ -377,14 +383,14 @@ impl Feeder {
     }
 
     /// The next id printed, waiting up to 10 s.
-    fn id(&self) -> String {
+    pub(crate) fn id(&self) -> String {
         self.ids
             .recv_timeout(std::time::Duration::from_secs(10))
             .expect("an id printed while stdin is still open")
     }
 
     /// Closes stdin and waits for the exit: status, the rest of stdout, stderr.
-    fn finish(mut self) -> (std::process::ExitStatus, Vec<String>, String) {
+    pub(crate) fn finish(mut self) -> (std::process::ExitStatus, Vec<String>, String) {
         use std::io::Read;
         drop(self.stdin.take());
         let mut stderr = String::new();

@@ -1,6 +1,7 @@
 //! A three-node cluster: it forms and its followers name the leader; a kill -9 of the
 //! leader keeps every acknowledged task and lease; long-lived agents (the SDK's worker,
-//! `muster work`) follow a killed leader in seconds and run nothing twice; the checker
+//! `muster work`) follow a killed leader in seconds and run nothing twice; `muster
+//! enqueue -` prints exactly the ids a killed leader stored; the checker
 //! under kills and partitions finds nothing lost, doubled or split; a node added after
 //! the log was compacted catches up from a snapshot and serves everything; a node that
 //! cannot catch up is never made a voter.
@@ -16,6 +17,8 @@ use muster_sdk::{
 };
 use muster_tests::cluster::{self, CLUSTER_ID, Cluster, reply_error_code, reply_error_leader};
 use muster_tests::{Daemon, until};
+
+use crate::cli::Feeder;
 
 /// Nodes in every cluster here but the snapshot test's.
 const NODES: usize = 3;
@@ -425,6 +428,50 @@ async fn long_lived_agents_follow_a_killed_leader_and_run_nothing_twice() {
         .await
         .expect("the worker's task")
         .expect("a clean stop");
+}
+
+/// `muster enqueue QUEUE -` across a kill -9 of the leader it streams to: every id it
+/// printed is stored on the new leader, nothing else is, and the lines sent after the
+/// kill are named as sent without an answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_from_stdin_across_a_leader_kill_prints_exactly_what_is_stored() {
+    let mut cluster = Cluster::start(NODES).await;
+    cluster.ok(&["queue", "create", "stream"]).await;
+    let mut feeder = Feeder::spawn(cluster.cli_command(&["enqueue", "stream", "-"]));
+    let mut acknowledged = BTreeSet::new();
+    for n in 1..=3 {
+        feeder.send(&format!("{{\"n\":{n}}}"));
+        acknowledged.insert(feeder.id());
+    }
+    let old = cluster.leader().await;
+    cluster.kill9(old.node);
+    feeder.send(r#"{"n":4}"#);
+    feeder.send(r#"{"n":5}"#);
+    let (status, rest, stderr) = tokio::task::spawn_blocking(move || feeder.finish())
+        .await
+        .expect("the feeder's exit");
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(rest.is_empty(), "no more ids: {rest:?}");
+    let stderr = stderr.trim_end();
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.starts_with("muster: line 4: connection lost: "),
+        "{stderr}"
+    );
+    assert!(
+        stderr.ends_with(
+            "3 lines enqueued (their ids printed); 2 sent without an answer (outcome_unknown: they may be stored; enqueue them again with idempotency keys): lines 4-5; stdin was not read past line 5"
+        ),
+        "{stderr}"
+    );
+    let new = cluster.leader().await;
+    assert_ne!(new.node, old.node);
+    let client = cluster.client().await;
+    let stored: BTreeSet<String> = tasks_in(&client, "stream", TaskState::Ready)
+        .await
+        .into_keys()
+        .collect();
+    assert_eq!(stored, acknowledged);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2144,11 +2144,20 @@ fn wide_screens_show_trends_and_narrow_ones_leave_them_out() {
     snapshots("queues_trends", &app);
     let wide = screen(&app, 200, 50).backend().to_string();
     assert!(wide.contains("IN 2m"), "{wide}");
-    let middle = screen(&app, 130, 30).backend().to_string();
-    assert!(
-        middle.contains("READY 2m") && !middle.contains("IN 2m"),
-        "{middle}"
-    );
+    // The thresholds README gives are the terminal's columns, borders included.
+    for (columns, ready, in_out) in [
+        (119, false, false),
+        (120, true, false),
+        (159, true, false),
+        (160, true, true),
+    ] {
+        let shown = screen(&app, columns, 30).backend().to_string();
+        assert_eq!(
+            (shown.contains("READY 2m"), shown.contains("IN 2m")),
+            (ready, in_out),
+            "at {columns} columns: {shown}"
+        );
+    }
     assert!(!text(&app).contains("2m"));
     // The queue screen draws its sparklines when tall enough.
     press(&mut app, KeyCode::Enter);

@@ -419,8 +419,9 @@ const QUEUES_WIDTHS: [Constraint; 11] = [
 /// Width of a trend column of the queues screen: 120 s in 15 bars of 8 s.
 const TREND_WIDTH: u16 = 15;
 
-/// The trends the queues screen has room for at this inner width: the ready count's
-/// from 120 columns, enqueues' and acks' too from 160; none narrower.
+/// The trends the queues screen has room for in a terminal this wide (borders
+/// included, as README counts): the ready count's from 120 columns, enqueues' and acks'
+/// too from 160; none narrower.
 fn queue_trends(width: u16) -> &'static [Trend] {
     match width {
         160.. => &[Trend::In, Trend::Out, Trend::Ready],
@@ -459,7 +460,7 @@ impl Trend {
 }
 
 fn render_queues(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
-    let trends = queue_trends(block.inner(area).width);
+    let trends = queue_trends(area.width);
     let mut widths = QUEUES_WIDTHS.to_vec();
     widths.extend(trends.iter().map(|_| Constraint::Length(TREND_WIDTH)));
     let name_width = column_widths(block.inner(area), &widths)[0];
