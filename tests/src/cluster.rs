@@ -134,6 +134,11 @@ struct Node {
 /// a cluster starts on it, until [`Cluster::upgrade`] moves it to this build.
 pub const UPGRADE_FROM_VAR: &str = "MUSTER_TEST_UPGRADE_FROM";
 
+/// Set to a directory, every node's whole log is copied there (`node-ID.log`, the last
+/// cluster of the test process wins) when its cluster is dropped, for reading a run's
+/// elections afterwards.
+pub const KEEP_LOGS_VAR: &str = "MUSTER_TEST_KEEP_LOGS";
+
 /// Longest a node may take to exit after SIGTERM ([`Cluster::stop`]).
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -814,6 +819,15 @@ impl Drop for Cluster {
         for node in &mut self.nodes {
             // Dropping the process kill -9s it and completes its log.
             node.process = None;
+        }
+        if let Some(dir) = std::env::var_os(KEEP_LOGS_VAR) {
+            let dir = PathBuf::from(dir);
+            for node in &self.nodes {
+                let kept = dir.join(format!("node-{}.log", node.id));
+                if let Err(e) = std::fs::copy(node.data.join("musterd.log"), &kept) {
+                    eprintln!("keeping node {}'s log as {}: {e}", node.id, kept.display());
+                }
+            }
         }
         if !std::thread::panicking() {
             return;

@@ -235,7 +235,10 @@ pub async fn run(id: u64, raft: Raft<Muster>, log: LogStore, mut network: Networ
 
 /// Asks `others` at once and counts the yeses that arrive within `timeout`,
 /// returning as soon as `enough` said yes: a dead voter's silence does not hold up the
-/// election the others agree to.
+/// election the others agree to. The asks not answered by then run on to their own
+/// deadline (the same `timeout`) instead of being dropped: a call that reaches it
+/// forgets its connection, so a connection to a process that is gone (a restarted
+/// node's new process does not know it) is not asked again at the next try.
 async fn ask(
     raft: &Raft<Muster>,
     network: &mut Network,
@@ -264,16 +267,19 @@ async fn ask(
                 Some(Ok(Ok(answer))) => {
                     granted += usize::from(answer.granted);
                     if granted >= enough {
-                        return granted;
+                        break;
                     }
                 }
                 Some(Ok(Err(e))) => tracing::debug!(error = %e, "pre-vote not answered"),
                 Some(Err(e)) => tracing::debug!(error = %e, "pre-vote task failed"),
-                None => return granted,
+                None => break,
             },
-            () = &mut deadline => return granted,
+            () = &mut deadline => break,
         }
     }
+    // Each ask ends by its own deadline: none outlives `timeout` by more than a moment.
+    asks.detach_all();
+    granted
 }
 
 /// How long a follower's timer waits before it asks for a pre-vote, drawn anew after

@@ -83,11 +83,14 @@ pub const MAX_RPC_BYTES: usize = 256 * 1024 * 1024;
 pub const RPC_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Silence after which a connection is given up. Both sides send keep-alives well below
-/// it ([`KEEP_ALIVE`]), so only a lost peer reaches it.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// it ([`KEEP_ALIVE`]), so only a lost peer reaches it: a connection to a node that died
+/// or was cut off is gone within it, and the next RPC connects afresh (to the node's new
+/// process, if it was restarted) instead of waiting on the old one.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// How often an otherwise idle connection is pinged.
-pub const KEEP_ALIVE: Duration = Duration::from_secs(2);
+/// How often an otherwise idle connection is pinged: 8 pings per [`IDLE_TIMEOUT`], so
+/// only a lost peer, not a few lost packets, ends a connection.
+pub const KEEP_ALIVE: Duration = Duration::from_millis(250);
 
 /// RPCs one connection may have in flight at once (its open bidirectional streams).
 /// openraft sends to one peer from a replication stream, elections and leadership
