@@ -39,7 +39,7 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// of 2 s or more (the default is 5 s); and the daemon's QUIC stack acknowledges each
 /// ping, so a dead daemon is noticed within this and [`unanswered_limit`] even when
 /// the client waits for a reply the daemon already acknowledged receiving (a leader
-/// killed mid-request): under 1.1 s on a LAN. Two small packets a second per idle
+/// killed mid-request): 0.6–1.2 s on loopback. Two small packets a second per idle
 /// connection.
 pub const KEEP_ALIVE: Duration = Duration::from_millis(500);
 

@@ -768,8 +768,8 @@ impl<W: Waiter> Engine<W> {
 
     /// Asserts that the counts of connected members (label sets, consumers per queue)
     /// and of parked claims are exact and that every queue's unclaimable count matches
-    /// its classes (debug builds: every test).
-    #[cfg(debug_assertions)]
+    /// its classes (debug builds: every test; and the engine's own tests in any build).
+    #[cfg(any(debug_assertions, test))]
     fn check_carried(&self) {
         let mut carried = dispatch::Carried::default();
         let mut consumers: HashMap<String, u32> = HashMap::new();
