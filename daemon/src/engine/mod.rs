@@ -801,7 +801,7 @@ impl<W: Waiter> Engine<W> {
     /// Asserts that every record kept in memory is a leased task's or a fresh ready
     /// one's, and the fresh tasks' byte count (each copy is compared with the store's
     /// when it is read: [`Self::record`], [`Self::payload`]).
-    #[cfg(debug_assertions)]
+    #[cfg(any(debug_assertions, test))]
     fn check_leased_records(&self) {
         assert!(self.leased.len() <= LEASED_RECORDS);
         for id in self.renewed_in_memory.keys() {
