@@ -351,19 +351,24 @@ impl CheckQuorum {
                 silent_ms,
                 "no majority heard from: stepping back so that the others can elect a leader"
             );
-            raft.runtime_config().heartbeat(false);
-            network.set_quiet(true);
+            step_back(raft, network, true);
             self.heartbeats = false;
         } else if me.state != ServerState::Leader && !self.heartbeats {
             tracing::info!(
                 term = me.vote.leader_id().term,
                 "no longer leading: heartbeats back on for when this node leads again"
             );
-            raft.runtime_config().heartbeat(true);
-            network.set_quiet(false);
+            step_back(raft, network, false);
             self.heartbeats = true;
         }
     }
+}
+
+/// Steps a leader back (`true`: no more heartbeats, append-entries or snapshots, so its
+/// followers' leases run out and they elect another), or forward again (`false`).
+pub fn step_back(raft: &Raft<Muster>, network: &Network, back: bool) {
+    raft.runtime_config().heartbeat(!back);
+    network.set_quiet(back);
 }
 
 #[cfg(test)]

@@ -769,19 +769,19 @@ pub fn publish_gauges() {
 
 /// One RPC's outcome for [`Contacts`]: answered, failed, or dropped unsettled. An
 /// openraft RPC is dropped past openraft's own timeout (100 ms for an append): that
-/// counts as failed. A pre-vote is dropped once enough others said yes: that counts as
-/// nothing.
+/// counts as failed. (Pre-votes are never dropped: `elect` lets each run to its
+/// deadline.)
 struct Attempt {
     contacts: Arc<Contacts>,
     target: u64,
     addr: String,
     sent: Instant,
-    /// Settled, or dropped where that says nothing.
+    /// Settled: answered, failed or forgotten.
     settled: bool,
 }
 
 impl Attempt {
-    fn start(contacts: &Arc<Contacts>, target: u64, addr: &str, dropped_fails: bool) -> Attempt {
+    fn start(contacts: &Arc<Contacts>, target: u64, addr: &str) -> Attempt {
         let sent = Instant::now();
         contacts.tried(target, sent);
         Attempt {
@@ -789,7 +789,7 @@ impl Attempt {
             target,
             addr: addr.to_owned(),
             sent,
-            settled: !dropped_fails,
+            settled: false,
         }
     }
 
@@ -993,8 +993,7 @@ impl Peer {
     /// notes the outcome in the peer's [`Contacts`] (see [`Attempt`] for a call
     /// dropped unfinished).
     async fn call<T: DeserializeOwned>(&mut self, rpc: &Rpc, ttl: Duration) -> Result<T, Failure> {
-        let dropped_fails = !matches!(rpc, Rpc::PreVote(_));
-        let attempt = Attempt::start(&self.contacts, self.target, &self.addr, dropped_fails);
+        let attempt = Attempt::start(&self.contacts, self.target, &self.addr);
         let outcome = self.send(rpc, ttl).await;
         match &outcome {
             Ok(_) => attempt.answered(),

@@ -171,7 +171,6 @@ pub struct Node {
     runtime: tokio::runtime::Handle,
     /// The term whose engine the dispatcher serves with; 0 while it follows.
     serving: Arc<AtomicU64>,
-    timing: Timing,
     network: net::Network,
     /// Where this node's node-to-node endpoint is bound.
     pub cluster_addr: SocketAddr,
@@ -259,7 +258,6 @@ impl Node {
             cluster_id: config.cluster_id.into(),
             runtime: tokio::runtime::Handle::current(),
             serving: Arc::default(),
-            timing: config.timing,
             network,
             cluster_addr,
         };
@@ -284,8 +282,7 @@ impl Node {
         if self.metrics().state == ServerState::Leader {
             tracing::info!("stepping back before shutting down: the others elect a new leader");
         }
-        self.raft.runtime_config().heartbeat(false);
-        self.network.set_quiet(true);
+        elect::step_back(&self.raft, &self.network, true);
     }
 
     /// Stops raft (before the store closes).
@@ -309,7 +306,7 @@ impl Node {
             && m.current_term == term
             && m.current_leader == Some(self.id)
             && m.millis_since_quorum_ack
-                .is_none_or(|_| quorum_is_fresh(&m, self.timing))
+                .is_none_or(|_| quorum_is_fresh(&m, self.timing()))
     }
 
     /// The term this node may start serving in: it leads, heard from a majority lately,
@@ -321,7 +318,7 @@ impl Node {
         let applied = m.last_applied?;
         (m.state == ServerState::Leader
             && m.current_leader == Some(self.id)
-            && quorum_is_fresh(&m, self.timing)
+            && quorum_is_fresh(&m, self.timing())
             && applied.leader_id.term == m.current_term
             && m.last_log_index == Some(applied.index))
         .then_some(m.current_term)
@@ -347,7 +344,7 @@ impl Node {
 
     /// Confirms with a majority that this node still leads in `term`.
     pub fn confirm_leadership(&self, term: u64, timeout: Duration) -> bool {
-        if self.leads_in(term) && self.quorum_age() < self.timing.heartbeat().as_millis() as u64 {
+        if self.leads_in(term) && self.quorum_age() < self.timing().heartbeat().as_millis() as u64 {
             // A majority acknowledged this leader within the last heartbeat: no other
             // leader can have been elected since (that takes an election timeout).
             return true;
@@ -386,6 +383,11 @@ impl Node {
                 }
             }
         })
+    }
+
+    /// The heartbeat and election timeout this node runs with.
+    fn timing(&self) -> Timing {
+        Timing::of(self.raft.config())
     }
 
     fn quorum_age(&self) -> u64 {

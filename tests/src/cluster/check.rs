@@ -121,10 +121,11 @@ pub struct Deposed {
     pub at_ms: u64,
     /// The deposed leader's term.
     pub term: u64,
-    /// The deposed leader, and when it was started again if the fault restarts it at
-    /// once (a rolling restart): a restarted leader whose followers had not elected
-    /// another yet leads again in its term, which ends the failover too.
+    /// The deposed leader.
     pub node: NodeId,
+    /// When the deposed leader was started again, if the fault restarts it at once (a
+    /// rolling restart): a restarted leader whose followers had not elected another yet
+    /// leads again in its term, which ends the failover too.
     pub back_ms: Option<u64>,
 }
 
