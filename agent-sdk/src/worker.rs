@@ -39,6 +39,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -48,7 +50,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use muster_protocol::model::Delivery;
-use muster_protocol::ops::{SessionOpen, SettleReply, Unsubscribe};
+use muster_protocol::limits::MAX_RESUME_HELD;
+use muster_protocol::ops::{LeaseRef, SessionOpen, SettleReply, Unsubscribe};
 use muster_protocol::{ErrorCode, Push, RawJson};
 
 use crate::{Client, ConnectOptions, Error};
@@ -165,7 +168,7 @@ pub struct Task {
 #[derive(Default)]
 struct Progress {
     latest: Mutex<Option<RawJson>>,
-    unsent: std::sync::atomic::AtomicBool,
+    unsent: AtomicBool,
 }
 
 impl Task {
@@ -189,7 +192,9 @@ impl Task {
         self.delivery.attempt
     }
 
-    /// True if this task was reclaimed after the agent restarted.
+    /// True if this task was handed back to its member rather than newly leased: after
+    /// the agent restarted (reclaim), or on a resumed session, a lease the agent never
+    /// heard of (its grant was lost with a connection).
     pub fn reclaimed(&self) -> bool {
         self.delivery.reclaimed
     }
@@ -205,7 +210,7 @@ impl Task {
         *lock(&self.progress.latest) = Some(progress);
         self.progress
             .unsent
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+            .store(true, SeqCst);
     }
 
     /// Resolves when the task should stop: a cancel was asked, its lease was lost,
@@ -310,6 +315,8 @@ struct Held {
     stop_by: Option<Instant>,
     /// The local lease deadline, shared with the handler's [`Task`] and its watchdog.
     deadline: Arc<Mutex<Instant>>,
+    /// Set by the watchdog when it cancelled the handler (no renewal confirmed in time).
+    timed_out: Arc<AtomicBool>,
     /// Cancelled once the handler's future has ended.
     done: CancellationToken,
 }
@@ -373,7 +380,7 @@ impl Worker {
             handler: Arc::new(handler),
             held: HashMap::new(),
             unsettled: Vec::new(),
-            settling: 0,
+            settling: HashSet::new(),
             draining: None,
             opened: false,
             leader_moved: false,
@@ -395,8 +402,8 @@ struct Run<H> {
     held: HashMap<String, Held>,
     /// Settles that failed for want of a connection, to retry after reconnecting.
     unsettled: Vec<Settle>,
-    /// Settles in flight.
-    settling: usize,
+    /// Settles in flight: the task and epoch of each.
+    settling: HashSet<(String, u64)>,
     /// Set once stopping: when the grace period ends.
     draining: Option<Instant>,
     /// A session was opened once: later sessions resume instead of reclaiming.
@@ -473,7 +480,7 @@ where
     fn finished(&self) -> bool {
         match self.draining {
             Some(deadline) => {
-                (self.held.is_empty() && self.unsettled.is_empty() && self.settling == 0)
+                (self.held.is_empty() && self.unsettled.is_empty() && self.settling.is_empty())
                     || Instant::now() >= deadline + STOP_LINGER + SETTLE_LINGER
             }
             None => false,
@@ -548,6 +555,7 @@ where
             capacity: self.config.capacity,
             reclaim: !self.opened && self.config.reclaim_on_start,
             resume: self.opened,
+            held: self.opened.then(|| self.known_leases()).flatten(),
             liveness_ms: Some(self.config.liveness.as_millis() as u64),
         };
         let sent = Instant::now();
@@ -574,6 +582,23 @@ where
             self.subscribe(&client).await?;
         }
         Ok((client, pushes))
+    }
+
+    /// Every lease this worker knows it holds: running, stopping by its own clock, or
+    /// finished with its settle in flight or waiting for a connection. A resumed session
+    /// names them so that the daemon hands over any other lease of the member's (one
+    /// granted in a round whose reply or push was lost with the old connection). `None`
+    /// (the daemon keeps every lease) past [`MAX_RESUME_HELD`].
+    fn known_leases(&self) -> Option<Vec<LeaseRef>> {
+        let lease = |task: &String, epoch: u64| LeaseRef {
+            task: task.clone(),
+            epoch,
+        };
+        let known: Vec<LeaseRef> = (self.held.iter().map(|(id, h)| lease(id, h.epoch)))
+            .chain(self.unsettled.iter().map(|s| lease(&s.id, s.epoch)))
+            .chain(self.settling.iter().map(|(id, epoch)| lease(id, *epoch)))
+            .collect();
+        (known.len() <= MAX_RESUME_HELD).then_some(known)
     }
 
     /// Subscribes to the worker's queues that exist. A queue that does not exist (yet:
@@ -755,8 +780,11 @@ where
         }
         let held = self.held.remove(&id)?;
         let outcome = match outcome {
-            // A handler the worker stopped itself cannot fail its task.
-            Outcome::Nack { .. } if held.stop_by.is_some() => Outcome::Release,
+            // A handler the worker stopped itself (grace over, or its lease unconfirmed
+            // near its deadline) cannot fail its task.
+            Outcome::Nack { .. } if held.stop_by.is_some() || held.timed_out.load(SeqCst) => {
+                Outcome::Release
+            }
             other => other,
         };
         Some(Settle {
@@ -775,7 +803,7 @@ where
         let done = CancellationToken::new();
         let progress = Arc::new(Progress {
             latest: Mutex::new(delivery.progress.clone()),
-            unsent: std::sync::atomic::AtomicBool::new(false),
+            unsent: AtomicBool::new(false),
         });
         let lease = Duration::from_millis(delivery.lease_ms);
         let first = first_deadline(&delivery, sent);
@@ -786,6 +814,7 @@ where
             return;
         }
         let deadline = Arc::new(Mutex::new(first));
+        let timed_out = Arc::new(AtomicBool::new(false));
         let renew_at = renew_at(delivery.lease_expires_ms);
         info!(task = %id, epoch, attempt = delivery.attempt, reclaimed = delivery.reclaimed, "task started");
         let task = Task {
@@ -839,7 +868,7 @@ where
         });
         tokio::spawn(watch_deadline(
             (id.clone(), epoch),
-            Arc::clone(&deadline),
+            (Arc::clone(&deadline), Arc::clone(&timed_out)),
             stop_window(lease, self.config.grace),
             (cancel.clone(), handler.clone()),
             done.clone(),
@@ -857,6 +886,7 @@ where
                 handler,
                 stop_by: None,
                 deadline,
+                timed_out,
                 done,
             },
         );
@@ -900,7 +930,7 @@ where
             let progress_due = held
                 .progress
                 .unsent
-                .load(std::sync::atomic::Ordering::SeqCst)
+                .load(SeqCst)
                 && now >= held.renewed + PROGRESS_INTERVAL;
             if held.renewing || (held.renew_at > now && !progress_due) {
                 continue;
@@ -909,7 +939,7 @@ where
             held.renewed = now;
             held.progress
                 .unsent
-                .store(false, std::sync::atomic::Ordering::SeqCst);
+                .store(false, SeqCst);
             let progress = lock(&held.progress.latest).clone();
             let (client, events, id, epoch) = (
                 client.clone(),
@@ -964,7 +994,7 @@ where
                 held.renew_at = Instant::now() + MIN_RENEW_INTERVAL;
                 held.progress
                     .unsent
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                    .store(true, SeqCst);
             }
             // Refused for what it carried (e.g. progress over its limit): drop the
             // checkpoint and keep the lease alive.
@@ -978,13 +1008,14 @@ where
                 held.renew_at = Instant::now() + MIN_RENEW_INTERVAL;
                 held.progress
                     .unsent
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                    .store(true, SeqCst);
             }
         }
     }
 
     fn settle(&mut self, client: &Client, settle: Settle) {
-        self.settling += 1;
+        let fresh = self.settling.insert((settle.id.clone(), settle.epoch));
+        assert!(fresh, "a second settle of {} epoch {} in flight", settle.id, settle.epoch);
         let (client, events) = (client.clone(), self.events.0.clone());
         tokio::spawn(async move {
             let (id, epoch) = (settle.id.as_str(), settle.epoch);
@@ -1010,8 +1041,9 @@ where
     }
 
     fn settled(&mut self, settle: Settle, result: Result<SettleReply, Error>) {
-        self.settling -= 1;
         let id = settle.id.clone();
+        let was = self.settling.remove(&(id.clone(), settle.epoch));
+        assert!(was, "a settle of {id} epoch {} ended that was not in flight", settle.epoch);
         match result {
             Ok(reply) => info!(task = %id, state = %reply.state, "settled"),
             // The node no longer leads, or lost its leadership before the settle was
@@ -1105,7 +1137,7 @@ where
 fn unsent_progress(progress: &Progress) -> Option<RawJson> {
     progress
         .unsent
-        .load(std::sync::atomic::Ordering::SeqCst)
+        .load(SeqCst)
         .then(|| lock(&progress.latest).clone())
         .flatten()
 }
@@ -1129,7 +1161,7 @@ fn first_deadline(delivery: &Delivery, sent: Option<Instant>) -> Instant {
 /// handler. It acts on its own, whatever the worker's loop is doing (reconnecting, say).
 async fn watch_deadline(
     (id, epoch): (String, u64),
-    deadline: Arc<Mutex<Instant>>,
+    (deadline, timed_out): (Arc<Mutex<Instant>>, Arc<AtomicBool>),
     window: Duration,
     (cancel, handler): (CancellationToken, AbortHandle),
     done: CancellationToken,
@@ -1148,6 +1180,7 @@ async fn watch_deadline(
         let wake = if cancel.is_cancelled() || now + window >= at {
             if !cancel.is_cancelled() {
                 warn!(task = %id, epoch, "no renewal confirmed and the lease may lapse soon: stopping its handler");
+                timed_out.store(true, SeqCst);
                 cancel.cancel();
             }
             at

@@ -102,6 +102,10 @@ pub const MAX_KEY_CONCURRENCY: u32 = 1000;
 /// Highest capacity (most leases held at once) a member session may declare.
 pub const MAX_CAPACITY: u32 = 1000;
 
+/// Most leases a resuming agent may name in `session_open`'s `held`: its capacity's
+/// worth running and as many finished but not settled yet.
+pub const MAX_RESUME_HELD: usize = 2 * MAX_CAPACITY as usize;
+
 /// How long a member session may be silent (no packet at all, keep-alive PINGs
 /// included) before the daemon marks it unreachable, unless its `session_open` says
 /// otherwise. Also the silence after which a parked claim is no longer served.

@@ -330,7 +330,8 @@ pub struct Delivery {
     /// The last progress checkpoint stored by a holder, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<RawJson>,
-    /// True if this is a re-delivery of a task the member held before it restarted.
+    /// True if this is a re-delivery of a task the member held: before it restarted
+    /// (`reclaim`), or, on a resumed session, a lease its agent never heard of.
     pub reclaimed: bool,
 }
 

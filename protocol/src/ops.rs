@@ -571,6 +571,14 @@ pub struct SessionOpen {
     /// its work). With neither `reclaim` nor `resume`, they are released to their queues.
     #[serde(default)]
     pub resume: bool,
+    /// With `resume`: every lease the agent knows it holds (running, or finished and not
+    /// settled yet), at most [`crate::limits::MAX_RESUME_HELD`]. A lease of the member's
+    /// that is not named here is one the agent never heard of (granted in a round whose
+    /// reply or push was lost with its connection, e.g. a cluster leader's last round,
+    /// agreed on by its successor): it is re-delivered in the reply with a new epoch and
+    /// no failure counted, instead of lapsing unworked. Absent: every lease is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<Vec<LeaseRef>>,
     /// Milliseconds of silence after which the daemon marks the member unreachable
     /// ([`crate::limits::MIN_LIVENESS`] to [`crate::limits::MAX_LIVENESS`]; default
     /// [`crate::limits::DEFAULT_LIVENESS`]). Send packets (keep-alive PINGs count) at
@@ -582,11 +590,12 @@ pub struct SessionOpen {
 /// Reply to [`SessionOpen`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SessionOpenReply {
-    /// Tasks re-delivered to the member (`reclaim`), each with a new epoch.
+    /// Tasks re-delivered to the member (`reclaim`, or on `resume` the leases `held`
+    /// did not name), each with a new epoch.
     pub reclaimed: Vec<Delivery>,
     /// Leases released to their queues (neither `reclaim` nor `resume`).
     pub released: u64,
-    /// Leases kept (`resume`).
+    /// Leases kept (`resume`; those it named in `held`, when it gave the list).
     pub kept: u64,
     /// Leases that went to dead instead of being reclaimed (out of attempts).
     pub dead: u64,
@@ -1002,7 +1011,7 @@ pub enum Push {
     Watch(Box<WatchReply>),
 }
 
-/// A task and lease epoch named by a push.
+/// A task and lease epoch (named by a push, or by an agent resuming its session).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseRef {
     /// The task's id.

@@ -453,6 +453,7 @@ async fn start_workers(
             capacity: prefetch,
             reclaim: false,
             resume: false,
+            held: None,
             liveness_ms: None,
         };
         let (_, mut pushes) = client.open_session(&open).await?;
@@ -632,6 +633,7 @@ async fn roundtrip(
         capacity: 1,
         reclaim: false,
         resume: false,
+        held: None,
         liveness_ms: None,
     };
     let (_, mut pushes) = worker.open_session(&open).await?;
@@ -738,6 +740,7 @@ async fn members(
             capacity: 1,
             reclaim: false,
             resume: false,
+            held: None,
             liveness_ms: None,
         };
         let (_, pushes) = client.open_session(&open).await?;

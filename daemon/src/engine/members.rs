@@ -13,14 +13,14 @@
 //! A task whose lease lapsed (or was revoked) is not handed back to the member that
 //! held it while another member could take it, nor before that member was heard from
 //! again after the lapse: a dead agent costs each of its tasks at most one failure.
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::ops::Bound;
 use std::sync::Arc;
 
 use ulid::Ulid;
 
 use muster_protocol::limits::{
-    MAX_CAPACITY, MAX_CLAIM_REPLY_BYTES, MAX_LIVENESS, MAX_PAGE, MIN_LIVENESS,
+    MAX_CAPACITY, MAX_CLAIM_REPLY_BYTES, MAX_LIVENESS, MAX_PAGE, MAX_RESUME_HELD, MIN_LIVENESS,
 };
 use muster_protocol::model::{MemberInfo, MemberState, TaskState};
 use muster_protocol::names;
@@ -421,6 +421,10 @@ impl<W: Waiter> Engine<W> {
         if r.reclaim && r.resume {
             return Err(bad("reclaim and resume exclude each other"));
         }
+        let known = r.held.as_deref().map(known_leases).transpose()?;
+        if known.is_some() && !r.resume {
+            return Err(bad("held is given only with resume"));
+        }
         let liveness_ms = r
             .liveness_ms
             .unwrap_or(muster_protocol::limits::DEFAULT_LIVENESS.as_millis() as u64);
@@ -487,7 +491,7 @@ impl<W: Waiter> Engine<W> {
             dead: 0,
         };
         for id in held {
-            if r.resume {
+            if r.resume && known.is_none() {
                 reply.kept += 1;
                 continue;
             }
@@ -496,12 +500,26 @@ impl<W: Waiter> Engine<W> {
                 .lease
                 .take()
                 .expect("a member's leased task has a lease");
+            if known
+                .as_ref()
+                .is_some_and(|known| known.contains(&(id, lease.epoch)))
+            {
+                reply.kept += 1;
+                continue;
+            }
+            // Resuming, and the agent never heard of this lease: its grant's reply or
+            // push was lost with a connection (a leader's last round, agreed on by the
+            // next leader). Handed over now rather than left to lapse unworked.
+            let unheard = r.resume;
+            if unheard {
+                tracing::info!(member = %r.member, task = %id, epoch = lease.epoch, "re-delivering a lease its agent never heard of");
+            }
             let (epoch, granted) = (Some(lease.epoch), lease.granted_ms);
             let ended = |how| telemetry::lease_ended(&rec.queue, how, granted, now.wall_ms);
             // Its work was to stop anyway: nothing to hand back.
             if rec.cancel_requested {
                 ended(LeaseEnd::Cancelled);
-            } else if r.reclaim {
+            } else if r.reclaim || unheard {
                 ended(LeaseEnd::Reclaimed);
             } else {
                 ended(LeaseEnd::Released);
@@ -509,12 +527,15 @@ impl<W: Waiter> Engine<W> {
             if self.cancel_if_requested(&mut rec, now, Some(&r.member), epoch) {
                 self.save(id, &rec, None);
                 reply.released += 1;
-            } else if r.reclaim {
+            } else if r.reclaim || unheard {
                 // The agent restarted and lost its work in progress: a failure, like a lapse,
-                // but handed straight back instead of waiting for the lease to run out.
-                rec.failures += 1;
-                rec.last_error = Some(format!("member {:?} restarted", r.member));
-                if self.dead_if_out_of_attempts(id, &mut rec, now, Some(&r.member)) {
+                // but handed straight back instead of waiting for the lease to run out. A
+                // lease the agent never heard of cost it nothing: no failure.
+                if r.reclaim {
+                    rec.failures += 1;
+                    rec.last_error = Some(format!("member {:?} restarted", r.member));
+                }
+                if r.reclaim && self.dead_if_out_of_attempts(id, &mut rec, now, Some(&r.member)) {
                     self.save(id, &rec, None);
                     reply.dead += 1;
                 } else {
@@ -870,4 +891,18 @@ impl<W: Waiter> Engine<W> {
 
 pub(super) fn not_a_member(name: &str) -> Failure {
     client(ErrorCode::NotFound, format!("no member {name:?}"))
+}
+
+/// The leases a resuming agent names as its own (`session_open`'s `held`), checked:
+/// at most [`MAX_RESUME_HELD`], each a task id.
+fn known_leases(held: &[LeaseRef]) -> OpResult<HashSet<(Ulid, u64)>> {
+    if held.len() > MAX_RESUME_HELD {
+        return Err(bad(format!(
+            "held names {} leases; at most {MAX_RESUME_HELD}",
+            held.len()
+        )));
+    }
+    held.iter()
+        .map(|l| Ok((parse_id(&l.task)?, l.epoch)))
+        .collect()
 }

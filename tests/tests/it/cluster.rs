@@ -169,6 +169,7 @@ fn session(resume: bool) -> SessionOpen {
         capacity: HELD as u32 + 1,
         reclaim: false,
         resume,
+        held: None,
         liveness_ms: None,
     }
 }

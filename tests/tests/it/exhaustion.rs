@@ -293,6 +293,7 @@ async fn one_tenant_cannot_slow_another() {
                 capacity: 4,
                 reclaim: false,
                 resume: false,
+                held: None,
                 liveness_ms: None,
             })
             .await

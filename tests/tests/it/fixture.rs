@@ -173,6 +173,7 @@ async fn a_format_1_store_opens_with_every_task_lease_and_member_binding() {
         capacity: 1,
         reclaim,
         resume,
+        held: None,
         liveness_ms: None,
     };
     let other = d.client_as(OTHER).await;

@@ -554,6 +554,7 @@ async fn an_idle_member_is_kept_connected_by_its_pings_alone_and_unreachable_onc
         capacity: 1,
         reclaim: false,
         resume: false,
+        held: None,
         liveness_ms: Some(LIVENESS.as_millis() as u64),
     };
     let (_, _pushes) = member.open_session(&open).await.expect("session_open");
@@ -591,4 +592,80 @@ async fn an_idle_member_is_kept_connected_by_its_pings_alone_and_unreachable_onc
     );
     // Open until here: its silence came from the cut, not from a close.
     drop(member);
+}
+
+/// A lease the daemon granted in a push its agent never received (lost with the
+/// connection, as a cluster leader's last round can be when its successor agrees on
+/// it) is handed to the agent again when it resumes its session, with a new epoch and
+/// no failure, instead of lapsing unworked a whole lease later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_pushed_into_a_dead_connection_is_handed_over_again_on_resume() {
+    use muster_sdk::{Outcome, Worker, WorkerConfig};
+    use muster_tests::relay::{Direction, Relay};
+    let d = Daemon::start();
+    let client = d.client().await;
+    // A lease far longer than the test: only a re-delivery can start the task again.
+    queue(&client, "unheard", 60_000, 5).await;
+    let relay = Relay::start(d.addr.parse().expect("daemon address"))
+        .await
+        .expect("relay");
+    let mut options = d.options();
+    options.addr = relay.addr().to_string();
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let worker = Worker::new(options, WorkerConfig::new("forgetful", ["unheard"]));
+    let handle = worker.handle();
+    let running = tokio::spawn(worker.run(move |task| {
+        let d = task.delivery();
+        let _ = started_tx.send((d.id.clone(), d.epoch, d.failures, d.reclaimed));
+        async { Outcome::Ack(None) }
+    }));
+    until(Duration::from_secs(10), "forgetful connected", || async {
+        member_state(&client, "forgetful").await == Some((MemberState::Connected, 0))
+    })
+    .await;
+    // Nothing from the daemon reaches the agent: the push of the lease is lost.
+    relay.cut(Direction::Back);
+    let id = enqueue(&client, "unheard", 1).await;
+    until(Duration::from_secs(10), "the lease granted", || async {
+        let t = client.task_get(&id).await.expect("task_get");
+        t.lease.is_some_and(|l| l.member == "forgetful" && l.epoch == 1)
+    })
+    .await;
+    // The agent gives the silent connection up (its close reaches the daemon); only
+    // then may packets flow again, to its next connection.
+    until(Duration::from_secs(10), "the old connection closed", || async {
+        member_state(&client, "forgetful").await == Some((MemberState::Gone, 1))
+    })
+    .await;
+    relay.heal();
+    let run = tokio::time::timeout(Duration::from_secs(20), started.recv())
+        .await
+        .expect("the lease never reached the agent")
+        .expect("worker running");
+    assert_eq!(run, (id.clone(), 2, 0, true));
+    until(Duration::from_secs(10), "the task done", || async {
+        client.task_get(&id).await.expect("task_get").state == TaskState::Done
+    })
+    .await;
+    let t = client.task_get(&id).await.expect("task_get");
+    let events: Vec<_> = t
+        .history
+        .iter()
+        .map(|e| (e.event.as_str(), e.epoch))
+        .collect();
+    assert_eq!(
+        (t.failures, events),
+        (
+            0,
+            vec![
+                ("enqueued", None),
+                ("leased", Some(1)),
+                ("reclaimed", Some(2)),
+                ("done", Some(2))
+            ]
+        )
+    );
+    assert!(started.try_recv().is_err(), "the task ran twice");
+    handle.shutdown();
+    running.await.expect("worker task").expect("worker");
 }

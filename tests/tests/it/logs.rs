@@ -137,6 +137,7 @@ fn session(reclaim: bool) -> SessionOpen {
         capacity: 2,
         reclaim,
         resume: false,
+        held: None,
         liveness_ms: None,
     }
 }

@@ -153,6 +153,7 @@ fn session(member: &str, reclaim: bool) -> SessionOpen {
         capacity: 2,
         reclaim,
         resume: false,
+        held: None,
         liveness_ms: None,
     }
 }

@@ -183,6 +183,7 @@ async fn an_undrained_member_is_served_again_at_once() {
         capacity: 1,
         reclaim: false,
         resume: false,
+        held: None,
         liveness_ms: None,
     };
     let (_, mut pushes) = agent.open_session(&open).await.expect("session");
@@ -274,6 +275,7 @@ async fn server_stats_report_uptime_members_and_fsync_latency() {
         capacity: 1,
         reclaim: false,
         resume: false,
+        held: None,
         liveness_ms: None,
     };
     let _session = agent.open_session(&open).await.expect("session");

@@ -31,6 +31,7 @@ fn session(member: &str, reclaim: bool) -> SessionOpen {
         capacity: 1,
         reclaim,
         resume: false,
+        held: None,
         liveness_ms: None,
     }
 }

@@ -147,6 +147,7 @@ async fn attempt(c: &Client, op: &str, queue: &str, task: &str, member: &str) ->
                 capacity: 1,
                 reclaim: false,
                 resume: false,
+                held: None,
                 liveness_ms: None,
             })
             .await,
@@ -474,6 +475,7 @@ async fn a_member_name_belongs_to_the_principal_that_first_used_it() {
         capacity: 1,
         reclaim: true,
         resume: false,
+        held: None,
         liveness_ms: None,
     };
     a.open_session(&open)

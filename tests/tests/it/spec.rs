@@ -55,6 +55,7 @@ fn session(member: &str, labels: &[&str]) -> SessionOpen {
         capacity: 2,
         reclaim: false,
         resume: false,
+        held: None,
         liveness_ms: None,
     }
 }

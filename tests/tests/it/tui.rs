@@ -497,6 +497,7 @@ async fn enqueue_set_options_run_now_reprioritize_and_undrain_from_the_console()
         capacity: 1,
         reclaim: false,
         resume: false,
+        held: None,
         liveness_ms: None,
     };
     let _session = client.open_session(&open).await.expect("session");

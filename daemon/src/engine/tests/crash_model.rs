@@ -569,10 +569,13 @@ proptest! {
 #[derive(Debug, Clone)]
 enum MemberStep {
     /// A session opens on a new connection (resuming what the member holds) with
-    /// these labels and capacity; a session still open is replaced.
+    /// these labels and capacity; a session still open is replaced. With `forget`, the
+    /// agent names every lease it holds but one (its grant never reached it), which
+    /// the daemon hands over again with a new epoch.
     Open {
         gpu: bool,
         capacity: u32,
+        forget: Option<usize>,
     },
     /// The session's connection ends.
     Disconnect,
@@ -597,7 +600,8 @@ enum MemberStep {
 
 fn member_step() -> impl Strategy<Value = MemberStep> {
     prop_oneof![
-        2 => (any::<bool>(), 1u32..5).prop_map(|(gpu, capacity)| MemberStep::Open { gpu, capacity }),
+        2 => (any::<bool>(), 1u32..5, proptest::option::of(any::<usize>()))
+            .prop_map(|(gpu, capacity, forget)| MemberStep::Open { gpu, capacity, forget }),
         2 => Just(MemberStep::Disconnect),
         4 => Just(MemberStep::Claim),
         3 => any::<usize>().prop_map(|pick| MemberStep::Renew { pick }),
@@ -630,13 +634,33 @@ fn run_member(steps: &[MemberStep]) {
     let mut leases: Vec<(String, u64, u64)> = Vec::new();
     // Every lease ever handed out, for renewals and acks of stale ones.
     let mut handed: Vec<(String, u64)> = Vec::new();
+    // Tasks whose cancel was asked while leased.
+    let mut cancelled: Vec<String> = Vec::new();
     for (n, s) in steps.iter().enumerate() {
         let now = h.now.mono_ms;
         match *s {
-            MemberStep::Open { gpu, capacity } => {
+            MemberStep::Open {
+                gpu,
+                capacity,
+                forget,
+            } => {
                 let labels: Vec<String> = if gpu { vec!["gpu".into()] } else { Vec::new() };
                 let connection = next_connection;
                 next_connection += 1;
+                let forgotten = forget
+                    .filter(|_| !leases.is_empty())
+                    .map(|pick| pick % leases.len());
+                let held = forget.map(|_| {
+                    (leases.iter().enumerate())
+                        .filter(|(i, _)| Some(*i) != forgotten)
+                        .map(|(_, l)| muster_protocol::ops::LeaseRef {
+                            task: l.0.clone(),
+                            epoch: l.1,
+                        })
+                        .collect()
+                });
+                // No failure is counted for a lease the agent never heard of.
+                let failures = forgotten.map(|i| h.state(&leases[i].0).2);
                 let reply = h.call_on(
                     connection,
                     Request::SessionOpen(muster_protocol::ops::SessionOpen {
@@ -645,14 +669,31 @@ fn run_member(steps: &[MemberStep]) {
                         capacity,
                         reclaim: false,
                         resume: true,
+                        held,
                         liveness_ms: None,
                     }),
                 );
-                match reply {
-                    Ok(Reply::SessionOpen(r)) => {
-                        assert_eq!(r.kept as usize, leases.len(), "step {n}: kept");
-                    }
+                let r = match reply {
+                    Ok(Reply::SessionOpen(r)) => r,
                     other => panic!("step {n}: session_open: {other:?}"),
+                };
+                let kept = leases.len() - usize::from(forgotten.is_some());
+                assert_eq!(r.kept as usize, kept, "step {n}: kept");
+                let again: Vec<_> = r.reclaimed.iter().map(|d| (d.id.clone(), d.epoch, d.failures)).collect();
+                match forgotten {
+                    // Cancel asked: the forgotten lease ends, and the task with it.
+                    Some(i) if cancelled.contains(&leases[i].0) => {
+                        assert_eq!((again.len(), r.released), (0, 1), "step {n}");
+                        leases.remove(i);
+                    }
+                    Some(i) => {
+                        let (id, epoch, _) = leases[i].clone();
+                        let expected = vec![(id.clone(), epoch + 1, failures.unwrap_or_default())];
+                        assert_eq!((again, r.released), (expected, 0), "step {n}");
+                        leases[i] = (id.clone(), epoch + 1, now + LEASE_MS);
+                        handed.push((id, epoch + 1));
+                    }
+                    None => assert_eq!((again.len(), r.released), (0, 0), "step {n}"),
                 }
                 if let Some(old) = session.replace(connection) {
                     // The replaced session's connection goes on; its end changes nothing.
@@ -702,8 +743,9 @@ fn run_member(steps: &[MemberStep]) {
                 }
                 let id = leases[pick % leases.len()].0.clone();
                 // A leased task's cancel is a request to its holder: the lease stays.
-                h.call(Request::Cancel(Cancel { task: id }))
+                h.call(Request::Cancel(Cancel { task: id.clone() }))
                     .unwrap_or_else(|e| panic!("step {n}: cancel refused: {e}"));
+                cancelled.push(id);
             }
             MemberStep::Ack { pick } => {
                 if handed.is_empty() {

@@ -2,7 +2,7 @@
 //! clock the test moves by hand. Every row of PROTOCOL.md §4.12's state table, fencing, backoff,
 //! max_attempts, redrive, retention, waiting and restarts.
 
-use muster_protocol::limits::MAX_PAYLOAD_BYTES;
+use muster_protocol::limits::{MAX_PAYLOAD_BYTES, MAX_RESUME_HELD};
 use muster_protocol::model::{Backoff, NewTask, QueuePatch, TaskState};
 use muster_protocol::ops::{
     self, Ack, Cancel, Claim, DeadLetter, DeadSelection, Enqueue, Nack, QueueCreate, QueueName,
@@ -1396,6 +1396,7 @@ fn open(member: &str, capacity: u32, reclaim: bool, resume: bool) -> Request {
         capacity,
         reclaim,
         resume,
+        held: None,
         liveness_ms: None,
     })
 }
@@ -1551,6 +1552,89 @@ fn a_session_without_reclaim_releases_and_with_resume_keeps() {
         h.code(open("bad name", 1, false, false)),
         ErrorCode::BadRequest
     );
+}
+
+fn resume_naming(member: &str, held: Vec<ops::LeaseRef>) -> Request {
+    match open(member, 3, false, true) {
+        Request::SessionOpen(o) => Request::SessionOpen(ops::SessionOpen {
+            held: Some(held),
+            ..o
+        }),
+        other => unreachable!("{other:?}"),
+    }
+}
+
+fn lease_ref(task: &str, epoch: u64) -> ops::LeaseRef {
+    ops::LeaseRef {
+        task: task.into(),
+        epoch,
+    }
+}
+
+#[test]
+fn a_resumed_session_gets_the_leases_its_agent_never_heard_of_without_a_failure() {
+    let mut h = Harness::new();
+    let ids = member_holding_three(&mut h);
+    // The agent knows the first two (the third's grant was lost with its connection)
+    // and names an epoch of the second that is not the held one, and a task it does
+    // not hold at all: neither changes anything.
+    let other = h.enqueue("jobs", "9");
+    let held = vec![
+        lease_ref(&ids[0], 1),
+        lease_ref(&ids[1], 1),
+        lease_ref(&ids[1], 7),
+        lease_ref(&other, 1),
+    ];
+    let before = h.now.wall_ms;
+    let reply = match h.call_on(2, resume_naming("gpu-3/agent-7", held)).unwrap() {
+        Reply::SessionOpen(r) => r,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!((reply.kept, reply.released, reply.dead), (2, 0, 0));
+    let got: Vec<_> = reply
+        .reclaimed
+        .iter()
+        .map(|d| (d.id.clone(), d.epoch, d.attempt, d.failures, d.reclaimed))
+        .collect();
+    assert_eq!(got, vec![(ids[2].clone(), 2, 2, 0, true)]);
+    assert_eq!(reply.reclaimed[0].lease_expires_ms, before + 30_000);
+    assert_eq!(h.state(&ids[0]), (TaskState::Leased, 1, 0));
+    assert_eq!(h.state(&ids[2]), (TaskState::Leased, 2, 0));
+    assert_eq!(h.state(&other), (TaskState::Ready, 0, 0));
+    assert_eq!(h.task(&ids[2]).history.last().unwrap().event, "reclaimed");
+    // The unheard-of epoch is fenced off; the kept and the new ones settle.
+    assert_eq!(h.code(ack(&ids[2], 1)), ErrorCode::LeaseLost);
+    h.call(ack(&ids[2], 2)).unwrap();
+    h.call(ack(&ids[0], 1)).unwrap();
+}
+
+#[test]
+fn a_bad_held_list_is_refused_and_changes_nothing() {
+    let mut h = Harness::new();
+    let ids = member_holding_three(&mut h);
+    let too_many = vec![lease_ref(&ids[0], 1); MAX_RESUME_HELD + 1];
+    let not_an_id = vec![lease_ref("nope", 1)];
+    for bad in [
+        resume_naming("gpu-3/agent-7", too_many),
+        resume_naming("gpu-3/agent-7", not_an_id),
+        match resume_naming("gpu-3/agent-7", Vec::new()) {
+            Request::SessionOpen(o) => Request::SessionOpen(ops::SessionOpen {
+                resume: false,
+                ..o
+            }),
+            other => unreachable!("{other:?}"),
+        },
+    ] {
+        assert_eq!(
+            h.call_on(2, bad).map(|_| ()).unwrap_err().code,
+            ErrorCode::BadRequest
+        );
+    }
+    for id in &ids {
+        assert_eq!(h.state(id), (TaskState::Leased, 1, 0));
+    }
+    // The session is still the first connection's.
+    h.call_on(1, subscribe("gpu-3/agent-7", &["jobs"])).unwrap();
 }
 
 #[test]
