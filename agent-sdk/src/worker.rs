@@ -192,9 +192,7 @@ impl Task {
         self.delivery.attempt
     }
 
-    /// True if this task was handed back to its member rather than newly leased: after
-    /// the agent restarted (reclaim), or on a resumed session, a lease the agent never
-    /// heard of (its grant was lost with a connection).
+    /// True if this task was reclaimed after the agent restarted.
     pub fn reclaimed(&self) -> bool {
         self.delivery.reclaimed
     }

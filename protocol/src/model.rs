@@ -330,8 +330,7 @@ pub struct Delivery {
     /// The last progress checkpoint stored by a holder, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<RawJson>,
-    /// True if this is a re-delivery of a task the member held: before it restarted
-    /// (`reclaim`), or, on a resumed session, a lease its agent never heard of.
+    /// True if this is a re-delivery of a task the member held before it restarted.
     pub reclaimed: bool,
 }
 
@@ -351,8 +350,9 @@ pub struct LeaseInfo {
 pub struct TimelineEvent {
     /// When it happened.
     pub at_ms: u64,
-    /// What happened: `enqueued`, `leased`, `reclaimed`, `done` (acked), `nacked`, `lapsed`,
-    /// `revoked`, `released`, `dead_lettered`, `redriven`, `cancel_requested`, `cancelled`.
+    /// What happened: `enqueued`, `leased`, `reclaimed`, `redelivered`, `done` (acked),
+    /// `nacked`, `lapsed`, `revoked`, `released`, `dead_lettered`, `redriven`,
+    /// `cancel_requested`, `cancelled`.
     /// Renewals are not recorded.
     pub event: String,
     /// The member involved, if any.

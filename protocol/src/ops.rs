@@ -591,7 +591,8 @@ pub struct SessionOpen {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SessionOpenReply {
     /// Tasks re-delivered to the member (`reclaim`, or on `resume` the leases `held`
-    /// did not name), each with a new epoch.
+    /// did not name, with `reclaimed` false: the agent never had them), each with a new
+    /// epoch.
     pub reclaimed: Vec<Delivery>,
     /// Leases released to their queues (neither `reclaim` nor `resume`).
     pub released: u64,

@@ -1519,7 +1519,7 @@ impl Timeline {
         for e in &t.history {
             let member = e.member.clone().unwrap_or_default();
             match (e.event.as_str(), e.epoch) {
-                ("leased" | "reclaimed", Some(epoch)) => {
+                ("leased" | "reclaimed" | "redelivered", Some(epoch)) => {
                     if tl.grants.contains_key(&epoch) {
                         r.granted_while_held += 1;
                         r.violation(
@@ -1534,6 +1534,10 @@ impl Timeline {
                             tl.ends.insert(previous, (e.at_ms, e.event.clone()));
                             tl.failures
                                 .push((e.at_ms, member.clone(), previous, e.event.clone()));
+                        } else if e.event == "redelivered" {
+                            // Its agent never heard of the old epoch: it ends here, no
+                            // failure counted.
+                            tl.ends.insert(previous, (e.at_ms, e.event.clone()));
                         } else {
                             r.granted_while_held += 1;
                             r.violation("granted_while_held", format!(
@@ -1960,7 +1964,7 @@ mod tests {
     fn task(state: TaskState, failures: u64, history: Vec<Event>) -> TaskRecord {
         let deliveries = history
             .iter()
-            .filter(|e| e.event == "leased" || e.event == "reclaimed")
+            .filter(|e| matches!(e.event.as_str(), "leased" | "reclaimed" | "redelivered"))
             .count() as u64;
         TaskRecord {
             state,
@@ -2116,6 +2120,33 @@ mod tests {
         // A failure counted that the timeline does not show.
         let mut h = clean();
         h.tasks.get_mut("t1").unwrap().failures = 1;
+        assert_eq!(analyse(&h).failures_untracked, 1);
+    }
+
+    #[test]
+    fn a_redelivered_lease_ends_the_unheard_epoch_without_a_failure() {
+        let mut h = clean();
+        let history = vec![
+            ev(1_000, "enqueued", None, None),
+            ev(1_010, "leased", Some("m1"), Some(1)),
+            ev(1_900, "redelivered", Some("m1"), Some(2)),
+            ev(3_020, "done", Some("m1"), Some(2)),
+        ];
+        h.tasks
+            .insert("t1".into(), task(TaskState::Done, 0, history.clone()));
+        h.log = run_lines("t1", 2, "m1", 1_910, 3_010, "end");
+        let r = analyse(&h);
+        assert!(r.is_clean(), "{r}");
+        // Were it a reclaim, the old epoch would be a failure the count must show.
+        let reclaimed = history
+            .into_iter()
+            .map(|e| match e.event.as_str() {
+                "redelivered" => ev(e.at_ms, "reclaimed", Some("m1"), e.epoch),
+                _ => e,
+            })
+            .collect();
+        h.tasks
+            .insert("t1".into(), task(TaskState::Done, 0, reclaimed));
         assert_eq!(analyse(&h).failures_untracked, 1);
     }
 

@@ -31,7 +31,7 @@ use muster_protocol::ops::{
 use muster_protocol::{ErrorBody, ErrorCode, Push};
 
 use super::listing::fill;
-use super::ops::{ClaimSpec, bad, parse_id, summary};
+use super::ops::{ClaimSpec, Grant, bad, parse_id, summary};
 use super::telemetry::{self, LeaseEnd};
 use super::{Engine, Failure, Now, OpResult, Sink, Waiter, client, push_event};
 use crate::auth::Principal;
@@ -519,8 +519,10 @@ impl<W: Waiter> Engine<W> {
             // Its work was to stop anyway: nothing to hand back.
             if rec.cancel_requested {
                 ended(LeaseEnd::Cancelled);
-            } else if r.reclaim || unheard {
+            } else if r.reclaim {
                 ended(LeaseEnd::Reclaimed);
+            } else if unheard {
+                ended(LeaseEnd::Redelivered);
             } else {
                 ended(LeaseEnd::Released);
             }
@@ -539,7 +541,12 @@ impl<W: Waiter> Engine<W> {
                     self.save(id, &rec, None);
                     reply.dead += 1;
                 } else {
-                    let delivery = self.lease_to(id, rec, &r.member, None, now, true)?;
+                    let grant = if r.reclaim {
+                        Grant::Reclaimed
+                    } else {
+                        Grant::Redelivered
+                    };
+                    let delivery = self.lease_to(id, rec, &r.member, None, now, grant)?;
                     // The reply carries what fits; the rest follows as pushes on the
                     // session's stream, so a reply never outgrows its frame.
                     reply_bytes += delivery.payload.get().len()

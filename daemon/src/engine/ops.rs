@@ -41,6 +41,18 @@ use crate::store::{LeaseRecord, QueueRecord, StoreError, TASK_RECORD_BYTES, Task
 pub const NOT_A_CLUSTER_NODE: &str =
     "this daemon is not a cluster node (start it with --cluster-id to run a cluster)";
 
+/// How a lease comes to its member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Grant {
+    /// A claim or a push: the task's first lease since it was last ready.
+    Leased,
+    /// Leased again to a member whose agent restarted (`session_open` with `reclaim`).
+    Reclaimed,
+    /// Leased again, under a new epoch, to a resuming agent that never heard of its
+    /// lease (`session_open` with `resume`, not named in `held`).
+    Redelivered,
+}
+
 /// A validated claim, kept by a waiting claim until tasks arrive.
 pub(super) struct ClaimSpec {
     pub(super) queues: Vec<String>,
@@ -851,10 +863,10 @@ impl<W: Waiter> Engine<W> {
 
     fn grant(&mut self, id: Ulid, spec: &ClaimSpec, now: Now) -> OpResult<Delivery> {
         let rec = self.record(id)?;
-        self.lease_to(id, rec, &spec.member, spec.lease_ms, now, false)
+        self.lease_to(id, rec, &spec.member, spec.lease_ms, now, Grant::Leased)
     }
 
-    /// Leases a task to `member` under a new epoch (a delivery, or a reclaim).
+    /// Leases a task to `member` under a new epoch.
     pub(super) fn lease_to(
         &mut self,
         id: Ulid,
@@ -862,7 +874,7 @@ impl<W: Waiter> Engine<W> {
         member: &str,
         lease_ms: Option<u64>,
         now: Now,
-        reclaimed: bool,
+        grant: Grant,
     ) -> OpResult<Delivery> {
         // Read before the lease is written: the write ends the task's freshness.
         let payload = self.payload(id)?;
@@ -872,7 +884,7 @@ impl<W: Waiter> Engine<W> {
         if let Some(max) = options.max_runtime_ms {
             deadline = deadline.min(now.mono_ms + max);
         }
-        if !reclaimed {
+        if grant == Grant::Leased {
             // Since it became ready: enqueued, promoted after its delay, or made ready again
             // (each of which sets `updated_ms`); recorded for its first lease only.
             let first_wait =
@@ -891,7 +903,11 @@ impl<W: Waiter> Engine<W> {
             granted_ms: now.wall_ms,
         });
         rec.updated_ms = now.wall_ms;
-        let event = if reclaimed { "reclaimed" } else { "leased" };
+        let event = match grant {
+            Grant::Leased => "leased",
+            Grant::Reclaimed => "reclaimed",
+            Grant::Redelivered => "redelivered",
+        };
         push_event(&mut rec, now, event, Some(member), Some(epoch), None);
         let clock = LeaseClock {
             deadline,
@@ -910,7 +926,7 @@ impl<W: Waiter> Engine<W> {
             lease_expires_ms: expires,
             lease_ms: deadline - now.mono_ms,
             progress: rec.progress.clone(),
-            reclaimed,
+            reclaimed: grant == Grant::Reclaimed,
         })
     }
 

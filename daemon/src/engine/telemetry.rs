@@ -27,13 +27,15 @@ pub enum LeaseEnd {
     Revoked,
     /// Handed back to its member's restarted agent under a new epoch.
     Reclaimed,
+    /// Handed again, under a new epoch, to a resuming agent that never heard of it.
+    Redelivered,
     /// Ended because its cancel was pending when its member's agent restarted.
     Cancelled,
 }
 
 impl LeaseEnd {
     /// Every outcome, for registering the series at zero.
-    pub const ALL: [LeaseEnd; 8] = [
+    pub const ALL: [LeaseEnd; 9] = [
         LeaseEnd::Acked,
         LeaseEnd::Nacked,
         LeaseEnd::Released,
@@ -41,6 +43,7 @@ impl LeaseEnd {
         LeaseEnd::Lapsed,
         LeaseEnd::Revoked,
         LeaseEnd::Reclaimed,
+        LeaseEnd::Redelivered,
         LeaseEnd::Cancelled,
     ];
 
@@ -54,6 +57,7 @@ impl LeaseEnd {
             LeaseEnd::Lapsed => "lapsed",
             LeaseEnd::Revoked => "revoked",
             LeaseEnd::Reclaimed => "reclaimed",
+            LeaseEnd::Redelivered => "redelivered",
             LeaseEnd::Cancelled => "cancelled",
         }
     }
@@ -69,6 +73,7 @@ impl LeaseEnd {
             LeaseEnd::Lapsed => Some("muster_lapsed_total"),
             LeaseEnd::Revoked => Some("muster_revoked_total"),
             LeaseEnd::Reclaimed => Some("muster_reclaimed_total"),
+            LeaseEnd::Redelivered => Some("muster_redelivered_total"),
             LeaseEnd::DeadLettered | LeaseEnd::Cancelled => None,
         }
     }
@@ -83,7 +88,7 @@ pub const DEAD_MAX_ATTEMPTS: &str = "max_attempts";
 pub const DEAD_BY_AGENT: &str = "dead_lettered";
 
 /// Counters per queue without a further label.
-const QUEUE_COUNTERS: [&str; 11] = [
+const QUEUE_COUNTERS: [&str; 12] = [
     "muster_enqueued_total",
     "muster_leased_total",
     "muster_acked_total",
@@ -92,6 +97,7 @@ const QUEUE_COUNTERS: [&str; 11] = [
     "muster_lapsed_total",
     "muster_revoked_total",
     "muster_reclaimed_total",
+    "muster_redelivered_total",
     "muster_cancelled_total",
     "muster_redriven_total",
     "muster_discarded_total",

@@ -642,7 +642,7 @@ async fn a_lease_pushed_into_a_dead_connection_is_handed_over_again_on_resume() 
         .await
         .expect("the lease never reached the agent")
         .expect("worker running");
-    assert_eq!(run, (id.clone(), 2, 0, true));
+    assert_eq!(run, (id.clone(), 2, 0, false));
     until(Duration::from_secs(10), "the task done", || async {
         client.task_get(&id).await.expect("task_get").state == TaskState::Done
     })
@@ -660,7 +660,7 @@ async fn a_lease_pushed_into_a_dead_connection_is_handed_over_again_on_resume() 
             vec![
                 ("enqueued", None),
                 ("leased", Some(1)),
-                ("reclaimed", Some(2)),
+                ("redelivered", Some(2)),
                 ("done", Some(2))
             ]
         )

@@ -182,6 +182,7 @@ fn queue_series(
         "lapsed",
         "revoked",
         "reclaimed",
+        "redelivered",
         "cancelled",
         "redriven",
         "discarded",
@@ -209,6 +210,7 @@ fn queue_series(
         "lapsed",
         "revoked",
         "reclaimed",
+        "redelivered",
         "cancelled",
     ] {
         let n = runs

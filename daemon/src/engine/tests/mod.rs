@@ -1596,12 +1596,12 @@ fn a_resumed_session_gets_the_leases_its_agent_never_heard_of_without_a_failure(
         .iter()
         .map(|d| (d.id.clone(), d.epoch, d.attempt, d.failures, d.reclaimed))
         .collect();
-    assert_eq!(got, vec![(ids[2].clone(), 2, 2, 0, true)]);
+    assert_eq!(got, vec![(ids[2].clone(), 2, 2, 0, false)]);
     assert_eq!(reply.reclaimed[0].lease_expires_ms, before + 30_000);
     assert_eq!(h.state(&ids[0]), (TaskState::Leased, 1, 0));
     assert_eq!(h.state(&ids[2]), (TaskState::Leased, 2, 0));
     assert_eq!(h.state(&other), (TaskState::Ready, 0, 0));
-    assert_eq!(h.task(&ids[2]).history.last().unwrap().event, "reclaimed");
+    assert_eq!(h.task(&ids[2]).history.last().unwrap().event, "redelivered");
     // The unheard-of epoch is fenced off; the kept and the new ones settle.
     assert_eq!(h.code(ack(&ids[2], 1)), ErrorCode::LeaseLost);
     h.call(ack(&ids[2], 2)).unwrap();
