@@ -49,8 +49,8 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use muster_protocol::model::Delivery;
 use muster_protocol::limits::MAX_RESUME_HELD;
+use muster_protocol::model::Delivery;
 use muster_protocol::ops::{LeaseRef, SessionOpen, SettleReply, Unsubscribe};
 use muster_protocol::{ErrorCode, Push, RawJson};
 
@@ -206,9 +206,7 @@ impl Task {
     /// Sets a progress checkpoint; a renewal stores it within about a second.
     pub fn set_progress(&self, progress: RawJson) {
         *lock(&self.progress.latest) = Some(progress);
-        self.progress
-            .unsent
-            .store(true, SeqCst);
+        self.progress.unsent.store(true, SeqCst);
     }
 
     /// Resolves when the task should stop: a cancel was asked, its lease was lost,
@@ -925,19 +923,14 @@ where
     fn renew_due(&mut self, client: &Client) {
         let now = Instant::now();
         for (id, held) in &mut self.held {
-            let progress_due = held
-                .progress
-                .unsent
-                .load(SeqCst)
-                && now >= held.renewed + PROGRESS_INTERVAL;
+            let progress_due =
+                held.progress.unsent.load(SeqCst) && now >= held.renewed + PROGRESS_INTERVAL;
             if held.renewing || (held.renew_at > now && !progress_due) {
                 continue;
             }
             held.renewing = true;
             held.renewed = now;
-            held.progress
-                .unsent
-                .store(false, SeqCst);
+            held.progress.unsent.store(false, SeqCst);
             let progress = lock(&held.progress.latest).clone();
             let (client, events, id, epoch) = (
                 client.clone(),
@@ -990,9 +983,7 @@ where
                 debug!(task = %id, error = %e, "renewal on a node that no longer leads");
                 self.leader_moved = true;
                 held.renew_at = Instant::now() + MIN_RENEW_INTERVAL;
-                held.progress
-                    .unsent
-                    .store(true, SeqCst);
+                held.progress.unsent.store(true, SeqCst);
             }
             // Refused for what it carried (e.g. progress over its limit): drop the
             // checkpoint and keep the lease alive.
@@ -1004,16 +995,18 @@ where
             // The connection is down: the next connection renews at once, progress too.
             Err(_) => {
                 held.renew_at = Instant::now() + MIN_RENEW_INTERVAL;
-                held.progress
-                    .unsent
-                    .store(true, SeqCst);
+                held.progress.unsent.store(true, SeqCst);
             }
         }
     }
 
     fn settle(&mut self, client: &Client, settle: Settle) {
         let fresh = self.settling.insert((settle.id.clone(), settle.epoch));
-        assert!(fresh, "a second settle of {} epoch {} in flight", settle.id, settle.epoch);
+        assert!(
+            fresh,
+            "a second settle of {} epoch {} in flight",
+            settle.id, settle.epoch
+        );
         let (client, events) = (client.clone(), self.events.0.clone());
         tokio::spawn(async move {
             let (id, epoch) = (settle.id.as_str(), settle.epoch);
@@ -1041,7 +1034,11 @@ where
     fn settled(&mut self, settle: Settle, result: Result<SettleReply, Error>) {
         let id = settle.id.clone();
         let was = self.settling.remove(&(id.clone(), settle.epoch));
-        assert!(was, "a settle of {id} epoch {} ended that was not in flight", settle.epoch);
+        assert!(
+            was,
+            "a settle of {id} epoch {} ended that was not in flight",
+            settle.epoch
+        );
         match result {
             Ok(reply) => info!(task = %id, state = %reply.state, "settled"),
             // The node no longer leads, or lost its leadership before the settle was

@@ -22,7 +22,7 @@ use ulid::Ulid;
 use muster_protocol::limits::{
     MAX_CAPACITY, MAX_CLAIM_REPLY_BYTES, MAX_LIVENESS, MAX_PAGE, MAX_RESUME_HELD, MIN_LIVENESS,
 };
-use muster_protocol::model::{MemberInfo, MemberState, TaskState};
+use muster_protocol::model::{Delivery, MemberInfo, MemberState, TaskState};
 use muster_protocol::names;
 use muster_protocol::ops::{
     Empty, LeaseRef, LeaseRevoke, MemberDescribeReply, MemberList, MemberListReply, MemberName,
@@ -410,6 +410,49 @@ impl<W: Waiter> Engine<W> {
         waiter: &W,
         now: Now,
     ) -> OpResult<SessionOpenReply> {
+        let (liveness_ms, policy) = self.check_open(&r, waiter)?;
+        let member = r.member.clone();
+        let held = self.bind_session(r, liveness_ms, waiter, now);
+        let mut reply = SessionOpenReply {
+            reclaimed: Vec::new(),
+            released: 0,
+            kept: 0,
+            dead: 0,
+        };
+        let mut reply_bytes = 0;
+        for id in held {
+            match self.hand_back(id, &member, &policy, now)? {
+                Handed::Kept => reply.kept += 1,
+                Handed::Released => reply.released += 1,
+                Handed::Dead => reply.dead += 1,
+                Handed::Delivered(delivery) => {
+                    // The reply carries what fits; the rest follows as pushes on the
+                    // session's stream, so a reply never outgrows its frame.
+                    reply_bytes += delivery.payload.get().len()
+                        + delivery.progress.as_ref().map_or(0, |p| p.get().len());
+                    if reply_bytes <= MAX_CLAIM_REPLY_BYTES || reply.reclaimed.is_empty() {
+                        reply.reclaimed.push(delivery);
+                    } else {
+                        self.pushes.push((waiter.sink(), Push::Deliver(delivery)));
+                    }
+                }
+            }
+        }
+        tracing::info!(
+            member = %member,
+            liveness_ms,
+            reclaimed = reply.reclaimed.len(),
+            kept = reply.kept,
+            released = reply.released,
+            dead = reply.dead,
+            "member connected"
+        );
+        Ok(reply)
+    }
+
+    /// Checks a `session_open` before anything changes: its liveness timeout and what
+    /// is to become of the leases the member holds.
+    fn check_open(&self, r: &SessionOpen, waiter: &W) -> OpResult<(u64, HandBack)> {
         names::check_member(&r.member).map_err(bad)?;
         names::check_labels(&r.labels).map_err(bad)?;
         if r.capacity == 0 || r.capacity > MAX_CAPACITY {
@@ -418,13 +461,14 @@ impl<W: Waiter> Engine<W> {
                 r.capacity
             )));
         }
-        if r.reclaim && r.resume {
-            return Err(bad("reclaim and resume exclude each other"));
-        }
-        let known = r.held.as_deref().map(known_leases).transpose()?;
-        if known.is_some() && !r.resume {
-            return Err(bad("held is given only with resume"));
-        }
+        let policy = match (r.reclaim, r.resume, r.held.as_deref()) {
+            (true, true, _) => return Err(bad("reclaim and resume exclude each other")),
+            (_, false, Some(_)) => return Err(bad("held is given only with resume")),
+            (true, false, None) => HandBack::Reclaim,
+            (false, false, None) => HandBack::Release,
+            (false, true, None) => HandBack::KeepAll,
+            (false, true, Some(held)) => HandBack::KeepKnown(known_leases(held)?),
+        };
         let liveness_ms = r
             .liveness_ms
             .unwrap_or(muster_protocol::limits::DEFAULT_LIVENESS.as_millis() as u64);
@@ -444,6 +488,18 @@ impl<W: Waiter> Engine<W> {
                 "this connection holds the session of member {other:?}; open one connection per member"
             )));
         }
+        Ok((liveness_ms, policy))
+    }
+
+    /// Binds the member's session to this connection (telling a session it replaces),
+    /// with its labels, capacity and liveness timeout. Returns the leases it holds.
+    fn bind_session(
+        &mut self,
+        r: SessionOpen,
+        liveness_ms: u64,
+        waiter: &W,
+        now: Now,
+    ) -> Vec<Ulid> {
         self.take_member(&r.member, waiter.principal(), now);
         let name = self.member_name(&r.member);
         let member = self
@@ -481,100 +537,81 @@ impl<W: Waiter> Engine<W> {
         let after = member.counted();
         self.sessions.insert(waiter.connection(), Arc::clone(&name));
         self.recount(before, after);
-        self.push_members.insert(Arc::clone(&name));
+        self.push_members.insert(name);
+        held
+    }
 
-        let mut reply_bytes = 0;
-        let mut reply = SessionOpenReply {
-            reclaimed: Vec::new(),
-            released: 0,
-            kept: 0,
-            dead: 0,
-        };
-        for id in held {
-            if r.resume && known.is_none() {
-                reply.kept += 1;
-                continue;
-            }
-            let mut rec = self.record(id)?;
-            let lease = rec
-                .lease
-                .take()
-                .expect("a member's leased task has a lease");
-            if known
-                .as_ref()
-                .is_some_and(|known| known.contains(&(id, lease.epoch)))
-            {
-                reply.kept += 1;
-                continue;
+    /// What a session open does with one lease its member holds, per `policy`. A
+    /// pending cancel ends the task instead of handing it back (its work was to stop
+    /// anyway), unless the lease is kept.
+    fn hand_back(
+        &mut self,
+        id: Ulid,
+        member: &str,
+        policy: &HandBack,
+        now: Now,
+    ) -> OpResult<Handed> {
+        if let HandBack::KeepAll = policy {
+            return Ok(Handed::Kept);
+        }
+        let mut rec = self.record(id)?;
+        let lease = rec
+            .lease
+            .take()
+            .expect("a member's leased task has a lease");
+        assert_eq!(lease.member, member, "{id}: a lease of another member");
+        let grant = match policy {
+            HandBack::KeepKnown(known) if known.contains(&(id, lease.epoch)) => {
+                return Ok(Handed::Kept);
             }
             // Resuming, and the agent never heard of this lease: its grant's reply or
             // push was lost with a connection (a leader's last round, agreed on by the
             // next leader). Handed over now rather than left to lapse unworked.
-            let unheard = r.resume;
-            if unheard {
-                tracing::info!(member = %r.member, task = %id, epoch = lease.epoch, "re-delivering a lease its agent never heard of");
+            HandBack::KeepKnown(_) => {
+                tracing::info!(member, task = %id, epoch = lease.epoch, "re-delivering a lease its agent never heard of");
+                Some(Grant::Redelivered)
             }
-            let (epoch, granted) = (Some(lease.epoch), lease.granted_ms);
-            let ended = |how| telemetry::lease_ended(&rec.queue, how, granted, now.wall_ms);
-            // Its work was to stop anyway: nothing to hand back.
-            if rec.cancel_requested {
-                ended(LeaseEnd::Cancelled);
-            } else if r.reclaim {
-                ended(LeaseEnd::Reclaimed);
-            } else if unheard {
-                ended(LeaseEnd::Redelivered);
-            } else {
-                ended(LeaseEnd::Released);
-            }
-            if self.cancel_if_requested(&mut rec, now, Some(&r.member), epoch) {
+            HandBack::Reclaim => Some(Grant::Reclaimed),
+            HandBack::Release | HandBack::KeepAll => None,
+        };
+        let (epoch, granted) = (Some(lease.epoch), lease.granted_ms);
+        let how = match grant {
+            _ if rec.cancel_requested => LeaseEnd::Cancelled,
+            Some(Grant::Reclaimed) => LeaseEnd::Reclaimed,
+            Some(_) => LeaseEnd::Redelivered,
+            None => LeaseEnd::Released,
+        };
+        telemetry::lease_ended(&rec.queue, how, granted, now.wall_ms);
+        if self.cancel_if_requested(&mut rec, now, Some(member), epoch) {
+            self.save(id, &rec, None);
+            return Ok(Handed::Released);
+        }
+        let Some(grant) = grant else {
+            push_event(&mut rec, now, "released", Some(member), epoch, None);
+            rec.state = TaskState::Ready;
+            rec.updated_ms = now.wall_ms;
+            self.save(id, &rec, None);
+            return Ok(Handed::Released);
+        };
+        if grant == Grant::Reclaimed {
+            // The agent restarted and lost its work in progress: a failure, like a
+            // lapse, but handed straight back instead of waiting for the lease to run
+            // out. (A lease the agent never heard of cost it nothing: no failure.)
+            rec.failures += 1;
+            rec.last_error = Some(format!("member {member:?} restarted"));
+            if self.dead_if_out_of_attempts(id, &mut rec, now, Some(member)) {
                 self.save(id, &rec, None);
-                reply.released += 1;
-            } else if r.reclaim || unheard {
-                // The agent restarted and lost its work in progress: a failure, like a lapse,
-                // but handed straight back instead of waiting for the lease to run out. A
-                // lease the agent never heard of cost it nothing: no failure.
-                if r.reclaim {
-                    rec.failures += 1;
-                    rec.last_error = Some(format!("member {:?} restarted", r.member));
-                }
-                if r.reclaim && self.dead_if_out_of_attempts(id, &mut rec, now, Some(&r.member)) {
-                    self.save(id, &rec, None);
-                    reply.dead += 1;
-                } else {
-                    let grant = if r.reclaim {
-                        Grant::Reclaimed
-                    } else {
-                        Grant::Redelivered
-                    };
-                    let delivery = self.lease_to(id, rec, &r.member, None, now, grant)?;
-                    // The reply carries what fits; the rest follows as pushes on the
-                    // session's stream, so a reply never outgrows its frame.
-                    reply_bytes += delivery.payload.get().len()
-                        + delivery.progress.as_ref().map_or(0, |p| p.get().len());
-                    if reply_bytes <= MAX_CLAIM_REPLY_BYTES || reply.reclaimed.is_empty() {
-                        reply.reclaimed.push(delivery);
-                    } else {
-                        self.pushes.push((waiter.sink(), Push::Deliver(delivery)));
-                    }
-                }
-            } else {
-                push_event(&mut rec, now, "released", Some(&r.member), epoch, None);
-                rec.state = TaskState::Ready;
-                rec.updated_ms = now.wall_ms;
-                self.save(id, &rec, None);
-                reply.released += 1;
+                return Ok(Handed::Dead);
             }
         }
-        tracing::info!(
-            member = %r.member,
-            liveness_ms,
-            reclaimed = reply.reclaimed.len(),
-            kept = reply.kept,
-            released = reply.released,
-            dead = reply.dead,
-            "member connected"
+        let delivery = self.lease_to(id, rec, member, None, now, grant)?;
+        assert!(
+            delivery.epoch > lease.epoch,
+            "{id}: handed back under epoch {} after {}",
+            delivery.epoch,
+            lease.epoch
         );
-        Ok(reply)
+        Ok(Handed::Delivered(delivery))
     }
 
     /// A connection ended: its member session (if any) ends with it. Leases stay.
@@ -898,6 +935,26 @@ impl<W: Waiter> Engine<W> {
 
 pub(super) fn not_a_member(name: &str) -> Failure {
     client(ErrorCode::NotFound, format!("no member {name:?}"))
+}
+
+/// What `session_open` does with each lease its member already holds.
+enum HandBack {
+    /// `resume` without `held`: every lease is kept.
+    KeepAll,
+    /// `resume` with `held`: the leases named are kept, the others redelivered.
+    KeepKnown(HashSet<(Ulid, u64)>),
+    /// `reclaim`: each is leased again under a new epoch, a failure counted.
+    Reclaim,
+    /// Neither: each is released to its queue.
+    Release,
+}
+
+/// What became of one lease a session open handed back.
+enum Handed {
+    Kept,
+    Released,
+    Dead,
+    Delivered(Delivery),
 }
 
 /// The leases a resuming agent names as its own (`session_open`'s `held`), checked:

@@ -628,14 +628,17 @@ async fn a_lease_pushed_into_a_dead_connection_is_handed_over_again_on_resume() 
     let id = enqueue(&client, "unheard", 1).await;
     until(Duration::from_secs(10), "the lease granted", || async {
         let t = client.task_get(&id).await.expect("task_get");
-        t.lease.is_some_and(|l| l.member == "forgetful" && l.epoch == 1)
+        t.lease
+            .is_some_and(|l| l.member == "forgetful" && l.epoch == 1)
     })
     .await;
     // The agent gives the silent connection up (its close reaches the daemon); only
     // then may packets flow again, to its next connection.
-    until(Duration::from_secs(10), "the old connection closed", || async {
-        member_state(&client, "forgetful").await == Some((MemberState::Gone, 1))
-    })
+    until(
+        Duration::from_secs(10),
+        "the old connection closed",
+        || async { member_state(&client, "forgetful").await == Some((MemberState::Gone, 1)) },
+    )
     .await;
     relay.heal();
     let run = tokio::time::timeout(Duration::from_secs(20), started.recv())

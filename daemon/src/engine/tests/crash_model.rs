@@ -679,7 +679,11 @@ fn run_member(steps: &[MemberStep]) {
                 };
                 let kept = leases.len() - usize::from(forgotten.is_some());
                 assert_eq!(r.kept as usize, kept, "step {n}: kept");
-                let again: Vec<_> = r.reclaimed.iter().map(|d| (d.id.clone(), d.epoch, d.failures)).collect();
+                let again: Vec<_> = r
+                    .reclaimed
+                    .iter()
+                    .map(|d| (d.id.clone(), d.epoch, d.failures))
+                    .collect();
                 match forgotten {
                     // Cancel asked: the forgotten lease ends, and the task with it.
                     Some(i) if cancelled.contains(&leases[i].0) => {

@@ -1618,10 +1618,9 @@ fn a_bad_held_list_is_refused_and_changes_nothing() {
         resume_naming("gpu-3/agent-7", too_many),
         resume_naming("gpu-3/agent-7", not_an_id),
         match resume_naming("gpu-3/agent-7", Vec::new()) {
-            Request::SessionOpen(o) => Request::SessionOpen(ops::SessionOpen {
-                resume: false,
-                ..o
-            }),
+            Request::SessionOpen(o) => {
+                Request::SessionOpen(ops::SessionOpen { resume: false, ..o })
+            }
             other => unreachable!("{other:?}"),
         },
     ] {
