@@ -822,6 +822,13 @@ where
         };
         // The same task again (a new epoch): its old handler is void; the new one starts
         // once the old one has ended, so one agent never runs a task twice at once.
+        if let Some(old) = self.held.get(&id) {
+            assert!(
+                epoch > old.epoch,
+                "task {id} delivered at epoch {epoch} while epoch {} is held",
+                old.epoch
+            );
+        }
         let previous = match self.stopping.remove(&id) {
             Some(s) => Some((s.handler, s.done)),
             None => self.held.remove(&id).map(|h| {

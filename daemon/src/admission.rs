@@ -8,10 +8,12 @@
 //! first, and a client that completes its handshake and says `hello` promptly always
 //! gets through; its place then comes out of `--max-connections`.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 /// A budget of entries, evicting the oldest when full.
@@ -108,6 +110,85 @@ impl Drop for Place {
         let mut inner = self.pool.lock();
         if let Some(at) = inner.entries.iter().position(|e| e.id == self.id) {
             inner.entries.remove(at);
+        }
+    }
+}
+
+/// Places of `--max-connections` kept for admins of every queue.
+pub const ADMIN_RESERVED_CONNECTIONS: usize = 16;
+
+/// The budgets connections are admitted through (see `server::serve`).
+pub struct Admission {
+    /// Places of `--max-connections` for everyone.
+    pub slots: Arc<Semaphore>,
+    /// The last [`ADMIN_RESERVED_CONNECTIONS`] places: for admins of every queue.
+    pub reserved: Arc<Semaphore>,
+    /// Each configured token's connections and buffered bytes.
+    pub tenants: Arc<Tenants>,
+    /// Handshakes in progress.
+    pub handshakes: Arc<Pool>,
+    /// Connections that have not presented a token yet (tokens configured).
+    pub unauthenticated: Arc<Pool>,
+}
+
+/// A connection's place of `--max-connections`, and of its token's share of them.
+pub struct ConnectionSlot {
+    pub permit: tokio::sync::OwnedSemaphorePermit,
+    pub tenant: Option<TenantPlace>,
+}
+
+/// The connections and buffered request bytes of each configured token.
+#[derive(Default)]
+pub struct Tenants(std::sync::Mutex<HashMap<String, Tenant>>);
+
+#[derive(Default)]
+struct Tenant {
+    connections: usize,
+    /// Bytes of unfinished request frames over all its connections.
+    buffered: Arc<AtomicUsize>,
+}
+
+/// A connection's place among its token's: dropping it gives it back.
+pub struct TenantPlace {
+    tenants: Arc<Tenants>,
+    name: String,
+    pub buffered: Arc<AtomicUsize>,
+}
+
+impl Tenants {
+    /// A place among `name`'s connections, or how many it holds when that is `cap`.
+    pub fn enter(self: &Arc<Tenants>, name: &str, cap: usize) -> Result<TenantPlace, usize> {
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let tenant = map.entry(name.to_owned()).or_default();
+        if tenant.connections >= cap {
+            return Err(tenant.connections);
+        }
+        tenant.connections += 1;
+        Ok(TenantPlace {
+            tenants: Arc::clone(self),
+            name: name.to_owned(),
+            buffered: Arc::clone(&tenant.buffered),
+        })
+    }
+}
+
+impl Drop for TenantPlace {
+    fn drop(&mut self) {
+        let mut map = self
+            .tenants
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let tenant = map
+            .get_mut(&self.name)
+            .expect("a tenant with a place is in the map");
+        assert!(tenant.connections > 0, "a tenant's places are counted");
+        tenant.connections -= 1;
+        if tenant.connections == 0 {
+            map.remove(&self.name);
         }
     }
 }

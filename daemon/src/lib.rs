@@ -4,6 +4,8 @@
 //! the store, the dispatcher thread that owns the engine, and the QUIC server.
 //!
 //! # Layout
+//! - [`admission`]: the budgets a connection is admitted through (handshakes, token-less
+//!   connections, places of `--max-connections`, each token's share).
 //! - [`auth`]: tokens from the config file, principals and roles.
 //! - [`cluster`]: replication of the store through openraft.
 //! - [`config`]: settings from flags and environment variables.
@@ -13,7 +15,11 @@
 //! - [`engine`]: task state, dispatch indexes, leases and timers; single-threaded, no clock.
 //! - [`disk`]: the disk alarm over the data directory's free space.
 //! - [`dispatcher`]: the OS thread that runs the engine and does group commit.
-//! - [`server`]: the QUIC endpoint, connections, streams and frames.
+//! - [`server`]: the QUIC endpoint, the accept loop, each connection's admission, and
+//!   which connections were heard from.
+//! - [`connection`]: one connection's streams: frames read and decoded, replies and
+//!   pushes written.
+//! - [`edge`]: the ops answered without the engine (`hello`, `server_stats`, cluster ops).
 //! - [`logging`]: the log's filter and format.
 //! - [`metrics`]: the Prometheus endpoint.
 //! - [`tls`]: the certificate and the QUIC/TLS configuration.
@@ -22,9 +28,11 @@ pub mod admission;
 pub mod auth;
 pub mod cluster;
 pub mod config;
+pub mod connection;
 pub mod data_dir;
 pub mod disk;
 pub mod dispatcher;
+pub mod edge;
 pub mod engine;
 pub mod logging;
 pub mod metrics;
@@ -159,47 +167,7 @@ fn write_ready_file(
 
 /// Runs the daemon until SIGINT or SIGTERM, or until the store fails.
 pub async fn run(config: Config) -> anyhow::Result<()> {
-    let configured = match &config.config {
-        Some(path) => auth::Tokens::load(path)?,
-        None => auth::Tokens::default(),
-    };
-    for name in configured.plaintext() {
-        warn!(
-            token = %name,
-            "the config holds token {name:?} in plain text: store its SHA-256 as token_sha256 instead (muster admin token new)"
-        );
-    }
-    for name in configured.unconfined_members() {
-        warn!(
-            token = %name,
-            "token {name:?} may use any member name (no members patterns): it can take other tenants' agent names first; give each tenant's tokens members patterns (an admin's `muster member release NAME` frees a taken name)"
-        );
-    }
-    let local_only = configured.is_empty() && !config.open;
-    // Refused before anything is created or changed.
-    config.check(!(configured.is_empty() && config.open))?;
-    data_dir::prepare(&config.data)?;
-    // Held until the process ends: a second daemon on this directory is refused (before
-    // anything in it is written).
-    let _lock = lock_data_dir(&config.data)?;
-    let local_token = data_dir::local_token(&config.data, local_only)?;
-    let metrics_bearer = match &config.metrics_token_file {
-        Some(path) => Some(data_dir::read_token_file(path)?),
-        None => local_token.clone(),
-    };
-    let tokens = Arc::new(match local_token {
-        Some(token) => {
-            info!(
-                file = %config.data.join(auth::LOCAL_TOKEN_FILE).display(),
-                "local-only: no tokens configured, so only clients that read the data directory's token are served (--open serves everyone)"
-            );
-            auth::Tokens::local(&token)
-        }
-        None => configured,
-    });
-    if tokens.is_empty() {
-        info!("--open: every client that can connect is served fully");
-    }
+    let access = Access::prepare(&config)?;
     let identity = tls::load_identity(&config.data, config.cert.as_deref(), config.key.as_deref())?;
     let (fingerprint, cert_path) = (identity.fingerprint.clone(), identity.cert_path.clone());
     for warning in config.warnings() {
@@ -214,83 +182,18 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         None => None,
     };
     let server_config = tls::server_config(identity)?;
-
-    let data = config.data.clone();
-    let store_dir = config.data.join("store");
-    let disk = disk::DiskAlarm::new(config.data.clone(), config.disk_threshold());
-    let cache_bytes = config.cache_mib << 20;
     let cluster = config.cluster()?;
-    let clustered = cluster.is_some();
-    let store = tokio::task::spawn_blocking(move || {
-        let opening = std::time::Instant::now();
-        let store = if clustered {
-            store::Store::open_clustered(&store_dir, cache_bytes)
-        } else {
-            store::Store::open(&store_dir, cache_bytes)
-        }
-        .context("opening the store")?;
-        tracing::info!(
-            elapsed_ms = opening.elapsed().as_millis() as u64,
-            "store opened"
-        );
-        anyhow::Ok(store)
-    })
-    .await
-    .context("opening the store")??;
-
+    let store = open_store(&config, cluster.is_some()).await?;
     let secrets = tls::reset_secrets(&config.data)?;
     let endpoint = server::bind(config.listen, server_config, secrets)?;
     let addr = endpoint.local_addr().context("reading the bound address")?;
-    let settings = dispatcher::EngineSettings {
-        member_name_expiry: config.member_name_expiry,
-        quotas: engine::Quotas {
-            max_tasks_per_queue: config.max_tasks_per_queue,
-            max_bytes_per_principal: config.max_bytes_per_token,
-        },
-        snapshot_root: config.snapshot_root(),
-    };
-    let (dispatcher, node) = match cluster {
-        None => {
-            let durability = config.durability;
-            let dispatcher = tokio::task::spawn_blocking(move || {
-                Dispatcher::start(store, durability, settings, disk)
-            });
-            (dispatcher.await.context("opening the store")??, None)
-        }
-        Some(flags) => {
-            let node_config = cluster::node::NodeConfig {
-                secret: cluster::net::read_secret(&flags.secret_file)?,
-                cluster_id: flags.cluster_id,
-                node_id: flags.node_id,
-                listen: flags.listen,
-                advertise: config.advertise.clone(),
-                cluster_advertise: config.cluster_advertise.clone(),
-                bootstrap: config.bootstrap,
-                force_single_node: config.cluster_force_single_node,
-                routes: config.routes.iter().cloned().collect(),
-                snapshot_every: config.cluster_snapshot_every,
-                timing: flags.timing,
-            };
-            let node = cluster::node::Node::start(
-                node_config,
-                &store,
-                &config.data,
-                config.durability.persist(),
-                addr,
-            )
-            .await?;
-            let (generation, watching) = tokio::sync::watch::channel(0u64);
-            let dispatcher =
-                Dispatcher::start_clustered(store, node.clone(), settings, disk, generation)?;
-            (dispatcher, Some((node, watching)))
-        }
-    };
+    let (dispatcher, node) = start_engine(&config, store, cluster, addr).await?;
     let cluster_addr = node.as_ref().map(|(n, _)| n.cluster_addr);
     if let Some(path) = &config.ready_file {
         write_ready_file(path, addr, cluster_addr, &fingerprint, &cert_path)?;
     }
     server::log_listening(addr, cluster_addr, &fingerprint, &cert_path);
-    if !local_only {
+    if !access.local_only {
         // Only now that the start succeeded: a refused start changes nothing.
         data_dir::remove_local_token(&config.data)?;
     }
@@ -301,22 +204,26 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         max_connections: config.max_connections,
         max_connections_per_token: config.max_connections_per_token,
         max_buffered_per_token: config.max_buffered_mib_per_token << 20,
-        tokens: Arc::clone(&tokens),
+        tokens: Arc::clone(&access.tokens),
         hello_timeout: config.hello_timeout,
         stats: Arc::clone(&dispatcher.stats),
         durability: config.durability.name(),
         cluster: node.clone(),
     };
     let server = tokio::spawn(server::serve(endpoint, context, shutdown.clone()));
-    let metrics_server =
-        metrics_endpoint.map(|e| tokio::spawn(metrics::serve(e, metrics_bearer, shutdown.clone())));
+    let metrics_server = metrics_endpoint
+        .map(|e| tokio::spawn(metrics::serve(e, access.metrics_bearer, shutdown.clone())));
     let failed = tokio::select! {
         signal = shutdown_signal() => {
             signal?;
             info!("shutting down");
-            false
+            None
         }
-        () = watch_dispatcher(&dispatcher) => true,
+        () = watch_dispatcher(&dispatcher) => Some("the dispatcher stopped unexpectedly".to_owned()),
+        why = raft_failed(node.as_ref().map(|(node, _)| node)) => {
+            error!("the cluster node's raft stopped: {why}");
+            Some(format!("the cluster node's raft stopped: {why}"))
+        }
     };
     if let Some((node, _)) = &node {
         node.step_back();
@@ -333,6 +240,157 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     if let Some(metrics_server) = metrics_server {
         metrics_server.await.context("joining the metrics server")?;
     }
+    stop_dispatcher(dispatcher, &config.data, failed).await
+}
+
+/// Who the daemon serves, settled before anything in the data directory changes.
+struct Access {
+    tokens: Arc<auth::Tokens>,
+    /// No tokens configured and not `--open`: only holders of the data directory's
+    /// own token are served.
+    local_only: bool,
+    /// The bearer token the metrics endpoint asks for, if any.
+    metrics_bearer: Option<String>,
+    /// The data directory's lock, held until the process ends: a second daemon on the
+    /// directory is refused (before anything in it is written).
+    _lock: std::fs::File,
+}
+
+impl Access {
+    /// Loads the configured tokens (warning of plain-text and unconfined ones), checks
+    /// the settings, makes the data directory private and locks it, and settles the
+    /// local-only token.
+    fn prepare(config: &Config) -> anyhow::Result<Access> {
+        let configured = match &config.config {
+            Some(path) => auth::Tokens::load(path)?,
+            None => auth::Tokens::default(),
+        };
+        for name in configured.plaintext() {
+            warn!(
+                token = %name,
+                "the config holds token {name:?} in plain text: store its SHA-256 as token_sha256 instead (muster admin token new)"
+            );
+        }
+        for name in configured.unconfined_members() {
+            warn!(
+                token = %name,
+                "token {name:?} may use any member name (no members patterns): it can take other tenants' agent names first; give each tenant's tokens members patterns (an admin's `muster member release NAME` frees a taken name)"
+            );
+        }
+        let local_only = configured.is_empty() && !config.open;
+        // Refused before anything is created or changed.
+        config.check(!(configured.is_empty() && config.open))?;
+        data_dir::prepare(&config.data)?;
+        let lock = lock_data_dir(&config.data)?;
+        let local_token = data_dir::local_token(&config.data, local_only)?;
+        let metrics_bearer = match &config.metrics_token_file {
+            Some(path) => Some(data_dir::read_token_file(path)?),
+            None => local_token.clone(),
+        };
+        let tokens = Arc::new(match local_token {
+            Some(token) => {
+                info!(
+                    file = %config.data.join(auth::LOCAL_TOKEN_FILE).display(),
+                    "local-only: no tokens configured, so only clients that read the data directory's token are served (--open serves everyone)"
+                );
+                auth::Tokens::local(&token)
+            }
+            None => configured,
+        });
+        if tokens.is_empty() {
+            info!("--open: every client that can connect is served fully");
+        }
+        Ok(Access {
+            tokens,
+            local_only,
+            metrics_bearer,
+            _lock: lock,
+        })
+    }
+}
+
+/// Opens the store (off the runtime's workers: fjall blocks), clustered or not.
+async fn open_store(config: &Config, clustered: bool) -> anyhow::Result<store::Store> {
+    let store_dir = config.data.join("store");
+    let cache_bytes = config.cache_mib << 20;
+    tokio::task::spawn_blocking(move || {
+        let opening = std::time::Instant::now();
+        let store = if clustered {
+            store::Store::open_clustered(&store_dir, cache_bytes)
+        } else {
+            store::Store::open(&store_dir, cache_bytes)
+        }
+        .context("opening the store")?;
+        tracing::info!(
+            elapsed_ms = opening.elapsed().as_millis() as u64,
+            "store opened"
+        );
+        anyhow::Ok(store)
+    })
+    .await
+    .context("opening the store")?
+}
+
+/// Starts the dispatcher over the store: alone, or behind a cluster node started
+/// first (with the leadership generation its connections watch).
+async fn start_engine(
+    config: &Config,
+    store: store::Store,
+    cluster: Option<config::ClusterFlags>,
+    addr: std::net::SocketAddr,
+) -> anyhow::Result<(Dispatcher, ClusterNode)> {
+    let disk = disk::DiskAlarm::new(config.data.clone(), config.disk_threshold());
+    let settings = dispatcher::EngineSettings {
+        member_name_expiry: config.member_name_expiry,
+        quotas: engine::Quotas {
+            max_tasks_per_queue: config.max_tasks_per_queue,
+            max_bytes_per_principal: config.max_bytes_per_token,
+        },
+        snapshot_root: config.snapshot_root(),
+    };
+    let Some(flags) = cluster else {
+        let durability = config.durability;
+        let dispatcher = tokio::task::spawn_blocking(move || {
+            Dispatcher::start(store, durability, settings, disk)
+        });
+        return Ok((dispatcher.await.context("opening the store")??, None));
+    };
+    let node_config = cluster::node::NodeConfig {
+        secret: cluster::identity::read_secret(&flags.secret_file)?,
+        cluster_id: flags.cluster_id,
+        node_id: flags.node_id,
+        listen: flags.listen,
+        advertise: config.advertise.clone(),
+        cluster_advertise: config.cluster_advertise.clone(),
+        bootstrap: config.bootstrap,
+        force_single_node: config.cluster_force_single_node,
+        routes: config.routes.iter().cloned().collect(),
+        snapshot_every: config.cluster_snapshot_every,
+        timing: flags.timing,
+    };
+    let node = cluster::node::Node::start(
+        node_config,
+        &store,
+        &config.data,
+        config.durability.persist(),
+        addr,
+    )
+    .await?;
+    let (generation, watching) = tokio::sync::watch::channel(0u64);
+    let dispatcher = Dispatcher::start_clustered(store, node.clone(), settings, disk, generation)?;
+    Ok((dispatcher, Some((node, watching))))
+}
+
+/// A cluster node, and the generation that moves when it starts or stops leading.
+type ClusterNode = Option<(cluster::node::Node, tokio::sync::watch::Receiver<u64>)>;
+
+/// Stops the dispatcher (its last round persisted) and says how the daemon ended: an
+/// error for a store failure or an earlier `failed`, with the disk's free space.
+async fn stop_dispatcher(
+    dispatcher: Dispatcher,
+    data: &std::path::Path,
+    failed: Option<String>,
+) -> anyhow::Result<()> {
     let stats = &dispatcher.stats;
     let (syncs, requests) = (
         stats.syncs.load(std::sync::atomic::Ordering::Relaxed),
@@ -349,14 +407,23 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         anyhow::bail!(
             "the store failed; nothing unacknowledged was reported as durable: {:#}; {}",
             anyhow::Error::from(e),
-            disk::describe_space(&data)
+            disk::describe_space(data)
         );
     }
-    if failed {
-        anyhow::bail!("the dispatcher stopped unexpectedly");
+    if let Some(why) = failed {
+        anyhow::bail!("{why}; {}", disk::describe_space(data));
     }
     info!(syncs, requests, "musterd stopped");
     Ok(())
+}
+
+/// Resolves when a cluster node's raft stops on its own (a storage error inside it);
+/// never on a single daemon.
+async fn raft_failed(node: Option<&cluster::node::Node>) -> String {
+    match node {
+        Some(node) => node.failed().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Resolves when the dispatcher thread ends on its own, which only a store failure causes.

@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use ulid::Ulid;
 
 use muster_protocol::RawJson;
-use muster_protocol::model::{QueueOptions, TaskState, TimelineEvent};
+use muster_protocol::model::{NewTask, QueueOptions, TaskState, TimelineEvent};
 
 /// The key of the store's format in the `meta` keyspace.
 const FORMAT_KEY: &[u8] = b"format";
@@ -259,6 +259,47 @@ pub struct IndexView<'a> {
 }
 
 impl TaskRecord {
+    /// A task as enqueued at `now_ms` into `queue` by `owner`: ready, or scheduled until
+    /// `not_before_ms` (a time after now) when given; nothing in its timeline yet.
+    pub fn new(
+        queue: &str,
+        task: &NewTask,
+        not_before_ms: Option<u64>,
+        owner: Option<&str>,
+        now_ms: u64,
+    ) -> TaskRecord {
+        assert!(
+            not_before_ms.is_none_or(|nb| nb > now_ms),
+            "a scheduled task is due after now"
+        );
+        TaskRecord {
+            queue: queue.to_owned(),
+            state: match not_before_ms {
+                Some(_) => TaskState::Scheduled,
+                None => TaskState::Ready,
+            },
+            priority: task.priority.unwrap_or(0),
+            key: task.key.clone(),
+            requires: task.requires.clone(),
+            not_before_ms,
+            idempotency_key: task.idempotency_key.clone(),
+            deliveries: 0,
+            failures: 0,
+            lease: None,
+            cancel_requested: false,
+            progress: None,
+            result: None,
+            last_error: None,
+            dead_reason: None,
+            created_ms: now_ms,
+            updated_ms: now_ms,
+            finished_ms: None,
+            history: Vec::new(),
+            enqueued_by: owner.map(str::to_owned),
+            stored_bytes: task.payload.get().len() as u64 + TASK_RECORD_BYTES,
+        }
+    }
+
     /// The indexed fields.
     pub fn view(&self) -> IndexView<'_> {
         IndexView {

@@ -17,6 +17,13 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use muster_protocol::limits::MAX_FRAME_BYTES;
 use muster_protocol::{ALPN, CERT_FILE, KEY_FILE, SERVER_NAME};
 
+/// Streams a connection may open before it presented its token (tokens configured);
+/// raised to the full limit by its `hello`.
+pub const STREAMS_BEFORE_HELLO: u32 = 2;
+
+/// Connection receive window before the token is presented (tokens configured).
+pub const WINDOW_BEFORE_HELLO: u32 = 64 * 1024;
+
 /// Bidirectional streams a client may have open at once on one connection.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 64;
 
@@ -167,10 +174,10 @@ pub fn server_config(identity: Identity) -> anyhow::Result<quinn::ServerConfig> 
         // A connection starts small and gets the full limits with its place of
         // --max-connections (at once without tokens, at its first valid `hello` with
         // them): one that never presents a token can buffer little.
-        .max_concurrent_bidi_streams(crate::server::STREAMS_BEFORE_HELLO.into())
+        .max_concurrent_bidi_streams(STREAMS_BEFORE_HELLO.into())
         .max_concurrent_uni_streams(0u32.into())
         .stream_receive_window(STREAM_WINDOW.into())
-        .receive_window(crate::server::WINDOW_BEFORE_HELLO.into())
+        .receive_window(WINDOW_BEFORE_HELLO.into())
         .send_window(u64::from(CONNECTION_WINDOW))
         .max_idle_timeout(Some(IDLE_TIMEOUT.try_into().context("idle timeout")?))
         .datagram_receive_buffer_size(None);

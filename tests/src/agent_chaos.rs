@@ -500,6 +500,8 @@ struct History {
     /// The executions' log.
     log: String,
     faults: Vec<Fault>,
+    /// The cluster's leader faults (start and end, wall ms), by start.
+    leader_faults: Vec<(u64, u64)>,
     lives: Vec<Life>,
 }
 
@@ -783,6 +785,20 @@ fn exit_status(p: &mut Proc) -> Option<std::process::ExitStatus> {
 
 fn window_end(f: &Fault, lease_ms: u64, liveness_ms: u64) -> u64 {
     f.end_ms + lease_ms + liveness_ms + WINDOW_SLACK_MS
+}
+
+/// The end of the window in which member fault `f` explains what its member's leases
+/// suffered: [`window_end`], pushed out by each leader fault that overlaps it. A new
+/// leader starts every held lease afresh (a full period from its own start, before
+/// the leader fault ends), so a lease the member fault cost lapses up to a lease after.
+fn excuse_end(f: &Fault, h: &History) -> u64 {
+    let mut end = window_end(f, h.lease_ms, h.liveness_ms);
+    for &(start, stop) in &h.leader_faults {
+        if start <= end && stop + CLOCK_SLACK_MS >= f.start_ms {
+            end = end.max(stop + h.lease_ms + WINDOW_SLACK_MS);
+        }
+    }
+    end
 }
 
 impl Nemesis {
@@ -1355,6 +1371,10 @@ pub async fn run(config: Config) -> Report {
         tasks,
         log: log_text,
         faults,
+        leader_faults: leader_faults
+            .iter()
+            .map(|f| (f.start_ms, f.end_ms))
+            .collect(),
         lives,
     };
     let mut analysed = analyse(&history);
@@ -1602,7 +1622,7 @@ impl Timeline {
 /// Judges a run's history. Counts of faults, restarts and drains are the nemesis's and
 /// are filled in by [`run`].
 fn analyse(h: &History) -> Report {
-    let (lease, liveness) = (h.lease_ms, h.liveness_ms);
+    let liveness = h.liveness_ms;
     let mut r = Report::default();
     let executions = parse_log(&h.log, &mut r.garbled_lines);
     r.executions = executions.len();
@@ -1635,7 +1655,7 @@ fn analyse(h: &History) -> Report {
             f.member == member
                 && pred(f.kind)
                 && f.start_ms <= at + CLOCK_SLACK_MS
-                && at <= window_end(f, lease, liveness)
+                && at <= excuse_end(f, h)
         })
     };
     let excused = |member: &str, at: u64| member_faults(member, at, FaultKind::excuses_failures);
@@ -1682,7 +1702,7 @@ fn analyse(h: &History) -> Report {
                     f.member == *member
                         && f.kind.excuses_failures()
                         && f.start_ms <= at + CLOCK_SLACK_MS
-                        && *at <= window_end(f, lease, liveness)
+                        && *at <= excuse_end(f, h)
                         && granted.is_none_or(|g| {
                             g <= f.end_ms.max(f.start_ms + liveness) + WINDOW_SLACK_MS
                         })
@@ -1767,7 +1787,7 @@ fn analyse(h: &History) -> Report {
                     f.member == e.member
                         && f.kind == kind
                         && f.start_ms <= end + CLOCK_SLACK_MS
-                        && *end <= window_end(f, lease, liveness)
+                        && *end <= excuse_end(f, h)
                 })
             };
             let text = |f: &Fault| {
@@ -2100,6 +2120,33 @@ mod tests {
         // Nor a kill after it.
         let mut h = lapsed_and_redone();
         h.faults = vec![fault(FaultKind::Kill9, "m1", 6_000, 6_000)];
+        assert_eq!(analyse(&h).failures_unexplained, 1);
+    }
+
+    #[test]
+    fn a_leader_fault_in_a_kills_window_stretches_it_by_a_lease() {
+        // m1 killed at 1 500; its lease lapses at 13 000, past the kill's window
+        // (1 500 + lease + liveness + slack = 10 500).
+        let mut h = lapsed_and_redone();
+        let t1 = h.tasks.get_mut("t1").unwrap();
+        t1.history = vec![
+            ev(1_000, "enqueued", None, None),
+            ev(1_010, "leased", Some("m1"), Some(1)),
+            ev(13_000, "lapsed", Some("m1"), Some(1)),
+            ev(13_010, "leased", Some("m2"), Some(2)),
+            ev(14_520, "done", Some("m2"), Some(2)),
+        ];
+        h.log = run_lines("t1", 1, "m1", 1_020, 1_400, "end");
+        h.log += &run_lines("t1", 2, "m2", 13_020, 14_500, "end");
+        h.faults = vec![fault(FaultKind::Kill9, "m1", 1_500, 1_500)];
+        assert_eq!(analyse(&h).failures_unexplained, 1);
+        // A leader killed from 9 000 to 10 000: its successor gave the lease a full
+        // period, to 13 000 at the latest; the kill explains the lapse.
+        h.leader_faults = vec![(9_000, 10_000)];
+        let r = analyse(&h);
+        assert!(r.is_clean(), "{r}");
+        // A leader fault after the kill's window stretches nothing.
+        h.leader_faults = vec![(11_000, 12_000)];
         assert_eq!(analyse(&h).failures_unexplained, 1);
     }
 

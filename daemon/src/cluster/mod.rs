@@ -9,12 +9,16 @@
 //!
 //! - [`storage`]: openraft's log and state machine over the node's fjall store, and
 //!   snapshots as files.
-//! - [`net`]: node-to-node RPCs over QUIC, authenticated by the cluster secret.
+//! - [`identity`]: the node's key, certificate and endpoint, derived from the cluster
+//!   secret, and the verifiers that accept only peers holding the same secret.
+//! - [`net`]: node-to-node RPCs over QUIC between those endpoints.
 //! - [`elect`]: elections behind a pre-vote, so a node back from a partition does not
 //!   depose a healthy leader.
 //! - [`node`]: starting a node, membership changes and its status.
+//! - [`lead`]: a leader's rounds: agreeing on each with the others.
 
 pub mod elect;
+pub mod identity;
 pub mod lead;
 pub mod net;
 pub mod node;

@@ -15,7 +15,7 @@ use muster_protocol::ops::{ClusterHello, ClusterMember, ClusterStatusReply};
 use muster_protocol::{ErrorBody, ErrorCode};
 
 use super::storage::{LogStore, StateMachine};
-use super::{Muster, NodeAddr, Round, elect, net};
+use super::{Muster, NodeAddr, Round, elect, identity, net};
 use crate::store::{Persist, Store};
 
 /// How often the leader sends heartbeats, unless `--cluster-heartbeat` says otherwise.
@@ -201,8 +201,8 @@ impl Node {
         }
         .validate()
         .context("the cluster's raft settings")?;
-        let identity = net::identity(&config.secret, &config.cluster_id)?;
-        let endpoint = net::endpoint(config.listen, &identity)?;
+        let identity = identity::identity(&config.secret, &config.cluster_id)?;
+        let endpoint = identity::endpoint(config.listen, &identity)?;
         let cluster_addr = endpoint
             .local_addr()
             .context("reading the cluster address")?;
@@ -283,6 +283,13 @@ impl Node {
             tracing::info!("stepping back before shutting down: the others elect a new leader");
         }
         elect::step_back(&self.raft, &self.network, true);
+    }
+
+    /// Resolves when raft stopped on its own: a storage error (a failed append, apply or
+    /// snapshot write), a panic in its core. Says why. The node can neither lead nor
+    /// follow after that, so the daemon stops as it does for a store error.
+    pub async fn failed(&self) -> String {
+        raft_failed(self.raft.metrics()).await
     }
 
     /// Stops raft (before the store closes).
@@ -628,9 +635,40 @@ fn quorum_is_fresh(m: &RaftMetrics<u64, NodeAddr>, timing: Timing) -> bool {
         .is_some_and(|age| age < timing.election_timeout().as_millis() as u64)
 }
 
+/// Resolves with raft's fatal error once its metrics report one (or they end).
+async fn raft_failed(
+    mut metrics: tokio::sync::watch::Receiver<RaftMetrics<u64, NodeAddr>>,
+) -> String {
+    loop {
+        if let Err(fatal) = &metrics.borrow_and_update().running_state {
+            return fatal.to_string();
+        }
+        if metrics.changed().await.is_err() {
+            return "raft stopped".into();
+        }
+    }
+}
+
 #[cfg(test)]
-mod timing_tests {
+mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_fatal_error_in_raft_is_seen_and_said() {
+        let initial = RaftMetrics::new_initial(1);
+        let (tx, rx) = tokio::sync::watch::channel(initial.clone());
+        let failed = tokio::spawn(raft_failed(rx));
+        tx.send(initial.clone()).unwrap();
+        tokio::task::yield_now().await;
+        assert!(!failed.is_finished(), "running, not failed");
+        let mut broken = initial;
+        broken.running_state = Err(openraft::error::Fatal::Panicked);
+        tx.send(broken).unwrap();
+        assert_eq!(
+            failed.await.unwrap(),
+            openraft::error::Fatal::<u64>::Panicked.to_string()
+        );
+    }
 
     #[test]
     fn timings_outside_their_ranges_are_refused_with_the_range() {

@@ -324,7 +324,20 @@ impl RaftLogStorage<Muster> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let mut batch = self.store.database().batch();
+        let mut previous: Option<LogId<u64>> = None;
         for entry in entries {
+            if let Some(p) = previous {
+                assert_eq!(
+                    entry.log_id.index,
+                    p.index + 1,
+                    "appended entries are contiguous"
+                );
+                assert!(
+                    entry.log_id.leader_id.term >= p.leader_id.term,
+                    "terms never go back"
+                );
+            }
+            previous = Some(entry.log_id);
             batch.insert(&self.log, entry.log_id.index.to_be_bytes(), encode(&entry));
         }
         batch
@@ -857,6 +870,14 @@ impl RaftStateMachine<Muster> for StateMachine {
         let mut replies = Vec::new();
         for entry in entries {
             let log_id = entry.log_id;
+            // Applied once each, in order: the store's applied position only moves on.
+            if let Some(last) = self.applied.log_id {
+                assert!(log_id.index > last.index, "{log_id} applied after {last}");
+                assert!(
+                    log_id.leader_id.term >= last.leader_id.term,
+                    "{log_id} of an older term applied after {last}"
+                );
+            }
             let mut applied = self.applied.clone();
             applied.log_id = Some(log_id);
             let changes = match entry.payload {
@@ -872,7 +893,14 @@ impl RaftStateMachine<Muster> for StateMachine {
                     applied.wall_ms = applied.wall_ms.max(round.wall_ms);
                     round.changes
                 }
-                EntryPayload::Normal(_) => {
+                EntryPayload::Normal(round) => {
+                    // An engine's round is proposed in the term it was built in: only
+                    // a later leader's log can hold it in another term.
+                    assert!(
+                        round.term < log_id.leader_id.term,
+                        "a round of term {} in {log_id}",
+                        round.term
+                    );
                     replies.push(false);
                     self.store
                         .apply(&[], &applied.meta())

@@ -597,9 +597,8 @@ impl<W: Waiter> Engine<W> {
             // The agent restarted and lost its work in progress: a failure, like a
             // lapse, but handed straight back instead of waiting for the lease to run
             // out. (A lease the agent never heard of cost it nothing: no failure.)
-            rec.failures += 1;
-            rec.last_error = Some(format!("member {member:?} restarted"));
-            if self.dead_if_out_of_attempts(id, &mut rec, now, Some(member)) {
+            let error = format!("member {member:?} restarted");
+            if self.count_failure(id, &mut rec, now, error, Some(member)) {
                 self.save(id, &rec, None);
                 return Ok(Handed::Dead);
             }

@@ -1419,20 +1419,19 @@ impl<W: Waiter> Engine<W> {
         delay_ms: Option<u64>,
     ) -> TaskState {
         rec.lease = None;
-        if !rec.cancel_requested {
-            rec.failures += 1;
-        }
-        rec.last_error = Some(error);
         let backoff = self
             .queues
             .get(&rec.queue)
             .map(|q| q.options.retry_backoff)
             .unwrap_or_default();
-        if self.cancel_if_requested(rec, now, None, None)
-            || self.dead_if_out_of_attempts(id, rec, now, None)
-        {
-            // Ended: cancelled, or dead.
+        // A task whose cancel is pending ends cancelled, no failure counted.
+        let ended = if rec.cancel_requested {
+            rec.last_error = Some(error);
+            self.cancel_if_requested(rec, now, None, None)
         } else {
+            self.count_failure(id, rec, now, error, None)
+        };
+        if !ended {
             let delay = delay_ms.unwrap_or_else(|| {
                 let exp = backoff
                     .factor
@@ -1471,6 +1470,29 @@ impl<W: Waiter> Engine<W> {
         push_event(rec, now, "cancelled", member, epoch, None);
         self.finish(rec, TaskState::Cancelled, now);
         true
+    }
+
+    /// Counts a failure against a task, with its error: it goes to dead when out of
+    /// attempts (returns whether it did). The one place a failure is counted.
+    fn count_failure(
+        &self,
+        id: Ulid,
+        rec: &mut TaskRecord,
+        now: Now,
+        error: String,
+        member: Option<&str>,
+    ) -> bool {
+        let before = rec.failures;
+        rec.failures += 1;
+        rec.last_error = Some(error);
+        let dead = self.dead_if_out_of_attempts(id, rec, now, member);
+        assert_eq!(rec.failures, before + 1, "{id}: one failure counted");
+        assert_eq!(
+            dead,
+            rec.state == TaskState::Dead,
+            "{id}: dead when out of attempts"
+        );
+        dead
     }
 
     /// A task whose failures reached its queue's `max_attempts` goes to dead (reason

@@ -14,8 +14,8 @@ use muster_protocol::limits::{
     cut_to,
 };
 use muster_protocol::model::{
-    Delivery, EnqueuedTask, LeaseInfo, QueueInfo, QueueOptions, QueuePatch, StateCounts, TaskInfo,
-    TaskState, TaskSummary,
+    Delivery, EnqueuedTask, LeaseInfo, NewTask, QueueInfo, QueueOptions, QueuePatch, StateCounts,
+    TaskInfo, TaskState, TaskSummary,
 };
 use muster_protocol::names;
 use muster_protocol::ops::{
@@ -35,7 +35,7 @@ use super::{
     TaskWait, Waiter, client, push_event,
 };
 use crate::auth::Principal;
-use crate::store::{LeaseRecord, QueueRecord, StoreError, TASK_RECORD_BYTES, TaskRecord};
+use crate::store::{LeaseRecord, QueueRecord, StoreError, TaskRecord};
 
 /// The `invalid_state` message of the cluster ops on a daemon that runs alone.
 pub const NOT_A_CLUSTER_NODE: &str =
@@ -75,6 +75,47 @@ pub(super) fn bad(message: impl Into<String>) -> Failure {
 
 pub(super) fn parse_id(s: &str) -> OpResult<Ulid> {
     Ulid::from_string(s).map_err(|_| bad(format!("invalid task id {s:?}")))
+}
+
+/// Checks an enqueue's tasks before anything is stored: 1 to `MAX_BATCH` of them, each
+/// payload, priority, key, idempotency key, label and delay within its limits.
+fn check_new_tasks(tasks: &[NewTask], now: Now) -> OpResult<()> {
+    if tasks.is_empty() || tasks.len() > MAX_BATCH {
+        return Err(client(
+            if tasks.is_empty() {
+                ErrorCode::BadRequest
+            } else {
+                ErrorCode::TooLarge
+            },
+            format!(
+                "an enqueue carries 1 to {MAX_BATCH} tasks, not {}",
+                tasks.len()
+            ),
+        ));
+    }
+    for (i, t) in tasks.iter().enumerate() {
+        let at = |m: String| bad(format!("task {i}: {m}"));
+        check_size("payload", Some(&t.payload), MAX_PAYLOAD_BYTES)?;
+        if t.priority.is_some_and(|p| p > MAX_PRIORITY) {
+            return Err(at(format!("priority is 0..={MAX_PRIORITY}")));
+        }
+        if let Some(k) = &t.key {
+            names::check_short("key", k).map_err(at)?;
+        }
+        if let Some(k) = &t.idempotency_key {
+            names::check_short("idempotency key", k).map_err(at)?;
+        }
+        names::check_labels(&t.requires).map_err(at)?;
+        if t.delay_ms.is_some_and(|d| d > ms(MAX_DELAY)) {
+            return Err(at("delay exceeds one year".into()));
+        }
+        if t.not_before_ms
+            .is_some_and(|nb| nb > now.wall_ms.saturating_add(ms(MAX_DELAY)))
+        {
+            return Err(at("not_before is more than a year away".into()));
+        }
+    }
+    Ok(())
 }
 
 fn check_lease(what: &str, value: u64) -> OpResult<()> {
@@ -530,117 +571,86 @@ impl<W: Waiter> Engine<W> {
                  enqueues are refused until space comes back (claims, settles and repairs go on)",
             ));
         }
-        if r.tasks.is_empty() || r.tasks.len() > MAX_BATCH {
-            return Err(client(
-                if r.tasks.is_empty() {
-                    ErrorCode::BadRequest
-                } else {
-                    ErrorCode::TooLarge
-                },
-                format!(
-                    "an enqueue carries 1 to {MAX_BATCH} tasks, not {}",
-                    r.tasks.len()
-                ),
-            ));
-        }
-        for (i, t) in r.tasks.iter().enumerate() {
-            let at = |m: String| bad(format!("task {i}: {m}"));
-            check_size("payload", Some(&t.payload), MAX_PAYLOAD_BYTES)?;
-            if t.priority.is_some_and(|p| p > MAX_PRIORITY) {
-                return Err(at(format!("priority is 0..={MAX_PRIORITY}")));
-            }
-            if let Some(k) = &t.key {
-                names::check_short("key", k).map_err(at)?;
-            }
-            if let Some(k) = &t.idempotency_key {
-                names::check_short("idempotency key", k).map_err(at)?;
-            }
-            names::check_labels(&t.requires).map_err(at)?;
-            if t.delay_ms.is_some_and(|d| d > ms(MAX_DELAY)) {
-                return Err(at("delay exceeds one year".into()));
-            }
-            if t.not_before_ms
-                .is_some_and(|nb| nb > now.wall_ms.saturating_add(ms(MAX_DELAY)))
-            {
-                return Err(at("not_before is more than a year away".into()));
-            }
-        }
+        check_new_tasks(&r.tasks, now)?;
         self.check_label_classes(&r, principal)?;
         let owner = principal.map(|p| p.name.as_str());
         self.check_quotas(&r, owner)?;
         let mut out = Vec::with_capacity(r.tasks.len());
+        // This batch's idempotency keys so far, so a key repeated within it is one task.
         let mut keyed: Vec<(&str, Ulid)> = Vec::new();
         for t in &r.tasks {
-            if let Some(key) = t.idempotency_key.as_deref() {
-                let existing = match keyed.iter().find(|(k, _)| *k == key) {
-                    Some((_, id)) => Some(*id),
-                    None => self.store.idem(&r.queue, key)?,
-                };
-                if let Some(id) = existing.filter(|id| self.tasks.contains_key(id)) {
-                    let state = self.tasks[&id].state;
-                    out.push(EnqueuedTask {
-                        id: id.to_string(),
-                        duplicate: true,
-                        state,
-                    });
-                    continue;
-                }
+            if let Some(existing) = self.existing_by_key(&r.queue, t, &keyed)? {
+                out.push(existing);
+                continue;
             }
-            let id = self.next_id(now);
-            let not_before = [t.delay_ms.map(|d| now.wall_ms + d), t.not_before_ms]
-                .into_iter()
-                .flatten()
-                .max()
-                .filter(|&nb| nb > now.wall_ms);
-            let mut rec = TaskRecord {
-                queue: r.queue.clone(),
-                state: if not_before.is_some() {
-                    TaskState::Scheduled
-                } else {
-                    TaskState::Ready
-                },
-                priority: t.priority.unwrap_or(0),
-                key: t.key.clone(),
-                requires: t.requires.clone(),
-                not_before_ms: not_before,
-                idempotency_key: t.idempotency_key.clone(),
-                deliveries: 0,
-                failures: 0,
-                lease: None,
-                cancel_requested: false,
-                progress: None,
-                result: None,
-                last_error: None,
-                dead_reason: None,
-                created_ms: now.wall_ms,
-                updated_ms: now.wall_ms,
-                finished_ms: None,
-                history: Vec::new(),
-                enqueued_by: owner.map(str::to_owned),
-                stored_bytes: t.payload.get().len() as u64 + TASK_RECORD_BYTES,
-            };
-            if let Some(owner) = owner {
-                self.count_bytes(owner, rec.stored_bytes);
-            }
-            push_event(&mut rec, now, "enqueued", None, None, None);
-            self.pending
-                .put_payload(id, &r.queue, t.payload.get(), t.idempotency_key.as_deref());
-            self.save(id, &rec, None);
-            self.fresh.keep(id, &rec, &t.payload);
+            let (id, state) = self.store_new(&r.queue, t, owner, now);
             if let Some(key) = t.idempotency_key.as_deref() {
                 keyed.push((key, id));
             }
             out.push(EnqueuedTask {
                 id: id.to_string(),
                 duplicate: false,
-                state: rec.state,
+                state,
             });
-            telemetry::enqueued(&r.queue);
-            if let Some(q) = self.queues.get_mut(&r.queue) {
-                q.totals.enqueued += 1;
-            }
         }
+        assert_eq!(out.len(), r.tasks.len(), "one answer per task");
         Ok(EnqueueReply { tasks: out })
+    }
+
+    /// The task already stored under `t`'s idempotency key in `queue` (or earlier in this
+    /// batch, `keyed`), answered as a duplicate; `None` when there is none (or it is
+    /// gone: retention ended it).
+    fn existing_by_key(
+        &self,
+        queue: &str,
+        t: &NewTask,
+        keyed: &[(&str, Ulid)],
+    ) -> OpResult<Option<EnqueuedTask>> {
+        let Some(key) = t.idempotency_key.as_deref() else {
+            return Ok(None);
+        };
+        let existing = match keyed.iter().find(|(k, _)| *k == key) {
+            Some((_, id)) => Some(*id),
+            None => self.store.idem(queue, key)?,
+        };
+        Ok(existing
+            .filter(|id| self.tasks.contains_key(id))
+            .map(|id| EnqueuedTask {
+                id: id.to_string(),
+                duplicate: true,
+                state: self.tasks[&id].state,
+            }))
+    }
+
+    /// Stores a new task (its record, payload and idempotency key) and counts it:
+    /// its id and first state.
+    fn store_new(
+        &mut self,
+        queue: &str,
+        t: &NewTask,
+        owner: Option<&str>,
+        now: Now,
+    ) -> (Ulid, TaskState) {
+        let id = self.next_id(now);
+        let not_before = [t.delay_ms.map(|d| now.wall_ms + d), t.not_before_ms]
+            .into_iter()
+            .flatten()
+            .max()
+            .filter(|&nb| nb > now.wall_ms);
+        let mut rec = TaskRecord::new(queue, t, not_before, owner, now.wall_ms);
+        if let Some(owner) = owner {
+            self.count_bytes(owner, rec.stored_bytes);
+        }
+        push_event(&mut rec, now, "enqueued", None, None, None);
+        self.pending
+            .put_payload(id, queue, t.payload.get(), t.idempotency_key.as_deref());
+        self.save(id, &rec, None);
+        self.fresh.keep(id, &rec, &t.payload);
+        telemetry::enqueued(queue);
+        if let Some(q) = self.queues.get_mut(queue) {
+            q.totals.enqueued += 1;
+        }
+        (id, rec.state)
     }
 
     /// Refuses a claim that may park when its connection or principal already has as
