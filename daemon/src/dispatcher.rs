@@ -11,12 +11,10 @@
 //!
 //! fjall blocks (fsync, write stalls), which is why this is an OS thread and not a tokio task.
 //!
-//! On a cluster node the round's durability step is the cluster's agreement instead
-//! (`Commit::Cluster`), and the thread serves only while its node leads
-//! ([`Dispatcher::start_clustered`]): it follows, answering `not_leader`, otherwise.
-//! Following, it still watches the disk and publishes the node's gauges (the disk, the
-//! store's size, the tasks its state machine applied, the node's raft positions), so
-//! that every node of a cluster exports them, not only the leader.
+//! How a round becomes durable is a [`Commit`]: a single daemon persists its journal
+//! ([`Persisting`]); on a cluster node the cluster agrees on the round instead, and the
+//! thread serves only while its node leads (its life cycle, follow → lead → deposed,
+//! is `cluster::lead::start`). This module knows nothing of clusters.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -234,6 +232,15 @@ pub struct CommitStats {
     pub fsync_total_us: AtomicU64,
 }
 
+impl CommitStats {
+    /// Counts a round that made `requests` requests' changes durable.
+    pub(crate) fn counted(&self, requests: u64) {
+        metrics::histogram!("muster_fsync_batch_requests").record(requests as f64);
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.synced_requests.fetch_add(requests, Ordering::Relaxed);
+    }
+}
+
 /// The running dispatcher: a channel in, a thread behind it.
 pub struct Dispatcher {
     /// Where connections send commands.
@@ -254,7 +261,7 @@ pub struct EngineSettings {
 }
 
 /// Opens the engine over `store`: its state rebuilt from the store.
-fn open_engine(
+pub(crate) fn open_engine(
     store: Store,
     clock: &Clock,
     settings: &EngineSettings,
@@ -283,99 +290,44 @@ impl Dispatcher {
         mut disk: DiskAlarm,
     ) -> anyhow::Result<Dispatcher> {
         let clock = Clock::new();
-        let stats = Arc::new(CommitStats::default());
-        stats
-            .started_ms
-            .store(clock.now().wall_ms, Ordering::Relaxed);
+        let stats = CommitStats::default();
         let mut engine = open_engine(store, &clock, &settings, &mut disk, &stats)?;
-        let (tx, rx) = flume::bounded(CHANNEL_CAPACITY);
-        let thread_stats = Arc::clone(&stats);
-        let thread = std::thread::Builder::new()
-            .name("muster-dispatch".into())
-            .spawn(move || {
-                let mut commit = Commit::Local(durability.persist());
-                let ended = run(
-                    &mut engine,
-                    &rx,
-                    &mut commit,
-                    &clock,
-                    &mut disk,
-                    &thread_stats,
-                    &settings.snapshot_root,
-                )?;
-                assert!(
-                    matches!(ended, Ended::Stopped),
-                    "a single daemon's dispatcher is never deposed"
-                );
-                Ok(())
-            })
-            .context("starting the dispatcher thread")?;
-        Ok(Dispatcher { tx, stats, thread })
+        Dispatcher::spawn(stats, move |rx, stats| {
+            let mut commit = Persisting(durability.persist());
+            let ended = run(
+                &mut engine,
+                &rx,
+                &mut commit,
+                &clock,
+                &mut disk,
+                stats,
+                &settings.snapshot_root,
+            )?;
+            assert!(
+                matches!(ended, Ended::Stopped),
+                "a single daemon's dispatcher is never deposed"
+            );
+            Ok(())
+        })
     }
 
-    /// Starts the thread of a cluster node. It follows (answering every request with
-    /// `not_leader`) until the node leads with every log entry applied, then opens the
-    /// engine over the store, as a restart does, and serves; when it stops leading it
-    /// drops the engine and follows again. Each change bumps `generation`, on which
-    /// the server closes every client connection.
-    pub fn start_clustered(
-        store: Store,
-        node: crate::cluster::node::Node,
-        settings: EngineSettings,
-        mut disk: DiskAlarm,
-        generation: tokio::sync::watch::Sender<u64>,
-    ) -> anyhow::Result<Dispatcher> {
-        let stats = Arc::new(CommitStats::default());
+    /// Starts the dispatcher thread: `body` takes the commands sent to the
+    /// dispatcher until it returns (on shutdown, or with a store failure).
+    pub(crate) fn spawn<F>(stats: CommitStats, body: F) -> anyhow::Result<Dispatcher>
+    where
+        F: FnOnce(flume::Receiver<Command>, &CommitStats) -> Result<(), StoreError>
+            + Send
+            + 'static,
+    {
         stats
             .started_ms
             .store(Clock::new().now().wall_ms, Ordering::Relaxed);
+        let stats = Arc::new(stats);
         let (tx, rx) = flume::bounded(CHANNEL_CAPACITY);
         let thread_stats = Arc::clone(&stats);
         let thread = std::thread::Builder::new()
             .name("muster-dispatch".into())
-            .spawn(move || -> Result<(), StoreError> {
-                loop {
-                    let Some(term) = follow(&rx, &node, &store, &mut disk, &thread_stats) else {
-                        info!("dispatcher stopped while following");
-                        return Ok(());
-                    };
-                    let opening = Instant::now();
-                    let applied = crate::cluster::storage::Applied::of(&store)?;
-                    let clock = Clock::floored(applied.wall_ms);
-                    let mut engine =
-                        open_engine(store.clone(), &clock, &settings, &mut disk, &thread_stats)?;
-                    info!(
-                        term,
-                        opened_ms = opening.elapsed().as_millis() as u64,
-                        "leading: serving clients"
-                    );
-                    node.set_serving(Some(term));
-                    generation.send_modify(|g| *g += 1);
-                    let mut commit = Commit::Cluster(Box::new(crate::cluster::lead::Leading::new(
-                        node.clone(),
-                        term,
-                    )));
-                    let ended = run(
-                        &mut engine,
-                        &rx,
-                        &mut commit,
-                        &clock,
-                        &mut disk,
-                        &thread_stats,
-                        &settings.snapshot_root,
-                    )?;
-                    drop(engine);
-                    store.drop_held();
-                    match ended {
-                        Ended::Stopped => return Ok(()),
-                        Ended::Deposed => {
-                            info!(term, "no longer leading: following");
-                            node.set_serving(None);
-                            generation.send_modify(|g| *g += 1);
-                        }
-                    }
-                }
-            })
+            .spawn(move || body(rx, &thread_stats))
             .context("starting the dispatcher thread")?;
         Ok(Dispatcher { tx, stats, thread })
     }
@@ -552,82 +504,89 @@ impl Clock {
     }
 }
 
-/// How a round's changes become durable before its replies leave.
-enum Commit {
-    /// A single daemon's: persist the journal as far as this says.
-    Local(Persist),
-    /// A cluster leader's: the cluster agrees on the round (boxed: a node's handle is
-    /// large beside a persist mode).
-    Cluster(Box<crate::cluster::lead::Leading>),
-}
+/// How a round's changes become durable before its replies leave, and whether the
+/// engine may go on serving.
+pub(crate) trait Commit {
+    /// Whether the round may take another request.
+    fn has_room(&self, store: &Store) -> bool;
 
-impl Commit {
-    /// Whether the round may take another request: a cluster round stops at
-    /// [`crate::cluster::lead::MAX_ROUND_BYTES`] of changes.
-    fn has_room(&self, store: &Store) -> bool {
-        match self {
-            Commit::Local(_) => true,
-            Commit::Cluster(_) => store.round_bytes() < crate::cluster::lead::MAX_ROUND_BYTES,
-        }
-    }
-
-    /// Makes the round's changes durable (`requests` of them applied); false if a
-    /// cluster did not agree on them, so that nothing of the round may be told.
+    /// Makes the round's changes durable (`requests` of them applied). When they were
+    /// not, nothing of the round may be told and the engine serves no more: the error
+    /// is then the answer to the requests it will not see.
     fn finish(
         &mut self,
         engine: &mut Engine<Responder>,
         now: Now,
         requests: u64,
         stats: &CommitStats,
-    ) -> Result<bool, StoreError> {
-        match self {
-            Commit::Local(mode) => {
-                if engine.take_dirty() {
-                    // IMPORTANT: persist before any reply of this round leaves.
-                    let started = Instant::now();
-                    engine.store().persist(*mode)?;
-                    let took = started.elapsed();
-                    metrics::histogram!("muster_fsync_seconds").record(took.as_secs_f64());
-                    let took_us = took.as_micros() as u64;
-                    stats.fsync_last_us.store(took_us, Ordering::Relaxed);
-                    stats.fsync_total_us.fetch_add(took_us, Ordering::Relaxed);
-                    metrics::histogram!("muster_fsync_batch_requests").record(requests as f64);
-                    stats.syncs.fetch_add(1, Ordering::Relaxed);
-                    stats.synced_requests.fetch_add(requests, Ordering::Relaxed);
-                    debug!(requests, "round persisted");
-                }
-                Ok(true)
-            }
-            Commit::Cluster(leading) => {
-                let changed = engine.take_dirty();
-                let replies = engine.has_output();
-                let agreed = leading.agree(engine.store(), now.wall_ms, replies);
-                if agreed && changed {
-                    // A round agreed on is a round made durable: counted as a sync. Its
-                    // fsync is the leader's append of its one log entry, which the raft
-                    // log times (`muster_fsync_seconds`, cluster::storage).
-                    metrics::histogram!("muster_fsync_batch_requests").record(requests as f64);
-                    stats.syncs.fetch_add(1, Ordering::Relaxed);
-                    stats.synced_requests.fetch_add(requests, Ordering::Relaxed);
-                }
-                Ok(agreed)
-            }
-        }
+    ) -> Result<Result<(), ErrorBody>, StoreError>;
+
+    /// Whether the engine may serve another round; if not, the answer to the requests
+    /// it will not see.
+    fn serving(&self) -> Result<(), ErrorBody>;
+
+    /// Longest the thread sleeps between two looks at [`Commit::serving`].
+    fn check_every(&self) -> Duration;
+
+    /// Publishes the gauges of what makes rounds durable (beside the engine's own).
+    fn publish_gauges(&self);
+}
+
+/// A single daemon's commit: the journal persisted as far as this says.
+pub struct Persisting(pub Persist);
+
+impl Commit for Persisting {
+    fn has_room(&self, _: &Store) -> bool {
+        true
     }
+
+    fn finish(
+        &mut self,
+        engine: &mut Engine<Responder>,
+        _: Now,
+        requests: u64,
+        stats: &CommitStats,
+    ) -> Result<Result<(), ErrorBody>, StoreError> {
+        if engine.take_dirty() {
+            // IMPORTANT: persist before any reply of this round leaves.
+            let started = Instant::now();
+            engine.store().persist(self.0)?;
+            let took = started.elapsed();
+            metrics::histogram!("muster_fsync_seconds").record(took.as_secs_f64());
+            let took_us = took.as_micros() as u64;
+            stats.fsync_last_us.store(took_us, Ordering::Relaxed);
+            stats.fsync_total_us.fetch_add(took_us, Ordering::Relaxed);
+            stats.counted(requests);
+            debug!(requests, "round persisted");
+        }
+        Ok(Ok(()))
+    }
+
+    fn serving(&self) -> Result<(), ErrorBody> {
+        Ok(())
+    }
+
+    fn check_every(&self) -> Duration {
+        IDLE_WAKE
+    }
+
+    fn publish_gauges(&self) {}
 }
 
 /// Why [`run`] returned.
-enum Ended {
+pub(crate) enum Ended {
     /// Shut down (or the channel closed).
     Stopped,
     /// The node stopped leading: the engine is dropped and the node follows.
     Deposed,
 }
 
-fn run(
+/// Serves rounds until shutdown, or until `commit` no longer serves (its round's
+/// requests, and the rest waiting, are refused then).
+pub(crate) fn run(
     engine: &mut Engine<Responder>,
     rx: &flume::Receiver<Command>,
-    commit: &mut Commit,
+    commit: &mut impl Commit,
     clock: &Clock,
     disk: &mut DiskAlarm,
     stats: &CommitStats,
@@ -643,10 +602,7 @@ fn run(
         let wake = engine
             .next_timer(clock.now())
             .map_or(IDLE_WAKE, |ms| Duration::from_millis(ms).min(IDLE_WAKE));
-        let wake = match commit {
-            Commit::Local(_) => wake,
-            Commit::Cluster(_) => wake.min(crate::cluster::lead::CHECK_EVERY),
-        };
+        let wake = wake.min(commit.check_every());
         if round.is_empty() {
             match rx.recv_timeout(wake) {
                 Ok(cmd) => round.push_back(cmd),
@@ -660,10 +616,8 @@ fn run(
                 Err(_) => break,
             }
         }
-        if let Commit::Cluster(leading) = commit
-            && !leading.is_leading()
-        {
-            refuse_all(&mut round, leading.node());
+        if let Err(refusal) = commit.serving() {
+            refuse_all(&mut round, &refusal);
             join_snapshot(&mut snapshot);
             return Ok(Ended::Deposed);
         }
@@ -700,16 +654,14 @@ fn run(
         let applied = round_started.elapsed();
         engine.tick(now)?;
         let ticked = round_started.elapsed();
-        if !commit.finish(engine, now, requests, stats)? {
+        if let Err(refusal) = commit.finish(engine, now, requests, stats)? {
             for (responder, _) in engine.take_outbox() {
                 responder.send(Err(ErrorBody::new(
                     ErrorCode::OutcomeUnknown,
                     "the leader lost its leadership before this request's round was agreed on: it may or may not have taken effect",
                 )));
             }
-            if let Commit::Cluster(leading) = commit {
-                refuse_all(&mut round, leading.node());
-            }
+            refuse_all(&mut round, &refusal);
             join_snapshot(&mut snapshot);
             return Ok(Ended::Deposed);
         }
@@ -759,11 +711,7 @@ fn run(
             stats
                 .members_connected
                 .store(engine.connected_members() as u64, Ordering::Relaxed);
-            if let Commit::Cluster(leading) = commit {
-                leading.node().publish_gauges();
-                crate::cluster::storage::publish_gauges(true);
-                crate::cluster::net::publish_gauges();
-            }
+            commit.publish_gauges();
             gauges_at = Instant::now();
         }
     }
@@ -773,55 +721,12 @@ fn run(
     Ok(Ended::Stopped)
 }
 
-/// Answers every request with `not_leader` until the node may lead; returns the term
-/// it leads in, or `None` on shutdown. Meanwhile it watches the disk (the alarm and
-/// its gauges, as a serving node does) and publishes the node's gauges, the store's
-/// size and the tasks the node applied (`cluster::storage::publish_gauges`).
-fn follow(
-    rx: &flume::Receiver<Command>,
-    node: &crate::cluster::node::Node,
-    store: &Store,
-    disk: &mut DiskAlarm,
-    stats: &CommitStats,
-) -> Option<u64> {
-    // Published at once: a node that stops leading goes on with every gauge.
-    let mut gauges_at: Option<Instant> = None;
-    let mut disk_at: Option<Instant> = None;
-    loop {
-        if let Some(term) = node.ready_to_lead() {
-            return Some(term);
-        }
-        if disk_at.is_none_or(|at| at.elapsed() >= crate::disk::CHECK_INTERVAL) {
-            match disk.check() {
-                Ok((_, on)) => stats.disk_alarm.store(on, Ordering::Relaxed),
-                Err(e) => tracing::warn!("reading the data directory's free space: {e}"),
-            }
-            disk_at = Some(Instant::now());
-        }
-        if gauges_at.is_none_or(|at| at.elapsed() >= crate::metrics::GAUGE_INTERVAL) {
-            node.publish_gauges();
-            crate::cluster::storage::publish_gauges(false);
-            // A failure to read the sizes only leaves the gauge at its last value.
-            if let Ok(bytes) = store.disk_space() {
-                metrics::gauge!("muster_store_size_bytes").set(bytes as f64);
-            }
-            gauges_at = Some(Instant::now());
-        }
-        match rx.recv_timeout(crate::cluster::lead::CHECK_EVERY) {
-            Ok(Command::Request(_, responder)) => responder.refuse(node.not_leader()),
-            Ok(Command::Heard(_) | Command::Disconnected(_)) => {}
-            Ok(Command::Shutdown) | Err(flume::RecvTimeoutError::Disconnected) => return None,
-            Err(flume::RecvTimeoutError::Timeout) => {}
-        }
-    }
-}
-
-/// Answers every request of `round` with `not_leader`; other commands concern an
-/// engine that is gone.
-fn refuse_all(round: &mut std::collections::VecDeque<Command>, node: &crate::cluster::node::Node) {
+/// Answers every request of `round` with `refusal`; other commands concern an engine
+/// that is gone.
+pub(crate) fn refuse_all(round: &mut std::collections::VecDeque<Command>, refusal: &ErrorBody) {
     for cmd in round.drain(..) {
         if let Command::Request(_, responder) = cmd {
-            responder.refuse(node.not_leader());
+            responder.refuse(refusal.clone());
         }
     }
 }

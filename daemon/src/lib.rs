@@ -213,18 +213,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let server = tokio::spawn(server::serve(endpoint, context, shutdown.clone()));
     let metrics_server = metrics_endpoint
         .map(|e| tokio::spawn(metrics::serve(e, access.metrics_bearer, shutdown.clone())));
-    let failed = tokio::select! {
-        signal = shutdown_signal() => {
-            signal?;
-            info!("shutting down");
-            None
-        }
-        () = watch_dispatcher(&dispatcher) => Some("the dispatcher stopped unexpectedly".to_owned()),
-        why = raft_failed(node.as_ref().map(|(node, _)| node)) => {
-            error!("the cluster node's raft stopped: {why}");
-            Some(format!("the cluster node's raft stopped: {why}"))
-        }
-    };
+    let failed = wait_for_stop(&dispatcher, &node).await?;
     if let Some((node, _)) = &node {
         node.step_back();
     }
@@ -377,7 +366,7 @@ async fn start_engine(
     )
     .await?;
     let (generation, watching) = tokio::sync::watch::channel(0u64);
-    let dispatcher = Dispatcher::start_clustered(store, node.clone(), settings, disk, generation)?;
+    let dispatcher = cluster::lead::start(store, node.clone(), settings, disk, generation)?;
     Ok((dispatcher, Some((node, watching))))
 }
 
@@ -415,6 +404,26 @@ async fn stop_dispatcher(
     }
     info!(syncs, requests, "musterd stopped");
     Ok(())
+}
+
+/// Waits for SIGINT or SIGTERM, or for the dispatcher or raft to stop on their own:
+/// then says what failed, if anything did.
+async fn wait_for_stop(
+    dispatcher: &Dispatcher,
+    node: &ClusterNode,
+) -> anyhow::Result<Option<String>> {
+    Ok(tokio::select! {
+        signal = shutdown_signal() => {
+            signal?;
+            info!("shutting down");
+            None
+        }
+        () = watch_dispatcher(dispatcher) => Some("the dispatcher stopped unexpectedly".to_owned()),
+        why = raft_failed(node.as_ref().map(|(node, _)| node)) => {
+            error!("the cluster node's raft stopped: {why}");
+            Some(format!("the cluster node's raft stopped: {why}"))
+        }
+    })
 }
 
 /// Resolves when a cluster node's raft stops on its own (a storage error inside it);

@@ -1,10 +1,29 @@
-//! The leader's side of a round: getting the cluster to agree on it.
+//! A cluster node's dispatcher: its life cycle (follow → lead in a term → deposed →
+//! follow), and the leader's side of a round, getting the cluster to agree on it.
+//!
+//! The node's dispatcher thread follows, answering every request with `not_leader`,
+//! until the node leads with every log entry applied; then it opens the engine over the
+//! store, as a restart does, and serves rounds whose durability step is the cluster's
+//! agreement ([`Leading`], a [`Commit`]); when the node stops leading it drops the
+//! engine (and the round its store held back) and follows again. Each change bumps a
+//! generation, on which the server closes every client connection. Following, the
+//! thread still watches the disk and publishes the node's gauges (the disk, the store's
+//! size, the tasks its state machine applied, its raft positions), so that every node
+//! exports them, not only the leader.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use muster_protocol::ErrorBody;
+use tracing::info;
 
 use super::Round;
 use super::node::Node;
-use crate::store::Store;
+use crate::disk::DiskAlarm;
+use crate::dispatcher::{
+    self, Clock, Command, Commit, CommitStats, Dispatcher, Ended, EngineSettings, Responder,
+};
+use crate::engine::{Engine, Now};
+use crate::store::{Store, StoreError};
 
 /// A round stops taking requests once its changes reach this many bytes; the rest wait
 /// for the next round. Bounds a log entry (and so every node's memory for it).
@@ -20,6 +39,128 @@ pub const CHECK_EVERY: Duration = Duration::from_millis(50);
 /// get `outcome_unknown` and the node stops serving until its log is settled again.
 pub const AGREEMENT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Starts the dispatcher thread of a cluster node (see the module's doc).
+pub fn start(
+    store: Store,
+    node: Node,
+    settings: EngineSettings,
+    mut disk: DiskAlarm,
+    generation: tokio::sync::watch::Sender<u64>,
+) -> anyhow::Result<Dispatcher> {
+    Dispatcher::spawn(CommitStats::default(), move |rx, stats| {
+        loop {
+            let Some(term) = follow(&rx, &node, &store, &mut disk, stats) else {
+                info!("dispatcher stopped while following");
+                return Ok(());
+            };
+            let ended = lead(
+                &rx,
+                term,
+                &node,
+                &store,
+                &settings,
+                &mut disk,
+                stats,
+                &generation,
+            )?;
+            // IMPORTANT: the engine is gone, and with it whatever its last round held.
+            store.drop_held();
+            match ended {
+                Ended::Stopped => return Ok(()),
+                Ended::Deposed => {
+                    info!(term, "no longer leading: following");
+                    node.set_serving(None);
+                    generation.send_modify(|g| *g += 1);
+                }
+            }
+        }
+    })
+}
+
+/// Serves as the leader of `term`, over an engine opened for it, until the node no
+/// longer leads in that term or the daemon stops.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the thread's state, passed down once"
+)]
+fn lead(
+    rx: &flume::Receiver<Command>,
+    term: u64,
+    node: &Node,
+    store: &Store,
+    settings: &EngineSettings,
+    disk: &mut DiskAlarm,
+    stats: &CommitStats,
+    generation: &tokio::sync::watch::Sender<u64>,
+) -> Result<Ended, StoreError> {
+    let opening = Instant::now();
+    let applied = super::storage::Applied::of(store)?;
+    let clock = Clock::floored(applied.wall_ms);
+    let mut engine = dispatcher::open_engine(store.clone(), &clock, settings, disk, stats)?;
+    info!(
+        term,
+        opened_ms = opening.elapsed().as_millis() as u64,
+        "leading: serving clients"
+    );
+    node.set_serving(Some(term));
+    generation.send_modify(|g| *g += 1);
+    let mut leading = Leading::new(node.clone(), term);
+    dispatcher::run(
+        &mut engine,
+        rx,
+        &mut leading,
+        &clock,
+        disk,
+        stats,
+        &settings.snapshot_root,
+    )
+}
+
+/// Answers every request with `not_leader` until the node may lead; returns the term
+/// it leads in, or `None` on shutdown. Meanwhile it watches the disk (the alarm and
+/// its gauges, as a serving node does) and publishes the node's gauges, the store's
+/// size and the tasks the node applied (`cluster::storage::publish_gauges`).
+fn follow(
+    rx: &flume::Receiver<Command>,
+    node: &Node,
+    store: &Store,
+    disk: &mut DiskAlarm,
+    stats: &CommitStats,
+) -> Option<u64> {
+    // Published at once: a node that stops leading goes on with every gauge.
+    let mut gauges_at: Option<Instant> = None;
+    let mut disk_at: Option<Instant> = None;
+    loop {
+        if let Some(term) = node.ready_to_lead() {
+            return Some(term);
+        }
+        if disk_at.is_none_or(|at| at.elapsed() >= crate::disk::CHECK_INTERVAL) {
+            match disk.check() {
+                Ok((_, on)) => stats
+                    .disk_alarm
+                    .store(on, std::sync::atomic::Ordering::Relaxed),
+                Err(e) => tracing::warn!("reading the data directory's free space: {e}"),
+            }
+            disk_at = Some(Instant::now());
+        }
+        if gauges_at.is_none_or(|at| at.elapsed() >= crate::metrics::GAUGE_INTERVAL) {
+            node.publish_gauges();
+            super::storage::publish_gauges(false);
+            // A failure to read the sizes only leaves the gauge at its last value.
+            if let Ok(bytes) = store.disk_space() {
+                metrics::gauge!("muster_store_size_bytes").set(bytes as f64);
+            }
+            gauges_at = Some(Instant::now());
+        }
+        match rx.recv_timeout(CHECK_EVERY) {
+            Ok(Command::Request(_, responder)) => responder.refuse(node.not_leader()),
+            Ok(Command::Heard(_) | Command::Disconnected(_)) => {}
+            Ok(Command::Shutdown) | Err(flume::RecvTimeoutError::Disconnected) => return None,
+            Err(flume::RecvTimeoutError::Timeout) => {}
+        }
+    }
+}
+
 /// A node leading in one term, with the engine built for that term.
 pub struct Leading {
     node: Node,
@@ -30,11 +171,6 @@ impl Leading {
     /// The leadership of `node` in `term`.
     pub fn new(node: Node, term: u64) -> Leading {
         Leading { node, term }
-    }
-
-    /// The node.
-    pub fn node(&self) -> &Node {
-        &self.node
     }
 
     /// Whether the node still leads in the engine's term, with a majority heard lately.
@@ -60,5 +196,52 @@ impl Leading {
             store.round_applied();
         }
         agreed
+    }
+}
+
+impl Commit for Leading {
+    /// A round stops at [`MAX_ROUND_BYTES`] of changes.
+    fn has_room(&self, store: &Store) -> bool {
+        store.round_bytes() < MAX_ROUND_BYTES
+    }
+
+    fn finish(
+        &mut self,
+        engine: &mut Engine<Responder>,
+        now: Now,
+        requests: u64,
+        stats: &CommitStats,
+    ) -> Result<Result<(), ErrorBody>, StoreError> {
+        let changed = engine.take_dirty();
+        let replies = engine.has_output();
+        let agreed = self.agree(engine.store(), now.wall_ms, replies);
+        if agreed && changed {
+            // A round agreed on is a round made durable: counted as a sync. Its fsync
+            // is the leader's append of its one log entry, which the raft log times
+            // (`muster_fsync_seconds`, cluster::storage).
+            stats.counted(requests);
+        }
+        Ok(if agreed {
+            Ok(())
+        } else {
+            Err(self.node.not_leader())
+        })
+    }
+
+    fn serving(&self) -> Result<(), ErrorBody> {
+        match self.is_leading() {
+            true => Ok(()),
+            false => Err(self.node.not_leader()),
+        }
+    }
+
+    fn check_every(&self) -> Duration {
+        CHECK_EVERY
+    }
+
+    fn publish_gauges(&self) {
+        self.node.publish_gauges();
+        super::storage::publish_gauges(true);
+        super::net::publish_gauges();
     }
 }
