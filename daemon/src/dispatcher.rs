@@ -508,7 +508,7 @@ impl Clock {
 /// engine may go on serving.
 pub(crate) trait Commit {
     /// Whether the round may take another request.
-    fn has_room(&self, store: &Store) -> bool;
+    fn has_room(&self) -> bool;
 
     /// Makes the round's changes durable (`requests` of them applied). When they were
     /// not, nothing of the round may be told and the engine serves no more: the error
@@ -536,7 +536,7 @@ pub(crate) trait Commit {
 pub struct Persisting(pub Persist);
 
 impl Commit for Persisting {
-    fn has_room(&self, _: &Store) -> bool {
+    fn has_room(&self) -> bool {
         true
     }
 
@@ -628,7 +628,7 @@ pub(crate) fn run(
         let now = clock.now();
         let mut requests = 0u64;
         let round_started = Instant::now();
-        while commit.has_room(engine.store()) {
+        while commit.has_room() {
             let Some(cmd) = round.pop_front() else { break };
             requests += 1;
             match cmd {

@@ -299,15 +299,18 @@ impl Access {
 }
 
 /// Opens the store (off the runtime's workers: fjall blocks), clustered or not.
-async fn open_store(config: &Config, clustered: bool) -> anyhow::Result<store::Store> {
+async fn open_store(
+    config: &Config,
+    clustered: bool,
+) -> anyhow::Result<(store::Store, Option<store::HeldRound>)> {
     let store_dir = config.data.join("store");
     let cache_bytes = config.cache_mib << 20;
     tokio::task::spawn_blocking(move || {
         let opening = std::time::Instant::now();
         let store = if clustered {
-            store::Store::open_clustered(&store_dir, cache_bytes)
+            store::Store::open_clustered(&store_dir, cache_bytes).map(|(s, r)| (s, Some(r)))
         } else {
-            store::Store::open(&store_dir, cache_bytes)
+            store::Store::open(&store_dir, cache_bytes).map(|s| (s, None))
         }
         .context("opening the store")?;
         tracing::info!(
@@ -324,7 +327,7 @@ async fn open_store(config: &Config, clustered: bool) -> anyhow::Result<store::S
 /// first (with the leadership generation its connections watch).
 async fn start_engine(
     config: &Config,
-    store: store::Store,
+    (store, round): (store::Store, Option<store::HeldRound>),
     cluster: Option<config::ClusterFlags>,
     addr: std::net::SocketAddr,
 ) -> anyhow::Result<(Dispatcher, ClusterNode)> {
@@ -337,7 +340,7 @@ async fn start_engine(
         },
         snapshot_root: config.snapshot_root(),
     };
-    let Some(flags) = cluster else {
+    let (Some(flags), Some(round)) = (cluster, round) else {
         let durability = config.durability;
         let dispatcher = tokio::task::spawn_blocking(move || {
             Dispatcher::start(store, durability, settings, disk)
@@ -366,7 +369,8 @@ async fn start_engine(
     )
     .await?;
     let (generation, watching) = tokio::sync::watch::channel(0u64);
-    let dispatcher = cluster::lead::start(store, node.clone(), settings, disk, generation)?;
+    let dispatcher =
+        cluster::lead::start((store, round), node.clone(), settings, disk, generation)?;
     Ok((dispatcher, Some((node, watching))))
 }
 

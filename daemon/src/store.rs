@@ -391,8 +391,47 @@ pub struct Store {
     held: Option<Arc<Mutex<Held>>>,
 }
 
-/// A cluster leader's round in the making ([`Store::take_round`]) and what it changed,
-/// key by key, until the round is applied ([`Store::round_applied`]).
+/// A cluster leader's round in the making, held back by a clustered store: the leader
+/// takes it ([`HeldRound::take`]) to propose it, and reads see what it changed until
+/// it is applied ([`HeldRound::applied`]). The store's own handle writes and reads it;
+/// this one, returned by [`Store::open_clustered`], belongs to the leader.
+#[derive(Clone)]
+pub struct HeldRound(Arc<Mutex<Held>>);
+
+impl HeldRound {
+    /// Takes the changes committed since the last call: the round to propose.
+    pub fn take(&self) -> Vec<Change> {
+        let mut held = self.lock();
+        held.bytes = 0;
+        std::mem::take(&mut held.changes)
+    }
+
+    /// Bytes of changes committed since the last [`HeldRound::take`].
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
+    /// The proposed round was applied ([`Store::apply`]): reads go to fjall again.
+    pub fn applied(&self) {
+        let mut held = self.lock();
+        assert!(
+            held.changes.is_empty(),
+            "a round is applied only after it was taken, before the next one is made"
+        );
+        held.latest.clear();
+    }
+
+    /// Forgets every held change: the round will not be applied (the leadership was
+    /// lost) and the engine that made it is dropped.
+    pub fn drop_all(&self) {
+        *self.lock() = Held::default();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.0.lock().expect("the held round's lock")
+    }
+}
+
 #[derive(Default)]
 struct Held {
     /// Changes not yet taken for a round.
@@ -472,50 +511,18 @@ impl Store {
     }
 
     /// Opens the store of a cluster node: the engine's batches are held back as the
-    /// leader's round ([`Store::take_round`]) and reach fjall only through
+    /// leader's round (the [`HeldRound`] returned with it) and reach fjall only through
     /// [`Store::apply`], when the cluster has agreed on them.
-    pub fn open_clustered(dir: &Path, cache_bytes: u64) -> Result<Store, StoreError> {
+    pub fn open_clustered(dir: &Path, cache_bytes: u64) -> Result<(Store, HeldRound), StoreError> {
         let mut store = Store::open(dir, cache_bytes)?;
-        store.held = Some(Arc::default());
-        Ok(store)
+        let held: Arc<Mutex<Held>> = Arc::default();
+        store.held = Some(Arc::clone(&held));
+        Ok((store, HeldRound(held)))
     }
 
     /// The fjall database, for the cluster's log keyspaces.
     pub fn database(&self) -> &Database {
         &self.db
-    }
-
-    /// Takes the changes committed since the last call: the round to propose. Only on a
-    /// cluster node.
-    pub fn take_round(&self) -> Vec<Change> {
-        let mut held = self.held().lock().expect("the held round's lock");
-        held.bytes = 0;
-        std::mem::take(&mut held.changes)
-    }
-
-    /// Bytes of changes committed since the last [`Store::take_round`].
-    pub fn round_bytes(&self) -> usize {
-        self.held
-            .as_ref()
-            .map_or(0, |h| h.lock().expect("the held round's lock").bytes)
-    }
-
-    /// The proposed round was applied ([`Store::apply`]): reads go to fjall again.
-    pub fn round_applied(&self) {
-        let mut held = self.held().lock().expect("the held round's lock");
-        assert!(
-            held.changes.is_empty(),
-            "a round is applied only after it was taken, before the next one is made"
-        );
-        held.latest.clear();
-    }
-
-    /// Forgets every held change: the round will not be applied (the leadership was
-    /// lost) and the engine that made it is dropped.
-    pub fn drop_held(&self) {
-        if let Some(held) = &self.held {
-            *held.lock().expect("the held round's lock") = Held::default();
-        }
     }
 
     /// The start-up scans read fjall alone: an engine is built only over a store that
@@ -528,12 +535,6 @@ impl Store {
                 "an engine is built over a store with changes held back"
             );
         }
-    }
-
-    fn held(&self) -> &Mutex<Held> {
-        self.held
-            .as_deref()
-            .expect("only a cluster node's store holds rounds")
     }
 
     /// The held value of `key`, if a change not yet applied touched it.

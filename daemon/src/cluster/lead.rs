@@ -23,7 +23,7 @@ use crate::dispatcher::{
     self, Clock, Command, Commit, CommitStats, Dispatcher, Ended, EngineSettings, Responder,
 };
 use crate::engine::{Engine, Now};
-use crate::store::{Store, StoreError};
+use crate::store::{HeldRound, Store, StoreError};
 
 /// A round stops taking requests once its changes reach this many bytes; the rest wait
 /// for the next round. Bounds a log entry (and so every node's memory for it).
@@ -41,7 +41,7 @@ pub const AGREEMENT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Starts the dispatcher thread of a cluster node (see the module's doc).
 pub fn start(
-    store: Store,
+    (store, round): (Store, HeldRound),
     node: Node,
     settings: EngineSettings,
     mut disk: DiskAlarm,
@@ -53,10 +53,14 @@ pub fn start(
                 info!("dispatcher stopped while following");
                 return Ok(());
             };
+            let leading = Leading {
+                node: node.clone(),
+                term,
+                round: round.clone(),
+            };
             let ended = lead(
                 &rx,
-                term,
-                &node,
+                leading,
                 &store,
                 &settings,
                 &mut disk,
@@ -64,7 +68,7 @@ pub fn start(
                 &generation,
             )?;
             // IMPORTANT: the engine is gone, and with it whatever its last round held.
-            store.drop_held();
+            round.drop_all();
             match ended {
                 Ended::Stopped => return Ok(()),
                 Ended::Deposed => {
@@ -77,23 +81,18 @@ pub fn start(
     })
 }
 
-/// Serves as the leader of `term`, over an engine opened for it, until the node no
-/// longer leads in that term or the daemon stops.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the thread's state, passed down once"
-)]
+/// Serves as the `leading` node's leader of its term, over an engine opened for it,
+/// until the node no longer leads in that term or the daemon stops.
 fn lead(
     rx: &flume::Receiver<Command>,
-    term: u64,
-    node: &Node,
+    mut leading: Leading,
     store: &Store,
     settings: &EngineSettings,
     disk: &mut DiskAlarm,
     stats: &CommitStats,
     generation: &tokio::sync::watch::Sender<u64>,
 ) -> Result<Ended, StoreError> {
-    let opening = Instant::now();
+    let (opening, term) = (Instant::now(), leading.term);
     let applied = super::storage::Applied::of(store)?;
     let clock = Clock::floored(applied.wall_ms);
     let mut engine = dispatcher::open_engine(store.clone(), &clock, settings, disk, stats)?;
@@ -102,9 +101,8 @@ fn lead(
         opened_ms = opening.elapsed().as_millis() as u64,
         "leading: serving clients"
     );
-    node.set_serving(Some(term));
+    leading.node.set_serving(Some(term));
     generation.send_modify(|g| *g += 1);
-    let mut leading = Leading::new(node.clone(), term);
     dispatcher::run(
         &mut engine,
         rx,
@@ -165,24 +163,21 @@ fn follow(
 pub struct Leading {
     node: Node,
     term: u64,
+    /// The round the engine's store holds back.
+    round: HeldRound,
 }
 
 impl Leading {
-    /// The leadership of `node` in `term`.
-    pub fn new(node: Node, term: u64) -> Leading {
-        Leading { node, term }
-    }
-
     /// Whether the node still leads in the engine's term, with a majority heard lately.
     pub fn is_leading(&self) -> bool {
         self.node.leads_in(self.term)
     }
 
-    /// Gets the cluster to agree on the round held in `store` (made at `wall_ms`):
-    /// true once it is committed on a majority and applied here. A round without
-    /// changes but with `replies` to send needs only the leadership confirmed.
-    pub fn agree(&mut self, store: &Store, wall_ms: u64, replies: bool) -> bool {
-        let changes = store.take_round();
+    /// Gets the cluster to agree on the round held back (made at `wall_ms`): true once
+    /// it is committed on a majority and applied here. A round without changes but
+    /// with `replies` to send needs only the leadership confirmed.
+    pub fn agree(&mut self, wall_ms: u64, replies: bool) -> bool {
+        let changes = self.round.take();
         if changes.is_empty() {
             return !replies || self.node.confirm_leadership(self.term, AGREEMENT_TIMEOUT);
         }
@@ -193,7 +188,7 @@ impl Leading {
         };
         let agreed = self.node.propose(self.term, round, AGREEMENT_TIMEOUT);
         if agreed {
-            store.round_applied();
+            self.round.applied();
         }
         agreed
     }
@@ -201,8 +196,8 @@ impl Leading {
 
 impl Commit for Leading {
     /// A round stops at [`MAX_ROUND_BYTES`] of changes.
-    fn has_room(&self, store: &Store) -> bool {
-        store.round_bytes() < MAX_ROUND_BYTES
+    fn has_room(&self) -> bool {
+        self.round.bytes() < MAX_ROUND_BYTES
     }
 
     fn finish(
@@ -214,7 +209,7 @@ impl Commit for Leading {
     ) -> Result<Result<(), ErrorBody>, StoreError> {
         let changed = engine.take_dirty();
         let replies = engine.has_output();
-        let agreed = self.agree(engine.store(), now.wall_ms, replies);
+        let agreed = self.agree(now.wall_ms, replies);
         if agreed && changed {
             // A round agreed on is a round made durable: counted as a sync. Its fsync
             // is the leader's append of its one log entry, which the raft log times

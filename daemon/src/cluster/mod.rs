@@ -32,7 +32,7 @@ openraft::declare_raft_types!(
     /// The openraft type configuration of a muster cluster.
     pub Muster:
         D = Round,
-        R = bool,
+        R = Fate,
         NodeId = u64,
         Node = NodeAddr,
         SnapshotData = tokio::fs::File,
@@ -50,6 +50,17 @@ pub struct Round {
     pub wall_ms: u64,
     /// The store changes, in the order the engine made them.
     pub changes: Vec<Change>,
+}
+
+/// What became of a committed [`Round`] when it was applied: the response of a
+/// proposal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Fate {
+    /// Its changes were written to the store (or it carried none: a blank or a
+    /// membership entry).
+    Written,
+    /// Refused by the term fence: made by an engine of another term than its entry's.
+    Fenced,
 }
 
 /// Where a node is reached.

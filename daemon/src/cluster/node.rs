@@ -15,7 +15,7 @@ use muster_protocol::ops::{ClusterHello, ClusterMember, ClusterStatusReply};
 use muster_protocol::{ErrorBody, ErrorCode};
 
 use super::storage::{LogStore, StateMachine};
-use super::{Muster, NodeAddr, Round, elect, identity, net};
+use super::{Fate, Muster, NodeAddr, Round, elect, identity, net};
 use crate::store::{Persist, Store};
 
 /// How often the leader sends heartbeats, unless `--cluster-heartbeat` says otherwise.
@@ -337,7 +337,7 @@ impl Node {
     pub fn propose(&self, term: u64, round: Round, timeout: Duration) -> bool {
         let raft = self.raft.clone();
         match self.while_leading(term, timeout, raft.client_write(round)) {
-            Ok(Ok(response)) => response.data,
+            Ok(Ok(response)) => response.data == Fate::Written,
             Ok(Err(e)) => {
                 tracing::info!("a round was not agreed on: {e}");
                 false

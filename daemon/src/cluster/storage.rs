@@ -45,7 +45,7 @@ use ulid::Ulid;
 
 use muster_protocol::model::TaskState;
 
-use super::{Muster, NodeAddr};
+use super::{Fate, Muster, NodeAddr};
 use crate::store::format::{self, StoredState};
 use crate::store::{Change, Persist, SNAPSHOT_BATCH, Space, Store, StoreError};
 
@@ -862,7 +862,7 @@ impl RaftStateMachine<Muster> for StateMachine {
         Ok((self.applied.log_id, self.applied.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<bool>>
+    async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<Fate>>
     where
         I: IntoIterator<Item = Entry<Muster>> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -901,7 +901,7 @@ impl RaftStateMachine<Muster> for StateMachine {
                         "a round of term {} in {log_id}",
                         round.term
                     );
-                    replies.push(false);
+                    replies.push(Fate::Fenced);
                     self.store
                         .apply(&[], &applied.meta())
                         .map_err(|e| StorageIOError::apply(log_id, &e))?;
@@ -919,7 +919,7 @@ impl RaftStateMachine<Muster> for StateMachine {
             }
             drop(census);
             self.applied = applied;
-            replies.push(true);
+            replies.push(Fate::Written);
         }
         Ok(replies)
     }
@@ -1006,6 +1006,7 @@ mod tests {
 
     use super::*;
     use crate::cluster::Round;
+    use crate::store::HeldRound;
 
     struct Builder;
 
@@ -1019,11 +1020,11 @@ mod tests {
             .collect()
     }
 
-    fn open(dir: &Path) -> (Store, LogStore, StateMachine) {
-        let store = Store::open_clustered(&dir.join("store"), 8 << 20).unwrap();
+    fn open(dir: &Path) -> ((Store, HeldRound), LogStore, StateMachine) {
+        let (store, round) = Store::open_clustered(&dir.join("store"), 8 << 20).unwrap();
         let log = LogStore::open(&store, Persist::Os).unwrap();
         let machine = StateMachine::open(&store, dir).unwrap();
-        (store, log, machine)
+        ((store, round), log, machine)
     }
 
     impl StoreBuilder<Muster, LogStore, StateMachine, tempfile::TempDir> for Builder {
@@ -1100,7 +1101,7 @@ mod tests {
     /// Commits a leader's round of `writes` through the store's batches and applies
     /// it as entry `index`.
     async fn apply_round(
-        store: &Store,
+        (store, held): (&Store, &HeldRound),
         machine: &mut StateMachine,
         index: u64,
         writes: impl FnOnce(&mut crate::store::Batch),
@@ -1111,7 +1112,7 @@ mod tests {
         let round = Round {
             term: 1,
             wall_ms: 1_000 * index,
-            changes: store.take_round(),
+            changes: held.take(),
         };
         let applied = machine
             .apply([Entry {
@@ -1120,8 +1121,8 @@ mod tests {
             }])
             .await
             .unwrap();
-        assert_eq!(applied, vec![true]);
-        store.round_applied();
+        assert_eq!(applied, vec![Fate::Written]);
+        held.applied();
     }
 
     #[tokio::test]
@@ -1130,10 +1131,10 @@ mod tests {
         use muster_protocol::model::QueueOptions;
 
         let dir = tempfile::tempdir().unwrap();
-        let (store, _, mut machine) = open(dir.path());
+        let ((store, round), _, mut machine) = open(dir.path());
         let ids: Vec<Ulid> = (1..=4).map(|n| Ulid::from_parts(n, 7)).collect();
         let queue = crate::store::QueueRecord::new(QueueOptions::default(), 1);
-        apply_round(&store, &mut machine, 1, |b| {
+        apply_round((&store, &round), &mut machine, 1, |b| {
             b.put_queue("jobs", &queue);
             b.put_queue("idle", &queue);
             b.put_task(ids[0], &task("jobs", Ready));
@@ -1148,7 +1149,7 @@ mod tests {
         assert_eq!(counted["idle"], (vec![0; 6], None));
 
         // The oldest ready task leased, the done one removed, a queue deleted.
-        apply_round(&store, &mut machine, 2, |b| {
+        apply_round((&store, &round), &mut machine, 2, |b| {
             b.put_task(ids[0], &task("jobs", Leased));
             b.remove_task(ids[3], "jobs", None);
             b.remove_queue("idle");
@@ -1196,12 +1197,12 @@ mod tests {
     #[tokio::test]
     async fn a_round_of_another_term_is_not_applied() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _, mut machine) = open(dir.path());
+        let ((store, _), _, mut machine) = open(dir.path());
         let replies = machine
             .apply([entry(3, 1, 3, b"kept"), entry(4, 2, 3, b"fenced")])
             .await
             .unwrap();
-        assert_eq!(replies, vec![true, false]);
+        assert_eq!(replies, vec![Fate::Written, Fate::Fenced]);
         assert_eq!(owners(&store), ["kept"]);
         let applied = Applied::of(&store).unwrap();
         assert_eq!(applied.log_id.map(|l| l.index), Some(2));
@@ -1239,7 +1240,7 @@ mod tests {
         assert_eq!(snapshot.meta.last_log_id.map(|l| l.index), Some(3));
 
         let to = tempfile::tempdir().unwrap();
-        let (store, _, mut other) = open(to.path());
+        let ((store, _), _, mut other) = open(to.path());
         other.apply([entry(1, 1, 1, b"stale")]).await.unwrap();
         let mut receiving = other.begin_receiving_snapshot().await.unwrap();
         let bytes = std::fs::read(from.path().join(SNAPSHOT_DIR).join(CURRENT)).unwrap();
