@@ -42,10 +42,11 @@ use std::future::Future;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::mpsc;
-use tokio::task::AbortHandle;
+use tokio::task::{AbortHandle, JoinSet};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -235,8 +236,8 @@ impl Task {
     /// The latest instant this agent knows its lease to be held, by its own clock: the
     /// handler is aborted then unless a renewal moved it. Work that must not outlive
     /// the lease (a child process) should be stopped by it.
-    pub fn lease_deadline(&self) -> Instant {
-        *lock(&self.deadline)
+    pub fn lease_deadline(&self) -> std::time::Instant {
+        lock(&self.deadline).into_std()
     }
 }
 
@@ -385,6 +386,7 @@ impl Worker {
             subscribe_again: None,
             subscribe_failures: 0,
             events: mpsc::unbounded_channel(),
+            tasks: JoinSet::new(),
         };
         run.run().await
     }
@@ -417,6 +419,9 @@ struct Run<H> {
     /// Subscriptions in a row that missed a queue, for the backoff.
     subscribe_failures: u32,
     events: (mpsc::UnboundedSender<Event>, mpsc::UnboundedReceiver<Event>),
+    /// Every task the worker spawned but its handlers' own: renewals, settles, and each
+    /// handler's watchers. Dropped with the run, which aborts what is left.
+    tasks: JoinSet<()>,
 }
 
 impl<H, F> Run<H>
@@ -485,14 +490,17 @@ where
 
     /// Waits out a reconnect delay while still taking handler results and shutdown.
     async fn pause(&mut self, delay: Duration) {
-        let until = tokio::time::Instant::now() + delay;
+        let until = Instant::now() + delay;
         let mut tick = tokio::time::interval(TICK);
         loop {
             tokio::select! {
                 () = tokio::time::sleep_until(until) => return,
                 () = self.shutdown.cancelled(), if self.draining.is_none() => self.begin_drain(),
                 Some(event) = self.events.1.recv() => self.offline(event),
-                _ = tick.tick() => self.stop_overdue(None),
+                _ = tick.tick() => {
+                    self.reap();
+                    self.stop_overdue(None);
+                }
             }
         }
     }
@@ -519,7 +527,7 @@ where
         };
         match client.send(&unsubscribe).await {
             Ok(pending) => {
-                tokio::spawn(async move {
+                self.tasks.spawn(async move {
                     if let Err(e) = pending.reply().await {
                         debug!(error = %e, "unsubscribe on drain");
                     }
@@ -734,6 +742,7 @@ where
                     Event::Expired(id, epoch) => self.expired(&id, epoch),
                 },
                 _ = tick.tick() => {
+                    self.reap();
                     self.drain_on(client).await;
                     // Settles that failed on an earlier connection go out on this one.
                     for settle in std::mem::take(&mut self.unsettled) {
@@ -838,7 +847,7 @@ where
         };
         let before = previous.map(|(handler, old_done)| {
             // Bounded: the old handler is aborted at the end of its stop window.
-            let abort_at = tokio::time::Instant::now() + self.config.grace + STOP_LINGER;
+            let abort_at = Instant::now() + self.config.grace + STOP_LINGER;
             async move {
                 tokio::select! {
                     () = old_done.cancelled() => {}
@@ -847,6 +856,8 @@ where
             }
         });
         let handler_fut = (self.handler)(task);
+        // The handler's own task (its handle is the watcher's, its abort handle kept
+        // in `held`): a panic in it becomes a nack rather than the worker's end.
         let work = tokio::spawn(async move {
             if let Some(before) = before {
                 before.await;
@@ -856,7 +867,7 @@ where
         let handler = work.abort_handle();
         let events = self.events.0.clone();
         let (done_id, done_epoch, ended) = (id.clone(), epoch, done.clone());
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let result = work.await;
             ended.cancel();
             let outcome = match result {
@@ -869,7 +880,7 @@ where
             };
             let _ = events.send(Event::Done(done_id, done_epoch, outcome));
         });
-        tokio::spawn(watch_deadline(
+        self.tasks.spawn(watch_deadline(
             (id.clone(), epoch),
             (Arc::clone(&deadline), Arc::clone(&timed_out)),
             stop_window(lease, self.config.grace),
@@ -945,7 +956,7 @@ where
                 id.clone(),
                 held.epoch,
             );
-            tokio::spawn(async move {
+            self.tasks.spawn(async move {
                 let sent = Instant::now();
                 let result = client.renew(&id, epoch, None, progress).await;
                 let _ = events.send(Event::Renewed(id, epoch, sent, result));
@@ -1015,7 +1026,7 @@ where
             settle.id, settle.epoch
         );
         let (client, events) = (client.clone(), self.events.0.clone());
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let (id, epoch) = (settle.id.as_str(), settle.epoch);
             // A checkpoint taken while stopping is stored before the task goes back, so
             // the next holder resumes from it.
@@ -1071,6 +1082,17 @@ where
                         ..settle
                     });
                 }
+            }
+        }
+    }
+
+    /// Forgets the worker's tasks that have ended (a panic in one is logged).
+    fn reap(&mut self) {
+        while let Some(ended) = self.tasks.try_join_next() {
+            if let Err(e) = ended
+                && e.is_panic()
+            {
+                warn!(error = %e, "a worker task panicked");
             }
         }
     }
@@ -1191,7 +1213,7 @@ async fn watch_deadline(
         };
         tokio::select! {
             () = done.cancelled() => return,
-            () = tokio::time::sleep_until(wake.into()) => {}
+            () = tokio::time::sleep_until(wake) => {}
         }
     }
 }
@@ -1240,6 +1262,86 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lease watched from `now` with a 3 s deadline and a 1 s stop window: the
+    /// deadline, the watchdog's flag, the handler's cancel token, the handler (pending
+    /// until aborted), its done token and the worker's event stream.
+    struct Watched {
+        deadline: Arc<Mutex<Instant>>,
+        timed_out: Arc<AtomicBool>,
+        cancel: CancellationToken,
+        handler: tokio::task::JoinHandle<()>,
+        done: CancellationToken,
+        events: mpsc::UnboundedReceiver<Event>,
+        watchdog: tokio::task::JoinHandle<()>,
+    }
+
+    fn watched() -> Watched {
+        let deadline = Arc::new(Mutex::new(Instant::now() + Duration::from_secs(3)));
+        let timed_out = Arc::new(AtomicBool::new(false));
+        let (cancel, done) = (CancellationToken::new(), CancellationToken::new());
+        let handler = tokio::spawn(std::future::pending::<()>());
+        let (tx, events) = mpsc::unbounded_channel();
+        let watchdog = tokio::spawn(watch_deadline(
+            ("t".into(), 1),
+            (Arc::clone(&deadline), Arc::clone(&timed_out)),
+            Duration::from_secs(1),
+            (cancel.clone(), handler.abort_handle()),
+            done.clone(),
+            tx,
+        ));
+        Watched {
+            deadline,
+            timed_out,
+            cancel,
+            handler,
+            done,
+            events,
+            watchdog,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unconfirmed_lease_is_stopped_a_window_before_its_deadline_and_aborted_at_it() {
+        let start = Instant::now();
+        let mut w = watched();
+        w.cancel.cancelled().await;
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+        assert!(
+            w.timed_out.load(SeqCst),
+            "the watchdog says it stopped the handler"
+        );
+        let Some(Event::Expired(id, epoch)) = w.events.recv().await else {
+            panic!("the lease must be reported expired");
+        };
+        assert_eq!((id.as_str(), epoch), ("t", 1));
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+        assert!(
+            w.handler.await.unwrap_err().is_cancelled(),
+            "aborted at the deadline"
+        );
+        w.watchdog.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_moves_the_stop_and_a_handler_that_ends_first_is_left_alone() {
+        let start = Instant::now();
+        let mut w = watched();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // Confirmed at 1.5 s: the lease is ours until 6 s.
+        *lock(&w.deadline) = start + Duration::from_secs(6);
+        w.cancel.cancelled().await;
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+        // The handler returns within the window: nothing is aborted or expired.
+        w.done.cancel();
+        w.watchdog.await.unwrap();
+        assert!(
+            w.events.try_recv().is_err(),
+            "no expiry once the handler ended"
+        );
+        assert!(!w.handler.is_finished(), "not aborted");
+        w.handler.abort();
+    }
 
     #[test]
     fn a_leadership_change_is_retried_like_a_lost_connection() {

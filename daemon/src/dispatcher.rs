@@ -602,20 +602,7 @@ pub(crate) fn run(
         let wake = engine
             .next_timer(clock.now())
             .map_or(IDLE_WAKE, |ms| Duration::from_millis(ms).min(IDLE_WAKE));
-        let wake = wake.min(commit.check_every());
-        if round.is_empty() {
-            match rx.recv_timeout(wake) {
-                Ok(cmd) => round.push_back(cmd),
-                Err(flume::RecvTimeoutError::Timeout) => {}
-                Err(flume::RecvTimeoutError::Disconnected) => stopping = true,
-            }
-        }
-        while round.len() < MAX_ROUND {
-            match rx.try_recv() {
-                Ok(cmd) => round.push_back(cmd),
-                Err(_) => break,
-            }
-        }
+        stopping |= gather(rx, &mut round, wake.min(commit.check_every()));
         if let Err(refusal) = commit.serving() {
             refuse_all(&mut round, &refusal);
             join_snapshot(&mut snapshot);
@@ -631,81 +618,24 @@ pub(crate) fn run(
         while commit.has_room() {
             let Some(cmd) = round.pop_front() else { break };
             requests += 1;
-            match cmd {
-                Command::Request(req, responder) => {
-                    let span = debug_span!(
-                        "request",
-                        connection = responder.connection,
-                        id = responder.id,
-                        op = req.name()
-                    );
-                    let _entered = span.enter();
-                    engine.handle(req, responder, now)?;
-                }
-                Command::Heard(connections) => {
-                    for connection in connections {
-                        engine.heard(connection, now);
-                    }
-                }
-                Command::Disconnected(connection) => engine.disconnected(connection),
-                Command::Shutdown => stopping = true,
-            }
+            stopping |= apply(engine, cmd, now)?;
         }
         let applied = round_started.elapsed();
         engine.tick(now)?;
         let ticked = round_started.elapsed();
         if let Err(refusal) = commit.finish(engine, now, requests, stats)? {
-            for (responder, _) in engine.take_outbox() {
-                responder.send(Err(ErrorBody::new(
-                    ErrorCode::OutcomeUnknown,
-                    "the leader lost its leadership before this request's round was agreed on: it may or may not have taken effect",
-                )));
-            }
+            outcome_unknown(engine);
             refuse_all(&mut round, &refusal);
             join_snapshot(&mut snapshot);
             return Ok(Ended::Deposed);
         }
         let persisted = round_started.elapsed();
-        for (responder, result) in engine.take_outbox() {
-            responder.send(result);
-        }
-        for (sink, push) in engine.take_pushes() {
-            sink.send(push, None);
-        }
-        for (sink, push, queued) in engine.take_watch_pushes() {
-            sink.send(push, Some(queued));
-        }
-        for (responder, dir) in engine.take_snapshots() {
-            if snapshot.as_ref().is_some_and(|t| !t.is_finished()) {
-                responder.send(Err(ErrorBody::new(
-                    ErrorCode::Limit,
-                    "a snapshot is being written; ask again once it is done",
-                )));
-                continue;
-            }
-            join_snapshot(&mut snapshot);
-            // After this round's persist: the view holds exactly what is durable.
-            let view = engine.store().view();
-            snapshot = Some(start_snapshot(
-                view,
-                snapshot_root.to_path_buf(),
-                dir,
-                responder,
-            ));
-        }
-        let took = round_started.elapsed();
-        metrics::histogram!("muster_round_seconds").record(took.as_secs_f64());
-        if took >= SLOW_ROUND {
-            info!(
-                requests,
-                apply_us = applied.as_micros() as u64,
-                timers_us = (ticked - applied).as_micros() as u64,
-                persist_us = (persisted - ticked).as_micros() as u64,
-                send_us = (took - persisted).as_micros() as u64,
-                "slow round: replies waited {} ms",
-                took.as_millis()
-            );
-        }
+        send_output(engine);
+        start_snapshots(engine, &mut snapshot, snapshot_root);
+        timed(
+            requests,
+            [applied, ticked, persisted, round_started.elapsed()],
+        );
         if gauges_at.elapsed() >= crate::metrics::GAUGE_INTERVAL {
             engine.publish_gauges(clock.now());
             stats
@@ -719,6 +649,131 @@ pub(crate) fn run(
     engine.store().persist(Persist::All)?;
     info!("store persisted; dispatcher stopped");
     Ok(Ended::Stopped)
+}
+
+/// Waits up to `wake` for a first command when `round` is empty, then takes what else
+/// is waiting, up to [`MAX_ROUND`]. True if the channel closed (the daemon stops).
+fn gather(
+    rx: &flume::Receiver<Command>,
+    round: &mut std::collections::VecDeque<Command>,
+    wake: Duration,
+) -> bool {
+    let mut closed = false;
+    if round.is_empty() {
+        match rx.recv_timeout(wake) {
+            Ok(cmd) => round.push_back(cmd),
+            Err(flume::RecvTimeoutError::Timeout) => {}
+            Err(flume::RecvTimeoutError::Disconnected) => closed = true,
+        }
+    }
+    while round.len() < MAX_ROUND {
+        match rx.try_recv() {
+            Ok(cmd) => round.push_back(cmd),
+            Err(_) => break,
+        }
+    }
+    assert!(
+        round.len() <= MAX_ROUND,
+        "a round holds at most MAX_ROUND commands"
+    );
+    closed
+}
+
+/// Applies one command to the engine. True if it asks the dispatcher to stop.
+fn apply(engine: &mut Engine<Responder>, cmd: Command, now: Now) -> Result<bool, StoreError> {
+    match cmd {
+        Command::Request(req, responder) => {
+            let span = debug_span!(
+                "request",
+                connection = responder.connection,
+                id = responder.id,
+                op = req.name()
+            );
+            let _entered = span.enter();
+            engine.handle(req, responder, now)?;
+        }
+        Command::Heard(connections) => {
+            for connection in connections {
+                engine.heard(connection, now);
+            }
+        }
+        Command::Disconnected(connection) => engine.disconnected(connection),
+        Command::Shutdown => return Ok(true),
+    }
+    Ok(false)
+}
+
+/// Records a round's time, and logs where it went when it was slow: the `requests`
+/// applied, the timers run, the round made durable, the output sent, each by the
+/// time since the round began.
+fn timed(requests: u64, [applied, ticked, persisted, took]: [Duration; 4]) {
+    assert!(
+        applied <= ticked && ticked <= persisted && persisted <= took,
+        "a round's steps follow each other"
+    );
+    metrics::histogram!("muster_round_seconds").record(took.as_secs_f64());
+    if took >= SLOW_ROUND {
+        info!(
+            requests,
+            apply_us = applied.as_micros() as u64,
+            timers_us = (ticked - applied).as_micros() as u64,
+            persist_us = (persisted - ticked).as_micros() as u64,
+            send_us = (took - persisted).as_micros() as u64,
+            "slow round: replies waited {} ms",
+            took.as_millis()
+        );
+    }
+}
+
+/// Answers a round that was not made durable: each reply becomes `outcome_unknown`
+/// (its change may or may not have been agreed on), and no push leaves.
+fn outcome_unknown(engine: &mut Engine<Responder>) {
+    for (responder, _) in engine.take_outbox() {
+        responder.send(Err(ErrorBody::new(
+            ErrorCode::OutcomeUnknown,
+            "the leader lost its leadership before this request's round was agreed on: it may or may not have taken effect",
+        )));
+    }
+}
+
+/// Hands on a durable round's replies and pushes.
+fn send_output(engine: &mut Engine<Responder>) {
+    for (responder, result) in engine.take_outbox() {
+        responder.send(result);
+    }
+    for (sink, push) in engine.take_pushes() {
+        sink.send(push, None);
+    }
+    for (sink, push, queued) in engine.take_watch_pushes() {
+        sink.send(push, Some(queued));
+    }
+}
+
+/// Starts the snapshots the round asked for, one at a time: another asked while one
+/// is being written gets `limit`.
+fn start_snapshots(
+    engine: &mut Engine<Responder>,
+    snapshot: &mut Option<JoinHandle<()>>,
+    snapshot_root: &Path,
+) {
+    for (responder, dir) in engine.take_snapshots() {
+        if snapshot.as_ref().is_some_and(|t| !t.is_finished()) {
+            responder.send(Err(ErrorBody::new(
+                ErrorCode::Limit,
+                "a snapshot is being written; ask again once it is done",
+            )));
+            continue;
+        }
+        join_snapshot(snapshot);
+        // After this round's persist: the view holds exactly what is durable.
+        let view = engine.store().view();
+        *snapshot = Some(start_snapshot(
+            view,
+            snapshot_root.to_path_buf(),
+            dir,
+            responder,
+        ));
+    }
 }
 
 /// Answers every request of `round` with `refusal`; other commands concern an engine
