@@ -1,7 +1,7 @@
 //! The durable record: the only module that touches fjall, but for the raft log
 //! keyspaces of a cluster node (`cluster::storage`).
 //!
-//! One fjall `Database` with four keyspaces, all written through [`Batch`]es so each
+//! One fjall `Database` with six keyspaces, all written through [`Batch`]es so each
 //! request's changes land atomically:
 //!
 //! | keyspace   | key                          | value                           |

@@ -28,7 +28,8 @@ pub fn frames(data: &[u8]) -> usize {
     decoded
 }
 
-/// Decodes one frame body as a request; a request that decodes must encode again.
+/// Decodes one frame body as a request: whatever the bytes, it decodes to a named op or
+/// is refused with a message saying why, and it never panics.
 pub fn request(data: &[u8]) -> bool {
     match decode_request(data) {
         Ok((_, req)) => {

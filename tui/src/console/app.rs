@@ -2162,7 +2162,7 @@ impl App {
 
     fn step(&mut self, by: isize) -> Option<Effect> {
         if let Some(WatchUpdate::Task { task }) = &self.data {
-            let last = super::ui::task_lines(task, self.now_ms, self.absolute_times)
+            let last = super::detail::task_lines(task, self.now_ms, self.absolute_times)
                 .len()
                 .saturating_sub(1);
             let page = self.page_mut();

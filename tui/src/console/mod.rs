@@ -12,6 +12,7 @@
 //! it after the restore) and panic (ratatui's panic hook).
 
 pub mod app;
+pub mod detail;
 #[cfg(test)]
 mod tests;
 pub mod ui;

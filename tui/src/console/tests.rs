@@ -20,7 +20,7 @@ use super::app::{
     App, ClusterPoll, DaemonFacts, DeadAction, DeadTasks, Draft, Effect, Level, Mode, NEW_PAYLOAD,
     PAGE_ROWS, QueueChange, Requeue, Screen, TABS, TREND_SECONDS, Verb, search_query, search_words,
 };
-use super::ui;
+use super::{detail, ui};
 
 const NOW: u64 = 1_800_000_000_000;
 const SEC: u64 = 1000;
@@ -729,7 +729,7 @@ fn the_task_screen_scrolls_within_its_lines() {
         View::Task { task: id(1) },
     );
     deliver(&mut app, tag, WatchUpdate::Task { task: task_info() });
-    let lines = ui::task_lines(&task_info(), NOW, false).len();
+    let lines = detail::task_lines(&task_info(), NOW, false).len();
     for _ in 0..500 {
         press(&mut app, KeyCode::Char('j'));
     }

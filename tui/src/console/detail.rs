@@ -1,0 +1,186 @@
+//! The words of the console's screens: the task screen's lines (which the state also
+//! counts, to move over them) and the ways durations, times, lists and JSON are shown.
+//! Shared by the state ([`super::app`]) and the renderer ([`super::ui`]), and knowing
+//! neither.
+
+use ratatui::style::{Color, Style, Stylize};
+use ratatui::text::{Line, Span};
+
+use muster_protocol::model::{TaskInfo, TaskState};
+
+/// Items joined by commas, or `-` for none.
+pub fn list_or_dash(items: &[String]) -> String {
+    if items.is_empty() {
+        "-".into()
+    } else {
+        items.join(",")
+    }
+}
+
+/// The lines of the task screen, at `now`.
+pub fn task_lines(t: &TaskInfo, now: u64, absolute: bool) -> Vec<Line<'static>> {
+    let field = |name: &'static str, value: String| {
+        Line::from(vec![
+            Span::styled(format!("{name:<11}"), Style::new().bold()),
+            Span::raw(value),
+        ])
+    };
+    let mut state = t.state.as_str().to_owned();
+    if let Some(reason) = &t.dead_reason {
+        state.push_str(&format!(" ({reason})"));
+    }
+    if t.cancel_requested {
+        state.push_str(", cancel requested");
+    }
+    let mut lines = vec![
+        field("queue", t.queue.clone()),
+        field("state", state),
+        field(
+            "attempts",
+            format!("{} delivered, {} failed", t.deliveries, t.failures),
+        ),
+        field(
+            "lease",
+            t.lease.as_ref().map_or("none".into(), |l| {
+                format!(
+                    "{} epoch {}, expires {}",
+                    holder(&l.member),
+                    l.epoch,
+                    until(now, l.expires_ms)
+                )
+            }),
+        ),
+        field(
+            "priority",
+            format!(
+                "{}   key {}   requires {}",
+                t.priority,
+                t.key.as_deref().unwrap_or("-"),
+                list_or_dash(&t.requires)
+            ),
+        ),
+        field(
+            "created",
+            format!(
+                "{} ago, changed {} ago",
+                ago(now, t.created_ms),
+                ago(now, t.updated_ms)
+            ),
+        ),
+    ];
+    if let Some(at) = t.not_before_ms {
+        lines.push(field("due", until(now, at)));
+    }
+    if let Some(e) = &t.last_error {
+        // The whole error: its first line beside the name, the rest (a traceback) below.
+        let mut error = e.lines();
+        let first = error.next().unwrap_or_default().to_owned();
+        lines.push(field("last error", first).fg(Color::Red));
+        lines.extend(error.map(|l| Line::raw(format!("  {l}")).fg(Color::Red)));
+    }
+    lines.push(Line::from(Span::styled("timeline", Style::new().bold())));
+    for (i, e) in t.history.iter().enumerate() {
+        let when = if absolute {
+            crate::output::time(e.at_ms)
+        } else {
+            format!("{:>4} ago", ago(now, e.at_ms))
+        };
+        let mut text = format!("  {when}  {:<16}", e.event);
+        if let Some(m) = e.member.as_deref().filter(|m| !m.is_empty()) {
+            text.push_str(&format!(" {m}"));
+        }
+        if let Some(epoch) = e.epoch {
+            text.push_str(&format!(" #{epoch}"));
+        }
+        if let Some(ran) = attempt_length(t, i, now) {
+            text.push_str(&format!(" {ran}"));
+        }
+        if let Some(err) = &e.error {
+            text.push_str(&format!(" {}", one_line(err)));
+        }
+        lines.push(Line::raw(text));
+    }
+    for (name, json) in [
+        ("progress", t.progress.as_ref()),
+        ("payload", Some(&t.payload)),
+        ("result", t.result.as_ref()),
+    ] {
+        if let Some(json) = json {
+            lines.push(Line::from(Span::styled(name, Style::new().bold())));
+            lines.extend(
+                pretty(json.get())
+                    .lines()
+                    .map(|l| Line::raw(format!("  {l}"))),
+            );
+        }
+    }
+    lines
+}
+
+/// The first line of a text, with a mark if more followed.
+pub fn one_line(text: &str) -> String {
+    match text.split_once('\n') {
+        Some((first, _)) => format!("{first} …"),
+        None => text.to_owned(),
+    }
+}
+
+/// JSON text pretty-printed (as it is, if it does not parse).
+pub fn pretty(json: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(json)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or_else(|_| json.to_owned())
+}
+
+/// How long the attempt that event `i` (a lease) began ran: to the next event of its
+/// epoch (its settle, lapse, revoke or release), or, still leased, until now.
+fn attempt_length(t: &TaskInfo, i: usize, now: u64) -> Option<String> {
+    let e = &t.history[i];
+    if e.event != "leased" {
+        return None;
+    }
+    let end = t.history[i + 1..]
+        .iter()
+        .find(|later| later.epoch == e.epoch || later.event == "leased");
+    match end {
+        Some(end) => Some(format!("ran {}", short(end.at_ms.saturating_sub(e.at_ms)))),
+        None if t.state == TaskState::Leased => {
+            Some(format!("running {}", short(now.saturating_sub(e.at_ms))))
+        }
+        None => None,
+    }
+}
+
+/// A span of milliseconds in its largest whole unit: `42s`, `7m`, `3h`, `2d`.
+pub fn short(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86_400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// How long ago `at` was.
+pub fn ago(now: u64, at: u64) -> String {
+    short(now.saturating_sub(at))
+}
+
+/// How long until `at` (`in 5s`), or since it passed (`3m ago`).
+pub fn until(now: u64, at: u64) -> String {
+    if at >= now {
+        format!("in {}", short(at - now))
+    } else {
+        format!("{} ago", short(now - at))
+    }
+}
+
+/// A member name as shown; anonymous claims have none.
+pub fn holder(member: &str) -> String {
+    if member.is_empty() {
+        "(anonymous)".into()
+    } else {
+        member.to_owned()
+    }
+}
