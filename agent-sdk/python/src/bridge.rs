@@ -107,9 +107,13 @@ pub enum Reply {
     Text(String),
     /// A `list[str]`.
     Ids(Vec<String>),
-    /// A new native client.
-    Client(crate::client::Client),
+    /// A Python object made from a Rust value (a new native client, say), built once
+    /// the GIL is held.
+    Object(MakeObject),
 }
+
+/// Builds a Python object, given the GIL.
+pub type MakeObject = Box<dyn for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, PyAny>> + Send>;
 
 impl From<()> for Reply {
     fn from((): ()) -> Reply {
@@ -135,12 +139,6 @@ impl From<Vec<String>> for Reply {
     }
 }
 
-impl From<crate::client::Client> for Reply {
-    fn from(client: crate::client::Client) -> Reply {
-        Reply::Client(client)
-    }
-}
-
 impl Reply {
     fn into_py(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         match self {
@@ -148,7 +146,7 @@ impl Reply {
             Reply::Count(n) => n.into_bound_py_any(py),
             Reply::Text(text) => text.into_bound_py_any(py),
             Reply::Ids(ids) => ids.into_bound_py_any(py),
-            Reply::Client(client) => client.into_bound_py_any(py),
+            Reply::Object(make) => make(py),
         }
     }
 }

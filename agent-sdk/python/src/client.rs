@@ -20,6 +20,7 @@ use muster_protocol::limits::MAX_BATCH;
 use muster_protocol::model::{NewTask, QueuePatch, TaskState};
 use muster_protocol::ops::{Claim, DeadSelection, TaskFind, TaskUpdate};
 use muster_sdk::{ConnectArgs, ConnectOptions};
+use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
 use serde::Serialize;
 
@@ -97,6 +98,12 @@ pub fn connect<'py>(
         };
         Ok(Client { client })
     })
+}
+
+impl From<Client> for Reply {
+    fn from(client: Client) -> Reply {
+        Reply::Object(Box::new(move |py| client.into_bound_py_any(py)))
+    }
 }
 
 impl Client {
