@@ -232,7 +232,7 @@ pub struct ClusterFlags {
     /// The secret file.
     pub secret_file: PathBuf,
     /// Heartbeats and election timeouts.
-    pub timing: crate::cluster::node::Timing,
+    pub timing: crate::cluster::timing::Timing,
 }
 
 /// Default absolute threshold of the disk alarm, in MiB: room for the store to flush
@@ -337,7 +337,7 @@ impl Config {
         if self.cluster_snapshot_every == 0 {
             bail!("--cluster-snapshot-every must be at least 1");
         }
-        let timing = crate::cluster::node::Timing::new(
+        let timing = crate::cluster::timing::Timing::new(
             self.cluster_heartbeat,
             self.cluster_election_timeout,
         )

@@ -24,34 +24,15 @@ use std::time::Duration;
 use openraft::storage::RaftLogStorage;
 use openraft::{LogId, Raft, RaftNetworkFactory, ServerState, Vote};
 use rand::Rng;
-use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use super::net::{Network, Peer};
-use super::node::Timing;
+use super::net::{Network, Peer, PreVoteRequest, PreVoteResponse};
 use super::storage::LogStore;
+use super::timing::Timing;
 use super::{Muster, NodeAddr};
 
 /// How often the timer looks whether an election is due.
 pub const ELECTION_TICK: Duration = Duration::from_millis(50);
-
-/// A would-you-vote-for-me question, sent before a real election.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PreVoteRequest {
-    /// The node that would stand.
-    pub candidate: u64,
-    /// The term it would stand in: its current term plus one (its term is not raised).
-    pub term: u64,
-    /// The last entry of its log.
-    pub last_log_id: Option<LogId<u64>>,
-}
-
-/// The answer to a [`PreVoteRequest`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PreVoteResponse {
-    /// Whether this node would vote for the candidate now.
-    pub granted: bool,
-}
 
 /// What a node knows of itself when it answers or asks: read from openraft's state and
 /// the node's log.

@@ -35,7 +35,7 @@ pub const CHECK_EVERY: Duration = Duration::from_millis(50);
 
 /// Longest a leader waits for a round to be agreed on while it still hears from a
 /// majority (a slow disk on the others). Past it, or as soon as the leader has not heard
-/// from a majority for the election timeout (see `node::Timing`), the round's requests
+/// from a majority for the election timeout (see `timing::Timing`), the round's requests
 /// get `outcome_unknown` and the node stops serving until its log is settled again.
 pub const AGREEMENT_TIMEOUT: Duration = Duration::from_secs(2);
 

@@ -15,7 +15,9 @@
 //! - [`elect`]: elections behind a pre-vote, so a node back from a partition does not
 //!   depose a healthy leader.
 //! - [`node`]: starting a node, membership changes and its status.
-//! - [`lead`]: a leader's rounds: agreeing on each with the others.
+//! - [`lead`]: the node's dispatcher life cycle, and a leader's rounds: agreeing on each
+//!   with the others.
+//! - [`timing`]: the heartbeat and election timeout every wait derives from.
 
 pub mod elect;
 pub mod identity;
@@ -23,6 +25,7 @@ pub mod lead;
 pub mod net;
 pub mod node;
 pub mod storage;
+pub mod timing;
 
 use serde::{Deserialize, Serialize};
 

@@ -40,9 +40,7 @@ use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
-use super::elect::{self, PreVoteRequest, PreVoteResponse};
 use super::identity::SERVER_NAME;
-use super::storage::LogStore;
 use super::{Muster, NodeAddr};
 use crate::admission::{Place, Pool};
 
@@ -114,8 +112,26 @@ pub enum Rpc {
     Vote(VoteRequest<u64>),
     /// Answered by `Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>`.
     InstallSnapshot(InstallSnapshotRequest<Muster>),
-    /// Answered by [`PreVoteResponse`] (not an openraft RPC: see [`super::elect`]).
+    /// Answered by [`PreVoteResponse`] (not an openraft RPC: see `cluster::elect`).
     PreVote(PreVoteRequest),
+}
+
+/// A would-you-vote-for-me question, sent before a real election.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreVoteRequest {
+    /// The node that would stand.
+    pub candidate: u64,
+    /// The term it would stand in: its current term plus one (its term is not raised).
+    pub term: u64,
+    /// The last entry of its log.
+    pub last_log_id: Option<openraft::LogId<u64>>,
+}
+
+/// The answer to a [`PreVoteRequest`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreVoteResponse {
+    /// Whether this node would vote for the candidate now.
+    pub granted: bool,
 }
 
 /// Why a frame could not be read or written.
@@ -837,31 +853,14 @@ fn stepped_back<E: std::error::Error>() -> RPCError<u64, NodeAddr, E> {
 // ---------------------------------------------------------------------------------------
 // Server side
 
-/// What answers the RPCs: openraft's [`openraft::Raft`], or a stand-in in tests.
-trait Handler: Send + Sync + 'static {
+/// What answers the RPCs: a node's openraft and its pre-vote (`node::Served`), or a
+/// stand-in in tests.
+pub trait Handler: Send + Sync + 'static {
     /// Runs `rpc` and returns the encoded answer frame.
     fn handle(&self, rpc: Rpc) -> impl Future<Output = Result<Vec<u8>, postcard::Error>> + Send;
 }
 
-/// A node's openraft and its log (for the pre-vote's answers).
-struct Served {
-    raft: openraft::Raft<Muster>,
-    log: LogStore,
-}
-
-impl Handler for Served {
-    async fn handle(&self, rpc: Rpc) -> Result<Vec<u8>, postcard::Error> {
-        let raft = &self.raft;
-        match rpc {
-            Rpc::AppendEntries(r) => postcard::to_stdvec(&raft.append_entries(r).await),
-            Rpc::Vote(r) => postcard::to_stdvec(&raft.vote(r).await),
-            Rpc::InstallSnapshot(r) => postcard::to_stdvec(&raft.install_snapshot(r).await),
-            Rpc::PreVote(r) => postcard::to_stdvec(&elect::answer(raft, &self.log, &r).await),
-        }
-    }
-}
-
-/// Serves the peers' RPCs on `endpoint` into `raft` until the endpoint is closed, then
+/// Serves the peers' RPCs on `endpoint` with `handler` until the endpoint is closed, then
 /// waits for the RPCs under way to be answered.
 ///
 /// Only peers with the cluster identity complete a handshake, and only after a QUIC
@@ -871,11 +870,7 @@ impl Handler for Served {
 /// [`MAX_BUFFERED_PER_CONNECTION`] bytes of requests held; a frame over [`MAX_RPC_BYTES`] is
 /// refused by its header. A stream with an unreadable request is stopped, with a debug
 /// log, and its connection goes on.
-pub async fn serve(endpoint: quinn::Endpoint, raft: openraft::Raft<Muster>, log: LogStore) {
-    serve_with(endpoint, Arc::new(Served { raft, log })).await;
-}
-
-async fn serve_with<H: Handler>(endpoint: quinn::Endpoint, handler: Arc<H>) {
+pub async fn serve<H: Handler>(endpoint: quinn::Endpoint, handler: Arc<H>) {
     let buffered = Arc::new(Semaphore::new(MAX_BUFFERED_BYTES));
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let handshakes = Pool::new(MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS);
@@ -1187,7 +1182,7 @@ mod tests {
     ) -> (quinn::Endpoint, SocketAddr, JoinHandle<()>) {
         let endpoint = endpoint(loopback(), identity).unwrap();
         let addr = endpoint.local_addr().unwrap();
-        let task = tokio::spawn(serve_with(endpoint.clone(), Arc::new(handler)));
+        let task = tokio::spawn(serve(endpoint.clone(), Arc::new(handler)));
         (endpoint, addr, task)
     }
 

@@ -15,109 +15,9 @@ use muster_protocol::ops::{ClusterHello, ClusterMember, ClusterStatusReply};
 use muster_protocol::{ErrorBody, ErrorCode};
 
 use super::storage::{LogStore, StateMachine};
+use super::timing::Timing;
 use super::{Fate, Muster, NodeAddr, Round, elect, identity, net};
 use crate::store::{Persist, Store};
-
-/// How often the leader sends heartbeats, unless `--cluster-heartbeat` says otherwise.
-pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(100);
-
-/// The election timeout, unless `--cluster-election-timeout` says otherwise: see
-/// [`Timing`].
-pub const DEFAULT_ELECTION_TIMEOUT: Duration = Duration::from_millis(400);
-
-/// The heartbeats a [`Timing`] allows, from a LAN's fastest useful rate to a slow WAN's.
-pub const HEARTBEAT_RANGE: std::ops::RangeInclusive<Duration> =
-    Duration::from_millis(20)..=Duration::from_secs(1);
-
-/// Least election timeout, in heartbeats: a follower must be able to miss two
-/// heartbeats in a row without starting an election.
-pub const ELECTION_TIMEOUT_MIN_HEARTBEATS: u32 = 3;
-
-/// Longest election timeout a [`Timing`] allows.
-pub const ELECTION_TIMEOUT_MAX: Duration = Duration::from_secs(10);
-
-/// The cluster's clock: the heartbeat, and the election timeout `T` every other wait
-/// derives from.
-///
-/// - A follower that has not heard from its leader for the leader's *lease* (1.5 `T`)
-///   plus a random part of `T / 2` asks for a pre-vote, then stands; it refuses votes to
-///   others while its leader's lease holds (openraft's rule).
-/// - A leader that has not heard from a majority for `T` stops serving, fails the rounds
-///   it was waiting for (`outcome_unknown`) and stops sending heartbeats, so that the
-///   others elect a new leader at once instead of hearing from one that cannot commit
-///   (check-quorum): an isolated leader, or one whose messages arrive but whose
-///   answers do not.
-///
-/// So a leader's death or isolation costs about 1.5–2 `T` before a new leader serves.
-/// All nodes of a cluster should run with the same timing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timing {
-    heartbeat: Duration,
-    election_timeout: Duration,
-}
-
-impl Default for Timing {
-    fn default() -> Timing {
-        Timing {
-            heartbeat: DEFAULT_HEARTBEAT,
-            election_timeout: DEFAULT_ELECTION_TIMEOUT,
-        }
-    }
-}
-
-impl Timing {
-    /// A timing, or why it is not one: the heartbeat within [`HEARTBEAT_RANGE`], the
-    /// election timeout at least [`ELECTION_TIMEOUT_MIN_HEARTBEATS`] heartbeats and at
-    /// most [`ELECTION_TIMEOUT_MAX`].
-    pub fn new(heartbeat: Duration, election_timeout: Duration) -> Result<Timing, String> {
-        if !HEARTBEAT_RANGE.contains(&heartbeat) {
-            return Err(format!(
-                "--cluster-heartbeat must be {} to {} ms, not {} ms",
-                HEARTBEAT_RANGE.start().as_millis(),
-                HEARTBEAT_RANGE.end().as_millis(),
-                heartbeat.as_millis()
-            ));
-        }
-        let least = heartbeat * ELECTION_TIMEOUT_MIN_HEARTBEATS;
-        if election_timeout < least || election_timeout > ELECTION_TIMEOUT_MAX {
-            return Err(format!(
-                "--cluster-election-timeout must be {} to {} ms ({ELECTION_TIMEOUT_MIN_HEARTBEATS} heartbeats at least), not {} ms",
-                least.as_millis(),
-                ELECTION_TIMEOUT_MAX.as_millis(),
-                election_timeout.as_millis()
-            ));
-        }
-        Ok(Timing {
-            heartbeat,
-            election_timeout,
-        })
-    }
-
-    /// How often the leader sends heartbeats.
-    pub fn heartbeat(self) -> Duration {
-        self.heartbeat
-    }
-
-    /// `T`: how long a leader goes without a majority before it stops leading, and the
-    /// shortest wait of a follower's election timer.
-    pub fn election_timeout(self) -> Duration {
-        self.election_timeout
-    }
-
-    /// How long a leader's heartbeat keeps a voter from voting for another node:
-    /// openraft's leader lease (its longest election timeout), 1.5 `T`.
-    pub fn leader_lease(self) -> Duration {
-        self.election_timeout * 3 / 2
-    }
-
-    /// The timing of a running raft (from its configuration).
-    pub fn of(config: &Config) -> Timing {
-        Timing {
-            heartbeat: Duration::from_millis(config.heartbeat_interval),
-            election_timeout: Duration::from_millis(config.election_timeout_min),
-        }
-    }
-}
 
 /// How often a leader waiting for its majority looks whether it still leads.
 const LEADERSHIP_CHECK: Duration = Duration::from_millis(25);
@@ -245,7 +145,11 @@ impl Node {
         )
         .await
         .context("starting raft")?;
-        tokio::spawn(net::serve(endpoint, raft.clone(), log_reader.clone()));
+        let served = Served {
+            raft: raft.clone(),
+            log: log_reader.clone(),
+        };
+        tokio::spawn(net::serve(endpoint, Arc::new(served)));
         tokio::spawn(elect::run(
             config.node_id,
             raft.clone(),
@@ -635,6 +539,24 @@ fn quorum_is_fresh(m: &RaftMetrics<u64, NodeAddr>, timing: Timing) -> bool {
         .is_some_and(|age| age < timing.election_timeout().as_millis() as u64)
 }
 
+/// A node's openraft and its log (for the pre-vote's answers).
+struct Served {
+    raft: openraft::Raft<Muster>,
+    log: LogStore,
+}
+
+impl net::Handler for Served {
+    async fn handle(&self, rpc: net::Rpc) -> Result<Vec<u8>, postcard::Error> {
+        let raft = &self.raft;
+        match rpc {
+            net::Rpc::AppendEntries(r) => postcard::to_stdvec(&raft.append_entries(r).await),
+            net::Rpc::Vote(r) => postcard::to_stdvec(&raft.vote(r).await),
+            net::Rpc::InstallSnapshot(r) => postcard::to_stdvec(&raft.install_snapshot(r).await),
+            net::Rpc::PreVote(r) => postcard::to_stdvec(&elect::answer(raft, &self.log, &r).await),
+        }
+    }
+}
+
 /// Resolves with raft's fatal error once its metrics report one (or they end).
 async fn raft_failed(
     mut metrics: tokio::sync::watch::Receiver<RaftMetrics<u64, NodeAddr>>,
@@ -668,26 +590,5 @@ mod tests {
             failed.await.unwrap(),
             openraft::error::Fatal::<u64>::Panicked.to_string()
         );
-    }
-
-    #[test]
-    fn timings_outside_their_ranges_are_refused_with_the_range() {
-        let ms = Duration::from_millis;
-        let t = Timing::new(ms(100), ms(400)).unwrap();
-        assert_eq!(t, Timing::default());
-        assert_eq!(t.leader_lease(), ms(600));
-        assert_eq!(
-            Timing::new(ms(10), ms(400)),
-            Err("--cluster-heartbeat must be 20 to 1000 ms, not 10 ms".to_owned())
-        );
-        assert_eq!(
-            Timing::new(ms(100), ms(250)),
-            Err("--cluster-election-timeout must be 300 to 10000 ms (3 heartbeats at least), not 250 ms".to_owned())
-        );
-        assert_eq!(
-            Timing::new(ms(100), ms(10_001)),
-            Err("--cluster-election-timeout must be 300 to 10000 ms (3 heartbeats at least), not 10001 ms".to_owned())
-        );
-        assert!(Timing::new(ms(1_000), ms(3_000)).is_ok());
     }
 }
