@@ -202,50 +202,16 @@ async fn handle_connection(
             return Err(anyhow::anyhow!(e.message));
         }
     } else {
-        // A connection must present its token in time, and holds a place among the
-        // unauthenticated until it does; a silent one is closed, and the oldest silent
-        // one is closed for a newcomer when they are too many.
+        // Its place among the unauthenticated is taken now, in the order connections come.
         let place = context
             .admission
             .unauthenticated
             .admit(conn.remote_address().ip());
-        let (state, timeout) = (Arc::clone(&state), context.server.hello_timeout);
-        streams.spawn(async move {
-            let reason: &'static [u8] = tokio::select! {
-                () = tokio::time::sleep(timeout) => b"no token presented in time",
-                () = place.evicted.cancelled() => b"no token presented; dropped for newer connections",
-                () = state.authenticated.cancelled() => return,
-                _ = state.conn.closed() => return,
-            };
-            if state.principal.get().is_none() {
-                debug!("closing: {}", String::from_utf8_lossy(reason));
-                state.conn.close(CLOSE_UNAUTHORIZED.into(), reason);
-            }
-        });
+        streams.spawn(await_token(Arc::clone(&state), place));
     }
     let commands = context.server.commands.clone();
     heartbeats.watch(connection, conn.clone());
-    let mut leadership = context.server.cluster.as_ref().map(|(_, g)| {
-        let mut g = g.clone();
-        g.mark_unchanged();
-        g
-    });
-    let result = loop {
-        let (send, recv) = tokio::select! {
-            s = conn.accept_bi() => match s {
-                Ok(s) => s,
-                Err(e) => break Err(e),
-            },
-            () = shutdown.cancelled() => break Ok(()),
-            Some(()) = leadership_changed(&mut leadership) => {
-                debug!("closing: the node's leadership changed");
-                conn.close(CLOSE_LEADERSHIP.into(), b"leadership changed");
-                break Ok(());
-            }
-        };
-        let span = info_span!("stream", id = %send.id());
-        streams.spawn(connection::handle_stream(Arc::clone(&state), (send, recv)).instrument(span));
-    };
+    let result = accept_streams(&state, &shutdown).await;
     streams.close();
     streams.wait().await;
     // IMPORTANT: before `Disconnected`, so the engine hears nothing of it after.
@@ -256,6 +222,50 @@ async fn handle_connection(
         Ok(()) | Err(quinn::ConnectionError::ApplicationClosed(_)) => Ok(()),
         Err(quinn::ConnectionError::LocallyClosed) => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Serves each stream the connection opens, on its own task, until the connection
+/// ends, the daemon stops or a cluster node's leadership changes (the connection is
+/// closed then, so that its client looks for the leader).
+async fn accept_streams(
+    state: &Arc<ConnState>,
+    shutdown: &CancellationToken,
+) -> Result<(), quinn::ConnectionError> {
+    let mut leadership = state.context.server.cluster.as_ref().map(|(_, g)| {
+        let mut g = g.clone();
+        g.mark_unchanged();
+        g
+    });
+    loop {
+        let (send, recv) = tokio::select! {
+            s = state.conn.accept_bi() => s?,
+            () = shutdown.cancelled() => return Ok(()),
+            Some(()) = leadership_changed(&mut leadership) => {
+                debug!("closing: the node's leadership changed");
+                state.conn.close(CLOSE_LEADERSHIP.into(), b"leadership changed");
+                return Ok(());
+            }
+        };
+        let span = info_span!("stream", id = %send.id());
+        let stream = connection::handle_stream(Arc::clone(state), (send, recv));
+        state.tasks.spawn(stream.instrument(span));
+    }
+}
+
+/// Closes a connection that has not presented a valid token within the hello timeout.
+/// Until it does, it holds a place among the unauthenticated: the oldest of those is
+/// closed for a newcomer when they are too many.
+async fn await_token(state: Arc<ConnState>, place: Place) {
+    let reason: &'static [u8] = tokio::select! {
+        () = tokio::time::sleep(state.context.server.hello_timeout) => b"no token presented in time",
+        () = place.evicted.cancelled() => b"no token presented; dropped for newer connections",
+        () = state.authenticated.cancelled() => return,
+        _ = state.conn.closed() => return,
+    };
+    if state.principal.get().is_none() {
+        debug!("closing: {}", String::from_utf8_lossy(reason));
+        state.conn.close(CLOSE_UNAUTHORIZED.into(), reason);
     }
 }
 
