@@ -395,7 +395,7 @@ async fn handle_frame(
             &server.stats,
             server.durability,
             server.cluster.as_ref().map(|(node, _)| node),
-            principal.as_ref().map(|p| p.name.clone()),
+            principal.as_deref().map(|p| p.name.as_str()),
         )
     {
         match answer {

@@ -27,7 +27,7 @@ pub fn answer(
     stats: &CommitStats,
     durability: &'static str,
     node: Option<&Node>,
-    principal: Option<String>,
+    principal: Option<&str>,
 ) -> Option<Answer> {
     match req {
         Request::ServerStats(_) => Some(Answer::Now(Box::new(server_stats(stats, durability)))),
@@ -77,11 +77,12 @@ pub type ClusterAnswer =
 
 /// A cluster node's answer to a cluster op, answered by the node rather than the engine.
 /// A membership change that took effect is audited as the `principal`'s.
-fn cluster_op(node: &Node, req: &Request, principal: Option<String>) -> Option<ClusterAnswer> {
+fn cluster_op(node: &Node, req: &Request, principal: Option<&str>) -> Option<ClusterAnswer> {
     use crate::engine::audit;
-    let watched = node.clone();
-    let node = node.clone();
+    // Every request passes here: nothing is cloned before it is known to be a cluster op.
     let (op, target) = (req.name(), cluster_target(req)?);
+    let (watched, node) = (node.clone(), node.clone());
+    let principal = principal.map(str::to_owned);
     let change: ClusterAnswer = match req {
         Request::ClusterStatus(_) => return Some(Box::pin(async move { Ok(node.status()) })),
         Request::ClusterAdd(add) => {
