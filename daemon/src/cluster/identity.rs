@@ -410,9 +410,6 @@ impl ClientCertVerifier for ClusterPeers {
     }
 }
 
-// ---------------------------------------------------------------------------------------
-// Wire format
-
 #[cfg(test)]
 mod tests {
     use super::*;

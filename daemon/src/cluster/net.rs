@@ -102,6 +102,9 @@ const RESET_BAD_FRAME: u32 = 1;
 /// Application error code on a stream reset because the answer could not be sent.
 const RESET_NO_ANSWER: u32 = 2;
 
+// ---------------------------------------------------------------------------------------
+// Wire format
+
 /// One request, the first and only frame a stream carries from the connecting node.
 /// The answer frame is the `Result` of the matching [`openraft::Raft`] method.
 #[derive(Debug, Serialize, Deserialize)]
