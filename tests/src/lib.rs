@@ -241,6 +241,9 @@ pub struct Daemon {
     log_thread: Option<std::thread::JoinHandle<()>>,
 }
 
+/// Lines of a daemon's log a failed start shows.
+const START_LOG_LINES: usize = 10;
+
 impl Daemon {
     /// Starts a daemon in a fresh data directory on a port of its choosing.
     pub fn start() -> Daemon {
@@ -346,15 +349,27 @@ impl Daemon {
         self.child = Some(child);
         self.log_thread = Some(log_thread);
         let deadline = std::time::Instant::now() + START_TIMEOUT;
+        // The log's last lines, for a start that fails: the data directory (and the log
+        // in it) is gone once the test has panicked.
+        let mut last: std::collections::VecDeque<String> = std::collections::VecDeque::new();
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             let line = match rx.recv_timeout(left) {
                 Ok(line) => line,
-                Err(_) => panic!(
-                    "musterd did not report listening within {START_TIMEOUT:?}; log in {}",
-                    self.data.path().display()
+                Err(e) => panic!(
+                    "musterd did not report listening within {START_TIMEOUT:?} ({}); log in {}, ending:\n{}",
+                    match e {
+                        mpsc::RecvTimeoutError::Timeout => "still starting",
+                        mpsc::RecvTimeoutError::Disconnected => "it exited",
+                    },
+                    self.data.path().display(),
+                    Vec::from(last).join("\n")
                 ),
             };
+            if last.len() == START_LOG_LINES {
+                last.pop_front();
+            }
+            last.push_back(line.clone());
             let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
                 continue;
             };
