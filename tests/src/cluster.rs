@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 use muster_sdk::{Client, ConnectOptions, Trust};
 use rand::Rng;
 
+use crate::free_port_below_ephemeral;
 use crate::relay::Relay;
 
 /// The cluster id of every test cluster.
@@ -930,40 +931,6 @@ fn pick_ports(count: usize) -> Vec<Ports> {
             cluster_listen: b.local_addr().expect("a chosen port"),
         })
         .collect()
-}
-
-/// The lowest port chosen for a node.
-const PORTS_FROM: u16 = 10_000;
-
-/// A socket bound to a free loopback port below the kernel's ephemeral range. Every
-/// `bind` to port 0 (clients, single daemons, relays) draws from that range, so none of
-/// them can take a killed node's port before the node is restarted on it. Ports are
-/// handed out in turn from a random start, so the tests of one process do not choose
-/// the same port twice either.
-fn free_port_below_ephemeral() -> UdpSocket {
-    static NEXT: std::sync::Mutex<Option<u16>> = std::sync::Mutex::new(None);
-    let end = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
-        .filter(|&low| low > PORTS_FROM + 1_000)
-        .unwrap_or(32_768);
-    let span = end - PORTS_FROM;
-    let mut next = NEXT
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut port = next.unwrap_or_else(|| PORTS_FROM + rand::random::<u16>() % span);
-    for _ in 0..span {
-        port = if port + 1 >= end {
-            PORTS_FROM
-        } else {
-            port + 1
-        };
-        if let Ok(socket) = UdpSocket::bind(("127.0.0.1", port)) {
-            *next = Some(port);
-            return socket;
-        }
-    }
-    panic!("no free UDP port on 127.0.0.1 between {PORTS_FROM} and {end}");
 }
 
 /// Writes a fresh random secret, hex, readable by this user only.

@@ -2,8 +2,10 @@
 //! the `muster` CLI.
 //!
 //! [`Daemon::start`] builds the binaries once per test process (so `cargo test` alone is
-//! enough), starts `musterd` on `127.0.0.1:0` in a fresh data directory and reads the
-//! address it bound from its JSON log. Every wait here is bounded.
+//! enough), starts `musterd` in a fresh data directory on a loopback port below the
+//! kernel's ephemeral range ([`free_port_below_ephemeral`]: no client's port-0 socket can
+//! take it while the daemon is down for a restart) and waits for its JSON log to say it
+//! listens. Every wait here is bounded.
 //!
 //! # Layout
 //! - this file: [`Daemon`], [`Proc`] and the paths of the binaries.
@@ -20,6 +22,7 @@ pub mod cluster;
 pub mod relay;
 
 use std::io::{BufRead, BufReader};
+use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -245,7 +248,7 @@ pub struct Daemon {
 const START_LOG_LINES: usize = 10;
 
 impl Daemon {
-    /// Starts a daemon in a fresh data directory on a port of its choosing.
+    /// Starts a daemon in a fresh data directory.
     pub fn start() -> Daemon {
         Daemon::start_with(&[])
     }
@@ -280,6 +283,9 @@ impl Daemon {
     }
 
     fn start_on(data: tempfile::TempDir, extra: &[&str], log_filter: &str) -> Daemon {
+        let port = free_port_below_ephemeral();
+        let addr = port.local_addr().expect("a chosen port").to_string();
+        drop(port);
         // As musterd makes its own (a wider one is narrowed, with a warning).
         std::fs::set_permissions(
             data.path(),
@@ -288,7 +294,7 @@ impl Daemon {
         .expect("making the data directory private");
         let mut d = Daemon {
             child: None,
-            addr: "127.0.0.1:0".into(),
+            addr,
             fingerprint: String::new(),
             data,
             extra_args: extra.iter().map(|s| (*s).to_owned()).collect(),
@@ -594,9 +600,43 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// The lowest port the harness chooses for a daemon or a cluster node.
+const PORTS_FROM: u16 = 10_000;
+
+/// A socket bound to a free loopback port below the kernel's ephemeral range. Every
+/// `bind` to port 0 (clients, relays) draws from that range, so none of them can take a
+/// stopped daemon's port before it is restarted on it. Ports are
+/// handed out in turn from a random start, so the tests of one process do not choose
+/// the same port twice either.
+pub fn free_port_below_ephemeral() -> UdpSocket {
+    static NEXT: std::sync::Mutex<Option<u16>> = std::sync::Mutex::new(None);
+    let end = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .filter(|&low| low > PORTS_FROM + 1_000)
+        .unwrap_or(32_768);
+    let span = end - PORTS_FROM;
+    let mut next = NEXT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut port = next.unwrap_or_else(|| PORTS_FROM + rand::random::<u16>() % span);
+    for _ in 0..span {
+        port = if port + 1 >= end {
+            PORTS_FROM
+        } else {
+            port + 1
+        };
+        if let Ok(socket) = UdpSocket::bind(("127.0.0.1", port)) {
+            *next = Some(port);
+            return socket;
+        }
+    }
+    panic!("no free UDP port on 127.0.0.1 between {PORTS_FROM} and {end}");
+}
+
 /// One QUIC Initial that opens a handshake and never goes on, as a spoofing or
 /// stalling client sends, from its own UDP port.
-pub fn half_open_initial(server: std::net::SocketAddr) -> std::net::UdpSocket {
+pub fn half_open_initial(server: std::net::SocketAddr) -> UdpSocket {
     let mut crypto = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
@@ -622,7 +662,7 @@ pub fn half_open_initial(server: std::net::SocketAddr) -> std::net::UdpSocket {
     let transmit = conn
         .poll_transmit(now, 1, &mut datagram)
         .expect("an Initial to send");
-    let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("a UDP port");
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("a UDP port");
     socket
         .send_to(&datagram[..transmit.size], server)
         .expect("sending the Initial");

@@ -1,7 +1,9 @@
 """The test harness: real ``musterd`` processes on loopback, as ``tests/src/lib.rs`` runs them.
 
-``daemon`` starts ``musterd`` on ``127.0.0.1:0`` with a fresh data directory and reads the
-address it bound from its JSON log. The binaries are ``target/debug/musterd`` and
+``daemon`` starts ``musterd`` with a fresh data directory on a loopback port below the
+kernel's ephemeral range (:func:`free_port_below_ephemeral`: no client's port-0 socket can
+take it while the daemon is down for a restart) and waits for its JSON log to say it
+listens. The binaries are ``target/debug/musterd`` and
 ``target/debug/muster`` (``CARGO_TARGET_DIR`` honoured, or ``MUSTER_BIN_DIR``), built
 with cargo when missing. Every wait here is bounded; only processes a test started are
 signalled.
@@ -37,6 +39,38 @@ TEST_TIMEOUT = 60.0
 
 _T = TypeVar("_T")
 
+PORTS_FROM = 10_000
+"""The lowest port the harness chooses for a daemon."""
+
+_next_port: Optional[int] = None
+
+
+def free_port_below_ephemeral() -> int:
+    """A free loopback UDP port below the kernel's ephemeral range, as
+    ``tests/src/lib.rs`` chooses one: every bind to port 0 draws from that range, so none
+    can take a stopped daemon's port before it is restarted on it. Ports are handed out in
+    turn from a random start, so one test run does not choose the same port twice."""
+    global _next_port
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            end = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        end = 32_768
+    if end <= PORTS_FROM + 1_000:
+        end = 32_768
+    span = end - PORTS_FROM
+    port = _next_port if _next_port is not None else PORTS_FROM + int.from_bytes(os.urandom(2), "big") % span
+    for _ in range(span):
+        port = PORTS_FROM if port + 1 >= end else port + 1
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _next_port = port
+        return port
+    raise AssertionError(f"no free UDP port on 127.0.0.1 between {PORTS_FROM} and {end}")
+
 
 def bin_dir() -> Path:
     """Where the muster binaries are, built first if missing."""
@@ -67,7 +101,7 @@ class Daemon:
         self.bins = bins
         self.data = data
         self.args = list(args)
-        self.addr = "127.0.0.1:0"
+        self.addr = f"127.0.0.1:{free_port_below_ephemeral()}"
         self.cluster_addr = ""
         """A cluster node's node-to-node address, as it reported it (else empty)."""
         self.fingerprint = ""
@@ -198,11 +232,11 @@ def cluster_node(
     args: Sequence[str] = (),
     identity_from: Optional[Path] = None,
 ) -> Daemon:
-    """Starts cluster node ``node`` on loopback (client and node-to-node ports chosen
-    by the system, read back from its log), as ``tests/src/cluster.rs`` starts one:
-    node 1 with ``--bootstrap`` (a one-node cluster), any other with node 1's identity
-    (``identity_from``, its data directory) copied in before its first start, to be
-    added with ``cluster_add``."""
+    """Starts cluster node ``node`` on loopback (its client port chosen as any
+    daemon's, its node-to-node port by the system, read back from its log), as
+    ``tests/src/cluster.rs`` starts one: node 1 with ``--bootstrap`` (a one-node
+    cluster), any other with node 1's identity (``identity_from``, its data directory)
+    copied in before its first start, to be added with ``cluster_add``."""
     data.mkdir(mode=0o700, exist_ok=True)
     if identity_from is not None:
         for name in IDENTITY_FILES:

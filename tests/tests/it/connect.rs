@@ -191,9 +191,10 @@ async fn close_flushes_requests_whose_replies_were_never_awaited() {
     assert!(matches!(ended, muster_sdk::Error::Closed(_)), "{ended}");
 }
 
-/// A local UDP port where nothing listens (bound, read, let go).
+/// A local UDP port where nothing listens (bound, read, let go): below the ephemeral
+/// range, so no client's socket takes it before the test is done.
 fn dead_port() -> u16 {
-    let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("a UDP port");
+    let socket = muster_tests::free_port_below_ephemeral();
     socket.local_addr().expect("its address").port()
 }
 
