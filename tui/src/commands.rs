@@ -11,9 +11,9 @@ use muster_sdk::{Client, ConnectArgs, ConnectOptions, WorkerConfig};
 
 use crate::ClaimString;
 use crate::cli::{
-    AdminCommand, Cli, ClusterCommand, Command, ContextCommand, DeadArgs, EnqueueArgs, FindArgs,
-    Global, LeaseCommand, MemberCommand, QueueCommand, QueueOptionArgs, TaskCommand, TokenCommand,
-    TokenRole,
+    AdminCommand, ClaimArgs, Cli, ClusterCommand, Command, ContextCommand, DeadArgs, EnqueueArgs,
+    FindArgs, Global, LeaseCommand, MemberCommand, QueueCommand, QueueOptionArgs, TaskCommand,
+    TokenCommand, TokenRole,
 };
 use crate::context::{Context, Contexts};
 use crate::output::{self, Output};
@@ -80,76 +80,24 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     result
 }
 
-/// Runs a command that needs one connection and nothing else.
+/// Runs a command that needs one connection and nothing else: one arm per command,
+/// each a function of its own.
 async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Result<()> {
     match command {
         Command::Queue(cmd) => queue(client, out, cmd).await,
         Command::Enqueue(args) => enqueue(client, out, args).await,
-        Command::Claim(args) => {
-            let claim = Claim {
-                queues: args.queues,
-                max: Some(args.max),
-                wait_ms: Some(ms(args.wait)),
-                lease_ms: args.lease.map(ms),
-                member: args.member,
-                labels: args.labels,
-            };
-            for d in client.claim(&claim).await? {
-                let claim = ClaimString {
-                    id: d.id.clone(),
-                    epoch: d.epoch,
-                };
-                // The JSON form carries the claim string `ack`, `nack` and `renew` take.
-                let mut json = serde_json::to_value(&d)?;
-                json["claim"] = claim.to_string().into();
-                out.item(
-                    || {
-                        format!(
-                            "{claim}\t{}\t{}",
-                            d.attempt,
-                            output::safe_json(d.payload.get())
-                        )
-                    },
-                    &json,
-                )?;
-            }
-            Ok(())
-        }
-        Command::Ack { claim, result } => {
-            let result = result.map(|r| json_arg("--result", &r)).transpose()?;
-            let reply = client.ack(&claim.id, claim.epoch, result).await?;
-            out.item(|| reply.state.to_string(), &reply)
-        }
+        Command::Claim(args) => claim(client, out, args).await,
+        Command::Ack { claim, result } => ack(client, out, &claim, result).await,
         Command::Nack {
             claim,
             delay,
             error,
-        } => {
-            let reply = client
-                .nack(&claim.id, claim.epoch, delay.map(ms), error)
-                .await?;
-            out.item(|| reply.state.to_string(), &reply)
-        }
+        } => nack(client, out, &claim, delay, error).await,
         Command::Renew {
             claim,
             extend,
             progress,
-        } => {
-            let progress = progress.map(|p| json_arg("--progress", &p)).transpose()?;
-            let reply = client
-                .renew(&claim.id, claim.epoch, extend.map(ms), progress)
-                .await?;
-            out.item(
-                || {
-                    format!(
-                        "{}\tcancel_requested={}",
-                        output::time(reply.lease_expires_ms),
-                        reply.cancel_requested
-                    )
-                },
-                &reply,
-            )
-        }
+        } => renew(client, out, &claim, extend, progress).await,
         Command::Release { claim } => {
             let reply = client.release(&claim.id, claim.epoch).await?;
             out.item(|| reply.state.to_string(), &reply)
@@ -158,73 +106,9 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
             let reply = client.dead_letter(&claim.id, claim.epoch, &error).await?;
             out.item(|| reply.state.to_string(), &reply)
         }
-        Command::Task(TaskCommand::Get { id }) => out.task(&client.task_get(&id).await?),
-        Command::Task(TaskCommand::List {
-            queue,
-            state,
-            limit,
-            after,
-        }) => {
-            let state = parse_state(&state)?;
-            list(client, out, &queue, state, after, limit).await
-        }
-        Command::Task(TaskCommand::Find(args)) => find(client, out, *args).await,
-        Command::Task(TaskCommand::Update { id, priority }) => {
-            let update = muster_protocol::ops::TaskUpdate {
-                task: id,
-                priority: Some(priority),
-                run_now: false,
-            };
-            out.summary(&client.task_update(&update).await?)
-        }
-        Command::Task(TaskCommand::RunNow { id }) => {
-            let update = muster_protocol::ops::TaskUpdate {
-                task: id,
-                priority: None,
-                run_now: true,
-            };
-            out.summary(&client.task_update(&update).await?)
-        }
-        Command::Wait { ids, timeout } => {
-            let reply = client.wait(ids, ms(timeout)).await?;
-            for t in &reply.finished {
-                out.item(
-                    || {
-                        format!(
-                            "{}\t{}\t{}",
-                            t.id,
-                            t.state,
-                            t.result.as_ref().map_or("-", |r| r.get())
-                        )
-                    },
-                    t,
-                )?;
-            }
-            for id in &reply.removed {
-                eprintln!("muster: task {id} was removed while waiting");
-            }
-            if !reply.pending.is_empty() {
-                bail!(
-                    "timed out: {} of the tasks did not finish: {}",
-                    reply.pending.len(),
-                    reply.pending.join(" ")
-                );
-            }
-            Ok(())
-        }
-        Command::Cancel { id } => {
-            let reply = client.cancel(&id).await?;
-            out.item(
-                || {
-                    if reply.cancel_requested {
-                        "cancel_requested".into()
-                    } else {
-                        reply.state.to_string()
-                    }
-                },
-                &reply,
-            )
-        }
+        Command::Task(cmd) => task(client, out, cmd).await,
+        Command::Wait { ids, timeout } => wait(client, out, ids, timeout).await,
+        Command::Cancel { id } => cancel(client, out, &id).await,
         Command::Dead { queue } => list(client, out, &queue, TaskState::Dead, None, u32::MAX).await,
         Command::Redrive(args) => {
             let reply = client.redrive(selection(&args)).await?;
@@ -233,90 +117,16 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
         Command::Discard {
             selection: args,
             yes,
-        } => {
-            if args.all && !args.dry_run {
-                let dead = client.queue_describe(&args.queue).await?.counts.dead;
-                if dead > 0 {
-                    let queue = &args.queue;
-                    confirm(
-                        &format!("discard all {dead} dead tasks of queue {queue:?}"),
-                        queue,
-                        yes,
-                    )
-                    .await?;
-                }
-            }
-            let reply = client.discard(selection(&args)).await?;
-            counted(out, &args, "discarded", &reply)
-        }
+        } => discard(client, out, &args, yes).await,
         Command::Stats { queue } => stats(client, out, queue.as_deref()).await,
-        Command::Members => {
-            let members = client.member_list().await?;
-            out.header(output::MEMBER_COLUMNS)?;
-            for m in members {
-                out.member(&m)?;
-            }
-            Ok(())
-        }
-        Command::Member(MemberCommand::Describe { name }) => {
-            let reply = client.member_describe(&name).await?;
-            if out.is_json() {
-                return out.item(String::new, &reply);
-            }
-            out.header(output::MEMBER_COLUMNS)?;
-            out.member(&reply.member)?;
-            out.text_line("")?;
-            out.header(output::TASK_COLUMNS)?;
-            for t in &reply.leases {
-                out.summary(t)?;
-            }
-            Ok(())
-        }
-        Command::Member(MemberCommand::Drain { name }) => {
-            out.member(&client.member_drain(&name).await?)
-        }
-        Command::Member(MemberCommand::Undrain { name }) => {
-            out.member(&client.member_undrain(&name).await?)
-        }
-        Command::Member(MemberCommand::Release { name }) => {
-            client.member_release(&name).await?;
-            out.item(
-                || "released".to_owned(),
-                &serde_json::json!({"member": name, "released": true}),
-            )
-        }
+        Command::Members => members(client, out).await,
+        Command::Member(cmd) => member(client, out, cmd).await,
         Command::Lease(LeaseCommand::Revoke { id }) => {
             let reply = client.lease_revoke(&id).await?;
             out.item(|| reply.state.to_string(), &reply)
         }
-        Command::Admin(AdminCommand::Snapshot { dir }) => {
-            let reply = client.admin_snapshot(&dir).await?;
-            out.item(
-                || {
-                    format!(
-                        "{}\ttasks={} queues={}",
-                        reply.dir, reply.tasks, reply.queues
-                    )
-                },
-                &reply,
-            )
-        }
-        Command::Cluster(ClusterCommand::Status) => cluster(out, &client.cluster_status().await?),
-        Command::Cluster(ClusterCommand::Add {
-            id,
-            node_addr,
-            cluster_addr,
-            learner,
-            catch_up,
-        }) => {
-            let reply = client
-                .cluster_add(id, &node_addr, &cluster_addr, learner, Some(catch_up))
-                .await?;
-            cluster(out, &reply)
-        }
-        Command::Cluster(ClusterCommand::Remove { id }) => {
-            cluster(out, &client.cluster_remove(id).await?)
-        }
+        Command::Admin(AdminCommand::Snapshot { dir }) => snapshot(client, out, &dir).await,
+        Command::Cluster(cmd) => cluster(client, out, cmd).await,
         Command::Work(_)
         | Command::Demo { .. }
         | Command::Bench(_)
@@ -328,6 +138,273 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
         | Command::Man { .. } => {
             unreachable!("handled before connecting")
         }
+    }
+}
+
+/// `muster claim`: leases tasks and prints a line per delivery, its claim string first
+/// (the JSON form carries it as `claim`).
+async fn claim(client: &Client, out: &Output, args: ClaimArgs) -> anyhow::Result<()> {
+    let claim = Claim {
+        queues: args.queues,
+        max: Some(args.max),
+        wait_ms: Some(ms(args.wait)),
+        lease_ms: args.lease.map(ms),
+        member: args.member,
+        labels: args.labels,
+    };
+    for d in client.claim(&claim).await? {
+        let claim = ClaimString {
+            id: d.id.clone(),
+            epoch: d.epoch,
+        };
+        // The JSON form carries the claim string `ack`, `nack` and `renew` take.
+        let mut json = serde_json::to_value(&d)?;
+        json["claim"] = claim.to_string().into();
+        out.item(
+            || {
+                format!(
+                    "{claim}\t{}\t{}",
+                    d.attempt,
+                    output::safe_json(d.payload.get())
+                )
+            },
+            &json,
+        )?;
+    }
+    Ok(())
+}
+
+/// `muster ack`: settles a claim as done, with the result given; prints the new state.
+async fn ack(
+    client: &Client,
+    out: &Output,
+    claim: &ClaimString,
+    result: Option<String>,
+) -> anyhow::Result<()> {
+    let result = result.map(|r| json_arg("--result", &r)).transpose()?;
+    let reply = client.ack(&claim.id, claim.epoch, result).await?;
+    out.item(|| reply.state.to_string(), &reply)
+}
+
+/// `muster nack`: settles a claim as failed, retried after `delay` if given; prints the
+/// new state.
+async fn nack(
+    client: &Client,
+    out: &Output,
+    claim: &ClaimString,
+    delay: Option<Duration>,
+    error: Option<String>,
+) -> anyhow::Result<()> {
+    let reply = client
+        .nack(&claim.id, claim.epoch, delay.map(ms), error)
+        .await?;
+    out.item(|| reply.state.to_string(), &reply)
+}
+
+/// `muster renew`: extends a claim's lease, storing the progress given; prints when the
+/// lease now expires and whether a cancel was asked for.
+async fn renew(
+    client: &Client,
+    out: &Output,
+    claim: &ClaimString,
+    extend: Option<Duration>,
+    progress: Option<String>,
+) -> anyhow::Result<()> {
+    let progress = progress.map(|p| json_arg("--progress", &p)).transpose()?;
+    let reply = client
+        .renew(&claim.id, claim.epoch, extend.map(ms), progress)
+        .await?;
+    out.item(
+        || {
+            format!(
+                "{}\tcancel_requested={}",
+                output::time(reply.lease_expires_ms),
+                reply.cancel_requested
+            )
+        },
+        &reply,
+    )
+}
+
+/// `muster task …`: reads, lists, finds or updates tasks.
+async fn task(client: &Client, out: &Output, cmd: TaskCommand) -> anyhow::Result<()> {
+    match cmd {
+        TaskCommand::Get { id } => out.task(&client.task_get(&id).await?),
+        TaskCommand::List {
+            queue,
+            state,
+            limit,
+            after,
+        } => {
+            let state = parse_state(&state)?;
+            list(client, out, &queue, state, after, limit).await
+        }
+        TaskCommand::Find(args) => find(client, out, *args).await,
+        TaskCommand::Update { id, priority } => {
+            let update = muster_protocol::ops::TaskUpdate {
+                task: id,
+                priority: Some(priority),
+                run_now: false,
+            };
+            out.summary(&client.task_update(&update).await?)
+        }
+        TaskCommand::RunNow { id } => {
+            let update = muster_protocol::ops::TaskUpdate {
+                task: id,
+                priority: None,
+                run_now: true,
+            };
+            out.summary(&client.task_update(&update).await?)
+        }
+    }
+}
+
+/// `muster wait`: prints each task that finished within `timeout` (removed ones on
+/// stderr), and fails naming those that did not.
+async fn wait(
+    client: &Client,
+    out: &Output,
+    ids: Vec<String>,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let reply = client.wait(ids, ms(timeout)).await?;
+    for t in &reply.finished {
+        out.item(
+            || {
+                format!(
+                    "{}\t{}\t{}",
+                    t.id,
+                    t.state,
+                    t.result.as_ref().map_or("-", |r| r.get())
+                )
+            },
+            t,
+        )?;
+    }
+    for id in &reply.removed {
+        eprintln!("muster: task {id} was removed while waiting");
+    }
+    if !reply.pending.is_empty() {
+        bail!(
+            "timed out: {} of the tasks did not finish: {}",
+            reply.pending.len(),
+            reply.pending.join(" ")
+        );
+    }
+    Ok(())
+}
+
+/// `muster cancel`: prints `cancel_requested` for a leased task (its holder is told),
+/// else the task's new state.
+async fn cancel(client: &Client, out: &Output, id: &str) -> anyhow::Result<()> {
+    let reply = client.cancel(id).await?;
+    out.item(
+        || {
+            if reply.cancel_requested {
+                "cancel_requested".into()
+            } else {
+                reply.state.to_string()
+            }
+        },
+        &reply,
+    )
+}
+
+/// `muster discard`: removes the dead tasks selected, after a confirmation when that is
+/// all of a queue's (and there are some).
+async fn discard(client: &Client, out: &Output, args: &DeadArgs, yes: bool) -> anyhow::Result<()> {
+    if args.all && !args.dry_run {
+        let dead = client.queue_describe(&args.queue).await?.counts.dead;
+        if dead > 0 {
+            let queue = &args.queue;
+            confirm(
+                &format!("discard all {dead} dead tasks of queue {queue:?}"),
+                queue,
+                yes,
+            )
+            .await?;
+        }
+    }
+    let reply = client.discard(selection(args)).await?;
+    counted(out, args, "discarded", &reply)
+}
+
+/// `muster members`: a row per member.
+async fn members(client: &Client, out: &Output) -> anyhow::Result<()> {
+    let members = client.member_list().await?;
+    out.header(output::MEMBER_COLUMNS)?;
+    for m in members {
+        out.member(&m)?;
+    }
+    Ok(())
+}
+
+/// `muster member …`: describes, drains, undrains or releases a member.
+async fn member(client: &Client, out: &Output, cmd: MemberCommand) -> anyhow::Result<()> {
+    match cmd {
+        MemberCommand::Describe { name } => member_describe(client, out, &name).await,
+        MemberCommand::Drain { name } => out.member(&client.member_drain(&name).await?),
+        MemberCommand::Undrain { name } => out.member(&client.member_undrain(&name).await?),
+        MemberCommand::Release { name } => {
+            client.member_release(&name).await?;
+            out.item(
+                || "released".to_owned(),
+                &serde_json::json!({"member": name, "released": true}),
+            )
+        }
+    }
+}
+
+/// `muster member describe`: the member's row, then a row per task it holds; with
+/// `--json`, the reply as one object.
+async fn member_describe(client: &Client, out: &Output, name: &str) -> anyhow::Result<()> {
+    let reply = client.member_describe(name).await?;
+    if out.is_json() {
+        return out.item(String::new, &reply);
+    }
+    out.header(output::MEMBER_COLUMNS)?;
+    out.member(&reply.member)?;
+    out.text_line("")?;
+    out.header(output::TASK_COLUMNS)?;
+    for t in &reply.leases {
+        out.summary(t)?;
+    }
+    Ok(())
+}
+
+/// `muster admin snapshot`: has the daemon write a snapshot into `dir`; prints where
+/// and what it holds.
+async fn snapshot(client: &Client, out: &Output, dir: &str) -> anyhow::Result<()> {
+    let reply = client.admin_snapshot(dir).await?;
+    out.item(
+        || {
+            format!(
+                "{}\ttasks={} queues={}",
+                reply.dir, reply.tasks, reply.queues
+            )
+        },
+        &reply,
+    )
+}
+
+/// `muster cluster …`: shows the cluster's status, or changes its membership and shows
+/// the status after.
+async fn cluster(client: &Client, out: &Output, cmd: ClusterCommand) -> anyhow::Result<()> {
+    match cmd {
+        ClusterCommand::Status => print_cluster(out, &client.cluster_status().await?),
+        ClusterCommand::Add {
+            id,
+            node_addr,
+            cluster_addr,
+            learner,
+            catch_up,
+        } => {
+            let reply = client
+                .cluster_add(id, &node_addr, &cluster_addr, learner, Some(catch_up))
+                .await?;
+            print_cluster(out, &reply)
+        }
+        ClusterCommand::Remove { id } => print_cluster(out, &client.cluster_remove(id).await?),
     }
 }
 
@@ -1071,7 +1148,10 @@ async fn stats(client: &Client, out: &Output, queue: Option<&str>) -> anyhow::Re
 /// Prints a cluster's status: a row of [`output::CLUSTER_COLUMNS`] for the node that
 /// answered, then a row of [`output::CLUSTER_MEMBER_COLUMNS`] per member; with `--json`,
 /// the reply as one object.
-fn cluster(out: &Output, reply: &muster_protocol::ops::ClusterStatusReply) -> anyhow::Result<()> {
+fn print_cluster(
+    out: &Output,
+    reply: &muster_protocol::ops::ClusterStatusReply,
+) -> anyhow::Result<()> {
     if out.is_json() {
         return out.item(String::new, reply);
     }
