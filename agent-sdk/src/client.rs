@@ -216,12 +216,61 @@ impl Client {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let framed = frame::encode_json(&RequestFrame::new(id, req))
             .map_err(|e| Error::InvalidInput(e.to_string()))?;
-        let (tx, rx) = oneshot::channel();
-        let call = Call {
-            slot: tx,
-            waits: req.may_wait(),
+        Ok(PendingReply {
+            rx: self.send_frame(id, framed, req.may_wait()).await?,
+            client: self.clone(),
+            op: PhantomData,
+        })
+    }
+
+    /// Sends op `op` with `fields`, the JSON text of an object holding its fields as
+    /// the protocol writes them (PROTOCOL.md §5), and waits for its reply: the call
+    /// behind a binding that speaks the wire's records itself (the Python SDK). The
+    /// reply is the reply frame's JSON object, its `id` and `ok` with the op's fields.
+    ///
+    /// The request is decoded here as the daemon decodes it before anything is sent, so
+    /// an unknown op, fields that are not one JSON object, a field missing or of the
+    /// wrong type, and a request over the frame limit fail with [`Error::InvalidInput`] and send
+    /// nothing.
+    pub async fn call_raw(&self, op: &str, fields: &str) -> Result<String, Error> {
+        self.send_raw(op, fields).await?.reply().await
+    }
+
+    /// [`Client::call_raw`] without waiting for the reply: requests sent one after
+    /// another reach the daemon in that order.
+    pub async fn send_raw(&self, op: &str, fields: &str) -> Result<RawReply, Error> {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let body = raw_request(id, op, fields)?;
+        let waits = match ops::decode_request(&body) {
+            Ok((decoded, req)) => {
+                assert_eq!(decoded, id, "a raw request keeps the id it was given");
+                req.may_wait()
+            }
+            Err(e) => {
+                let message = without_position(&e.error.message);
+                return Err(Error::InvalidInput(format!("{op}: {message}")));
+            }
         };
-        lock(&self.inner.pending.calls).insert(id, call);
+        let mut framed = Vec::with_capacity(frame::HEADER_LEN + body.len());
+        frame::push_frame(&mut framed, &body);
+        Ok(RawReply {
+            rx: self.send_frame(id, framed, waits).await?,
+            client: self.clone(),
+        })
+    }
+
+    /// Queues the frame of request `id` for the writer, its reply to come on the
+    /// receiver returned.
+    async fn send_frame(
+        &self,
+        id: u64,
+        framed: Vec<u8>,
+        waits: bool,
+    ) -> Result<oneshot::Receiver<Result<Vec<u8>, Error>>, Error> {
+        let (tx, rx) = oneshot::channel();
+        let call = Call { slot: tx, waits };
+        let previous = lock(&self.inner.pending.calls).insert(id, call);
+        assert!(previous.is_none(), "request id {id} is in flight once");
         // IMPORTANT: check `ended` after inserting; the reader sets it before draining.
         if self.inner.pending.ended.load(Ordering::SeqCst)
             || self.inner.frames.send(framed).await.is_err()
@@ -229,11 +278,7 @@ impl Client {
             lock(&self.inner.pending.calls).remove(&id);
             return Err(self.closed());
         }
-        Ok(PendingReply {
-            rx,
-            client: self.clone(),
-            op: PhantomData,
-        })
+        Ok(rx)
     }
 
     fn closed(&self) -> Error {
@@ -700,18 +745,83 @@ pub struct PendingReply<T: Op> {
 impl<T: Op> PendingReply<T> {
     /// Waits for the reply.
     pub async fn reply(self) -> Result<T::Reply, Error> {
-        let body = self.rx.await.map_err(|_| self.client.closed())??;
-        let envelope: ServerEnvelope = serde_json::from_slice(&body)
-            .map_err(|e| Error::Protocol(format!("unreadable reply: {e}")))?;
-        if envelope.ok != Some(true) {
-            return Err(match envelope.error {
-                Some(error) => Error::Server(error),
-                None => Error::Protocol("reply is neither ok nor an error".into()),
-            });
-        }
+        let body = succeeded(self.rx.await.map_err(|_| self.client.closed())??)?;
         serde_json::from_slice(&body)
             .map_err(|e| Error::Protocol(format!("unreadable {} reply: {e}", T::NAME)))
     }
+}
+
+/// The reply of a request sent with [`Client::send_raw`], still to come.
+pub struct RawReply {
+    rx: oneshot::Receiver<Result<Vec<u8>, Error>>,
+    client: Client,
+}
+
+impl RawReply {
+    /// Waits for the reply: the reply frame's JSON object.
+    pub async fn reply(self) -> Result<String, Error> {
+        let body = succeeded(self.rx.await.map_err(|_| self.client.closed())??)?;
+        String::from_utf8(body).map_err(|e| Error::Protocol(format!("reply is not UTF-8: {e}")))
+    }
+}
+
+/// A reply frame's body if it says `ok`; the daemon's refusal if it carries an error.
+fn succeeded(body: Vec<u8>) -> Result<Vec<u8>, Error> {
+    let envelope: ServerEnvelope = serde_json::from_slice(&body)
+        .map_err(|e| Error::Protocol(format!("unreadable reply: {e}")))?;
+    if envelope.ok == Some(true) {
+        return Ok(body);
+    }
+    Err(match envelope.error {
+        Some(error) => Error::Server(error),
+        None => Error::Protocol("reply is neither ok nor an error".into()),
+    })
+}
+
+/// A JSON error `message` without its closing ` at line L column C`: a position in the
+/// frame built around the caller's fields, which the caller never saw.
+fn without_position(message: &str) -> &str {
+    match message.rsplit_once(" at line ") {
+        Some((before, at))
+            if at
+                .split_once(" column ")
+                .is_some_and(|(l, c)| [l, c].iter().all(|n| n.parse::<u64>().is_ok())) =>
+        {
+            before
+        }
+        _ => message,
+    }
+}
+
+/// The request frame body `{"id":ID,"op":"OP",FIELDS}` of op `op` (checked to be one
+/// the protocol knows, so its name needs no escaping) with the fields of the JSON object
+/// `fields`. Whether the result is one valid request is for the decode that follows.
+fn raw_request(id: u64, op: &str, fields: &str) -> Result<Vec<u8>, Error> {
+    if !ops::OP_NAMES.contains(&op) {
+        return Err(Error::InvalidInput(format!("unknown op {op:?}")));
+    }
+    let inner = fields
+        .trim()
+        .strip_prefix('{')
+        .and_then(|f| f.strip_suffix('}'))
+        .ok_or_else(|| Error::InvalidInput(format!("{op}: the fields are not a JSON object")))?
+        .trim();
+    let head = format!("{{\"id\":{id},\"op\":\"{op}\"");
+    let mut body = Vec::with_capacity(head.len() + inner.len() + 2);
+    body.extend_from_slice(head.as_bytes());
+    if !inner.is_empty() {
+        body.push(b',');
+        body.extend_from_slice(inner.as_bytes());
+    }
+    body.push(b'}');
+    if body.len() > muster_protocol::limits::MAX_FRAME_BYTES {
+        return Err(Error::InvalidInput(format!(
+            "{op}: the request is {} bytes, over the frame limit of {}",
+            body.len(),
+            muster_protocol::limits::MAX_FRAME_BYTES
+        )));
+    }
+    Ok(body)
 }
 
 fn name(queue: &str) -> QueueName {

@@ -1139,6 +1139,13 @@ macro_rules! ops {
                     $(Request::$variant(_) => $name,)*
                 }
             }
+
+            /// Whether the daemon may hold the reply back ([`Op::may_wait`]).
+            pub fn may_wait(&self) -> bool {
+                match self {
+                    $(Request::$variant(req) => req.may_wait(),)*
+                }
+            }
         }
 
         /// Every op name this protocol version knows.

@@ -282,3 +282,98 @@ async fn a_list_where_nothing_answers_fails_naming_each_address() {
         )
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raw_call_is_decoded_as_the_daemon_decodes_it_before_anything_is_sent() {
+    let d = Daemon::start();
+    let client = d.client().await;
+    let created = client
+        .call_raw(
+            "queue_create",
+            r#" {"queue":"raw","options":{"lease_ms":5000}} "#,
+        )
+        .await
+        .expect("a raw queue_create");
+    let created: serde_json::Value = serde_json::from_str(&created).expect("a JSON reply");
+    assert_eq!(created["ok"], true);
+    assert_eq!(created["queue"]["name"], "raw");
+    assert_eq!(created["queue"]["options"]["lease_ms"], 5000);
+    // The daemon's refusal keeps its code.
+    let err = client
+        .call_raw("queue_create", r#"{"queue":"raw"}"#)
+        .await
+        .expect_err("the queue exists");
+    assert_eq!(
+        err.to_string(),
+        "already_exists: queue \"raw\" exists already"
+    );
+    // Raw requests sent one after another are applied in that order.
+    let mut pending = Vec::new();
+    for n in 0..3 {
+        let fields = format!(r#"{{"queue":"raw","tasks":[{{"payload":{n}}}]}}"#);
+        pending.push(client.send_raw("enqueue", &fields).await.expect("sent"));
+    }
+    let mut ids = Vec::new();
+    for reply in pending {
+        let reply: serde_json::Value =
+            serde_json::from_str(&reply.reply().await.expect("enqueued")).expect("JSON");
+        ids.push(reply["tasks"][0]["id"].as_str().expect("an id").to_owned());
+    }
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(ids, sorted, "ids grow in the order the enqueues were sent");
+    // Bad input is refused here, and nothing reaches the daemon.
+    for (op, fields, message) in [
+        ("queue_fly", "{}", "unknown op \"queue_fly\""),
+        (
+            "queue_create",
+            "[]",
+            "queue_create: the fields are not a JSON object",
+        ),
+        (
+            "queue_create",
+            r#"{"queue":"x""#,
+            "queue_create: the fields are not a JSON object",
+        ),
+        (
+            "queue_create",
+            r#"{"queue":7}"#,
+            "queue_create: invalid request: invalid type: integer `7`, expected a string",
+        ),
+        (
+            "queue_create",
+            r#"{"options":{}}"#,
+            "queue_create: invalid request: missing field `queue`",
+        ),
+        (
+            "queue_create",
+            r#"{"queue":"x"}{"queue":"y"}"#,
+            "queue_create: frame is not a JSON object with a numeric id and a string op: trailing characters",
+        ),
+        (
+            "queue_create",
+            r#"{"id":7,"queue":"x"}"#,
+            "queue_create: frame is not a JSON object with a numeric id and a string op: duplicate field `id`",
+        ),
+        (
+            "queue_create",
+            r#"{"queue":"x","op":"queue_delete"}"#,
+            "queue_create: frame is not a JSON object with a numeric id and a string op: duplicate field `op`",
+        ),
+    ] {
+        let err = client
+            .call_raw(op, fields)
+            .await
+            .expect_err("bad input is refused");
+        assert!(
+            matches!(&err, muster_sdk::Error::InvalidInput(m) if m == message),
+            "{op} {fields}: {err}"
+        );
+    }
+    let queues = client.queue_list().await.expect("queues");
+    assert_eq!(
+        queues.iter().map(|q| q.name.as_str()).collect::<Vec<_>>(),
+        ["raw"]
+    );
+    assert_eq!(queues[0].counts.ready, 3);
+}
