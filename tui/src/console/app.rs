@@ -13,8 +13,8 @@ use muster_protocol::model::{
     MemberInfo, QueueInfo, QueueOptions, QueuePatch, QueueTotals, TaskState, TaskSummary,
 };
 use muster_protocol::ops::{
-    ClusterStatusReply, FieldMatch, FindCursor, ServerStatsReply, TaskFind, TaskFindReply, View,
-    WatchReply, WatchUpdate,
+    ClusterHello, ClusterStatusReply, FieldMatch, FindCursor, ServerStatsReply, TaskFind,
+    TaskFindReply, View, WatchReply, WatchUpdate,
 };
 
 /// Rows asked for per page of a list screen.
@@ -1116,7 +1116,7 @@ pub struct App {
     pub server: String,
     /// The cluster as the connected node saw it at `hello` (the title names the leader
     /// and the term); `None` for a single daemon.
-    pub cluster: Option<muster_protocol::ops::ClusterHello>,
+    pub cluster: Option<ClusterHello>,
     /// No verbs: keys only look.
     pub readonly: bool,
     /// The navigation stack; the last page is shown.
@@ -1516,6 +1516,43 @@ impl App {
             fsync_us,
         });
         self.last_stats = Some(reply);
+    }
+
+    /// The loop holds a connection to this daemon: its name and version, and the
+    /// cluster its `hello` named, for the title.
+    pub fn on_connection(&mut self, server: String, cluster: Option<ClusterHello>) {
+        self.server = server;
+        self.cluster = cluster;
+    }
+
+    /// The loop lost its connection (or its node no longer leads), for the reason the
+    /// footer says: the screen may be stale until [`App::on_reconnected`].
+    pub fn on_disconnected(&mut self, why: &str) {
+        assert!(self.connected, "a connection is lost once");
+        self.connected = false;
+        self.message = Some((Level::Error, why.to_owned()));
+    }
+
+    /// An attempt to reconnect failed, for this reason; the loop tries again.
+    pub fn on_reconnecting(&mut self, why: &str) {
+        self.message = Some((
+            Level::Error,
+            format!("connection to musterd lost ({why}); reconnecting…"),
+        ));
+    }
+
+    /// The loop has a new connection, perhaps to another version (a restart) or node:
+    /// the title follows it, the footer says so, and the screen is watched again.
+    pub fn on_reconnected(
+        &mut self,
+        server: String,
+        cluster: Option<ClusterHello>,
+    ) -> Option<Effect> {
+        assert!(!self.connected, "only a lost connection is made again");
+        self.on_connection(server, cluster);
+        self.connected = true;
+        self.message = Some((Level::Info, "reconnected".into()));
+        self.rewatch()
     }
 
     /// Says in the footer how something that changed nothing went (a copy).

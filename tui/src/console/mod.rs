@@ -18,6 +18,7 @@ mod tests;
 pub mod ui;
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -27,13 +28,14 @@ use futures_util::StreamExt;
 use ratatui::DefaultTerminal;
 use tokio::sync::mpsc;
 
+use muster_protocol::model::TaskSummary;
 use muster_protocol::ops::{
     ClusterStatusReply, DeadSelection, ServerStatsReply, TaskFindReply, TaskUpdate, Watch,
     WatchReply,
 };
 use muster_sdk::{Client, ConnectOptions, Error, ErrorCode};
 
-use app::{App, ClusterPoll, DeadAction, Effect, Verb};
+use app::{App, ClusterPoll, DeadAction, DeadTasks, Effect, Requeue, Verb};
 
 /// How often the screen is redrawn with nothing happening (ages move on).
 const REDRAW: Duration = Duration::from_secs(1);
@@ -93,6 +95,8 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// Draws, waits for what comes next (a key, a push, a result, a tick) and hands it to
+/// the state, whose effects it starts, until `q`, Ctrl-C or the end of the terminal.
 async fn event_loop(
     terminal: &mut DefaultTerminal,
     client: Client,
@@ -100,133 +104,203 @@ async fn event_loop(
     addr: String,
     readonly: bool,
 ) -> anyhow::Result<()> {
-    let (mut app, first) = App::new(addr, readonly, now_ms());
-    app.server = client.server().to_owned();
-    app.cluster = client.cluster();
+    let (app, first) = App::new(addr, readonly, now_ms());
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let mut pushes = client.watch_pushes();
-    let mut client = Some(client);
-    let nodes = NodeClients::new(options.clone());
+    let mut console = Console::new(app, client, options, tx);
     let mut events = EventStream::new();
     let mut redraw = tokio::time::interval(REDRAW);
     let mut stats = tokio::time::interval(STATS_INTERVAL);
     let mut effects = vec![first];
     loop {
+        assert_eq!(
+            console.app.connected,
+            console.client.is_some(),
+            "the state says connected exactly while the loop holds a connection"
+        );
+        console.start(terminal, &mut effects).await;
+        console.app.now_ms = now_ms();
+        terminal
+            .draw(|f| ui::render(&console.app, f))
+            .context("drawing")?;
+        if console.app.quit {
+            return Ok(());
+        }
+        let connected = console.client.is_some();
+        let input = tokio::select! {
+            event = events.next() => Input::Terminal(event),
+            push = console.pushes.recv(), if connected => Input::Push(push.map(Box::new)),
+            Some(msg) = rx.recv() => Input::Msg(msg),
+            _ = redraw.tick() => Input::Tick,
+            _ = stats.tick(), if connected => Input::Stats,
+        };
+        // Ages and rates are of this moment, not of the last draw.
+        console.app.now_ms = now_ms();
+        if console.on_input(input, &mut effects)?.is_break() {
+            return Ok(());
+        }
+        console.drop_while_disconnected(&mut effects);
+    }
+}
+
+/// What the loop holds from one wake to the next: the state, the connection (none
+/// while it is being made again) with its watch pushes, and the sender the tasks it
+/// starts answer on.
+struct Console {
+    app: App,
+    /// The connection to the daemon; `None` exactly while `app.connected` is false.
+    client: Option<Client>,
+    /// The watch pushes that arrive over `client`.
+    pushes: mpsc::UnboundedReceiver<WatchReply>,
+    /// How to connect again.
+    options: ConnectOptions,
+    /// The cluster screen's connections to the other nodes.
+    nodes: NodeClients,
+    /// Where the tasks the loop starts send their results.
+    tx: mpsc::UnboundedSender<Msg>,
+}
+
+impl Console {
+    /// The loop's state for a console just connected over `client`.
+    fn new(
+        mut app: App,
+        client: Client,
+        options: ConnectOptions,
+        tx: mpsc::UnboundedSender<Msg>,
+    ) -> Console {
+        app.on_connection(client.server().to_owned(), client.cluster());
+        Console {
+            app,
+            pushes: client.watch_pushes(),
+            client: Some(client),
+            nodes: NodeClients::new(options.clone()),
+            options,
+            tx,
+        }
+    }
+
+    /// Starts the effects: an edit here, as the loop owns the terminal; the rest over
+    /// the connection, with a round of the cluster screen's questions if one is due.
+    /// Without a connection the rest are left for [`Console::drop_while_disconnected`].
+    async fn start(&mut self, terminal: &mut DefaultTerminal, effects: &mut Vec<Effect>) {
         // Editing takes the terminal: it is handed to the editor and back, here.
-        for effect in std::mem::take(&mut effects) {
+        for effect in std::mem::take(effects) {
             match effect {
                 Effect::Edit(draft) => {
                     let edited = edit_in_editor(terminal, &draft.text());
-                    app.on_edited(draft, edited);
+                    self.app.on_edited(draft, edited);
                 }
                 other => effects.push(other),
             }
         }
-        if let Some(c) = &client {
+        if let Some(c) = &self.client {
             for effect in effects.drain(..) {
-                perform(c, &nodes, &tx, effect).await;
+                perform(c, &self.nodes, &self.tx, effect).await;
             }
-            if let Some(tag) = app.cluster_request() {
-                ask_the_nodes(c, &nodes, &tx, tag);
+            if let Some(tag) = self.app.cluster_request() {
+                ask_the_nodes(c, &self.nodes, &self.tx, tag);
             }
         }
-        app.now_ms = now_ms();
-        terminal.draw(|f| ui::render(&app, f)).context("drawing")?;
-        if app.quit {
-            return Ok(());
-        }
-        let event = tokio::select! {
-            event = events.next() => Input::Terminal(event),
-            push = pushes.recv(), if client.is_some() => Input::Push(push.map(Box::new)),
-            Some(msg) = rx.recv() => Input::Msg(msg),
-            _ = redraw.tick() => Input::Tick,
-            _ = stats.tick(), if client.is_some() => Input::Stats,
-        };
-        // Ages and rates are of this moment, not of the last draw.
-        app.now_ms = now_ms();
-        match event {
+    }
+
+    /// Hands what woke the loop to the state, adding the effects it asks for;
+    /// `Break` when the terminal's events end.
+    fn on_input(
+        &mut self,
+        input: Input,
+        effects: &mut Vec<Effect>,
+    ) -> anyhow::Result<ControlFlow<()>> {
+        match input {
             Input::Terminal(event) => match event {
-                Some(Ok(Event::Key(key))) if key.is_press() => effects.extend(app.on_key(key)),
+                Some(Ok(Event::Key(key))) if key.is_press() => effects.extend(self.app.on_key(key)),
                 // Resizes and everything else just redraw.
                 Some(Ok(_)) => {}
                 Some(Err(e)) => return Err(e).context("reading the terminal"),
-                None => return Ok(()),
+                None => return Ok(ControlFlow::Break(())),
             },
-            Input::Push(push) => match push {
-                Some(reply) => effects.extend(app.on_watch(*reply)),
-                None => {
-                    // The connection is gone: say so, and keep trying to get it back.
-                    client = None;
-                    app.connected = false;
-                    app.message = Some((
-                        app::Level::Error,
-                        "connection to musterd lost; reconnecting…".into(),
-                    ));
-                    reconnect(options.clone(), tx.clone());
-                }
-            },
-            Input::Msg(msg) => match msg {
-                Msg::Watched(tag, result) => match *result {
-                    Ok(reply) => effects.extend(app.on_watch(reply)),
-                    // A lost connection is reported once, by the end of the pushes.
-                    Err(Error::Closed(_) | Error::Connect(_)) => {}
-                    // A cluster's leader changed: find the new one, as after a lost
-                    // connection (once, however many watches were refused).
-                    Err(Error::Server(e))
-                        if matches!(e.code, ErrorCode::NotLeader | ErrorCode::OutcomeUnknown) =>
-                    {
-                        if client.take().is_some() {
-                            app.connected = false;
-                            app.message = Some((
-                                app::Level::Error,
-                                "the musterd node no longer leads; reconnecting…".into(),
-                            ));
-                            reconnect(options.clone(), tx.clone());
-                        }
-                    }
-                    Err(e) => effects.extend(app.on_watch_failed(tag, e.to_string())),
-                },
-                Msg::Done(result, removed) => effects.extend(app.on_done(result, removed)),
-                Msg::Found(tag, reply) => effects.extend(app.on_found(tag, reply)),
-                Msg::Said(result) => app.say(result),
-                Msg::Stats(result) => app.on_stats(result),
-                Msg::Cluster(tag, poll) => app.on_cluster(tag, *poll),
-                Msg::Connected(c) => {
-                    // A restart may have brought another version.
-                    app.server = c.server().to_owned();
-                    app.cluster = c.cluster();
-                    pushes = c.watch_pushes();
-                    client = Some(c);
-                    app.connected = true;
-                    app.message = Some((app::Level::Info, "reconnected".into()));
-                    effects.extend(app.rewatch());
-                }
-                Msg::Reconnecting(why) => {
-                    app.message = Some((
-                        app::Level::Error,
-                        format!("connection to musterd lost ({why}); reconnecting…"),
-                    ));
-                }
-            },
-            Input::Tick => app.on_tick(),
-            Input::Stats => {
-                if let Some(c) = &client {
-                    let (c, tx) = (c.clone(), tx.clone());
-                    tokio::spawn(async move {
-                        let reply = c.server_stats().await.map_err(|e| e.to_string());
-                        let _ = tx.send(Msg::Stats(reply));
-                    });
-                }
-            }
+            Input::Push(Some(reply)) => effects.extend(self.app.on_watch(*reply)),
+            // The connection is gone: say so, and keep trying to get it back.
+            Input::Push(None) => self.lose_connection("connection to musterd lost; reconnecting…"),
+            Input::Msg(msg) => self.on_msg(msg, effects),
+            Input::Tick => self.app.on_tick(),
+            Input::Stats => self.ask_stats(),
         }
-        if client.is_none() {
-            // Verbs asked while disconnected are refused rather than queued.
-            if effects.iter().any(|e| matches!(e, Effect::Run(_))) {
-                app.message = Some((app::Level::Error, "not connected to musterd".into()));
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// Hands a result of a task the loop started to the state, adding the effects it
+    /// asks for.
+    fn on_msg(&mut self, msg: Msg, effects: &mut Vec<Effect>) {
+        match msg {
+            Msg::Watched(tag, result) => self.on_watched(tag, *result, effects),
+            Msg::Done(result, removed) => effects.extend(self.app.on_done(result, removed)),
+            Msg::Found(tag, reply) => effects.extend(self.app.on_found(tag, reply)),
+            Msg::Said(result) => self.app.say(result),
+            Msg::Stats(result) => self.app.on_stats(result),
+            Msg::Cluster(tag, poll) => self.app.on_cluster(tag, *poll),
+            Msg::Connected(c) => {
+                // A restart may have brought another version.
+                effects.extend(self.app.on_reconnected(c.server().to_owned(), c.cluster()));
+                self.pushes = c.watch_pushes();
+                self.client = Some(c);
             }
-            // The screen is watched again once reconnected.
-            effects.clear();
+            Msg::Reconnecting(why) => self.app.on_reconnecting(&why),
         }
+    }
+
+    /// A watch's reply: the screen's data, or why it failed. A node that no longer
+    /// leads is left for the new leader.
+    fn on_watched(
+        &mut self,
+        tag: u64,
+        result: Result<WatchReply, Error>,
+        effects: &mut Vec<Effect>,
+    ) {
+        match result {
+            Ok(reply) => effects.extend(self.app.on_watch(reply)),
+            // A lost connection is reported once, by the end of the pushes.
+            Err(Error::Closed(_) | Error::Connect(_)) => {}
+            // A cluster's leader changed: find the new one, as after a lost
+            // connection (once, however many watches were refused).
+            Err(Error::Server(e))
+                if matches!(e.code, ErrorCode::NotLeader | ErrorCode::OutcomeUnknown) =>
+            {
+                self.lose_connection("the musterd node no longer leads; reconnecting…");
+            }
+            Err(e) => effects.extend(self.app.on_watch_failed(tag, e.to_string())),
+        }
+    }
+
+    /// Drops the connection, says why, and keeps trying to get one back; nothing if it
+    /// is already lost (a reconnection is then under way).
+    fn lose_connection(&mut self, why: &str) {
+        if self.client.take().is_some() {
+            self.app.on_disconnected(why);
+            reconnect(self.options.clone(), self.tx.clone());
+        }
+    }
+
+    /// Reads the daemon's counters on a task of its own; they come back as a
+    /// [`Msg::Stats`].
+    fn ask_stats(&self) {
+        if let Some(c) = &self.client {
+            let (c, tx) = (c.clone(), self.tx.clone());
+            tokio::spawn(async move {
+                let reply = c.server_stats().await.map_err(|e| e.to_string());
+                let _ = tx.send(Msg::Stats(reply));
+            });
+        }
+    }
+
+    /// Without a connection the effects are dropped: verbs are refused rather than
+    /// queued, and the screen is watched again once reconnected.
+    fn drop_while_disconnected(&mut self, effects: &mut Vec<Effect>) {
+        if self.client.is_some() {
+            return;
+        }
+        if effects.iter().any(|e| matches!(e, Effect::Run(_))) {
+            self.app.say(Err("not connected to musterd".into()));
+        }
+        effects.clear();
     }
 }
 
@@ -454,35 +528,9 @@ fn copy_to_clipboard(text: &str) -> std::io::Result<()> {
 
 /// Runs a verb and says what happened, as the footer shows it.
 async fn run_verb(client: &Client, verb: Verb) -> Result<String, Error> {
-    fn tasks(n: u64) -> String {
-        if n == 1 {
-            "1 task".into()
-        } else {
-            format!("{n} tasks")
-        }
-    }
     Ok(match verb {
-        Verb::Dead(action, t) => {
-            let selection = DeadSelection {
-                queue: t.queue.clone(),
-                ids: t.ids,
-                all: t.all,
-                dry_run: false,
-            };
-            let (reply, done) = match action {
-                DeadAction::Redrive => (client.redrive(selection).await?, "redriven"),
-                DeadAction::Discard => (client.discard(selection).await?, "discarded"),
-            };
-            format!("{done} {} of {}", tasks(reply.count), t.queue)
-        }
-        Verb::Cancel(id) => {
-            let r = client.cancel(&id).await?;
-            if r.cancel_requested {
-                format!("cancel of {id} requested: its holder was told to stop")
-            } else {
-                format!("cancelled {id}")
-            }
-        }
+        Verb::Dead(action, t) => dead(client, action, t).await?,
+        Verb::Cancel(id) => cancel(client, &id).await?,
         Verb::Revoke(id) => {
             let r = client.lease_revoke(&id).await?;
             format!("revoked the lease of {id}: now {}", r.state.as_str())
@@ -507,45 +555,18 @@ async fn run_verb(client: &Client, verb: Verb) -> Result<String, Error> {
             let n = client.queue_delete(&q).await?;
             format!("deleted queue {q} with {}", tasks(n))
         }
-        Verb::Requeue(r) => {
-            let payload = muster_sdk::raw_json(&r.payload)?;
-            let mut task = muster_sdk::NewTask::new(payload);
-            task.priority = Some(r.priority);
-            task.key = r.key;
-            task.requires = r.requires;
-            let new = client.enqueue(&r.queue, task).await?;
-            // Discarded only once the copy is durable: nothing is lost if either fails.
-            client
-                .discard(DeadSelection {
-                    queue: r.queue.clone(),
-                    ids: vec![r.id.clone()],
-                    all: false,
-                    dry_run: false,
-                })
-                .await?;
-            format!("requeued {} as {} on {}", r.id, new.id, r.queue)
-        }
+        Verb::Requeue(r) => requeue(client, r).await?,
         Verb::Enqueue { queue, payload } => {
             let task = muster_sdk::NewTask::new(muster_sdk::raw_json(&payload)?);
             let new = client.enqueue(&queue, task).await?;
             format!("enqueued {} on {queue}", new.id)
         }
         Verb::Priority { id, to, .. } => {
-            let update = TaskUpdate {
-                task: id.clone(),
-                priority: Some(to),
-                run_now: false,
-            };
-            let t = client.task_update(&update).await?;
+            let t = update_task(client, &id, Some(to), false).await?;
             format!("task {id} now has priority {}", t.priority)
         }
         Verb::RunNow(id) => {
-            let update = TaskUpdate {
-                task: id.clone(),
-                priority: None,
-                run_now: true,
-            };
-            let t = client.task_update(&update).await?;
+            let t = update_task(client, &id, None, true).await?;
             format!("task {id} is {} now", t.state.as_str())
         }
         Verb::Undrain(m) => {
@@ -561,4 +582,73 @@ async fn run_verb(client: &Client, verb: Verb) -> Result<String, Error> {
             )
         }
     })
+}
+
+/// `1 task`, or `n tasks`.
+fn tasks(n: u64) -> String {
+    if n == 1 {
+        "1 task".into()
+    } else {
+        format!("{n} tasks")
+    }
+}
+
+/// Redrives or discards dead tasks of one queue: those named, or all of them.
+async fn dead(client: &Client, action: DeadAction, t: DeadTasks) -> Result<String, Error> {
+    let selection = DeadSelection {
+        queue: t.queue.clone(),
+        ids: t.ids,
+        all: t.all,
+        dry_run: false,
+    };
+    let (reply, done) = match action {
+        DeadAction::Redrive => (client.redrive(selection).await?, "redriven"),
+        DeadAction::Discard => (client.discard(selection).await?, "discarded"),
+    };
+    Ok(format!("{done} {} of {}", tasks(reply.count), t.queue))
+}
+
+/// Cancels a task: at once if it waits, else its holder is told to stop.
+async fn cancel(client: &Client, id: &str) -> Result<String, Error> {
+    let r = client.cancel(id).await?;
+    Ok(if r.cancel_requested {
+        format!("cancel of {id} requested: its holder was told to stop")
+    } else {
+        format!("cancelled {id}")
+    })
+}
+
+/// Enqueues an edited copy of a dead task, then discards the dead one.
+async fn requeue(client: &Client, r: Requeue) -> Result<String, Error> {
+    let payload = muster_sdk::raw_json(&r.payload)?;
+    let mut task = muster_sdk::NewTask::new(payload);
+    task.priority = Some(r.priority);
+    task.key = r.key;
+    task.requires = r.requires;
+    let new = client.enqueue(&r.queue, task).await?;
+    // Discarded only once the copy is durable: nothing is lost if either fails.
+    client
+        .discard(DeadSelection {
+            queue: r.queue.clone(),
+            ids: vec![r.id.clone()],
+            all: false,
+            dry_run: false,
+        })
+        .await?;
+    Ok(format!("requeued {} as {} on {}", r.id, new.id, r.queue))
+}
+
+/// Gives a waiting task a new priority, or has a scheduled one run now; the task after.
+async fn update_task(
+    client: &Client,
+    id: &str,
+    priority: Option<u8>,
+    run_now: bool,
+) -> Result<TaskSummary, Error> {
+    let update = TaskUpdate {
+        task: id.to_owned(),
+        priority,
+        run_now,
+    };
+    client.task_update(&update).await
 }
