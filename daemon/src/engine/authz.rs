@@ -254,7 +254,7 @@ impl<W: Waiter> Engine<W> {
     /// to the op, which answers `not_found` or `bad_request`.
     fn task_queue(&self, task: &str) -> Option<&str> {
         let id = Ulid::from_string(task).ok()?;
-        self.tasks.get(&id).map(|m| &*m.queue)
+        self.index.tasks.get(&id).map(|m| &*m.queue)
     }
 
     fn task_allowed(&self, task: &str, roles: &[Role], p: &Principal) -> Result<(), ErrorBody> {
@@ -265,7 +265,7 @@ impl<W: Waiter> Engine<W> {
         self.task_allowed(task, CONSUME, p)?;
         let member = Ulid::from_string(task)
             .ok()
-            .and_then(|id| self.tasks.get(&id))
+            .and_then(|id| self.index.tasks.get(&id))
             .and_then(|m| m.member().cloned());
         match member {
             Some(m) => self.member_free_or_own(&m, p),
@@ -275,11 +275,11 @@ impl<W: Waiter> Engine<W> {
 
     /// The queues a member holds leases in or subscribes to, repeats included.
     fn member_queues<'a>(&'a self, member: &str) -> impl Iterator<Item = &'a str> + 'a {
-        let m = self.members.get(member);
+        let m = self.members.by_name.get(member);
         let leased = m
             .into_iter()
             .flat_map(|m| m.leased.iter())
-            .filter_map(|id| self.tasks.get(id).map(|t| &*t.queue));
+            .filter_map(|id| self.index.tasks.get(id).map(|t| &*t.queue));
         let subscribed = m
             .into_iter()
             .flat_map(|m| m.subscribed().iter().map(String::as_str));
@@ -296,7 +296,7 @@ impl<W: Waiter> Engine<W> {
     /// the op, which answers `not_found`).
     fn member_in_scope(&self, member: &str, p: &Principal) -> Result<(), ErrorBody> {
         p.check(ADMIN, None)?;
-        if !self.members.contains_key(member) || self.member_visible(member, p) {
+        if !self.members.by_name.contains_key(member) || self.member_visible(member, p) {
             return Ok(());
         }
         Err(ErrorBody::new(
@@ -310,7 +310,7 @@ impl<W: Waiter> Engine<W> {
 
     /// `forbidden` if the member name belongs to another principal.
     fn member_free_or_own(&self, member: &str, p: &Principal) -> Result<(), ErrorBody> {
-        match self.owners.owner(member) {
+        match self.members.owners.owner(member) {
             Some(owner) if owner != p.name && p.binds_members() => Err(ErrorBody::new(
                 ErrorCode::Forbidden,
                 format!(
@@ -327,9 +327,15 @@ impl<W: Waiter> Engine<W> {
     /// `limit` if using the member name would bind a new name to a principal that
     /// holds [`MAX_MEMBER_NAMES_PER_PRINCIPAL`] already.
     fn member_name_room(&self, member: &str, p: &Principal) -> Result<(), ErrorBody> {
-        let held = self.owners.per_principal.get(&p.name).copied().unwrap_or(0);
+        let held = self
+            .members
+            .owners
+            .per_principal
+            .get(&p.name)
+            .copied()
+            .unwrap_or(0);
         if !p.binds_members()
-            || self.owners.owner(member).is_some()
+            || self.members.owners.owner(member).is_some()
             || held < MAX_MEMBER_NAMES_PER_PRINCIPAL
         {
             return Ok(());
@@ -353,18 +359,23 @@ impl<W: Waiter> Engine<W> {
         if member.is_empty() || !p.binds_members() {
             return;
         }
-        if let Some(owner) = self.owners.by_member.get_mut(member) {
+        if let Some(owner) = self.members.owners.by_member.get_mut(member) {
             owner.used_ms = now.mono_ms;
             return;
         }
-        self.owners.by_member.insert(
+        self.members.owners.by_member.insert(
             member.to_owned(),
             Owner {
                 principal: p.name.clone(),
                 used_ms: now.mono_ms,
             },
         );
-        *self.owners.per_principal.entry(p.name.clone()).or_default() += 1;
+        *self
+            .members
+            .owners
+            .per_principal
+            .entry(p.name.clone())
+            .or_default() += 1;
         self.pending.put_owner(member, &p.name);
     }
 
@@ -374,27 +385,28 @@ impl<W: Waiter> Engine<W> {
             expiry >= MIN_MEMBER_NAME_EXPIRY,
             "checked with the settings"
         );
-        self.owners.expiry_ms = expiry.as_millis() as u64;
+        self.members.owners.expiry_ms = expiry.as_millis() as u64;
     }
 
     /// Frees the names that had no session and no lease for the expiry time.
     pub(super) fn expire_member_names(&mut self, now: Now) {
-        if self.owners.by_member.is_empty() || now.mono_ms < self.owners.sweep_at {
+        if self.members.owners.by_member.is_empty() || now.mono_ms < self.members.owners.sweep_at {
             return;
         }
-        let sweep = (self.owners.expiry_ms / 8).clamp(1, MAX_MEMBER_NAME_SWEEP.as_millis() as u64);
-        self.owners.sweep_at = now.mono_ms + sweep;
+        let sweep =
+            (self.members.owners.expiry_ms / 8).clamp(1, MAX_MEMBER_NAME_SWEEP.as_millis() as u64);
+        self.members.owners.sweep_at = now.mono_ms + sweep;
         let mut expired = Vec::new();
-        for (member, owner) in &mut self.owners.by_member {
+        for (member, owner) in &mut self.members.owners.by_member {
             // The engine keeps a member while it has a session or leases.
-            if self.members.contains_key(member.as_str()) {
+            if self.members.by_name.contains_key(member.as_str()) {
                 owner.used_ms = now.mono_ms;
-            } else if now.mono_ms.saturating_sub(owner.used_ms) >= self.owners.expiry_ms {
+            } else if now.mono_ms.saturating_sub(owner.used_ms) >= self.members.owners.expiry_ms {
                 expired.push(member.clone());
             }
         }
         for member in &expired {
-            self.owners.remove(member, &mut self.pending);
+            self.members.owners.remove(member, &mut self.pending);
         }
         if !expired.is_empty() {
             tracing::info!(
@@ -407,7 +419,7 @@ impl<W: Waiter> Engine<W> {
     /// `member_release`: frees a member name bound to a principal. Refused while the
     /// member has a session or leases (drain it first).
     pub(super) fn member_release(&mut self, member: &str) -> Result<(), ErrorBody> {
-        if let Some(m) = self.members.get(member)
+        if let Some(m) = self.members.by_name.get(member)
             && !m.leased.is_empty()
         {
             return Err(ErrorBody::new(
@@ -424,7 +436,7 @@ impl<W: Waiter> Engine<W> {
             &format!("an operator released member name {member:?}: this session has ended"),
         );
 
-        if !self.owners.remove(member, &mut self.pending) {
+        if !self.members.owners.remove(member, &mut self.pending) {
             return Err(ErrorBody::new(
                 ErrorCode::NotFound,
                 format!("member name {member:?} is bound to no principal"),

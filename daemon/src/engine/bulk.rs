@@ -91,6 +91,7 @@ impl<W: Waiter> Engine<W> {
     pub(super) fn start_bulk(&mut self, job: BulkJob<W>) {
         if job.kind == BulkKind::Delete {
             let q = self
+                .index
                 .queues
                 .get_mut(&job.queue)
                 .expect("a queue to delete exists");
@@ -133,6 +134,7 @@ impl<W: Waiter> Engine<W> {
         }
         if job.kind == BulkKind::Delete {
             let q = self
+                .index
                 .queues
                 .remove(&job.queue)
                 .expect("a deleting queue exists");
@@ -154,7 +156,7 @@ impl<W: Waiter> Engine<W> {
             count: job.touched,
             ids: Vec::new(),
         });
-        self.outbox.push((job.waiter, Ok(reply)));
+        self.outbox.replies.push((job.waiter, Ok(reply)));
         Ok(())
     }
 
@@ -166,7 +168,7 @@ impl<W: Waiter> Engine<W> {
         id: Ulid,
         now: Now,
     ) -> Result<bool, StoreError> {
-        let Some(meta) = self.tasks.get(&id) else {
+        let Some(meta) = self.index.tasks.get(&id) else {
             return Ok(false);
         };
         if *meta.queue != *queue || !kind.applies_to(meta.state) {

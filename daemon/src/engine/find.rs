@@ -80,7 +80,7 @@ impl<W: Waiter> Engine<W> {
     ) -> OpResult<TaskFindReply> {
         let search = validate(&r)?;
         if let Some(q) = &r.queue {
-            self.queue(q)?;
+            self.index.queue(q)?;
         }
         if let (Some(q), Some(after)) = (&r.queue, &r.after)
             && after.queue != *q
@@ -98,8 +98,9 @@ impl<W: Waiter> Engine<W> {
             None => None,
         };
         let mut queues: Vec<(&String, &Queue)> = match &r.queue {
-            Some(name) => self.queues.get_key_value(name).into_iter().collect(),
+            Some(name) => self.index.queues.get_key_value(name).into_iter().collect(),
             None => self
+                .index
                 .queues
                 .iter()
                 .filter(|(name, _)| principal.is_none_or(|p| p.covers(name)))
@@ -183,7 +184,7 @@ impl<W: Waiter> Engine<W> {
             let found = self
                 .store
                 .idem(name, idem)?
-                .filter(|id| range.contains(id) && self.tasks.contains_key(id));
+                .filter(|id| range.contains(id) && self.index.tasks.contains_key(id));
             return Ok(Box::new(found.into_iter()));
         }
         let newest_first = search.newest_first;
@@ -217,7 +218,7 @@ impl<W: Waiter> Engine<W> {
         work: &mut Work,
     ) -> OpResult<Option<muster_protocol::model::TaskSummary>> {
         work.scanned += 1;
-        let Some(meta) = self.tasks.get(&id) else {
+        let Some(meta) = self.index.tasks.get(&id) else {
             unreachable!("task {id} is indexed in its queue but not known");
         };
         assert!(

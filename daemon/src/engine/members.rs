@@ -13,7 +13,7 @@
 //! A task whose lease lapsed (or was revoked) is not handed back to the member that
 //! held it while another member could take it, nor before that member was heard from
 //! again after the lapse: a dead agent costs each of its tasks at most one failure.
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -33,7 +33,7 @@ use muster_protocol::{ErrorBody, ErrorCode, Push};
 use super::listing::fill;
 use super::ops::{ClaimSpec, Grant, bad, parse_id, summary};
 use super::telemetry::{self, LeaseEnd};
-use super::{Engine, Failure, Now, OpResult, Sink, Waiter, client, push_event};
+use super::{Engine, Failure, Members, Now, OpResult, Sink, Waiter, client, push_event};
 use crate::auth::Principal;
 use crate::store::StoreError;
 
@@ -158,10 +158,10 @@ impl<S: Sink> Member<S> {
     }
 }
 
-impl<W: Waiter> Engine<W> {
+impl<S: Sink> Members<S> {
     /// The shared name of a member, reusing the members map's copy.
-    pub(super) fn member_name(&self, name: &str) -> Arc<str> {
-        match self.members.get_key_value(name) {
+    pub(super) fn name(&self, name: &str) -> Arc<str> {
+        match self.by_name.get_key_value(name) {
             Some((k, _)) => Arc::clone(k),
             None => Arc::from(name),
         }
@@ -171,66 +171,14 @@ impl<W: Waiter> Engine<W> {
     /// (nor a drain to remember) is dropped at the end of the request or timer.
     pub(super) fn release_slot(&mut self, member: &Arc<str>, id: Ulid) {
         let m = self
-            .members
+            .by_name
             .get_mut(member)
             .unwrap_or_else(|| panic!("task {id} is leased to unknown member {member:?}"));
         assert!(m.leased.remove(&id), "task {id} was not held by {member:?}");
         // A freed slot may take a pushed task.
         self.push_members.insert(Arc::clone(member));
         if m.is_idle() {
-            self.idle_members.push(Arc::clone(member));
-        }
-    }
-
-    /// The connection layer heard from `connection` (a packet of any kind arrived): its
-    /// member session, if any, is alive.
-    pub fn heard(&mut self, connection: u64, now: Now) {
-        self.heard_from(connection, now);
-    }
-
-    /// Records that `connection` was heard from at `now` (a request or any packet): the
-    /// heartbeat of its member session and of its parked claims.
-    pub(super) fn heard_from(&mut self, connection: u64, now: Now) {
-        self.events += 1;
-        let event = self.events;
-        let previous = self.heard.insert(
-            connection,
-            super::Heard {
-                at_ms: now.mono_ms,
-                event,
-            },
-        );
-        let liveness = muster_protocol::limits::DEFAULT_LIVENESS.as_millis() as u64;
-        if previous.is_some_and(|h| now.mono_ms.saturating_sub(h.at_ms) > liveness) {
-            // Claims it parked while silent were passed over: serve them again.
-            self.ready_changed.everywhere();
-        }
-        let Some(name) = self.sessions.get(&connection) else {
-            return;
-        };
-        let Some(m) = self.members.get_mut(name) else {
-            return;
-        };
-        m.last_seen_ms = Some(now.wall_ms);
-        let mut recount = None;
-        if m.session.as_ref().is_some_and(|s| !s.reachable) {
-            let before = m.counted();
-            if let Some(s) = m.session.as_mut() {
-                s.reachable = true;
-            }
-            recount = Some((before, m.counted()));
-            self.generation += 1;
-            self.push_members.insert(Arc::clone(name));
-            tracing::info!(member = %name, "member reachable again");
-        }
-        if m.lapsed_at.is_some_and(|at| event > at) {
-            // Tasks it let lapse may go back to it now that it is alive.
-            m.lapsed_at = None;
-            self.push_members.insert(Arc::clone(name));
-            self.ready_changed.everywhere();
-        }
-        if let Some((before, after)) = recount {
-            self.recount(before, after);
+            self.idle.push(Arc::clone(member));
         }
     }
 
@@ -238,7 +186,12 @@ impl<W: Waiter> Engine<W> {
     /// queue's unclaimable classes; the queues they consume from) up to date after a
     /// member counted as `before` now counts as `after`. Queues' classes are revisited
     /// only when a label set appears among connected members or leaves them.
-    pub(super) fn recount(&mut self, before: Counted, after: Counted) {
+    pub(super) fn recount(
+        &mut self,
+        before: Counted,
+        after: Counted,
+        queues: &mut BTreeMap<String, super::Queue>,
+    ) {
         if before == after {
             return;
         }
@@ -261,32 +214,116 @@ impl<W: Waiter> Engine<W> {
         if let Some(set) = before.labels
             && self.carried.remove(&set)
         {
-            for q in self.queues.values_mut() {
+            for q in queues.values_mut() {
                 q.dispatch.carried_changed(&set, false, &self.carried);
             }
         }
         if let Some(set) = after.labels
             && self.carried.add(&set)
         {
-            for q in self.queues.values_mut() {
+            for q in queues.values_mut() {
                 q.dispatch.carried_changed(&set, true, &self.carried);
             }
+        }
+    }
+
+    /// Room for pushes a member has at `now`.
+    fn room(&self, m: &Member<S>, now: Now) -> usize {
+        let heard = m
+            .session
+            .as_ref()
+            .and_then(|s| self.heard.get(&s.connection).copied());
+        m.free(heard, now)
+    }
+
+    /// The event number of the last time the connection of `m`'s session was heard from.
+    fn heard_event(&self, m: &Member<S>) -> u64 {
+        m.session
+            .as_ref()
+            .and_then(|s| self.heard.get(&s.connection))
+            .map_or(0, |h| h.event)
+    }
+
+    /// Remembers that `member` let task `id` go (a lapse or a revoke).
+    pub(super) fn let_go(&mut self, id: Ulid, member: &str) {
+        if member.is_empty() {
+            return;
+        }
+        self.events += 1;
+        let name = self.name(member);
+        if let Some(m) = self.by_name.get_mut(&name) {
+            m.lapsed_at = Some(self.events);
+        }
+        self.avoid.insert(id, (name, self.events));
+    }
+}
+
+impl<W: Waiter> Engine<W> {
+    /// The connection layer heard from `connection` (a packet of any kind arrived): its
+    /// member session, if any, is alive.
+    pub fn heard(&mut self, connection: u64, now: Now) {
+        self.heard_from(connection, now);
+    }
+
+    /// Records that `connection` was heard from at `now` (a request or any packet): the
+    /// heartbeat of its member session and of its parked claims.
+    pub(super) fn heard_from(&mut self, connection: u64, now: Now) {
+        self.members.events += 1;
+        let event = self.members.events;
+        let previous = self.members.heard.insert(
+            connection,
+            super::Heard {
+                at_ms: now.mono_ms,
+                event,
+            },
+        );
+        let liveness = muster_protocol::limits::DEFAULT_LIVENESS.as_millis() as u64;
+        if previous.is_some_and(|h| now.mono_ms.saturating_sub(h.at_ms) > liveness) {
+            // Claims it parked while silent were passed over: serve them again.
+            self.waiting.ready_changed.everywhere();
+        }
+        let Some(name) = self.members.sessions.get(&connection) else {
+            return;
+        };
+        let Some(m) = self.members.by_name.get_mut(name) else {
+            return;
+        };
+        m.last_seen_ms = Some(now.wall_ms);
+        let mut recount = None;
+        if m.session.as_ref().is_some_and(|s| !s.reachable) {
+            let before = m.counted();
+            if let Some(s) = m.session.as_mut() {
+                s.reachable = true;
+            }
+            recount = Some((before, m.counted()));
+            self.generation += 1;
+            self.members.push_members.insert(Arc::clone(name));
+            tracing::info!(member = %name, "member reachable again");
+        }
+        if m.lapsed_at.is_some_and(|at| event > at) {
+            // Tasks it let lapse may go back to it now that it is alive.
+            m.lapsed_at = None;
+            self.members.push_members.insert(Arc::clone(name));
+            self.waiting.ready_changed.everywhere();
+        }
+        if let Some((before, after)) = recount {
+            self.members.recount(before, after, &mut self.index.queues);
         }
     }
 
     /// Marks members silent past their liveness timeout unreachable. Runs at most every
     /// [`LIVENESS_SWEEP`](super::LIVENESS_SWEEP); pushes check liveness exactly.
     pub(super) fn sweep_liveness(&mut self, now: Now) {
-        if now.mono_ms < self.liveness_sweep_at {
+        if now.mono_ms < self.members.liveness_sweep_at {
             return;
         }
-        self.liveness_sweep_at = now.mono_ms + super::LIVENESS_SWEEP.as_millis() as u64;
+        self.members.liveness_sweep_at = now.mono_ms + super::LIVENESS_SWEEP.as_millis() as u64;
         let mut silenced = Vec::new();
-        for (name, m) in &mut self.members {
+        for (name, m) in &mut self.members.by_name {
             let Some(s) = m.session.as_ref() else {
                 continue;
             };
-            let heard = self.heard.get(&s.connection).map_or(0, |h| h.at_ms);
+            let heard = self.members.heard.get(&s.connection).map_or(0, |h| h.at_ms);
             let silent = now.mono_ms.saturating_sub(heard);
             if s.reachable && !s.sink.is_closed() && silent > s.liveness_ms {
                 let before = m.counted();
@@ -299,13 +336,14 @@ impl<W: Waiter> Engine<W> {
             }
         }
         for (before, after) in silenced {
-            self.recount(before, after);
+            self.members.recount(before, after, &mut self.index.queues);
         }
     }
 
     /// Members with a connected, reachable session.
     pub fn connected_members(&self) -> usize {
         self.members
+            .by_name
             .values()
             .filter(|m| m.state() == MemberState::Connected)
             .count()
@@ -314,6 +352,7 @@ impl<W: Waiter> Engine<W> {
     /// Members whose session is open but silent past its liveness timeout.
     pub(super) fn unreachable_members(&self) -> usize {
         self.members
+            .by_name
             .values()
             .filter(|m| m.state() == MemberState::Unreachable)
             .count()
@@ -322,45 +361,15 @@ impl<W: Waiter> Engine<W> {
     /// Who can take a queue's tasks now: connected, not draining member sessions
     /// subscribed to it, and claims parked on it (both counted as they come and go).
     pub(super) fn consumers(&self, queue: &str) -> u64 {
-        let subscribed = self.consumers.get(queue).copied().unwrap_or(0);
-        u64::from(subscribed) + self.parked.on_queue(queue) as u64
-    }
-
-    /// Room for pushes a member has at `now`.
-    fn room(&self, m: &Member<W::Sink>, now: Now) -> usize {
-        let heard = m
-            .session
-            .as_ref()
-            .and_then(|s| self.heard.get(&s.connection).copied());
-        m.free(heard, now)
-    }
-
-    /// Remembers that `member` let task `id` go (a lapse or a revoke).
-    pub(super) fn let_go(&mut self, id: Ulid, member: &str) {
-        if member.is_empty() {
-            return;
-        }
-        self.events += 1;
-        let name = self.member_name(member);
-        if let Some(m) = self.members.get_mut(&name) {
-            m.lapsed_at = Some(self.events);
-        }
-        self.avoid.insert(id, (name, self.events));
-    }
-
-    /// The event number of the last time the connection of `m`'s session was heard from.
-    fn heard_event(&self, m: &Member<W::Sink>) -> u64 {
-        m.session
-            .as_ref()
-            .and_then(|s| self.heard.get(&s.connection))
-            .map_or(0, |h| h.event)
+        let subscribed = self.members.consumers.get(queue).copied().unwrap_or(0);
+        u64::from(subscribed) + self.waiting.parked.on_queue(queue) as u64
     }
 
     /// True if task `id` must not go to `claimer` now: the claimer let it lapse (or had
     /// it revoked) and either was not heard from since (`heard` is the event number of
     /// when it last was), or another connected member with room could take it.
     pub(super) fn avoided(&self, id: Ulid, claimer: &str, heard: u64, now: Now) -> bool {
-        let Some((member, at)) = self.avoid.get(&id) else {
+        let Some((member, at)) = self.members.avoid.get(&id) else {
             return false;
         };
         if **member != *claimer {
@@ -369,12 +378,12 @@ impl<W: Waiter> Engine<W> {
         if heard <= *at {
             return true;
         }
-        let Some(meta) = self.tasks.get(&id) else {
+        let Some(meta) = self.index.tasks.get(&id) else {
             return false;
         };
-        self.members.iter().any(|(name, m)| {
+        self.members.by_name.iter().any(|(name, m)| {
             **name != *claimer
-                && self.room(m, now) > 0
+                && self.members.room(m, now) > 0
                 && m.subscribed.iter().any(|q| **q == *meta.queue)
                 && meta.class.iter().all(|l| m.labels.contains(l))
         })
@@ -382,21 +391,30 @@ impl<W: Waiter> Engine<W> {
 
     /// True if the member is drained: claims in its name get nothing.
     pub(super) fn is_draining(&self, member: &str) -> bool {
-        self.members.get(member).is_some_and(|m| m.draining)
+        self.members.by_name.get(member).is_some_and(|m| m.draining)
     }
 
     /// Sends a push to the session of a member, if it has one.
     pub(super) fn push_to(&mut self, member: &str, push: Push) {
-        if let Some(s) = self.members.get(member).and_then(|m| m.session.as_ref())
+        if let Some(s) = self
+            .members
+            .by_name
+            .get(member)
+            .and_then(|m| m.session.as_ref())
             && !s.sink.is_closed()
         {
-            self.pushes.push((s.sink.clone(), push));
+            self.outbox.pushes.push((s.sink.clone(), push));
         }
     }
 
     /// The member whose session is on the waiter's connection, or `bad_request`.
     fn own_session(&self, member: &str, waiter: &W) -> OpResult<()> {
-        match self.members.get(member).and_then(|m| m.session.as_ref()) {
+        match self
+            .members
+            .by_name
+            .get(member)
+            .and_then(|m| m.session.as_ref())
+        {
             Some(s) if s.connection == waiter.connection() => Ok(()),
             _ => Err(bad(format!(
                 "member {member:?} has no session on this connection: send session_open first"
@@ -433,7 +451,9 @@ impl<W: Waiter> Engine<W> {
                     if reply_bytes <= MAX_CLAIM_REPLY_BYTES || reply.reclaimed.is_empty() {
                         reply.reclaimed.push(delivery);
                     } else {
-                        self.pushes.push((waiter.sink(), Push::Deliver(delivery)));
+                        self.outbox
+                            .pushes
+                            .push((waiter.sink(), Push::Deliver(delivery)));
                     }
                 }
             }
@@ -481,7 +501,7 @@ impl<W: Waiter> Engine<W> {
                 "liveness of {liveness_ms} ms is outside {min}..={max} ms"
             )));
         }
-        if let Some(other) = self.sessions.get(&waiter.connection())
+        if let Some(other) = self.members.sessions.get(&waiter.connection())
             && **other != *r.member
         {
             return Err(bad(format!(
@@ -501,21 +521,22 @@ impl<W: Waiter> Engine<W> {
         now: Now,
     ) -> Vec<Ulid> {
         self.take_member(&r.member, waiter.principal(), now);
-        let name = self.member_name(&r.member);
+        let name = self.members.name(&r.member);
         let member = self
             .members
+            .by_name
             .entry(Arc::clone(&name))
             .or_insert_with(Member::new);
         let before = member.counted();
         if let Some(old) = member.session.take() {
-            self.sessions.remove(&old.connection);
+            self.members.sessions.remove(&old.connection);
             if old.connection != waiter.connection() && !old.sink.is_closed() {
                 tracing::info!(member = %r.member, "member replaced by a newer session");
                 let error = ErrorBody::new(
                     ErrorCode::Replaced,
                     format!("a newer session of member {:?} took over", r.member),
                 );
-                self.pushes.push((old.sink, Push::Closed(error)));
+                self.outbox.pushes.push((old.sink, Push::Closed(error)));
             }
         }
         member.session = Some(Session {
@@ -535,9 +556,11 @@ impl<W: Waiter> Engine<W> {
         member.lapsed_at = None;
         let held: Vec<Ulid> = member.leased.iter().copied().collect();
         let after = member.counted();
-        self.sessions.insert(waiter.connection(), Arc::clone(&name));
-        self.recount(before, after);
-        self.push_members.insert(name);
+        self.members
+            .sessions
+            .insert(waiter.connection(), Arc::clone(&name));
+        self.members.recount(before, after, &mut self.index.queues);
+        self.members.push_members.insert(name);
         held
     }
 
@@ -618,7 +641,7 @@ impl<W: Waiter> Engine<W> {
     /// `replaced`: it must not come back under the name) and the member forgotten if it
     /// holds nothing else. Nothing happens to a member without a session.
     pub(super) fn end_session(&mut self, name: &str, why: &str) {
-        let Some(m) = self.members.get_mut(name) else {
+        let Some(m) = self.members.by_name.get_mut(name) else {
             return;
         };
         let before = m.counted();
@@ -627,32 +650,32 @@ impl<W: Waiter> Engine<W> {
         };
         m.subscribed.clear();
         let idle = m.is_idle();
-        self.sessions.remove(&session.connection);
+        self.members.sessions.remove(&session.connection);
         self.generation += 1;
         if !session.sink.is_closed() {
             let error = ErrorBody::new(ErrorCode::Replaced, why);
-            self.pushes.push((session.sink, Push::Closed(error)));
+            self.outbox.pushes.push((session.sink, Push::Closed(error)));
         }
         tracing::info!(member = name, "member session ended by an operator");
         let after = match idle {
             true => {
-                self.members.remove(name);
+                self.members.by_name.remove(name);
                 Counted::default()
             }
-            false => self.members[name].counted(),
+            false => self.members.by_name[name].counted(),
         };
-        self.recount(before, after);
+        self.members.recount(before, after, &mut self.index.queues);
     }
 
     pub fn disconnected(&mut self, connection: u64) {
-        self.watches.remove(&connection);
-        self.heard.remove(&connection);
-        let Some(name) = self.sessions.remove(&connection) else {
+        self.waiting.watches.remove(&connection);
+        self.members.heard.remove(&connection);
+        let Some(name) = self.members.sessions.remove(&connection) else {
             return;
         };
         self.generation += 1;
         let mut before = Counted::default();
-        if let Some(m) = self.members.get_mut(&name) {
+        if let Some(m) = self.members.by_name.get_mut(&name) {
             if m.session
                 .as_ref()
                 .is_some_and(|s| s.connection == connection)
@@ -664,10 +687,11 @@ impl<W: Waiter> Engine<W> {
             }
             // A drained member is remembered until a fresh session clears the drain.
             if m.is_idle() {
-                self.members.remove(&name);
+                self.members.by_name.remove(&name);
             }
         }
-        self.recount(before, Counted::default());
+        self.members
+            .recount(before, Counted::default(), &mut self.index.queues);
     }
 
     pub(super) fn session_update(&mut self, r: SessionUpdate, waiter: &W) -> OpResult<MemberReply> {
@@ -682,6 +706,7 @@ impl<W: Waiter> Engine<W> {
         }
         let member = self
             .members
+            .by_name
             .get_mut(r.member.as_str())
             .ok_or_else(|| not_a_member(&r.member))?;
         let before = member.counted();
@@ -695,8 +720,10 @@ impl<W: Waiter> Engine<W> {
             member: member.info(&r.member),
         };
         let after = member.counted();
-        self.push_members.insert(self.member_name(&r.member));
-        self.recount(before, after);
+        self.members
+            .push_members
+            .insert(self.members.name(&r.member));
+        self.members.recount(before, after, &mut self.index.queues);
         Ok(reply)
     }
 
@@ -712,29 +739,32 @@ impl<W: Waiter> Engine<W> {
             if r.queues[..i].contains(q) {
                 return Err(bad(format!("queue {q:?} is named twice")));
             }
-            if !self.queues.contains_key(q) {
+            if !self.index.queues.contains_key(q) {
                 return Err(client(ErrorCode::NotFound, format!("no queue {q:?}")));
             }
         }
         let member = self
             .members
+            .by_name
             .get_mut(r.member.as_str())
             .ok_or_else(|| not_a_member(&r.member))?;
         let before = member.counted();
         member.subscribed = r.queues;
         let after = member.counted();
-        self.push_members.insert(self.member_name(&r.member));
-        self.recount(before, after);
+        self.members
+            .push_members
+            .insert(self.members.name(&r.member));
+        self.members.recount(before, after, &mut self.index.queues);
         Ok(Empty {})
     }
 
     pub(super) fn unsubscribe(&mut self, r: Unsubscribe, waiter: &W) -> OpResult<Empty> {
         self.own_session(&r.member, waiter)?;
-        if let Some(m) = self.members.get_mut(r.member.as_str()) {
+        if let Some(m) = self.members.by_name.get_mut(r.member.as_str()) {
             let before = m.counted();
             m.subscribed.clear();
             let after = m.counted();
-            self.recount(before, after);
+            self.members.recount(before, after, &mut self.index.queues);
         }
         Ok(Empty {})
     }
@@ -752,6 +782,7 @@ impl<W: Waiter> Engine<W> {
         let start = r.after.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
         let page = fill(
             self.members
+                .by_name
                 .range::<str, _>((start, Bound::Unbounded))
                 .filter(|(name, _)| p.is_none_or(|p| self.member_visible(name, p)))
                 .map(|(name, m)| Ok::<_, Failure>(m.info(name))),
@@ -767,6 +798,7 @@ impl<W: Waiter> Engine<W> {
     pub(super) fn member_describe(&self, r: &MemberName) -> OpResult<MemberDescribeReply> {
         let m = self
             .members
+            .by_name
             .get(r.member.as_str())
             .ok_or_else(|| not_a_member(&r.member))?;
         let leases = fill(
@@ -786,12 +818,13 @@ impl<W: Waiter> Engine<W> {
     pub(super) fn member_drain(&mut self, r: &MemberName) -> OpResult<MemberReply> {
         let m = self
             .members
+            .by_name
             .get_mut(r.member.as_str())
             .ok_or_else(|| not_a_member(&r.member))?;
         let before = m.counted();
         m.draining = true;
         let (after, info) = (m.counted(), m.info(&r.member));
-        self.recount(before, after);
+        self.members.recount(before, after, &mut self.index.queues);
         self.push_to(&r.member, Push::Drain);
         Ok(MemberReply { member: info })
     }
@@ -801,27 +834,31 @@ impl<W: Waiter> Engine<W> {
     pub(super) fn member_undrain(&mut self, r: &MemberName) -> OpResult<MemberReply> {
         let m = self
             .members
+            .by_name
             .get_mut(r.member.as_str())
             .ok_or_else(|| not_a_member(&r.member))?;
         if m.draining {
             let before = m.counted();
             m.draining = false;
             let after = m.counted();
-            self.recount(before, after);
-            self.push_members.insert(self.member_name(&r.member));
+            self.members.recount(before, after, &mut self.index.queues);
+            self.members
+                .push_members
+                .insert(self.members.name(&r.member));
             // Claims naming it were parked without tasks: serve them again.
-            self.ready_changed.everywhere();
+            self.waiting.ready_changed.everywhere();
             // A member remembered only for its drain is forgotten now.
-            let name = self.member_name(&r.member);
-            self.idle_members.push(name);
+            let name = self.members.name(&r.member);
+            self.members.idle.push(name);
         }
-        let info = self.members[r.member.as_str()].info(&r.member);
+        let info = self.members.by_name[r.member.as_str()].info(&r.member);
         Ok(MemberReply { member: info })
     }
 
     pub(super) fn lease_revoke(&mut self, r: LeaseRevoke, now: Now) -> OpResult<SettleReply> {
         let id = parse_id(&r.task)?;
         let meta = self
+            .index
             .tasks
             .get(&id)
             .ok_or_else(|| client(ErrorCode::NotFound, format!("no task {id}")))?;
@@ -845,7 +882,7 @@ impl<W: Waiter> Engine<W> {
         );
         if state == TaskState::Ready {
             // It goes to another member if one can take it.
-            self.let_go(id, &holder);
+            self.members.let_go(id, &holder);
         }
         if let Some(member) = member {
             self.push_to(
@@ -868,14 +905,16 @@ impl<W: Waiter> Engine<W> {
         ready: &super::ReadyChanged,
         now: Now,
     ) -> Result<(), StoreError> {
-        let changed = std::mem::take(&mut self.push_members);
+        let changed = std::mem::take(&mut self.members.push_members);
         let has_room = |name: &Arc<str>| {
             self.members
+                .by_name
                 .get(name)
-                .is_some_and(|m| self.room(m, now) > 0)
+                .is_some_and(|m| self.members.room(m, now) > 0)
         };
         let mut order: Vec<Arc<str>> = if ready.any() {
             self.members
+                .by_name
                 .iter()
                 .filter(|(name, m)| {
                     changed.contains(*name)
@@ -891,19 +930,19 @@ impl<W: Waiter> Engine<W> {
         if order.is_empty() {
             return Ok(());
         }
-        let start = self.member_rotation % order.len();
+        let start = self.members.rotation % order.len();
         order.rotate_left(start);
-        self.member_rotation = self.member_rotation.wrapping_add(1);
+        self.members.rotation = self.members.rotation.wrapping_add(1);
         loop {
             let mut progressed = false;
             for name in &order {
-                let Some(m) = self.members.get(name) else {
+                let Some(m) = self.members.by_name.get(name) else {
                     continue;
                 };
-                if self.room(m, now) == 0 {
+                if self.members.room(m, now) == 0 {
                     continue;
                 }
-                let heard = self.heard_event(m);
+                let heard = self.members.heard_event(m);
                 let spec = ClaimSpec {
                     queues: m.subscribed.clone(),
                     max: 1,
@@ -924,9 +963,9 @@ impl<W: Waiter> Engine<W> {
         }
         // Granting leases above marked no slot as freed; nothing more can be served now.
         assert!(
-            self.push_members.is_empty(),
+            self.members.push_members.is_empty(),
             "granting pushes freed slots: {:?}",
-            self.push_members
+            self.members.push_members
         );
         Ok(())
     }

@@ -325,7 +325,7 @@ impl LeaseClock {
 struct Heard {
     /// Monotonic milliseconds: for liveness timeouts.
     at_ms: u64,
-    /// The event number (`Engine::events`): for "heard from since".
+    /// The event number (`Members::events`): for "heard from since".
     event: u64,
 }
 
@@ -416,16 +416,54 @@ impl ReadyChanged {
 }
 
 /// The engine. `W` is where replies go.
+///
+/// Its state is grouped by job: [`Index`] (where every stored task is), [`Caches`]
+/// (records kept in memory so the hot paths read no store), [`Members`] (sessions,
+/// liveness and the lapse rule), [`Waiting`] (requests answered later), [`Outbox`] (what
+/// leaves after the round's persist) and [`Budget`] (what producers may still store).
+/// Each group states the invariant it keeps; the engine's own fields are the store and
+/// the round.
 pub struct Engine<W: Waiter> {
     store: Store,
     /// Changes of the request being handled; committed when it ends.
     pending: Batch,
-    /// Members whose last lease ended while they had no session: forgotten at the end
-    /// of the request or timer, once it is sure no lease came back (a renewal re-indexes
-    /// its task: the member must survive the moment in between).
-    idle_members: Vec<Arc<str>>,
     /// True once a round has committed anything that needs persisting.
     dirty: bool,
+    /// Moves with every committed change and member event: watches compare it with what
+    /// they last sent.
+    generation: u64,
+    /// The last id handed out, so ids grow even if the wall clock steps back.
+    last_id: Ulid,
+    /// Round-robin position for claims over several queues.
+    rotation: usize,
+    /// Random numbers for ids and retry jitter, from the seed the engine was opened with.
+    rng: SmallRng,
+    /// Where every stored task is.
+    index: Index,
+    /// Records kept in memory.
+    caches: Caches,
+    /// Member sessions and liveness.
+    members: Members<W::Sink>,
+    /// Claims, waits and watches answered later.
+    waiting: Waiting<W>,
+    /// What leaves after the round's persist.
+    outbox: Outbox<W>,
+    /// What producers may still store.
+    budget: Budget,
+    /// Bulk operations under way, a slice per round (see [`bulk`]).
+    bulk: bulk::BulkJobs<W>,
+    /// Work [`Engine::check_carried`] may do before it next runs (debug builds).
+    #[cfg(debug_assertions)]
+    check_credit: usize,
+}
+
+/// The in-memory indexes of the stored tasks: every task's [`Meta`], each queue's
+/// per-state id sets and dispatch index, and the timer sets. Invariant: each entry is
+/// derived from a task's record by [`Engine::save`] (unindex, then index again), so a
+/// task is in exactly the sets its state names; indexing a task twice or unindexing
+/// one that is not indexed panics.
+#[derive(Default)]
+struct Index {
     queues: BTreeMap<String, Queue>,
     /// Every stored task (a fast hash: ids are the daemon's own, never chosen by a client).
     tasks: IdMap<Meta>,
@@ -435,50 +473,15 @@ pub struct Engine<W: Waiter> {
     leases: BTreeSet<(u64, Ulid)>,
     /// Finished tasks by the wall time retention removes them.
     expiry: BTreeSet<(u64, Ulid)>,
-    claim_waiters: Vec<ClaimWaiter<W>>,
-    /// How many of `claim_waiters` each connection and principal parked.
-    parked: ParkedCounts,
-    task_waits: Vec<TaskWait<W>>,
-    /// The queues where some task became ready (or a key or the queue freed up) since
-    /// claims and pushes were last served: only claims and members of those are served.
-    ready_changed: ReadyChanged,
-    /// Some task finished since waits were last checked.
-    finished_changed: bool,
-    /// The last id handed out, so ids grow even if the wall clock steps back.
-    last_id: Ulid,
-    /// Round-robin position for claims over several queues.
-    rotation: usize,
-    rng: SmallRng,
-    outbox: Vec<(W, Result<Reply, ErrorBody>)>,
-    /// Members: those with a session and those holding leases.
-    members: BTreeMap<Arc<str>, members::Member<W::Sink>>,
-    /// The member whose session is on each connection.
-    sessions: HashMap<u64, Arc<str>>,
-    /// Members whose room for pushes may have grown since pushes were last served (a
-    /// slot freed, a session opened, a subscription, capacity or labels changed, a drain
-    /// ended, heard from again): serving pushes looks at these, and at every member only
-    /// when tasks became ready, never at every member for one member's renewal.
-    push_members: BTreeSet<Arc<str>>,
-    /// The label sets of members counted as connected (session open and reachable):
-    /// kept as members come and go, so each queue knows its unclaimable classes.
-    carried: dispatch::Carried,
-    /// Connected, not draining members subscribed to each queue.
-    consumers: HashMap<String, u32>,
-    /// Round-robin position for pushes over members.
-    member_rotation: usize,
-    pushes: Vec<(W::Sink, muster_protocol::Push)>,
-    /// Watch pushes, each with its watch's flag for the writer to clear once written.
-    watch_pushes: Vec<WatchPush<W::Sink>>,
-    /// Member names and the principal that first used each (with tokens configured).
-    owners: authz::Owners,
-    /// Each connection's watch, if it has one.
-    watches: HashMap<u64, watch::Watcher<W::Sink>>,
-    /// Moves with every committed change and member event: watches compare it with what
-    /// they last sent.
-    generation: u64,
-    /// When each open connection was last heard from: any packet, as reported by the
-    /// connection layer, or any request.
-    heard: HashMap<u64, Heard>,
+}
+
+/// Records kept in memory so that renewals, settles and first deliveries read no
+/// store. Invariant: a kept record is a leased task's (at most [`LEASED_RECORDS`]) or
+/// a fresh ready task's (at most [`FRESH_BYTES`]), never both, and it is the stored
+/// record but for the expiry of a renewal kept in memory
+/// ([`Caches::check`], [`Engine::check_kept`]).
+#[derive(Default)]
+struct Caches {
     /// The records of leased tasks as last saved, so that renewals and settles read no
     /// store: at most [`LEASED_RECORDS`]; a leased task beyond them is read from the store.
     leased: IdMap<TaskRecord>,
@@ -495,14 +498,88 @@ pub struct Engine<W: Waiter> {
     /// that dominated a drain) then reads no store. At most [`FRESH_BYTES`]; a task
     /// enqueued beyond them is read from the store.
     fresh: Fresh,
+}
+
+/// Members and what the engine knows of the connections they are on: sessions,
+/// liveness, push order, the label sets connected members carry, and the lapse rule.
+/// Invariant: `carried` and `consumers` count exactly the connected members' label
+/// sets and subscriptions ([`Engine::check_carried`]), `sessions` names each open
+/// session's connection, and `events` only grows.
+struct Members<S> {
+    /// Members: those with a session and those holding leases.
+    by_name: BTreeMap<Arc<str>, members::Member<S>>,
+    /// The member whose session is on each connection.
+    sessions: HashMap<u64, Arc<str>>,
+    /// Members whose room for pushes may have grown since pushes were last served (a
+    /// slot freed, a session opened, a subscription, capacity or labels changed, a drain
+    /// ended, heard from again): serving pushes looks at these, and at every member only
+    /// when tasks became ready, never at every member for one member's renewal.
+    push_members: BTreeSet<Arc<str>>,
+    /// The label sets of members counted as connected (session open and reachable):
+    /// kept as members come and go, so each queue knows its unclaimable classes.
+    carried: dispatch::Carried,
+    /// Connected, not draining members subscribed to each queue.
+    consumers: HashMap<String, u32>,
+    /// Round-robin position for pushes over members.
+    rotation: usize,
+    /// Member names and the principal that first used each (with tokens configured).
+    owners: authz::Owners,
+    /// When each open connection was last heard from: any packet, as reported by the
+    /// connection layer, or any request.
+    heard: HashMap<u64, Heard>,
     /// Ready tasks whose last lease lapsed or was revoked: the member that let each go,
     /// and the event number of that moment. See [`Engine::avoided`].
     avoid: HashMap<Ulid, (Arc<str>, u64)>,
     /// Numbers hearing from connections and leases let go, in the order they happen:
     /// "heard from since the lapse" compares these, never milliseconds.
     events: u64,
+    /// Members whose last lease ended while they had no session: forgotten at the end
+    /// of the request or timer, once it is sure no lease came back (a renewal re-indexes
+    /// its task: the member must survive the moment in between).
+    idle: Vec<Arc<str>>,
     /// Monotonic time of the next liveness sweep.
     liveness_sweep_at: u64,
+}
+
+/// Requests answered later, and what tells them to look again. Invariant: `parked`
+/// counts exactly the `claim_waiters` ([`Engine::check_carried`]), each parked claim
+/// and wait has a deadline, so [`Engine::next_timer`] ends every one.
+struct Waiting<W: Waiter> {
+    claim_waiters: Vec<ClaimWaiter<W>>,
+    /// How many of `claim_waiters` each connection and principal parked.
+    parked: ParkedCounts,
+    task_waits: Vec<TaskWait<W>>,
+    /// The queues where some task became ready (or a key or the queue freed up) since
+    /// claims and pushes were last served: only claims and members of those are served.
+    ready_changed: ReadyChanged,
+    /// Some task finished since waits were last checked.
+    finished_changed: bool,
+    /// Each connection's watch, if it has one.
+    watches: HashMap<u64, watch::Watcher<W::Sink>>,
+}
+
+/// What leaves the engine after the round's persist: replies, pushes to member
+/// sessions, watch pushes and snapshots to write. Invariant: nothing here is sent
+/// before the round's changes are durable (the dispatcher takes it only after the
+/// persist), and each vector is drained every round, keeping its capacity.
+struct Outbox<W: Waiter> {
+    /// Replies, each with where it goes.
+    replies: Vec<(W, Result<Reply, ErrorBody>)>,
+    /// Pushes to member sessions.
+    pushes: Vec<(W::Sink, muster_protocol::Push)>,
+    /// Watch pushes, each with its watch's flag for the writer to clear once written.
+    watch_pushes: Vec<WatchPush<W::Sink>>,
+    /// Snapshots asked for this round, for the dispatcher to write from a view of the
+    /// store taken after the round's persist. At most one request per connection's
+    /// in-flight slot: bounded like every reply.
+    snapshots: Vec<(W, std::path::PathBuf)>,
+}
+
+/// What producers may still store: the quotas, the bytes each principal's tasks hold,
+/// and the disk alarm. Invariant: `stored_bytes` holds, per principal, the sum of the
+/// stored bytes of the stored tasks it enqueued, and no zero entry.
+#[derive(Default)]
+struct Budget {
     quotas: Quotas,
     /// Payload bytes of the stored tasks each principal enqueued: kept as tasks are
     /// enqueued and removed, and rebuilt from the records at start.
@@ -510,26 +587,182 @@ pub struct Engine<W: Waiter> {
     /// The disk alarm is on: enqueues are refused (set by the dispatcher, which reads
     /// the disk; see `crate::disk`).
     disk_alarm: bool,
-    /// Snapshots asked for this round, for the dispatcher to write from a view of the
-    /// store taken after the round's persist. At most one request per connection's
-    /// in-flight slot: bounded like every reply.
-    snapshots: Vec<(W, std::path::PathBuf)>,
-    /// Bulk operations under way, a slice per round (see [`bulk`]).
-    bulk: bulk::BulkJobs<W>,
-    /// Work [`Engine::check_carried`] may do before it next runs (debug builds).
-    #[cfg(debug_assertions)]
-    check_credit: usize,
 }
 
-/// Leased tasks whose records the engine keeps in memory (see `Engine::leased`): a few
+impl Index {
+    /// A queue by name: `not_found` if there is none, or it is being deleted.
+    fn queue(&self, name: &str) -> OpResult<&Queue> {
+        // A queue being deleted is gone already for every request.
+        self.queues
+            .get(name)
+            .filter(|q| !q.deleting)
+            .ok_or_else(|| client(ErrorCode::NotFound, format!("no queue {name:?}")))
+    }
+}
+
+impl Caches {
+    /// A task's kept record: a leased task's, or a fresh task's.
+    fn record(&self, id: Ulid) -> Option<&TaskRecord> {
+        self.leased
+            .get(&id)
+            .or_else(|| self.fresh.tasks.get(&id).map(|k| &k.0))
+    }
+
+    /// A task's record was written: it is kept if it is leased (and there is room, or
+    /// it was kept already), and it is no longer fresh nor renewed in memory only.
+    fn written(&mut self, id: Ulid, rec: &TaskRecord) {
+        self.renewed_in_memory.remove(&id);
+        self.fresh.forget(id);
+        if rec.state == TaskState::Leased
+            && (self.leased.len() < LEASED_RECORDS || self.leased.contains_key(&id))
+        {
+            self.leased.insert(id, rec.clone());
+        } else {
+            self.leased.remove(&id);
+        }
+        assert!(
+            self.leased.len() <= LEASED_RECORDS,
+            "at most {LEASED_RECORDS} leased records kept"
+        );
+    }
+
+    /// Asserts that every record kept in memory is a leased task's or a fresh ready
+    /// one's, and the fresh tasks' byte count (each copy is compared with the store's
+    /// when it is read: [`Engine::record`], [`Engine::payload`]).
+    #[cfg(any(debug_assertions, test))]
+    fn check(&self, tasks: &IdMap<Meta>) {
+        assert!(self.leased.len() <= LEASED_RECORDS);
+        for id in self.renewed_in_memory.keys() {
+            assert!(
+                self.leased.contains_key(id),
+                "task {id}: renewed in memory but not kept"
+            );
+        }
+        for id in self.leased.keys() {
+            assert_eq!(
+                tasks[id].state,
+                TaskState::Leased,
+                "task {id}: a kept record"
+            );
+        }
+        let mut bytes = 0;
+        for (id, kept) in self.fresh.tasks.iter() {
+            let (rec, payload) = &**kept;
+            assert_eq!(
+                tasks[id].state,
+                TaskState::Ready,
+                "task {id}: a fresh task that is no longer ready"
+            );
+            assert!(!self.leased.contains_key(id), "task {id}: fresh and leased");
+            bytes += Fresh::cost(rec, payload);
+        }
+        assert_eq!(bytes, self.fresh.bytes, "fresh tasks' bytes");
+        assert!(bytes <= FRESH_BYTES);
+    }
+
+    /// A task was removed: nothing of it stays kept.
+    fn forget(&mut self, id: Ulid) {
+        self.leased.remove(&id);
+        self.renewed_in_memory.remove(&id);
+        self.fresh.forget(id);
+    }
+}
+
+impl<S: Sink> Members<S> {
+    /// No member yet; member names bound to principals as loaded from the store.
+    fn new(owners: authz::Owners) -> Members<S> {
+        Members {
+            by_name: BTreeMap::new(),
+            sessions: HashMap::new(),
+            push_members: BTreeSet::new(),
+            carried: dispatch::Carried::default(),
+            consumers: HashMap::new(),
+            rotation: 0,
+            owners,
+            heard: HashMap::new(),
+            avoid: HashMap::new(),
+            events: 0,
+            idle: Vec::new(),
+            liveness_sweep_at: 0,
+        }
+    }
+
+    /// Forgets members left with neither a lease nor a session (nor a drain) by the
+    /// request or timer that just ran.
+    fn forget_idle(&mut self) {
+        for name in std::mem::take(&mut self.idle) {
+            if self
+                .by_name
+                .get(&name)
+                .is_some_and(members::Member::is_idle)
+            {
+                self.by_name.remove(&name);
+            }
+        }
+    }
+}
+
+impl<W: Waiter> Waiting<W> {
+    /// Nothing waiting.
+    fn new() -> Waiting<W> {
+        Waiting {
+            claim_waiters: Vec::new(),
+            parked: ParkedCounts::default(),
+            task_waits: Vec::new(),
+            ready_changed: ReadyChanged::default(),
+            finished_changed: false,
+            watches: HashMap::new(),
+        }
+    }
+
+    /// Parks a claim until tasks come or its deadline passes, counting it.
+    fn park(&mut self, w: ClaimWaiter<W>) {
+        self.parked.add(&w.waiter, &w.claim.queues);
+        self.claim_waiters.push(w);
+    }
+
+    /// Parks again the claims still waiting after serving them, counted anew.
+    fn repark(&mut self, keep: Vec<ClaimWaiter<W>>) {
+        assert!(
+            self.claim_waiters.is_empty(),
+            "parked claims are served all at once"
+        );
+        self.parked = ParkedCounts::default();
+        for w in keep {
+            self.park(w);
+        }
+    }
+}
+
+impl<W: Waiter> Outbox<W> {
+    /// Nothing to send.
+    fn new() -> Outbox<W> {
+        Outbox {
+            replies: Vec::new(),
+            pushes: Vec::new(),
+            watch_pushes: Vec::new(),
+            snapshots: Vec::new(),
+        }
+    }
+
+    /// Whether the round has anything to tell: replies, pushes or snapshots to start.
+    fn is_empty(&self) -> bool {
+        self.replies.is_empty()
+            && self.pushes.is_empty()
+            && self.watch_pushes.is_empty()
+            && self.snapshots.is_empty()
+    }
+}
+
+/// Leased tasks whose records the engine keeps in memory (see `Caches::leased`): a few
 /// hundred bytes each, so at most some tens of MiB.
 const LEASED_RECORDS: usize = 65_536;
 
-/// Most bytes of fresh tasks (see `Engine::fresh`) kept in memory, as [`Fresh::cost`]
+/// Most bytes of fresh tasks (see `Caches::fresh`) kept in memory, as [`Fresh::cost`]
 /// counts them (757 bytes for a task with a 256-byte payload): some 88,000 such tasks.
 const FRESH_BYTES: usize = 64 << 20;
 
-/// Tasks enqueued and not written since (see `Engine::fresh`), within [`FRESH_BYTES`].
+/// Tasks enqueued and not written since (see `Caches::fresh`), within [`FRESH_BYTES`].
 #[derive(Default)]
 struct Fresh {
     /// Boxed: the map's slots stay small, and so do its moves as it grows.
@@ -594,82 +827,68 @@ impl<W: Waiter> Engine<W> {
     /// could renew while the daemon was down. The new deadlines are written back with
     /// the first round, so readers see the lease a holder really has.
     pub fn open(store: Store, now: Now, seed: u64) -> Result<Engine<W>, StoreError> {
-        let pending = store.batch();
         let owners = authz::Owners::new(store.load_owners()?, now);
         let mut engine = Engine {
+            pending: store.batch(),
             store,
-            pending,
-            idle_members: Vec::new(),
             dirty: false,
-            queues: BTreeMap::new(),
-            tasks: IdMap::default(),
-            leased: IdMap::default(),
-            renewed_in_memory: IdMap::default(),
-            fresh: Fresh::default(),
-            scheduled: BTreeSet::new(),
-            leases: BTreeSet::new(),
-            expiry: BTreeSet::new(),
-            claim_waiters: Vec::new(),
-            parked: ParkedCounts::default(),
-            task_waits: Vec::new(),
-            ready_changed: ReadyChanged::default(),
-            finished_changed: false,
+            generation: 0,
             last_id: Ulid::nil(),
             rotation: 0,
             rng: SmallRng::seed_from_u64(seed),
-            outbox: Vec::new(),
-            members: BTreeMap::new(),
-            sessions: HashMap::new(),
-            push_members: BTreeSet::new(),
-            carried: dispatch::Carried::default(),
-            consumers: HashMap::new(),
-            member_rotation: 0,
-            pushes: Vec::new(),
-            watch_pushes: Vec::new(),
-            owners,
-            watches: HashMap::new(),
-            generation: 0,
-            heard: HashMap::new(),
-            avoid: HashMap::new(),
-            events: 0,
-            liveness_sweep_at: 0,
-            quotas: Quotas::default(),
-            stored_bytes: rustc_hash::FxHashMap::default(),
-            disk_alarm: false,
-            snapshots: Vec::new(),
+            index: Index::default(),
+            caches: Caches::default(),
+            members: Members::new(owners),
+            waiting: Waiting::new(),
+            outbox: Outbox::new(),
+            budget: Budget::default(),
             bulk: bulk::BulkJobs::new(),
             #[cfg(debug_assertions)]
             check_credit: 0,
         };
-        for (name, rec) in engine.store.load_queues()? {
+        engine.load_queues()?;
+        engine.load_tasks(now)?;
+        engine.commit()?;
+        Ok(engine)
+    }
+
+    /// Loads every stored queue, each with no task yet.
+    fn load_queues(&mut self) -> Result<(), StoreError> {
+        assert!(self.index.queues.is_empty(), "queues are loaded once");
+        for (name, rec) in self.store.load_queues()? {
             telemetry::queue_created(&name);
-            engine
+            self.index
                 .queues
                 .insert(name.clone(), Queue::new(&name, rec.options, rec.created_ms));
         }
-        // Each record is indexed as it is read and dropped at once: start-up holds the
-        // index, never the whole store, in memory.
-        let store = engine.store.clone();
-        engine.tasks.reserve(store.approximate_task_count());
+        Ok(())
+    }
+
+    /// Indexes every stored task ([`Self::restore`]). Each record is indexed as it is
+    /// read and dropped at once: start-up holds the index, never the whole store, in
+    /// memory.
+    fn load_tasks(&mut self, now: Now) -> Result<(), StoreError> {
+        assert_eq!(self.index.tasks.len(), 0, "tasks are loaded once");
+        let store = self.store.clone();
+        self.index.tasks.reserve(store.approximate_task_count());
         let mut failure = None;
         store.for_each_task(|id, rec| {
             if failure.is_none()
-                && let Err(e) = engine.restore(id, rec, now)
+                && let Err(e) = self.restore(id, rec, now)
             {
                 failure = Some(e);
             }
         })?;
-        if let Some(e) = failure {
-            return Err(e);
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
-        engine.commit()?;
-        Ok(engine)
     }
 
     /// Indexes one stored task at start-up. A lease still held gets at least a full
     /// lease period from now, written back with the first round.
     fn restore(&mut self, id: Ulid, rec: TaskIndex, now: Now) -> Result<(), StoreError> {
-        let Some(queue) = self.queues.get(&rec.queue) else {
+        let Some(queue) = self.index.queues.get(&rec.queue) else {
             return Err(StoreError::Corrupt {
                 what: format!("task {id}"),
                 detail: format!("names missing queue {}", rec.queue),
@@ -694,7 +913,7 @@ impl<W: Waiter> Engine<W> {
         });
         self.last_id = self.last_id.max(id);
         if let Some(principal) = &rec.enqueued_by {
-            self.count_bytes(principal, rec.stored_bytes);
+            self.budget.count(principal, rec.stored_bytes);
         }
         if let Some(clock) = clock
             && let Some(mut full) = self.store.task(id)?
@@ -736,12 +955,12 @@ impl<W: Waiter> Engine<W> {
                 );
                 // Nothing was written for a refused request; drop any partial batch.
                 self.pending = self.store.batch();
-                self.outbox.push((waiter, Err(e)));
+                self.outbox.replies.push((waiter, Err(e)));
                 Ok(())
             }
             Err((_, Failure::Store(e))) => Err(e),
         };
-        self.forget_idle_members();
+        self.members.forget_idle();
         #[cfg(debug_assertions)]
         self.check_carried_now_and_then();
         result
@@ -750,11 +969,12 @@ impl<W: Waiter> Engine<W> {
     /// [`Self::check_carried`] when it has earned it (see [`CHECK_ITEMS_PER_CALL`]).
     #[cfg(debug_assertions)]
     fn check_carried_now_and_then(&mut self) {
-        let items = self.members.len()
-            + self.claim_waiters.len()
-            + self.leased.len()
-            + self.fresh.tasks.len()
+        let items = self.members.by_name.len()
+            + self.waiting.claim_waiters.len()
+            + self.caches.leased.len()
+            + self.caches.fresh.tasks.len()
             + self
+                .index
                 .queues
                 .values()
                 .map(|q| q.dispatch.classes())
@@ -773,7 +993,7 @@ impl<W: Waiter> Engine<W> {
     fn check_carried(&self) {
         let mut carried = dispatch::Carried::default();
         let mut consumers: HashMap<String, u32> = HashMap::new();
-        for m in self.members.values() {
+        for m in self.members.by_name.values() {
             let counted = m.counted();
             if let Some(labels) = &counted.labels {
                 carried.add(labels);
@@ -783,53 +1003,22 @@ impl<W: Waiter> Engine<W> {
             }
         }
         assert_eq!(
-            carried, self.carried,
+            carried, self.members.carried,
             "connected members' label sets miscounted"
         );
-        assert_eq!(consumers, self.consumers, "subscribed members miscounted");
+        assert_eq!(
+            consumers, self.members.consumers,
+            "subscribed members miscounted"
+        );
         let mut parked = ParkedCounts::default();
-        for w in &self.claim_waiters {
+        for w in &self.waiting.claim_waiters {
             parked.add(&w.waiter, &w.claim.queues);
         }
-        assert_eq!(parked, self.parked, "parked claims miscounted");
-        for q in self.queues.values() {
+        assert_eq!(parked, self.waiting.parked, "parked claims miscounted");
+        for q in self.index.queues.values() {
             q.dispatch.check_unclaimable(None);
         }
-        self.check_leased_records();
-    }
-
-    /// Asserts that every record kept in memory is a leased task's or a fresh ready
-    /// one's, and the fresh tasks' byte count (each copy is compared with the store's
-    /// when it is read: [`Self::record`], [`Self::payload`]).
-    #[cfg(any(debug_assertions, test))]
-    fn check_leased_records(&self) {
-        assert!(self.leased.len() <= LEASED_RECORDS);
-        for id in self.renewed_in_memory.keys() {
-            assert!(
-                self.leased.contains_key(id),
-                "task {id}: renewed in memory but not kept"
-            );
-        }
-        for id in self.leased.keys() {
-            assert_eq!(
-                self.tasks[id].state,
-                TaskState::Leased,
-                "task {id}: a kept record"
-            );
-        }
-        let mut bytes = 0;
-        for (id, kept) in self.fresh.tasks.iter() {
-            let (rec, payload) = &**kept;
-            assert_eq!(
-                self.tasks[id].state,
-                TaskState::Ready,
-                "task {id}: a fresh task that is no longer ready"
-            );
-            assert!(!self.leased.contains_key(id), "task {id}: fresh and leased");
-            bytes += Fresh::cost(rec, payload);
-        }
-        assert_eq!(bytes, self.fresh.bytes, "fresh tasks' bytes");
-        assert!(bytes <= FRESH_BYTES);
+        self.caches.check(&self.index.tasks);
     }
 
     /// [`Self::check_carried`], and every class's claimability against the label sets
@@ -837,8 +1026,8 @@ impl<W: Waiter> Engine<W> {
     #[cfg(test)]
     fn check_claimability(&self) {
         self.check_carried();
-        for q in self.queues.values() {
-            q.dispatch.check_unclaimable(Some(&self.carried));
+        for q in self.index.queues.values() {
+            q.dispatch.check_unclaimable(Some(&self.members.carried));
         }
     }
 
@@ -847,26 +1036,26 @@ impl<W: Waiter> Engine<W> {
     #[cfg(debug_assertions)]
     fn digest(&self) -> Vec<usize> {
         let mut d = vec![
-            self.tasks.len(),
-            self.scheduled.len(),
-            self.leases.len(),
-            self.expiry.len(),
-            self.members.len(),
-            self.queues.len(),
-            self.claim_waiters.len(),
-            self.task_waits.len(),
-            self.outbox.len(),
-            self.pushes.len(),
-            self.owners.len(),
-            self.watches.len(),
-            self.avoid.len(),
-            self.leased.len(),
+            self.index.tasks.len(),
+            self.index.scheduled.len(),
+            self.index.leases.len(),
+            self.index.expiry.len(),
+            self.members.by_name.len(),
+            self.index.queues.len(),
+            self.waiting.claim_waiters.len(),
+            self.waiting.task_waits.len(),
+            self.outbox.replies.len(),
+            self.outbox.pushes.len(),
+            self.members.owners.len(),
+            self.waiting.watches.len(),
+            self.members.avoid.len(),
+            self.caches.leased.len(),
         ];
-        for q in self.queues.values() {
+        for q in self.index.queues.values() {
             d.extend(q.by_state.iter().map(BTreeSet::len));
             d.push(q.dispatch.held_back() as usize);
         }
-        d.extend(self.members.values().map(|m| m.leased.len()));
+        d.extend(self.members.by_name.values().map(|m| m.leased.len()));
         d
     }
 
@@ -878,12 +1067,12 @@ impl<W: Waiter> Engine<W> {
         self.expire_finished(now)?;
         self.expire_member_names(now);
         self.bulk_slice(now)?;
-        let ready = std::mem::take(&mut self.ready_changed);
+        let ready = std::mem::take(&mut self.waiting.ready_changed);
         self.serve_claims(&ready, now)?;
         self.serve_pushes(&ready, now)?;
         self.serve_waits(now)?;
         self.commit()?;
-        self.forget_idle_members();
+        self.members.forget_idle();
         #[cfg(debug_assertions)]
         self.check_carried_now_and_then();
         self.serve_watches(now)
@@ -894,14 +1083,22 @@ impl<W: Waiter> Engine<W> {
         let wall = |at: u64| at.saturating_sub(now.wall_ms);
         let mono = |at: u64| at.saturating_sub(now.mono_ms);
         [
-            self.scheduled.first().map(|(at, _)| wall(*at)),
-            self.leases.first().map(|(at, _)| mono(*at)),
-            self.expiry.first().map(|(at, _)| wall(*at)),
-            self.claim_waiters.iter().map(|w| mono(w.deadline)).min(),
-            self.task_waits.iter().map(|w| mono(w.deadline)).min(),
+            self.index.scheduled.first().map(|(at, _)| wall(*at)),
+            self.index.leases.first().map(|(at, _)| mono(*at)),
+            self.index.expiry.first().map(|(at, _)| wall(*at)),
+            self.waiting
+                .claim_waiters
+                .iter()
+                .map(|w| mono(w.deadline))
+                .min(),
+            self.waiting
+                .task_waits
+                .iter()
+                .map(|w| mono(w.deadline))
+                .min(),
             self.next_watch().map(mono),
-            (!self.sessions.is_empty()).then(|| mono(self.liveness_sweep_at)),
-            self.owners.next_sweep().map(mono),
+            (!self.members.sessions.is_empty()).then(|| mono(self.members.liveness_sweep_at)),
+            self.members.owners.next_sweep().map(mono),
             // The next slice of a bulk job: at once, after whatever else is waiting.
             self.bulk_pending().then_some(0),
         ]
@@ -914,19 +1111,19 @@ impl<W: Waiter> Engine<W> {
     /// round: a round of hundreds of replies would otherwise grow a new one from empty,
     /// and each growth of a large one fault in fresh pages.
     pub fn take_outbox(&mut self) -> std::vec::Drain<'_, (W, Result<Reply, ErrorBody>)> {
-        self.outbox.drain(..)
+        self.outbox.replies.drain(..)
     }
 
     /// Takes the pushes ready to be sent to member sessions (keeping the capacity, as
     /// `take_outbox`).
     pub fn take_pushes(&mut self) -> std::vec::Drain<'_, (W::Sink, muster_protocol::Push)> {
-        self.pushes.drain(..)
+        self.outbox.pushes.drain(..)
     }
 
     /// Takes the watch pushes ready to be sent. The writer clears each one's flag once
     /// it has encoded the push; until then the watch sends nothing more.
     pub fn take_watch_pushes(&mut self) -> std::vec::Drain<'_, WatchPush<W::Sink>> {
-        self.watch_pushes.drain(..)
+        self.outbox.watch_pushes.drain(..)
     }
 
     /// True if anything was committed since the last call: the round must be persisted
@@ -937,9 +1134,15 @@ impl<W: Waiter> Engine<W> {
 
     /// Sets the Prometheus gauges from the counts the engine keeps (no task scan).
     pub fn publish_gauges(&self, now: Now) {
-        let members: Vec<_> = self.members.iter().map(|(name, m)| m.info(name)).collect();
+        let members: Vec<_> = self
+            .members
+            .by_name
+            .iter()
+            .map(|(name, m)| m.info(name))
+            .collect();
         telemetry::publish(&telemetry::Snapshot {
             queues: self
+                .index
                 .queues
                 .iter()
                 .map(|(name, q)| self.queue_info(name, q))
@@ -957,25 +1160,22 @@ impl<W: Waiter> Engine<W> {
 
     /// The snapshots asked for since the last call, with where each goes.
     pub fn take_snapshots(&mut self) -> Vec<(W, std::path::PathBuf)> {
-        std::mem::take(&mut self.snapshots)
+        std::mem::take(&mut self.outbox.snapshots)
     }
 
     /// Turns the disk alarm on or off: while on, enqueues are refused with `disk_full`
     /// and everything else is served.
     pub fn set_disk_alarm(&mut self, on: bool) {
-        if self.disk_alarm != on {
+        if self.budget.disk_alarm != on {
             // Watching consoles show the alarm: their screens are due again.
             self.generation += 1;
         }
-        self.disk_alarm = on;
+        self.budget.disk_alarm = on;
     }
 
     /// Whether the round has anything to tell: replies, pushes or snapshots to start.
     pub fn has_output(&self) -> bool {
         !self.outbox.is_empty()
-            || !self.pushes.is_empty()
-            || !self.watch_pushes.is_empty()
-            || !self.snapshots.is_empty()
     }
 
     /// The store, for persisting.
@@ -1007,15 +1207,10 @@ impl<W: Waiter> Engine<W> {
 
     /// Loads a task's record; `not_found` if the id is unknown.
     fn record(&self, id: Ulid) -> OpResult<TaskRecord> {
-        if !self.tasks.contains_key(&id) {
+        if !self.index.tasks.contains_key(&id) {
             return Err(client(ErrorCode::NotFound, format!("no task {id}")));
         }
-        // A leased task's kept record, or a fresh task's.
-        let kept = self
-            .leased
-            .get(&id)
-            .or_else(|| self.fresh.tasks.get(&id).map(|k| &k.0));
-        if let Some(rec) = kept {
+        if let Some(rec) = self.caches.record(id) {
             #[cfg(debug_assertions)]
             self.check_kept(id, rec)?;
             return Ok(rec.clone());
@@ -1037,7 +1232,7 @@ impl<W: Waiter> Engine<W> {
             return Ok(());
         }
         let mut stored = rec.clone();
-        if let Some(&expires_ms) = self.renewed_in_memory.get(&id) {
+        if let Some(&expires_ms) = self.caches.renewed_in_memory.get(&id) {
             stored
                 .lease
                 .as_mut()
@@ -1053,7 +1248,7 @@ impl<W: Waiter> Engine<W> {
 
     /// A task's payload, from memory while the task is fresh.
     fn payload(&self, id: Ulid) -> OpResult<RawJson> {
-        if let Some(kept) = self.fresh.tasks.get(&id) {
+        if let Some(kept) = self.caches.fresh.tasks.get(&id) {
             let payload = &kept.1;
             #[cfg(debug_assertions)]
             assert!(
@@ -1069,7 +1264,7 @@ impl<W: Waiter> Engine<W> {
     /// monotonic times of a leased record and must be `Some` exactly when it is leased.
     fn save(&mut self, id: Ulid, rec: &TaskRecord, clock: Option<LeaseClock>) {
         // A task being enqueued has nothing to unindex yet.
-        if self.tasks.contains_key(&id) {
+        if self.index.tasks.contains_key(&id) {
             self.unindex(id);
         }
         self.index_record(id, rec.view(), clock);
@@ -1079,19 +1274,11 @@ impl<W: Waiter> Engine<W> {
     /// Writes a task's record, its index unchanged, and keeps it if it is leased.
     fn write(&mut self, id: Ulid, rec: &TaskRecord) {
         self.pending.put_task(id, rec);
-        self.renewed_in_memory.remove(&id);
-        self.fresh.forget(id);
-        if rec.state == TaskState::Leased
-            && (self.leased.len() < LEASED_RECORDS || self.leased.contains_key(&id))
-        {
-            self.leased.insert(id, rec.clone());
-        } else {
-            self.leased.remove(&id);
-        }
+        self.caches.written(id, rec);
     }
 
     /// Renews a lease: moves its deadline (nothing else of its index changes) and
-    /// writes its record, or keeps it in memory only (see `Engine::renewed_in_memory`).
+    /// writes its record, or keeps it in memory only (see `Caches::renewed_in_memory`).
     /// `plain_until` is set for a renewal without progress whose deadline is within a
     /// lease period: the wall time a restart's full period would reach, which the
     /// stored expiry must not pass for the record to stay in memory.
@@ -1103,12 +1290,13 @@ impl<W: Waiter> Engine<W> {
         plain_until: Option<u64>,
     ) {
         let meta = self
+            .index
             .tasks
             .get_mut(&id)
             .unwrap_or_else(|| panic!("task {id}: renewed but not indexed"));
         if let Some(member) = meta.member() {
             // Its holder is alive: pushes it was passed over for may go to it now.
-            self.push_members.insert(Arc::clone(member));
+            self.members.push_members.insert(Arc::clone(member));
         }
         let held = meta
             .held
@@ -1119,16 +1307,16 @@ impl<W: Waiter> Engine<W> {
             "task {id}: a renewal regranted"
         );
         assert!(
-            self.leases.remove(&(held.clock.deadline, id)),
+            self.index.leases.remove(&(held.clock.deadline, id)),
             "task {id}: lease not indexed"
         );
         assert!(
-            self.leases.insert((clock.deadline, id)),
+            self.index.leases.insert((clock.deadline, id)),
             "task {id} leased twice"
         );
         held.clock = clock;
-        if let Some(kept) = self.leased.get_mut(&id) {
-            let stored = match self.renewed_in_memory.get(&id) {
+        if let Some(kept) = self.caches.leased.get_mut(&id) {
+            let stored = match self.caches.renewed_in_memory.get(&id) {
                 Some(&expires_ms) => expires_ms,
                 None => {
                     kept.lease
@@ -1138,7 +1326,7 @@ impl<W: Waiter> Engine<W> {
                 }
             };
             if plain_until.is_some_and(|until| stored <= until) {
-                self.renewed_in_memory.insert(id, stored);
+                self.caches.renewed_in_memory.insert(id, stored);
                 *kept = rec;
                 // Watching consoles show the new expiry.
                 self.generation += 1;
@@ -1152,13 +1340,14 @@ impl<W: Waiter> Engine<W> {
     /// now, so a restart would no longer give them the deadlines their holders have.
     fn store_renewals(&mut self, queue: &str) {
         let ids: Vec<Ulid> = self
+            .caches
             .renewed_in_memory
             .keys()
-            .filter(|id| &*self.tasks[id].queue == queue)
+            .filter(|id| &*self.index.tasks[id].queue == queue)
             .copied()
             .collect();
         for id in ids {
-            let rec = self.leased[&id].clone();
+            let rec = self.caches.leased[&id].clone();
             self.write(id, &rec);
         }
     }
@@ -1166,16 +1355,14 @@ impl<W: Waiter> Engine<W> {
     /// Removes a task from the store and every index.
     fn remove(&mut self, id: Ulid, rec: &TaskRecord) {
         if let Some(principal) = &rec.enqueued_by {
-            self.uncount_bytes(principal, rec.stored_bytes);
+            self.budget.uncount(principal, rec.stored_bytes);
         }
         self.unindex(id);
-        self.tasks.remove(&id);
-        self.leased.remove(&id);
-        self.renewed_in_memory.remove(&id);
-        self.fresh.forget(id);
-        self.avoid.remove(&id);
+        self.index.tasks.remove(&id);
+        self.caches.forget(id);
+        self.members.avoid.remove(&id);
         // A wait on this task can end now: it reports it as removed.
-        self.finished_changed = true;
+        self.waiting.finished_changed = true;
         self.pending
             .remove_task(id, &rec.queue, rec.idempotency_key.as_deref());
     }
@@ -1186,7 +1373,7 @@ impl<W: Waiter> Engine<W> {
             clock.is_some() && rec.lease.is_some(),
             "task {id}: a lease clock exactly for a leased record"
         );
-        let Some(queue) = self.queues.get(rec.queue) else {
+        let Some(queue) = self.index.queues.get(rec.queue) else {
             panic!("task {id} names queue {:?}, which is not loaded", rec.queue);
         };
         let queue_name = Arc::clone(&queue.name);
@@ -1204,7 +1391,7 @@ impl<W: Waiter> Engine<W> {
                 member: rec
                     .lease
                     .filter(|l| !l.member.is_empty())
-                    .map(|l| self.member_name(&l.member)),
+                    .map(|l| self.members.name(&l.member)),
             })
         });
         let meta = Meta {
@@ -1219,17 +1406,18 @@ impl<W: Waiter> Engine<W> {
         };
         self.index(id, &meta);
         if meta.state.is_finished() {
-            self.finished_changed = true;
+            self.waiting.finished_changed = true;
         }
-        self.tasks.insert(id, meta);
+        self.index.tasks.insert(id, meta);
     }
 
     fn index(&mut self, id: Ulid, meta: &Meta) {
         if meta.state != TaskState::Ready {
             // Only a ready task can go to the member that let it lapse.
-            self.avoid.remove(&id);
+            self.members.avoid.remove(&id);
         }
         let queue = self
+            .index
             .queues
             .get_mut(&*meta.queue)
             .unwrap_or_else(|| panic!("task {id}: its queue {:?} is not loaded", meta.queue));
@@ -1245,28 +1433,29 @@ impl<W: Waiter> Engine<W> {
             queue.dispatch.add(
                 task_ref(id, meta),
                 queue.options.key_concurrency,
-                &self.carried,
+                &self.members.carried,
             );
         }
         match meta.state {
             TaskState::Ready => {
-                self.ready_changed.queue(&meta.queue);
+                self.waiting.ready_changed.queue(&meta.queue);
             }
             TaskState::Scheduled => {
                 assert!(
-                    self.scheduled.insert((meta.at_ms, id)),
+                    self.index.scheduled.insert((meta.at_ms, id)),
                     "task {id} scheduled twice"
                 );
             }
             TaskState::Leased => {
                 let clock = meta.clock().expect("a leased task has a lease clock");
                 assert!(
-                    self.leases.insert((clock.deadline, id)),
+                    self.index.leases.insert((clock.deadline, id)),
                     "task {id} leased twice"
                 );
                 if let Some(member) = meta.member() {
                     let fresh = self
                         .members
+                        .by_name
                         .entry(Arc::clone(member))
                         .or_insert_with(members::Member::new)
                         .leased
@@ -1276,7 +1465,7 @@ impl<W: Waiter> Engine<W> {
             }
             TaskState::Done | TaskState::Cancelled => {
                 assert!(
-                    self.expiry.insert((meta.at_ms, id)),
+                    self.index.expiry.insert((meta.at_ms, id)),
                     "task {id} expires twice"
                 );
             }
@@ -1286,10 +1475,12 @@ impl<W: Waiter> Engine<W> {
 
     fn unindex(&mut self, id: Ulid) {
         let meta = self
+            .index
             .tasks
             .get(&id)
             .unwrap_or_else(|| panic!("task {id} unindexed but not indexed"));
         let queue = self
+            .index
             .queues
             .get_mut(&*meta.queue)
             .unwrap_or_else(|| panic!("task {id}: its queue {:?} is not loaded", meta.queue));
@@ -1307,31 +1498,31 @@ impl<W: Waiter> Engine<W> {
                 .remove(task_ref(id, meta), queue.options.key_concurrency);
             if meta.key.is_some() {
                 // The key's line moved: its next task may be dispatchable now.
-                self.ready_changed.queue(&meta.queue);
+                self.waiting.ready_changed.queue(&meta.queue);
             }
         }
         match meta.state {
             TaskState::Ready => {}
             TaskState::Scheduled => {
                 assert!(
-                    self.scheduled.remove(&(meta.at_ms, id)),
+                    self.index.scheduled.remove(&(meta.at_ms, id)),
                     "task {id}: not scheduled"
                 );
             }
             TaskState::Leased => {
                 let clock = meta.clock().expect("a leased task has a lease clock");
                 assert!(
-                    self.leases.remove(&(clock.deadline, id)),
+                    self.index.leases.remove(&(clock.deadline, id)),
                     "task {id}: lease not indexed"
                 );
                 if let Some(member) = meta.member() {
                     let member = Arc::clone(member);
-                    self.release_slot(&member, id);
+                    self.members.release_slot(&member, id);
                 }
             }
             TaskState::Done | TaskState::Cancelled => {
                 assert!(
-                    self.expiry.remove(&(meta.at_ms, id)),
+                    self.index.expiry.remove(&(meta.at_ms, id)),
                     "task {id}: no expiry"
                 );
             }
@@ -1339,22 +1530,8 @@ impl<W: Waiter> Engine<W> {
         }
     }
 
-    /// Forgets members left with neither a lease nor a session (nor a drain) by the
-    /// request or timer that just ran.
-    fn forget_idle_members(&mut self) {
-        for name in std::mem::take(&mut self.idle_members) {
-            if self
-                .members
-                .get(&name)
-                .is_some_and(members::Member::is_idle)
-            {
-                self.members.remove(&name);
-            }
-        }
-    }
-
     fn promote_scheduled(&mut self, now: Now) -> Result<(), StoreError> {
-        while let Some(&(at, id)) = self.scheduled.first() {
+        while let Some(&(at, id)) = self.index.scheduled.first() {
             if at > now.wall_ms {
                 break;
             }
@@ -1369,7 +1546,7 @@ impl<W: Waiter> Engine<W> {
     }
 
     fn lapse_leases(&mut self, now: Now) -> Result<(), StoreError> {
-        while let Some(&(at, id)) = self.leases.first() {
+        while let Some(&(at, id)) = self.index.leases.first() {
             if at > now.mono_ms {
                 break;
             }
@@ -1381,13 +1558,13 @@ impl<W: Waiter> Engine<W> {
             telemetry::lease_ended(&rec.queue, LeaseEnd::Lapsed, lease.granted_ms, now.wall_ms);
             let (member, epoch) = (lease.member, lease.epoch);
             let error = format!("lease lapsed (member {member:?}, epoch {epoch})");
-            if let Some(q) = self.queues.get_mut(&rec.queue) {
+            if let Some(q) = self.index.queues.get_mut(&rec.queue) {
                 q.totals.lapsed += 1;
             }
             push_event(&mut rec, now, "lapsed", Some(&member), Some(epoch), None);
             tracing::info!(task = %id, member = %member, epoch, "lease lapsed");
             if self.fail(id, &mut rec, now, error, Some(0)) == TaskState::Ready {
-                self.let_go(id, &member);
+                self.members.let_go(id, &member);
             }
             self.commit()?;
         }
@@ -1396,7 +1573,7 @@ impl<W: Waiter> Engine<W> {
 
     fn expire_finished(&mut self, now: Now) -> Result<(), StoreError> {
         let mut removed = 0;
-        while let Some(&(at, id)) = self.expiry.first() {
+        while let Some(&(at, id)) = self.index.expiry.first() {
             if at > now.wall_ms || removed == RETENTION_BATCH {
                 break;
             }
@@ -1420,6 +1597,7 @@ impl<W: Waiter> Engine<W> {
     ) -> TaskState {
         rec.lease = None;
         let backoff = self
+            .index
             .queues
             .get(&rec.queue)
             .map(|q| q.options.retry_backoff)
@@ -1506,6 +1684,7 @@ impl<W: Waiter> Engine<W> {
         member: Option<&str>,
     ) -> bool {
         let max = self
+            .index
             .queues
             .get(&rec.queue)
             .map_or(0, |q| q.options.max_attempts);

@@ -31,8 +31,8 @@ use super::bulk::{BulkJob, BulkKind};
 use super::listing::{self, fill};
 use super::telemetry::{self, LeaseEnd};
 use super::{
-    ClaimWaiter, Engine, Failure, LeaseClock, Now, OpResult, Parked, ParkedCounts, Queue, Reply,
-    TaskWait, Waiter, client, push_event,
+    ClaimWaiter, Engine, Failure, LeaseClock, Now, OpResult, Parked, Queue, Reply, TaskWait,
+    Waiter, client, push_event,
 };
 use crate::auth::Principal;
 use crate::store::{LeaseRecord, QueueRecord, StoreError, TaskRecord};
@@ -284,7 +284,7 @@ impl<W: Waiter> Engine<W> {
             Request::QueueList(r) => self
                 .queue_list(&r, waiter.principal())
                 .map(Reply::QueueList),
-            Request::QueueDescribe(r) => self.queue(&r.0.queue).map(|q| {
+            Request::QueueDescribe(r) => self.index.queue(&r.0.queue).map(|q| {
                 Reply::Queue(QueueReply {
                     queue: self.queue_info(&r.0.queue, q),
                 })
@@ -350,7 +350,7 @@ impl<W: Waiter> Engine<W> {
             Request::AdminSnapshot(r) => {
                 return match snapshot_dir(&r.dir) {
                     Ok(dir) => {
-                        self.snapshots.push((waiter, dir));
+                        self.outbox.snapshots.push((waiter, dir));
                         Ok(())
                     }
                     Err(f) => Err((waiter, f)),
@@ -366,7 +366,7 @@ impl<W: Waiter> Engine<W> {
                     // In-memory member changes commit nothing; watches must still see them.
                     self.generation += 1;
                 }
-                self.outbox.push((waiter, Ok(reply)));
+                self.outbox.replies.push((waiter, Ok(reply)));
                 Ok(())
             }
             Err(f) => Err((waiter, f)),
@@ -388,7 +388,8 @@ impl<W: Waiter> Engine<W> {
             None => Bound::Unbounded,
         };
         let page = fill(
-            self.queues
+            self.index
+                .queues
                 .range::<str, _>((start, Bound::Unbounded))
                 .filter(|(name, q)| !q.deleting && principal.is_none_or(|p| p.covers(name)))
                 .map(|(name, q)| Ok::<_, Failure>(self.queue_info(name, q))),
@@ -401,23 +402,15 @@ impl<W: Waiter> Engine<W> {
         })
     }
 
-    pub(super) fn queue(&self, name: &str) -> OpResult<&Queue> {
-        // A queue being deleted is gone already for every request.
-        self.queues
-            .get(name)
-            .filter(|q| !q.deleting)
-            .ok_or_else(|| client(ErrorCode::NotFound, format!("no queue {name:?}")))
-    }
-
     fn queue_create(&mut self, r: QueueCreate, now: Now) -> OpResult<QueueReply> {
         names::check_queue(&r.queue).map_err(bad)?;
-        if self.queues.contains_key(&r.queue) {
+        if self.index.queues.contains_key(&r.queue) {
             return Err(client(
                 ErrorCode::AlreadyExists,
                 format!("queue {:?} exists already", r.queue),
             ));
         }
-        if self.queues.len() >= MAX_QUEUES {
+        if self.index.queues.len() >= MAX_QUEUES {
             return Err(client(
                 ErrorCode::Limit,
                 format!("the daemon holds the maximum of {MAX_QUEUES} queues"),
@@ -430,12 +423,13 @@ impl<W: Waiter> Engine<W> {
         let queue = Queue::new(&r.queue, options, now.wall_ms);
         telemetry::queue_created(&r.queue);
         let info = self.queue_info(&r.queue, &queue);
-        self.queues.insert(r.queue, queue);
+        self.index.queues.insert(r.queue, queue);
         Ok(QueueReply { queue: info })
     }
 
     fn queue_update(&mut self, name: &str, patch: &QueuePatch, now: Now) -> OpResult<QueueReply> {
         let queue = self
+            .index
             .queues
             .get_mut(name)
             .ok_or_else(|| client(ErrorCode::NotFound, format!("no queue {name:?}")))?;
@@ -460,16 +454,17 @@ impl<W: Waiter> Engine<W> {
                 .collect();
             for id in finished {
                 let meta = self
+                    .index
                     .tasks
                     .get_mut(&id)
                     .unwrap_or_else(|| panic!("finished task {id} of {name:?} is not indexed"));
                 assert!(
-                    self.expiry.remove(&(meta.at_ms, id)),
+                    self.index.expiry.remove(&(meta.at_ms, id)),
                     "finished task {id} was not waiting to expire"
                 );
                 meta.at_ms = (meta.at_ms - old_retention).saturating_add(new_retention);
                 assert!(
-                    self.expiry.insert((meta.at_ms, id)),
+                    self.index.expiry.insert((meta.at_ms, id)),
                     "task {id} expires twice"
                 );
             }
@@ -480,13 +475,15 @@ impl<W: Waiter> Engine<W> {
         if new_lease < old_lease {
             self.store_renewals(name);
         }
-        let queue = &self.queues[name];
+        let queue = &self.index.queues[name];
         self.pending.put_queue(
             name,
             &QueueRecord::new(queue.options.clone(), queue.created_ms),
         );
         // Resuming a queue or raising its key concurrency can make tasks available.
-        self.ready_changed.queue(&std::sync::Arc::from(name));
+        self.waiting
+            .ready_changed
+            .queue(&std::sync::Arc::from(name));
         Ok(QueueReply {
             queue: self.queue_info(name, queue),
         })
@@ -495,11 +492,11 @@ impl<W: Waiter> Engine<W> {
     /// Shortens the running leases of a queue to their new runtime cap: a lease past it
     /// lapses at the next timer run, and its holder's renewals get `lease_lost`.
     fn cap_running_leases(&mut self, name: &str, now: Now) -> OpResult<()> {
-        let queue = &self.queues[name];
+        let queue = &self.index.queues[name];
         let max = queue.options.max_runtime_ms;
         let leased: Vec<Ulid> = queue.ids(TaskState::Leased).iter().copied().collect();
         for id in leased {
-            let mut clock = self.tasks[&id]
+            let mut clock = self.index.tasks[&id]
                 .clock()
                 .expect("a leased task has a lease clock");
             let cap = clock.runtime_cap(max);
@@ -526,7 +523,7 @@ impl<W: Waiter> Engine<W> {
 
     /// The tasks a purge removes: ready and scheduled.
     fn purge_ids(&self, r: &QueueName) -> OpResult<Vec<Ulid>> {
-        let q = self.queue(&r.queue)?;
+        let q = self.index.queue(&r.queue)?;
         Ok(q.ids(TaskState::Ready)
             .iter()
             .chain(q.ids(TaskState::Scheduled))
@@ -536,7 +533,7 @@ impl<W: Waiter> Engine<W> {
 
     /// The tasks a queue deletion removes: all.
     fn delete_ids(&self, r: &QueueName) -> OpResult<Vec<Ulid>> {
-        let q = self.queue(&r.queue)?;
+        let q = self.index.queue(&r.queue)?;
         Ok(q.by_state.iter().flatten().copied().collect())
     }
 
@@ -563,8 +560,8 @@ impl<W: Waiter> Engine<W> {
         principal: Option<&Principal>,
         now: Now,
     ) -> OpResult<EnqueueReply> {
-        self.queue(&r.queue)?;
-        if self.disk_alarm {
+        self.index.queue(&r.queue)?;
+        if self.budget.disk_alarm {
             return Err(client(
                 ErrorCode::DiskFull,
                 "the disk alarm is on: the data directory's free space is below its threshold; \
@@ -614,11 +611,11 @@ impl<W: Waiter> Engine<W> {
             None => self.store.idem(queue, key)?,
         };
         Ok(existing
-            .filter(|id| self.tasks.contains_key(id))
+            .filter(|id| self.index.tasks.contains_key(id))
             .map(|id| EnqueuedTask {
                 id: id.to_string(),
                 duplicate: true,
-                state: self.tasks[&id].state,
+                state: self.index.tasks[&id].state,
             }))
     }
 
@@ -639,15 +636,15 @@ impl<W: Waiter> Engine<W> {
             .filter(|&nb| nb > now.wall_ms);
         let mut rec = TaskRecord::new(queue, t, not_before, owner, now.wall_ms);
         if let Some(owner) = owner {
-            self.count_bytes(owner, rec.stored_bytes);
+            self.budget.count(owner, rec.stored_bytes);
         }
         push_event(&mut rec, now, "enqueued", None, None, None);
         self.pending
             .put_payload(id, queue, t.payload.get(), t.idempotency_key.as_deref());
         self.save(id, &rec, None);
-        self.fresh.keep(id, &rec, &t.payload);
+        self.caches.fresh.keep(id, &rec, &t.payload);
         telemetry::enqueued(queue);
-        if let Some(q) = self.queues.get_mut(queue) {
+        if let Some(q) = self.index.queues.get_mut(queue) {
             q.totals.enqueued += 1;
         }
         (id, rec.state)
@@ -656,9 +653,14 @@ impl<W: Waiter> Engine<W> {
     /// Refuses a claim that may park when its connection or principal already has as
     /// many claims parked as allowed.
     fn check_parked(&self, waiter: &W) -> OpResult<()> {
-        let on_connection = self.parked.count(&Parked::Connection(waiter.connection()));
+        let on_connection = self
+            .waiting
+            .parked
+            .count(&Parked::Connection(waiter.connection()));
         let principal = waiter.principal().map(|p| p.name.as_str());
-        let by_principal = principal.map_or(0, |p| self.parked.count(&Parked::Principal(p.into())));
+        let by_principal = principal.map_or(0, |p| {
+            self.waiting.parked.count(&Parked::Principal(p.into()))
+        });
         if on_connection >= MAX_PARKED_CLAIMS_PER_CONNECTION {
             return Err(client(
                 ErrorCode::Limit,
@@ -686,6 +688,7 @@ impl<W: Waiter> Engine<W> {
     /// new to the queue are recorded as the token's.
     fn check_label_classes(&mut self, r: &Enqueue, principal: Option<&Principal>) -> OpResult<()> {
         let queue = self
+            .index
             .queues
             .get_mut(&r.queue)
             .expect("the enqueue's queue was checked");
@@ -755,7 +758,7 @@ impl<W: Waiter> Engine<W> {
             if r.queues[..i].contains(q) {
                 return Err(bad(format!("queue {q:?} is named twice")));
             }
-            self.queue(q)?;
+            self.index.queue(q)?;
         }
         let max = r.max.unwrap_or(1);
         if max == 0 || max > MAX_CLAIM {
@@ -798,7 +801,11 @@ impl<W: Waiter> Engine<W> {
             return Err((waiter, e));
         }
         // The claim itself is news of the claimer, after anything that happened before.
-        spec.heard = self.heard.get(&waiter.connection()).map_or(0, |h| h.event);
+        spec.heard = self
+            .members
+            .heard
+            .get(&waiter.connection())
+            .map_or(0, |h| h.event);
         // A drained member takes nothing new, by pull as by push.
         let tasks = if self.is_draining(&spec.member) {
             Vec::new()
@@ -812,14 +819,14 @@ impl<W: Waiter> Engine<W> {
             self.take_member(&spec.member, waiter.principal(), now);
         }
         if tasks.is_empty() && wait > 0 {
-            self.parked.add(&waiter, &spec.queues);
-            self.claim_waiters.push(ClaimWaiter {
+            self.waiting.park(ClaimWaiter {
                 waiter,
                 claim: spec,
                 deadline: now.mono_ms + wait,
             });
         } else {
             self.outbox
+                .replies
                 .push((waiter, Ok(Reply::Claim(ClaimReply { tasks }))));
         }
         Ok(())
@@ -857,11 +864,11 @@ impl<W: Waiter> Engine<W> {
 
     /// The next ready task of a queue that this claimer may take.
     fn pick(&self, queue: &str, spec: &ClaimSpec, now: Now) -> Option<Ulid> {
-        let q = self.queues.get(queue)?;
+        let q = self.index.queues.get(queue)?;
         if q.options.paused || q.deleting {
             return None;
         }
-        if self.avoid.is_empty() || spec.member.is_empty() {
+        if self.members.avoid.is_empty() || spec.member.is_empty() {
             return q.dispatch.pick(&spec.labels, |_| true, 0);
         }
         q.dispatch.pick(
@@ -888,7 +895,7 @@ impl<W: Waiter> Engine<W> {
     ) -> OpResult<Delivery> {
         // Read before the lease is written: the write ends the task's freshness.
         let payload = self.payload(id)?;
-        let options = &self.queue(&rec.queue)?.options;
+        let options = &self.index.queue(&rec.queue)?.options;
         let lease = lease_ms.unwrap_or(options.lease_ms);
         let mut deadline = now.mono_ms + lease;
         if let Some(max) = options.max_runtime_ms {
@@ -944,6 +951,7 @@ impl<W: Waiter> Engine<W> {
     pub(super) fn held(&self, task: &str, epoch: u64) -> OpResult<(Ulid, TaskRecord)> {
         let id = parse_id(task)?;
         let meta = self
+            .index
             .tasks
             .get(&id)
             .ok_or_else(|| client(ErrorCode::NotFound, format!("no task {id}")))?;
@@ -966,17 +974,17 @@ impl<W: Waiter> Engine<W> {
         let result = match r.result {
             // The agent finishes its task; the disk does not fill with its result.
             Some(result)
-                if self.disk_alarm && result.get().len() > MAX_RESULT_BYTES_UNDER_ALARM =>
+                if self.budget.disk_alarm && result.get().len() > MAX_RESULT_BYTES_UNDER_ALARM =>
             {
                 Some(truncated_result(result.get().len()))
             }
             result => result,
         };
         let was = json_len(&rec.result);
-        self.recount_bytes(&mut rec, was, json_len(&result));
+        self.budget.recount(&mut rec, was, json_len(&result));
         rec.result = result;
         telemetry::lease_ended(&rec.queue, LeaseEnd::Acked, granted_ms(&rec), now.wall_ms);
-        if let Some(q) = self.queues.get_mut(&rec.queue) {
+        if let Some(q) = self.index.queues.get_mut(&rec.queue) {
             q.totals.acked += 1;
         }
         push_event(
@@ -1008,7 +1016,7 @@ impl<W: Waiter> Engine<W> {
         check_error_text(&error)?;
         let (id, mut rec) = self.held(&r.task, r.epoch)?;
         telemetry::lease_ended(&rec.queue, LeaseEnd::Nacked, granted_ms(&rec), now.wall_ms);
-        if let Some(q) = self.queues.get_mut(&rec.queue) {
+        if let Some(q) = self.index.queues.get_mut(&rec.queue) {
             q.totals.nacked += 1;
         }
         let member = rec.lease.as_ref().map(|l| l.member.clone());
@@ -1033,8 +1041,8 @@ impl<W: Waiter> Engine<W> {
         }
         check_size("progress", r.progress.as_ref(), MAX_PROGRESS_BYTES)?;
         let (id, mut rec) = self.held(&r.task, r.epoch)?;
-        let options = &self.queue(&rec.queue)?.options;
-        let mut clock = self.tasks[&id]
+        let options = &self.index.queue(&rec.queue)?.options;
+        let mut clock = self.index.tasks[&id]
             .clock()
             .expect("a held task has a lease clock");
         let cap = clock.runtime_cap(options.max_runtime_ms);
@@ -1068,9 +1076,9 @@ impl<W: Waiter> Engine<W> {
         }
         // Under the disk alarm the lease is renewed but a new checkpoint is not stored:
         // a reclaim then resumes from the last one stored before it.
-        if r.progress.is_some() && !self.disk_alarm {
+        if r.progress.is_some() && !self.budget.disk_alarm {
             let was = json_len(&rec.progress);
-            self.recount_bytes(&mut rec, was, json_len(&r.progress));
+            self.budget.recount(&mut rec, was, json_len(&r.progress));
             rec.progress = r.progress;
         }
         let cancel_requested = rec.cancel_requested;
@@ -1177,7 +1185,7 @@ impl<W: Waiter> Engine<W> {
     }
 
     fn task_list(&self, r: TaskList) -> OpResult<TaskListReply> {
-        let q = self.queue(&r.queue)?;
+        let q = self.index.queue(&r.queue)?;
         let limit = r.limit.unwrap_or(100);
         if limit == 0 || limit > MAX_PAGE {
             return Err(bad(format!("limit {limit} is outside 1..={MAX_PAGE}")));
@@ -1214,7 +1222,7 @@ impl<W: Waiter> Engine<W> {
             let mut ids = Vec::with_capacity(r.tasks.len());
             for t in &r.tasks {
                 let id = parse_id(t)?;
-                if !self.tasks.contains_key(&id) {
+                if !self.index.tasks.contains_key(&id) {
                     return Err(client(ErrorCode::NotFound, format!("no task {id}")));
                 }
                 ids.push(id);
@@ -1236,15 +1244,18 @@ impl<W: Waiter> Engine<W> {
         if timeout == 0 || self.wait_over(&wait) {
             self.answer_wait(wait).map_err(|e| e.into_waiter_error())?;
         } else {
-            self.task_waits.push(wait);
+            self.waiting.task_waits.push(wait);
         }
         Ok(())
     }
 
     fn wait_over(&self, wait: &TaskWait<W>) -> bool {
-        wait.ids
-            .iter()
-            .all(|id| self.tasks.get(id).is_none_or(|m| m.state.is_finished()))
+        wait.ids.iter().all(|id| {
+            self.index
+                .tasks
+                .get(id)
+                .is_none_or(|m| m.state.is_finished())
+        })
     }
 
     fn answer_wait(&mut self, wait: TaskWait<W>) -> Result<(), WaitFailure<W>> {
@@ -1256,7 +1267,7 @@ impl<W: Waiter> Engine<W> {
         };
         let mut bytes = 0;
         for &id in &wait.ids {
-            match self.tasks.get(&id) {
+            match self.index.tasks.get(&id) {
                 None => reply.removed.push(id.to_string()),
                 Some(m) if m.state.is_finished() => {
                     if !reply.finished.is_empty() && bytes >= MAX_LISTING_BYTES {
@@ -1278,7 +1289,9 @@ impl<W: Waiter> Engine<W> {
                 Some(_) => reply.pending.push(id.to_string()),
             }
         }
-        self.outbox.push((wait.waiter, Ok(Reply::Wait(reply))));
+        self.outbox
+            .replies
+            .push((wait.waiter, Ok(Reply::Wait(reply))));
         Ok(())
     }
 
@@ -1288,7 +1301,7 @@ impl<W: Waiter> Engine<W> {
         ready: &super::ReadyChanged,
         now: Now,
     ) -> Result<(), StoreError> {
-        let waiters = std::mem::take(&mut self.claim_waiters);
+        let waiters = std::mem::take(&mut self.waiting.claim_waiters);
         let mut keep = Vec::with_capacity(waiters.len());
         let liveness = muster_protocol::limits::DEFAULT_LIVENESS.as_millis() as u64;
         for mut w in waiters {
@@ -1297,7 +1310,7 @@ impl<W: Waiter> Engine<W> {
             }
             // A claim parked by a connection gone silent (a crashed or cut-off client)
             // gets nothing: a lease granted to it would only lapse.
-            let heard = self.heard.get(&w.waiter.connection()).copied();
+            let heard = self.members.heard.get(&w.waiter.connection()).copied();
             w.claim.heard = heard.map_or(0, |h| h.event);
             let alive = heard.is_some_and(|h| now.mono_ms.saturating_sub(h.at_ms) <= liveness);
             let serve = ready.touches(w.claim.queues.iter().map(String::as_str));
@@ -1306,12 +1319,13 @@ impl<W: Waiter> Engine<W> {
                     Ok(tasks) if !tasks.is_empty() => {
                         self.take_member(&w.claim.member, w.waiter.principal(), now);
                         self.outbox
+                            .replies
                             .push((w.waiter, Ok(Reply::Claim(ClaimReply { tasks }))));
                         continue;
                     }
                     Ok(_) => {}
                     Err(Failure::Client(e)) => {
-                        self.outbox.push((w.waiter, Err(e)));
+                        self.outbox.replies.push((w.waiter, Err(e)));
                         continue;
                     }
                     Err(Failure::Store(e)) => return Err(e),
@@ -1319,23 +1333,20 @@ impl<W: Waiter> Engine<W> {
             }
             if w.deadline <= now.mono_ms {
                 self.outbox
+                    .replies
                     .push((w.waiter, Ok(Reply::Claim(ClaimReply { tasks: Vec::new() }))));
                 continue;
             }
             keep.push(w);
         }
-        self.parked = ParkedCounts::default();
-        for w in &keep {
-            self.parked.add(&w.waiter, &w.claim.queues);
-        }
-        self.claim_waiters = keep;
+        self.waiting.repark(keep);
         Ok(())
     }
 
     /// Answers waits whose tasks all finished or whose timeout passed.
     pub(super) fn serve_waits(&mut self, now: Now) -> Result<(), StoreError> {
-        let changed = std::mem::take(&mut self.finished_changed);
-        let waits = std::mem::take(&mut self.task_waits);
+        let changed = std::mem::take(&mut self.waiting.finished_changed);
+        let waits = std::mem::take(&mut self.waiting.task_waits);
         for w in waits {
             if w.waiter.is_closed() {
                 continue;
@@ -1344,12 +1355,12 @@ impl<W: Waiter> Engine<W> {
                 match self.answer_wait(w) {
                     Ok(()) => {}
                     Err(WaitFailure(waiter, Failure::Client(e))) => {
-                        self.outbox.push((waiter, Err(e)))
+                        self.outbox.replies.push((waiter, Err(e)))
                     }
                     Err(WaitFailure(_, Failure::Store(e))) => return Err(e),
                 }
             } else {
-                self.task_waits.push(w);
+                self.waiting.task_waits.push(w);
             }
         }
         Ok(())
@@ -1373,7 +1384,7 @@ impl<W: Waiter> Engine<W> {
                     rec.cancel_requested = true;
                     rec.updated_ms = now.wall_ms;
                     push_event(&mut rec, now, "cancel_requested", None, None, None);
-                    let meta = &self.tasks[&id];
+                    let meta = &self.index.tasks[&id];
                     let (clock, member) = (meta.clock(), meta.member().cloned());
                     self.save(id, &rec, clock);
                     if let Some(member) = member {
@@ -1452,7 +1463,7 @@ impl<W: Waiter> Engine<W> {
 
     /// Resolves a selection of dead tasks, refusing it whole if any named task is not dead.
     fn dead_selection(&self, sel: &DeadSelection) -> OpResult<Vec<Ulid>> {
-        let q = self.queue(&sel.queue)?;
+        let q = self.index.queue(&sel.queue)?;
         if sel.all {
             return Ok(q.ids(TaskState::Dead).iter().copied().collect());
         }
@@ -1462,7 +1473,7 @@ impl<W: Waiter> Engine<W> {
         let mut ids = Vec::with_capacity(sel.ids.len());
         for s in &sel.ids {
             let id = parse_id(s)?;
-            match self.tasks.get(&id) {
+            match self.index.tasks.get(&id) {
                 Some(m) if *m.queue == *sel.queue && m.state == TaskState::Dead => ids.push(id),
                 Some(m) if *m.queue == *sel.queue => {
                     return Err(client(

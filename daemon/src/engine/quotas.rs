@@ -9,21 +9,21 @@
 use muster_protocol::ErrorCode;
 use muster_protocol::ops::Enqueue;
 
-use super::{Engine, OpResult, Quotas, Waiter, client};
+use super::{Budget, Engine, OpResult, Quotas, Waiter, client};
 use crate::store::{TASK_RECORD_BYTES, TaskRecord};
 
 impl<W: Waiter> Engine<W> {
     /// Sets the quotas (from the daemon's flags).
     pub fn set_quotas(&mut self, quotas: Quotas) {
-        self.quotas = quotas;
+        self.budget.quotas = quotas;
     }
 
     /// `limit` if the batch would take its queue past its task quota, or `owner` past
     /// its stored-bytes quota.
     pub(super) fn check_quotas(&self, r: &Enqueue, owner: Option<&str>) -> OpResult<()> {
-        let queue = self.queue(&r.queue)?;
+        let queue = self.index.queue(&r.queue)?;
         let held: u64 = queue.by_state.iter().map(|s| s.len() as u64).sum();
-        let max_tasks = self.quotas.max_tasks_per_queue;
+        let max_tasks = self.budget.quotas.max_tasks_per_queue;
         if held + r.tasks.len() as u64 > max_tasks {
             return Err(client(
                 ErrorCode::Limit,
@@ -38,13 +38,13 @@ impl<W: Waiter> Engine<W> {
         let Some(owner) = owner else {
             return Ok(());
         };
-        let stored = self.stored_bytes.get(owner).copied().unwrap_or(0);
+        let stored = self.budget.stored_bytes.get(owner).copied().unwrap_or(0);
         let adding: u64 = r
             .tasks
             .iter()
             .map(|t| t.payload.get().len() as u64 + TASK_RECORD_BYTES)
             .sum();
-        let max_bytes = self.quotas.max_bytes_per_principal;
+        let max_bytes = self.budget.quotas.max_bytes_per_principal;
         if stored + adding > max_bytes {
             return Err(client(
                 ErrorCode::Limit,
@@ -57,10 +57,12 @@ impl<W: Waiter> Engine<W> {
         }
         Ok(())
     }
+}
 
+impl Budget {
     /// A task `principal` enqueued is stored: its payload counts (the name is copied
     /// only the first time: start-up counts every stored task).
-    pub(super) fn count_bytes(&mut self, principal: &str, bytes: u64) {
+    pub(super) fn count(&mut self, principal: &str, bytes: u64) {
         match self.stored_bytes.get_mut(principal) {
             Some(stored) => *stored += bytes,
             None => {
@@ -71,20 +73,20 @@ impl<W: Waiter> Engine<W> {
 
     /// A field of `rec` that counts against its enqueuer's quota (its result, its
     /// progress checkpoint) goes from `from` bytes to `to`.
-    pub(super) fn recount_bytes(&mut self, rec: &mut TaskRecord, from: u64, to: u64) {
+    pub(super) fn recount(&mut self, rec: &mut TaskRecord, from: u64, to: u64) {
         assert!(
             rec.stored_bytes >= from,
             "a task's stored bytes hold its parts"
         );
         rec.stored_bytes = rec.stored_bytes - from + to;
         if let Some(principal) = &rec.enqueued_by {
-            self.count_bytes(principal, to);
-            self.uncount_bytes(principal, from);
+            self.count(principal, to);
+            self.uncount(principal, from);
         }
     }
 
     /// A task `principal` enqueued was removed: what it stored no longer counts.
-    pub(super) fn uncount_bytes(&mut self, principal: &str, bytes: u64) {
+    pub(super) fn uncount(&mut self, principal: &str, bytes: u64) {
         let stored = self
             .stored_bytes
             .get_mut(principal)

@@ -91,7 +91,9 @@ fn covers(p: Option<&Principal>, queue: &str) -> bool {
 
 impl<W: Waiter> Engine<W> {
     pub(super) fn watch(&mut self, r: Watch, waiter: &W, now: Now) -> OpResult<WatchReply> {
-        if !self.watches.contains_key(&waiter.connection()) && self.watches.len() >= MAX_WATCHES {
+        if !self.waiting.watches.contains_key(&waiter.connection())
+            && self.waiting.watches.len() >= MAX_WATCHES
+        {
             return Err(client(
                 ErrorCode::Limit,
                 format!("{MAX_WATCHES} watches are open, the most the daemon keeps"),
@@ -99,7 +101,7 @@ impl<W: Waiter> Engine<W> {
         }
         let principal = waiter.principal().cloned();
         let update = self.screen(&r.view, principal.as_ref())?;
-        self.watches.insert(
+        self.waiting.watches.insert(
             waiter.connection(),
             Watcher {
                 sink: waiter.sink(),
@@ -114,12 +116,12 @@ impl<W: Waiter> Engine<W> {
         Ok(WatchReply {
             tag: r.tag,
             update,
-            disk_alarm: self.disk_alarm,
+            disk_alarm: self.budget.disk_alarm,
         })
     }
 
     pub(super) fn unwatch(&mut self, waiter: &W) -> Empty {
-        self.watches.remove(&waiter.connection());
+        self.waiting.watches.remove(&waiter.connection());
         Empty {}
     }
 
@@ -127,7 +129,8 @@ impl<W: Waiter> Engine<W> {
     /// A watch whose last push is still queued is left out: the dispatcher's idle wake-up
     /// serves it once the writer caught up.
     pub(super) fn next_watch(&self) -> Option<u64> {
-        self.watches
+        self.waiting
+            .watches
             .values()
             .filter(|w| w.seen != self.generation && !w.queued.load(Ordering::Acquire))
             .map(|w| w.sent_ms + WATCH_INTERVAL.as_millis() as u64)
@@ -137,15 +140,16 @@ impl<W: Waiter> Engine<W> {
     /// Pushes every watched screen that changed and whose interval has passed. A screen
     /// whose queue or task is gone is pushed as `gone` once, and its watch ends.
     pub(super) fn serve_watches(&mut self, now: Now) -> Result<(), StoreError> {
-        self.watches.retain(|_, w| !w.sink.is_closed());
+        self.waiting.watches.retain(|_, w| !w.sink.is_closed());
         let due: Vec<u64> = self
+            .waiting
             .watches
             .iter()
             .filter(|(_, w)| w.due(self.generation, now))
             .map(|(&c, _)| c)
             .collect();
         for connection in due {
-            let Some(w) = self.watches.get(&connection) else {
+            let Some(w) = self.waiting.watches.get(&connection) else {
                 continue;
             };
             let update = match self.screen(&w.view, w.principal.as_ref()) {
@@ -157,14 +161,15 @@ impl<W: Waiter> Engine<W> {
             let push = Push::Watch(Box::new(WatchReply {
                 tag: w.tag,
                 update,
-                disk_alarm: self.disk_alarm,
+                disk_alarm: self.budget.disk_alarm,
             }));
             w.queued.store(true, Ordering::Release);
-            self.watch_pushes
+            self.outbox
+                .watch_pushes
                 .push((w.sink.clone(), push, Arc::clone(&w.queued)));
             if gone {
-                self.watches.remove(&connection);
-            } else if let Some(w) = self.watches.get_mut(&connection) {
+                self.waiting.watches.remove(&connection);
+            } else if let Some(w) = self.waiting.watches.get_mut(&connection) {
                 w.seen = self.generation;
                 w.sent_ms = now.mono_ms;
             }
@@ -180,7 +185,8 @@ impl<W: Waiter> Engine<W> {
             View::Queues { after: a, limit } => {
                 let limit = rows(*limit)?;
                 let page = fill(
-                    self.queues
+                    self.index
+                        .queues
                         .range::<str, _>((after(a.as_ref()), Bound::Unbounded))
                         .filter(|(name, _)| covers(principal, name))
                         .map(|(name, q)| Ok::<_, Failure>(self.queue_info(name, q))),
@@ -199,7 +205,7 @@ impl<W: Waiter> Engine<W> {
                 limit,
             } => {
                 let limit = rows(*limit)?;
-                let q = self.queue(queue)?;
+                let q = self.index.queue(queue)?;
                 let start = match a {
                     Some(a) => Bound::Excluded(parse_id(a)?),
                     None => Bound::Unbounded,
@@ -230,6 +236,7 @@ impl<W: Waiter> Engine<W> {
             View::Member { member } => {
                 let m = self
                     .members
+                    .by_name
                     .get(member.as_str())
                     .ok_or_else(|| super::members::not_a_member(member))?;
                 let mut leases = Vec::new();
@@ -245,6 +252,7 @@ impl<W: Waiter> Engine<W> {
                 let limit = rows(*limit)?;
                 let page = fill(
                     self.members
+                        .by_name
                         .range::<str, _>((after(a.as_ref()), Bound::Unbounded))
                         .map(|(name, m)| Ok::<_, Failure>(m.info(name))),
                     limit,
@@ -277,7 +285,11 @@ impl<W: Waiter> Engine<W> {
             }
         };
         let mut ids: Vec<Ulid> = Vec::new();
-        for (name, q) in self.queues.range::<str, _>((first_queue, Bound::Unbounded)) {
+        for (name, q) in self
+            .index
+            .queues
+            .range::<str, _>((first_queue, Bound::Unbounded))
+        {
             if ids.len() > limit {
                 break;
             }
@@ -301,6 +313,7 @@ impl<W: Waiter> Engine<W> {
             |t| format!("{}/{}", t.queue, t.id),
         )?;
         let total = self
+            .index
             .queues
             .iter()
             .filter(|(name, _)| covers(principal, name))

@@ -2232,9 +2232,9 @@ fn a_restart_indexes_a_store_of_several_scan_batches_and_refuses_a_record_that_d
     );
 }
 
-/// The ids of the fresh tasks (see `Engine::fresh`), oldest first.
+/// The ids of the fresh tasks (see `Caches::fresh`), oldest first.
 fn fresh_ids(h: &mut Harness) -> Vec<String> {
-    let mut ids: Vec<ulid::Ulid> = h.engine().fresh.tasks.keys().copied().collect();
+    let mut ids: Vec<ulid::Ulid> = h.engine().caches.fresh.tasks.keys().copied().collect();
     ids.sort();
     ids.iter().map(ulid::Ulid::to_string).collect()
 }
@@ -2274,7 +2274,7 @@ fn a_fresh_task_is_delivered_from_memory_until_it_is_written() {
     h.restart(0);
     assert!(fresh_ids(&mut h).is_empty());
     assert_eq!(claim(&mut h), (b.clone(), r#"{"n":2}"#.to_owned()));
-    assert_eq!(h.engine().fresh.bytes, 0);
+    assert_eq!(h.engine().caches.fresh.bytes, 0);
 }
 
 #[test]
@@ -2286,7 +2286,7 @@ fn fresh_tasks_are_kept_within_their_byte_budget() {
     let n = FRESH_BYTES / MAX_PAYLOAD_BYTES + 8;
     let ids: Vec<String> = (0..n).map(|_| h.enqueue("jobs", &big)).collect();
     let kept = fresh_ids(&mut h);
-    let each = h.engine().fresh.bytes / kept.len();
+    let each = h.engine().caches.fresh.bytes / kept.len();
     assert!(each > big.len(), "{each}");
     assert_eq!(kept, ids[..FRESH_BYTES / each]);
     assert!(kept.len() < ids.len());
