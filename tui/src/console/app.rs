@@ -1748,6 +1748,24 @@ impl App {
             page.selected = at;
         }
         page.selected = page.selected.min(ids.len().saturating_sub(1));
+        debug_assert!(
+            self.selection_on_a_row(),
+            "follow left the selection off the rows"
+        );
+    }
+
+    /// Whether the selection is on one of the page's rows (0 when there are none), as
+    /// it must be on a list whose rows have arrived. A page still on its way may hold a
+    /// selection to clamp when it comes (`usize::MAX` for its last row), a search fills
+    /// its page over several replies, and on the task screen `selected` is a scroll
+    /// offset: those are not checked.
+    fn selection_on_a_row(&self) -> bool {
+        let arrived = match self.page().screen {
+            Screen::Task { .. } | Screen::Found { .. } => return true,
+            Screen::Cluster => self.nodes.is_some(),
+            _ => self.data.is_some(),
+        };
+        !arrived || self.page().selected < self.rows().len().max(1)
     }
 
     fn selected_row(&self) -> Option<Row<'_>> {
@@ -1772,99 +1790,115 @@ impl App {
         }
     }
 
-    /// Handles one key press.
+    /// Handles one key press: Ctrl-C quits from any mode; every other key is the
+    /// current mode's.
     pub fn on_key(&mut self, key: KeyEvent) -> Vec<Effect> {
         if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
             self.quit = true;
             return Vec::new();
         }
-        match std::mem::replace(&mut self.mode, Mode::Normal) {
+        let effects = match std::mem::replace(&mut self.mode, Mode::Normal) {
             Mode::Normal => self.normal_key(key),
             Mode::Help => Vec::new(),
-            Mode::Confirm(verb) => {
-                if key.code == KeyCode::Char('y') || key.code == KeyCode::Char('Y') {
-                    vec![Effect::Run(verb)]
-                } else {
-                    self.message = Some((Level::Info, "nothing done".into()));
-                    Vec::new()
-                }
-            }
-            Mode::Filter(mut text) => {
-                match key.code {
-                    KeyCode::Enter => {}
-                    KeyCode::Esc => {
-                        self.page_mut().filter.clear();
-                    }
-                    KeyCode::Backspace => {
-                        text.pop();
-                        self.page_mut().filter = text.clone();
-                        self.mode = Mode::Filter(text);
-                    }
-                    KeyCode::Char(c) => {
-                        text.push(c);
-                        self.page_mut().filter = text.clone();
-                        self.mode = Mode::Filter(text);
-                    }
-                    _ => self.mode = Mode::Filter(text),
-                }
-                self.page_mut().selected = 0;
+            Mode::Confirm(verb) => self.confirm_key(key, verb),
+            Mode::Filter(text) => {
+                self.filter_key(key, text);
                 Vec::new()
             }
-            Mode::Search(mut text) => match key.code {
-                KeyCode::Enter => {
-                    let queue = self.search_scope().flatten();
-                    match search_query(queue.clone(), &text) {
-                        Ok(_) => {
-                            self.message = None;
-                            self.open(Screen::Found { queue, query: text })
-                                .into_iter()
-                                .collect()
-                        }
-                        Err(e) => {
-                            self.message = Some((Level::Error, e));
-                            Vec::new()
-                        }
-                    }
-                }
-                KeyCode::Esc => Vec::new(),
-                KeyCode::Backspace => {
-                    text.pop();
-                    self.mode = Mode::Search(text);
-                    Vec::new()
-                }
-                KeyCode::Char(c) => {
-                    text.push(c);
-                    self.mode = Mode::Search(text);
-                    Vec::new()
-                }
-                _ => {
-                    self.mode = Mode::Search(text);
-                    Vec::new()
-                }
-            },
-            Mode::Command(mut text) => match key.code {
-                KeyCode::Enter => self.command(text.trim()),
-                KeyCode::Tab => {
-                    self.mode = Mode::Command(self.complete(&text));
-                    Vec::new()
-                }
-                KeyCode::Esc => Vec::new(),
-                KeyCode::Backspace => {
-                    text.pop();
-                    self.mode = Mode::Command(text);
-                    Vec::new()
-                }
-                KeyCode::Char(c) => {
-                    text.push(c);
-                    self.mode = Mode::Command(text);
-                    Vec::new()
-                }
-                _ => {
-                    self.mode = Mode::Command(text);
-                    Vec::new()
-                }
-            },
+            Mode::Search(text) => self.search_key(key, text),
+            Mode::Command(text) => self.command_key(key, text),
+        };
+        debug_assert!(
+            self.selection_on_a_row(),
+            "a key left the selection off the rows"
+        );
+        effects
+    }
+
+    /// A key while a verb waits for its confirmation: `y` runs it, any other key
+    /// drops it.
+    fn confirm_key(&mut self, key: KeyEvent, verb: Verb) -> Vec<Effect> {
+        assert!(!self.readonly, "a read-only console runs no verb");
+        if key.code == KeyCode::Char('y') || key.code == KeyCode::Char('Y') {
+            vec![Effect::Run(verb)]
+        } else {
+            self.message = Some((Level::Info, "nothing done".into()));
+            Vec::new()
         }
+    }
+
+    /// A key while the page's filter is typed (`f`): the filter follows the text as it
+    /// is typed, enter keeps it, esc clears it; the selection goes back to the top.
+    fn filter_key(&mut self, key: KeyEvent, mut text: String) {
+        match key.code {
+            KeyCode::Enter => {}
+            KeyCode::Esc => {
+                self.page_mut().filter.clear();
+            }
+            KeyCode::Backspace => {
+                text.pop();
+                self.page_mut().filter = text.clone();
+                self.mode = Mode::Filter(text);
+            }
+            KeyCode::Char(c) => {
+                text.push(c);
+                self.page_mut().filter = text.clone();
+                self.mode = Mode::Filter(text);
+            }
+            _ => self.mode = Mode::Filter(text),
+        }
+        self.page_mut().selected = 0;
+    }
+
+    /// A key while a search is typed (`/`): enter opens its results (or says why the
+    /// query is not one), esc drops it.
+    fn search_key(&mut self, key: KeyEvent, mut text: String) -> Vec<Effect> {
+        match key.code {
+            KeyCode::Enter => {
+                let queue = self.search_scope().flatten();
+                match search_query(queue.clone(), &text) {
+                    Ok(_) => {
+                        self.message = None;
+                        return self
+                            .open(Screen::Found { queue, query: text })
+                            .into_iter()
+                            .collect();
+                    }
+                    Err(e) => self.message = Some((Level::Error, e)),
+                }
+            }
+            KeyCode::Esc => {}
+            KeyCode::Backspace => {
+                text.pop();
+                self.mode = Mode::Search(text);
+            }
+            KeyCode::Char(c) => {
+                text.push(c);
+                self.mode = Mode::Search(text);
+            }
+            _ => self.mode = Mode::Search(text),
+        }
+        Vec::new()
+    }
+
+    /// A key while a `:` command is typed: enter runs it, tab completes its last
+    /// word, esc drops it.
+    fn command_key(&mut self, key: KeyEvent, mut text: String) -> Vec<Effect> {
+        match key.code {
+            KeyCode::Enter => return self.command(text.trim()),
+            KeyCode::Tab => self.mode = Mode::Command(self.complete(&text)),
+            KeyCode::Esc => {}
+            KeyCode::Backspace => {
+                text.pop();
+                self.mode = Mode::Command(text);
+            }
+            KeyCode::Char(c) => {
+                text.push(c);
+                self.mode = Mode::Command(text);
+            }
+            _ => self.mode = Mode::Command(text),
+        }
+        Vec::new()
     }
 
     /// Completes the last word of a `:` command: the command, then a queue name (of
@@ -1951,6 +1985,7 @@ impl App {
         self.jump(screen).into_iter().collect()
     }
 
+    /// A key in the normal mode: one arm per key (a table, as the help lists them).
     fn normal_key(&mut self, key: KeyEvent) -> Vec<Effect> {
         let screen = self.page().screen.clone();
         let effect = match key.code {
@@ -1974,22 +2009,7 @@ impl App {
                 self.mode = Mode::Search(String::new());
                 None
             }
-            KeyCode::Esc => {
-                let page = self.page_mut();
-                if !page.filter.is_empty() {
-                    page.filter.clear();
-                    None
-                } else if !page.marked.is_empty() {
-                    page.marked.clear();
-                    None
-                } else if page.grouped {
-                    page.grouped = false;
-                    page.selected = 0;
-                    None
-                } else {
-                    self.back()
-                }
-            }
+            KeyCode::Esc => self.escape(),
             KeyCode::Down | KeyCode::Char('j') => self.step(1),
             KeyCode::Up | KeyCode::Char('k') => self.step(-1),
             KeyCode::Home | KeyCode::Char('g') => {
@@ -2042,6 +2062,25 @@ impl App {
             _ => None,
         };
         effect.into_iter().collect()
+    }
+
+    /// Esc: clears the filter, else the marks, else the grouping by error; with none of
+    /// them, goes back to the screen before.
+    fn escape(&mut self) -> Option<Effect> {
+        let page = self.page_mut();
+        if !page.filter.is_empty() {
+            page.filter.clear();
+            None
+        } else if !page.marked.is_empty() {
+            page.marked.clear();
+            None
+        } else if page.grouped {
+            page.grouped = false;
+            page.selected = 0;
+            None
+        } else {
+            self.back()
+        }
     }
 
     /// `G`: the last row of the whole list. A queue's tab with more pages than this one
@@ -2316,7 +2355,8 @@ impl App {
         }
     }
 
-    /// The verb a key names on the current screen, if it applies to what is selected.
+    /// The verb a key names on the current screen, if it applies to what is selected:
+    /// one arm per key and screen (a table), each a step of its own.
     fn verb(&mut self, key: char) -> Option<Verb> {
         let screen = self.page().screen.clone();
         let verb = match (key, &screen) {
@@ -2340,35 +2380,14 @@ impl App {
                 }
                 | Screen::Dead,
             ) => Verb::Dead(dead_action(key), self.marked_dead()?),
-            ('r' | 'x', Screen::Task { .. }) => {
-                let (queue, id) = self.shown_task(TaskState::Dead)?;
-                let tasks = DeadTasks {
-                    queue,
-                    ids: vec![id],
-                    all: false,
-                    count: 1,
-                };
-                Verb::Dead(dead_action(key), tasks)
-            }
+            ('r' | 'x', Screen::Task { .. }) => Verb::Dead(dead_action(key), self.shown_dead()?),
             ('c', Screen::Queue { .. } | Screen::Member { .. } | Screen::Found { .. }) => {
                 let t = self.selected_task()?;
-                if !matches!(
-                    t.state,
-                    TaskState::Ready | TaskState::Scheduled | TaskState::Leased
-                ) {
-                    return self.refuse("only ready, scheduled and leased tasks can be cancelled");
-                }
-                Verb::Cancel(t.id)
+                self.cancel(t.state, t.id)?
             }
             ('c', Screen::Task { .. }) => {
                 let (state, id) = self.shown_state()?;
-                if !matches!(
-                    state,
-                    TaskState::Ready | TaskState::Scheduled | TaskState::Leased
-                ) {
-                    return self.refuse("only ready, scheduled and leased tasks can be cancelled");
-                }
-                Verb::Cancel(id)
+                self.cancel(state, id)?
             }
             ('v', Screen::Queue { .. } | Screen::Member { .. } | Screen::Found { .. }) => {
                 let t = self.selected_task()?;
@@ -2383,62 +2402,12 @@ impl App {
                 _ => return None,
             },
             ('d', Screen::Member { name }) => Verb::Drain(name.clone()),
-            ('u', Screen::Members | Screen::Member { .. }) => {
-                let (name, draining) = match (&self.data, self.selected_row()) {
-                    (Some(WatchUpdate::Member { member, .. }), _) => {
-                        (member.name.clone(), member.draining)
-                    }
-                    (_, Some(Row::Member(m))) => (m.name.clone(), m.draining),
-                    _ => return None,
-                };
-                if !draining {
-                    return self.refuse(&format!("member {name} is not draining"));
-                }
-                Verb::Undrain(name)
-            }
+            ('u', Screen::Members | Screen::Member { .. }) => self.undrain()?,
             (
                 '+' | '-' | 'N',
                 Screen::Queue { .. } | Screen::Found { .. } | Screen::Task { .. },
-            ) => {
-                let (id, state, priority) = self.waiting_task()?;
-                if !matches!(state, TaskState::Ready | TaskState::Scheduled) {
-                    return self
-                        .refuse("only a ready or scheduled task gets a new priority or runs now");
-                }
-                match key {
-                    'N' if state != TaskState::Scheduled => {
-                        return self.refuse("only a scheduled task waits to run");
-                    }
-                    'N' => Verb::RunNow(id),
-                    '+' if priority >= MAX_PRIORITY => {
-                        return self.refuse(&format!(
-                            "task {id} has priority {MAX_PRIORITY}, the highest"
-                        ));
-                    }
-                    '-' if priority == 0 => {
-                        return self.refuse(&format!("task {id} has priority 0, the lowest"));
-                    }
-                    '+' => Verb::Priority {
-                        id,
-                        from: priority,
-                        to: priority + 1,
-                    },
-                    _ => Verb::Priority {
-                        id,
-                        from: priority,
-                        to: priority - 1,
-                    },
-                }
-            }
-            ('P', Screen::Queues | Screen::Queue { .. }) => {
-                let q = self.selected_queue()?;
-                let n = q.counts.ready + q.counts.scheduled;
-                if n == 0 {
-                    return self
-                        .refuse(&format!("queue {} has no ready or scheduled tasks", q.name));
-                }
-                Verb::Purge(q.name, n)
-            }
+            ) => self.reprioritize(key)?,
+            ('P', Screen::Queues | Screen::Queue { .. }) => self.purge()?,
             ('D', Screen::Queues) => {
                 let q = self.selected_queue()?;
                 let n = TaskState::ALL.iter().map(|s| q.counts.get(*s)).sum();
@@ -2449,9 +2418,86 @@ impl App {
         Some(verb)
     }
 
+    /// Says in the footer why a key names no verb here.
     fn refuse(&mut self, why: &str) -> Option<Verb> {
         self.message = Some((Level::Error, why.to_owned()));
         None
+    }
+
+    /// The shown task, to redrive or discard, if it is dead.
+    fn shown_dead(&mut self) -> Option<DeadTasks> {
+        let (queue, id) = self.shown_task(TaskState::Dead)?;
+        Some(DeadTasks {
+            queue,
+            ids: vec![id],
+            all: false,
+            count: 1,
+        })
+    }
+
+    /// Cancel the task `id`, if it is in a `state` that can be cancelled.
+    fn cancel(&mut self, state: TaskState, id: String) -> Option<Verb> {
+        if !is_live(state) {
+            return self.refuse("only ready, scheduled and leased tasks can be cancelled");
+        }
+        Some(Verb::Cancel(id))
+    }
+
+    /// Undrain the member shown or selected, if it is draining.
+    fn undrain(&mut self) -> Option<Verb> {
+        let (name, draining) = match (&self.data, self.selected_row()) {
+            (Some(WatchUpdate::Member { member, .. }), _) => (member.name.clone(), member.draining),
+            (_, Some(Row::Member(m))) => (m.name.clone(), m.draining),
+            _ => return None,
+        };
+        if !draining {
+            return self.refuse(&format!("member {name} is not draining"));
+        }
+        Some(Verb::Undrain(name))
+    }
+
+    /// `+`, `-` or `N` on a waiting task: a priority one higher or lower (within
+    /// 0..=[`MAX_PRIORITY`]), or a scheduled task run now.
+    fn reprioritize(&mut self, key: char) -> Option<Verb> {
+        let (id, state, priority) = self.waiting_task()?;
+        if !matches!(state, TaskState::Ready | TaskState::Scheduled) {
+            return self.refuse("only a ready or scheduled task gets a new priority or runs now");
+        }
+        let verb = match key {
+            'N' if state != TaskState::Scheduled => {
+                return self.refuse("only a scheduled task waits to run");
+            }
+            'N' => Verb::RunNow(id),
+            '+' if priority >= MAX_PRIORITY => {
+                return self.refuse(&format!(
+                    "task {id} has priority {MAX_PRIORITY}, the highest"
+                ));
+            }
+            '-' if priority == 0 => {
+                return self.refuse(&format!("task {id} has priority 0, the lowest"));
+            }
+            '+' => Verb::Priority {
+                id,
+                from: priority,
+                to: priority + 1,
+            },
+            _ => Verb::Priority {
+                id,
+                from: priority,
+                to: priority - 1,
+            },
+        };
+        Some(verb)
+    }
+
+    /// Purge the selected queue's ready and scheduled tasks, if it has any.
+    fn purge(&mut self) -> Option<Verb> {
+        let q = self.selected_queue()?;
+        let n = q.counts.ready + q.counts.scheduled;
+        if n == 0 {
+            return self.refuse(&format!("queue {} has no ready or scheduled tasks", q.name));
+        }
+        Some(Verb::Purge(q.name, n))
     }
 
     /// Redrive every dead task of a queue, `count` of them as its counts say.
@@ -2601,14 +2647,8 @@ impl App {
         keys
     }
 
+    /// The verb keys of the current screen, as the footer and the help list them.
     fn verb_keys(&self) -> Vec<(&'static str, &'static str)> {
-        let dead = [("r", "redrive"), ("x", "discard"), ("space", "mark")];
-        let live = |state: TaskState| {
-            matches!(
-                state,
-                TaskState::Ready | TaskState::Scheduled | TaskState::Leased
-            )
-        };
         match &self.page().screen {
             Screen::Queues => vec![
                 ("p", "pause/resume"),
@@ -2618,51 +2658,8 @@ impl App {
                 ("a", "enqueue"),
                 ("o", "options"),
             ],
-            Screen::Queue { state, .. } => {
-                let mut keys = Vec::new();
-                if *state == TaskState::Dead {
-                    keys.extend(dead);
-                }
-                if live(*state) {
-                    keys.push(("c", "cancel"));
-                }
-                if *state == TaskState::Leased {
-                    keys.push(("v", "revoke lease"));
-                }
-                if matches!(state, TaskState::Ready | TaskState::Scheduled) {
-                    keys.push(("+ -", "priority"));
-                }
-                if *state == TaskState::Scheduled {
-                    keys.push(("N", "run now"));
-                }
-                keys.extend([
-                    ("R", "redrive all dead"),
-                    ("p", "pause/resume"),
-                    ("P", "purge"),
-                    ("a", "enqueue"),
-                    ("o", "options"),
-                ]);
-                keys
-            }
-            Screen::Task { .. } => match &self.data {
-                Some(WatchUpdate::Task { task }) if task.state == TaskState::Dead => {
-                    vec![
-                        ("r", "redrive"),
-                        ("x", "discard"),
-                        ("e", "edit and requeue"),
-                    ]
-                }
-                Some(WatchUpdate::Task { task }) if task.state == TaskState::Leased => {
-                    vec![("c", "cancel"), ("v", "revoke lease")]
-                }
-                Some(WatchUpdate::Task { task }) if task.state == TaskState::Scheduled => {
-                    vec![("c", "cancel"), ("+ -", "priority"), ("N", "run now")]
-                }
-                Some(WatchUpdate::Task { task }) if live(task.state) => {
-                    vec![("c", "cancel"), ("+ -", "priority")]
-                }
-                _ => Vec::new(),
-            },
+            Screen::Queue { state, .. } => queue_verb_keys(*state),
+            Screen::Task { .. } => self.task_verb_keys(),
             Screen::Members => vec![("d", "drain"), ("u", "undrain")],
             Screen::Member { .. } => vec![
                 ("v", "revoke lease"),
@@ -2670,7 +2667,7 @@ impl App {
                 ("d", "drain"),
                 ("u", "undrain"),
             ],
-            Screen::Dead => dead.to_vec(),
+            Screen::Dead => DEAD_VERB_KEYS.to_vec(),
             // Membership changes are the CLI's (`muster cluster add`, `remove`).
             Screen::Cluster => Vec::new(),
             Screen::Found { .. } => vec![
@@ -2681,6 +2678,68 @@ impl App {
             ],
         }
     }
+
+    /// The verb keys of the task screen: those of the shown task's state.
+    fn task_verb_keys(&self) -> Vec<(&'static str, &'static str)> {
+        match &self.data {
+            Some(WatchUpdate::Task { task }) if task.state == TaskState::Dead => {
+                vec![
+                    ("r", "redrive"),
+                    ("x", "discard"),
+                    ("e", "edit and requeue"),
+                ]
+            }
+            Some(WatchUpdate::Task { task }) if task.state == TaskState::Leased => {
+                vec![("c", "cancel"), ("v", "revoke lease")]
+            }
+            Some(WatchUpdate::Task { task }) if task.state == TaskState::Scheduled => {
+                vec![("c", "cancel"), ("+ -", "priority"), ("N", "run now")]
+            }
+            Some(WatchUpdate::Task { task }) if is_live(task.state) => {
+                vec![("c", "cancel"), ("+ -", "priority")]
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// The verb keys of a list of dead tasks.
+const DEAD_VERB_KEYS: [(&str, &str); 3] = [("r", "redrive"), ("x", "discard"), ("space", "mark")];
+
+/// Whether a task in `state` can still be cancelled: it waits or is leased.
+fn is_live(state: TaskState) -> bool {
+    matches!(
+        state,
+        TaskState::Ready | TaskState::Scheduled | TaskState::Leased
+    )
+}
+
+/// The verb keys of a queue's tab: those of its tasks' state, then the queue's.
+fn queue_verb_keys(state: TaskState) -> Vec<(&'static str, &'static str)> {
+    let mut keys = Vec::new();
+    if state == TaskState::Dead {
+        keys.extend(DEAD_VERB_KEYS);
+    }
+    if is_live(state) {
+        keys.push(("c", "cancel"));
+    }
+    if state == TaskState::Leased {
+        keys.push(("v", "revoke lease"));
+    }
+    if matches!(state, TaskState::Ready | TaskState::Scheduled) {
+        keys.push(("+ -", "priority"));
+    }
+    if state == TaskState::Scheduled {
+        keys.push(("N", "run now"));
+    }
+    keys.extend([
+        ("R", "redrive all dead"),
+        ("p", "pause/resume"),
+        ("P", "purge"),
+        ("a", "enqueue"),
+        ("o", "options"),
+    ]);
+    keys
 }
 
 /// The dead-task verb of a key: `r` redrives, `x` discards.
