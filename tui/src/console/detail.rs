@@ -17,14 +17,48 @@ pub fn list_or_dash(items: &[String]) -> String {
     }
 }
 
-/// The lines of the task screen, at `now`.
+/// The lines of the task screen, at `now`: its fields, its last error in full, its
+/// timeline (times of day if `absolute`, else ages), then its progress, payload and
+/// result.
 pub fn task_lines(t: &TaskInfo, now: u64, absolute: bool) -> Vec<Line<'static>> {
-    let field = |name: &'static str, value: String| {
-        Line::from(vec![
-            Span::styled(format!("{name:<11}"), Style::new().bold()),
-            Span::raw(value),
-        ])
-    };
+    let mut lines = field_lines(t, now);
+    if let Some(e) = &t.last_error {
+        // The whole error: its first line beside the name, the rest (a traceback) below.
+        let mut error = e.lines();
+        let first = error.next().unwrap_or_default().to_owned();
+        lines.push(field("last error", first).fg(Color::Red));
+        lines.extend(error.map(|l| Line::raw(format!("  {l}")).fg(Color::Red)));
+    }
+    lines.push(Line::from(Span::styled("timeline", Style::new().bold())));
+    lines.extend((0..t.history.len()).map(|i| Line::raw(timeline_text(t, i, now, absolute))));
+    for (name, json) in [
+        ("progress", t.progress.as_ref()),
+        ("payload", Some(&t.payload)),
+        ("result", t.result.as_ref()),
+    ] {
+        if let Some(json) = json {
+            lines.push(Line::from(Span::styled(name, Style::new().bold())));
+            lines.extend(
+                pretty(json.get())
+                    .lines()
+                    .map(|l| Line::raw(format!("  {l}"))),
+            );
+        }
+    }
+    lines
+}
+
+/// A line of the task screen's fields: the name in bold, in a column of its own.
+fn field(name: &'static str, value: String) -> Line<'static> {
+    Line::from(vec![
+        Span::styled(format!("{name:<11}"), Style::new().bold()),
+        Span::raw(value),
+    ])
+}
+
+/// The task screen's fields, at `now`: queue, state, attempts, lease, priority, ages,
+/// and when it is due if it waits for a time.
+fn field_lines(t: &TaskInfo, now: u64) -> Vec<Line<'static>> {
     let mut state = t.state.as_str().to_owned();
     if let Some(reason) = &t.dead_reason {
         state.push_str(&format!(" ({reason})"));
@@ -71,50 +105,32 @@ pub fn task_lines(t: &TaskInfo, now: u64, absolute: bool) -> Vec<Line<'static>> 
     if let Some(at) = t.not_before_ms {
         lines.push(field("due", until(now, at)));
     }
-    if let Some(e) = &t.last_error {
-        // The whole error: its first line beside the name, the rest (a traceback) below.
-        let mut error = e.lines();
-        let first = error.next().unwrap_or_default().to_owned();
-        lines.push(field("last error", first).fg(Color::Red));
-        lines.extend(error.map(|l| Line::raw(format!("  {l}")).fg(Color::Red)));
-    }
-    lines.push(Line::from(Span::styled("timeline", Style::new().bold())));
-    for (i, e) in t.history.iter().enumerate() {
-        let when = if absolute {
-            crate::output::time(e.at_ms)
-        } else {
-            format!("{:>4} ago", ago(now, e.at_ms))
-        };
-        let mut text = format!("  {when}  {:<16}", e.event);
-        if let Some(m) = e.member.as_deref().filter(|m| !m.is_empty()) {
-            text.push_str(&format!(" {m}"));
-        }
-        if let Some(epoch) = e.epoch {
-            text.push_str(&format!(" #{epoch}"));
-        }
-        if let Some(ran) = attempt_length(t, i, now) {
-            text.push_str(&format!(" {ran}"));
-        }
-        if let Some(err) = &e.error {
-            text.push_str(&format!(" {}", one_line(err)));
-        }
-        lines.push(Line::raw(text));
-    }
-    for (name, json) in [
-        ("progress", t.progress.as_ref()),
-        ("payload", Some(&t.payload)),
-        ("result", t.result.as_ref()),
-    ] {
-        if let Some(json) = json {
-            lines.push(Line::from(Span::styled(name, Style::new().bold())));
-            lines.extend(
-                pretty(json.get())
-                    .lines()
-                    .map(|l| Line::raw(format!("  {l}"))),
-            );
-        }
-    }
     lines
+}
+
+/// The timeline's line of event `i`: when, what, by whom, under which epoch, how long
+/// the attempt it began ran, and its error's first line.
+fn timeline_text(t: &TaskInfo, i: usize, now: u64, absolute: bool) -> String {
+    let e = &t.history[i];
+    let when = if absolute {
+        crate::output::time(e.at_ms)
+    } else {
+        format!("{:>4} ago", ago(now, e.at_ms))
+    };
+    let mut text = format!("  {when}  {:<16}", e.event);
+    if let Some(m) = e.member.as_deref().filter(|m| !m.is_empty()) {
+        text.push_str(&format!(" {m}"));
+    }
+    if let Some(epoch) = e.epoch {
+        text.push_str(&format!(" #{epoch}"));
+    }
+    if let Some(ran) = attempt_length(t, i, now) {
+        text.push_str(&format!(" {ran}"));
+    }
+    if let Some(err) = &e.error {
+        text.push_str(&format!(" {}", one_line(err)));
+    }
+    text
 }
 
 /// The first line of a text, with a mark if more followed.

@@ -86,34 +86,11 @@ fn render_found(app: &App, frame: &mut Frame, area: Rect) {
 /// not clustered.
 fn render_cluster(app: &App, frame: &mut Frame, area: Rect) {
     let block = Block::bordered().title(screen_title(app));
-    let say = |text: Line<'static>, frame: &mut Frame| {
-        frame.render_widget(
-            Paragraph::new(text)
-                .wrap(Wrap { trim: true })
-                .block(block.clone()),
-            area,
-        )
-    };
-    if app.cluster.is_none() {
-        return say(
-            Line::raw(format!(
-                "not clustered: musterd at {} runs as a single daemon, not as a node of a cluster (musterd --cluster-id …: README, \"Running a cluster\")",
-                app.addr
-            )),
-            frame,
-        );
-    }
-    let Some(nodes) = &app.nodes else {
-        return say(
-            match &app.load_error {
-                Some(e) => Line::from(Span::styled(
-                    format!("cannot show this screen: {e}"),
-                    Style::new().fg(Color::Red),
-                )),
-                None => Line::raw("asking every node…"),
-            },
-            frame,
-        );
+    let Some(nodes) = app.nodes.as_ref().filter(|_| app.cluster.is_some()) else {
+        let text = Paragraph::new(cluster_placeholder(app))
+            .wrap(Wrap { trim: true })
+            .block(block);
+        return frame.render_widget(text, area);
     };
     let all = nodes.rows();
     let answered = all.iter().filter(|n| n.error.is_none()).count();
@@ -132,6 +109,30 @@ fn render_cluster(app: &App, frame: &mut Frame, area: Rect) {
     ])
     .areas(inner);
     frame.render_widget(Paragraph::new(facts), info);
+    render_nodes(app, frame, list);
+    frame.render_widget(Paragraph::new(node_errors(&failed, errors.width)), errors);
+}
+
+/// What the cluster screen says without nodes to show: that the daemon is not
+/// clustered, why the screen cannot be shown, or that the nodes are being asked.
+fn cluster_placeholder(app: &App) -> Line<'static> {
+    if app.cluster.is_none() {
+        return Line::raw(format!(
+            "not clustered: musterd at {} runs as a single daemon, not as a node of a cluster (musterd --cluster-id …: README, \"Running a cluster\")",
+            app.addr
+        ));
+    }
+    match &app.load_error {
+        Some(e) => Line::from(Span::styled(
+            format!("cannot show this screen: {e}"),
+            Style::new().fg(Color::Red),
+        )),
+        None => Line::raw("asking every node…"),
+    }
+}
+
+/// The table of the cluster's nodes, a row each, in `area`.
+fn render_nodes(app: &App, frame: &mut Frame, area: Rect) {
     // Packed on the left: a wide terminal leaves the room at the right.
     let widths = [
         Constraint::Length(4),
@@ -144,9 +145,7 @@ fn render_cluster(app: &App, frame: &mut Frame, area: Rect) {
         Constraint::Length(7),
         Constraint::Length(8),
     ];
-    let addr_width = column_widths(list, &widths)[1];
-    let now = app.now_ms;
-    let or_dash = |v: Option<u64>| v.map_or("-".to_owned(), index);
+    let addr_width = column_widths(area, &widths)[1];
     let rows = app
         .rows()
         .into_iter()
@@ -154,43 +153,51 @@ fn render_cluster(app: &App, frame: &mut Frame, area: Rect) {
             Row::Node(n) => Some(n),
             _ => None,
         })
-        .map(|n| {
-            let role = Cell::from(n.role.clone());
-            let role = match n.role.as_str() {
-                "leader" => role.fg(Color::Green).bold(),
-                "candidate" => role.fg(Color::Yellow),
-                "shutdown" => role.fg(Color::Red),
-                _ => role,
-            };
-            let contact = Cell::from(n.heard_ms.map_or("never".into(), |at| ago(now, at)));
-            let row = TableRow::new(vec![
-                Cell::from(n.id.clone()),
-                Cell::from(fit(&n.addr, addr_width)),
-                role,
-                Cell::from(or_dash(n.term)),
-                Cell::from(or_dash(n.last_log)),
-                Cell::from(or_dash(n.applied)),
-                Cell::from(or_dash(n.lag)),
-                contact,
-                Cell::from(or_dash(n.snapshot)),
-            ]);
-            // A node that did not answer: what it said last, in red.
-            if n.error.is_some() {
-                row.fg(Color::Red)
-            } else {
-                row
-            }
-        })
+        .map(|n| node_row(&n, app.now_ms, addr_width))
         .collect::<Vec<_>>();
     if rows.is_empty() {
-        frame.render_widget(Paragraph::new(nothing(app, "no nodes")), list);
+        frame.render_widget(Paragraph::new(nothing(app, "no nodes")), area);
     } else {
         let head = header(&[
             "NODE", "ADDRESS", "ROLE", "TERM", "LOG", "APPLIED", "LAG", "CONTACT", "SNAPSHOT",
         ]);
-        table(app, rows, &widths, head, Block::new(), frame, list);
+        table(app, rows, &widths, head, Block::new(), frame, area);
     }
-    let lines: Vec<Line<'_>> = failed
+}
+
+/// A node's row of the cluster table, its role coloured; a node that did not answer
+/// shows what it said last, in red.
+fn node_row(n: &NodeRow, now: u64, addr_width: u16) -> TableRow<'static> {
+    let or_dash = |v: Option<u64>| v.map_or("-".to_owned(), index);
+    let role = Cell::from(n.role.clone());
+    let role = match n.role.as_str() {
+        "leader" => role.fg(Color::Green).bold(),
+        "candidate" => role.fg(Color::Yellow),
+        "shutdown" => role.fg(Color::Red),
+        _ => role,
+    };
+    let contact = Cell::from(n.heard_ms.map_or("never".into(), |at| ago(now, at)));
+    let row = TableRow::new(vec![
+        Cell::from(n.id.clone()),
+        Cell::from(fit(&n.addr, addr_width)),
+        role,
+        Cell::from(or_dash(n.term)),
+        Cell::from(or_dash(n.last_log)),
+        Cell::from(or_dash(n.applied)),
+        Cell::from(or_dash(n.lag)),
+        contact,
+        Cell::from(or_dash(n.snapshot)),
+    ]);
+    if n.error.is_some() {
+        row.fg(Color::Red)
+    } else {
+        row
+    }
+}
+
+/// A red line per node that did not answer, saying why, fitted to `width`.
+fn node_errors(failed: &[&NodeRow], width: u16) -> Vec<Line<'static>> {
+    failed
         .iter()
         .map(|n| {
             let why = format!(
@@ -199,13 +206,9 @@ fn render_cluster(app: &App, frame: &mut Frame, area: Rect) {
                 n.addr,
                 one_line(n.error.as_deref().unwrap_or_default())
             );
-            Line::from(Span::styled(
-                fit(&why, errors.width),
-                Style::new().fg(Color::Red),
-            ))
+            Line::from(Span::styled(fit(&why, width), Style::new().fg(Color::Red)))
         })
-        .collect();
-    frame.render_widget(Paragraph::new(lines), errors);
+        .collect()
 }
 
 /// The cluster as the connected node's answer has it: its id, the leader and the term,
@@ -594,6 +597,8 @@ fn nothing(app: &App, what: &str) -> String {
     }
 }
 
+/// A queue's screen: its tabs (a state each, with its count), a line of facts, its
+/// trends when there is room, and the tasks of the tab's state.
 fn render_queue(
     app: &App,
     q: &QueueInfo,
@@ -616,19 +621,37 @@ fn render_queue(
     if trend_rows > 0 {
         render_trends(app, &q.name, frame, trends);
     }
+    frame.render_widget(queue_tabs(q, state), tabs);
+    frame.render_widget(queue_facts(app, q), info);
+    if app.rows().is_empty() {
+        let what = format!("no {} tasks", state.as_str());
+        frame.render_widget(Paragraph::new(nothing(app, &what)), list);
+        return;
+    }
+    if app.page().grouped {
+        return group_table(app, Block::new(), frame, list);
+    }
+    task_table(app, &screen_columns(app), Block::new(), frame, list);
+}
+
+/// A queue's tabs, a state each with its count, the tab of `state` selected.
+fn queue_tabs(q: &QueueInfo, state: TaskState) -> Tabs<'static> {
     let titles: Vec<String> = TABS
         .iter()
         .map(|s| format!("{} {}", s.as_str(), count(q.counts.get(*s))))
         .collect();
     let selected = TABS.iter().position(|s| *s == state).unwrap_or(0);
-    frame.render_widget(
-        Tabs::new(titles)
-            .select(selected)
-            .highlight_style(Style::new().reversed())
-            .padding("", "")
-            .divider(" │ "),
-        tabs,
-    );
+    Tabs::new(titles)
+        .select(selected)
+        .highlight_style(Style::new().reversed())
+        .padding("", "")
+        .divider(" │ ")
+}
+
+/// A queue's line of facts: paused or active, its rates and consumers, and (when
+/// there is something to say) why its work is stuck, its oldest ready task, the tasks
+/// held back and those no member can claim.
+fn queue_facts(app: &App, q: &QueueInfo) -> Line<'static> {
     let (rate_in, rate_out) = app.rate(&q.name);
     let mut facts = vec![if q.options.paused {
         Span::styled("paused", Style::new().fg(Color::Yellow).bold())
@@ -661,16 +684,7 @@ fn render_queue(
             Style::new().fg(Color::Red),
         ));
     }
-    frame.render_widget(Line::from(facts), info);
-    if app.rows().is_empty() {
-        let what = format!("no {} tasks", state.as_str());
-        frame.render_widget(Paragraph::new(nothing(app, &what)), list);
-        return;
-    }
-    if app.page().grouped {
-        return group_table(app, Block::new(), frame, list);
-    }
-    task_table(app, &screen_columns(app), Block::new(), frame, list);
+    Line::from(facts)
 }
 
 /// A dead list grouped by error: how many died of each, in which queues, the last when.
