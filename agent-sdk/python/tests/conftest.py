@@ -59,7 +59,11 @@ def free_port_below_ephemeral() -> int:
     if end <= PORTS_FROM + 1_000:
         end = 32_768
     span = end - PORTS_FROM
-    port = _next_port if _next_port is not None else PORTS_FROM + int.from_bytes(os.urandom(2), "big") % span
+    port = (
+        _next_port
+        if _next_port is not None
+        else PORTS_FROM + int.from_bytes(os.urandom(2), "big") % span
+    )
     for _ in range(span):
         port = PORTS_FROM if port + 1 >= end else port + 1
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

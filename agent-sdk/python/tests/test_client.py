@@ -99,8 +99,12 @@ def test_enqueue_shapes_tasks_and_returns_ids_in_order(daemon: Daemon) -> None:
             # Raw JSON bytes go through verbatim.
             raw_id = await client.enqueue("jobs", b'{"kept" :  [1, 2.50]}')
             assert (await client.task_get(raw_id)).payload == {"kept": [1, 2.5]}
-            with pytest.raises(muster.InvalidInput):
+            with pytest.raises(muster.InvalidInput, match="payload bytes are not one JSON value"):
                 await client.enqueue("jobs", b"{not json")
+            # Bytes are one JSON value: text that would close the task and open another
+            # is refused (the count of ready tasks below shows none was made).
+            with pytest.raises(muster.InvalidInput, match="payload bytes are not one JSON value"):
+                await client.enqueue("jobs", b'1},{"payload":2')
             # Bytes are JSON text, UTF-8: not an opaque blob.
             with pytest.raises(muster.InvalidInput, match="not UTF-8"):
                 await client.enqueue("jobs", b'"\xff"')
@@ -136,7 +140,7 @@ def test_enqueue_shapes_tasks_and_returns_ids_in_order(daemon: Daemon) -> None:
                 rest = await client.task_list("jobs", "ready", after=rest.next, limit=1000)
                 total += len(rest.tasks)
             assert total == 2500 + 200 + 2  # and the raw and the UTF-8 ones above
-            with pytest.raises(muster.InvalidInput):
+            with pytest.raises(muster.InvalidInput, match="unknown variant `sleeping`"):
                 await client.task_list("jobs", "sleeping")  # type: ignore[arg-type]
 
     run(body())

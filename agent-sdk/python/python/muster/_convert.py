@@ -43,12 +43,18 @@ def instant_ms(at: Union[datetime, float, int]) -> int:
 
 def json_text(value: Any, what: str) -> str:
     """JSON text of a value: ``bytes`` are taken as JSON text already encoded (UTF-8,
-    checked by the native layer); anything else goes through :func:`json.dumps`."""
+    checked here to be exactly one JSON value, as it is spliced into the request as it
+    is); anything else goes through :func:`json.dumps`."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         try:
-            return bytes(value).decode("utf-8")
+            text = bytes(value).decode("utf-8")
         except UnicodeDecodeError as e:
             raise _native.InvalidInput(f"{what} bytes are not UTF-8 JSON text: {e}") from None
+        try:
+            json.loads(text)
+        except ValueError as e:
+            raise _native.InvalidInput(f"{what} bytes are not one JSON value: {e}") from None
+        return text
     try:
         return json.dumps(value, separators=JSON_SEPARATORS, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
