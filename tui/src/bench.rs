@@ -80,16 +80,7 @@ impl Daemon {
             .to_possible_value()
             .expect("every durability has a name");
         let durability = durability.get_name();
-        let mut log = match &args.daemon_log {
-            Some(path) => Some(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                    .with_context(|| format!("opening {}", path.display()))?,
-            ),
-            None => None,
-        };
+        let mut log = daemon_log(args)?;
         let started = Instant::now();
         let mut child = Command::new(musterd)
             .arg("--data")
@@ -122,21 +113,7 @@ impl Daemon {
                 let _ = tx.send(line);
             }
         });
-        let addr = loop {
-            let line = rx
-                .recv_timeout(START_TIMEOUT)
-                .context("musterd did not report listening")?;
-            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-            if v["fields"]["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("musterd listening"))
-            {
-                break v["fields"]["addr"]
-                    .as_str()
-                    .context("addr in the log")?
-                    .to_owned();
-            }
-        };
+        let addr = listening_addr(&rx)?;
         let serving = started.elapsed();
         Ok((
             Daemon {
@@ -166,6 +143,40 @@ impl Daemon {
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)?;
         self.child.wait()?;
         Ok(())
+    }
+}
+
+/// The file `--daemon-log` names, opened to append the daemon's log to; `None` without
+/// one.
+fn daemon_log(args: &BenchArgs) -> anyhow::Result<Option<std::fs::File>> {
+    let Some(path) = &args.daemon_log else {
+        return Ok(None);
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    Ok(Some(file))
+}
+
+/// The address a starting daemon listens on, from its JSON log's lines as `lines`
+/// hands them on; an error if none says so within [`START_TIMEOUT`] of the last line.
+fn listening_addr(lines: &std::sync::mpsc::Receiver<String>) -> anyhow::Result<String> {
+    loop {
+        let line = lines
+            .recv_timeout(START_TIMEOUT)
+            .context("musterd did not report listening")?;
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if v["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("musterd listening"))
+        {
+            return Ok(v["fields"]["addr"]
+                .as_str()
+                .context("addr in the log")?
+                .to_owned());
+        }
     }
 }
 
@@ -532,6 +543,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// The latency phase: one producer at a steady `rate` for `seconds`, with the workers
+/// running; the time from enqueue to delivery, and the disk's fdatasync meanwhile.
 async fn latency(
     args: &BenchArgs,
     options: &ConnectOptions,
@@ -543,32 +556,62 @@ async fn latency(
         .queue_create("latency", QueuePatch::default())
         .await?;
     let samples: Arc<Mutex<Vec<f64>>> = Arc::default();
-    let record = {
-        let samples = Arc::clone(&samples);
-        Arc::new(move |d: &muster_sdk::Delivery| {
-            let v: serde_json::Value = serde_json::from_str(d.payload.get()).unwrap_or_default();
-            if let Some(t) = v["t"].as_u64() {
-                let ms = now_us().saturating_sub(t) as f64 / 1000.0;
-                samples
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .push(ms);
-            }
-        })
-    };
     let acked = Arc::new(AtomicUsize::new(0));
     let workers = start_workers(
         options,
         "latency",
         args.workers,
         args.prefetch,
-        record,
+        latency_recorder(&samples),
         Arc::clone(&acked),
     )
     .await?;
     let total = (args.rate * args.seconds) as usize;
     let disk = LoadedDisk::start(dir)?;
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
+    enqueue_at_rate(&producer, total, args.rate).await?;
+    let disk = disk.finish()?;
+    run.latency_disk_p99_ms = Some(percentile(&disk, 0.99));
+    run.latency_disk_p999_ms = Some(percentile(&disk, 0.999));
+    run.latency_disk_max_ms = disk.last().copied();
+    settle(&acked, total).await?;
+    for w in workers {
+        w.abort();
+    }
+    let mut s = samples
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    s.sort_by(f64::total_cmp);
+    run.latency_p50_ms = Some(percentile(&s, 0.5));
+    run.latency_p99_ms = Some(percentile(&s, 0.99));
+    run.latency_p999_ms = Some(percentile(&s, 0.999));
+    run.latency_max_ms = s.last().copied();
+    Ok(())
+}
+
+/// What the latency phase's workers do with each delivery: add the milliseconds since
+/// its payload's stamp `t` (microseconds since the epoch) to `samples`.
+fn latency_recorder(
+    samples: &Arc<Mutex<Vec<f64>>>,
+) -> Arc<dyn Fn(&muster_sdk::Delivery) + Send + Sync> {
+    let samples = Arc::clone(samples);
+    Arc::new(move |d: &muster_sdk::Delivery| {
+        let v: serde_json::Value = serde_json::from_str(d.payload.get()).unwrap_or_default();
+        if let Some(t) = v["t"].as_u64() {
+            let ms = now_us().saturating_sub(t) as f64 / 1000.0;
+            samples
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(ms);
+        }
+    })
+}
+
+/// Enqueues `total` tasks stamped with their send time on queue `latency`, `rate` a
+/// second (late ticks catch up in a burst), at most 1,024 unconfirmed at a time;
+/// returns once every one is confirmed.
+async fn enqueue_at_rate(producer: &Client, total: usize, rate: f64) -> anyhow::Result<()> {
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let mut pending = VecDeque::new();
     for _ in 0..total {
@@ -587,10 +630,12 @@ async fn latency(
     for p in pending {
         p.reply().await?;
     }
-    let disk = disk.finish()?;
-    run.latency_disk_p99_ms = Some(percentile(&disk, 0.99));
-    run.latency_disk_p999_ms = Some(percentile(&disk, 0.999));
-    run.latency_disk_max_ms = disk.last().copied();
+    Ok(())
+}
+
+/// Waits until `total` tasks are acked; an error if that takes longer than
+/// [`LATENCY_SETTLE`].
+async fn settle(acked: &AtomicUsize, total: usize) -> anyhow::Result<()> {
     let deadline = Instant::now() + LATENCY_SETTLE;
     while acked.load(Ordering::Relaxed) < total {
         if Instant::now() > deadline {
@@ -602,18 +647,6 @@ async fn latency(
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    for w in workers {
-        w.abort();
-    }
-    let mut s = samples
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
-    s.sort_by(f64::total_cmp);
-    run.latency_p50_ms = Some(percentile(&s, 0.5));
-    run.latency_p99_ms = Some(percentile(&s, 0.99));
-    run.latency_p999_ms = Some(percentile(&s, 0.999));
-    run.latency_max_ms = s.last().copied();
     Ok(())
 }
 
@@ -699,6 +732,8 @@ async fn startup(args: &BenchArgs, musterd: &Path, run: &mut Run) -> anyhow::Res
     daemon.stop()
 }
 
+/// The members phase: `members` connected members each renewing a lease every second;
+/// the daemon's CPU use, and its resident memory with them connected.
 async fn members(
     args: &BenchArgs,
     options: &ConnectOptions,
@@ -746,24 +781,7 @@ async fn members(
         let (_, pushes) = client.open_session(&open).await?;
         sessions.push((client, member, pushes));
     }
-    let mut agents = Vec::new();
-    for (client, member, pushes) in sessions {
-        let got = client
-            .claim(&Claim::new(["members"]).member(member))
-            .await?;
-        let lease = got.into_iter().next().context("a task for every member")?;
-        let stop = Arc::clone(&stop);
-        agents.push(tokio::spawn(async move {
-            let _pushes = pushes;
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => { client.renew(&lease.id, lease.epoch, None, None).await?; }
-                    () = stop.notified() => return anyhow::Ok(()),
-                }
-            }
-        }));
-    }
+    let agents = renew_leases(sessions, &stop).await?;
     // Measure once every member renews on its own rhythm.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (cpu, started) = (cpu_seconds(pid), Instant::now());
@@ -778,6 +796,33 @@ async fn members(
         a.abort();
     }
     Ok(())
+}
+
+/// Each member of `sessions` (its client, name and pushes) claims a task of queue
+/// `members`, then renews its lease every second on a task of its own until `stop`.
+async fn renew_leases(
+    sessions: Vec<(Client, String, tokio::sync::mpsc::UnboundedReceiver<Push>)>,
+    stop: &Arc<tokio::sync::Notify>,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<anyhow::Result<()>>>> {
+    let mut agents = Vec::new();
+    for (client, member, pushes) in sessions {
+        let got = client
+            .claim(&Claim::new(["members"]).member(member))
+            .await?;
+        let lease = got.into_iter().next().context("a task for every member")?;
+        let stop = Arc::clone(stop);
+        agents.push(tokio::spawn(async move {
+            let _pushes = pushes;
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => { client.renew(&lease.id, lease.epoch, None, None).await?; }
+                    () = stop.notified() => return anyhow::Ok(()),
+                }
+            }
+        }));
+    }
+    Ok(agents)
 }
 
 /// A file in a run's data directory that times 4 KiB appends, each made durable with

@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use muster_protocol::model::{NewTask, QueuePatch};
-use muster_sdk::{Client, ConnectOptions, ErrorCode, Outcome, Task, Worker, WorkerConfig};
+use muster_sdk::{
+    Client, ConnectOptions, ErrorCode, Outcome, Task, Worker, WorkerConfig, WorkerHandle,
+};
 
 /// The queue the demo uses.
 const QUEUE: &str = "demo";
@@ -26,6 +28,30 @@ const AGENTS: u32 = 4;
 pub async fn run(options: ConnectOptions, rate: f64) -> anyhow::Result<()> {
     anyhow::ensure!(rate > 0.0 && rate <= 1000.0, "--rate must be in (0, 1000]");
     let client = Client::connect(options.clone()).await?;
+    create_queue(&client).await?;
+    let (agents, handles) = start_agents(&options);
+    println!("demo: {AGENTS} agents on queue {QUEUE:?}, {rate} tasks/s; Ctrl-C to stop");
+    let mut producer = Producer {
+        options,
+        client: Some(client),
+        run: format!("{}-{}", std::process::id(), crate::output::now_ms()),
+    };
+    producer.produce(rate).await?;
+    println!("demo: draining agents");
+    for h in &handles {
+        h.shutdown();
+    }
+    for a in agents {
+        a.await.context("joining an agent")??;
+    }
+    if let Some(client) = producer.client {
+        client.close().await;
+    }
+    Ok(())
+}
+
+/// Creates queue `demo` (its tasks retried twice, leased for 10 s), unless it exists.
+async fn create_queue(client: &Client) -> anyhow::Result<()> {
     match client
         .queue_create(
             QUEUE,
@@ -37,10 +63,20 @@ pub async fn run(options: ConnectOptions, rate: f64) -> anyhow::Result<()> {
         )
         .await
     {
-        Ok(_) => {}
-        Err(e) if e.code() == Some(ErrorCode::AlreadyExists) => {}
-        Err(e) => return Err(e).context("creating queue demo"),
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == Some(ErrorCode::AlreadyExists) => Ok(()),
+        Err(e) => Err(e).context("creating queue demo"),
     }
+}
+
+/// Starts the [`AGENTS`] agents, capacity 2 each, the last two labelled `gpu`: their
+/// tasks, and the handles that drain them.
+fn start_agents(
+    options: &ConnectOptions,
+) -> (
+    Vec<tokio::task::JoinHandle<Result<(), muster_sdk::Error>>>,
+    Vec<WorkerHandle>,
+) {
     let mut agents = Vec::new();
     let mut handles = Vec::new();
     for n in 1..=AGENTS {
@@ -54,48 +90,7 @@ pub async fn run(options: ConnectOptions, rate: f64) -> anyhow::Result<()> {
         handles.push(worker.handle());
         agents.push(tokio::spawn(worker.run(work)));
     }
-    println!("demo: {AGENTS} agents on queue {QUEUE:?}, {rate} tasks/s; Ctrl-C to stop");
-    let mut producer = Producer {
-        options,
-        client: Some(client),
-        run: format!("{}-{}", std::process::id(), crate::output::now_ms()),
-    };
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-    // After an outage the producer goes on at its rate, without a burst of catch-up.
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("listening for SIGTERM")?;
-    let stop = async {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    };
-    tokio::pin!(stop);
-    let mut n: u64 = 0;
-    loop {
-        tokio::select! {
-            () = &mut stop => break,
-            _ = tick.tick() => {
-                n += 1;
-                tokio::select! {
-                    () = &mut stop => break,
-                    sent = producer.enqueue(n) => sent?,
-                }
-            }
-        }
-    }
-    println!("demo: draining agents");
-    for h in &handles {
-        h.shutdown();
-    }
-    for a in agents {
-        a.await.context("joining an agent")??;
-    }
-    if let Some(client) = producer.client {
-        client.close().await;
-    }
-    Ok(())
+    (agents, handles)
 }
 
 /// First wait before the producer reconnects; doubled up to [`RECONNECT_MAX`].
@@ -115,6 +110,35 @@ struct Producer {
 }
 
 impl Producer {
+    /// Enqueues a job every `1 / rate` seconds until Ctrl-C or SIGTERM.
+    async fn produce(&mut self, rate: f64) -> anyhow::Result<()> {
+        let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+        // After an outage the producer goes on at its rate, without a burst of catch-up.
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("listening for SIGTERM")?;
+        let stop = async {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        };
+        tokio::pin!(stop);
+        let mut n: u64 = 0;
+        loop {
+            tokio::select! {
+                () = &mut stop => return Ok(()),
+                _ = tick.tick() => {
+                    n += 1;
+                    tokio::select! {
+                        () = &mut stop => return Ok(()),
+                        sent = self.enqueue(n) => sent?,
+                    }
+                }
+            }
+        }
+    }
+
     /// Enqueues job `n`, reconnecting until the daemon takes it; fails only if the
     /// daemon refuses it.
     async fn enqueue(&mut self, n: u64) -> anyhow::Result<()> {

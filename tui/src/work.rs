@@ -136,7 +136,7 @@ pub async fn run(
     // help, since /proc/PID/environ shows the block the process was started with,
     // which unsetenv leaves as it was, and std::env::remove_var is unsound now that
     // the runtime's threads run. Being non-dumpable is what keeps that block from the
-    // programs; they are started without any MUSTER_* variable (see `execute`).
+    // programs; they are started without any MUSTER_* variable (see `program_command`).
     //
     // A token file is read once, now, and the token kept in memory: no reconnect opens
     // the file again (a program of this user could have replaced it meanwhile). The
@@ -346,10 +346,57 @@ async fn execute(
     task: &Task,
     claim: &ClaimString,
 ) -> anyhow::Result<(Outcome, String)> {
-    let d = task.delivery();
     let progress_file = runner
         .progress_dir
         .join(format!("{}-{}.json", claim.id, claim.epoch));
+    let child = match program_command(runner, task, claim, &progress_file).spawn() {
+        Ok(child) => child,
+        Err(e) => return Ok((runner_failure(runner, task, &e).await, "-".into())),
+    };
+    runner.spawn_failures.store(0, Ordering::Relaxed);
+    let mut program = Program::new(child, &runner.guardian)?;
+    let mut stdin = program.child.stdin.take().context("child stdin")?;
+    let payload = task.delivery().payload.get().as_bytes().to_vec();
+    let feed = tokio::spawn(async move {
+        // A program that does not read its stdin is not an error.
+        let _ = stdin.write_all(&payload).await;
+    });
+    let stdout = tokio::spawn(read_bounded(
+        program.child.stdout.take().context("child stdout")?,
+        MAX_RESULT_BYTES + 1,
+        Keep::Head,
+    ));
+    let stderr = tokio::spawn(read_bounded(
+        program.child.stderr.take().context("child stderr")?,
+        STDERR_TAIL,
+        Keep::Tail,
+    ));
+    let mut seen = None;
+    let (status, stopped) =
+        supervise(runner, task, claim, &mut program, &progress_file, &mut seen).await?;
+    // Whatever the program left running in its group goes with it.
+    program.kill_group();
+    report_progress(task, &progress_file, runner.progress_owner, &mut seen);
+    let _ = std::fs::remove_file(&progress_file);
+    // A background process of the program may hold the pipes open: read what is there
+    // for a moment, then give up on the rest rather than hang the task.
+    feed.abort();
+    let out = finish_reader(stdout).await;
+    let err_tail = String::from_utf8_lossy(&finish_reader(stderr).await).into_owned();
+    let outcome = exit_outcome(&status, stopped.is_some(), &out, &err_tail)?;
+    Ok((outcome, status.to_string()))
+}
+
+/// The program's command for one delivery: COMMAND's arguments, the task in
+/// `MUSTER_*` variables (and none of the runner's own), a process group of its own,
+/// piped stdin, stdout and stderr, and `--user`'s identity if given.
+fn program_command(
+    runner: &Runner,
+    task: &Task,
+    claim: &ClaimString,
+    progress_file: &Path,
+) -> Command {
+    let d = task.delivery();
     let last_progress = task
         .progress()
         .map(|p| p.get().to_owned())
@@ -370,7 +417,7 @@ async fn execute(
         .env("MUSTER_FAILURES", d.failures.to_string())
         .env("MUSTER_RECLAIMED", d.reclaimed.to_string())
         .env("MUSTER_PROGRESS", &last_progress)
-        .env("MUSTER_PROGRESS_FILE", &progress_file)
+        .env("MUSTER_PROGRESS_FILE", progress_file)
         .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -384,65 +431,52 @@ async fn execute(
             .env("USER", &user.name)
             .env("LOGNAME", &user.name);
     }
-    let child = match command.spawn() {
-        Ok(child) => child,
-        Err(e) => return Ok((runner_failure(runner, task, &e).await, "-".into())),
-    };
-    runner.spawn_failures.store(0, Ordering::Relaxed);
-    let mut program = Program::new(child, &runner.guardian)?;
-    let mut stdin = program.child.stdin.take().context("child stdin")?;
-    let payload = d.payload.get().as_bytes().to_vec();
-    let feed = tokio::spawn(async move {
-        // A program that does not read its stdin is not an error.
-        let _ = stdin.write_all(&payload).await;
-    });
-    let stdout = tokio::spawn(read_bounded(
-        program.child.stdout.take().context("child stdout")?,
-        MAX_RESULT_BYTES + 1,
-        Keep::Head,
-    ));
-    let stderr = tokio::spawn(read_bounded(
-        program.child.stderr.take().context("child stderr")?,
-        STDERR_TAIL,
-        Keep::Tail,
-    ));
+    command
+}
 
+/// Waits for the program to exit, reporting its progress meanwhile; a cancel, a lost
+/// lease or a drain stops it (SIGTERM, then SIGKILL after the grace period or before
+/// the lease ends). Its exit status, and why it was stopped if it was.
+async fn supervise(
+    runner: &Runner,
+    task: &Task,
+    claim: &ClaimString,
+    program: &mut Program<'_>,
+    progress_file: &Path,
+    seen: &mut Option<(std::time::SystemTime, u64)>,
+) -> anyhow::Result<(std::process::ExitStatus, Option<Stop>)> {
     let mut poll = tokio::time::interval(PROGRESS_POLL);
-    let mut seen = None;
     let mut stopped = None;
     let status = loop {
         tokio::select! {
             status = program.child.wait() => break status.context("waiting for the program")?,
             () = task.cancelled(), if stopped.is_none() => stopped = Some(Stop::Cancelled),
             () = task.draining(), if stopped.is_none() => stopped = Some(Stop::Draining),
-            _ = poll.tick() => report_progress(task, &progress_file, runner.progress_owner, &mut seen),
+            _ = poll.tick() => report_progress(task, progress_file, runner.progress_owner, seen),
         }
         if let Some(why) = stopped {
             info!(task = %claim.id, epoch = claim.epoch, reason = ?why, "stopping the program (SIGTERM, SIGKILL after the grace period)");
             let kill_at = (Instant::now() + runner.spec.grace).min(task.lease_deadline());
             break program
-                .stop(
-                    kill_at,
-                    task,
-                    &progress_file,
-                    runner.progress_owner,
-                    &mut seen,
-                )
+                .stop(kill_at, task, progress_file, runner.progress_owner, seen)
                 .await?;
         }
     };
-    // Whatever the program left running in its group goes with it.
-    program.kill_group();
-    report_progress(task, &progress_file, runner.progress_owner, &mut seen);
-    let _ = std::fs::remove_file(&progress_file);
-    // A background process of the program may hold the pipes open: read what is there
-    // for a moment, then give up on the rest rather than hang the task.
-    feed.abort();
-    let out = finish_reader(stdout).await;
-    let err_tail = String::from_utf8_lossy(&finish_reader(stderr).await).into_owned();
-    let outcome = match status.code() {
+    Ok((status, stopped))
+}
+
+/// The settle an exit asks for (the module's table): 0 acks with stdout as the result
+/// (a nack if that is too large), [`EXIT_DEAD_LETTER`] dead-letters, a program the
+/// runner `stopped` is released, anything else nacks; `err_tail` is stderr's end.
+fn exit_outcome(
+    status: &std::process::ExitStatus,
+    stopped: bool,
+    out: &[u8],
+    err_tail: &str,
+) -> anyhow::Result<Outcome> {
+    Ok(match status.code() {
         Some(0) => {
-            let result = result_json(&out)?;
+            let result = result_json(out)?;
             if out.len() > MAX_RESULT_BYTES || result.get().len() > MAX_RESULT_BYTES {
                 Outcome::Nack {
                     delay: None,
@@ -452,15 +486,14 @@ async fn execute(
                 Outcome::Ack(Some(result))
             }
         }
-        Some(EXIT_DEAD_LETTER) => Outcome::DeadLetter(failure_text(&status, &err_tail)),
+        Some(EXIT_DEAD_LETTER) => Outcome::DeadLetter(failure_text(status, err_tail)),
         // Stopped by the runner: not the task's failure.
-        _ if stopped.is_some() => Outcome::Release,
+        _ if stopped => Outcome::Release,
         _ => Outcome::Nack {
             delay: None,
-            error: failure_text(&status, &err_tail),
+            error: failure_text(status, err_tail),
         },
-    };
-    Ok((outcome, status.to_string()))
+    })
 }
 
 /// A program that could not be started: the runner is broken, not the task. Holds the
