@@ -275,6 +275,8 @@ pub async fn handle_stream(
     let ((), ()) = tokio::join!(reader, writer);
 }
 
+/// Reads one stream's request frames and hands each to [`handle_frame`], within the
+/// connection's and its token's buffered-bytes limits.
 async fn read_requests(
     mut recv: quinn::RecvStream,
     state: Arc<ConnState>,
@@ -288,61 +290,16 @@ async fn read_requests(
         token: None,
     };
     loop {
-        loop {
-            let body = match frames.next_frame() {
-                Ok(Some(body)) => body,
-                Ok(None) => break,
-                Err(e) => {
-                    let code = match e {
-                        FrameError::TooLarge { .. } => ErrorCode::TooLarge,
-                        FrameError::Empty => ErrorCode::BadRequest,
-                    };
-                    refuse_stream(&state, &out, &mut recv, ErrorBody::new(code, e.to_string()))
-                        .await;
-                    return;
-                }
-            };
-            buffered.set(frames.capacity(), state.token_buffered());
-            // Every frame takes a slot of the connection's in-flight limit until its
-            // reply is encoded: past the limit the daemon stops reading (QUIC flow
-            // control then holds the client back).
-            let Ok(slot) = Arc::clone(&state.in_flight).acquire_owned().await else {
-                return;
-            };
-            if handle_frame(&body, slot, &state, &out).await.is_break() {
-                return;
-            }
-        }
-        buffered.set(frames.capacity(), state.token_buffered());
-        let limit = state.buffer_limit();
-        let token_limit = state.context.server.max_buffered_per_token;
-        if frames.in_frame()
-            && let Some(token) = state.token_buffered()
-            && token.load(Ordering::Relaxed) > token_limit
+        if handle_frames(&mut frames, &mut buffered, &mut recv, &state, &out)
+            .await
+            .is_break()
         {
-            let error = ErrorBody::new(
-                ErrorCode::TooLarge,
-                format!(
-                    "this token's connections hold {} bytes of unfinished request frames; at most {token_limit} are buffered (--max-buffered-mib-per-token)",
-                    token.load(Ordering::Relaxed),
-                ),
-            );
-            refuse_stream(&state, &out, &mut recv, error).await;
             return;
         }
-        if frames.in_frame() && buffered.total.load(Ordering::Relaxed) > limit {
-            let error = ErrorBody::new(
-                ErrorCode::TooLarge,
-                format!(
-                    "this connection holds {} bytes of unfinished request frames; at most {limit} are buffered{}",
-                    buffered.total.load(Ordering::Relaxed),
-                    if limit == MAX_BUFFERED_BEFORE_HELLO {
-                        " before hello"
-                    } else {
-                        ""
-                    },
-                ),
-            );
+        buffered.set(frames.capacity(), state.token_buffered());
+        if frames.in_frame()
+            && let Err(error) = check_buffered(&state, &buffered)
+        {
             refuse_stream(&state, &out, &mut recv, error).await;
             return;
         }
@@ -355,6 +312,74 @@ async fn read_requests(
             Ok(None) | Err(_) => return,
         }
     }
+}
+
+/// Handles every whole frame the reader holds, each with a slot of the connection's
+/// in-flight limit. Breaks when the stream must stop.
+async fn handle_frames(
+    frames: &mut FrameReader,
+    buffered: &mut Buffered<'_>,
+    recv: &mut quinn::RecvStream,
+    state: &ConnState,
+    out: &mpsc::UnboundedSender<Outgoing>,
+) -> ControlFlow<()> {
+    loop {
+        let body = match frames.next_frame() {
+            Ok(Some(body)) => body,
+            Ok(None) => return Continue(()),
+            Err(e) => {
+                let code = match e {
+                    FrameError::TooLarge { .. } => ErrorCode::TooLarge,
+                    FrameError::Empty => ErrorCode::BadRequest,
+                };
+                refuse_stream(state, out, recv, ErrorBody::new(code, e.to_string())).await;
+                return Break(());
+            }
+        };
+        buffered.set(frames.capacity(), state.token_buffered());
+        // Every frame takes a slot of the connection's in-flight limit until its
+        // reply is encoded: past the limit the daemon stops reading (QUIC flow
+        // control then holds the client back).
+        let Ok(slot) = Arc::clone(&state.in_flight).acquire_owned().await else {
+            return Break(());
+        };
+        if handle_frame(&body, slot, state, out).await.is_break() {
+            return Break(());
+        }
+    }
+}
+
+/// The refusal of a stream in the middle of a frame whose unfinished request bytes
+/// passed its token's limit (`--max-buffered-mib-per-token`) or its connection's.
+fn check_buffered(state: &ConnState, buffered: &Buffered<'_>) -> Result<(), ErrorBody> {
+    let limit = state.buffer_limit();
+    let token_limit = state.context.server.max_buffered_per_token;
+    if let Some(token) = state.token_buffered()
+        && token.load(Ordering::Relaxed) > token_limit
+    {
+        return Err(ErrorBody::new(
+            ErrorCode::TooLarge,
+            format!(
+                "this token's connections hold {} bytes of unfinished request frames; at most {token_limit} are buffered (--max-buffered-mib-per-token)",
+                token.load(Ordering::Relaxed),
+            ),
+        ));
+    }
+    if buffered.total.load(Ordering::Relaxed) > limit {
+        return Err(ErrorBody::new(
+            ErrorCode::TooLarge,
+            format!(
+                "this connection holds {} bytes of unfinished request frames; at most {limit} are buffered{}",
+                buffered.total.load(Ordering::Relaxed),
+                if limit == MAX_BUFFERED_BEFORE_HELLO {
+                    " before hello"
+                } else {
+                    ""
+                },
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Decodes one request frame and answers it here (`hello`, the edge's ops, refusals
@@ -383,42 +408,71 @@ async fn handle_frame(
         return answer_hello(hello, id, slot, state, out);
     }
     let principal = state.principal.get().cloned();
-    // Answered here when allowed; refusals go the engine's way below.
-    let allowed = match &principal {
-        Some(p) => crate::engine::authorize_stateless(&req, p).is_some_and(|r| r.is_ok()),
-        None => state.context.server.tokens.is_empty(),
-    };
-    let server = &state.context.server;
-    if allowed
-        && let Some(answer) = edge::answer(
-            &req,
-            &server.stats,
-            server.durability,
-            server.cluster.as_ref().map(|(node, _)| node),
-            principal.as_deref().map(|p| p.name.as_str()),
-        )
-    {
-        match answer {
-            Answer::Now(reply) => {
-                let _ = out.send(Outgoing::reply(Some(id), Ok(*reply), slot));
-            }
-            Answer::Later(answer) => {
-                let out = out.clone();
-                state.tasks.spawn(async move {
-                    let reply = answer.await.map(Reply::Cluster);
-                    let _ = out.send(Outgoing::reply(Some(id), reply, slot));
-                });
-            }
-        }
+    let Some(slot) = answer_at_edge(&req, id, slot, principal.as_deref(), state, out) else {
         return Continue(());
-    }
-    if principal.is_none() && !server.tokens.is_empty() {
+    };
+    if principal.is_none() && !state.context.server.tokens.is_empty() {
         let error = ErrorBody::new(ErrorCode::Unauthorized, "present a token with hello first");
         let _ = out.send(Outgoing::reply(Some(id), Err(error), slot));
         return Continue(());
     }
+    forward(req, id, slot, principal, state, out).await
+}
+
+/// Answers what the edge answers ([`edge::answer`]) when the principal may ask it;
+/// gives the slot back for any other request, and for a refusal, which goes the
+/// engine's way.
+fn answer_at_edge(
+    req: &Request,
+    id: u64,
+    slot: Slot,
+    principal: Option<&Principal>,
+    state: &ConnState,
+    out: &mpsc::UnboundedSender<Outgoing>,
+) -> Option<Slot> {
+    let allowed = match principal {
+        Some(p) => crate::engine::authorize_stateless(req, p).is_some_and(|r| r.is_ok()),
+        None => state.context.server.tokens.is_empty(),
+    };
+    let server = &state.context.server;
+    let answer = match allowed {
+        true => edge::answer(
+            req,
+            &server.stats,
+            server.durability,
+            server.cluster.as_ref().map(|(node, _)| node),
+            principal.map(|p| p.name.as_str()),
+        ),
+        false => None,
+    };
+    match answer? {
+        Answer::Now(reply) => {
+            let _ = out.send(Outgoing::reply(Some(id), Ok(*reply), slot));
+        }
+        Answer::Later(answer) => {
+            let out = out.clone();
+            state.tasks.spawn(async move {
+                let reply = answer.await.map(Reply::Cluster);
+                let _ = out.send(Outgoing::reply(Some(id), reply, slot));
+            });
+        }
+    }
+    None
+}
+
+/// Forwards a request to the dispatcher. Breaks when the daemon is shutting down.
+async fn forward(
+    req: Request,
+    id: u64,
+    slot: Slot,
+    principal: Option<Arc<Principal>>,
+    state: &ConnState,
+    out: &mpsc::UnboundedSender<Outgoing>,
+) -> ControlFlow<()> {
     let responder = Responder::new(out.clone(), state.id, principal, id, slot);
-    if let Err(flume::SendError(Command::Request(_, responder))) = server
+    if let Err(flume::SendError(Command::Request(_, responder))) = state
+        .context
+        .server
         .commands
         .send_async(Command::Request(req, responder))
         .await

@@ -19,6 +19,7 @@
 //! the others elect a new leader instead of following one that cannot commit.
 
 use std::collections::BTreeSet;
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use openraft::storage::RaftLogStorage;
@@ -112,11 +113,7 @@ async fn last_log_id(log: &LogStore) -> Option<LogId<u64>> {
 /// back when its majority falls silent ([`CheckQuorum`]).
 pub async fn run(id: u64, raft: Raft<Muster>, log: LogStore, mut network: Network) {
     let timing = Timing::of(raft.config());
-    let mut wait: Option<Waits> = None;
-    let started = Instant::now();
-    let mut last_try: Option<Instant> = None;
-    // Whether the last try went past its pre-vote into an election.
-    let mut stood = false;
+    let mut timer = Timer::new(id, timing);
     let mut check_quorum = CheckQuorum::default();
     // When to look next: every ELECTION_TICK, or sooner when an election falls due, so
     // that each voter stands at the moment its own wait says (its slot, below).
@@ -129,58 +126,156 @@ pub async fn run(id: u64, raft: Raft<Muster>, log: LogStore, mut network: Networ
         };
         check_quorum.look(&raft, &network, &me, timing);
         let now = Instant::now();
-        if me.state == ServerState::Leader || !me.voters.contains(&id) {
-            last_try = None;
+        let Some(due) = timer.due(&me) else {
             continue;
+        };
+        if now < due {
+            next = next.min(due);
+            continue;
+        }
+        if timer
+            .stand(&raft, &log, &mut network, &me, now)
+            .await
+            .is_break()
+        {
+            return; // openraft stopped.
+        }
+    }
+}
+
+/// A follower's election timer between its ticks: when it last tried, and the waits
+/// drawn for its next try.
+struct Timer {
+    /// The node's id.
+    id: u64,
+    /// The cluster's heartbeat and election timeout.
+    timing: Timing,
+    /// The waits of the next try, drawn once per try.
+    wait: Option<Waits>,
+    /// When the timer started: a node that never heard a leader counts quiet from it.
+    started: Instant,
+    /// When this node last tried (asked for a pre-vote), until a leader is heard after.
+    last_try: Option<Instant>,
+    /// Whether the last try went past its pre-vote into an election.
+    stood: bool,
+}
+
+impl Timer {
+    /// A timer that has not tried yet.
+    fn new(id: u64, timing: Timing) -> Timer {
+        Timer {
+            id,
+            timing,
+            wait: None,
+            started: Instant::now(),
+            last_try: None,
+            stood: false,
+        }
+    }
+
+    /// When this node is due to try, or `None` while it leads or does not vote.
+    fn due(&mut self, me: &Standing) -> Option<Instant> {
+        if me.state == ServerState::Leader || !me.voters.contains(&self.id) {
+            self.last_try = None;
+            return None;
         }
         // A leader heard from since this node's last try: a follower again, it waits
         // out the leader's lease before trying.
-        if me.vote.is_committed() && me.heard.zip(last_try).is_some_and(|(h, t)| h > t) {
-            last_try = None;
+        if me.vote.is_committed() && me.heard.zip(self.last_try).is_some_and(|(h, t)| h > t) {
+            self.last_try = None;
         }
         // Quiet since the leader (or a candidate this node voted for) was last heard
         // from, its own last try, or its start.
-        let quiet_since = [me.heard, last_try, Some(started)]
+        let quiet_since = [me.heard, self.last_try, Some(self.started)]
             .into_iter()
             .flatten()
             .max()
-            .unwrap_or(started);
+            .unwrap_or(self.started);
         // After a leader, or a vote for another node (which may be about to lead and
         // send its first heartbeat), its lease and a random part of half a timeout:
         // the other voters' leases end at about the same moment, so they would grant
         // the pre-vote; after a lost pre-vote (a voter's lease may have ended a moment
         // later than this node's), a heartbeat or two; after an election of its own
         // that made no leader, a whole random timeout.
-        let followed = me.vote.is_committed() || me.vote.leader_id().voted_for() != Some(id);
-        let waits = *wait.get_or_insert_with(|| Waits::draw(timing, id, &me.voters));
-        let due = match last_try {
+        let followed = me.vote.is_committed() || me.vote.leader_id().voted_for() != Some(self.id);
+        let (timing, id) = (self.timing, self.id);
+        let waits = *self
+            .wait
+            .get_or_insert_with(|| Waits::draw(timing, id, &me.voters));
+        let due = match self.last_try {
             None if followed => waits.after_leader,
-            Some(_) if !stood => waits.after_pre_vote,
+            Some(_) if !self.stood => waits.after_pre_vote,
             _ => waits.after_try,
         };
-        if now < quiet_since + due {
-            next = next.min(quiet_since + due);
-            continue;
-        }
-        last_try = Some(now);
-        stood = false;
-        wait = None;
-        let req = PreVoteRequest {
-            candidate: id,
-            term: me.vote.leader_id().term + 1,
-            last_log_id: last_log_id(&log).await,
+        Some(quiet_since + due)
+    }
+
+    /// Tries at `now`: a pre-vote, and if a majority grants it and nothing moved
+    /// meanwhile, a real election. Breaks when openraft stopped.
+    async fn stand(
+        &mut self,
+        raft: &Raft<Muster>,
+        log: &LogStore,
+        network: &mut Network,
+        me: &Standing,
+        now: Instant,
+    ) -> ControlFlow<()> {
+        self.last_try = Some(now);
+        self.stood = false;
+        self.wait = None;
+        let term = me.vote.leader_id().term + 1;
+        let Some(granted) = self.pre_vote(raft, log, network, me, term).await else {
+            return ControlFlow::Continue(());
         };
-        let others: Vec<u64> = me.voters.iter().copied().filter(|&v| v != id).collect();
+        // While it asked, another node may have won an election this node voted in (or
+        // a leader may have been heard): then it follows, and stands in no election.
+        let Some(now_standing) = Standing::read(raft).await else {
+            return ControlFlow::Break(());
+        };
+        assert!(
+            now_standing.vote.leader_id().term >= me.vote.leader_id().term,
+            "a node's term never goes back"
+        );
+        if now_standing.vote != me.vote || now_standing.state == ServerState::Leader {
+            tracing::debug!(term, "pre-vote won, but the vote moved on: no election");
+            return ControlFlow::Continue(());
+        }
+        tracing::info!(term, granted, "pre-vote won: starting an election");
+        self.stood = true;
+        match raft.trigger().elect().await {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(_) => ControlFlow::Break(()),
+        }
+    }
+
+    /// Asks the other voters whether they would vote for this node in `term`: the
+    /// yeses, itself included, if they are a majority.
+    async fn pre_vote(
+        &self,
+        raft: &Raft<Muster>,
+        log: &LogStore,
+        network: &mut Network,
+        me: &Standing,
+        term: u64,
+    ) -> Option<usize> {
+        let req = PreVoteRequest {
+            candidate: self.id,
+            term,
+            last_log_id: last_log_id(log).await,
+        };
+        let others: Vec<u64> = me
+            .voters
+            .iter()
+            .copied()
+            .filter(|&v| v != self.id)
+            .collect();
         let majority = me.voters.len() / 2 + 1;
-        let granted = 1 + ask(
-            &raft,
-            &mut network,
-            &others,
-            &req,
-            majority - 1,
-            timing.election_timeout(),
-        )
-        .await;
+        let timeout = self.timing.election_timeout();
+        let granted = 1 + ask(raft, network, &others, &req, majority - 1, timeout).await;
+        assert!(
+            granted <= me.voters.len(),
+            "at most one yes from each voter"
+        );
         if granted < majority {
             tracing::debug!(
                 term = req.term,
@@ -188,29 +283,9 @@ pub async fn run(id: u64, raft: Raft<Muster>, log: LogStore, mut network: Networ
                 majority,
                 "pre-vote lost: no election"
             );
-            continue;
+            return None;
         }
-        // While it asked, another node may have won an election this node voted in (or
-        // a leader may have been heard): then it follows, and stands in no election.
-        let Some(now_standing) = Standing::read(&raft).await else {
-            return;
-        };
-        if now_standing.vote != me.vote || now_standing.state == ServerState::Leader {
-            tracing::debug!(
-                term = req.term,
-                "pre-vote won, but the vote moved on: no election"
-            );
-            continue;
-        }
-        tracing::info!(
-            term = req.term,
-            granted,
-            "pre-vote won: starting an election"
-        );
-        stood = true;
-        if raft.trigger().elect().await.is_err() {
-            return;
-        }
+        Some(granted)
     }
 }
 

@@ -76,6 +76,74 @@ pub struct Node {
     pub cluster_addr: SocketAddr,
 }
 
+/// openraft's settings for a node started with `config`.
+fn raft_config(config: &NodeConfig) -> anyhow::Result<Config> {
+    let raft_config = Config {
+        cluster_name: config.cluster_id.clone(),
+        heartbeat_interval: config.timing.heartbeat().as_millis() as u64,
+        election_timeout_min: config.timing.election_timeout().as_millis() as u64,
+        election_timeout_max: config.timing.leader_lease().as_millis() as u64,
+        // Elections start behind a pre-vote, from `elect::run`.
+        enable_elect: false,
+        max_payload_entries: MAX_PAYLOAD_ENTRIES,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
+        snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
+        max_in_snapshot_log_to_keep: LOG_KEPT_AFTER_SNAPSHOT.min(config.snapshot_every),
+        ..Config::default()
+    }
+    .validate()
+    .context("the cluster's raft settings")?;
+    Ok(raft_config)
+}
+
+/// Opens the raft log and the state machine over `store` (fjall blocks: not on a
+/// runtime worker).
+async fn open_storage(
+    store: &Store,
+    data: &Path,
+    persist: Persist,
+) -> anyhow::Result<(LogStore, StateMachine)> {
+    let (store, data) = (store.clone(), data.to_path_buf());
+    tokio::task::spawn_blocking(move || {
+        anyhow::Ok((
+            LogStore::open(&store, persist)?,
+            StateMachine::open(&store, &data)?,
+        ))
+    })
+    .await
+    .context("opening the raft log")?
+}
+
+/// The addresses this node gives out: the advertised ones, else the bound ones.
+fn advertised(config: &NodeConfig, client_addr: SocketAddr, cluster_addr: SocketAddr) -> NodeAddr {
+    NodeAddr {
+        addr: config
+            .advertise
+            .clone()
+            .unwrap_or_else(|| client_addr.to_string()),
+        cluster_addr: config
+            .cluster_advertise
+            .clone()
+            .unwrap_or_else(|| cluster_addr.to_string()),
+    }
+}
+
+/// Makes node `id` the only voter of its cluster before openraft starts
+/// ([`LogStore::force_single_node`]).
+async fn force_single_node(
+    log: &LogStore,
+    store: &Store,
+    id: u64,
+    me: NodeAddr,
+) -> anyhow::Result<()> {
+    let (log, store) = (log.clone(), store.clone());
+    tokio::task::spawn_blocking(move || log.force_single_node(&store, id, me))
+        .await
+        .context("forcing a one-node cluster")?
+        .context("forcing a one-node cluster")?;
+    Ok(())
+}
+
 impl Node {
     /// Starts the node over `store` (whose data directory is `data`), serving
     /// node-to-node RPCs; `client_addr` is where the daemon's clients connect.
@@ -86,53 +154,16 @@ impl Node {
         persist: Persist,
         client_addr: SocketAddr,
     ) -> anyhow::Result<Node> {
-        let raft_config = Config {
-            cluster_name: config.cluster_id.clone(),
-            heartbeat_interval: config.timing.heartbeat().as_millis() as u64,
-            election_timeout_min: config.timing.election_timeout().as_millis() as u64,
-            election_timeout_max: config.timing.leader_lease().as_millis() as u64,
-            // Elections start behind a pre-vote, from `elect::run`.
-            enable_elect: false,
-            max_payload_entries: MAX_PAYLOAD_ENTRIES,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
-            snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
-            max_in_snapshot_log_to_keep: LOG_KEPT_AFTER_SNAPSHOT.min(config.snapshot_every),
-            ..Config::default()
-        }
-        .validate()
-        .context("the cluster's raft settings")?;
+        let raft_config = raft_config(&config)?;
         let identity = identity::identity(&config.secret, &config.cluster_id)?;
         let endpoint = identity::endpoint(config.listen, &identity)?;
         let cluster_addr = endpoint
             .local_addr()
             .context("reading the cluster address")?;
-        let (log, machine) = {
-            let (store, data) = (store.clone(), data.to_path_buf());
-            tokio::task::spawn_blocking(move || {
-                anyhow::Ok((
-                    LogStore::open(&store, persist)?,
-                    StateMachine::open(&store, &data)?,
-                ))
-            })
-            .await
-            .context("opening the raft log")??
-        };
-        let me = NodeAddr {
-            addr: config
-                .advertise
-                .clone()
-                .unwrap_or_else(|| client_addr.to_string()),
-            cluster_addr: config
-                .cluster_advertise
-                .clone()
-                .unwrap_or_else(|| cluster_addr.to_string()),
-        };
+        let (log, machine) = open_storage(store, data, persist).await?;
+        let me = advertised(&config, client_addr, cluster_addr);
         if config.force_single_node {
-            let (log, store, me, id) = (log.clone(), store.clone(), me.clone(), config.node_id);
-            tokio::task::spawn_blocking(move || log.force_single_node(&store, id, me))
-                .await
-                .context("forcing a one-node cluster")?
-                .context("forcing a one-node cluster")?;
+            force_single_node(&log, store, config.node_id, me.clone()).await?;
         }
         let network = net::Network::new(endpoint.clone(), config.routes);
         let log_reader = log.clone();
@@ -166,16 +197,22 @@ impl Node {
             cluster_addr,
         };
         if config.bootstrap {
-            match node.raft.initialize(BTreeMap::from([(node.id, me)])).await {
-                Ok(()) => tracing::info!(node = node.id, "formed a one-node cluster"),
-                // The store already holds a cluster: --bootstrap only matters once.
-                Err(openraft::error::RaftError::APIError(
-                    openraft::error::InitializeError::NotAllowed(_),
-                )) => {}
-                Err(e) => return Err(anyhow::anyhow!("forming the cluster: {e}")),
-            }
+            node.bootstrap(me).await?;
         }
         Ok(node)
+    }
+
+    /// Forms a one-node cluster of this node, unless the store already holds a cluster
+    /// (`--bootstrap` only matters once).
+    async fn bootstrap(&self, me: NodeAddr) -> anyhow::Result<()> {
+        match self.raft.initialize(BTreeMap::from([(self.id, me)])).await {
+            Ok(()) => tracing::info!(node = self.id, "formed a one-node cluster"),
+            Err(openraft::error::RaftError::APIError(
+                openraft::error::InitializeError::NotAllowed(_),
+            )) => {}
+            Err(e) => return Err(anyhow::anyhow!("forming the cluster: {e}")),
+        }
+        Ok(())
     }
 
     /// The first step of a node's shutdown: a leader steps back (no more heartbeats or

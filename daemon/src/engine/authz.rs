@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use ulid::Ulid;
 
-use muster_protocol::ops::View;
+use muster_protocol::ops::{Claim, SessionOpen, View};
 use muster_protocol::{ErrorBody, ErrorCode, Request};
 
 use super::{Engine, Now, Waiter};
@@ -193,19 +193,7 @@ impl<W: Waiter> Engine<W> {
             Request::QueueDelete(r) => p.check(ADMIN, Some(&r.0.queue)),
             Request::QueueDescribe(r) => p.check(any, Some(&r.0.queue)),
             Request::Enqueue(r) => p.check(PRODUCE, Some(&r.queue)),
-            Request::Claim(r) => {
-                for q in &r.queues {
-                    p.check(CONSUME, Some(q))?;
-                }
-                match r.member.as_deref() {
-                    Some(m) if !m.is_empty() => {
-                        p.check_member(m)?;
-                        self.member_free_or_own(m, p)?;
-                        self.member_name_room(m, p)
-                    }
-                    _ => Ok(()),
-                }
-            }
+            Request::Claim(r) => self.claim_allowed(r, p),
             Request::Ack(r) => self.settle_allowed(&r.task, p),
             Request::Nack(r) => self.settle_allowed(&r.task, p),
             Request::Renew(r) => self.settle_allowed(&r.task, p),
@@ -221,16 +209,7 @@ impl<W: Waiter> Engine<W> {
             Request::TaskFind(r) => p.check(ADMIN, r.queue.as_deref()),
             Request::Redrive(r) => p.check(ADMIN, Some(&r.0.queue)),
             Request::Discard(r) => p.check(ADMIN, Some(&r.0.queue)),
-            Request::SessionOpen(r) => {
-                p.check(CONSUME, None)?;
-                p.check_member(&r.member)?;
-                self.member_free_or_own(&r.member, p)?;
-                self.member_name_room(&r.member, p)?;
-                // Reclaim hands back, and release and resume act on, every lease the
-                // member holds: each must be in a queue the token covers.
-                self.member_queues(&r.member)
-                    .try_for_each(|q| p.check(CONSUME, Some(q)))
-            }
+            Request::SessionOpen(r) => self.session_open_allowed(r, p),
             Request::SessionUpdate(_) | Request::Unsubscribe(_) => p.check(CONSUME, None),
             Request::Subscribe(r) => r.queues.iter().try_for_each(|q| p.check(CONSUME, Some(q))),
             Request::MemberList(_) => p.check(ADMIN, None),
@@ -240,13 +219,48 @@ impl<W: Waiter> Engine<W> {
             Request::MemberRelease(_) => every_queue_admin(p),
             Request::LeaseRevoke(r) => self.task_allowed(&r.task, ADMIN, p),
             Request::TaskUpdate(r) => self.task_allowed(&r.task, ADMIN, p),
-            Request::Watch(r) => match &r.view {
-                View::Tasks { queue, .. } => p.check(ADMIN, Some(queue)),
-                View::Task { task } => self.task_allowed(task, ADMIN, p),
-                View::Queues { .. } | View::Dead { .. } => p.check(ADMIN, None),
-                View::Member { .. } | View::Members { .. } => every_queue_admin(p),
-            },
+            Request::Watch(r) => self.watch_allowed(&r.view, p),
             Request::Unwatch(_) => p.check(ADMIN, None),
+        }
+    }
+
+    /// A claim: consume on every queue it names, and the member name it gives (if
+    /// any) the principal's to use.
+    fn claim_allowed(&self, r: &Claim, p: &Principal) -> Result<(), ErrorBody> {
+        for q in &r.queues {
+            p.check(CONSUME, Some(q))?;
+        }
+        match r.member.as_deref() {
+            Some(m) if !m.is_empty() => {
+                p.check_member(m)?;
+                self.member_free_or_own(m, p)?;
+                self.member_name_room(m, p)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A session open: consume, the member name the principal's to use, and every
+    /// queue of the leases the member holds covered.
+    fn session_open_allowed(&self, r: &SessionOpen, p: &Principal) -> Result<(), ErrorBody> {
+        p.check(CONSUME, None)?;
+        p.check_member(&r.member)?;
+        self.member_free_or_own(&r.member, p)?;
+        self.member_name_room(&r.member, p)?;
+        // Reclaim hands back, and release and resume act on, every lease the
+        // member holds: each must be in a queue the token covers.
+        self.member_queues(&r.member)
+            .try_for_each(|q| p.check(CONSUME, Some(q)))
+    }
+
+    /// A watch, by its screen: admin of the queue it shows, or of every queue for the
+    /// screens of members.
+    fn watch_allowed(&self, view: &View, p: &Principal) -> Result<(), ErrorBody> {
+        match view {
+            View::Tasks { queue, .. } => p.check(ADMIN, Some(queue)),
+            View::Task { task } => self.task_allowed(task, ADMIN, p),
+            View::Queues { .. } | View::Dead { .. } => p.check(ADMIN, None),
+            View::Member { .. } | View::Members { .. } => every_queue_admin(p),
         }
     }
 

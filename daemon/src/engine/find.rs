@@ -7,7 +7,7 @@
 //! key and label are checked in memory, the idempotency key is one store lookup per
 //! queue, and only then are records (error text) and payloads (text, fields) read.
 
-use std::ops::RangeInclusive;
+use std::ops::{ControlFlow, RangeInclusive};
 
 use ulid::Ulid;
 
@@ -15,7 +15,7 @@ use muster_protocol::limits::{
     MAX_FIND_PAYLOAD_BYTES, MAX_FIND_READS, MAX_FIND_SCAN, MAX_FIND_TEXT_BYTES, MAX_NAME_BYTES,
     MAX_PAGE,
 };
-use muster_protocol::model::TaskState;
+use muster_protocol::model::{TaskState, TaskSummary};
 use muster_protocol::names;
 use muster_protocol::ops::{FieldMatch, FindCursor, TaskFind, TaskFindReply};
 
@@ -71,6 +71,31 @@ impl Work {
     }
 }
 
+/// What a search found so far: the matches, the work done, and where it is.
+#[derive(Default)]
+struct Found {
+    tasks: Vec<TaskSummary>,
+    work: Work,
+    /// The last id examined, or the end of the last queue examined whole.
+    position: Option<FindCursor>,
+}
+
+impl Found {
+    /// The request's work is done, or the page is full.
+    fn full(&self, limit: usize) -> bool {
+        self.work.exhausted() || self.tasks.len() == limit
+    }
+
+    /// The reply: with a cursor where it is if the search `stopped` before its end.
+    fn reply(self, stopped: bool) -> TaskFindReply {
+        TaskFindReply {
+            tasks: self.tasks,
+            next: if stopped { self.position } else { None },
+            scanned: self.work.scanned,
+        }
+    }
+}
+
 impl<W: Waiter> Engine<W> {
     /// Searches tasks: see `PROTOCOL.md` §5.35 and the module's doc for the cost.
     pub(super) fn task_find(
@@ -79,44 +104,9 @@ impl<W: Waiter> Engine<W> {
         principal: Option<&Principal>,
     ) -> OpResult<TaskFindReply> {
         let search = validate(&r)?;
-        if let Some(q) = &r.queue {
-            self.index.queue(q)?;
-        }
-        if let (Some(q), Some(after)) = (&r.queue, &r.after)
-            && after.queue != *q
-        {
-            return Err(bad(format!(
-                "cursor is in queue {:?}, not in the searched queue {q:?}",
-                after.queue
-            )));
-        }
-        let after = match &r.after {
-            Some(c) => {
-                names::check_queue(&c.queue).map_err(bad)?;
-                Some((c.queue.as_str(), parse_id(&c.id)?))
-            }
-            None => None,
-        };
-        let mut queues: Vec<(&String, &Queue)> = match &r.queue {
-            Some(name) => self.index.queues.get_key_value(name).into_iter().collect(),
-            None => self
-                .index
-                .queues
-                .iter()
-                .filter(|(name, _)| principal.is_none_or(|p| p.covers(name)))
-                .collect(),
-        };
-        if search.newest_first {
-            queues.reverse();
-        }
-        let mut reply = TaskFindReply {
-            tasks: Vec::new(),
-            next: None,
-            scanned: 0,
-        };
-        let mut work = Work::default();
-        let mut position: Option<FindCursor> = None;
-        for (name, queue) in queues {
+        let after = self.check_cursor(&r)?;
+        let mut found = Found::default();
+        for (name, queue) in self.searched_queues(&r, principal, search.newest_first) {
             // Queues before the cursor's are done; ids in its own queue continue past it.
             let mut range = search.ids.clone();
             if let Some((after_queue, after_id)) = after {
@@ -132,41 +122,106 @@ impl<W: Waiter> Engine<W> {
                     range = range.and_then(|r| past(r, after_id, search.newest_first));
                 }
             }
-            if work.exhausted() || reply.tasks.len() == search.limit {
-                reply.next = position;
-                reply.scanned = work.scanned;
-                return Ok(reply);
+            if self
+                .search_queue(name, queue, &search, range, &mut found)?
+                .is_break()
+            {
+                return Ok(found.reply(true));
             }
-            work.scanned += 1;
-            if let Some(range) = range {
-                for id in self.candidates(name, queue, &search, range, &mut work)? {
-                    if work.exhausted() || reply.tasks.len() == search.limit {
-                        reply.next = position;
-                        reply.scanned = work.scanned;
-                        return Ok(reply);
-                    }
-                    position = Some(FindCursor {
-                        queue: name.clone(),
-                        id: id.to_string(),
-                    });
-                    if let Some(found) = self.examine(id, &search, &mut work)? {
-                        reply.tasks.push(found);
-                    }
-                }
-            }
-            // The whole queue was examined: the cursor moves past its last possible id.
-            let end = if search.newest_first {
-                Ulid::nil()
-            } else {
-                Ulid(u128::MAX)
-            };
-            position = Some(FindCursor {
-                queue: name.clone(),
-                id: end.to_string(),
-            });
         }
-        reply.scanned = work.scanned;
-        Ok(reply)
+        Ok(found.reply(false))
+    }
+
+    /// Checks the search's queue and cursor: the queue exists, and the cursor is in it.
+    /// Returns the cursor's queue and id.
+    fn check_cursor<'r>(&self, r: &'r TaskFind) -> OpResult<Option<(&'r str, Ulid)>> {
+        if let Some(q) = &r.queue {
+            self.index.queue(q)?;
+        }
+        if let (Some(q), Some(after)) = (&r.queue, &r.after)
+            && after.queue != *q
+        {
+            return Err(bad(format!(
+                "cursor is in queue {:?}, not in the searched queue {q:?}",
+                after.queue
+            )));
+        }
+        match &r.after {
+            Some(c) => {
+                names::check_queue(&c.queue).map_err(bad)?;
+                Ok(Some((c.queue.as_str(), parse_id(&c.id)?)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The queues a search looks in, in its order: the one it names, or every queue
+    /// the principal covers.
+    fn searched_queues(
+        &self,
+        r: &TaskFind,
+        principal: Option<&Principal>,
+        newest_first: bool,
+    ) -> Vec<(&String, &Queue)> {
+        let mut queues: Vec<(&String, &Queue)> = match &r.queue {
+            Some(name) => self.index.queues.get_key_value(name).into_iter().collect(),
+            None => self
+                .index
+                .queues
+                .iter()
+                .filter(|(name, _)| principal.is_none_or(|p| p.covers(name)))
+                .collect(),
+        };
+        if newest_first {
+            queues.reverse();
+        }
+        queues
+    }
+
+    /// Examines the candidates of one queue within `range` (none when no id of it can
+    /// match). Breaks when the request's work or the page is full: the cursor is then
+    /// the last id examined.
+    fn search_queue(
+        &self,
+        name: &str,
+        queue: &Queue,
+        search: &Search,
+        range: Option<RangeInclusive<Ulid>>,
+        found: &mut Found,
+    ) -> OpResult<ControlFlow<()>> {
+        if found.full(search.limit) {
+            return Ok(ControlFlow::Break(()));
+        }
+        found.work.scanned += 1;
+        if let Some(range) = range {
+            for id in self.candidates(name, queue, search, range, &mut found.work)? {
+                if found.full(search.limit) {
+                    return Ok(ControlFlow::Break(()));
+                }
+                found.position = Some(FindCursor {
+                    queue: name.to_owned(),
+                    id: id.to_string(),
+                });
+                if let Some(task) = self.examine(id, search, &mut found.work)? {
+                    found.tasks.push(task);
+                }
+                assert!(
+                    found.tasks.len() <= search.limit,
+                    "a search finds at most its limit"
+                );
+            }
+        }
+        // The whole queue was examined: the cursor moves past its last possible id.
+        let end = if search.newest_first {
+            Ulid::nil()
+        } else {
+            Ulid(u128::MAX)
+        };
+        found.position = Some(FindCursor {
+            queue: name.to_owned(),
+            id: end.to_string(),
+        });
+        Ok(ControlFlow::Continue(()))
     }
 
     /// The ids of one queue a search examines, in its order, within `range`.
@@ -211,12 +266,7 @@ impl<W: Waiter> Engine<W> {
     }
 
     /// Checks one candidate against the search; its summary if it matches.
-    fn examine(
-        &self,
-        id: Ulid,
-        search: &Search,
-        work: &mut Work,
-    ) -> OpResult<Option<muster_protocol::model::TaskSummary>> {
+    fn examine(&self, id: Ulid, search: &Search, work: &mut Work) -> OpResult<Option<TaskSummary>> {
         work.scanned += 1;
         let Some(meta) = self.index.tasks.get(&id) else {
             unreachable!("task {id} is indexed in its queue but not known");

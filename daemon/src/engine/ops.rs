@@ -284,11 +284,7 @@ impl<W: Waiter> Engine<W> {
             Request::QueueList(r) => self
                 .queue_list(&r, waiter.principal())
                 .map(Reply::QueueList),
-            Request::QueueDescribe(r) => self.index.queue(&r.0.queue).map(|q| {
-                Reply::Queue(QueueReply {
-                    queue: self.queue_info(&r.0.queue, q),
-                })
-            }),
+            Request::QueueDescribe(r) => self.queue_describe(&r.0.queue).map(Reply::Queue),
             Request::QueueUpdate(r) => self
                 .queue_update(&r.queue, &r.options, now)
                 .map(Reply::Queue),
@@ -347,30 +343,54 @@ impl<W: Waiter> Engine<W> {
             Request::LeaseRevoke(r) => self.lease_revoke(r, now).map(Reply::Settle),
             Request::Watch(r) => self.watch(r, &waiter, now).map(Reply::Watch),
             Request::Unwatch(_) => Ok(Reply::Empty(self.unwatch(&waiter))),
-            Request::AdminSnapshot(r) => {
-                return match snapshot_dir(&r.dir) {
-                    Ok(dir) => {
-                        self.outbox.snapshots.push((waiter, dir));
-                        Ok(())
-                    }
-                    Err(f) => Err((waiter, f)),
-                };
-            }
+            Request::AdminSnapshot(r) => return self.admin_snapshot(&r.dir, waiter),
         };
         match result {
             Ok(reply) => {
-                if let Some(action) = &action {
-                    audit::applied(action, waiter.principal().map(|p| p.name.as_str()), &reply);
-                }
-                if members_change {
-                    // In-memory member changes commit nothing; watches must still see them.
-                    self.generation += 1;
-                }
-                self.outbox.replies.push((waiter, Ok(reply)));
+                self.answered(waiter, reply, action.as_ref(), members_change);
                 Ok(())
             }
             Err(f) => Err((waiter, f)),
         }
+    }
+
+    /// Queues the reply of a request applied now: audited if it is an operator's
+    /// action, and seen by watches if it changed members in memory only.
+    fn answered(
+        &mut self,
+        waiter: W,
+        reply: Reply,
+        action: Option<&audit::Action>,
+        members_change: bool,
+    ) {
+        if let Some(action) = action {
+            audit::applied(action, waiter.principal().map(|p| p.name.as_str()), &reply);
+        }
+        if members_change {
+            // In-memory member changes commit nothing; watches must still see them.
+            self.generation += 1;
+        }
+        self.outbox.replies.push((waiter, Ok(reply)));
+    }
+
+    /// Parks an `admin_snapshot` for the dispatcher, which writes it after the round's
+    /// persist and answers.
+    fn admin_snapshot(&mut self, dir: &str, waiter: W) -> Result<(), (W, Failure)> {
+        match snapshot_dir(dir) {
+            Ok(dir) => {
+                self.outbox.snapshots.push((waiter, dir));
+                Ok(())
+            }
+            Err(f) => Err((waiter, f)),
+        }
+    }
+
+    /// A queue's options and counts.
+    fn queue_describe(&self, name: &str) -> OpResult<QueueReply> {
+        let q = self.index.queue(name)?;
+        Ok(QueueReply {
+            queue: self.queue_info(name, q),
+        })
     }
 
     /// A page of the queues the principal covers, by name.

@@ -183,88 +183,107 @@ impl<W: Waiter> Engine<W> {
     fn screen(&self, view: &View, principal: Option<&Principal>) -> OpResult<WatchUpdate> {
         match view {
             View::Queues { after: a, limit } => {
-                let limit = rows(*limit)?;
-                let page = fill(
-                    self.index
-                        .queues
-                        .range::<str, _>((after(a.as_ref()), Bound::Unbounded))
-                        .filter(|(name, _)| covers(principal, name))
-                        .map(|(name, q)| Ok::<_, Failure>(self.queue_info(name, q))),
-                    limit,
-                    |q| q.name.clone(),
-                )?;
-                Ok(WatchUpdate::Queues {
-                    queues: page.items,
-                    next: page.next,
-                })
+                self.queues_screen(a.as_ref(), rows(*limit)?, principal)
             }
             View::Tasks {
                 queue,
                 state,
                 after: a,
                 limit,
-            } => {
-                let limit = rows(*limit)?;
-                let q = self.index.queue(queue)?;
-                let start = match a {
-                    Some(a) => Bound::Excluded(parse_id(a)?),
-                    None => Bound::Unbounded,
-                };
-                let page = fill(
-                    q.ids(*state)
-                        .range((start, Bound::Unbounded))
-                        .map(|&id| Ok::<_, Failure>(row(id, &self.record(id)?))),
-                    limit,
-                    |t| t.id.clone(),
-                )?;
-                Ok(WatchUpdate::Tasks {
-                    queue: self.queue_info(queue, q),
-                    state: *state,
-                    tasks: page.items,
-                    next: page.next,
-                })
-            }
+            } => self.tasks_screen(queue, *state, a.as_deref(), rows(*limit)?),
             View::Dead { after: a, limit } => {
                 self.dead_screen(a.as_deref(), rows(*limit)?, principal)
             }
-            View::Task { task } => {
-                let id = parse_id(task)?;
-                Ok(WatchUpdate::Task {
-                    task: self.task_info(id)?,
-                })
-            }
-            View::Member { member } => {
-                let m = self
-                    .members
-                    .by_name
-                    .get(member.as_str())
-                    .ok_or_else(|| super::members::not_a_member(member))?;
-                let mut leases = Vec::new();
-                for &id in m.leased.iter().take(MAX_WATCH_ROWS as usize) {
-                    leases.push(row(id, &self.record(id)?));
-                }
-                Ok(WatchUpdate::Member {
-                    member: m.info(member),
-                    leases,
-                })
-            }
-            View::Members { after: a, limit } => {
-                let limit = rows(*limit)?;
-                let page = fill(
-                    self.members
-                        .by_name
-                        .range::<str, _>((after(a.as_ref()), Bound::Unbounded))
-                        .map(|(name, m)| Ok::<_, Failure>(m.info(name))),
-                    limit,
-                    |m| m.name.clone(),
-                )?;
-                Ok(WatchUpdate::Members {
-                    members: page.items,
-                    connected: self.connected_members() as u64,
-                    next: page.next,
-                })
-            }
+            View::Task { task } => Ok(WatchUpdate::Task {
+                task: self.task_info(parse_id(task)?)?,
+            }),
+            View::Member { member } => self.member_screen(member),
+            View::Members { after: a, limit } => self.members_screen(a.as_ref(), rows(*limit)?),
         }
+    }
+
+    /// A page of the queues `principal` covers, after the cursor.
+    fn queues_screen(
+        &self,
+        cursor: Option<&String>,
+        limit: usize,
+        principal: Option<&Principal>,
+    ) -> OpResult<WatchUpdate> {
+        let page = fill(
+            self.index
+                .queues
+                .range::<str, _>((after(cursor), Bound::Unbounded))
+                .filter(|(name, _)| covers(principal, name))
+                .map(|(name, q)| Ok::<_, Failure>(self.queue_info(name, q))),
+            limit,
+            |q| q.name.clone(),
+        )?;
+        Ok(WatchUpdate::Queues {
+            queues: page.items,
+            next: page.next,
+        })
+    }
+
+    /// A page of one queue's tasks in one state, after the cursor (a task id).
+    fn tasks_screen(
+        &self,
+        queue: &str,
+        state: TaskState,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> OpResult<WatchUpdate> {
+        let q = self.index.queue(queue)?;
+        let start = match cursor {
+            Some(a) => Bound::Excluded(parse_id(a)?),
+            None => Bound::Unbounded,
+        };
+        let page = fill(
+            q.ids(state)
+                .range((start, Bound::Unbounded))
+                .map(|&id| Ok::<_, Failure>(row(id, &self.record(id)?))),
+            limit,
+            |t| t.id.clone(),
+        )?;
+        Ok(WatchUpdate::Tasks {
+            queue: self.queue_info(queue, q),
+            state,
+            tasks: page.items,
+            next: page.next,
+        })
+    }
+
+    /// One member and the first [`MAX_WATCH_ROWS`] of its leases.
+    fn member_screen(&self, member: &str) -> OpResult<WatchUpdate> {
+        let m = self
+            .members
+            .by_name
+            .get(member)
+            .ok_or_else(|| super::members::not_a_member(member))?;
+        let mut leases = Vec::new();
+        for &id in m.leased.iter().take(MAX_WATCH_ROWS as usize) {
+            leases.push(row(id, &self.record(id)?));
+        }
+        Ok(WatchUpdate::Member {
+            member: m.info(member),
+            leases,
+        })
+    }
+
+    /// A page of members, after the cursor (a member name).
+    fn members_screen(&self, cursor: Option<&String>, limit: usize) -> OpResult<WatchUpdate> {
+        let page = fill(
+            self.members
+                .by_name
+                .range::<str, _>((after(cursor), Bound::Unbounded))
+                .map(|(name, m)| Ok::<_, Failure>(m.info(name))),
+            limit,
+            |m| m.name.clone(),
+        )?;
+        Ok(WatchUpdate::Members {
+            members: page.items,
+            connected: self.connected_members() as u64,
+            next: page.next,
+        })
     }
 
     /// Dead tasks of every covered queue, by queue name then id. The cursor is
