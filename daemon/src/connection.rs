@@ -445,7 +445,10 @@ fn answer_at_edge(
         ),
         false => None,
     };
-    match answer? {
+    let Some(answer) = answer else {
+        return Some(slot);
+    };
+    match answer {
         Answer::Now(reply) => {
             let _ = out.send(Outgoing::reply(Some(id), Ok(*reply), slot));
         }
