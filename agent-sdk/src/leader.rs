@@ -116,6 +116,62 @@ async fn attempt(
     (addr, result)
 }
 
+/// The addresses asked while finding the leader, and what each said last.
+struct Search {
+    /// The addresses given, then those the nodes named as leader (at most
+    /// [`MAX_ADDRESSES`]).
+    addrs: Vec<String>,
+    /// What each address said last, in the order they first said something.
+    said: Vec<(String, String)>,
+}
+
+impl Search {
+    /// Notes what `addr` said.
+    fn note(&mut self, addr: &str, what: String) {
+        match self.said.iter_mut().find(|(a, _)| a == addr) {
+            Some(entry) => entry.1 = what,
+            None => self.said.push((addr.to_owned(), what)),
+        }
+    }
+
+    /// Adds the leader a node named, unless it is known, malformed or one too many:
+    /// whether it is new.
+    fn learn(&mut self, leader: Option<String>) -> Option<String> {
+        let leader = leader?;
+        let new = !self.addrs.contains(&leader)
+            && self.addrs.len() < MAX_ADDRESSES
+            && connect::is_host_port(&leader);
+        new.then(|| {
+            self.addrs.push(leader.clone());
+            leader
+        })
+    }
+
+    /// The error of a search that found no leader: what each address said, in the
+    /// order the addresses were given (then those the nodes named).
+    fn failed(&self, timed_out: bool) -> Error {
+        let said: Vec<(String, String)> = self
+            .addrs
+            .iter()
+            .map(|addr| {
+                let what = self.said.iter().find(|(a, _)| a == addr);
+                let what = what.map_or_else(|| "no answer".into(), |(_, w)| w.clone());
+                (addr.clone(), what)
+            })
+            .collect();
+        let how = if timed_out {
+            format!("within {} s", FIND_LEADER_TIMEOUT.as_secs())
+        } else {
+            "(every address refused)".to_owned()
+        };
+        Error::Connect(format!(
+            "no leader found among {} {how}: {}",
+            self.addrs.join(","),
+            summary(&said)
+        ))
+    }
+}
+
 /// Connects to the leader among the options' addresses (or the single daemon there).
 /// With one address whose daemon is not a cluster node, or leads, this is one connect
 /// whose error, if any, is returned as it is.
@@ -123,33 +179,19 @@ pub(crate) async fn find(
     options: &ConnectOptions,
     endpoint: Option<&quinn::Endpoint>,
 ) -> Result<Client, Error> {
-    let mut addrs = connect::addresses(&options.addr)?;
-    // What each address said last.
-    let mut said: Vec<(String, String)> = Vec::new();
-    let note = |said: &mut Vec<(String, String)>, addr: &str, what: String| match said
-        .iter_mut()
-        .find(|(a, _)| a == addr)
-    {
-        Some(entry) => entry.1 = what,
-        None => said.push((addr.to_owned(), what)),
+    let mut search = Search {
+        addrs: connect::addresses(&options.addr)?,
+        said: Vec::new(),
     };
     let deadline = Instant::now() + FIND_LEADER_TIMEOUT;
-    if let [only] = addrs.as_slice() {
+    if let [only] = search.addrs.as_slice() {
         let (addr, result) = attempt(options, endpoint, only.clone(), Duration::ZERO).await;
         let client = result?;
         match judge(client.cluster().as_ref()) {
             Answer::Serves => return Ok(client),
-            Answer::Follows {
-                said: what,
-                leader_addr,
-            } => {
-                note(&mut said, &addr, what);
-                if let Some(leader) = leader_addr
-                    && !addrs.contains(&leader)
-                    && connect::is_host_port(&leader)
-                {
-                    addrs.push(leader);
-                }
+            Answer::Follows { said, leader_addr } => {
+                search.note(&addr, said);
+                search.learn(leader_addr);
             }
         }
     }
@@ -157,68 +199,38 @@ pub(crate) async fn find(
     // names no leader here or each failure that asking again may mend, so a slow or
     // silent address holds up no other.
     let mut tries = FuturesUnordered::new();
-    for addr in &addrs {
+    for addr in &search.addrs {
         tries.push(attempt(options, endpoint, addr.clone(), Duration::ZERO));
     }
-    let mut timed_out = false;
-    loop {
-        let next = match tokio::time::timeout_at(deadline, tries.next()).await {
+    let timed_out = loop {
+        let (addr, result) = match tokio::time::timeout_at(deadline, tries.next()).await {
             Ok(Some(next)) => next,
             // Every address refused outright: asking again cannot help.
-            Ok(None) => break,
-            Err(_) => {
-                timed_out = true;
-                break;
-            }
+            Ok(None) => break false,
+            Err(_) => break true,
         };
-        let (addr, result) = next;
-        match result {
+        let again = match result {
             Ok(client) => match judge(client.cluster().as_ref()) {
                 // The other connections are dropped, which closes them.
                 Answer::Serves => return Ok(client),
-                Answer::Follows {
-                    said: what,
-                    leader_addr,
-                } => {
-                    note(&mut said, &addr, what);
-                    if let Some(leader) = leader_addr
-                        && !addrs.contains(&leader)
-                        && addrs.len() < MAX_ADDRESSES
-                        && connect::is_host_port(&leader)
-                    {
-                        addrs.push(leader.clone());
+                Answer::Follows { said, leader_addr } => {
+                    search.note(&addr, said);
+                    if let Some(leader) = search.learn(leader_addr) {
                         tries.push(attempt(options, endpoint, leader, Duration::ZERO));
                     }
-                    tries.push(attempt(options, endpoint, addr, FIND_LEADER_RETRY));
+                    true
                 }
             },
             Err(e) => {
-                let fin = is_final(&e);
-                note(&mut said, &addr, e.to_string());
-                if !fin {
-                    tries.push(attempt(options, endpoint, addr, FIND_LEADER_RETRY));
-                }
+                search.note(&addr, e.to_string());
+                !is_final(&e)
             }
+        };
+        if again {
+            tries.push(attempt(options, endpoint, addr, FIND_LEADER_RETRY));
         }
-    }
-    // In the order the addresses were given (then those the nodes named).
-    let said: Vec<(String, String)> = addrs
-        .iter()
-        .map(|addr| {
-            let what = said.iter().find(|(a, _)| a == addr).map(|(_, w)| w.clone());
-            (addr.clone(), what.unwrap_or_else(|| "no answer".into()))
-        })
-        .collect();
-    let how = if timed_out {
-        format!("within {} s", FIND_LEADER_TIMEOUT.as_secs())
-    } else {
-        "(every address refused)".to_owned()
     };
-    Err(Error::Connect(format!(
-        "no leader found among {} {how}: {}",
-        addrs.join(","),
-        summary(&said)
-    )))
+    Err(search.failed(timed_out))
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
@@ -325,6 +326,10 @@ struct Stopping {
     /// When it is aborted if it has not ended.
     abort_at: Instant,
 }
+
+/// What one step of serving a connection leads to: go on, or end the connection with
+/// what [`Worker::serve`] returns (`Ok(true)`: the worker is done).
+type Served = ControlFlow<Result<bool, Error>>;
 
 /// Results of the worker's background calls, back to its loop.
 enum Event {
@@ -680,101 +685,123 @@ where
         }
         let mut tick = tokio::time::interval(TICK);
         loop {
-            tokio::select! {
-                () = self.shutdown.cancelled(), if self.draining.is_none() => self.drain_on(client).await,
-                push = pushes.recv() => match push {
-                    // Pushed before the unsubscribe landed: hand it back untouched.
-                    Some(Push::Deliver(delivery)) if self.shutdown.is_cancelled() => {
-                        self.drain_on(client).await;
-                        let settle = Settle {
-                            id: delivery.id,
-                            epoch: delivery.epoch,
-                            outcome: Outcome::Release,
-                            progress: None,
-                        };
-                        self.settle(client, settle);
-                    }
-                    Some(Push::Deliver(delivery)) => self.start(delivery, None),
-                    Some(Push::Cancel(lease)) => {
-                        if let Some(h) = self.held.get(&lease.task).filter(|h| h.epoch == lease.epoch) {
-                            info!(task = %lease.task, "cancel requested");
-                            h.cancel.cancel();
-                        }
-                    }
-                    Some(Push::Revoked(lease)) => self.lost(&lease.task, lease.epoch, "revoked by an operator"),
-                    Some(Push::Drain) => {
-                        info!("drained by an operator");
-                        self.shutdown.cancel();
-                    }
-                    // The node stopped leading and ended the session: resume on the leader.
-                    Some(Push::Closed(error)) if leader_moved(&error.code) => {
-                        warn!(%error, "session closed by musterd");
-                        self.leader_moved = true;
-                        return Ok(false);
-                    }
-                    Some(Push::Closed(error)) => {
-                        warn!(%error, "session closed by musterd");
-                        return Err(Error::Server(error));
-                    }
-                    // The client routes watch pushes to `watch_pushes`, never to a session.
-                    Some(Push::Watch(_)) => {}
-                    None => return Ok(false),
-                },
-                Some(event) = self.events.1.recv() => match event {
-                    Event::Done(id, epoch, outcome) => {
-                        self.drain_on(client).await;
-                        if let Some(settle) = self.finish(id, epoch, outcome) {
-                            self.settle(client, settle);
-                        }
-                    }
-                    Event::Renewed(id, epoch, sent, result) => {
-                        self.renewed(id, epoch, sent, result);
-                        if self.leader_moved {
-                            return Ok(false);
-                        }
-                    }
-                    Event::Settled(settle, result) => {
-                        self.settled(settle, result);
-                        if self.leader_moved {
-                            return Ok(false);
-                        }
-                    }
-                    Event::Expired(id, epoch) => self.expired(&id, epoch),
-                },
-                _ = tick.tick() => {
-                    self.reap();
+            let step = tokio::select! {
+                () = self.shutdown.cancelled(), if self.draining.is_none() => {
                     self.drain_on(client).await;
-                    // Settles that failed on an earlier connection go out on this one.
-                    for settle in std::mem::take(&mut self.unsettled) {
-                        self.settle(client, settle);
-                    }
-                    self.renew_due(client);
-                    // A queue waited for: subscribe again (never while draining).
-                    if self.draining.is_none()
-                        && self.subscribe_again.is_some_and(|at| Instant::now() >= at)
-                    {
-                        match self.subscribe(client).await {
-                            Ok(()) => {}
-                            Err(e) if is_refusal(&e) => return Err(e),
-                            Err(Error::Server(e)) if leader_moved(&e.code) => {
-                                self.leader_moved = true;
-                                return Ok(false);
-                            }
-                            Err(_) => return Ok(false),
-                        }
-                    }
-                    if let Some(deadline) = self.draining
-                        && Instant::now() >= deadline
-                    {
-                        self.stop_all();
-                    }
-                    self.stop_overdue(Some(client));
-                    if self.finished() {
-                        return Ok(true);
-                    }
+                    ControlFlow::Continue(())
                 }
+                push = pushes.recv() => self.on_push(client, push).await,
+                Some(event) = self.events.1.recv() => self.on_event(client, event).await,
+                _ = tick.tick() => self.on_tick(client).await,
+            };
+            if let ControlFlow::Break(end) = step {
+                return end;
             }
         }
+    }
+
+    /// What a push from the daemon does (`None`: the connection's pushes ended). Breaks
+    /// with what [`Worker::serve`] returns when it ends the connection.
+    async fn on_push(&mut self, client: &Client, push: Option<Push>) -> Served {
+        match push {
+            // Pushed before the unsubscribe landed: hand it back untouched.
+            Some(Push::Deliver(delivery)) if self.shutdown.is_cancelled() => {
+                self.drain_on(client).await;
+                let settle = Settle {
+                    id: delivery.id,
+                    epoch: delivery.epoch,
+                    outcome: Outcome::Release,
+                    progress: None,
+                };
+                self.settle(client, settle);
+            }
+            Some(Push::Deliver(delivery)) => self.start(delivery, None),
+            Some(Push::Cancel(lease)) => {
+                if let Some(h) = self
+                    .held
+                    .get(&lease.task)
+                    .filter(|h| h.epoch == lease.epoch)
+                {
+                    info!(task = %lease.task, "cancel requested");
+                    h.cancel.cancel();
+                }
+            }
+            Some(Push::Revoked(lease)) => {
+                self.lost(&lease.task, lease.epoch, "revoked by an operator");
+            }
+            Some(Push::Drain) => {
+                info!("drained by an operator");
+                self.shutdown.cancel();
+            }
+            // The node stopped leading and ended the session: resume on the leader.
+            Some(Push::Closed(error)) if leader_moved(&error.code) => {
+                warn!(%error, "session closed by musterd");
+                self.leader_moved = true;
+                return ControlFlow::Break(Ok(false));
+            }
+            Some(Push::Closed(error)) => {
+                warn!(%error, "session closed by musterd");
+                return ControlFlow::Break(Err(Error::Server(error)));
+            }
+            // The client routes watch pushes to `watch_pushes`, never to a session.
+            Some(Push::Watch(_)) => {}
+            None => return ControlFlow::Break(Ok(false)),
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// What an event of the worker's own tasks does (a handler ended, a renewal or
+    /// settle answered, a lease's local deadline passed).
+    async fn on_event(&mut self, client: &Client, event: Event) -> Served {
+        match event {
+            Event::Done(id, epoch, outcome) => {
+                self.drain_on(client).await;
+                if let Some(settle) = self.finish(id, epoch, outcome) {
+                    self.settle(client, settle);
+                }
+            }
+            Event::Renewed(id, epoch, sent, result) => self.renewed(id, epoch, sent, result),
+            Event::Settled(settle, result) => self.settled(settle, result),
+            Event::Expired(id, epoch) => self.expired(&id, epoch),
+        }
+        if self.leader_moved {
+            return ControlFlow::Break(Ok(false));
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// The periodic step: reap ended handlers, send settles and renewals due, subscribe
+    /// again, end a drain whose time is up, and stop once everything is done.
+    async fn on_tick(&mut self, client: &Client) -> Served {
+        self.reap();
+        self.drain_on(client).await;
+        // Settles that failed on an earlier connection go out on this one.
+        for settle in std::mem::take(&mut self.unsettled) {
+            self.settle(client, settle);
+        }
+        self.renew_due(client);
+        // A queue waited for: subscribe again (never while draining).
+        if self.draining.is_none() && self.subscribe_again.is_some_and(|at| Instant::now() >= at) {
+            match self.subscribe(client).await {
+                Ok(()) => {}
+                Err(e) if is_refusal(&e) => return ControlFlow::Break(Err(e)),
+                Err(Error::Server(e)) if leader_moved(&e.code) => {
+                    self.leader_moved = true;
+                    return ControlFlow::Break(Ok(false));
+                }
+                Err(_) => return ControlFlow::Break(Ok(false)),
+            }
+        }
+        if let Some(deadline) = self.draining
+            && Instant::now() >= deadline
+        {
+            self.stop_all();
+        }
+        self.stop_overdue(Some(client));
+        if self.finished() {
+            return ControlFlow::Break(Ok(true));
+        }
+        ControlFlow::Continue(())
     }
 
     /// A handler returned: the settle to send, unless its lease is no longer ours.
@@ -838,6 +865,38 @@ where
                 old.epoch
             );
         }
+        let handler = self.spawn_handler(task, done.clone());
+        self.tasks.spawn(watch_deadline(
+            (id.clone(), epoch),
+            (Arc::clone(&deadline), Arc::clone(&timed_out)),
+            stop_window(lease, self.config.grace),
+            (cancel.clone(), handler.clone()),
+            done.clone(),
+            self.events.0.clone(),
+        ));
+        self.held.insert(
+            id,
+            Held {
+                epoch,
+                cancel,
+                progress,
+                renew_at,
+                renewed: Instant::now(),
+                renewing: false,
+                handler,
+                stop_by: None,
+                deadline,
+                timed_out,
+                done,
+            },
+        );
+    }
+
+    /// Spawns the handler of `task` (after the previous handler of the same task, if
+    /// one is still stopping, has ended) and its watcher, which sends its outcome as
+    /// [`Event::Done`] and cancels `done` when it ends. Returns the handler's abort handle.
+    fn spawn_handler(&mut self, task: Task, done: CancellationToken) -> AbortHandle {
+        let (id, epoch) = (task.delivery.id.clone(), task.delivery.epoch);
         let previous = match self.stopping.remove(&id) {
             Some(s) => Some((s.handler, s.done)),
             None => self.held.remove(&id).map(|h| {
@@ -866,7 +925,7 @@ where
         });
         let handler = work.abort_handle();
         let events = self.events.0.clone();
-        let (done_id, done_epoch, ended) = (id.clone(), epoch, done.clone());
+        let (done_id, done_epoch, ended) = (id, epoch, done);
         self.tasks.spawn(async move {
             let result = work.await;
             ended.cancel();
@@ -880,30 +939,7 @@ where
             };
             let _ = events.send(Event::Done(done_id, done_epoch, outcome));
         });
-        self.tasks.spawn(watch_deadline(
-            (id.clone(), epoch),
-            (Arc::clone(&deadline), Arc::clone(&timed_out)),
-            stop_window(lease, self.config.grace),
-            (cancel.clone(), handler.clone()),
-            done.clone(),
-            self.events.0.clone(),
-        ));
-        self.held.insert(
-            id,
-            Held {
-                epoch,
-                cancel,
-                progress,
-                renew_at,
-                renewed: Instant::now(),
-                renewing: false,
-                handler,
-                stop_by: None,
-                deadline,
-                timed_out,
-                done,
-            },
-        );
+        handler
     }
 
     /// A lease is gone (lost or revoked): stop the handler's work, forget the task.
