@@ -48,11 +48,18 @@ pub fn start(
     generation: tokio::sync::watch::Sender<u64>,
 ) -> anyhow::Result<Dispatcher> {
     Dispatcher::spawn(CommitStats::default(), move |rx, stats| {
+        // The term of the last engine built: 0 before the first.
+        let mut last_term = 0;
         loop {
             let Some(term) = follow(&rx, &node, &store, &mut disk, stats) else {
                 info!("dispatcher stopped while following");
                 return Ok(());
             };
+            assert!(
+                term >= last_term,
+                "terms never go back: leading in {term} after {last_term}"
+            );
+            last_term = term;
             let leading = Leading {
                 node: node.clone(),
                 term,

@@ -376,7 +376,11 @@ impl Node {
 
     /// The dispatcher serves with an engine of `term` (`None`: it follows).
     pub fn set_serving(&self, term: Option<u64>) {
-        self.serving.store(term.unwrap_or(0), Ordering::Release);
+        let before = self.serving.swap(term.unwrap_or(0), Ordering::AcqRel);
+        assert!(
+            term.is_none() || before == 0,
+            "the dispatcher serves in term {term:?} only after following (it served {before})"
+        );
     }
 
     /// What `hello` tells a client of the cluster. A node names itself the leader only

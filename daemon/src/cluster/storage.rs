@@ -290,6 +290,13 @@ impl RaftLogStorage<Muster> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<u64>) -> StorageResult<()> {
+        debug_assert!(
+            self.get_state::<Vote<u64>>(VOTE)
+                .ok()
+                .flatten()
+                .is_none_or(|saved| vote.leader_id().term >= saved.leader_id().term),
+            "terms never go back: vote {vote} saved"
+        );
         let this = self.clone();
         let vote = encode(vote);
         blocking(move || {
@@ -978,6 +985,12 @@ impl RaftStateMachine<Muster> for StateMachine {
             snapshot = %meta.snapshot_id,
             applied = ?applied.log_id.map(|l| l.index),
             "installed a snapshot from the leader"
+        );
+        assert!(
+            applied.log_id >= self.applied.log_id,
+            "a snapshot installed never takes the applied position back ({:?} after {:?})",
+            applied.log_id,
+            self.applied.log_id
         );
         self.applied = applied;
         *self.census.lock().unwrap_or_else(PoisonError::into_inner) = census;

@@ -277,6 +277,10 @@ impl<W: Waiter> Engine<W> {
                 event,
             },
         );
+        assert!(
+            previous.is_none_or(|h| h.event < event),
+            "connection {connection}: heard-from events only grow"
+        );
         let liveness = muster_protocol::limits::DEFAULT_LIVENESS.as_millis() as u64;
         if previous.is_some_and(|h| now.mono_ms.saturating_sub(h.at_ms) > liveness) {
             // Claims it parked while silent were passed over: serve them again.
@@ -438,12 +442,14 @@ impl<W: Waiter> Engine<W> {
             dead: 0,
         };
         let mut reply_bytes = 0;
+        let (holding, mut delivered) = (held.len(), 0);
         for id in held {
             match self.hand_back(id, &member, &policy, now)? {
                 Handed::Kept => reply.kept += 1,
                 Handed::Released => reply.released += 1,
                 Handed::Dead => reply.dead += 1,
                 Handed::Delivered(delivery) => {
+                    delivered += 1;
                     // The reply carries what fits; the rest follows as pushes on the
                     // session's stream, so a reply never outgrows its frame.
                     reply_bytes += delivery.payload.get().len()
@@ -458,6 +464,11 @@ impl<W: Waiter> Engine<W> {
                 }
             }
         }
+        assert_eq!(
+            reply.kept + reply.released + reply.dead + delivered,
+            holding as u64,
+            "member {member:?}: every lease it held handed back once"
+        );
         tracing::info!(
             member = %member,
             liveness_ms,
@@ -556,9 +567,15 @@ impl<W: Waiter> Engine<W> {
         member.lapsed_at = None;
         let held: Vec<Ulid> = member.leased.iter().copied().collect();
         let after = member.counted();
-        self.members
+        let previous = self
+            .members
             .sessions
             .insert(waiter.connection(), Arc::clone(&name));
+        assert!(
+            previous.is_none_or(|p| p == name),
+            "connection {}: one member's session at most",
+            waiter.connection()
+        );
         self.members.recount(before, after, &mut self.index.queues);
         self.members.push_members.insert(name);
         held

@@ -1193,6 +1193,7 @@ impl<W: Waiter> Engine<W> {
         Ok(())
     }
 
+    /// A new task id: of `now`'s millisecond, and above every id handed out before.
     fn next_id(&mut self, now: Now) -> Ulid {
         let candidate = Ulid::from_parts(now.wall_ms, self.rng.random::<u128>());
         let id = if candidate > self.last_id {
@@ -1201,6 +1202,10 @@ impl<W: Waiter> Engine<W> {
             // The clock stepped back or this millisecond is crowded: keep ids growing.
             self.last_id.increment().unwrap_or(candidate)
         };
+        assert!(
+            !self.index.tasks.contains_key(&id),
+            "task id {id} handed out twice"
+        );
         self.last_id = id;
         id
     }
@@ -1350,6 +1355,13 @@ impl<W: Waiter> Engine<W> {
             let rec = self.caches.leased[&id].clone();
             self.write(id, &rec);
         }
+        debug_assert!(
+            self.caches
+                .renewed_in_memory
+                .keys()
+                .all(|id| &*self.index.tasks[id].queue != queue),
+            "queue {queue:?}: a renewal left in memory"
+        );
     }
 
     /// Removes a task from the store and every index.
@@ -1530,21 +1542,29 @@ impl<W: Waiter> Engine<W> {
         }
     }
 
+    /// Makes every scheduled task whose time came ready.
     fn promote_scheduled(&mut self, now: Now) -> Result<(), StoreError> {
         while let Some(&(at, id)) = self.index.scheduled.first() {
             if at > now.wall_ms {
                 break;
             }
             let mut rec = self.record(id).map_err(store_only)?;
+            assert_eq!(rec.state, TaskState::Scheduled, "task {id}: scheduled");
             rec.state = TaskState::Ready;
             rec.not_before_ms = None;
             rec.updated_ms = now.wall_ms;
             self.save(id, &rec, None);
+            assert!(
+                !self.index.scheduled.contains(&(at, id)),
+                "task {id}: promoted but still scheduled"
+            );
             self.commit()?;
         }
         Ok(())
     }
 
+    /// Ends every lease whose deadline passed: a failure of its task, which goes to
+    /// another member if one can take it.
     fn lapse_leases(&mut self, now: Now) -> Result<(), StoreError> {
         while let Some(&(at, id)) = self.index.leases.first() {
             if at > now.mono_ms {
@@ -1555,6 +1575,10 @@ impl<W: Waiter> Engine<W> {
                 .lease
                 .take()
                 .expect("a task with a lease deadline has a lease");
+            assert_eq!(
+                lease.epoch, self.index.tasks[&id].epoch,
+                "task {id}: the lapsing lease is the indexed one"
+            );
             telemetry::lease_ended(&rec.queue, LeaseEnd::Lapsed, lease.granted_ms, now.wall_ms);
             let (member, epoch) = (lease.member, lease.epoch);
             let error = format!("lease lapsed (member {member:?}, epoch {epoch})");
@@ -1566,11 +1590,16 @@ impl<W: Waiter> Engine<W> {
             if self.fail(id, &mut rec, now, error, Some(0)) == TaskState::Ready {
                 self.members.let_go(id, &member);
             }
+            assert!(
+                !self.index.leases.contains(&(at, id)),
+                "task {id}: lapsed but still leased"
+            );
             self.commit()?;
         }
         Ok(())
     }
 
+    /// Removes finished tasks past their retention, at most [`RETENTION_BATCH`] a round.
     fn expire_finished(&mut self, now: Now) -> Result<(), StoreError> {
         let mut removed = 0;
         while let Some(&(at, id)) = self.index.expiry.first() {
@@ -1578,6 +1607,11 @@ impl<W: Waiter> Engine<W> {
                 break;
             }
             let rec = self.record(id).map_err(store_only)?;
+            assert!(
+                matches!(rec.state, TaskState::Done | TaskState::Cancelled),
+                "task {id}: only done and cancelled tasks expire, not {}",
+                rec.state
+            );
             self.remove(id, &rec);
             removed += 1;
         }
@@ -1628,6 +1662,11 @@ impl<W: Waiter> Engine<W> {
                 rec.not_before_ms = Some(now.wall_ms + delay);
             }
         }
+        assert!(
+            !matches!(rec.state, TaskState::Leased | TaskState::Done),
+            "task {id}: a failed delivery ends {}",
+            rec.state
+        );
         self.save(id, rec, None);
         rec.state
     }
@@ -1709,6 +1748,10 @@ impl<W: Waiter> Engine<W> {
 
     /// Moves a task to done or cancelled, starting its retention.
     fn finish(&self, rec: &mut TaskRecord, to: TaskState, now: Now) {
+        assert!(
+            matches!(to, TaskState::Done | TaskState::Cancelled),
+            "a task finishes done or cancelled, not {to}"
+        );
         if to == TaskState::Cancelled {
             telemetry::cancelled(&rec.queue);
         }

@@ -879,6 +879,7 @@ impl<W: Waiter> Engine<W> {
                 }
             }
         }
+        assert!(out.len() <= spec.max, "a claim gets at most its max");
         Ok(out)
     }
 
@@ -930,6 +931,10 @@ impl<W: Waiter> Engine<W> {
         }
         rec.deliveries += 1;
         let epoch = rec.deliveries;
+        assert!(
+            epoch > self.index.tasks[&id].epoch,
+            "task {id}: a lease's epoch is above every earlier one"
+        );
         let expires = now.wall_ms + (deadline - now.mono_ms);
         rec.state = TaskState::Leased;
         rec.not_before_ms = None;
@@ -1018,6 +1023,7 @@ impl<W: Waiter> Engine<W> {
         if !self.cancel_if_requested(&mut rec, now, None, None) {
             self.finish(&mut rec, TaskState::Done, now);
         }
+        assert!(rec.lease.is_none(), "task {id}: acked, its lease ended");
         let to = rec.state;
         self.save(id, &rec, None);
         Ok(SettleReply {
@@ -1132,6 +1138,11 @@ impl<W: Waiter> Engine<W> {
             rec.state = TaskState::Ready;
             rec.updated_ms = now.wall_ms;
         }
+        assert!(
+            matches!(rec.state, TaskState::Ready | TaskState::Cancelled),
+            "task {id}: released to {}",
+            rec.state
+        );
         self.save(id, &rec, None);
         Ok(SettleReply {
             state: rec.state,
@@ -1164,6 +1175,11 @@ impl<W: Waiter> Engine<W> {
             telemetry::dead(id, &rec.queue, telemetry::DEAD_BY_AGENT);
             rec.updated_ms = now.wall_ms;
         }
+        assert!(
+            matches!(rec.state, TaskState::Dead | TaskState::Cancelled),
+            "task {id}: dead-lettered to {}",
+            rec.state
+        );
         self.save(id, &rec, None);
         Ok(SettleReply {
             state: rec.state,
