@@ -1018,9 +1018,19 @@ where
                 // The daemon renewed after we sent: from `sent`, the lease is surely ours
                 // for its length (less the margin).
                 let deadline = sent + lease.saturating_sub(lease_margin(lease));
+                assert!(deadline >= sent, "a renewal's deadline lies after its send");
                 let mut current = lock(&held.deadline);
-                *current = (*current).max(deadline);
+                let before = *current;
+                *current = before.max(deadline);
+                assert!(
+                    *current >= before,
+                    "a lease's local deadline never moves back"
+                );
                 drop(current);
+                assert!(
+                    held.renew_at >= sent,
+                    "the next renewal of task {id} is due after this one was sent"
+                );
                 if reply.cancel_requested && !held.cancel.is_cancelled() {
                     info!(task = %id, "cancel requested");
                     held.cancel.cancel();
@@ -1288,7 +1298,10 @@ fn renew_at(expires_ms: u64) -> Instant {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
     let left = Duration::from_millis(expires_ms.saturating_sub(now_ms));
-    Instant::now() + (left / 3).max(MIN_RENEW_INTERVAL)
+    let now = Instant::now();
+    let at = now + (left / 3).max(MIN_RENEW_INTERVAL);
+    assert!(at > now, "a renewal is never due at once again");
+    at
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

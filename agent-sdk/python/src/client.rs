@@ -133,6 +133,7 @@ impl Client {
             for reply in pending {
                 replies.push(reply.reply().await?);
             }
+            assert_eq!(replies.len(), requests.len(), "one reply per request");
             Ok(replies)
         })
     }
