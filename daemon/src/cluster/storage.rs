@@ -92,10 +92,11 @@ fn write_err(e: impl std::error::Error + Send + Sync + 'static) -> StorageError<
     StorageIOError::write(&e).into()
 }
 
-/// Runs blocking store work off the async runtime.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, StoreError> {
+/// Runs blocking store work off the async runtime's workers: every fjall call of a
+/// cluster node goes through here (or the fsync task of [`LogStore::append`]).
+async fn blocking<T: Send + 'static, E: Send + 'static>(
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, E> {
     tokio::task::spawn_blocking(f)
         .await
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic.into_panic()))
@@ -260,16 +261,29 @@ impl RaftLogReader<Muster> for LogStore {
         if end.is_some_and(|end| end <= start) {
             return Ok(Vec::new());
         }
-        let iter = match end {
-            Some(end) => self.log.range(start.to_be_bytes()..end.to_be_bytes()),
-            None => self.log.range(start.to_be_bytes()..),
-        };
-        let mut out = Vec::new();
-        for guard in iter {
-            let (_, v) = guard.into_inner().map_err(read_err)?;
-            out.push(decode(&v, "raft log entry").map_err(read_err)?);
-        }
-        Ok(out)
+        let log = self.log.clone();
+        blocking(move || {
+            let iter = match end {
+                Some(end) => log.range(start.to_be_bytes()..end.to_be_bytes()),
+                None => log.range(start.to_be_bytes()..),
+            };
+            let mut out: Vec<Entry<Muster>> = Vec::new();
+            for guard in iter {
+                let (_, v) = guard.into_inner()?;
+                let entry: Entry<Muster> = decode(&v, "raft log entry")?;
+                if let Some(previous) = out.last() {
+                    assert_eq!(
+                        entry.log_id.index,
+                        previous.log_id.index + 1,
+                        "the log's entries are contiguous"
+                    );
+                }
+                out.push(entry);
+            }
+            Ok::<_, StoreError>(out)
+        })
+        .await
+        .map_err(read_err)
     }
 }
 
@@ -277,12 +291,17 @@ impl RaftLogStorage<Muster> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> StorageResult<LogState<Muster>> {
-        let purged: Option<LogId<u64>> = self.get_state(PURGED).map_err(read_err)?;
-        let last = self.last_entry().map_err(read_err)?.or(purged);
-        Ok(LogState {
-            last_purged_log_id: purged,
-            last_log_id: last,
+        let this = self.clone();
+        blocking(move || {
+            let purged: Option<LogId<u64>> = this.get_state(PURGED)?;
+            let last = this.last_entry()?.or(purged);
+            Ok::<_, StoreError>(LogState {
+                last_purged_log_id: purged,
+                last_log_id: last,
+            })
         })
+        .await
+        .map_err(read_err)
     }
 
     async fn get_log_reader(&mut self) -> LogStore {
@@ -308,21 +327,25 @@ impl RaftLogStorage<Muster> for LogStore {
     }
 
     async fn read_vote(&mut self) -> StorageResult<Option<Vote<u64>>> {
-        self.get_state(VOTE)
+        let this = self.clone();
+        blocking(move || this.get_state(VOTE))
+            .await
             .map_err(|e| StorageIOError::read_vote(&e).into())
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> StorageResult<()> {
-        self.state
-            .insert(COMMITTED, encode(&committed))
-            .map_err(|e| write_err(StoreError::from(e)))
+        let state = self.state.clone();
+        blocking(move || Ok::<_, StoreError>(state.insert(COMMITTED, encode(&committed))?))
+            .await
+            .map_err(write_err)
     }
 
     async fn read_committed(&mut self) -> StorageResult<Option<LogId<u64>>> {
-        Ok(self
-            .get_state::<Option<LogId<u64>>>(COMMITTED)
-            .map_err(read_err)?
-            .flatten())
+        let this = self.clone();
+        blocking(move || this.get_state::<Option<LogId<u64>>>(COMMITTED))
+            .await
+            .map(Option::flatten)
+            .map_err(read_err)
     }
 
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<Muster>) -> StorageResult<()>
@@ -330,27 +353,30 @@ impl RaftLogStorage<Muster> for LogStore {
         I: IntoIterator<Item = Entry<Muster>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut batch = self.store.database().batch();
-        let mut previous: Option<LogId<u64>> = None;
-        for entry in entries {
-            if let Some(p) = previous {
-                assert_eq!(
-                    entry.log_id.index,
-                    p.index + 1,
-                    "appended entries are contiguous"
-                );
-                assert!(
-                    entry.log_id.leader_id.term >= p.leader_id.term,
-                    "terms never go back"
-                );
+        let entries: Vec<Entry<Muster>> = entries.into_iter().collect();
+        let this = self.clone();
+        blocking(move || {
+            let mut batch = this.store.database().batch();
+            let mut previous: Option<LogId<u64>> = None;
+            for entry in &entries {
+                if let Some(p) = previous {
+                    assert_eq!(
+                        entry.log_id.index,
+                        p.index + 1,
+                        "appended entries are contiguous"
+                    );
+                    assert!(
+                        entry.log_id.leader_id.term >= p.leader_id.term,
+                        "terms never go back"
+                    );
+                }
+                previous = Some(entry.log_id);
+                batch.insert(&this.log, entry.log_id.index.to_be_bytes(), encode(entry));
             }
-            previous = Some(entry.log_id);
-            batch.insert(&self.log, entry.log_id.index.to_be_bytes(), encode(&entry));
-        }
-        batch
-            .durability(None)
-            .commit()
-            .map_err(|e| StorageIOError::write_logs(&StoreError::from(e)))?;
+            Ok::<_, StoreError>(batch.durability(None).commit()?)
+        })
+        .await
+        .map_err(|e| StorageIOError::write_logs(&e))?;
         // The entries are readable now; openraft hears they are durable once they are.
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
@@ -366,16 +392,25 @@ impl RaftLogStorage<Muster> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> StorageResult<()> {
-        self.remove_range(log_id.index, None)
+        let this = self.clone();
+        blocking(move || this.remove_range(log_id.index, None))
+            .await
             .map_err(|e| StorageIOError::write_logs(&e).into())
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> StorageResult<()> {
-        self.state
-            .insert(PURGED, encode(&log_id))
-            .map_err(|e| write_err(StoreError::from(e)))?;
-        self.remove_range(0, log_id.index.checked_add(1))
-            .map_err(|e| StorageIOError::write_logs(&e).into())
+        let this = self.clone();
+        blocking(move || {
+            let purged: Option<LogId<u64>> = this.get_state(PURGED)?;
+            assert!(
+                purged <= Some(log_id),
+                "the purged position never goes back ({log_id} after {purged:?})"
+            );
+            this.state.insert(PURGED, encode(&log_id))?;
+            this.remove_range(0, log_id.index.checked_add(1))
+        })
+        .await
+        .map_err(|e| StorageIOError::write_logs(&e).into())
     }
 }
 
@@ -860,6 +895,72 @@ impl RaftSnapshotBuilder<Muster> for SnapshotBuilder {
     }
 }
 
+/// Applies committed entries to the store after `applied`, in order, keeping the
+/// census: what is applied then, and each entry's fate. Blocking (fjall).
+fn apply_entries(
+    store: &Store,
+    census: &Mutex<Census>,
+    mut last: Applied,
+    entries: Vec<Entry<Muster>>,
+) -> Result<(Applied, Vec<Fate>), (LogId<u64>, StoreError)> {
+    let mut replies = Vec::new();
+    for entry in entries {
+        let log_id = entry.log_id;
+        // Applied once each, in order: the store's applied position only moves on.
+        if let Some(previous) = last.log_id {
+            assert!(
+                log_id.index > previous.index,
+                "{log_id} applied after {previous}"
+            );
+            assert!(
+                log_id.leader_id.term >= previous.leader_id.term,
+                "{log_id} of an older term applied after {previous}"
+            );
+        }
+        let mut applied = last.clone();
+        applied.log_id = Some(log_id);
+        let changes = match entry.payload {
+            EntryPayload::Blank => Vec::new(),
+            EntryPayload::Membership(m) => {
+                applied.membership = StoredMembership::new(Some(log_id), m);
+                Vec::new()
+            }
+            // IMPORTANT: the term fence. A round made by an engine of another term
+            // is not applied: only the engine built in the term that appends it
+            // knows the store the round was computed against.
+            EntryPayload::Normal(round) if round.term == log_id.leader_id.term => {
+                applied.wall_ms = applied.wall_ms.max(round.wall_ms);
+                round.changes
+            }
+            EntryPayload::Normal(round) => {
+                // An engine's round is proposed in the term it was built in: only
+                // a later leader's log can hold it in another term.
+                assert!(
+                    round.term < log_id.leader_id.term,
+                    "a round of term {} in {log_id}",
+                    round.term
+                );
+                replies.push(Fate::Fenced);
+                store.apply(&[], &applied.meta()).map_err(|e| (log_id, e))?;
+                last = applied;
+                continue;
+            }
+        };
+        store
+            .apply(&changes, &applied.meta())
+            .map_err(|e| (log_id, e))?;
+        let mut counted = census.lock().unwrap_or_else(PoisonError::into_inner);
+        counted.apply(&changes);
+        if applied.membership.log_id() != last.membership.log_id() {
+            counted.set_membership(&applied);
+        }
+        drop(counted);
+        last = applied;
+        replies.push(Fate::Written);
+    }
+    Ok((last, replies))
+}
+
 impl RaftStateMachine<Muster> for StateMachine {
     type SnapshotBuilder = SnapshotBuilder;
 
@@ -874,60 +975,13 @@ impl RaftStateMachine<Muster> for StateMachine {
         I: IntoIterator<Item = Entry<Muster>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut replies = Vec::new();
-        for entry in entries {
-            let log_id = entry.log_id;
-            // Applied once each, in order: the store's applied position only moves on.
-            if let Some(last) = self.applied.log_id {
-                assert!(log_id.index > last.index, "{log_id} applied after {last}");
-                assert!(
-                    log_id.leader_id.term >= last.leader_id.term,
-                    "{log_id} of an older term applied after {last}"
-                );
-            }
-            let mut applied = self.applied.clone();
-            applied.log_id = Some(log_id);
-            let changes = match entry.payload {
-                EntryPayload::Blank => Vec::new(),
-                EntryPayload::Membership(m) => {
-                    applied.membership = StoredMembership::new(Some(log_id), m);
-                    Vec::new()
-                }
-                // IMPORTANT: the term fence. A round made by an engine of another term
-                // is not applied: only the engine built in the term that appends it
-                // knows the store the round was computed against.
-                EntryPayload::Normal(round) if round.term == log_id.leader_id.term => {
-                    applied.wall_ms = applied.wall_ms.max(round.wall_ms);
-                    round.changes
-                }
-                EntryPayload::Normal(round) => {
-                    // An engine's round is proposed in the term it was built in: only
-                    // a later leader's log can hold it in another term.
-                    assert!(
-                        round.term < log_id.leader_id.term,
-                        "a round of term {} in {log_id}",
-                        round.term
-                    );
-                    replies.push(Fate::Fenced);
-                    self.store
-                        .apply(&[], &applied.meta())
-                        .map_err(|e| StorageIOError::apply(log_id, &e))?;
-                    self.applied = applied;
-                    continue;
-                }
-            };
-            self.store
-                .apply(&changes, &applied.meta())
-                .map_err(|e| StorageIOError::apply(log_id, &e))?;
-            let mut census = self.census.lock().unwrap_or_else(PoisonError::into_inner);
-            census.apply(&changes);
-            if applied.membership.log_id() != self.applied.membership.log_id() {
-                census.set_membership(&applied);
-            }
-            drop(census);
-            self.applied = applied;
-            replies.push(Fate::Written);
-        }
+        let entries: Vec<Entry<Muster>> = entries.into_iter().collect();
+        let (store, census) = (self.store.clone(), Arc::clone(&self.census));
+        let applied = self.applied.clone();
+        let (applied, replies) = blocking(move || apply_entries(&store, &census, applied, entries))
+            .await
+            .map_err(|(log_id, e)| StorageIOError::apply(log_id, &e))?;
+        self.applied = applied;
         Ok(replies)
     }
 
