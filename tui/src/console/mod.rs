@@ -1,6 +1,9 @@
 //! `muster tui`: the operator's console (README.md, "The console"), in the spirit of k9s.
 //!
-//! - [`app`]: the state and the key handling, pure and tested without a terminal.
+//! - [`app`]: the state, pure and tested without a terminal; `keys` (what each key
+//!   does), [`verbs`] (the verbs a key names), [`rows`] (the list screens' rows),
+//!   [`search`] (the `/` search language) and [`trends`] (rates and trend graphs)
+//!   hold the rest of it by job.
 //! - [`ui`]: drawing, a function of the state.
 //! - this module: the loop. It watches the current screen over one connection (the
 //!   daemon pushes changes, at most once a second), runs verbs, redraws after every key,
@@ -13,9 +16,14 @@
 
 pub mod app;
 pub mod detail;
+mod keys;
+pub mod rows;
+pub mod search;
 #[cfg(test)]
 mod tests;
+pub mod trends;
 pub mod ui;
+pub mod verbs;
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -35,7 +43,9 @@ use muster_protocol::ops::{
 };
 use muster_sdk::{Client, ConnectOptions, Error, ErrorCode};
 
-use app::{App, ClusterPoll, DeadAction, DeadTasks, Effect, Requeue, Verb};
+use app::{App, Effect};
+use rows::ClusterPoll;
+use verbs::{DeadAction, DeadTasks, Requeue, Verb};
 
 /// How often the screen is redrawn with nothing happening (ages move on).
 const REDRAW: Duration = Duration::from_secs(1);

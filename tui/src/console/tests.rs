@@ -16,10 +16,11 @@ use muster_protocol::ops::{
 };
 use muster_protocol::{ErrorBody, ErrorCode};
 
-use super::app::{
-    App, ClusterPoll, DaemonFacts, DeadAction, DeadTasks, Draft, Effect, Level, Mode, NEW_PAYLOAD,
-    PAGE_ROWS, QueueChange, Requeue, Screen, TABS, TREND_SECONDS, Verb, search_query, search_words,
-};
+use super::app::{App, DaemonFacts, Effect, Level, Mode, PAGE_ROWS, Screen, TABS};
+use super::rows::ClusterPoll;
+use super::search::{search_query, search_words};
+use super::trends::TREND_SECONDS;
+use super::verbs::{DeadAction, DeadTasks, Draft, NEW_PAYLOAD, QueueChange, Requeue, Verb};
 use super::{detail, ui};
 
 const NOW: u64 = 1_800_000_000_000;
@@ -1075,7 +1076,7 @@ fn a_quick_filter_is_one_phrase_or_the_search_words_of_the_rows() {
         app.rows()
             .iter()
             .map(|r| match r {
-                super::app::Row::Task(t) => t.id.clone(),
+                super::rows::Row::Task(t) => t.id.clone(),
                 _ => panic!("a task row"),
             })
             .collect()
@@ -1401,7 +1402,7 @@ fn s_sorts_the_pages_rows_by_each_column_and_capital_s_reverses() {
         app.rows()
             .iter()
             .map(|r| match r {
-                super::app::Row::Queue(q) => q.name.clone(),
+                super::rows::Row::Queue(q) => q.name.clone(),
                 _ => panic!("a queue row"),
             })
             .collect()
@@ -1455,7 +1456,7 @@ fn the_leased_tab_sorts_by_holder_running_time_and_expiry() {
         app.rows()
             .iter()
             .map(|r| match r {
-                super::app::Row::Task(t) => t.lease.as_ref().expect("leased").member.clone(),
+                super::rows::Row::Task(t) => t.lease.as_ref().expect("leased").member.clone(),
                 _ => panic!("a task row"),
             })
             .collect()
@@ -1763,7 +1764,7 @@ fn queue_changes_remove_a_runtime_bound_and_keep_what_is_left_out() {
         paused: Some(true),
         ..QueuePatch::default()
     };
-    let (patch, changes) = super::app::queue_changes(&shown, &edited);
+    let (patch, changes) = super::verbs::queue_changes(&shown, &edited);
     assert_eq!(
         patch,
         QueuePatch {
@@ -1925,7 +1926,7 @@ fn n_on_the_members_puts_the_last_seen_first() {
         app.rows()
             .iter()
             .map(|r| match r {
-                super::app::Row::Member(m) => m.name.clone(),
+                super::rows::Row::Member(m) => m.name.clone(),
                 _ => panic!("a member row"),
             })
             .collect()
@@ -1985,7 +1986,7 @@ fn capital_e_groups_dead_letters_by_error_and_acts_on_a_group() {
         .rows()
         .into_iter()
         .map(|r| match r {
-            super::app::Row::Group(g) => (g.error, g.ids.len(), g.queues),
+            super::rows::Row::Group(g) => (g.error, g.ids.len(), g.queues),
             _ => panic!("a group row"),
         })
         .collect();
@@ -2036,7 +2037,7 @@ fn capital_e_groups_dead_letters_by_error_and_acts_on_a_group() {
         .rows()
         .iter()
         .map(|r| match r {
-            super::app::Row::Task(t) => t.id.clone(),
+            super::rows::Row::Task(t) => t.id.clone(),
             _ => panic!("a task row"),
         })
         .collect();
@@ -2356,7 +2357,7 @@ fn node_ids(app: &App) -> Vec<String> {
     app.rows()
         .into_iter()
         .map(|r| match r {
-            super::app::Row::Node(n) => n.id,
+            super::rows::Row::Node(n) => n.id,
             _ => panic!("a row of another screen"),
         })
         .collect()

@@ -14,11 +14,10 @@ use muster_protocol::model::{
 };
 use muster_protocol::ops::WatchUpdate;
 
-use super::app::{
-    App, ClusterNodes, Level, Mode, NodeRow, Row, Screen, TABS, TaskColumn, TrendSeries,
-    task_columns,
-};
+use super::app::{App, Level, Mode, Screen, TABS};
 use super::detail::{ago, holder, list_or_dash, one_line, short, task_lines, until};
+use super::rows::{ClusterNodes, NodeRow, Row, TaskColumn, task_columns};
+use super::trends::TrendSeries;
 
 /// Draws the whole console.
 pub fn render(app: &App, frame: &mut Frame) {
