@@ -72,9 +72,18 @@ pub struct Node {
     /// The term whose engine the dispatcher serves with; 0 while it follows.
     serving: Arc<AtomicU64>,
     network: net::Network,
+    /// The node-to-node endpoint, closed when the node stops.
+    endpoint: quinn::Endpoint,
+    /// The node's own tasks (serving its peers, the election timer), waited for when
+    /// it stops.
+    tasks: tokio_util::task::TaskTracker,
     /// Where this node's node-to-node endpoint is bound.
     pub cluster_addr: SocketAddr,
 }
+
+/// Longest [`Node::shutdown`] waits for the node's tasks once raft has stopped and its
+/// endpoint is closed.
+const STOP_WAIT: Duration = Duration::from_secs(5);
 
 /// openraft's settings for a node started with `config`.
 fn raft_config(config: &NodeConfig) -> anyhow::Result<Config> {
@@ -180,8 +189,9 @@ impl Node {
             raft: raft.clone(),
             log: log_reader.clone(),
         };
-        tokio::spawn(net::serve(endpoint, Arc::new(served)));
-        tokio::spawn(elect::run(
+        let tasks = tokio_util::task::TaskTracker::new();
+        tasks.spawn(net::serve(endpoint.clone(), Arc::new(served)));
+        tasks.spawn(elect::run(
             config.node_id,
             raft.clone(),
             log_reader,
@@ -194,6 +204,8 @@ impl Node {
             runtime: tokio::runtime::Handle::current(),
             serving: Arc::default(),
             network,
+            endpoint,
+            tasks,
             cluster_addr,
         };
         if config.bootstrap {
@@ -233,10 +245,24 @@ impl Node {
         raft_failed(self.raft.metrics()).await
     }
 
-    /// Stops raft (before the store closes).
+    /// Stops raft (before the store closes), then the node's own tasks: the election
+    /// timer ends with raft, serving its peers with the endpoint, closed here (its
+    /// peers hear at once rather than after their idle timeout). Waits at most
+    /// [`STOP_WAIT`] for them.
     pub async fn shutdown(&self) {
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!("stopping raft: {e}");
+        }
+        self.endpoint.close(0u32.into(), b"node stopping");
+        self.tasks.close();
+        if tokio::time::timeout(STOP_WAIT, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                tasks = self.tasks.len(),
+                "the node's tasks did not end within {STOP_WAIT:?} of its stop"
+            );
         }
     }
 
