@@ -19,13 +19,11 @@ use muster_protocol::ops::{
     WatchUpdate,
 };
 
+use super::changes::{Draft, Verb};
 use super::rows::{ClusterNodes, ClusterPoll, Row, error_groups};
+pub use super::screen::{PAGE_ROWS, Screen};
 use super::search::{Found, search_query};
 use super::trends::{Rate, Trend, TrendSeries};
-use super::verbs::{Draft, Verb};
-
-/// Rows asked for per page of a list screen.
-pub const PAGE_ROWS: u32 = 100;
 
 /// The states of the queue screen's tabs, in tab order.
 pub const TABS: [TaskState; 6] = [
@@ -36,43 +34,6 @@ pub const TABS: [TaskState; 6] = [
     TaskState::Done,
     TaskState::Cancelled,
 ];
-
-/// A screen of the console.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Screen {
-    /// Every queue.
-    Queues,
-    /// One queue's tasks in one state.
-    Queue {
-        /// The queue.
-        name: String,
-        /// The tab shown.
-        state: TaskState,
-    },
-    /// One task.
-    Task {
-        /// Its id.
-        id: String,
-    },
-    /// Every member.
-    Members,
-    /// One member and the tasks it holds.
-    Member {
-        /// Its name.
-        name: String,
-    },
-    /// Dead tasks of every queue.
-    Dead,
-    /// A search over a whole queue (or every queue), newest first.
-    Found {
-        /// The queue searched; every queue if `None`.
-        queue: Option<String>,
-        /// What the operator typed after `/`.
-        query: String,
-    },
-    /// Every node of the cluster, each as it answers `cluster_status` itself.
-    Cluster,
-}
 
 /// A screen on the navigation stack, with where the operator is on it.
 #[derive(Debug, Clone)]

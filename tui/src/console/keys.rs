@@ -11,9 +11,10 @@ use muster_protocol::model::TaskState;
 use muster_protocol::ops::{TaskFind, TaskFindReply, WatchUpdate};
 
 use super::app::{App, Effect, Level, Mode, PAGE_ROWS, Page, Screen, TABS};
+use super::changes::Verb;
 use super::rows::Row;
 use super::search::search_query;
-use super::verbs::{Verb, is_live};
+use super::verbs::is_live;
 
 impl App {
     /// Handles one key press: Ctrl-C quits from any mode; every other key is the

@@ -1,9 +1,10 @@
 //! `muster tui`: the operator's console (README.md, "The console"), in the spirit of k9s.
 //!
 //! - [`app`]: the state, pure and tested without a terminal; `keys` (what each key
-//!   does), [`verbs`] (the verbs a key names), [`rows`] (the list screens' rows),
-//!   [`search`] (the `/` search language) and [`trends`] (rates and trend graphs)
-//!   hold the rest of it by job.
+//!   does), [`verbs`] (the verbs a key names), [`changes`] (verbs and drafts as data),
+//!   [`screen`] (the screens), [`rows`] (the list screens' rows), [`search`] (the `/`
+//!   search language) and [`trends`] (rates and trend graphs) hold the rest of it by
+//!   job; none of them but `keys` and `verbs` imports `app`.
 //! - [`ui`]: drawing, a function of the state.
 //! - this module: the loop. It watches the current screen over one connection (the
 //!   daemon pushes changes, at most once a second), runs verbs, redraws after every key,
@@ -15,9 +16,11 @@
 //! it after the restore) and panic (ratatui's panic hook).
 
 pub mod app;
+pub mod changes;
 pub mod detail;
 mod keys;
 pub mod rows;
+pub mod screen;
 pub mod search;
 #[cfg(test)]
 mod tests;
@@ -44,8 +47,8 @@ use muster_protocol::ops::{
 use muster_sdk::{Client, ConnectOptions, Error, ErrorCode};
 
 use app::{App, Effect};
+use changes::{DeadAction, DeadTasks, Requeue, Verb};
 use rows::ClusterPoll;
-use verbs::{DeadAction, DeadTasks, Requeue, Verb};
 
 /// How often the screen is redrawn with nothing happening (ages move on).
 const REDRAW: Duration = Duration::from_secs(1);

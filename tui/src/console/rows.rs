@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use muster_protocol::model::{MemberInfo, QueueInfo, TaskState, TaskSummary};
 use muster_protocol::ops::ClusterStatusReply;
 
-use super::app::Screen;
+use super::screen::Screen;
 use super::search::search_words;
 
 /// One row of a list screen, borrowed from the current update.

@@ -4,7 +4,7 @@
 use muster_protocol::model::{TaskState, TaskSummary};
 use muster_protocol::ops::{FieldMatch, FindCursor, TaskFind};
 
-use super::app::PAGE_ROWS;
+use super::screen::PAGE_ROWS;
 
 /// What a search found so far, newest first.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -17,10 +17,10 @@ use muster_protocol::ops::{
 use muster_protocol::{ErrorBody, ErrorCode};
 
 use super::app::{App, DaemonFacts, Effect, Level, Mode, PAGE_ROWS, Screen, TABS};
+use super::changes::{DeadAction, DeadTasks, Draft, NEW_PAYLOAD, QueueChange, Requeue, Verb};
 use super::rows::ClusterPoll;
 use super::search::{search_query, search_words};
 use super::trends::TREND_SECONDS;
-use super::verbs::{DeadAction, DeadTasks, Draft, NEW_PAYLOAD, QueueChange, Requeue, Verb};
 use super::{detail, ui};
 
 const NOW: u64 = 1_800_000_000_000;
@@ -1764,7 +1764,7 @@ fn queue_changes_remove_a_runtime_bound_and_keep_what_is_left_out() {
         paused: Some(true),
         ..QueuePatch::default()
     };
-    let (patch, changes) = super::verbs::queue_changes(&shown, &edited);
+    let (patch, changes) = super::changes::queue_changes(&shown, &edited);
     assert_eq!(
         patch,
         QueuePatch {
