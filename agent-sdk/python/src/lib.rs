@@ -51,7 +51,6 @@ fn muster_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add(class.name()?, class)?;
     }
     m.add("MAX_BATCH", muster_protocol::limits::MAX_BATCH)?;
-    m.add("MAX_PAGE", muster_protocol::limits::MAX_PAGE)?;
     logging::install();
     Ok(())
 }

@@ -5,14 +5,12 @@ the session) and ``watch``/``unwatch`` (a console's stream of pushes)."""
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import _loop, _native
 from ._convert import Duration, claim_of, instant_ms, json_text, ms, ms_required, optional_json
-from ._native import MAX_BATCH, MAX_PAGE
 from .records import (
     Backoff,
     CancelResult,
@@ -34,6 +32,8 @@ from .records import (
     TaskSummary,
     WaitResult,
 )
+
+_T = TypeVar("_T")
 
 ClaimRef = Union[Claim, str]
 """A claim to settle: a :class:`Claim`, or the claim string ``ID.EPOCH``."""
@@ -78,10 +78,11 @@ class NewTask:
             fields["delay_ms"] = ms(self.delay, "delay")
         if self.at is not None:
             fields["not_before_ms"] = instant_ms(self.at)
-        fields["idempotency_key"] = (
-            uuid.uuid4().hex if self.idempotency_key is None else self.idempotency_key
-        )
+        if self.idempotency_key is not None:
+            fields["idempotency_key"] = self.idempotency_key
         payload = json_text(self.payload, "payload")
+        if not fields:
+            return f'{{"payload":{payload}}}'
         return f'{{"payload":{payload},{json.dumps(fields)[1:-1]}}}'
 
 
@@ -93,7 +94,7 @@ def _queue_options(
     retention: Optional[Duration],
     max_runtime: Optional[Duration],
     paused: Optional[bool],
-) -> Dict[str, Any]:
+) -> str:
     patch: Dict[str, Any] = {}
     if lease is not None:
         patch["lease_ms"] = ms(lease, "lease")
@@ -114,7 +115,7 @@ def _queue_options(
         patch["max_runtime_ms"] = ms(max_runtime, "max_runtime")
     if paused is not None:
         patch["paused"] = paused
-    return patch
+    return json.dumps(patch)
 
 
 def _node_id(node: int) -> int:
@@ -124,20 +125,12 @@ def _node_id(node: int) -> int:
     return node
 
 
-def _fields(raw: Optional[Dict[str, Optional[str]]] = None, **fields: Any) -> str:
-    """An op's fields as JSON text: those given, ``None`` left out (the protocol reads a
-    number or string left out as absent and refuses ``null`` for others); ``raw`` holds
-    fields that are JSON text already (payloads, results, checkpoints), sent as they are."""
-    text = json.dumps({k: v for k, v in fields.items() if v is not None})
-    given = [f'"{k}":{v}' for k, v in (raw or {}).items() if v is not None]
-    if not given:
-        return text
-    between = "" if text == "{}" else ","
-    return f"{text[:-1]}{between}{','.join(given)}}}"
+def _one(make: Callable[[Dict[str, Any]], _T], text: str) -> _T:
+    return make(json.loads(text))
 
 
-_Reply = Dict[str, Any]
-"""A reply frame's object: the op's fields (PROTOCOL.md §5), with ``id`` and ``ok``."""
+def _many(make: Callable[[Dict[str, Any]], _T], text: str) -> List[_T]:
+    return [make(d) for d in json.loads(text)]
 
 
 class Client:
@@ -168,24 +161,6 @@ class Client:
     def __init__(self, native: _native.Client) -> None:
         """Wraps a native client; use :meth:`connect` instead."""
         self._native = native
-
-    async def _call(self, op: str, fields: str = "{}") -> _Reply:
-        """Sends op ``op`` with its fields (JSON text) and returns its reply."""
-        (reply,) = await self._native.call(_loop.current(), op, [fields])
-        decoded: _Reply = json.loads(reply)
-        return decoded
-
-    async def _pages(self, op: str, items: str) -> List[Dict[str, Any]]:
-        """Every item of a paged listing (``queue_list``, ``member_list``), page after
-        page, each page's ``next`` the following one's ``after``."""
-        found: List[Dict[str, Any]] = []
-        after: Optional[str] = None
-        while True:
-            page = await self._call(op, _fields(after=after, limit=MAX_PAGE))
-            found.extend(page[items])
-            after = page.get("next")
-            if after is None:
-                return found
 
     @classmethod
     async def connect(
@@ -293,16 +268,17 @@ class Client:
         options = _queue_options(
             lease, max_attempts, retry_backoff, key_concurrency, retention, max_runtime, paused
         )
-        reply = await self._call("queue_create", _fields(queue=queue, options=options))
-        return QueueInfo._from(reply["queue"])
+        return _one(
+            QueueInfo._from, await self._native.queue_create(_loop.current(), queue, options)
+        )
 
     async def queue_list(self) -> List[QueueInfo]:
         """Every queue with its counts, by name."""
-        return [QueueInfo._from(q) for q in await self._pages("queue_list", "queues")]
+        return _many(QueueInfo._from, await self._native.queue_list(_loop.current()))
 
     async def queue_describe(self, queue: str) -> QueueInfo:
         """One queue with its counts."""
-        return QueueInfo._from((await self._call("queue_describe", _fields(queue=queue)))["queue"])
+        return _one(QueueInfo._from, await self._native.queue_describe(_loop.current(), queue))
 
     async def queue_update(
         self,
@@ -320,26 +296,25 @@ class Client:
         options = _queue_options(
             lease, max_attempts, retry_backoff, key_concurrency, retention, max_runtime, paused
         )
-        reply = await self._call("queue_update", _fields(queue=queue, options=options))
-        return QueueInfo._from(reply["queue"])
+        return _one(
+            QueueInfo._from, await self._native.queue_update(_loop.current(), queue, options)
+        )
 
     async def queue_pause(self, queue: str) -> QueueInfo:
         """Pauses a queue: it accepts enqueues and hands nothing out."""
-        return QueueInfo._from((await self._call("queue_pause", _fields(queue=queue)))["queue"])
+        return _one(QueueInfo._from, await self._native.queue_pause(_loop.current(), queue))
 
     async def queue_resume(self, queue: str) -> QueueInfo:
         """Resumes a paused queue."""
-        return QueueInfo._from((await self._call("queue_resume", _fields(queue=queue)))["queue"])
+        return _one(QueueInfo._from, await self._native.queue_resume(_loop.current(), queue))
 
     async def queue_purge(self, queue: str) -> int:
         """Removes every ready and scheduled task of a queue; returns how many."""
-        count: int = (await self._call("queue_purge", _fields(queue=queue)))["count"]
-        return count
+        return await self._native.queue_purge(_loop.current(), queue)
 
     async def queue_delete(self, queue: str) -> int:
         """Deletes a queue and all its tasks; returns how many tasks went with it."""
-        count: int = (await self._call("queue_delete", _fields(queue=queue)))["count"]
-        return count
+        return await self._native.queue_delete(_loop.current(), queue)
 
     # Producing.
 
@@ -363,7 +338,8 @@ class Client:
         task's id is returned and nothing is created.
         """
         task = NewTask(payload, priority, key, delay, at, requires, idempotency_key)
-        return (await self.enqueue_many(queue, [task]))[0]
+        ids = await self._native.enqueue(_loop.current(), queue, f"[{task._json()}]")
+        return ids[0]
 
     async def enqueue_many(self, queue: str, tasks: Iterable[Union[NewTask, Any]]) -> List[str]:
         """Enqueues tasks in order and returns their ids in the same order.
@@ -375,19 +351,13 @@ class Client:
         items = [t._json() if isinstance(t, NewTask) else NewTask(t)._json() for t in tasks]
         if not items:
             return []
-        head = f'{{"queue":{json.dumps(queue)},"tasks":['
-        batches = [
-            f"{head}{','.join(items[at : at + MAX_BATCH])}]}}"
-            for at in range(0, len(items), MAX_BATCH)
-        ]
-        replies = await self._native.call(_loop.current(), "enqueue", batches)
-        return [t["id"] for reply in replies for t in json.loads(reply)["tasks"]]
+        return await self._native.enqueue(_loop.current(), queue, f"[{','.join(items)}]")
 
     # Reading and waiting.
 
     async def task_get(self, task: str) -> TaskInfo:
         """Reads a whole task, with its timeline."""
-        return TaskInfo._from((await self._call("task_get", _fields(task=task)))["task"])
+        return _one(TaskInfo._from, await self._native.task_get(_loop.current(), task))
 
     async def task_list(
         self,
@@ -399,8 +369,10 @@ class Client:
     ) -> TaskPage:
         """One page (``limit``, default 100, at most 1000) of a queue's tasks in a state,
         oldest first; pass the page's ``next`` as ``after`` for the next page."""
-        fields = _fields(queue=queue, state=state, after=after, limit=limit)
-        return TaskPage._from(await self._call("task_list", fields))
+        return _one(
+            TaskPage._from,
+            await self._native.task_list(_loop.current(), queue, state, after, limit),
+        )
 
     async def task_find(
         self,
@@ -460,7 +432,8 @@ class Client:
             search["newest_first"] = True
         if after is not None:
             search["after"] = {"queue": after.queue, "id": after.id}
-        return FindResult._from(await self._call("task_find", json.dumps(search)))
+        text = await self._native.task_find(_loop.current(), json.dumps(search))
+        return _one(FindResult._from, text)
 
     async def task_update(
         self, task: str, *, priority: Optional[int] = None, run_now: bool = False
@@ -471,20 +444,22 @@ class Client:
         task that is leased or finished."""
         if priority is not None and not 0 <= priority <= 255:
             raise _native.InvalidInput(f"priority {priority} is out of range (0..9)")
-        fields = _fields(task=task, priority=priority, run_now=run_now or None)
-        return TaskSummary._from((await self._call("task_update", fields))["task"])
+        return _one(
+            TaskSummary._from,
+            await self._native.task_update(_loop.current(), task, priority, run_now),
+        )
 
     async def wait(self, tasks: Union[str, Sequence[str]], timeout: Duration) -> WaitResult:
         """Waits until the tasks (an id or up to 1000 ids) are finished (done, dead or
         cancelled) or removed, or ``timeout`` (at most 300 s) has passed."""
         ids = [tasks] if isinstance(tasks, str) else list(tasks)
         timeout_ms = ms_required(timeout, "timeout")
-        return WaitResult._from(await self._call("wait", _fields(tasks=ids, timeout_ms=timeout_ms)))
+        return _one(WaitResult._from, await self._native.wait(_loop.current(), ids, timeout_ms))
 
     async def cancel(self, task: str) -> CancelResult:
         """Cancels a task: at once if it is waiting; a leased task's holder is told to
         stop, and its settle ends it ``cancelled``."""
-        return CancelResult._from(await self._call("cancel", _fields(task=task)))
+        return _one(CancelResult._from, await self._native.cancel(_loop.current(), task))
 
     # Consuming by pull.
 
@@ -505,15 +480,10 @@ class Client:
         settles by itself.
         """
         names = [queues] if isinstance(queues, str) else list(queues)
-        fields = _fields(
-            queues=names,
-            max=max,
-            wait_ms=ms(wait, "wait"),
-            lease_ms=ms(lease, "lease"),
-            member=member,
-            labels=list(labels) or None,
+        text = await self._native.claim(
+            _loop.current(), names, max, ms(wait, "wait"), ms(lease, "lease"), member, list(labels)
         )
-        return [Claim._from(d) for d in (await self._call("claim", fields))["tasks"]]
+        return _many(Claim._from, text)
 
     async def renew(
         self,
@@ -527,20 +497,17 @@ class Client:
         JSON text, at most 64 KiB). Raises :class:`~muster.LeaseLost` if the claim is no
         longer the task's lease."""
         task, epoch = claim_of(claim)
-        fields = _fields(
-            {"progress": optional_json(progress, "progress")},
-            task=task,
-            epoch=epoch,
-            extend_ms=ms(extend, "extend"),
+        text = await self._native.renew(
+            _loop.current(), task, epoch, ms(extend, "extend"), optional_json(progress, "progress")
         )
-        return RenewResult._from(await self._call("renew", fields))
+        return _one(RenewResult._from, text)
 
     async def ack(self, claim: ClaimRef, result: Any = None) -> SettleResult:
         """Settles a leased task as done, with an optional result (a JSON-serialisable
         object or ``bytes`` of UTF-8 JSON text, at most 1 MiB)."""
         task, epoch = claim_of(claim)
-        fields = _fields({"result": optional_json(result, "result")}, task=task, epoch=epoch)
-        return SettleResult._from(await self._call("ack", fields))
+        text = await self._native.ack(_loop.current(), task, epoch, optional_json(result, "result"))
+        return _one(SettleResult._from, text)
 
     async def nack(
         self,
@@ -552,19 +519,22 @@ class Client:
         """Hands a leased task back as failed: retried after ``delay`` (the queue's
         backoff if absent), or dead when out of attempts."""
         task, epoch = claim_of(claim)
-        fields = _fields(task=task, epoch=epoch, delay_ms=ms(delay, "delay"), error=error)
-        return SettleResult._from(await self._call("nack", fields))
+        return _one(
+            SettleResult._from,
+            await self._native.nack(_loop.current(), task, epoch, ms(delay, "delay"), error),
+        )
 
     async def release(self, claim: ClaimRef) -> SettleResult:
         """Hands a leased task back without counting a failure."""
         task, epoch = claim_of(claim)
-        return SettleResult._from(await self._call("release", _fields(task=task, epoch=epoch)))
+        return _one(SettleResult._from, await self._native.release(_loop.current(), task, epoch))
 
     async def dead_letter(self, claim: ClaimRef, error: str) -> SettleResult:
         """Sends a leased task to dead at once, with an error."""
         task, epoch = claim_of(claim)
-        fields = _fields(task=task, epoch=epoch, error=error)
-        return SettleResult._from(await self._call("dead_letter", fields))
+        return _one(
+            SettleResult._from, await self._native.dead_letter(_loop.current(), task, epoch, error)
+        )
 
     # Dead letters.
 
@@ -578,8 +548,10 @@ class Client:
     ) -> CountResult:
         """Makes dead tasks of a queue (these ``ids``, or ``all``) ready again with their
         failures reset; ``dry_run`` only counts and lists them."""
-        fields = _fields(queue=queue, ids=list(ids), all=all, dry_run=dry_run)
-        return CountResult._from(await self._call("redrive", fields))
+        return _one(
+            CountResult._from,
+            await self._native.redrive(_loop.current(), queue, list(ids), all, dry_run),
+        )
 
     async def discard(
         self,
@@ -590,52 +562,53 @@ class Client:
         dry_run: bool = False,
     ) -> CountResult:
         """Removes dead tasks of a queue (these ``ids``, or ``all``)."""
-        fields = _fields(queue=queue, ids=list(ids), all=all, dry_run=dry_run)
-        return CountResult._from(await self._call("discard", fields))
+        return _one(
+            CountResult._from,
+            await self._native.discard(_loop.current(), queue, list(ids), all, dry_run),
+        )
 
     # Members.
 
     async def member_list(self) -> List[MemberInfo]:
         """Every member the daemon knows, by name."""
-        return [MemberInfo._from(m) for m in await self._pages("member_list", "members")]
+        return _many(MemberInfo._from, await self._native.member_list(_loop.current()))
 
     async def member_describe(self, member: str) -> MemberDescription:
         """One member and the tasks it holds."""
-        reply = await self._call("member_describe", _fields(member=member))
-        return MemberDescription._from(reply)
+        return _one(
+            MemberDescription._from, await self._native.member_describe(_loop.current(), member)
+        )
 
     async def member_drain(self, member: str) -> MemberInfo:
         """Drains a member: it keeps its leases, gets nothing new, and its worker drains."""
-        reply = await self._call("member_drain", _fields(member=member))
-        return MemberInfo._from(reply["member"])
+        return _one(MemberInfo._from, await self._native.member_drain(_loop.current(), member))
 
     async def member_undrain(self, member: str) -> MemberInfo:
         """Ends a member's drain: it gets work again. A worker that already began to
         drain at the drain push still drains to its end."""
-        reply = await self._call("member_undrain", _fields(member=member))
-        return MemberInfo._from(reply["member"])
+        return _one(MemberInfo._from, await self._native.member_undrain(_loop.current(), member))
 
     async def member_release(self, member: str) -> None:
         """Frees a member name from the token that first used it, so another token may
         use it. Raises :class:`~muster.InvalidState` while the member has a session or
         leases, :class:`~muster.NotFound` if no token holds the name (always without
         tokens)."""
-        await self._call("member_release", _fields(member=member))
+        await self._native.member_release(_loop.current(), member)
 
     async def lease_revoke(self, task: str) -> SettleResult:
         """Revokes a task's lease: it lapses now (one failure) and its holder is told to stop."""
-        return SettleResult._from(await self._call("lease_revoke", _fields(task=task)))
+        return _one(SettleResult._from, await self._native.lease_revoke(_loop.current(), task))
 
     async def server_stats(self) -> ServerStats:
         """The daemon's group-commit counters."""
-        return ServerStats._from(await self._call("server_stats"))
+        return _one(ServerStats._from, await self._native.server_stats(_loop.current()))
 
     async def admin_snapshot(self, dir: str) -> SnapshotResult:
         """Writes a consistent copy of the whole store into ``dir``, a new directory
         **on the daemon's host** inside its snapshot root (a name there, or an absolute
         path inside it): a backup (PROTOCOL.md §5.36). Returns once the copy is
         durable, with the absolute path written."""
-        return SnapshotResult._from(await self._call("admin_snapshot", _fields(dir=dir)))
+        return _one(SnapshotResult._from, await self._native.admin_snapshot(_loop.current(), dir))
 
     # Cluster.
 
@@ -646,7 +619,7 @@ class Client:
         not: connect with :meth:`connect_node` for one node's own view. Needs an admin
         token (when tokens are configured); a single daemon raises
         :class:`~muster.InvalidState`."""
-        return ClusterStatus._from(await self._call("cluster_status"))
+        return _one(ClusterStatus._from, await self._native.cluster_status(_loop.current()))
 
     async def cluster_add(
         self,
@@ -671,14 +644,11 @@ class Client:
         :class:`~muster.BadRequest` for a ``catch_up`` out of range and
         :class:`~muster.Forbidden` without an admin token over every queue.
         """
-        fields = _fields(
-            node=_node_id(node),
-            addr=addr,
-            cluster_addr=cluster_addr,
-            learner=learner,
-            catch_up_ms=ms(catch_up, "catch_up"),
+        catch_up_ms = ms(catch_up, "catch_up")
+        text = await self._native.cluster_add(
+            _loop.current(), _node_id(node), addr, cluster_addr, learner, catch_up_ms
         )
-        return ClusterStatus._from(await self._call("cluster_add", fields))
+        return _one(ClusterStatus._from, text)
 
     async def cluster_remove(self, node: int) -> ClusterStatus:
         """Removes node ``node`` from the cluster, on the leader (PROTOCOL.md §5.41); stop
@@ -686,5 +656,5 @@ class Client:
         :class:`~muster.NotFound` for a node that is not a member,
         :class:`~muster.NotLeader` on a node that does not lead and
         :class:`~muster.Forbidden` without an admin token over every queue."""
-        fields = _fields(node=_node_id(node))
-        return ClusterStatus._from(await self._call("cluster_remove", fields))
+        text = await self._native.cluster_remove(_loop.current(), _node_id(node))
+        return _one(ClusterStatus._from, text)
