@@ -134,8 +134,8 @@ impl Search {
         }
     }
 
-    /// Adds the leader a node named, unless it is known, malformed or one too many:
-    /// whether it is new.
+    /// Adds the leader a node named, unless it is known, malformed or one too many;
+    /// returns it when it was added, to be asked.
     fn learn(&mut self, leader: Option<String>) -> Option<String> {
         let leader = leader?;
         let new = !self.addrs.contains(&leader)

@@ -925,10 +925,9 @@ where
         });
         let handler = work.abort_handle();
         let events = self.events.0.clone();
-        let (done_id, done_epoch, ended) = (id, epoch, done);
         self.tasks.spawn(async move {
             let result = work.await;
-            ended.cancel();
+            done.cancel();
             let outcome = match result {
                 Ok(outcome) => outcome,
                 Err(e) if e.is_cancelled() => return,
@@ -937,7 +936,7 @@ where
                     error: format!("handler panicked: {e}"),
                 },
             };
-            let _ = events.send(Event::Done(done_id, done_epoch, outcome));
+            let _ = events.send(Event::Done(id, epoch, outcome));
         });
         handler
     }

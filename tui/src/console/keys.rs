@@ -62,17 +62,12 @@ impl App {
             KeyCode::Esc => {
                 self.page_mut().filter.clear();
             }
-            KeyCode::Backspace => {
-                text.pop();
-                self.page_mut().filter = text.clone();
+            code => {
+                if edit_line(&mut text, code) {
+                    self.page_mut().filter = text.clone();
+                }
                 self.mode = Mode::Filter(text);
             }
-            KeyCode::Char(c) => {
-                text.push(c);
-                self.page_mut().filter = text.clone();
-                self.mode = Mode::Filter(text);
-            }
-            _ => self.mode = Mode::Filter(text),
         }
         self.page_mut().selected = 0;
     }
@@ -95,15 +90,10 @@ impl App {
                 }
             }
             KeyCode::Esc => {}
-            KeyCode::Backspace => {
-                text.pop();
+            code => {
+                edit_line(&mut text, code);
                 self.mode = Mode::Search(text);
             }
-            KeyCode::Char(c) => {
-                text.push(c);
-                self.mode = Mode::Search(text);
-            }
-            _ => self.mode = Mode::Search(text),
         }
         Vec::new()
     }
@@ -115,15 +105,10 @@ impl App {
             KeyCode::Enter => return self.command(text.trim()),
             KeyCode::Tab => self.mode = Mode::Command(self.complete(&text)),
             KeyCode::Esc => {}
-            KeyCode::Backspace => {
-                text.pop();
+            code => {
+                edit_line(&mut text, code);
                 self.mode = Mode::Command(text);
             }
-            KeyCode::Char(c) => {
-                text.push(c);
-                self.mode = Mode::Command(text);
-            }
-            _ => self.mode = Mode::Command(text),
         }
         Vec::new()
     }
@@ -688,4 +673,20 @@ fn queue_verb_keys(state: TaskState) -> Vec<(&'static str, &'static str)> {
         ("o", "options"),
     ]);
     keys
+}
+
+/// A key typed into a line of text (the filter, a search, a command): backspace drops
+/// the last character, a character is added. Whether it was one of those two.
+fn edit_line(text: &mut String, code: KeyCode) -> bool {
+    match code {
+        KeyCode::Backspace => {
+            text.pop();
+            true
+        }
+        KeyCode::Char(c) => {
+            text.push(c);
+            true
+        }
+        _ => false,
+    }
 }
