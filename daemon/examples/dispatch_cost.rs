@@ -15,8 +15,8 @@ use std::time::Instant;
 
 use muster_daemon::engine::{Engine, Now, Reply, Sink, Waiter};
 use muster_daemon::store::Store;
-use muster_protocol::Request;
 use muster_protocol::model::{NewTask, QueuePatch};
+use muster_protocol::ops::EngineRequest;
 use muster_protocol::ops::{self, Ack, Claim, Enqueue, QueueCreate};
 
 // The same allocator as musterd.
@@ -56,7 +56,7 @@ fn claims() -> usize {
         .unwrap_or(2000)
 }
 
-fn call(engine: &mut Engine<Nobody>, req: Request, now: Now) -> Reply {
+fn call(engine: &mut Engine<Nobody>, req: EngineRequest, now: Now) -> Reply {
     engine.handle(req, Nobody, now).expect("store");
     engine.tick(now).expect("store");
     engine.take_dirty();
@@ -97,7 +97,7 @@ fn measure(backlog: usize) -> (f64, f64) {
     .expect("engine");
     call(
         &mut engine,
-        Request::QueueCreate(QueueCreate {
+        EngineRequest::QueueCreate(QueueCreate {
             queue: "q".into(),
             options: QueuePatch::default(),
         }),
@@ -109,7 +109,7 @@ fn measure(backlog: usize) -> (f64, f64) {
         let tasks = (n..n + batch).map(task).collect();
         call(
             &mut engine,
-            Request::Enqueue(Enqueue {
+            EngineRequest::Enqueue(Enqueue {
                 queue: "q".into(),
                 tasks,
             }),
@@ -128,7 +128,7 @@ fn measure(backlog: usize) -> (f64, f64) {
         now.wall_ms += 1;
         let claim = Claim::new(["q"]).member("bench").labels(["gpu"]);
         let started = Instant::now();
-        let reply = call(&mut engine, Request::Claim(claim), now);
+        let reply = call(&mut engine, EngineRequest::Claim(claim), now);
         times.push(started.elapsed().as_secs_f64() * 1e6);
         let Reply::Claim(c) = reply else {
             panic!("not a claim reply")
@@ -136,7 +136,7 @@ fn measure(backlog: usize) -> (f64, f64) {
         let d = &c.tasks[0];
         call(
             &mut engine,
-            Request::Ack(Ack {
+            EngineRequest::Ack(Ack {
                 task: d.id.clone(),
                 epoch: d.epoch,
                 result: None,
@@ -146,7 +146,7 @@ fn measure(backlog: usize) -> (f64, f64) {
         // Keep the backlog at its size.
         call(
             &mut engine,
-            Request::Enqueue(Enqueue {
+            EngineRequest::Enqueue(Enqueue {
                 queue: "q".into(),
                 tasks: vec![task(n)],
             }),

@@ -14,7 +14,7 @@ use tracing::{debug, warn};
 
 use muster_protocol::frame::{self, FrameError, FrameReader};
 use muster_protocol::limits::{MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES, MAX_PROGRESS_BYTES};
-use muster_protocol::ops::{ErrFrame, OkFrame, decode_request};
+use muster_protocol::ops::{EdgeRequest, EngineRequest, ErrFrame, OkFrame, Route, decode_request};
 use muster_protocol::{ErrorBody, ErrorCode, Push, Request};
 
 use crate::admission::{Admission, ConnectionSlot};
@@ -404,53 +404,60 @@ async fn handle_frame(
         Continue(None) => return Continue(()),
         Break(()) => return Break(()),
     };
-    if let Request::Hello(hello) = &req {
-        return answer_hello(hello, id, slot, state, out);
-    }
     let principal = state.principal.get().cloned();
-    let Some(slot) = answer_at_edge(&req, id, slot, principal.as_deref(), state, out) else {
-        return Continue(());
+    let req = match req.route() {
+        Route::Engine(req) => req,
+        Route::Hello(hello) => return answer_hello(&hello, id, slot, state, out),
+        Route::Edge(req) => {
+            answer_at_edge(&req, id, slot, principal.as_deref(), state, out);
+            return Continue(());
+        }
     };
-    if principal.is_none() && !state.context.server.tokens.is_empty() {
-        let error = ErrorBody::new(ErrorCode::Unauthorized, "present a token with hello first");
+    if let Err(error) = authenticated(principal.as_deref(), state) {
         let _ = out.send(Outgoing::reply(Some(id), Err(error), slot));
         return Continue(());
     }
     forward(req, id, slot, principal, state, out).await
 }
 
-/// Answers what the edge answers ([`edge::answer`]) when the principal may ask it;
-/// gives the slot back for any other request, and for a refusal, which goes the
-/// engine's way.
+/// `unauthorized` for a connection that presented no token to a daemon that wants one.
+fn authenticated(principal: Option<&Principal>, state: &ConnState) -> Result<(), ErrorBody> {
+    match principal {
+        None if !state.context.server.tokens.is_empty() => Err(ErrorBody::new(
+            ErrorCode::Unauthorized,
+            "present a token with hello first",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Answers what the edge answers ([`edge::answer`]), or refuses it when the principal
+/// may not ask it.
 fn answer_at_edge(
-    req: &Request,
+    req: &EdgeRequest,
     id: u64,
     slot: Slot,
     principal: Option<&Principal>,
     state: &ConnState,
     out: &mpsc::UnboundedSender<Outgoing>,
-) -> Option<Slot> {
-    let allowed = match principal {
-        Some(p) => crate::engine::authorize_stateless(req, p).is_some_and(|r| r.is_ok()),
-        None => state.context.server.tokens.is_empty(),
-    };
+) {
+    let allowed = authenticated(principal, state)
+        .and_then(|()| principal.map_or(Ok(()), |p| crate::engine::authorize_edge(req, p)));
+    if let Err(error) = allowed {
+        let _ = out.send(Outgoing::reply(Some(id), Err(error), slot));
+        return;
+    }
     let server = &state.context.server;
-    let answer = match allowed {
-        true => edge::answer(
-            req,
-            &server.stats,
-            server.durability,
-            server.cluster.as_ref().map(|(node, _)| node),
-            principal.map(|p| p.name.as_str()),
-        ),
-        false => None,
-    };
-    let Some(answer) = answer else {
-        return Some(slot);
-    };
+    let answer = edge::answer(
+        req,
+        &server.stats,
+        server.durability,
+        server.cluster.as_ref().map(|(node, _)| node),
+        principal.map(|p| p.name.as_str()),
+    );
     match answer {
         Answer::Now(reply) => {
-            let _ = out.send(Outgoing::reply(Some(id), Ok(*reply), slot));
+            let _ = out.send(Outgoing::reply(Some(id), reply.map(|r| *r), slot));
         }
         Answer::Later(answer) => {
             let out = out.clone();
@@ -460,12 +467,11 @@ fn answer_at_edge(
             });
         }
     }
-    None
 }
 
 /// Forwards a request to the dispatcher. Breaks when the daemon is shutting down.
 async fn forward(
-    req: Request,
+    req: EngineRequest,
     id: u64,
     slot: Slot,
     principal: Option<Arc<Principal>>,

@@ -27,7 +27,7 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tracing::{debug, debug_span, info};
 
 use muster_protocol::ops::SnapshotReply;
-use muster_protocol::{ErrorBody, ErrorCode, Push, Request};
+use muster_protocol::{ErrorBody, ErrorCode, Push, ops::EngineRequest};
 
 use crate::auth::Principal;
 use crate::disk::DiskAlarm;
@@ -81,7 +81,7 @@ impl Durability {
 /// A message from a connection to the dispatcher thread.
 pub enum Command {
     /// A decoded request and where its reply goes.
-    Request(Request, Responder),
+    Request(EngineRequest, Responder),
     /// Packets arrived on these connections since they were last reported: they are
     /// alive.
     Heard(Vec<u64>),

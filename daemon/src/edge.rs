@@ -1,37 +1,62 @@
-//! The ops a connection answers itself, never the engine: `hello` (its version
-//! check and, on a cluster node, whom the node believes to lead), `server_stats` (the
-//! node's own counters) and the cluster ops (`cluster_status`, `cluster_add`,
-//! `cluster_remove`, answered by the node). Nothing here knows connections or streams:
-//! each answer is built from what it is given.
+//! The ops a connection answers itself, never the engine ([`EdgeRequest`]):
+//! `server_stats` (the node's own counters) and the cluster ops (`cluster_status`,
+//! `cluster_add`, `cluster_remove`, answered by the node), with the reply to `hello`.
+//! Nothing here knows connections or streams: each answer is built from what it is
+//! given.
 
-use muster_protocol::ops::{ClusterStatusReply, HelloReply};
-use muster_protocol::{ErrorBody, ErrorCode, PROTOCOL_VERSION, Request};
+use muster_protocol::ops::{ClusterAdd, ClusterStatusReply, EdgeRequest, HelloReply};
+use muster_protocol::{ErrorBody, ErrorCode, PROTOCOL_VERSION};
 
 use crate::cluster::node::Node;
 use crate::dispatcher::CommitStats;
 use crate::engine::Reply;
 
+/// The `invalid_state` message of the cluster ops on a daemon that runs alone.
+const NOT_A_CLUSTER_NODE: &str =
+    "this daemon is not a cluster node (start it with --cluster-id to run a cluster)";
+
 /// An op's answer from the edge.
 pub enum Answer {
     /// Answered at once.
-    Now(Box<Reply>),
+    Now(Result<Box<Reply>, ErrorBody>),
     /// A cluster op's answer, to be awaited off the stream's loop (a membership change
     /// waits for a new node to catch up).
     Later(ClusterAnswer),
 }
 
 /// The edge's answer to `req` (allowed for its principal, who is named in the audit
-/// trail), or `None` when the engine answers it. `node` is this daemon's cluster node.
+/// trail). `node` is this daemon's cluster node; a daemon that runs alone refuses the
+/// cluster ops.
 pub fn answer(
-    req: &Request,
+    req: &EdgeRequest,
     stats: &CommitStats,
     durability: &'static str,
     node: Option<&Node>,
     principal: Option<&str>,
-) -> Option<Answer> {
+) -> Answer {
     match req {
-        Request::ServerStats(_) => Some(Answer::Now(Box::new(server_stats(stats, durability)))),
-        _ => cluster_op(node?, req, principal).map(Answer::Later),
+        EdgeRequest::ServerStats(_) => Answer::Now(Ok(Box::new(server_stats(stats, durability)))),
+        EdgeRequest::ClusterStatus(_) => on_node(node, |node| {
+            let node = node.clone();
+            Box::pin(async move { Ok(node.status()) })
+        }),
+        EdgeRequest::ClusterAdd(add) => on_node(node, |node| cluster_add(node, add, principal)),
+        EdgeRequest::ClusterRemove(remove) => on_node(node, |node| {
+            let (id, changed) = (remove.node, node.clone());
+            let change = Box::pin(async move { changed.remove(id).await });
+            audited(node, change, "cluster_remove", id, None, principal)
+        }),
+    }
+}
+
+/// A cluster op's answer from `node`, or its refusal on a daemon that runs alone.
+fn on_node(node: Option<&Node>, answer: impl FnOnce(&Node) -> ClusterAnswer) -> Answer {
+    match node {
+        Some(node) => Answer::Later(answer(node)),
+        None => Answer::Now(Err(ErrorBody::new(
+            ErrorCode::InvalidState,
+            NOT_A_CLUSTER_NODE,
+        ))),
     }
 }
 
@@ -75,58 +100,58 @@ pub fn hello_reply(version: u32, node: Option<&Node>) -> Result<Reply, ErrorBody
 pub type ClusterAnswer =
     std::pin::Pin<Box<dyn Future<Output = Result<ClusterStatusReply, ErrorBody>> + Send>>;
 
-/// A cluster node's answer to a cluster op, answered by the node rather than the engine.
-/// A membership change that took effect is audited as the `principal`'s.
-fn cluster_op(node: &Node, req: &Request, principal: Option<&str>) -> Option<ClusterAnswer> {
-    use crate::engine::audit;
-    // Every request passes here: nothing is cloned before it is known to be a cluster op.
-    let (op, target) = (req.name(), cluster_target(req)?);
-    let (watched, node) = (node.clone(), node.clone());
-    let principal = principal.map(str::to_owned);
-    let change: ClusterAnswer = match req {
-        Request::ClusterStatus(_) => return Some(Box::pin(async move { Ok(node.status()) })),
-        Request::ClusterAdd(add) => {
-            let (id, learner) = (add.node, add.learner);
-            let max = muster_protocol::limits::MAX_CLUSTER_CATCH_UP;
-            let catch_up = match add.catch_up_ms.map(std::time::Duration::from_millis) {
-                None => muster_protocol::limits::CLUSTER_CATCH_UP,
-                Some(d) if !d.is_zero() && d <= max => d,
-                Some(d) => {
-                    let error = ErrorBody::new(
-                        ErrorCode::BadRequest,
-                        format!(
-                            "catch_up_ms {} is out of range (1 to {})",
-                            d.as_millis(),
-                            max.as_millis()
-                        ),
-                    );
-                    return Some(Box::pin(async move { Err(error) }));
-                }
-            };
-            let addr = crate::cluster::NodeAddr {
-                addr: add.addr.clone(),
-                cluster_addr: add.cluster_addr.clone(),
-            };
-            Box::pin(async move { node.add(id, addr, learner, catch_up).await })
+/// A cluster node's answer to `cluster_add`.
+fn cluster_add(node: &Node, add: &ClusterAdd, principal: Option<&str>) -> ClusterAnswer {
+    let (id, learner) = (add.node, add.learner);
+    let max = muster_protocol::limits::MAX_CLUSTER_CATCH_UP;
+    let catch_up = match add.catch_up_ms.map(std::time::Duration::from_millis) {
+        None => muster_protocol::limits::CLUSTER_CATCH_UP,
+        Some(d) if !d.is_zero() && d <= max => d,
+        Some(d) => {
+            let error = ErrorBody::new(
+                ErrorCode::BadRequest,
+                format!(
+                    "catch_up_ms {} is out of range (1 to {})",
+                    d.as_millis(),
+                    max.as_millis()
+                ),
+            );
+            return Box::pin(async move { Err(error) });
         }
-        Request::ClusterRemove(remove) => {
-            let id = remove.node;
-            Box::pin(async move { node.remove(id).await })
-        }
-        _ => return None,
+    };
+    let addr = crate::cluster::NodeAddr {
+        addr: add.addr.clone(),
+        cluster_addr: add.cluster_addr.clone(),
     };
     // A node that joins as a learner and is refused promotion changed the membership.
-    let is_member = |node: &Node, id: u64| node.status().members.iter().any(|m| m.node == id);
-    let added = match req {
-        Request::ClusterAdd(add) if !is_member(&watched, add.node) => Some(add.node),
-        _ => None,
-    };
-    Some(Box::pin(async move {
+    let joins = (!is_member(node, id)).then_some(id);
+    let changed = node.clone();
+    let change = Box::pin(async move { changed.add(id, addr, learner, catch_up).await });
+    audited(node, change, "cluster_add", id, joins, principal)
+}
+
+fn is_member(node: &Node, id: u64) -> bool {
+    node.status().members.iter().any(|m| m.node == id)
+}
+
+/// A membership `change` (`op` of node `id`) audited as the `principal`'s once it
+/// took effect: when it succeeded, or when the node that `joins` became a member
+/// though the change was refused (a learner that did not catch up).
+fn audited(
+    node: &Node,
+    change: ClusterAnswer,
+    op: &'static str,
+    id: u64,
+    joins: Option<u64>,
+    principal: Option<&str>,
+) -> ClusterAnswer {
+    use crate::engine::audit;
+    let (watched, principal) = (node.clone(), principal.map(str::to_owned));
+    let target = format!("node {id}");
+    Box::pin(async move {
         let reply = change.await;
-        match (&reply, added) {
+        match (&reply, joins) {
             (Ok(_), _) => audit::record(principal.as_deref(), op, &target, 0),
-            // Refused after the node joined as a learner (it did not catch up): the
-            // membership changed all the same.
             (Err(_), Some(id)) if is_member(&watched, id) => {
                 audit::record(
                     principal.as_deref(),
@@ -138,15 +163,64 @@ fn cluster_op(node: &Node, req: &Request, principal: Option<&str>) -> Option<Clu
             (Err(_), _) => {}
         }
         reply
-    }))
+    })
 }
 
-/// What a cluster op acts on, as the audit trail names it (`node 4`).
-fn cluster_target(req: &Request) -> Option<String> {
-    match req {
-        Request::ClusterStatus(_) => Some(String::new()),
-        Request::ClusterAdd(add) => Some(format!("node {}", add.node)),
-        Request::ClusterRemove(remove) => Some(format!("node {}", remove.node)),
-        _ => None,
+#[cfg(test)]
+mod tests {
+    use muster_protocol::ops::{ClusterAdd, ClusterRemove, ClusterStatus, ServerStats};
+
+    use super::*;
+
+    #[test]
+    fn a_daemon_alone_refuses_the_cluster_ops_with_invalid_state() {
+        let stats = CommitStats::default();
+        let requests = [
+            EdgeRequest::ClusterStatus(ClusterStatus {}),
+            EdgeRequest::ClusterAdd(ClusterAdd {
+                node: 2,
+                addr: "10.0.0.2:7420".into(),
+                cluster_addr: "10.0.0.2:7421".into(),
+                learner: false,
+                catch_up_ms: None,
+            }),
+            EdgeRequest::ClusterRemove(ClusterRemove { node: 2 }),
+        ];
+        for req in requests {
+            match answer(&req, &stats, "sync", None, Some("ops")) {
+                Answer::Now(Err(e)) => assert_eq!(
+                    e,
+                    ErrorBody::new(ErrorCode::InvalidState, NOT_A_CLUSTER_NODE),
+                    "{}",
+                    req.name()
+                ),
+                Answer::Now(Ok(reply)) => panic!("{}: answered {reply:?}", req.name()),
+                Answer::Later(_) => panic!("{}: handed to a node it has not", req.name()),
+            }
+        }
+    }
+
+    #[test]
+    fn server_stats_are_the_commit_counters() {
+        let stats = CommitStats::default();
+        stats.syncs.store(7, std::sync::atomic::Ordering::Relaxed);
+        stats
+            .synced_requests
+            .store(40, std::sync::atomic::Ordering::Relaxed);
+        let req = EdgeRequest::ServerStats(ServerStats {});
+        let Answer::Now(Ok(reply)) = answer(&req, &stats, "sync", None, None) else {
+            panic!("server_stats is answered at once");
+        };
+        let Reply::ServerStats(reply) = *reply else {
+            panic!("server_stats answered {reply:?}");
+        };
+        assert_eq!(
+            (
+                reply.syncs,
+                reply.synced_requests,
+                reply.durability.as_str()
+            ),
+            (7, 40, "sync")
+        );
     }
 }

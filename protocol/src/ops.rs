@@ -1110,15 +1110,68 @@ impl Push {
 }
 
 macro_rules! ops {
-    ($($variant:ident($ty:ty) = $name:literal -> $reply:ty $(, waits if $waits:path)?;)*) => {
+    (
+        hello { $hvariant:ident($hty:ty) = $hname:literal -> $hreply:ty; }
+        edge { $($evariant:ident($ety:ty) = $ename:literal -> $ereply:ty;)* }
+        engine { $($variant:ident($ty:ty) = $name:literal -> $reply:ty $(, waits if $waits:path)?;)* }
+    ) => {
         /// Every request, decoded.
         #[derive(Debug, Clone)]
         pub enum Request {
+            #[doc = concat!("The `", $hname, "` op.")]
+            $hvariant($hty),
+            $(
+                #[doc = concat!("The `", $ename, "` op.")]
+                $evariant($ety),
+            )*
             $(
                 #[doc = concat!("The `", $name, "` op.")]
                 $variant($ty),
             )*
         }
+
+        /// The ops a daemon's connection answers itself, past the handshake, from what
+        /// its node knows: its counters, its cluster.
+        #[derive(Debug, Clone)]
+        pub enum EdgeRequest {
+            $(
+                #[doc = concat!("The `", $ename, "` op.")]
+                $evariant($ety),
+            )*
+        }
+
+        /// The ops a daemon's engine answers: every op but the handshake and the
+        /// [`EdgeRequest`]s.
+        #[derive(Debug, Clone)]
+        pub enum EngineRequest {
+            $(
+                #[doc = concat!("The `", $name, "` op.")]
+                $variant($ty),
+            )*
+        }
+
+        /// A request sorted by who answers it ([`Request::route`]).
+        #[derive(Debug, Clone)]
+        pub enum Route {
+            /// The handshake, which the connection answers.
+            $hvariant($hty),
+            /// The connection answers it.
+            Edge(EdgeRequest),
+            /// The engine answers it.
+            Engine(EngineRequest),
+        }
+
+        impl Op for $hty {
+            const NAME: &'static str = $hname;
+            type Reply = $hreply;
+        }
+
+        $(
+            impl Op for $ety {
+                const NAME: &'static str = $ename;
+                type Reply = $ereply;
+            }
+        )*
 
         $(
             impl Op for $ty {
@@ -1136,6 +1189,8 @@ macro_rules! ops {
             /// The op name.
             pub fn name(&self) -> &'static str {
                 match self {
+                    Request::$hvariant(_) => $hname,
+                    $(Request::$evariant(_) => $ename,)*
                     $(Request::$variant(_) => $name,)*
                 }
             }
@@ -1143,16 +1198,54 @@ macro_rules! ops {
             /// Whether the daemon may hold the reply back ([`Op::may_wait`]).
             pub fn may_wait(&self) -> bool {
                 match self {
+                    Request::$hvariant(req) => req.may_wait(),
+                    $(Request::$evariant(req) => req.may_wait(),)*
                     $(Request::$variant(req) => req.may_wait(),)*
+                }
+            }
+
+            /// Sorts the request by who answers it.
+            pub fn route(self) -> Route {
+                match self {
+                    Request::$hvariant(req) => Route::$hvariant(req),
+                    $(Request::$evariant(req) => Route::Edge(EdgeRequest::$evariant(req)),)*
+                    $(Request::$variant(req) => Route::Engine(EngineRequest::$variant(req)),)*
+                }
+            }
+        }
+
+        impl EdgeRequest {
+            /// The op name.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(EdgeRequest::$evariant(_) => $ename,)*
+                }
+            }
+        }
+
+        impl EngineRequest {
+            /// The op name.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(EngineRequest::$variant(_) => $name,)*
+                }
+            }
+
+            /// Whether the daemon may hold the reply back ([`Op::may_wait`]).
+            pub fn may_wait(&self) -> bool {
+                match self {
+                    $(EngineRequest::$variant(req) => req.may_wait(),)*
                 }
             }
         }
 
         /// Every op name this protocol version knows.
-        pub const OP_NAMES: &[&str] = &[$($name),*];
+        pub const OP_NAMES: &[&str] = &[$hname, $($ename,)* $($name),*];
 
         fn decode_body(op: &str, body: &[u8]) -> Result<Request, ErrorBody> {
             match op {
+                $hname => parse::<$hty>(body).map(Request::$hvariant),
+                $($ename => parse::<$ety>(body).map(Request::$evariant),)*
                 $($name => parse::<$ty>(body).map(Request::$variant),)*
                 other => Err(ErrorBody::new(
                     ErrorCode::UnknownOp,
@@ -1164,7 +1257,16 @@ macro_rules! ops {
 }
 
 ops! {
-    Hello(Hello) = "hello" -> HelloReply;
+    hello {
+        Hello(Hello) = "hello" -> HelloReply;
+    }
+    edge {
+    ServerStats(ServerStats) = "server_stats" -> ServerStatsReply;
+    ClusterStatus(ClusterStatus) = "cluster_status" -> ClusterStatusReply;
+    ClusterAdd(ClusterAdd) = "cluster_add" -> ClusterStatusReply;
+    ClusterRemove(ClusterRemove) = "cluster_remove" -> ClusterStatusReply;
+    }
+    engine {
     QueueCreate(QueueCreate) = "queue_create" -> QueueReply;
     QueueList(QueueList) = "queue_list" -> QueueListReply;
     QueueDescribe(QueueDescribe) = "queue_describe" -> QueueReply;
@@ -1198,13 +1300,10 @@ ops! {
     MemberUndrain(MemberUndrain) = "member_undrain" -> MemberReply;
     MemberRelease(MemberRelease) = "member_release" -> Empty;
     LeaseRevoke(LeaseRevoke) = "lease_revoke" -> SettleReply;
-    ServerStats(ServerStats) = "server_stats" -> ServerStatsReply;
     AdminSnapshot(AdminSnapshot) = "admin_snapshot" -> SnapshotReply;
     Watch(Watch) = "watch" -> WatchReply;
     Unwatch(Unwatch) = "unwatch" -> Empty;
-    ClusterStatus(ClusterStatus) = "cluster_status" -> ClusterStatusReply;
-    ClusterAdd(ClusterAdd) = "cluster_add" -> ClusterStatusReply;
-    ClusterRemove(ClusterRemove) = "cluster_remove" -> ClusterStatusReply;
+    }
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ErrorBody> {

@@ -2,7 +2,7 @@
 //! (the token's name), what (the op), on what (queue, task or member) and how many
 //! tasks it touched. Refused requests are logged at DEBUG by [`super::Engine::handle`].
 
-use muster_protocol::Request;
+use muster_protocol::ops::EngineRequest;
 
 use super::Reply;
 
@@ -14,21 +14,21 @@ pub struct Action {
 
 /// The action a request is, if it is one: what changes queues, cancels or repairs tasks,
 /// or steers members (not the work of producers and agents, not reads, not dry runs).
-pub(super) fn action(req: &Request) -> Option<Action> {
+pub(super) fn action(req: &EngineRequest) -> Option<Action> {
     let target = match req {
-        Request::QueueCreate(r) => &r.queue,
-        Request::QueueUpdate(r) => &r.queue,
-        Request::QueuePause(r) => &r.0.queue,
-        Request::QueueResume(r) => &r.0.queue,
-        Request::QueuePurge(r) => &r.0.queue,
-        Request::QueueDelete(r) => &r.0.queue,
-        Request::Redrive(r) if !r.0.dry_run => &r.0.queue,
-        Request::Discard(r) if !r.0.dry_run => &r.0.queue,
-        Request::Cancel(r) => &r.task,
-        Request::TaskUpdate(r) => &r.task,
-        Request::MemberDrain(r) => &r.0.member,
-        Request::MemberUndrain(r) => &r.0.member,
-        Request::LeaseRevoke(r) => &r.task,
+        EngineRequest::QueueCreate(r) => &r.queue,
+        EngineRequest::QueueUpdate(r) => &r.queue,
+        EngineRequest::QueuePause(r) => &r.0.queue,
+        EngineRequest::QueueResume(r) => &r.0.queue,
+        EngineRequest::QueuePurge(r) => &r.0.queue,
+        EngineRequest::QueueDelete(r) => &r.0.queue,
+        EngineRequest::Redrive(r) if !r.0.dry_run => &r.0.queue,
+        EngineRequest::Discard(r) if !r.0.dry_run => &r.0.queue,
+        EngineRequest::Cancel(r) => &r.task,
+        EngineRequest::TaskUpdate(r) => &r.task,
+        EngineRequest::MemberDrain(r) => &r.0.member,
+        EngineRequest::MemberUndrain(r) => &r.0.member,
+        EngineRequest::LeaseRevoke(r) => &r.task,
         _ => return None,
     };
     Some(Action {

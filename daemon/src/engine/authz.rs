@@ -36,7 +36,8 @@ use std::time::Duration;
 use ulid::Ulid;
 
 use muster_protocol::ops::{Claim, SessionOpen, View};
-use muster_protocol::{ErrorBody, ErrorCode, Request};
+use muster_protocol::ops::{EdgeRequest, EngineRequest};
+use muster_protocol::{ErrorBody, ErrorCode};
 
 use super::{Engine, Now, Waiter};
 use crate::auth::{Principal, Role};
@@ -138,19 +139,17 @@ const PRODUCE: &[Role] = &[Role::Produce];
 const CONSUME: &[Role] = &[Role::Consume];
 const READ: &[Role] = &[Role::Produce, Role::Consume];
 
-/// Checks an op the connection layer answers itself (`hello`, `server_stats`, and on a
-/// cluster node `cluster_status`, `cluster_add`, `cluster_remove`), which needs no
-/// engine state; `None` for every other op. The engine's [`Engine::authorize`]
-/// uses it too, so each op has one rule.
-pub fn authorize_stateless(req: &Request, p: &Principal) -> Option<Result<(), ErrorBody>> {
+/// Checks an op the connection answers itself past `hello` (which anyone may send):
+/// `server_stats`, and on a cluster node `cluster_status`, `cluster_add`,
+/// `cluster_remove`. Its rules need no engine state; they are kept here with every
+/// other op's.
+pub fn authorize_edge(req: &EdgeRequest, p: &Principal) -> Result<(), ErrorBody> {
     match req {
-        Request::Hello(_) => Some(Ok(())),
-        Request::ServerStats(_) => Some(p.check(ADMIN, None)),
-        Request::ClusterStatus(_) => Some(p.check(ADMIN, None)),
+        EdgeRequest::ServerStats(_) => p.check(ADMIN, None),
+        EdgeRequest::ClusterStatus(_) => p.check(ADMIN, None),
         // A membership change can take the whole cluster's availability: only for an
         // admin of every queue.
-        Request::ClusterAdd(_) | Request::ClusterRemove(_) => Some(every_queue_admin(p)),
-        _ => None,
+        EdgeRequest::ClusterAdd(_) | EdgeRequest::ClusterRemove(_) => every_queue_admin(p),
     }
 }
 
@@ -169,58 +168,52 @@ fn every_queue_admin(p: &Principal) -> Result<(), ErrorBody> {
 
 impl<W: Waiter> Engine<W> {
     /// Checks a request against the principal's roles, queues and members.
-    pub(super) fn authorize(&self, req: &Request, p: &Principal) -> Result<(), ErrorBody> {
-        if let Some(checked) = authorize_stateless(req, p) {
-            return checked;
-        }
+    pub(super) fn authorize(&self, req: &EngineRequest, p: &Principal) -> Result<(), ErrorBody> {
         let any: &[Role] = &[Role::Produce, Role::Consume, Role::Admin];
         match req {
-            Request::Hello(_)
-            | Request::ServerStats(_)
-            | Request::ClusterStatus(_)
-            | Request::ClusterAdd(_)
-            | Request::ClusterRemove(_) => {
-                unreachable!("authorized by authorize_stateless")
-            }
-            Request::QueueList(_) => Ok(()),
+            EngineRequest::QueueList(_) => Ok(()),
             // A copy of every queue's tasks: only for an admin of every queue.
-            Request::AdminSnapshot(_) => every_queue_admin(p),
-            Request::QueueCreate(r) => p.check(ADMIN, Some(&r.queue)),
-            Request::QueueUpdate(r) => p.check(ADMIN, Some(&r.queue)),
-            Request::QueuePause(r) => p.check(ADMIN, Some(&r.0.queue)),
-            Request::QueueResume(r) => p.check(ADMIN, Some(&r.0.queue)),
-            Request::QueuePurge(r) => p.check(ADMIN, Some(&r.0.queue)),
-            Request::QueueDelete(r) => p.check(ADMIN, Some(&r.0.queue)),
-            Request::QueueDescribe(r) => p.check(any, Some(&r.0.queue)),
-            Request::Enqueue(r) => p.check(PRODUCE, Some(&r.queue)),
-            Request::Claim(r) => self.claim_allowed(r, p),
-            Request::Ack(r) => self.settle_allowed(&r.task, p),
-            Request::Nack(r) => self.settle_allowed(&r.task, p),
-            Request::Renew(r) => self.settle_allowed(&r.task, p),
-            Request::Release(r) => self.settle_allowed(&r.task, p),
-            Request::DeadLetter(r) => self.settle_allowed(&r.task, p),
-            Request::TaskGet(r) => self.task_allowed(&r.task, READ, p),
-            Request::Wait(r) => r
+            EngineRequest::AdminSnapshot(_) => every_queue_admin(p),
+            EngineRequest::QueueCreate(r) => p.check(ADMIN, Some(&r.queue)),
+            EngineRequest::QueueUpdate(r) => p.check(ADMIN, Some(&r.queue)),
+            EngineRequest::QueuePause(r) => p.check(ADMIN, Some(&r.0.queue)),
+            EngineRequest::QueueResume(r) => p.check(ADMIN, Some(&r.0.queue)),
+            EngineRequest::QueuePurge(r) => p.check(ADMIN, Some(&r.0.queue)),
+            EngineRequest::QueueDelete(r) => p.check(ADMIN, Some(&r.0.queue)),
+            EngineRequest::QueueDescribe(r) => p.check(any, Some(&r.0.queue)),
+            EngineRequest::Enqueue(r) => p.check(PRODUCE, Some(&r.queue)),
+            EngineRequest::Claim(r) => self.claim_allowed(r, p),
+            EngineRequest::Ack(r) => self.settle_allowed(&r.task, p),
+            EngineRequest::Nack(r) => self.settle_allowed(&r.task, p),
+            EngineRequest::Renew(r) => self.settle_allowed(&r.task, p),
+            EngineRequest::Release(r) => self.settle_allowed(&r.task, p),
+            EngineRequest::DeadLetter(r) => self.settle_allowed(&r.task, p),
+            EngineRequest::TaskGet(r) => self.task_allowed(&r.task, READ, p),
+            EngineRequest::Wait(r) => r
                 .tasks
                 .iter()
                 .try_for_each(|t| self.task_allowed(t, PRODUCE, p)),
-            Request::Cancel(r) => self.task_allowed(&r.task, PRODUCE, p),
-            Request::TaskList(r) => p.check(ADMIN, Some(&r.queue)),
-            Request::TaskFind(r) => p.check(ADMIN, r.queue.as_deref()),
-            Request::Redrive(r) => p.check(ADMIN, Some(&r.0.queue)),
-            Request::Discard(r) => p.check(ADMIN, Some(&r.0.queue)),
-            Request::SessionOpen(r) => self.session_open_allowed(r, p),
-            Request::SessionUpdate(_) | Request::Unsubscribe(_) => p.check(CONSUME, None),
-            Request::Subscribe(r) => r.queues.iter().try_for_each(|q| p.check(CONSUME, Some(q))),
-            Request::MemberList(_) => p.check(ADMIN, None),
-            Request::MemberDescribe(r) => self.member_in_scope(&r.0.member, p),
-            Request::MemberDrain(r) => self.member_in_scope(&r.0.member, p),
-            Request::MemberUndrain(r) => self.member_in_scope(&r.0.member, p),
-            Request::MemberRelease(_) => every_queue_admin(p),
-            Request::LeaseRevoke(r) => self.task_allowed(&r.task, ADMIN, p),
-            Request::TaskUpdate(r) => self.task_allowed(&r.task, ADMIN, p),
-            Request::Watch(r) => self.watch_allowed(&r.view, p),
-            Request::Unwatch(_) => p.check(ADMIN, None),
+            EngineRequest::Cancel(r) => self.task_allowed(&r.task, PRODUCE, p),
+            EngineRequest::TaskList(r) => p.check(ADMIN, Some(&r.queue)),
+            EngineRequest::TaskFind(r) => p.check(ADMIN, r.queue.as_deref()),
+            EngineRequest::Redrive(r) => p.check(ADMIN, Some(&r.0.queue)),
+            EngineRequest::Discard(r) => p.check(ADMIN, Some(&r.0.queue)),
+            EngineRequest::SessionOpen(r) => self.session_open_allowed(r, p),
+            EngineRequest::SessionUpdate(_) | EngineRequest::Unsubscribe(_) => {
+                p.check(CONSUME, None)
+            }
+            EngineRequest::Subscribe(r) => {
+                r.queues.iter().try_for_each(|q| p.check(CONSUME, Some(q)))
+            }
+            EngineRequest::MemberList(_) => p.check(ADMIN, None),
+            EngineRequest::MemberDescribe(r) => self.member_in_scope(&r.0.member, p),
+            EngineRequest::MemberDrain(r) => self.member_in_scope(&r.0.member, p),
+            EngineRequest::MemberUndrain(r) => self.member_in_scope(&r.0.member, p),
+            EngineRequest::MemberRelease(_) => every_queue_admin(p),
+            EngineRequest::LeaseRevoke(r) => self.task_allowed(&r.task, ADMIN, p),
+            EngineRequest::TaskUpdate(r) => self.task_allowed(&r.task, ADMIN, p),
+            EngineRequest::Watch(r) => self.watch_allowed(&r.view, p),
+            EngineRequest::Unwatch(_) => p.check(ADMIN, None),
         }
     }
 

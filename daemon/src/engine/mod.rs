@@ -21,7 +21,7 @@ pub mod dispatch;
 mod find;
 mod sharded;
 
-pub use authz::authorize_stateless;
+pub use authz::authorize_edge;
 mod listing;
 mod members;
 mod ops;
@@ -932,7 +932,7 @@ impl<W: Waiter> Engine<W> {
     /// Returns an error only when the store failed; the daemon must then stop.
     pub fn handle(
         &mut self,
-        req: muster_protocol::Request,
+        req: muster_protocol::ops::EngineRequest,
         waiter: W,
         now: Now,
     ) -> Result<(), StoreError> {

@@ -24,7 +24,7 @@ use muster_protocol::ops::{
     RenewReply, SettleReply, TaskGet, TaskList, TaskListReply, TaskReply, TaskUpdate,
     TaskUpdateReply, Wait, WaitReply,
 };
-use muster_protocol::{ErrorCode, RawJson, Request};
+use muster_protocol::{ErrorCode, RawJson, ops::EngineRequest};
 
 use super::audit;
 use super::bulk::{BulkJob, BulkKind};
@@ -36,10 +36,6 @@ use super::{
 };
 use crate::auth::Principal;
 use crate::store::{LeaseRecord, QueueRecord, StoreError, TaskRecord};
-
-/// The `invalid_state` message of the cluster ops on a daemon that runs alone.
-pub const NOT_A_CLUSTER_NODE: &str =
-    "this daemon is not a cluster node (start it with --cluster-id to run a cluster)";
 
 /// How a lease comes to its member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,15 +206,15 @@ fn apply_patch(options: &mut QueueOptions, patch: &QueuePatch) -> OpResult<()> {
 
 /// True for ops that change members without committing (labels, capacity,
 /// subscriptions, drain): the generation must move for watches of the members screen.
-fn changes_members(req: &Request) -> bool {
+fn changes_members(req: &EngineRequest) -> bool {
     matches!(
         req,
-        Request::SessionOpen(_)
-            | Request::SessionUpdate(_)
-            | Request::Subscribe(_)
-            | Request::Unsubscribe(_)
-            | Request::MemberDrain(_)
-            | Request::MemberUndrain(_)
+        EngineRequest::SessionOpen(_)
+            | EngineRequest::SessionUpdate(_)
+            | EngineRequest::Subscribe(_)
+            | EngineRequest::Unsubscribe(_)
+            | EngineRequest::MemberDrain(_)
+            | EngineRequest::MemberUndrain(_)
     )
 }
 
@@ -258,7 +254,7 @@ fn lease_info(rec: &TaskRecord) -> Option<LeaseInfo> {
 impl<W: Waiter> Engine<W> {
     pub(super) fn dispatch(
         &mut self,
-        req: Request,
+        req: EngineRequest,
         waiter: W,
         now: Now,
     ) -> Result<(), (W, Failure)> {
@@ -271,79 +267,78 @@ impl<W: Waiter> Engine<W> {
         let members_change = changes_members(&req);
         let action = audit::action(&req);
         let result = match req {
-            // Answered by the connection before they reach the engine.
-            Request::Hello(_) | Request::ServerStats(_) => {
-                Err(bad("answered by the connection, not the engine"))
-            }
-            // A cluster node's connection answers these; reaching the engine means this
-            // daemon runs alone.
-            Request::ClusterStatus(_) | Request::ClusterAdd(_) | Request::ClusterRemove(_) => {
-                Err(client(ErrorCode::InvalidState, NOT_A_CLUSTER_NODE))
-            }
-            Request::QueueCreate(r) => self.queue_create(r, now).map(Reply::Queue),
-            Request::QueueList(r) => self
+            EngineRequest::QueueCreate(r) => self.queue_create(r, now).map(Reply::Queue),
+            EngineRequest::QueueList(r) => self
                 .queue_list(&r, waiter.principal())
                 .map(Reply::QueueList),
-            Request::QueueDescribe(r) => self.queue_describe(&r.0.queue).map(Reply::Queue),
-            Request::QueueUpdate(r) => self
+            EngineRequest::QueueDescribe(r) => self.queue_describe(&r.0.queue).map(Reply::Queue),
+            EngineRequest::QueueUpdate(r) => self
                 .queue_update(&r.queue, &r.options, now)
                 .map(Reply::Queue),
-            Request::QueuePause(r) => self.queue_pause(&r.0, true, now).map(Reply::Queue),
-            Request::QueueResume(r) => self.queue_pause(&r.0, false, now).map(Reply::Queue),
-            Request::QueuePurge(r) => {
+            EngineRequest::QueuePause(r) => self.queue_pause(&r.0, true, now).map(Reply::Queue),
+            EngineRequest::QueueResume(r) => self.queue_pause(&r.0, false, now).map(Reply::Queue),
+            EngineRequest::QueuePurge(r) => {
                 let ids = self.purge_ids(&r.0);
                 return self.bulk(waiter, BulkKind::Purge, r.0.queue, ids);
             }
-            Request::QueueDelete(r) => {
+            EngineRequest::QueueDelete(r) => {
                 let ids = self.delete_ids(&r.0);
                 return self.bulk(waiter, BulkKind::Delete, r.0.queue, ids);
             }
-            Request::Enqueue(r) => self.enqueue(r, waiter.principal(), now).map(Reply::Enqueue),
-            Request::Claim(r) => return self.claim(r, waiter, now),
-            Request::Ack(r) => self.ack(r, now).map(Reply::Settle),
-            Request::Nack(r) => self.nack(r, now).map(Reply::Settle),
-            Request::Renew(r) => self.renew(r, now).map(Reply::Renew),
-            Request::Release(r) => self.release(r, now).map(Reply::Settle),
-            Request::DeadLetter(r) => self.dead_letter(r, now).map(Reply::Settle),
-            Request::TaskGet(r) => self.task_get(r).map(Reply::Task),
-            Request::TaskList(r) => self.task_list(r).map(Reply::TaskList),
-            Request::TaskFind(r) => self.task_find(*r, waiter.principal()).map(Reply::TaskFind),
-            Request::Wait(r) => return self.wait(r, waiter, now),
-            Request::Cancel(r) => self.cancel(r, now).map(Reply::Cancel),
-            Request::TaskUpdate(r) => self.task_update(&r, now).map(Reply::TaskUpdate),
-            Request::Redrive(r) if !r.0.dry_run => {
+            EngineRequest::Enqueue(r) => {
+                self.enqueue(r, waiter.principal(), now).map(Reply::Enqueue)
+            }
+            EngineRequest::Claim(r) => return self.claim(r, waiter, now),
+            EngineRequest::Ack(r) => self.ack(r, now).map(Reply::Settle),
+            EngineRequest::Nack(r) => self.nack(r, now).map(Reply::Settle),
+            EngineRequest::Renew(r) => self.renew(r, now).map(Reply::Renew),
+            EngineRequest::Release(r) => self.release(r, now).map(Reply::Settle),
+            EngineRequest::DeadLetter(r) => self.dead_letter(r, now).map(Reply::Settle),
+            EngineRequest::TaskGet(r) => self.task_get(r).map(Reply::Task),
+            EngineRequest::TaskList(r) => self.task_list(r).map(Reply::TaskList),
+            EngineRequest::TaskFind(r) => {
+                self.task_find(*r, waiter.principal()).map(Reply::TaskFind)
+            }
+            EngineRequest::Wait(r) => return self.wait(r, waiter, now),
+            EngineRequest::Cancel(r) => self.cancel(r, now).map(Reply::Cancel),
+            EngineRequest::TaskUpdate(r) => self.task_update(&r, now).map(Reply::TaskUpdate),
+            EngineRequest::Redrive(r) if !r.0.dry_run => {
                 let ids = self.dead_selection(&r.0);
                 return self.bulk(waiter, BulkKind::Redrive, r.0.queue, ids);
             }
-            Request::Discard(r) if !r.0.dry_run => {
+            EngineRequest::Discard(r) if !r.0.dry_run => {
                 let ids = self.dead_selection(&r.0);
                 return self.bulk(waiter, BulkKind::Discard, r.0.queue, ids);
             }
             // Dry runs: what would be touched, at once.
-            Request::Redrive(r) => self
+            EngineRequest::Redrive(r) => self
                 .dead_selection(&r.0)
                 .map(|ids| Reply::Count(count_reply(&ids, true))),
-            Request::Discard(r) => self
+            EngineRequest::Discard(r) => self
                 .dead_selection(&r.0)
                 .map(|ids| Reply::Count(count_reply(&ids, true))),
-            Request::SessionOpen(r) => self.session_open(r, &waiter, now).map(Reply::SessionOpen),
-            Request::SessionUpdate(r) => self.session_update(r, &waiter).map(Reply::Member),
-            Request::Subscribe(r) => self.subscribe(r, &waiter).map(Reply::Empty),
-            Request::Unsubscribe(r) => self.unsubscribe(r, &waiter).map(Reply::Empty),
-            Request::MemberList(r) => self
+            EngineRequest::SessionOpen(r) => {
+                self.session_open(r, &waiter, now).map(Reply::SessionOpen)
+            }
+            EngineRequest::SessionUpdate(r) => self.session_update(r, &waiter).map(Reply::Member),
+            EngineRequest::Subscribe(r) => self.subscribe(r, &waiter).map(Reply::Empty),
+            EngineRequest::Unsubscribe(r) => self.unsubscribe(r, &waiter).map(Reply::Empty),
+            EngineRequest::MemberList(r) => self
                 .member_list(&r, waiter.principal())
                 .map(Reply::MemberList),
-            Request::MemberDescribe(r) => self.member_describe(&r.0).map(Reply::MemberDescribe),
-            Request::MemberDrain(r) => self.member_drain(&r.0).map(Reply::Member),
-            Request::MemberUndrain(r) => self.member_undrain(&r.0).map(Reply::Member),
-            Request::MemberRelease(r) => self
+            EngineRequest::MemberDescribe(r) => {
+                self.member_describe(&r.0).map(Reply::MemberDescribe)
+            }
+            EngineRequest::MemberDrain(r) => self.member_drain(&r.0).map(Reply::Member),
+            EngineRequest::MemberUndrain(r) => self.member_undrain(&r.0).map(Reply::Member),
+            EngineRequest::MemberRelease(r) => self
                 .member_release(&r.0.member)
                 .map(|()| Reply::Empty(muster_protocol::ops::Empty {}))
                 .map_err(Failure::Client),
-            Request::LeaseRevoke(r) => self.lease_revoke(r, now).map(Reply::Settle),
-            Request::Watch(r) => self.watch(r, &waiter, now).map(Reply::Watch),
-            Request::Unwatch(_) => Ok(Reply::Empty(self.unwatch(&waiter))),
-            Request::AdminSnapshot(r) => return self.admin_snapshot(&r.dir, waiter),
+            EngineRequest::LeaseRevoke(r) => self.lease_revoke(r, now).map(Reply::Settle),
+            EngineRequest::Watch(r) => self.watch(r, &waiter, now).map(Reply::Watch),
+            EngineRequest::Unwatch(_) => Ok(Reply::Empty(self.unwatch(&waiter))),
+            EngineRequest::AdminSnapshot(r) => return self.admin_snapshot(&r.dir, waiter),
         };
         match result {
             Ok(reply) => {

@@ -473,3 +473,52 @@ fn cluster_requests_and_their_reply_round_trip() {
         assert!(OP_NAMES.contains(&op), "{op}");
     }
 }
+
+#[test]
+fn every_op_is_routed_to_the_handshake_the_edge_or_the_engine_by_name() {
+    // One frame with every field some op requires; each op reads the fields it knows.
+    let frame = |op: &str| {
+        format!(
+            r#"{{"id":1,"op":"{op}","version":1,"node":2,"queue":"q","tasks":[],"task":"t","epoch":1,"token":"x","member":"m","addr":"a:1","cluster_addr":"a:2","dir":"d","tag":1,"view":{{"screen":"queues"}},"capacity":1,"state":"ready","error":"e","queues":["q"],"options":{{}}}}"#
+        )
+    };
+    let mut routed = Vec::new();
+    for op in OP_NAMES {
+        let (_, req) = match decode_request(frame(op).as_bytes()) {
+            Ok(decoded) => decoded,
+            Err(e) => panic!("{op}: {e:?}"),
+        };
+        let name = req.name();
+        let (route, routed_name) = match req.route() {
+            Route::Hello(_) => ("hello", "hello"),
+            Route::Edge(edge) => ("edge", edge.name()),
+            Route::Engine(engine) => ("engine", engine.name()),
+        };
+        assert_eq!(routed_name, name, "{op}");
+        routed.push((name, route));
+    }
+    let by = |route: &str| -> Vec<&str> {
+        routed
+            .iter()
+            .filter(|(_, r)| *r == route)
+            .map(|(name, _)| *name)
+            .collect()
+    };
+    assert_eq!(by("hello"), ["hello"]);
+    assert_eq!(
+        by("edge"),
+        [
+            "server_stats",
+            "cluster_status",
+            "cluster_add",
+            "cluster_remove"
+        ]
+    );
+    let engine: Vec<&str> = OP_NAMES
+        .iter()
+        .copied()
+        .filter(|op| !["hello", "server_stats"].contains(op) && !op.starts_with("cluster_"))
+        .collect();
+    assert_eq!(by("engine"), engine);
+    assert_eq!(engine.len(), 36);
+}

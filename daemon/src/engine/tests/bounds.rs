@@ -7,7 +7,7 @@ use muster_protocol::limits::{
 };
 use muster_protocol::model::{NewTask, QueuePatch, TaskState};
 use muster_protocol::ops::{self, Claim, Enqueue, QueueName, TaskList, Wait};
-use muster_protocol::{ErrorCode, Request};
+use muster_protocol::{ErrorCode, ops::EngineRequest};
 
 use super::{Harness, Reply, dead_letter, principal, raw};
 
@@ -17,8 +17,8 @@ fn requiring(labels: &[String]) -> NewTask {
     t
 }
 
-fn enqueue_many(queue: &str, tasks: Vec<NewTask>) -> Request {
-    Request::Enqueue(Enqueue {
+fn enqueue_many(queue: &str, tasks: Vec<NewTask>) -> EngineRequest {
+    EngineRequest::Enqueue(Enqueue {
         queue: queue.into(),
         tasks,
     })
@@ -72,7 +72,7 @@ fn a_queue_holds_at_most_max_label_classes_and_a_refused_enqueue_changes_nothing
     }
     assert_eq!(h.counts("q"), before);
     // Once the tasks of one class are finished, its place is free again.
-    h.call(Request::Cancel(ops::Cancel {
+    h.call(EngineRequest::Cancel(ops::Cancel {
         task: ids[5].clone(),
     }))
     .unwrap();
@@ -136,7 +136,7 @@ fn a_token_brings_at_most_its_share_of_a_queues_label_sets_and_plain_tasks_never
     h.call(enqueue_many("q", vec![requiring(&["g0".into()])]))
         .unwrap();
     h.principal = Some(greedy);
-    h.call(Request::Cancel(ops::Cancel {
+    h.call(EngineRequest::Cancel(ops::Cancel {
         task: mine.tasks[1].id.clone(),
     }))
     .unwrap();
@@ -154,9 +154,9 @@ fn unclaimable_label_sets_are_listed_most_tasks_first_up_to_the_limit_and_counte
         let tasks = (0..=i).map(|_| requiring(&[format!("s{i:02}")])).collect();
         h.call(enqueue_many("q", tasks)).unwrap();
     }
-    let q = match h.call(Request::QueueDescribe(ops::QueueDescribe(QueueName {
-        queue: "q".into(),
-    }))) {
+    let q = match h.call(EngineRequest::QueueDescribe(ops::QueueDescribe(
+        QueueName { queue: "q".into() },
+    ))) {
         Ok(Reply::Queue(r)) => r.queue,
         other => panic!("describe: {other:?}"),
     };
@@ -176,8 +176,12 @@ fn unclaimable_label_sets_are_listed_most_tasks_first_up_to_the_limit_and_counte
 fn a_connection_parks_at_most_its_share_of_claims() {
     let mut h = Harness::new();
     h.create("q", QueuePatch::default());
-    let parked =
-        |h: &mut Harness, conn| h.send_on(conn, Request::Claim(Claim::new(["q"]).wait_ms(60_000)));
+    let parked = |h: &mut Harness, conn| {
+        h.send_on(
+            conn,
+            EngineRequest::Claim(Claim::new(["q"]).wait_ms(60_000)),
+        )
+    };
     let mut tags = Vec::new();
     for _ in 0..MAX_PARKED_CLAIMS_PER_CONNECTION {
         tags.push(parked(&mut h, 1));
@@ -189,7 +193,7 @@ fn a_connection_parks_at_most_its_share_of_claims() {
         other => panic!("expected limit, got {other:?}"),
     }
     // A claim without a wait never parks: it is answered as usual.
-    match h.call_on(1, Request::Claim(Claim::new(["q"]))) {
+    match h.call_on(1, EngineRequest::Claim(Claim::new(["q"]))) {
         Ok(Reply::Claim(r)) => assert!(r.tasks.is_empty()),
         other => panic!("claim: {other:?}"),
     }
@@ -226,7 +230,7 @@ fn a_wait_answers_each_task_once_and_leaves_out_what_does_not_fit_a_frame() {
     }
     // The same finished 1 MiB task named 300 times comes back once.
     let wait = |tasks: Vec<String>| {
-        Request::Wait(Wait {
+        EngineRequest::Wait(Wait {
             tasks,
             timeout_ms: None,
         })
@@ -267,7 +271,7 @@ fn a_page_of_tasks_stops_before_it_outgrows_a_frame_and_its_cursor_reaches_the_r
     let error = "\u{1}".repeat(muster_protocol::limits::MAX_ERROR_BYTES);
     for _ in 0..n {
         let (id, epoch) = h.claim_one("q");
-        h.call(Request::DeadLetter(ops::DeadLetter {
+        h.call(EngineRequest::DeadLetter(ops::DeadLetter {
             task: id,
             epoch,
             error: error.clone(),
@@ -278,7 +282,7 @@ fn a_page_of_tasks_stops_before_it_outgrows_a_frame_and_its_cursor_reaches_the_r
     let mut after = None;
     let mut pages = 0;
     loop {
-        let page = match h.call(Request::TaskList(TaskList {
+        let page = match h.call(EngineRequest::TaskList(TaskList {
             queue: "q".into(),
             state: TaskState::Dead,
             after: after.clone(),
@@ -308,7 +312,7 @@ fn members_are_listed_a_page_at_a_time() {
         h.enqueue("q", "1");
         h.claim_as("q", 1, &format!("m{i}"));
     }
-    let list = |h: &mut Harness, after: Option<String>| match h.call(Request::MemberList(
+    let list = |h: &mut Harness, after: Option<String>| match h.call(EngineRequest::MemberList(
         ops::MemberList {
             after,
             limit: Some(2),
@@ -325,7 +329,7 @@ fn members_are_listed_a_page_at_a_time() {
     assert_eq!(last.members.len(), 1);
     assert_eq!(last.next, None);
     assert_eq!(
-        h.code(Request::MemberList(ops::MemberList {
+        h.code(EngineRequest::MemberList(ops::MemberList {
             after: None,
             limit: Some(0),
         })),

@@ -24,7 +24,7 @@ use proptest::prelude::*;
 
 use muster_protocol::model::{MemberState, QueuePatch, TaskState};
 use muster_protocol::ops::{Cancel, Claim, DeadSelection, QueueUpdate, Redrive};
-use muster_protocol::{ErrorCode, Request};
+use muster_protocol::{ErrorCode, ops::EngineRequest};
 
 use super::{Harness, ack, dead_letter, nack, release, renew};
 use crate::engine::Reply;
@@ -224,7 +224,12 @@ fn durable_view(h: &mut Harness, id: &str) -> String {
 
 /// A settle step: sends `req` for claim `(i, epoch)`; a current claim must be
 /// accepted (and `apply` updates the model), any other refused with `lease_lost`.
-fn settle(h: &mut Harness, m: &mut Model, claim: (usize, u64), req: Request) -> Option<Reply> {
+fn settle(
+    h: &mut Harness,
+    m: &mut Model,
+    claim: (usize, u64),
+    req: EngineRequest,
+) -> Option<Reply> {
     let (i, epoch) = claim;
     if m.current(i) == Some(epoch) {
         Some(
@@ -291,7 +296,9 @@ fn run(steps: &[Step]) {
                 });
             }
             Step::Claim { max } => {
-                let got = match h.call(Request::Claim(Claim::new(["q"]).max(max).member("m1"))) {
+                let got = match h.call(EngineRequest::Claim(
+                    Claim::new(["q"]).max(max).member("m1"),
+                )) {
                     Ok(Reply::Claim(r)) => r.tasks,
                     other => panic!("claim: {other:?}"),
                 };
@@ -405,7 +412,7 @@ fn run(steps: &[Step]) {
             }
             Step::Cancel { pick } => {
                 let Some(i) = task(pick) else { continue };
-                let req = Request::Cancel(Cancel {
+                let req = EngineRequest::Cancel(Cancel {
                     task: m.tasks[i].id.clone(),
                 });
                 match m.tasks[i].state {
@@ -426,7 +433,7 @@ fn run(steps: &[Step]) {
             }
             Step::Redrive { pick } => {
                 let Some(i) = task(pick) else { continue };
-                let req = Request::Redrive(Redrive(DeadSelection {
+                let req = EngineRequest::Redrive(Redrive(DeadSelection {
                     queue: "q".into(),
                     ids: vec![m.tasks[i].id.clone()],
                     all: false,
@@ -488,7 +495,7 @@ fn run(steps: &[Step]) {
                 }
             }
             Step::MaxRuntime { ms } => {
-                h.call(Request::QueueUpdate(QueueUpdate {
+                h.call(EngineRequest::QueueUpdate(QueueUpdate {
                     queue: "q".into(),
                     options: QueuePatch {
                         max_runtime_ms: Some(ms.unwrap_or(0)),
@@ -663,7 +670,7 @@ fn run_member(steps: &[MemberStep]) {
                 let failures = forgotten.map(|i| h.state(&leases[i].0).2);
                 let reply = h.call_on(
                     connection,
-                    Request::SessionOpen(muster_protocol::ops::SessionOpen {
+                    EngineRequest::SessionOpen(muster_protocol::ops::SessionOpen {
                         member: "m1".into(),
                         labels: labels.clone(),
                         capacity,
@@ -716,7 +723,7 @@ fn run_member(steps: &[MemberStep]) {
                 h.enqueue("q", &n.to_string());
                 let got = match h.call_on(
                     connection,
-                    Request::Claim(Claim::new(["q"]).max(1).member("m1")),
+                    EngineRequest::Claim(Claim::new(["q"]).max(1).member("m1")),
                 ) {
                     Ok(Reply::Claim(r)) => r.tasks,
                     other => panic!("step {n}: claim: {other:?}"),
@@ -747,7 +754,7 @@ fn run_member(steps: &[MemberStep]) {
                 }
                 let id = leases[pick % leases.len()].0.clone();
                 // A leased task's cancel is a request to its holder: the lease stays.
-                h.call(Request::Cancel(Cancel { task: id.clone() }))
+                h.call(EngineRequest::Cancel(Cancel { task: id.clone() }))
                     .unwrap_or_else(|e| panic!("step {n}: cancel refused: {e}"));
                 cancelled.push(id);
             }
@@ -772,7 +779,7 @@ fn run_member(steps: &[MemberStep]) {
             }
         }
         let listed = session.is_some() || !leases.is_empty();
-        let describe = Request::MemberDescribe(muster_protocol::ops::MemberDescribe(
+        let describe = EngineRequest::MemberDescribe(muster_protocol::ops::MemberDescribe(
             muster_protocol::ops::MemberName {
                 member: "m1".into(),
             },

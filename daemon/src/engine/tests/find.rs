@@ -3,13 +3,13 @@
 use muster_protocol::limits::{MAX_FIND_READS, MAX_FIND_SCAN};
 use muster_protocol::model::{NewTask, QueuePatch, TaskState};
 use muster_protocol::ops::{Enqueue, FieldMatch, FindCursor, TaskFind, TaskFindReply};
-use muster_protocol::{ErrorCode, Request};
+use muster_protocol::{ErrorCode, ops::EngineRequest};
 use serde_json::json;
 
 use super::{Harness, Reply, nack, raw};
 
 fn find(h: &mut Harness, r: TaskFind) -> TaskFindReply {
-    match h.call(Request::TaskFind(Box::new(r))) {
+    match h.call(EngineRequest::TaskFind(Box::new(r))) {
         Ok(Reply::TaskFind(f)) => f,
         other => panic!("task_find: {other:?}"),
     }
@@ -200,7 +200,7 @@ fn one_request_reads_at_most_its_share_and_the_cursor_goes_on() {
                 NewTask::new(raw(text))
             })
             .collect();
-        match h.call(Request::Enqueue(Enqueue {
+        match h.call(EngineRequest::Enqueue(Enqueue {
             queue: "big".into(),
             tasks,
         })) {
@@ -304,7 +304,7 @@ fn bad_searches_are_refused() {
     ];
     for (search, code) in cases {
         assert_eq!(
-            h.code(Request::TaskFind(Box::new(search.clone()))),
+            h.code(EngineRequest::TaskFind(Box::new(search.clone()))),
             code,
             "{search:?}"
         );

@@ -4,16 +4,16 @@
 
 use muster_protocol::model::{MemberState, QueuePatch, TaskState};
 use muster_protocol::ops::{self, Claim, Nack};
-use muster_protocol::{ErrorCode, Request};
+use muster_protocol::{ErrorCode, ops::EngineRequest};
 
 use super::{Harness, delivered, member_info, open, subscribe};
 use crate::engine::Reply;
 
-fn open_with_liveness(name: &str, capacity: u32, liveness_ms: u64) -> Request {
+fn open_with_liveness(name: &str, capacity: u32, liveness_ms: u64) -> EngineRequest {
     match open(name, capacity, true, false) {
-        Request::SessionOpen(mut o) => {
+        EngineRequest::SessionOpen(mut o) => {
             o.liveness_ms = Some(liveness_ms);
-            Request::SessionOpen(o)
+            EngineRequest::SessionOpen(o)
         }
         _ => unreachable!("open builds a session_open"),
     }
@@ -29,9 +29,11 @@ fn advance_heard(h: &mut Harness, conn: u64, ms: u64) {
 
 fn unclaimable(h: &mut Harness) -> (u64, u64, Vec<Vec<String>>) {
     h.engine().check_claimability();
-    match h.call(Request::QueueDescribe(ops::QueueDescribe(ops::QueueName {
-        queue: "jobs".into(),
-    }))) {
+    match h.call(EngineRequest::QueueDescribe(ops::QueueDescribe(
+        ops::QueueName {
+            queue: "jobs".into(),
+        },
+    ))) {
         Ok(Reply::Queue(r)) => (
             r.queue.unclaimable,
             r.queue.unclaimable_sets,
@@ -189,7 +191,7 @@ fn a_lapsed_task_goes_to_another_member_with_room_even_when_its_holder_is_alive(
 fn a_parked_claim_of_a_silent_connection_is_not_served() {
     let mut h = Harness::new();
     queue(&mut h, 60_000);
-    let claim = Request::Claim(Claim::new(["jobs"]).member("puller").wait_ms(120_000));
+    let claim = EngineRequest::Claim(Claim::new(["jobs"]).member("puller").wait_ms(120_000));
     let tag = h.send_on(5, claim);
     h.advance(5_001);
     let id = h.enqueue("jobs", "1");
@@ -214,13 +216,13 @@ fn a_cancelled_running_task_ends_cancelled_without_a_failure() {
     let (_, ea) = h.claim_one("jobs");
     let (_, eb) = h.claim_one("jobs");
     for id in [&a, &b] {
-        h.call(Request::Cancel(ops::Cancel {
+        h.call(EngineRequest::Cancel(ops::Cancel {
             task: id.to_string(),
         }))
         .unwrap();
     }
     // One holder stops and nacks; the other dies and its lease lapses.
-    h.call(Request::Nack(Nack {
+    h.call(EngineRequest::Nack(Nack {
         task: a.clone(),
         epoch: ea,
         delay_ms: None,
@@ -278,9 +280,9 @@ fn unclaimable_tasks_follow_members_connecting_going_silent_relabelling_and_leav
     assert_eq!(unclaimable(&mut h), (3, 2, vec![both(), gpu()]));
     // A member carrying gpu (not subscribed, so it takes nothing) connects.
     let open_gpu = match open_with_liveness("a", 1, 2_000) {
-        Request::SessionOpen(mut o) => {
+        EngineRequest::SessionOpen(mut o) => {
             o.labels = vec!["gpu".into()];
-            Request::SessionOpen(o)
+            EngineRequest::SessionOpen(o)
         }
         _ => unreachable!("open builds a session_open"),
     };
@@ -295,7 +297,7 @@ fn unclaimable_tasks_follow_members_connecting_going_silent_relabelling_and_leav
     // It takes on a100 as well: nothing is unclaimable.
     h.call_on(
         1,
-        Request::SessionUpdate(ops::SessionUpdate {
+        EngineRequest::SessionUpdate(ops::SessionUpdate {
             member: "a".into(),
             labels: Some(vec!["gpu".into(), "a100".into()]),
             capacity: None,
@@ -305,9 +307,9 @@ fn unclaimable_tasks_follow_members_connecting_going_silent_relabelling_and_leav
     assert_eq!(unclaimable(&mut h), (0, 0, vec![]));
     // A second member with only gpu; the first leaves: a100 is unclaimable again.
     let open_b = match open("b", 1, true, false) {
-        Request::SessionOpen(mut o) => {
+        EngineRequest::SessionOpen(mut o) => {
             o.labels = vec!["gpu".into()];
-            Request::SessionOpen(o)
+            EngineRequest::SessionOpen(o)
         }
         _ => unreachable!("open builds a session_open"),
     };

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use muster_protocol::model::QueuePatch;
 use muster_protocol::ops::{self, Claim};
-use muster_protocol::{ErrorCode, Push, Request};
+use muster_protocol::{ErrorCode, Push, ops::EngineRequest};
 
 use super::{Harness, open, principal};
 use crate::auth::Principal;
@@ -25,14 +25,14 @@ token = "b-token-0123456789abcdef"
 roles = ["consume"]
 "#;
 
-fn release(member: &str) -> Request {
-    Request::MemberRelease(ops::MemberRelease(ops::MemberName {
+fn release(member: &str) -> EngineRequest {
+    EngineRequest::MemberRelease(ops::MemberRelease(ops::MemberName {
         member: member.into(),
     }))
 }
 
-fn claim(member: &str) -> Request {
-    Request::Claim(Claim::new(["jobs"]).member(member))
+fn claim(member: &str) -> EngineRequest {
+    EngineRequest::Claim(Claim::new(["jobs"]).member(member))
 }
 
 fn setup() -> (Harness, &'static Principal, &'static Principal) {

@@ -8,7 +8,7 @@ use muster_protocol::ops::{
     self, Ack, Cancel, Claim, DeadLetter, DeadSelection, Enqueue, Nack, QueueCreate, QueueName,
     Release, Renew, TaskGet, TaskList, Wait,
 };
-use muster_protocol::{ErrorBody, ErrorCode, Request};
+use muster_protocol::{ErrorBody, ErrorCode, ops::EngineRequest};
 
 use super::{Engine, FRESH_BYTES, Now, Reply, Sink, Waiter};
 use crate::store::Store;
@@ -119,11 +119,11 @@ impl Harness {
     }
 
     /// Sends a request, runs the round and returns the replies the round produced.
-    fn send(&mut self, req: Request) -> Tag {
+    fn send(&mut self, req: EngineRequest) -> Tag {
         self.send_on(0, req)
     }
 
-    fn send_on(&mut self, conn: u64, req: Request) -> Tag {
+    fn send_on(&mut self, conn: u64, req: EngineRequest) -> Tag {
         self.next_tag += 1;
         let tag = Tag {
             seq: self.next_tag,
@@ -157,7 +157,7 @@ impl Harness {
         }
     }
 
-    fn call_on(&mut self, conn: u64, req: Request) -> Result<Reply, ErrorBody> {
+    fn call_on(&mut self, conn: u64, req: EngineRequest) -> Result<Reply, ErrorBody> {
         let tag = self.send_on(conn, req);
         self.reply_for(tag).expect("a reply in the same round")
     }
@@ -176,7 +176,7 @@ impl Harness {
         Some(self.parked.remove(pos).1)
     }
 
-    fn call(&mut self, req: Request) -> Result<Reply, ErrorBody> {
+    fn call(&mut self, req: EngineRequest) -> Result<Reply, ErrorBody> {
         let tag = self.send(req);
         self.reply_for(tag).expect("a reply in the same round")
     }
@@ -202,7 +202,7 @@ impl Harness {
     }
 
     fn create(&mut self, queue: &str, options: QueuePatch) {
-        self.call(Request::QueueCreate(QueueCreate {
+        self.call(EngineRequest::QueueCreate(QueueCreate {
             queue: queue.into(),
             options,
         }))
@@ -210,7 +210,7 @@ impl Harness {
     }
 
     fn enqueue_task(&mut self, queue: &str, task: NewTask) -> String {
-        match self.call(Request::Enqueue(Enqueue {
+        match self.call(EngineRequest::Enqueue(Enqueue {
             queue: queue.into(),
             tasks: vec![task],
         })) {
@@ -224,7 +224,7 @@ impl Harness {
     }
 
     fn claim_as(&mut self, queue: &str, max: u32, member: &str) -> Vec<(String, u64, u64)> {
-        let req = Request::Claim(Claim::new([queue]).max(max).member(member));
+        let req = EngineRequest::Claim(Claim::new([queue]).max(max).member(member));
         match self.call(req) {
             Ok(Reply::Claim(r)) => r
                 .tasks
@@ -251,13 +251,13 @@ impl Harness {
     }
 
     fn task(&mut self, id: &str) -> muster_protocol::model::TaskInfo {
-        match self.call(Request::TaskGet(TaskGet { task: id.into() })) {
+        match self.call(EngineRequest::TaskGet(TaskGet { task: id.into() })) {
             Ok(Reply::Task(r)) => r.task,
             other => panic!("task_get {id}: {other:?}"),
         }
     }
 
-    fn code(&mut self, req: Request) -> ErrorCode {
+    fn code(&mut self, req: EngineRequest) -> ErrorCode {
         match self.call(req) {
             Err(e) => e.code,
             Ok(r) => panic!("expected an error, got {r:?}"),
@@ -265,9 +265,11 @@ impl Harness {
     }
 
     fn counts(&mut self, queue: &str) -> [u64; 6] {
-        match self.call(Request::QueueDescribe(ops::QueueDescribe(QueueName {
-            queue: queue.into(),
-        }))) {
+        match self.call(EngineRequest::QueueDescribe(ops::QueueDescribe(
+            QueueName {
+                queue: queue.into(),
+            },
+        ))) {
             Ok(Reply::Queue(r)) => {
                 let c = r.queue.counts;
                 [c.scheduled, c.ready, c.leased, c.done, c.dead, c.cancelled]
@@ -277,16 +279,16 @@ impl Harness {
     }
 }
 
-fn ack(id: &str, epoch: u64) -> Request {
-    Request::Ack(Ack {
+fn ack(id: &str, epoch: u64) -> EngineRequest {
+    EngineRequest::Ack(Ack {
         task: id.into(),
         epoch,
         result: None,
     })
 }
 
-fn nack(id: &str, epoch: u64, delay_ms: Option<u64>) -> Request {
-    Request::Nack(Nack {
+fn nack(id: &str, epoch: u64, delay_ms: Option<u64>) -> EngineRequest {
+    EngineRequest::Nack(Nack {
         task: id.into(),
         epoch,
         delay_ms,
@@ -294,12 +296,17 @@ fn nack(id: &str, epoch: u64, delay_ms: Option<u64>) -> Request {
     })
 }
 
-fn renew(id: &str, epoch: u64) -> Request {
+fn renew(id: &str, epoch: u64) -> EngineRequest {
     renew_with(id, epoch, None, None)
 }
 
-fn renew_with(id: &str, epoch: u64, extend_ms: Option<u64>, progress: Option<&str>) -> Request {
-    Request::Renew(Renew {
+fn renew_with(
+    id: &str,
+    epoch: u64,
+    extend_ms: Option<u64>,
+    progress: Option<&str>,
+) -> EngineRequest {
+    EngineRequest::Renew(Renew {
         task: id.into(),
         epoch,
         extend_ms,
@@ -307,15 +314,15 @@ fn renew_with(id: &str, epoch: u64, extend_ms: Option<u64>, progress: Option<&st
     })
 }
 
-fn release(id: &str, epoch: u64) -> Request {
-    Request::Release(Release {
+fn release(id: &str, epoch: u64) -> EngineRequest {
+    EngineRequest::Release(Release {
         task: id.into(),
         epoch,
     })
 }
 
-fn dead_letter(id: &str, epoch: u64) -> Request {
-    Request::DeadLetter(DeadLetter {
+fn dead_letter(id: &str, epoch: u64) -> EngineRequest {
+    EngineRequest::DeadLetter(DeadLetter {
         task: id.into(),
         epoch,
         error: "poison".into(),
@@ -351,7 +358,7 @@ fn enqueue_claim_ack_is_done_with_result_and_retention_removes_it() {
     let (cid, epoch) = h.claim_one("jobs");
     assert_eq!((cid.as_str(), epoch), (id.as_str(), 1));
     assert_eq!(h.state(&id), (TaskState::Leased, 1, 0));
-    let reply = h.call(Request::Ack(Ack {
+    let reply = h.call(EngineRequest::Ack(Ack {
         task: id.clone(),
         epoch,
         result: Some(raw(r#"{"sent":true}"#)),
@@ -372,7 +379,7 @@ fn enqueue_claim_ack_is_done_with_result_and_retention_removes_it() {
     h.advance(1);
     assert_eq!(h.counts("jobs"), [0, 0, 0, 0, 0, 0]);
     assert_eq!(
-        h.code(Request::TaskGet(TaskGet { task: id })),
+        h.code(EngineRequest::TaskGet(TaskGet { task: id })),
         ErrorCode::NotFound
     );
 }
@@ -520,7 +527,7 @@ fn renew_extends_the_lease_and_stores_progress() {
     h.advance(1);
     assert_eq!(h.state(&id), (TaskState::Ready, 1, 1));
     // The checkpoint survives the lapse and travels with the next delivery.
-    let req = Request::Claim(Claim::new(["jobs"]));
+    let req = EngineRequest::Claim(Claim::new(["jobs"]));
     match h.call(req).unwrap() {
         Reply::Claim(c) => assert_eq!(c.tasks[0].progress.as_ref().unwrap().get(), r#"{"step":3}"#),
         other => panic!("{other:?}"),
@@ -606,12 +613,18 @@ fn dead_letter_then_redrive_resets_failures_and_keeps_history() {
         all: true,
         dry_run,
     };
-    match h.call(Request::Redrive(ops::Redrive(sel(true)))).unwrap() {
+    match h
+        .call(EngineRequest::Redrive(ops::Redrive(sel(true))))
+        .unwrap()
+    {
         Reply::Count(c) => assert_eq!((c.count, c.ids), (1, vec![id.clone()])),
         other => panic!("{other:?}"),
     }
     assert_eq!(h.state(&id).0, TaskState::Dead);
-    match h.call(Request::Redrive(ops::Redrive(sel(false)))).unwrap() {
+    match h
+        .call(EngineRequest::Redrive(ops::Redrive(sel(false))))
+        .unwrap()
+    {
         Reply::Count(c) => assert_eq!(c.count, 1),
         other => panic!("{other:?}"),
     }
@@ -650,7 +663,7 @@ fn discard_removes_dead_tasks_and_refuses_live_ones_whole() {
         dry_run: false,
     };
     assert_eq!(
-        h.code(Request::Discard(ops::Discard(both))),
+        h.code(EngineRequest::Discard(ops::Discard(both))),
         ErrorCode::InvalidState
     );
     assert_eq!(h.state(&dead).0, TaskState::Dead);
@@ -660,12 +673,12 @@ fn discard_removes_dead_tasks_and_refuses_live_ones_whole() {
         all: false,
         dry_run: false,
     };
-    match h.call(Request::Discard(ops::Discard(one))).unwrap() {
+    match h.call(EngineRequest::Discard(ops::Discard(one))).unwrap() {
         Reply::Count(c) => assert_eq!(c.count, 1),
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        h.code(Request::TaskGet(TaskGet { task: dead })),
+        h.code(EngineRequest::TaskGet(TaskGet { task: dead })),
         ErrorCode::NotFound
     );
     assert_eq!(h.counts("jobs"), [0, 1, 0, 0, 0, 0]);
@@ -686,7 +699,7 @@ fn cancel_ready_scheduled_and_leased() {
     t.delay_ms = Some(5000);
     let scheduled = h.enqueue_task("jobs", t);
     let leased = h.enqueue("jobs", "3");
-    let cancel = |id: &str| Request::Cancel(Cancel { task: id.into() });
+    let cancel = |id: &str| EngineRequest::Cancel(Cancel { task: id.into() });
     match h.call(cancel(&ready)).unwrap() {
         Reply::Cancel(c) => {
             assert_eq!((c.state, c.cancel_requested), (TaskState::Cancelled, false))
@@ -731,7 +744,7 @@ fn a_cancel_requested_lease_that_lapses_is_cancelled() {
     );
     let id = h.enqueue("jobs", "1");
     h.claim_one("jobs");
-    h.call(Request::Cancel(Cancel { task: id.clone() }))
+    h.call(EngineRequest::Cancel(Cancel { task: id.clone() }))
         .unwrap();
     h.advance(1000);
     assert_eq!(h.state(&id).0, TaskState::Cancelled);
@@ -790,7 +803,7 @@ fn idempotency_keys_return_the_first_task() {
     t.idempotency_key = Some("order-42".into());
     let first = h.enqueue_task("jobs", t.clone());
     match h
-        .call(Request::Enqueue(Enqueue {
+        .call(EngineRequest::Enqueue(Enqueue {
             queue: "jobs".into(),
             tasks: vec![t.clone(), t],
         }))
@@ -861,13 +874,13 @@ fn key_concurrency_holds_back_a_key_but_not_others() {
 fn paused_queue_accepts_but_hands_out_nothing_until_resumed() {
     let mut h = Harness::new();
     h.create("jobs", QueuePatch::default());
-    h.call(Request::QueuePause(ops::QueuePause(QueueName {
+    h.call(EngineRequest::QueuePause(ops::QueuePause(QueueName {
         queue: "jobs".into(),
     })))
     .unwrap();
     let id = h.enqueue("jobs", "1");
     assert!(h.claim("jobs").is_empty());
-    h.call(Request::QueueResume(ops::QueueResume(QueueName {
+    h.call(EngineRequest::QueueResume(ops::QueueResume(QueueName {
         queue: "jobs".into(),
     })))
     .unwrap();
@@ -878,7 +891,7 @@ fn paused_queue_accepts_but_hands_out_nothing_until_resumed() {
 fn a_waiting_claim_is_served_by_a_later_enqueue_or_times_out_empty() {
     let mut h = Harness::new();
     h.create("jobs", QueuePatch::default());
-    let claim = |wait| Request::Claim(Claim::new(["jobs"]).max(5).wait_ms(wait));
+    let claim = |wait| EngineRequest::Claim(Claim::new(["jobs"]).max(5).wait_ms(wait));
     let waiting = h.send(claim(5000));
     assert!(h.reply_for(waiting).is_none());
     let id = h.enqueue("jobs", "1");
@@ -910,7 +923,7 @@ fn a_claim_over_several_queues_takes_them_round_robin() {
             h.enqueue(q, &i.to_string());
         }
     }
-    let req = Request::Claim(Claim::new(["a", "b", "c"]).max(6));
+    let req = EngineRequest::Claim(Claim::new(["a", "b", "c"]).max(6));
     match h.call(req).unwrap() {
         Reply::Claim(c) => {
             let queues: Vec<_> = c.tasks.iter().map(|d| d.queue.as_str()).collect();
@@ -935,7 +948,7 @@ fn requires_labels_gate_delivery() {
             .collect::<Vec<_>>(),
         vec![plain]
     );
-    let req = Request::Claim(
+    let req = EngineRequest::Claim(
         Claim::new(["jobs"])
             .max(5)
             .member("gpu-box")
@@ -956,14 +969,15 @@ fn wait_answers_when_every_task_finishes_or_at_its_timeout() {
     h.create("jobs", QueuePatch::default());
     let a = h.enqueue("jobs", "1");
     let b = h.enqueue("jobs", "2");
-    let waiting = h.send(Request::Wait(Wait {
+    let waiting = h.send(EngineRequest::Wait(Wait {
         tasks: vec![a.clone(), b.clone()],
         timeout_ms: Some(10_000),
     }));
     let (_, ea) = h.claim_one("jobs");
     h.call(ack(&a, ea)).unwrap();
     assert!(h.reply_for(waiting).is_none());
-    h.call(Request::Cancel(Cancel { task: b.clone() })).unwrap();
+    h.call(EngineRequest::Cancel(Cancel { task: b.clone() }))
+        .unwrap();
     match h.reply_for(waiting).unwrap().unwrap() {
         Reply::Wait(w) => {
             let states: Vec<_> = w.finished.iter().map(|t| (t.id.clone(), t.state)).collect();
@@ -976,7 +990,7 @@ fn wait_answers_when_every_task_finishes_or_at_its_timeout() {
         other => panic!("{other:?}"),
     }
     let c = h.enqueue("jobs", "3");
-    let timed = h.send(Request::Wait(Wait {
+    let timed = h.send(EngineRequest::Wait(Wait {
         tasks: vec![c.clone()],
         timeout_ms: Some(1000),
     }));
@@ -993,7 +1007,7 @@ fn task_list_pages_through_a_state_in_id_order() {
     h.create("jobs", QueuePatch::default());
     let ids: Vec<String> = (0..5).map(|i| h.enqueue("jobs", &i.to_string())).collect();
     let page = |h: &mut Harness, after: Option<String>| match h
-        .call(Request::TaskList(TaskList {
+        .call(EngineRequest::TaskList(TaskList {
             queue: "jobs".into(),
             state: TaskState::Ready,
             after,
@@ -1029,7 +1043,7 @@ fn purge_and_delete_remove_tasks() {
     h.enqueue_task("jobs", t);
     assert_eq!(h.claim_one("jobs").0, leased);
     match h
-        .call(Request::QueuePurge(ops::QueuePurge(QueueName {
+        .call(EngineRequest::QueuePurge(ops::QueuePurge(QueueName {
             queue: "jobs".into(),
         })))
         .unwrap()
@@ -1039,7 +1053,7 @@ fn purge_and_delete_remove_tasks() {
     }
     assert_eq!(h.counts("jobs"), [0, 0, 1, 0, 0, 0]);
     match h
-        .call(Request::QueueDelete(ops::QueueDelete(QueueName {
+        .call(EngineRequest::QueueDelete(ops::QueueDelete(QueueName {
             queue: "jobs".into(),
         })))
         .unwrap()
@@ -1048,14 +1062,16 @@ fn purge_and_delete_remove_tasks() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        h.code(Request::QueueDescribe(ops::QueueDescribe(QueueName {
-            queue: "jobs".into()
-        }))),
+        h.code(EngineRequest::QueueDescribe(ops::QueueDescribe(
+            QueueName {
+                queue: "jobs".into()
+            }
+        ))),
         ErrorCode::NotFound
     );
     h.restart(0);
     match h
-        .call(Request::QueueList(ops::QueueList::default()))
+        .call(EngineRequest::QueueList(ops::QueueList::default()))
         .unwrap()
     {
         Reply::QueueList(l) => assert!(l.queues.is_empty()),
@@ -1067,7 +1083,7 @@ fn purge_and_delete_remove_tasks() {
 fn bad_requests_are_refused_with_their_codes_and_change_nothing() {
     let mut h = Harness::new();
     assert_eq!(
-        h.code(Request::QueueCreate(QueueCreate {
+        h.code(EngineRequest::QueueCreate(QueueCreate {
             queue: "Bad Name".into(),
             options: QueuePatch::default()
         })),
@@ -1075,14 +1091,14 @@ fn bad_requests_are_refused_with_their_codes_and_change_nothing() {
     );
     h.create("jobs", QueuePatch::default());
     assert_eq!(
-        h.code(Request::QueueCreate(QueueCreate {
+        h.code(EngineRequest::QueueCreate(QueueCreate {
             queue: "jobs".into(),
             options: QueuePatch::default()
         })),
         ErrorCode::AlreadyExists
     );
     assert_eq!(
-        h.code(Request::QueueCreate(QueueCreate {
+        h.code(EngineRequest::QueueCreate(QueueCreate {
             queue: "x".into(),
             options: QueuePatch {
                 lease_ms: Some(1),
@@ -1096,7 +1112,7 @@ fn bad_requests_are_refused_with_their_codes_and_change_nothing() {
         "x".repeat(muster_protocol::limits::MAX_PAYLOAD_BYTES)
     );
     let enqueue = |tasks| {
-        Request::Enqueue(Enqueue {
+        EngineRequest::Enqueue(Enqueue {
             queue: "jobs".into(),
             tasks,
         })
@@ -1117,7 +1133,7 @@ fn bad_requests_are_refused_with_their_codes_and_change_nothing() {
     bad_priority.priority = Some(10);
     assert_eq!(h.code(enqueue(vec![bad_priority])), ErrorCode::BadRequest);
     assert_eq!(
-        h.code(Request::Enqueue(Enqueue {
+        h.code(EngineRequest::Enqueue(Enqueue {
             queue: "nope".into(),
             tasks: vec![NewTask::new(raw("1"))]
         })),
@@ -1128,7 +1144,7 @@ fn bad_requests_are_refused_with_their_codes_and_change_nothing() {
         h.code(ack("01JDQ8Z9M4X6K2V7N3B5C8D1EF", 1)),
         ErrorCode::NotFound
     );
-    let claim = |max, wait| Request::Claim(Claim::new(["jobs"]).max(max).wait_ms(wait));
+    let claim = |max, wait| EngineRequest::Claim(Claim::new(["jobs"]).max(max).wait_ms(wait));
     assert_eq!(h.code(claim(0, 0)), ErrorCode::BadRequest);
     assert_eq!(h.code(claim(1001, 0)), ErrorCode::BadRequest);
     assert_eq!(h.code(claim(1, 300_001)), ErrorCode::BadRequest);
@@ -1155,7 +1171,7 @@ fn leases_survive_a_restart_with_a_fresh_period_and_old_claims_still_settle() {
 
 /// Sends a request that succeeds and runs its round; returns whether the round wrote
 /// the store (and so waits for an fsync before its replies).
-fn writes(h: &mut Harness, req: Request) -> bool {
+fn writes(h: &mut Harness, req: EngineRequest) -> bool {
     let reply = h.call(req);
     assert!(reply.is_ok(), "{reply:?}");
     h.wrote
@@ -1197,7 +1213,7 @@ fn a_plain_renewal_is_kept_in_memory_and_a_restart_still_honours_its_deadline() 
 
     // Shortening the queue's lease period writes the renewals kept in memory: a
     // restart now gives only the shorter period, which would end them early.
-    let shorten = Request::QueueUpdate(ops::QueueUpdate {
+    let shorten = EngineRequest::QueueUpdate(ops::QueueUpdate {
         queue: "jobs".into(),
         options: QueuePatch {
             lease_ms: Some(1_000),
@@ -1215,7 +1231,7 @@ fn a_plain_renewal_is_kept_in_memory_and_a_restart_still_honours_its_deadline() 
     // the lease and is written, so a restart (its holder gone with the host) does not
     // hold the task for the claim's hour.
     let id = h.enqueue("jobs", "2");
-    let req = Request::Claim(Claim::new(["jobs"]).lease_ms(3_600_000));
+    let req = EngineRequest::Claim(Claim::new(["jobs"]).lease_ms(3_600_000));
     let e = match h.call(req).unwrap() {
         Reply::Claim(c) => c.tasks[0].epoch,
         other => panic!("{other:?}"),
@@ -1246,7 +1262,7 @@ fn state_after_a_restart_equals_state_before_it() {
     let (c, ec) = h.claim_one("jobs");
     h.call(dead_letter(&c, ec)).unwrap();
     h.claim_one("jobs");
-    h.call(Request::Cancel(Cancel {
+    h.call(EngineRequest::Cancel(Cancel {
         task: ids[5].clone(),
     }))
     .unwrap();
@@ -1256,7 +1272,7 @@ fn state_after_a_restart_equals_state_before_it() {
             .map(|id| serde_json::to_string(&h.task(id)).unwrap())
             .collect();
         let queues = match h
-            .call(Request::QueueList(ops::QueueList::default()))
+            .call(EngineRequest::QueueList(ops::QueueList::default()))
             .unwrap()
         {
             // Totals count since the daemon started: everything else must survive.
@@ -1292,7 +1308,7 @@ fn a_retention_change_applies_to_tasks_already_finished() {
     let (_, e) = h.claim_one("jobs");
     h.call(ack(&id, e)).unwrap();
     h.advance(1000);
-    h.call(Request::QueueUpdate(ops::QueueUpdate {
+    h.call(EngineRequest::QueueUpdate(ops::QueueUpdate {
         queue: "jobs".into(),
         options: QueuePatch {
             retention_ms: Some(5000),
@@ -1358,12 +1374,12 @@ fn a_wait_ends_when_its_task_is_removed() {
     let mut h = Harness::new();
     h.create("jobs", QueuePatch::default());
     let id = h.enqueue("jobs", "1");
-    let waiting = h.send(Request::Wait(Wait {
+    let waiting = h.send(EngineRequest::Wait(Wait {
         tasks: vec![id.clone()],
         timeout_ms: Some(60_000),
     }));
     assert!(h.reply_for(waiting).is_none());
-    h.call(Request::QueuePurge(ops::QueuePurge(QueueName {
+    h.call(EngineRequest::QueuePurge(ops::QueuePurge(QueueName {
         queue: "jobs".into(),
     })))
     .unwrap();
@@ -1389,8 +1405,8 @@ fn a_claim_reply_stops_growing_past_its_byte_budget() {
     assert_eq!(h.counts("big"), [0, 2, 3, 0, 0, 0]);
 }
 
-fn open(member: &str, capacity: u32, reclaim: bool, resume: bool) -> Request {
-    Request::SessionOpen(ops::SessionOpen {
+fn open(member: &str, capacity: u32, reclaim: bool, resume: bool) -> EngineRequest {
+    EngineRequest::SessionOpen(ops::SessionOpen {
         member: member.into(),
         labels: Vec::new(),
         capacity,
@@ -1401,8 +1417,8 @@ fn open(member: &str, capacity: u32, reclaim: bool, resume: bool) -> Request {
     })
 }
 
-fn subscribe(member: &str, queues: &[&str]) -> Request {
-    Request::Subscribe(ops::Subscribe {
+fn subscribe(member: &str, queues: &[&str]) -> EngineRequest {
+    EngineRequest::Subscribe(ops::Subscribe {
         member: member.into(),
         queues: queues.iter().map(|q| (*q).to_owned()).collect(),
     })
@@ -1414,9 +1430,11 @@ fn consumers_are_subscribed_sessions_and_parked_claims() {
     h.create("jobs", QueuePatch::default());
     h.create("other", QueuePatch::default());
     let consumers = |h: &mut Harness, queue: &str| match h
-        .call(Request::QueueDescribe(ops::QueueDescribe(QueueName {
-            queue: queue.into(),
-        })))
+        .call(EngineRequest::QueueDescribe(ops::QueueDescribe(
+            QueueName {
+                queue: queue.into(),
+            },
+        )))
         .unwrap()
     {
         Reply::Queue(r) => r.queue.consumers,
@@ -1435,7 +1453,7 @@ fn consumers_are_subscribed_sessions_and_parked_claims() {
     // A claim parked on a queue counts while it waits.
     let parked = h.send_on(
         2,
-        Request::Claim(Claim::new(["jobs", "other"]).wait_ms(10_000)),
+        EngineRequest::Claim(Claim::new(["jobs", "other"]).wait_ms(10_000)),
     );
     assert_eq!(
         h.reply_for(parked).map(|r| r.is_ok()),
@@ -1449,9 +1467,9 @@ fn consumers_are_subscribed_sessions_and_parked_claims() {
     h.advance(10_000);
     assert!(h.reply_for(parked).is_some());
     // A draining member takes nothing new.
-    h.call(Request::MemberDrain(ops::MemberDrain(ops::MemberName {
-        member: "a".into(),
-    })))
+    h.call(EngineRequest::MemberDrain(ops::MemberDrain(
+        ops::MemberName { member: "a".into() },
+    )))
     .unwrap();
     assert_eq!(consumers(&mut h, "jobs"), 0);
 }
@@ -1554,9 +1572,9 @@ fn a_session_without_reclaim_releases_and_with_resume_keeps() {
     );
 }
 
-fn resume_naming(member: &str, held: Vec<ops::LeaseRef>) -> Request {
+fn resume_naming(member: &str, held: Vec<ops::LeaseRef>) -> EngineRequest {
     match open(member, 3, false, true) {
-        Request::SessionOpen(o) => Request::SessionOpen(ops::SessionOpen {
+        EngineRequest::SessionOpen(o) => EngineRequest::SessionOpen(ops::SessionOpen {
             held: Some(held),
             ..o
         }),
@@ -1618,8 +1636,8 @@ fn a_bad_held_list_is_refused_and_changes_nothing() {
         resume_naming("gpu-3/agent-7", too_many),
         resume_naming("gpu-3/agent-7", not_an_id),
         match resume_naming("gpu-3/agent-7", Vec::new()) {
-            Request::SessionOpen(o) => {
-                Request::SessionOpen(ops::SessionOpen { resume: false, ..o })
+            EngineRequest::SessionOpen(o) => {
+                EngineRequest::SessionOpen(ops::SessionOpen { resume: false, ..o })
             }
             other => unreachable!("{other:?}"),
         },
@@ -1689,7 +1707,7 @@ fn labels_changed_during_a_session_take_effect_for_the_next_push() {
     h.call_on(1, open("m", 1, false, false)).unwrap();
     h.call_on(1, subscribe("m", &["jobs"])).unwrap();
     assert!(h.pushed(1).is_empty());
-    let update = Request::SessionUpdate(ops::SessionUpdate {
+    let update = EngineRequest::SessionUpdate(ops::SessionUpdate {
         member: "m".into(),
         labels: Some(vec!["gpu".into()]),
         capacity: None,
@@ -1707,13 +1725,16 @@ fn cancel_drain_and_revoke_reach_the_holder() {
     h.call_on(1, open("m", 2, false, false)).unwrap();
     h.call_on(1, subscribe("m", &["jobs"])).unwrap();
     assert_eq!(delivered(&h.pushed(1)).len(), 2);
-    h.call(Request::Cancel(Cancel { task: a.clone() })).unwrap();
+    h.call(EngineRequest::Cancel(Cancel { task: a.clone() }))
+        .unwrap();
     match h.pushed(1).as_slice() {
         [Push::Cancel(l)] => assert_eq!((l.task.as_str(), l.epoch), (a.as_str(), 1)),
         other => panic!("{other:?}"),
     }
     match h
-        .call(Request::LeaseRevoke(ops::LeaseRevoke { task: b.clone() }))
+        .call(EngineRequest::LeaseRevoke(ops::LeaseRevoke {
+            task: b.clone(),
+        }))
         .unwrap()
     {
         Reply::Settle(s) => assert_eq!(s.state, TaskState::Ready),
@@ -1736,9 +1757,9 @@ fn cancel_drain_and_revoke_reach_the_holder() {
     assert_eq!(delivered(&h.pushed(1)), vec![(b.clone(), 2, false)]);
     // Drained: told so, keeps its leases, takes nothing new by push or pull.
     match h
-        .call(Request::MemberDrain(ops::MemberDrain(ops::MemberName {
-            member: "m".into(),
-        })))
+        .call(EngineRequest::MemberDrain(ops::MemberDrain(
+            ops::MemberName { member: "m".into() },
+        )))
         .unwrap()
     {
         Reply::Member(m) => assert_eq!((m.member.draining, m.member.leased), (true, 2)),
@@ -1750,7 +1771,7 @@ fn cancel_drain_and_revoke_reach_the_holder() {
     assert!(h.pushed(1).is_empty());
     assert!(h.claim_as("jobs", 1, "m").is_empty());
     match h
-        .call(Request::MemberList(ops::MemberList::default()))
+        .call(EngineRequest::MemberList(ops::MemberList::default()))
         .unwrap()
     {
         Reply::MemberList(l) => {
@@ -1805,9 +1826,9 @@ fn a_reconnecting_member_stays_drained_and_a_restarted_one_does_not() {
     let mut h = Harness::new();
     h.create("jobs", QueuePatch::default());
     h.call_on(1, open("m", 1, false, false)).unwrap();
-    h.call(Request::MemberDrain(ops::MemberDrain(ops::MemberName {
-        member: "m".into(),
-    })))
+    h.call(EngineRequest::MemberDrain(ops::MemberDrain(
+        ops::MemberName { member: "m".into() },
+    )))
     .unwrap();
     h.engine().disconnected(1);
     h.call_on(2, open("m", 1, false, true)).unwrap();
@@ -1829,12 +1850,12 @@ fn an_undrained_member_takes_work_again_and_one_known_only_for_its_drain_is_forg
     let mut h = Harness::new();
     h.create("jobs", QueuePatch::default());
     let undrain = |member: &str| {
-        Request::MemberUndrain(ops::MemberUndrain(ops::MemberName {
+        EngineRequest::MemberUndrain(ops::MemberUndrain(ops::MemberName {
             member: member.into(),
         }))
     };
     let drain = |member: &str| {
-        Request::MemberDrain(ops::MemberDrain(ops::MemberName {
+        EngineRequest::MemberDrain(ops::MemberDrain(ops::MemberName {
             member: member.into(),
         }))
     };
@@ -1858,7 +1879,7 @@ fn an_undrained_member_takes_work_again_and_one_known_only_for_its_drain_is_forg
     h.engine().disconnected(2);
     h.round();
     let describe = |member: &str| {
-        Request::MemberDescribe(ops::MemberDescribe(ops::MemberName {
+        EngineRequest::MemberDescribe(ops::MemberDescribe(ops::MemberName {
             member: member.into(),
         }))
     };
@@ -1881,7 +1902,8 @@ fn a_cancel_requested_task_is_cancelled_not_handed_back_on_reclaim_or_release() 
     let a = h.enqueue("jobs", "1");
     h.call_on(1, open("m", 2, false, false)).unwrap();
     h.claim_as("jobs", 1, "m");
-    h.call(Request::Cancel(Cancel { task: a.clone() })).unwrap();
+    h.call(EngineRequest::Cancel(Cancel { task: a.clone() }))
+        .unwrap();
     match h.call_on(2, open("m", 2, true, false)).unwrap() {
         Reply::SessionOpen(r) => assert_eq!((r.reclaimed.len(), r.released), (0, 1)),
         other => panic!("{other:?}"),
@@ -1900,7 +1922,7 @@ fn a_member_whose_connection_ends_without_leases_is_forgotten() {
     h.engine().disconnected(1);
     h.engine().disconnected(2);
     match h
-        .call(Request::MemberList(ops::MemberList::default()))
+        .call(EngineRequest::MemberList(ops::MemberList::default()))
         .unwrap()
     {
         Reply::MemberList(l) => {
@@ -1924,7 +1946,7 @@ fn queue_list_pages_by_name() {
     let mut seen = Vec::new();
     let mut after = None;
     loop {
-        let req = Request::QueueList(ops::QueueList {
+        let req = EngineRequest::QueueList(ops::QueueList {
             after: after.clone(),
             limit: Some(2),
         });
@@ -1942,7 +1964,7 @@ fn queue_list_pages_by_name() {
     }
     assert_eq!(seen, ["a", "b", "c", "d", "e"]);
     let e = h
-        .call(Request::QueueList(ops::QueueList {
+        .call(EngineRequest::QueueList(ops::QueueList {
             after: None,
             limit: Some(0),
         }))
@@ -1957,12 +1979,12 @@ fn a_deleted_queue_stays_subscribed_and_serves_again_when_created_again() {
     h.create("b", QueuePatch::default());
     h.call_on(1, open("m", 1, false, false)).unwrap();
     h.call_on(1, subscribe("m", &["a", "b"])).unwrap();
-    h.call(Request::QueueDelete(ops::QueueDelete(QueueName {
+    h.call(EngineRequest::QueueDelete(ops::QueueDelete(QueueName {
         queue: "a".into(),
     })))
     .unwrap();
     match h
-        .call(Request::MemberList(ops::MemberList::default()))
+        .call(EngineRequest::MemberList(ops::MemberList::default()))
         .unwrap()
     {
         Reply::MemberList(l) => assert_eq!(l.members[0].subscribed, ["a", "b"]),
@@ -1980,17 +2002,17 @@ fn a_renewal_keeps_a_disconnected_members_labels_capacity_and_last_seen() {
     h.create("jobs", QueuePatch::default());
     let id = h.enqueue("jobs", "1");
     let mut o = match open("m", 3, false, false) {
-        Request::SessionOpen(o) => o,
+        EngineRequest::SessionOpen(o) => o,
         _ => unreachable!(),
     };
     o.labels = vec!["gpu".into()];
-    h.call_on(1, Request::SessionOpen(o)).unwrap();
+    h.call_on(1, EngineRequest::SessionOpen(o)).unwrap();
     h.call_on(1, subscribe("m", &["jobs"])).unwrap();
     assert_eq!(delivered(&h.pushed(1)).len(), 1);
     h.engine().disconnected(1);
     let before = member_info(&mut h, "m");
     h.call(renew(&id, 1)).unwrap();
-    h.call(Request::Cancel(Cancel { task: id.clone() }))
+    h.call(EngineRequest::Cancel(Cancel { task: id.clone() }))
         .unwrap();
     let after = member_info(&mut h, "m");
     assert_eq!(after, before);
@@ -2007,7 +2029,7 @@ fn a_renewal_keeps_a_disconnected_members_labels_capacity_and_last_seen() {
 
 fn member_info(h: &mut Harness, name: &str) -> muster_protocol::model::MemberInfo {
     match h
-        .call(Request::MemberDescribe(ops::MemberDescribe(
+        .call(EngineRequest::MemberDescribe(ops::MemberDescribe(
             ops::MemberName {
                 member: name.into(),
             },
@@ -2051,7 +2073,7 @@ fn lowering_max_runtime_ends_running_leases_at_the_new_cap() {
     let mut h = Harness::new();
     let (id, epoch) = claimed_with_lease(&mut h, 10_000);
     h.advance(2_000);
-    h.call(Request::QueueUpdate(ops::QueueUpdate {
+    h.call(EngineRequest::QueueUpdate(ops::QueueUpdate {
         queue: "jobs".into(),
         options: QueuePatch {
             max_runtime_ms: Some(1_000),
@@ -2113,7 +2135,7 @@ fn the_disk_alarm_refuses_enqueues_only_and_lifts() {
     let (held, epoch) = h.claim_one("jobs");
     assert_eq!(held, a);
     h.engine().set_disk_alarm(true);
-    let enqueue = Request::Enqueue(Enqueue {
+    let enqueue = EngineRequest::Enqueue(Enqueue {
         queue: "jobs".into(),
         tasks: vec![NewTask::new(raw("3"))],
     });
@@ -2124,7 +2146,8 @@ fn the_disk_alarm_refuses_enqueues_only_and_lifts() {
     h.call(ack(&a, epoch)).unwrap();
     let (next, _) = h.claim_one("jobs");
     assert_eq!(next, b);
-    h.call(Request::Cancel(Cancel { task: b.clone() })).unwrap();
+    h.call(EngineRequest::Cancel(Cancel { task: b.clone() }))
+        .unwrap();
     h.engine().set_disk_alarm(false);
     let c = h.enqueue("jobs", "3");
     assert_eq!(h.state(&c), (TaskState::Ready, 0, 0));
@@ -2139,14 +2162,14 @@ fn a_large_purge_proceeds_in_slices_while_other_requests_are_served() {
     let total = 3 * BULK_SLICE + BULK_SLICE / 2;
     let batch: Vec<NewTask> = (0..total).map(|_| NewTask::new(raw("1"))).collect();
     for chunk in batch.chunks(1000) {
-        h.call(Request::Enqueue(Enqueue {
+        h.call(EngineRequest::Enqueue(Enqueue {
             queue: "jobs".into(),
             tasks: chunk.to_vec(),
         }))
         .unwrap();
     }
     let (held, epoch) = h.claim_one("jobs");
-    let purge = h.send(Request::QueuePurge(ops::QueuePurge(QueueName {
+    let purge = h.send(EngineRequest::QueuePurge(ops::QueuePurge(QueueName {
         queue: "jobs".into(),
     })));
     // One slice went; the reply waits for the last.
@@ -2173,17 +2196,17 @@ fn a_large_purge_proceeds_in_slices_while_other_requests_are_served() {
     // A deletion: the queue is gone at once for requests naming it, and removed with
     // its last slice.
     for chunk in batch.chunks(1000) {
-        h.call(Request::Enqueue(Enqueue {
+        h.call(EngineRequest::Enqueue(Enqueue {
             queue: "jobs".into(),
             tasks: chunk.to_vec(),
         }))
         .unwrap();
     }
-    let delete = h.send(Request::QueueDelete(ops::QueueDelete(QueueName {
+    let delete = h.send(EngineRequest::QueueDelete(ops::QueueDelete(QueueName {
         queue: "jobs".into(),
     })));
     assert!(h.reply_for(delete).is_none());
-    let enqueue = Request::Enqueue(Enqueue {
+    let enqueue = EngineRequest::Enqueue(Enqueue {
         queue: "jobs".into(),
         tasks: vec![NewTask::new(raw("1"))],
     });
@@ -2206,7 +2229,7 @@ fn a_restart_indexes_a_store_of_several_scan_batches_and_refuses_a_record_that_d
         let tasks = (0..(n - ids.len()).min(muster_protocol::limits::MAX_BATCH))
             .map(|_| NewTask::new(raw("1")))
             .collect();
-        match h.call(Request::Enqueue(Enqueue {
+        match h.call(EngineRequest::Enqueue(Enqueue {
             queue: "q".into(),
             tasks,
         })) {
@@ -2253,7 +2276,7 @@ fn a_fresh_task_is_delivered_from_memory_until_it_is_written() {
     assert_eq!(fresh_ids(&mut h), [a.clone(), b.clone(), c.clone()]);
 
     // A change to a waiting task's record is written: its kept copy goes.
-    let update = Request::TaskUpdate(ops::TaskUpdate {
+    let update = EngineRequest::TaskUpdate(ops::TaskUpdate {
         task: c.clone(),
         priority: Some(1),
         run_now: false,
@@ -2262,7 +2285,7 @@ fn a_fresh_task_is_delivered_from_memory_until_it_is_written() {
     assert_eq!(fresh_ids(&mut h), [a.clone(), b.clone()]);
 
     // The first delivery takes the payload from memory and ends the freshness.
-    let claim = |h: &mut Harness| match h.call(Request::Claim(Claim::new(["jobs"]))) {
+    let claim = |h: &mut Harness| match h.call(EngineRequest::Claim(Claim::new(["jobs"]))) {
         Ok(Reply::Claim(r)) => (r.tasks[0].id.clone(), r.tasks[0].payload.get().to_owned()),
         other => panic!("claim: {other:?}"),
     };
@@ -2307,34 +2330,4 @@ fn fresh_tasks_are_kept_within_their_byte_budget() {
     }
     assert_eq!(delivered, ids.len());
     assert!(fresh_ids(&mut h).is_empty());
-}
-
-#[test]
-fn a_daemon_alone_answers_the_cluster_ops_with_invalid_state() {
-    let mut h = Harness::new();
-    let requests = [
-        Request::ClusterStatus(ops::ClusterStatus {}),
-        Request::ClusterAdd(ops::ClusterAdd {
-            node: 2,
-            addr: "10.0.0.2:7420".into(),
-            cluster_addr: "10.0.0.2:7421".into(),
-            learner: false,
-            catch_up_ms: None,
-        }),
-        Request::ClusterRemove(ops::ClusterRemove { node: 2 }),
-    ];
-    for req in requests {
-        let name = req.name();
-        match h.call(req) {
-            Err(e) => assert_eq!(
-                e,
-                ErrorBody::new(
-                    ErrorCode::InvalidState,
-                    "this daemon is not a cluster node (start it with --cluster-id to run a cluster)"
-                ),
-                "{name}"
-            ),
-            Ok(r) => panic!("{name}: expected an error, got {r:?}"),
-        }
-    }
 }

@@ -9,8 +9,8 @@
 use proptest::prelude::*;
 
 use muster_protocol::ErrorCode;
-use muster_protocol::Request;
 use muster_protocol::model::{NewTask, QueuePatch, TaskState};
+use muster_protocol::ops::EngineRequest;
 use muster_protocol::ops::{Ack, Claim, Enqueue, Nack, TaskUpdate};
 
 use super::{Harness, raw};
@@ -195,7 +195,7 @@ fn run(steps: &[Step], key_concurrency: u32) {
                 task.key = key.map(|k| format!("k{k}"));
                 task.requires = label_set(requires);
                 task.delay_ms = delay.then_some(500);
-                let reply = h.call(Request::Enqueue(Enqueue {
+                let reply = h.call(EngineRequest::Enqueue(Enqueue {
                     queue: "q".into(),
                     tasks: vec![task],
                 }));
@@ -220,7 +220,7 @@ fn run(steps: &[Step], key_concurrency: u32) {
             Step::Claim { labels } => {
                 let want = m.pick(&label_set(labels), key_concurrency as usize);
                 let claim = Claim::new(["q"]).labels(label_set(labels));
-                let got = match h.call(Request::Claim(claim)) {
+                let got = match h.call(EngineRequest::Claim(claim)) {
                     Ok(Reply::Claim(c)) => c.tasks.into_iter().map(|d| (d.id, d.epoch)).next(),
                     other => panic!("claim: {other:?}"),
                 };
@@ -245,7 +245,7 @@ fn run(steps: &[Step], key_concurrency: u32) {
                 let M::Leased(_, epoch) = m.tasks[i].state else {
                     unreachable!()
                 };
-                h.call(Request::Ack(Ack {
+                h.call(EngineRequest::Ack(Ack {
                     task: m.tasks[i].id.clone(),
                     epoch,
                     result: None,
@@ -269,7 +269,7 @@ fn run(steps: &[Step], key_concurrency: u32) {
                     delay_ms: Some(delay_ms),
                     error: None,
                 };
-                h.call(Request::Nack(req)).unwrap();
+                h.call(EngineRequest::Nack(req)).unwrap();
                 m.fail(i, delay_ms);
             }
             Step::Advance { ms } => {
@@ -285,7 +285,7 @@ fn run(steps: &[Step], key_concurrency: u32) {
                     continue;
                 }
                 let i = pick % m.tasks.len();
-                let reply = h.call(Request::TaskUpdate(TaskUpdate {
+                let reply = h.call(EngineRequest::TaskUpdate(TaskUpdate {
                     task: m.tasks[i].id.clone(),
                     priority,
                     run_now,

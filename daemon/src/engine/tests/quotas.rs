@@ -4,7 +4,7 @@
 
 use muster_protocol::model::{NewTask, QueuePatch};
 use muster_protocol::ops::{self, Enqueue, QueueName};
-use muster_protocol::{ErrorCode, Request};
+use muster_protocol::{ErrorCode, ops::EngineRequest};
 
 use super::{Harness, principal, raw};
 use crate::engine::Quotas;
@@ -22,8 +22,8 @@ token = "q-token-0123456789abcdef"
 roles = ["produce"]
 "#;
 
-fn enqueue(payloads: &[&str]) -> Request {
-    Request::Enqueue(Enqueue {
+fn enqueue(payloads: &[&str]) -> EngineRequest {
+    EngineRequest::Enqueue(Enqueue {
         queue: "jobs".into(),
         tasks: payloads.iter().map(|p| NewTask::new(raw(p))).collect(),
     })
@@ -76,7 +76,7 @@ fn quotas_refuse_whole_batches_and_count_across_removal_and_restart() {
     assert_eq!(h.code(enqueue(&["1"])), ErrorCode::Limit);
     // Removed tasks no longer count.
     h.principal = None;
-    h.call(Request::QueuePurge(ops::QueuePurge(QueueName {
+    h.call(EngineRequest::QueuePurge(ops::QueuePurge(QueueName {
         queue: "jobs".into(),
     })))
     .unwrap();
@@ -103,7 +103,7 @@ fn results_and_progress_count_against_the_enqueuing_token() {
     // A checkpoint of 102 bytes, then one of 52 in its place.
     let checkpoint = |n: usize| Some(raw(&format!("\"{}\"", "c".repeat(n))));
     for n in [100, 50] {
-        h.call(Request::Renew(ops::Renew {
+        h.call(EngineRequest::Renew(ops::Renew {
             task: id.clone(),
             epoch,
             extend_ms: None,
@@ -112,7 +112,7 @@ fn results_and_progress_count_against_the_enqueuing_token() {
         .unwrap();
     }
     // A result of 202 bytes: 1 + 52 + 202 of p's task stored with its record.
-    h.call(Request::Ack(ops::Ack {
+    h.call(EngineRequest::Ack(ops::Ack {
         task: id.clone(),
         epoch,
         result: Some(raw(&format!("\"{}\"", "r".repeat(200)))),

@@ -4,14 +4,14 @@
 
 use muster_protocol::model::{QueuePatch, TaskState};
 use muster_protocol::ops::{self, DeadSelection, QueueName, View, Watch, WatchUpdate};
-use muster_protocol::{ErrorCode, Push, Request};
+use muster_protocol::{ErrorCode, Push, ops::EngineRequest};
 
 use super::{Harness, Reply, dead_letter, open, subscribe};
 
 const WATCHER: u64 = 9;
 
 fn watch(h: &mut Harness, view: View) -> WatchUpdate {
-    match h.call_on(WATCHER, Request::Watch(Watch { view, tag: 7 })) {
+    match h.call_on(WATCHER, EngineRequest::Watch(Watch { view, tag: 7 })) {
         Ok(Reply::Watch(r)) => {
             assert_eq!(r.tag, 7);
             r.update
@@ -21,7 +21,7 @@ fn watch(h: &mut Harness, view: View) -> WatchUpdate {
 }
 
 fn watch_error(h: &mut Harness, view: View) -> ErrorCode {
-    match h.call_on(WATCHER, Request::Watch(Watch { view, tag: 8 })) {
+    match h.call_on(WATCHER, EngineRequest::Watch(Watch { view, tag: 8 })) {
         Err(e) => e.code,
         other => panic!("expected an error, got {other:?}"),
     }
@@ -113,7 +113,7 @@ fn the_reply_carries_the_screen_and_changes_are_pushed_at_most_once_a_second() {
     h.advance(3_000);
     assert_eq!(updates(&mut h).len(), 0);
     // Unwatch ends the pushes.
-    h.call_on(WATCHER, Request::Unwatch(ops::Unwatch {}))
+    h.call_on(WATCHER, EngineRequest::Unwatch(ops::Unwatch {}))
         .unwrap();
     let (claimed, epoch) = h.claim_one("q");
     assert_eq!(claimed, first);
@@ -201,7 +201,7 @@ fn the_dead_screen_spans_queues_with_a_cursor_that_survives_a_redrive() {
         other => panic!("{other:?}"),
     }
     // The cursor's own task is redriven; the next page still starts after it.
-    h.call(Request::Redrive(ops::Redrive(DeadSelection {
+    h.call(EngineRequest::Redrive(ops::Redrive(DeadSelection {
         queue: "b".into(),
         ids: vec![order[1].clone()],
         all: false,
@@ -347,7 +347,7 @@ fn a_watched_queue_that_is_deleted_is_pushed_once_as_gone() {
     h.enqueue("q", "1");
     watch(&mut h, tasks_view("q", TaskState::Ready, None, 10));
     h.advance(1_000);
-    h.call(Request::QueueDelete(ops::QueueDelete(QueueName {
+    h.call(EngineRequest::QueueDelete(ops::QueueDelete(QueueName {
         queue: "q".into(),
     })))
     .unwrap();
@@ -402,7 +402,7 @@ fn rows_carry_the_last_error_cut_and_the_task_screen_carries_it_whole() {
     let id = h.enqueue("q", "1");
     let (_, epoch) = h.claim_one("q");
     let long = "é".repeat(400); // 800 bytes; the cut must land on a character boundary
-    h.call(Request::DeadLetter(ops::DeadLetter {
+    h.call(EngineRequest::DeadLetter(ops::DeadLetter {
         task: id.clone(),
         epoch,
         error: long.clone(),
@@ -438,7 +438,7 @@ fn watches_are_limited_and_a_connection_replaces_its_own() {
     for conn in 0..MAX_WATCHES as u64 {
         match h.call_on(
             100 + conn,
-            Request::Watch(Watch {
+            EngineRequest::Watch(Watch {
                 view: view(),
                 tag: 1,
             }),
@@ -449,7 +449,7 @@ fn watches_are_limited_and_a_connection_replaces_its_own() {
     }
     let extra = h.call_on(
         99,
-        Request::Watch(Watch {
+        EngineRequest::Watch(Watch {
             view: view(),
             tag: 1,
         }),
@@ -458,7 +458,7 @@ fn watches_are_limited_and_a_connection_replaces_its_own() {
     // A connection that watches already may change its screen.
     match h.call_on(
         100,
-        Request::Watch(Watch {
+        EngineRequest::Watch(Watch {
             view: View::Dead {
                 after: None,
                 limit: None,
@@ -470,10 +470,11 @@ fn watches_are_limited_and_a_connection_replaces_its_own() {
         other => panic!("{other:?}"),
     }
     // A watch that ends makes room.
-    h.call_on(101, Request::Unwatch(ops::Unwatch {})).unwrap();
+    h.call_on(101, EngineRequest::Unwatch(ops::Unwatch {}))
+        .unwrap();
     match h.call_on(
         99,
-        Request::Watch(Watch {
+        EngineRequest::Watch(Watch {
             view: view(),
             tag: 1,
         }),
