@@ -4,7 +4,8 @@
 //!
 //! One bidirectional stream carries one RPC: the request ([`Rpc`]) one way and the
 //! `Result` that openraft's [`openraft::Raft`] method returned the other, each a frame:
-//! a `u32` big-endian length, then that many bytes of postcard. The client side is
+//! a `u32` big-endian length, then that many bytes of postcard, read through the
+//! protocol's `FrameReader` ([`rpc_frames`]). The client side is
 //! [`Network`] (a [`RaftNetworkFactory`]) and its [`Peer`]s; the server side is
 //! [`serve`].
 //!
@@ -22,6 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
+use muster_protocol::frame::{FrameReader, Wants};
 use openraft::AnyError;
 use openraft::error::{
     InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
@@ -148,20 +150,20 @@ enum FrameError {
     Io(#[from] std::io::Error),
 }
 
+/// The reader of one RPC frame: the protocol's [`FrameReader`] with this limit. A
+/// postcard body is never empty, but an empty one is left to postcard to refuse, as an
+/// undecodable request or answer. Its buffer grows with the bytes read, never with
+/// what a header announces.
+fn rpc_frames() -> FrameReader {
+    FrameReader::with_limit(MAX_RPC_BYTES)
+        .allowing_empty()
+        .growing_with_arrivals()
+}
+
 /// Reads one frame. The announced length is checked before anything else is read, and
 /// the buffer grows with the bytes that arrive rather than with the announcement.
 async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Vec<u8>, FrameError> {
-    let len = reader.read_u32().await?;
-    let len = usize::try_from(len).map_err(|_| FrameError::TooLarge(u64::from(len)))?;
-    if len > MAX_RPC_BYTES {
-        return Err(FrameError::TooLarge(len as u64));
-    }
-    let mut body = Vec::with_capacity(len.min(READ_CHUNK));
-    let got = reader.take(len as u64).read_to_end(&mut body).await?;
-    if got != len {
-        return Err(FrameError::Truncated { expected: len, got });
-    }
-    Ok(body)
+    Ok(read_frame_within(reader, None).await?.0)
 }
 
 /// What requests may hold in memory: the node's budget and one connection's.
@@ -202,27 +204,68 @@ async fn read_request<R: AsyncRead + Unpin>(
     reader: &mut R,
     budget: &Budget,
 ) -> Result<(Vec<u8>, Vec<tokio::sync::OwnedSemaphorePermit>), FrameError> {
-    let len = reader.read_u32().await?;
-    let len = usize::try_from(len).map_err(|_| FrameError::TooLarge(u64::from(len)))?;
-    if len > MAX_RPC_BYTES {
-        return Err(FrameError::TooLarge(len as u64));
-    }
-    let mut body = Vec::new();
+    read_frame_within(reader, Some(budget)).await
+}
+
+/// Reads one frame through [`rpc_frames`], no further than its end: its header, checked
+/// before a byte of the body is read, then its body in chunks of at most [`READ_CHUNK`],
+/// each chunk's bytes taken from `budget` (if any) before it is read. The permits hold
+/// exactly the body's bytes.
+async fn read_frame_within<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    budget: Option<&Budget>,
+) -> Result<(Vec<u8>, Vec<tokio::sync::OwnedSemaphorePermit>), FrameError> {
+    let mut frames = rpc_frames();
     let mut held = Vec::new();
-    while body.len() < len {
-        let want = (len - body.len()).min(READ_CHUNK);
-        held.extend(budget.take(want).await);
-        let start = body.len();
-        body.resize(start + want, 0);
-        let got = read_full(reader, &mut body[start..]).await?;
+    let mut chunk = Vec::new();
+    loop {
+        match frames.next_frame() {
+            Ok(Some(body)) => {
+                debug_assert_eq!(
+                    held.len(),
+                    if budget.is_some() {
+                        2 * body.len().div_ceil(READ_CHUNK)
+                    } else {
+                        0
+                    },
+                    "two permits (the connection's, the node's) per chunk read"
+                );
+                return Ok((body, held));
+            }
+            Ok(None) => {}
+            Err(muster_protocol::frame::FrameError::TooLarge { len, .. }) => {
+                return Err(FrameError::TooLarge(len as u64));
+            }
+            Err(e @ muster_protocol::frame::FrameError::Empty) => {
+                unreachable!("an RPC frame reader takes empty bodies: {e}")
+            }
+        }
+        let want = match frames.wants() {
+            Wants::Header(n) => n,
+            Wants::Body { missing, .. } => {
+                let want = missing.min(READ_CHUNK);
+                if let Some(budget) = budget {
+                    held.extend(budget.take(want).await);
+                }
+                want
+            }
+            Wants::Nothing => unreachable!("next_frame returned neither a frame nor an error"),
+        };
+        chunk.resize(want, 0);
+        let got = read_full(reader, &mut chunk).await?;
+        frames.push(&chunk[..got]);
         if got < want {
-            return Err(FrameError::Truncated {
-                expected: len,
-                got: start + got,
+            return Err(match frames.wants() {
+                // As a `read_u32` cut short says it.
+                Wants::Header(_) => std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into(),
+                Wants::Body { len, missing } => FrameError::Truncated {
+                    expected: len,
+                    got: len - missing,
+                },
+                Wants::Nothing => unreachable!("a read cut short completes nothing"),
             });
         }
     }
-    Ok((body, held))
 }
 
 /// Reads until `buf` is full or the stream ends; returns the bytes read.
@@ -1366,6 +1409,9 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(first.len(), 2 * READ_CHUNK);
+        assert_eq!(held.len(), 4, "two chunks, each from both budgets");
+        assert_eq!(one.connection.available_permits(), 0);
+        assert_eq!(node.available_permits(), READ_CHUNK);
         let second = frame(1);
         assert!(
             waits(read_request(&mut second.as_slice(), &one)),
@@ -1413,6 +1459,20 @@ mod tests {
         write_frame(&mut wire, b"hello").await.unwrap();
         assert_eq!(wire, b"\0\0\0\x05hello");
         assert_eq!(read_frame(&mut wire.as_slice()).await.unwrap(), b"hello");
+
+        // A frame is read no further than its end; an empty body is a frame (postcard
+        // refuses it); a header cut short is an early end of the stream.
+        write_frame(&mut wire, b"").await.unwrap();
+        wire.extend_from_slice(&[0, 0]);
+        let mut reader = wire.as_slice();
+        assert_eq!(read_frame(&mut reader).await.unwrap(), b"hello");
+        assert_eq!(reader, b"\0\0\0\0\0\0");
+        assert_eq!(read_frame(&mut reader).await.unwrap(), b"");
+        assert_eq!(reader, b"\0\0");
+        match read_frame(&mut reader).await {
+            Err(FrameError::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof),
+            other => panic!("expected an early end, got {other:?}"),
+        }
 
         // A header announcing one byte too many: refused before the body is read (the
         // reader still holds all of it) or any buffer is made for it.

@@ -13,7 +13,8 @@
 //!
 //! Snapshots are files in `DATA/snapshots`: `current` is frames of a u32 big-endian
 //! length and postcard bytes, the first its [`SnapshotMeta`], the others a [`Change`]
-//! each: every key of the engine's keyspaces at one applied position. A new one is
+//! each: every key of the engine's keyspaces at one applied position, read back through
+//! the protocol's `FrameReader` ([`SnapshotFrames`]). A new one is
 //! written to `building` (or received into `receiving`) and renamed. Installing one replaces the
 //! keyspaces in batches; the store is marked `raft_installing` meanwhile, and a node
 //! that stops half way redoes the install from `current` when it starts.
@@ -26,7 +27,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufWriter, Read, Write};
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,6 +44,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use ulid::Ulid;
 
+use muster_protocol::frame::{FrameError, FrameReader, HEADER_LEN, Wants};
 use muster_protocol::model::TaskState;
 
 use super::{Fate, Muster, NodeAddr};
@@ -509,12 +511,12 @@ fn load_snapshot(
     store.apply(&[], &[(INSTALLING, Vec::new())])?;
     store.persist(Persist::Data)?;
     store.clear()?;
-    let mut reader = BufReader::new(std::fs::File::open(file).map_err(fjall::Error::from)?);
-    let _meta = read_frame(&mut reader)?;
+    let mut frames = SnapshotFrames::open(file)?;
+    let _meta = frames.next()?;
     let mut changes = Vec::with_capacity(SNAPSHOT_BATCH);
     let mut wall_ms = 0;
     let mut census = Census::default();
-    while let Some(frame) = read_frame(&mut reader)? {
+    while let Some(frame) = frames.next()? {
         let change: Change = decode(&frame, "snapshot frame")?;
         if change.space == Space::Meta {
             if change.key == WALL_MS
@@ -765,8 +767,7 @@ pub fn members() -> BTreeMap<u64, bool> {
 
 /// The meta of the snapshot in `file`: its first frame.
 fn read_meta(file: &Path) -> Result<SnapshotMeta<u64, NodeAddr>, StoreError> {
-    let mut reader = BufReader::new(std::fs::File::open(file).map_err(fjall::Error::from)?);
-    match read_frame(&mut reader)? {
+    match SnapshotFrames::open(file)?.next()? {
         Some(frame) => decode(&frame, "snapshot meta"),
         None => Err(StoreError::Corrupt {
             what: "snapshot file".into(),
@@ -775,27 +776,68 @@ fn read_meta(file: &Path) -> Result<SnapshotMeta<u64, NodeAddr>, StoreError> {
     }
 }
 
-/// The next frame's bytes; `None` at the end of the file.
-fn read_frame(reader: &mut impl Read) -> Result<Option<Vec<u8>>, StoreError> {
-    let corrupt = |detail: String| StoreError::Corrupt {
-        what: "snapshot file".into(),
-        detail,
-    };
-    let mut len = [0u8; 4];
-    match reader.read_exact(&mut len) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(fjall::Error::from(e).into()),
+/// Bytes of a snapshot file read at a time.
+const SNAPSHOT_READ: usize = 64 * 1024;
+
+/// The frames of a snapshot file, read through the protocol's [`FrameReader`] with
+/// [`MAX_SNAPSHOT_FRAME`] as its limit. Its frames are postcard, never empty; an empty
+/// one is left to postcard to refuse, as a corrupt frame.
+struct SnapshotFrames {
+    file: std::fs::File,
+    frames: FrameReader,
+    chunk: Vec<u8>,
+}
+
+impl SnapshotFrames {
+    fn open(file: &Path) -> Result<SnapshotFrames, StoreError> {
+        Ok(SnapshotFrames {
+            file: std::fs::File::open(file).map_err(fjall::Error::from)?,
+            frames: FrameReader::with_limit(MAX_SNAPSHOT_FRAME).allowing_empty(),
+            chunk: vec![0; SNAPSHOT_READ],
+        })
     }
-    let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_SNAPSHOT_FRAME {
-        return Err(corrupt(format!("a frame of {len} bytes")));
+
+    /// The next frame's bytes; `None` at the end of the file, where a frame ended.
+    fn next(&mut self) -> Result<Option<Vec<u8>>, StoreError> {
+        let corrupt = |detail: String| StoreError::Corrupt {
+            what: "snapshot file".into(),
+            detail,
+        };
+        loop {
+            match self.frames.next_frame() {
+                Ok(Some(frame)) => return Ok(Some(frame)),
+                Ok(None) => {}
+                Err(FrameError::TooLarge { len, .. }) => {
+                    return Err(corrupt(format!("a frame of {len} bytes")));
+                }
+                Err(e @ FrameError::Empty) => {
+                    unreachable!("a snapshot's frame reader takes empty bodies: {e}")
+                }
+            }
+            let got = match self.file.read(&mut self.chunk) {
+                Ok(got) => got,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(fjall::Error::from(e).into()),
+            };
+            if got == 0 {
+                return match self.frames.wants() {
+                    Wants::Header(_) if !self.frames.in_frame() => Ok(None),
+                    Wants::Header(missing) => Err(corrupt(format!(
+                        "a cut frame: {} of its header's {HEADER_LEN} bytes",
+                        HEADER_LEN - missing
+                    ))),
+                    Wants::Body { len, missing } => Err(corrupt(format!(
+                        "a cut frame: {} of its {len} bytes",
+                        len - missing
+                    ))),
+                    Wants::Nothing => {
+                        unreachable!("next_frame returned neither a frame nor an error")
+                    }
+                };
+            }
+            self.frames.push(&self.chunk[..got]);
+        }
     }
-    let mut buf = vec![0u8; len];
-    reader
-        .read_exact(&mut buf)
-        .map_err(|e| corrupt(format!("a cut frame: {e}")))?;
-    Ok(Some(buf))
 }
 
 fn write_frame(writer: &mut impl Write, value: &impl Serialize) -> std::io::Result<()> {
@@ -1259,6 +1301,73 @@ mod tests {
             format::FORMAT + 1
         );
         assert!(read_head(newer.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn a_snapshot_file_ends_cleanly_only_between_frames() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("frames");
+        let mut whole = Vec::new();
+        write_frame(&mut whole, &"first").unwrap();
+        write_frame(&mut whole, &vec![7u8; 3 * SNAPSHOT_READ]).unwrap();
+        let read_all = |bytes: &[u8]| {
+            std::fs::write(&file, bytes).unwrap();
+            let mut frames = SnapshotFrames::open(&file).unwrap();
+            let mut got = Vec::new();
+            loop {
+                match frames.next() {
+                    Ok(Some(frame)) => got.push(frame),
+                    Ok(None) => return Ok(got),
+                    Err(StoreError::Corrupt { detail, .. }) => return Err((got, detail)),
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        };
+        let frames = read_all(&whole).unwrap();
+        assert_eq!(frames.len(), 2);
+        assert_eq!(decode::<String>(&frames[0], "first").unwrap(), "first");
+        assert_eq!(
+            decode::<Vec<u8>>(&frames[1], "second").unwrap(),
+            vec![7u8; 3 * SNAPSHOT_READ]
+        );
+        assert_eq!(read_all(&[]).unwrap(), Vec::<Vec<u8>>::new());
+
+        // Cut in a body, or in a header: corrupt, after the frames before it.
+        let first = frames[0].clone();
+        let body = 3 * SNAPSHOT_READ + 3; // postcard's length prefix, then the bytes
+        assert_eq!(frames[1].len(), body);
+        let second = 4 + first.len();
+        assert_eq!(
+            read_all(&whole[..whole.len() - 1]),
+            Err((
+                vec![first.clone()],
+                format!("a cut frame: {} of its {body} bytes", body - 1)
+            ))
+        );
+        assert_eq!(
+            read_all(&whole[..second + 3]),
+            Err((
+                vec![first.clone()],
+                "a cut frame: 3 of its header's 4 bytes".into()
+            ))
+        );
+
+        // A frame over the limit is refused by its header.
+        let mut large = whole[..second].to_vec();
+        large.extend_from_slice(&(MAX_SNAPSHOT_FRAME as u32 + 1).to_be_bytes());
+        large.extend_from_slice(&[0; 16]);
+        assert_eq!(
+            read_all(&large),
+            Err((
+                vec![first.clone()],
+                format!("a frame of {} bytes", MAX_SNAPSHOT_FRAME + 1)
+            ))
+        );
+
+        // An empty frame is read as one; its decoder refuses it.
+        let mut empty = whole[..second].to_vec();
+        empty.extend_from_slice(&0u32.to_be_bytes());
+        assert_eq!(read_all(&empty).unwrap(), vec![first, Vec::new()]);
     }
 
     #[tokio::test]
