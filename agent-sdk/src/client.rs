@@ -6,11 +6,13 @@
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
 
+use muster_protocol::batch::{WRITE_CHUNK, WriteBatch};
 use muster_protocol::frame;
 use muster_protocol::model::{
     Delivery, EnqueuedTask, MemberInfo, NewTask, QueueInfo, QueuePatch, TaskInfo, TaskState,
@@ -30,9 +32,6 @@ use crate::connect::{self, ConnectOptions};
 
 /// Encoded requests queued for the writer before callers wait.
 const WRITE_QUEUE: usize = 1024;
-
-/// Bytes of requests gathered into one stream write.
-const WRITE_CHUNK: usize = 256 * 1024;
 
 /// Longest [`Client::close`] waits for the daemon to be told the connection closed.
 pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -836,19 +835,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 async fn write_frames(mut send: quinn::SendStream, mut queued: mpsc::Receiver<Vec<u8>>) {
-    let mut buf = Vec::with_capacity(WRITE_CHUNK);
+    let mut batch = WriteBatch::keeping(WRITE_CHUNK);
     while let Some(first) = queued.recv().await {
-        buf.clear();
-        buf.extend_from_slice(&first);
-        while buf.len() < WRITE_CHUNK {
-            match queued.try_recv() {
-                Ok(next) => buf.extend_from_slice(&next),
-                Err(_) => break,
-            }
-        }
-        if send.write_all(&buf).await.is_err() {
+        let (bytes, _) = batch.gather(
+            first,
+            || queued.try_recv().ok(),
+            |buf, frame| -> ControlFlow<()> {
+                buf.extend_from_slice(&frame);
+                ControlFlow::Continue(())
+            },
+        );
+        if send.write_all(bytes).await.is_err() {
             return;
         }
+        batch.written();
     }
     let _ = send.finish();
 }

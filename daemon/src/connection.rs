@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
+use muster_protocol::batch::WriteBatch;
 use muster_protocol::frame::{self, FrameError, FrameReader};
 use muster_protocol::limits::{MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES, MAX_PROGRESS_BYTES};
 use muster_protocol::ops::{EdgeRequest, EngineRequest, ErrFrame, OkFrame, Route, decode_request};
@@ -55,9 +56,6 @@ pub const CLOSE_LIMIT: u32 = 5;
 
 /// Bytes read from a stream at a time.
 const READ_CHUNK: usize = 64 * 1024;
-
-/// Bytes of replies gathered into one stream write.
-const WRITE_CHUNK: usize = 256 * 1024;
 
 /// Room a stream's writer keeps between writes; more is given back.
 const KEEP_WRITE_BUFFER: usize = 16 * 1024;
@@ -653,8 +651,8 @@ async fn write_replies(
     let stopped = send.stopped();
     tokio::pin!(stopped);
     // Grows with what is written; an idle stream (most member sessions) holds nothing.
-    let mut buf = Vec::new();
-    // The reply budget of what `buf` holds: given back once it is written.
+    let mut batch = WriteBatch::keeping(KEEP_WRITE_BUFFER);
+    // The reply budget of what the batch holds: given back once it is written.
     let mut held = Vec::new();
     loop {
         let first = tokio::select! {
@@ -664,22 +662,19 @@ async fn write_replies(
             },
             _ = &mut stopped => return, // the peer stopped reading, or the connection is gone
         };
-        buf.clear();
-        let mut close = encode(&mut buf, first, &mut held);
-        while buf.len() < WRITE_CHUNK && close.is_none() {
-            match replies.try_recv() {
-                Ok(m) => close = encode(&mut buf, m, &mut held),
-                Err(_) => break,
-            }
-        }
-        if send.write_all(&buf).await.is_err() {
+        let (bytes, close) = batch.gather(
+            first,
+            || replies.try_recv().ok(),
+            |buf, msg| match encode(buf, msg, &mut held) {
+                Some(close) => Break(close),
+                None => Continue(()),
+            },
+        );
+        if send.write_all(bytes).await.is_err() {
             return;
         }
+        batch.written();
         held.clear();
-        if buf.capacity() > KEEP_WRITE_BUFFER {
-            // A large batch went out: do not keep its room.
-            buf = Vec::new();
-        }
         if let Some((code, reason)) = close {
             // Let what was written arrive, then end the connection.
             let _ = send.finish();

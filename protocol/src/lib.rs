@@ -6,6 +6,7 @@
 //!
 //! # Layout
 //! - [`frame`]: the 4-byte big-endian length prefix and its limit.
+//! - [`batch`]: frames gathered into stream writes.
 //! - [`limits`]: every size, count and wait limit, by name.
 //! - [`error`]: the stable error codes carried in replies.
 //! - [`model`]: queue options, task states and the task views sent to clients.
@@ -14,6 +15,7 @@
 //! - [`nulls`]: what `null` means in a request field.
 //! - [`fuzzing`]: the entry points of the fuzz targets in `protocol/fuzz`.
 
+pub mod batch;
 pub mod error;
 pub mod frame;
 pub mod fuzzing;
