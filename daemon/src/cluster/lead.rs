@@ -124,7 +124,7 @@ fn lead(
 /// Answers every request with `not_leader` until the node may lead; returns the term
 /// it leads in, or `None` on shutdown. Meanwhile it watches the disk (the alarm and
 /// its gauges, as a serving node does) and publishes the node's gauges, the store's
-/// size and the tasks the node applied (`cluster::storage::publish_gauges`).
+/// size and the tasks the node applied (`Node::publish_gauges`).
 fn follow(
     rx: &flume::Receiver<Command>,
     node: &Node,
@@ -149,8 +149,7 @@ fn follow(
             disk_at = Some(Instant::now());
         }
         if gauges_at.is_none_or(|at| at.elapsed() >= crate::metrics::GAUGE_INTERVAL) {
-            node.publish_gauges();
-            super::storage::publish_gauges(false);
+            node.publish_gauges(false);
             // A failure to read the sizes only leaves the gauge at its last value.
             if let Ok(bytes) = store.disk_space() {
                 metrics::gauge!("muster_store_size_bytes").set(bytes as f64);
@@ -242,8 +241,6 @@ impl Commit for Leading {
     }
 
     fn publish_gauges(&self) {
-        self.node.publish_gauges();
-        super::storage::publish_gauges(true);
-        super::net::publish_gauges();
+        self.node.publish_gauges(true);
     }
 }

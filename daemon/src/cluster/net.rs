@@ -13,13 +13,13 @@
 //! RPCs have failed for [`UNREACHABLE_AFTER`] without an answer is logged unreachable,
 //! once, at WARN, and reachable again, once, at INFO, when it next answers (openraft's
 //! own line per failed RPC and retry is filtered out, see `crate::logging`). A serving
-//! leader exports the same as gauges ([`publish_gauges`]).
+//! leader exports the same as gauges ([`Network::publish_gauges`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
@@ -337,10 +337,6 @@ impl Contact {
     }
 }
 
-/// The contacts of this process's node, for [`publish_gauges`] (a process runs one
-/// node; in unit tests, the latest network made).
-static CONTACTS: Mutex<Weak<Contacts>> = Mutex::new(Weak::new());
-
 impl Contacts {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Contact>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
@@ -402,25 +398,18 @@ impl Contacts {
     }
 }
 
-/// Publishes a serving leader's view of the other members, once a second: for each,
+/// Publishes a serving leader's view of `members` (the applied membership's nodes, true
+/// for voters) from its `contacts`, once a second: for each,
 /// `muster_cluster_node_last_contact_seconds{node}` (since it last answered an RPC,
 /// or since it was first tried), and `muster_cluster_voters_reachable`: the voters not
 /// logged unreachable, the leader included. Only a leader sends RPCs to every member
 /// all the time, so only its view is current; a node that stops leading stops
 /// publishing them, and they go after `crate::metrics::GAUGE_IDLE_TIMEOUT`.
-pub fn publish_gauges() {
-    let Some(contacts) = CONTACTS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .upgrade()
-    else {
-        return;
-    };
-    let members = super::storage::members();
+fn publish_gauges(contacts: &Contacts, members: &BTreeMap<u64, bool>) {
     let now = Instant::now();
     let map = contacts.lock();
     let mut reachable = 0u64;
-    for (&id, &voter) in &members {
+    for (&id, &voter) in members {
         let unreachable = match map.get(&id) {
             Some(c) => {
                 metrics::gauge!("muster_cluster_node_last_contact_seconds", "node" => id.to_string())
@@ -526,15 +515,19 @@ impl Network {
     /// A factory sending from `endpoint` (made by [`endpoint`]) to each node's
     /// `cluster_addr`, or to its entry in `routes` where there is one.
     pub fn new(endpoint: quinn::Endpoint, routes: HashMap<u64, String>) -> Network {
-        let contacts = Arc::new(Contacts::default());
-        *CONTACTS.lock().unwrap_or_else(PoisonError::into_inner) = Arc::downgrade(&contacts);
         Network {
             endpoint,
             routes: Arc::new(routes),
             connections: Arc::default(),
-            contacts,
+            contacts: Arc::default(),
             quiet: Arc::default(),
         }
+    }
+
+    /// Publishes what this network's peers last answered, as a serving leader sees
+    /// them, for the nodes of `members` (true for voters): see [`publish_gauges`].
+    pub fn publish_gauges(&self, members: &BTreeMap<u64, bool>) {
+        publish_gauges(&self.contacts, members);
     }
 
     /// Stops (`true`) or resumes sending append-entries and snapshots: a leader that

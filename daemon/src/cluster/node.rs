@@ -14,7 +14,7 @@ use openraft::{ChangeMembers, Config, Raft, RaftMetrics, ServerState, SnapshotPo
 use muster_protocol::ops::{ClusterHello, ClusterMember, ClusterStatusReply};
 use muster_protocol::{ErrorBody, ErrorCode};
 
-use super::storage::{LogStore, StateMachine};
+use super::storage::{Counted, LogStore, StateMachine};
 use super::timing::Timing;
 use super::{Fate, Muster, NodeAddr, Round, elect, identity, net};
 use crate::store::{Persist, Store};
@@ -71,7 +71,10 @@ pub struct Node {
     runtime: tokio::runtime::Handle,
     /// The term whose engine the dispatcher serves with; 0 while it follows.
     serving: Arc<AtomicU64>,
+    /// Sends its RPCs, and keeps what each peer last answered (the leader's gauges).
     network: net::Network,
+    /// What its state machine applied, counted (the task and voter gauges).
+    census: Counted,
     /// The node-to-node endpoint, closed when the node stops.
     endpoint: quinn::Endpoint,
     /// The node's own tasks (serving its peers, the election timer), waited for when
@@ -175,6 +178,7 @@ impl Node {
             force_single_node(&log, store, config.node_id, me.clone()).await?;
         }
         let network = net::Network::new(endpoint.clone(), config.routes);
+        let census = machine.census();
         let log_reader = log.clone();
         let raft = Raft::new(
             config.node_id,
@@ -204,6 +208,7 @@ impl Node {
             runtime: tokio::runtime::Handle::current(),
             serving: Arc::default(),
             network,
+            census,
             endpoint,
             tasks,
             cluster_addr,
@@ -579,8 +584,11 @@ impl Node {
         }
     }
 
-    /// Publishes the node's gauges.
-    pub fn publish_gauges(&self) {
+    /// Publishes the node's gauges, once a second: its raft positions; what its state
+    /// machine applied ([`Counted::publish_gauges`]: the task gauges only unless the node
+    /// is `serving`, whose engine sets them); and while `serving`, its view of the other
+    /// members ([`net::Network::publish_gauges`]).
+    pub fn publish_gauges(&self, serving: bool) {
         let m = self.metrics();
         metrics::gauge!("muster_cluster_leader")
             .set(f64::from(u8::from(m.state == ServerState::Leader)));
@@ -596,6 +604,10 @@ impl Node {
                 metrics::gauge!("muster_cluster_node_lag", "node" => id.to_string())
                     .set(lag as f64);
             }
+        }
+        self.census.publish_gauges(serving);
+        if serving {
+            self.network.publish_gauges(&self.census.members());
         }
     }
 }

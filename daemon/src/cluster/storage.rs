@@ -23,7 +23,8 @@
 //! (what a single daemon's round persist is). The state machine also keeps a
 //! [`Census`] of what it applied: each task's queue and state, so that a node that does
 //! not serve (it has no engine) exports the same task gauges as the leader, and the
-//! membership, for the voter gauges ([`publish_gauges`]).
+//! membership, for the voter gauges; the node that opens the state machine keeps a
+//! handle on it ([`StateMachine::census`], [`Counted`]) to publish them.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -31,7 +32,7 @@ use std::io::{BufWriter, Read, Write};
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use fjall::{Keyspace, KeyspaceCreateOptions};
@@ -471,7 +472,7 @@ pub struct StateMachine {
     dir: PathBuf,
     applied: Applied,
     snapshots_built: Arc<AtomicU64>,
-    census: Arc<Mutex<Census>>,
+    census: Counted,
 }
 
 impl StateMachine {
@@ -489,8 +490,7 @@ impl StateMachine {
             load_snapshot(store, &dir.join(CURRENT), &meta)?;
         }
         let applied = Applied::of(store)?;
-        let census = Arc::new(Mutex::new(Census::scan(store, &applied)?));
-        *CENSUS.lock().unwrap_or_else(PoisonError::into_inner) = Arc::downgrade(&census);
+        let census = Counted(Arc::new(Mutex::new(Census::scan(store, &applied)?)));
         Ok(StateMachine {
             store: store.clone(),
             applied,
@@ -498,6 +498,11 @@ impl StateMachine {
             snapshots_built: Arc::default(),
             census,
         })
+    }
+
+    /// The census of what this state machine applies, for its node's gauges.
+    pub fn census(&self) -> Counted {
+        self.census.clone()
     }
 }
 
@@ -603,10 +608,6 @@ fn read_head(bytes: &[u8]) -> Result<Head<'_>, String> {
     }
     Ok(head)
 }
-
-/// The census of this process's node, for [`publish_gauges`] and [`members`] (a process
-/// runs one node; in unit tests, the latest state machine opened).
-static CENSUS: Mutex<Weak<Mutex<Census>>> = Mutex::new(Weak::new());
 
 impl Census {
     /// The census of what `store` holds, at `applied`.
@@ -725,44 +726,38 @@ impl Census {
     }
 }
 
-/// Publishes what this node's state machine applied, once a second: always
-/// `muster_cluster_voters` (the voters of the applied membership); and unless the node
-/// `serving` (whose engine sets them), the task gauges of every queue
-/// ([`Census::publish_tasks`]): a follower exports the same queue depths as its leader,
-/// as far as it has applied. Held-back and unclaimable tasks, and members, are the
-/// serving leader's alone: they describe dispatch, which only it does.
-pub fn publish_gauges(serving: bool) {
-    let Some(census) = CENSUS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .upgrade()
-    else {
-        return;
-    };
-    let census = census.lock().unwrap_or_else(PoisonError::into_inner);
-    let voters = census.members.values().filter(|&&voter| voter).count();
-    metrics::gauge!("muster_cluster_voters").set(voters as f64);
-    if !serving {
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        census.publish_tasks(now_ms);
-    }
-}
+/// A state machine's [`Census`], shared by the state machine (which keeps it as it
+/// applies entries and installs snapshots) and the node that publishes its gauges.
+#[derive(Clone)]
+pub struct Counted(Arc<Mutex<Census>>);
 
-/// The nodes of the membership this node applied last, true for voters.
-pub fn members() -> BTreeMap<u64, bool> {
-    CENSUS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .upgrade()
-        .map(|c| {
-            c.lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .members
-                .clone()
-        })
-        .unwrap_or_default()
+impl Counted {
+    fn lock(&self) -> MutexGuard<'_, Census> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Publishes what the state machine applied, once a second: always
+    /// `muster_cluster_voters` (the voters of the applied membership); and unless the
+    /// node is `serving` (its engine sets them), the task gauges of every queue
+    /// ([`Census::publish_tasks`]): a follower exports the same queue depths as its
+    /// leader, as far as it has applied. Held-back and unclaimable tasks, and members,
+    /// are the serving leader's alone: they describe dispatch, which only it does.
+    pub fn publish_gauges(&self, serving: bool) {
+        let census = self.lock();
+        let voters = census.members.values().filter(|&&voter| voter).count();
+        metrics::gauge!("muster_cluster_voters").set(voters as f64);
+        if !serving {
+            let now_ms = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            census.publish_tasks(now_ms);
+        }
+    }
+
+    /// The nodes of the membership the state machine applied last, true for voters.
+    pub fn members(&self) -> BTreeMap<u64, bool> {
+        self.lock().members.clone()
+    }
 }
 
 /// The meta of the snapshot in `file`: its first frame.
@@ -941,7 +936,7 @@ impl RaftSnapshotBuilder<Muster> for SnapshotBuilder {
 /// census: what is applied then, and each entry's fate. Blocking (fjall).
 fn apply_entries(
     store: &Store,
-    census: &Mutex<Census>,
+    census: &Counted,
     mut last: Applied,
     entries: Vec<Entry<Muster>>,
 ) -> Result<(Applied, Vec<Fate>), (LogId<u64>, StoreError)> {
@@ -991,7 +986,7 @@ fn apply_entries(
         store
             .apply(&changes, &applied.meta())
             .map_err(|e| (log_id, e))?;
-        let mut counted = census.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut counted = census.lock();
         counted.apply(&changes);
         if applied.membership.log_id() != last.membership.log_id() {
             counted.set_membership(&applied);
@@ -1018,7 +1013,7 @@ impl RaftStateMachine<Muster> for StateMachine {
         I::IntoIter: OptionalSend,
     {
         let entries: Vec<Entry<Muster>> = entries.into_iter().collect();
-        let (store, census) = (self.store.clone(), Arc::clone(&self.census));
+        let (store, census) = (self.store.clone(), self.census.clone());
         let applied = self.applied.clone();
         let (applied, replies) = blocking(move || apply_entries(&store, &census, applied, entries))
             .await
@@ -1089,7 +1084,7 @@ impl RaftStateMachine<Muster> for StateMachine {
             self.applied.log_id
         );
         self.applied = applied;
-        *self.census.lock().unwrap_or_else(PoisonError::into_inner) = census;
+        *self.census.lock() = census;
         Ok(())
     }
 
@@ -1252,7 +1247,7 @@ mod tests {
             b.put_task(ids[3], &task("jobs", Done));
         })
         .await;
-        let counted = summary(&machine.census.lock().unwrap());
+        let counted = summary(&machine.census.lock());
         //                  scheduled ready leased done dead cancelled
         assert_eq!(counted["jobs"], (vec![0, 2, 1, 1, 0, 0], Some(ids[0])));
         assert_eq!(counted["idle"], (vec![0; 6], None));
@@ -1264,7 +1259,7 @@ mod tests {
             b.remove_queue("idle");
         })
         .await;
-        let counted = summary(&machine.census.lock().unwrap());
+        let counted = summary(&machine.census.lock());
         assert_eq!(
             counted,
             BTreeMap::from([("jobs".to_owned(), (vec![0, 1, 2, 0, 0, 0], Some(ids[1])))])
@@ -1291,7 +1286,7 @@ mod tests {
             .install_snapshot(&snapshot.meta, receiving)
             .await
             .unwrap();
-        assert_eq!(summary(&other.census.lock().unwrap()), counted);
+        assert_eq!(summary(&other.census.lock()), counted);
 
         // A format 1 record (JSON) reads too; a record of a newer format does not.
         let old = read_head(br#"{"v":1,"queue":"old","state":"dead","priority":3}"#).unwrap();
@@ -1431,6 +1426,8 @@ mod tests {
         let (applied, members) = other.applied_state().await.unwrap();
         assert_eq!(applied.map(|l| l.index), Some(3));
         assert_eq!(members.voter_ids().collect::<Vec<_>>(), vec![1]);
+        // The node's handle on the census sees what the install counted.
+        assert_eq!(other.census().members(), BTreeMap::from([(1, true)]));
         assert_eq!(Applied::of(&store).unwrap().wall_ms, 3_000);
         assert_eq!(store.meta(INSTALLING).unwrap(), None);
     }
