@@ -360,6 +360,7 @@ pub(super) struct ParkedCounts {
 
 impl ParkedCounts {
     fn add(&mut self, waiter: &impl Waiter, queues: &[String]) {
+        debug_assert!(!queues.is_empty(), "a parked claim names a queue");
         for q in queues {
             *self.queues.entry(q.clone()).or_default() += 1;
         }
@@ -398,6 +399,7 @@ impl ReadyChanged {
         if !self.every && !self.queues.contains(queue) {
             self.queues.insert(Arc::clone(queue));
         }
+        debug_assert!(self.any(), "a queue whose tasks changed is noted");
     }
 
     fn everywhere(&mut self) {
@@ -603,6 +605,10 @@ impl Index {
 impl Caches {
     /// A task's kept record: a leased task's, or a fresh task's.
     fn record(&self, id: Ulid) -> Option<&TaskRecord> {
+        debug_assert!(
+            !(self.leased.contains_key(&id) && self.fresh.tasks.contains_key(&id)),
+            "task {id}: kept both as leased and as fresh"
+        );
         self.leased
             .get(&id)
             .or_else(|| self.fresh.tasks.get(&id).map(|k| &k.0))
@@ -623,6 +629,12 @@ impl Caches {
         assert!(
             self.leased.len() <= LEASED_RECORDS,
             "at most {LEASED_RECORDS} leased records kept"
+        );
+        debug_assert!(
+            self.leased
+                .get(&id)
+                .is_none_or(|kept| kept.state == TaskState::Leased),
+            "task {id}: only a leased task's record is kept as leased"
         );
     }
 
@@ -696,6 +708,10 @@ impl<S: Sink> Members<S> {
                 .get(&name)
                 .is_some_and(members::Member::is_idle)
             {
+                debug_assert!(
+                    !self.sessions.values().any(|n| *n == name),
+                    "member {name:?}: forgotten while the sessions map names it"
+                );
                 self.by_name.remove(&name);
             }
         }
@@ -717,6 +733,7 @@ impl<W: Waiter> Waiting<W> {
 
     /// Parks a claim until tasks come or its deadline passes, counting it.
     fn park(&mut self, w: ClaimWaiter<W>) {
+        debug_assert!(w.claim.max > 0, "a parked claim wants at least one task");
         self.parked.add(&w.waiter, &w.claim.queues);
         self.claim_waiters.push(w);
     }
@@ -728,9 +745,15 @@ impl<W: Waiter> Waiting<W> {
             "parked claims are served all at once"
         );
         self.parked = ParkedCounts::default();
+        let kept = keep.len();
         for w in keep {
             self.park(w);
         }
+        assert_eq!(
+            self.claim_waiters.len(),
+            kept,
+            "every claim still waiting is parked again, once"
+        );
     }
 }
 
@@ -794,6 +817,10 @@ impl Fresh {
         if rec.state != TaskState::Ready {
             return;
         }
+        assert_eq!(
+            rec.deliveries, 0,
+            "task {id}: only a task never delivered is fresh"
+        );
         let cost = Fresh::cost(rec, payload);
         if self.bytes + cost <= FRESH_BYTES {
             let old = self
@@ -802,12 +829,21 @@ impl Fresh {
             assert!(old.is_none(), "task {id} enqueued twice");
             self.bytes += cost;
         }
+        assert!(
+            self.bytes <= FRESH_BYTES,
+            "fresh tasks are kept within {FRESH_BYTES} bytes"
+        );
     }
 
     /// Lets a task go: it was written (its record is no longer the one kept) or removed.
     fn forget(&mut self, id: Ulid) {
         if let Some(kept) = self.tasks.remove(&id) {
-            self.bytes -= Fresh::cost(&kept.0, &kept.1);
+            let cost = Fresh::cost(&kept.0, &kept.1);
+            assert!(
+                self.bytes >= cost,
+                "task {id}: the fresh tasks' byte count never underflows"
+            );
+            self.bytes -= cost;
         }
     }
 }
@@ -849,6 +885,10 @@ impl<W: Waiter> Engine<W> {
         engine.load_queues()?;
         engine.load_tasks(now)?;
         engine.commit()?;
+        debug_assert!(
+            engine.index.tasks.keys().all(|id| *id <= engine.last_id),
+            "ids handed out from now on grow past every stored one"
+        );
         Ok(engine)
     }
 
@@ -879,10 +919,27 @@ impl<W: Waiter> Engine<W> {
                 failure = Some(e);
             }
         })?;
-        match failure {
-            Some(e) => Err(e),
-            None => Ok(()),
+        if let Some(e) = failure {
+            return Err(e);
         }
+        let counted = |state| {
+            self.index
+                .queues
+                .values()
+                .map(|q| q.ids(state).len())
+                .sum::<usize>()
+        };
+        assert_eq!(
+            self.index.leases.len(),
+            counted(TaskState::Leased),
+            "every leased task restored has its deadline indexed, once"
+        );
+        assert_eq!(
+            self.index.scheduled.len(),
+            counted(TaskState::Scheduled),
+            "every scheduled task restored has its time indexed, once"
+        );
+        Ok(())
     }
 
     /// Indexes one stored task at start-up. A lease still held gets at least a full
@@ -908,6 +965,10 @@ impl<W: Waiter> Engine<W> {
                 clock
                     .runtime_cap(queue.options.max_runtime_ms)
                     .max(now.mono_ms),
+            );
+            assert!(
+                clock.deadline >= now.mono_ms,
+                "task {id}: a restored lease's deadline is not before now"
             );
             clock
         });
@@ -960,6 +1021,10 @@ impl<W: Waiter> Engine<W> {
             }
             Err((_, Failure::Store(e))) => Err(e),
         };
+        assert!(
+            result.is_err() || self.pending.is_empty(),
+            "a request's changes are committed or dropped when it ends"
+        );
         self.members.forget_idle();
         #[cfg(debug_assertions)]
         self.check_carried_now_and_then();
@@ -1072,6 +1137,20 @@ impl<W: Waiter> Engine<W> {
         self.serve_pushes(&ready, now)?;
         self.serve_waits(now)?;
         self.commit()?;
+        debug_assert!(
+            self.index
+                .scheduled
+                .first()
+                .is_none_or(|&(at, _)| at > now.wall_ms),
+            "every scheduled task due was made ready"
+        );
+        debug_assert!(
+            self.index
+                .leases
+                .first()
+                .is_none_or(|&(at, _)| at > now.mono_ms),
+            "every lease past its deadline lapsed"
+        );
         self.members.forget_idle();
         #[cfg(debug_assertions)]
         self.check_carried_now_and_then();
@@ -1111,12 +1190,20 @@ impl<W: Waiter> Engine<W> {
     /// round: a round of hundreds of replies would otherwise grow a new one from empty,
     /// and each growth of a large one fault in fresh pages.
     pub fn take_outbox(&mut self) -> std::vec::Drain<'_, (W, Result<Reply, ErrorBody>)> {
+        assert!(
+            self.pending.is_empty(),
+            "replies leave only once their round's changes are committed"
+        );
         self.outbox.replies.drain(..)
     }
 
     /// Takes the pushes ready to be sent to member sessions (keeping the capacity, as
     /// `take_outbox`).
     pub fn take_pushes(&mut self) -> std::vec::Drain<'_, (W::Sink, muster_protocol::Push)> {
+        assert!(
+            self.pending.is_empty(),
+            "pushes leave only once their round's changes are committed"
+        );
         self.outbox.pushes.drain(..)
     }
 
@@ -1206,6 +1293,7 @@ impl<W: Waiter> Engine<W> {
             !self.index.tasks.contains_key(&id),
             "task id {id} handed out twice"
         );
+        assert!(id > self.last_id, "task ids only grow");
         self.last_id = id;
         id
     }
@@ -1217,15 +1305,41 @@ impl<W: Waiter> Engine<W> {
         }
         if let Some(rec) = self.caches.record(id) {
             #[cfg(debug_assertions)]
-            self.check_kept(id, rec)?;
+            {
+                self.check_kept(id, rec)?;
+                self.check_indexed(id, rec);
+            }
             return Ok(rec.clone());
         }
-        self.store.task(id)?.ok_or_else(|| {
+        let rec = self.store.task(id)?.ok_or_else(|| {
             Failure::Store(StoreError::Corrupt {
                 what: format!("task {id}"),
                 detail: "indexed but not stored".into(),
             })
-        })
+        })?;
+        #[cfg(debug_assertions)]
+        self.check_indexed(id, &rec);
+        Ok(rec)
+    }
+
+    /// Asserts that a task's record and its index entry agree: its state, queue and
+    /// epoch (debug builds, at every read of a record).
+    #[cfg(debug_assertions)]
+    fn check_indexed(&self, id: Ulid, rec: &TaskRecord) {
+        let meta = &self.index.tasks[&id];
+        assert_eq!(
+            meta.state, rec.state,
+            "task {id}: its index entry and its record disagree on its state"
+        );
+        assert_eq!(
+            &*meta.queue, rec.queue,
+            "task {id}: its index entry and its record disagree on its queue"
+        );
+        assert_eq!(
+            meta.epoch,
+            rec.lease.as_ref().map_or(rec.deliveries, |l| l.epoch),
+            "task {id}: its index entry and its record disagree on its epoch"
+        );
     }
 
     /// Asserts that a record kept in memory is the stored one, but for the expiry of a
@@ -1274,10 +1388,31 @@ impl<W: Waiter> Engine<W> {
         }
         self.index_record(id, rec.view(), clock);
         self.write(id, rec);
+        debug_assert!(
+            self.index.queues[rec.queue.as_str()]
+                .ids(rec.state)
+                .contains(&id),
+            "task {id}: saved {} and indexed so in its queue",
+            rec.state
+        );
     }
 
     /// Writes a task's record, its index unchanged, and keeps it if it is leased.
     fn write(&mut self, id: Ulid, rec: &TaskRecord) {
+        assert_eq!(
+            rec.state == TaskState::Leased,
+            rec.lease.is_some(),
+            "task {id}: a record holds a lease exactly while leased"
+        );
+        assert!(
+            rec.state != TaskState::Dead || rec.dead_reason.is_some(),
+            "task {id}: a dead record says why it died"
+        );
+        assert!(
+            !matches!(rec.state, TaskState::Done | TaskState::Cancelled)
+                || rec.finished_ms.is_some(),
+            "task {id}: a finished record says when it finished (its retention counts from it)"
+        );
         self.pending.put_task(id, rec);
         self.caches.written(id, rec);
     }
@@ -1303,6 +1438,11 @@ impl<W: Waiter> Engine<W> {
             // Its holder is alive: pushes it was passed over for may go to it now.
             self.members.push_members.insert(Arc::clone(member));
         }
+        assert_eq!(
+            rec.lease.as_ref().map(|l| l.epoch),
+            Some(meta.epoch),
+            "task {id}: the renewed lease is the indexed one"
+        );
         let held = meta
             .held
             .as_mut()
@@ -1366,6 +1506,11 @@ impl<W: Waiter> Engine<W> {
 
     /// Removes a task from the store and every index.
     fn remove(&mut self, id: Ulid, rec: &TaskRecord) {
+        debug_assert_eq!(
+            self.index.tasks.get(&id).map(|m| &*m.queue),
+            Some(rec.queue.as_str()),
+            "task {id}: removed from the queue its index entry names"
+        );
         if let Some(principal) = &rec.enqueued_by {
             self.budget.uncount(principal, rec.stored_bytes);
         }
@@ -1397,6 +1542,14 @@ impl<W: Waiter> Engine<W> {
             TaskState::Done | TaskState::Cancelled => remove_at,
             TaskState::Ready | TaskState::Leased | TaskState::Dead => 0,
         };
+        assert!(
+            rec.state != TaskState::Scheduled || rec.not_before_ms.is_some(),
+            "task {id}: a scheduled task names when it becomes ready"
+        );
+        assert!(
+            rec.lease.is_none_or(|l| l.epoch == rec.deliveries),
+            "task {id}: a lease's epoch is the task's delivery count"
+        );
         let held = clock.map(|clock| {
             Box::new(Held {
                 clock,
@@ -1450,6 +1603,10 @@ impl<W: Waiter> Engine<W> {
         }
         match meta.state {
             TaskState::Ready => {
+                debug_assert!(
+                    meta.held.is_none() && meta.at_ms == 0,
+                    "task {id}: a ready task holds no lease and waits for no time"
+                );
                 self.waiting.ready_changed.queue(&meta.queue);
             }
             TaskState::Scheduled => {
@@ -1550,6 +1707,11 @@ impl<W: Waiter> Engine<W> {
             }
             let mut rec = self.record(id).map_err(store_only)?;
             assert_eq!(rec.state, TaskState::Scheduled, "task {id}: scheduled");
+            assert_eq!(
+                rec.not_before_ms,
+                Some(at),
+                "task {id}: scheduled for the time its record names"
+            );
             rec.state = TaskState::Ready;
             rec.not_before_ms = None;
             rec.updated_ms = now.wall_ms;
@@ -1612,6 +1774,10 @@ impl<W: Waiter> Engine<W> {
                 "task {id}: only done and cancelled tasks expire, not {}",
                 rec.state
             );
+            debug_assert!(
+                rec.finished_ms.is_some_and(|f| f <= at),
+                "task {id}: removed by retention after it finished"
+            );
             self.remove(id, &rec);
             removed += 1;
         }
@@ -1629,6 +1795,11 @@ impl<W: Waiter> Engine<W> {
         error: String,
         delay_ms: Option<u64>,
     ) -> TaskState {
+        assert_eq!(
+            rec.state,
+            TaskState::Leased,
+            "task {id}: only a delivery fails"
+        );
         rec.lease = None;
         let backoff = self
             .index
@@ -1667,6 +1838,11 @@ impl<W: Waiter> Engine<W> {
             "task {id}: a failed delivery ends {}",
             rec.state
         );
+        assert!(
+            rec.state != TaskState::Scheduled
+                || rec.not_before_ms.is_some_and(|nb| nb > now.wall_ms),
+            "task {id}: a retry is scheduled in the future"
+        );
         self.save(id, rec, None);
         rec.state
     }
@@ -1684,6 +1860,11 @@ impl<W: Waiter> Engine<W> {
         if !rec.cancel_requested {
             return false;
         }
+        assert_eq!(
+            rec.state,
+            TaskState::Leased,
+            "a cancel is pending only while a task is leased"
+        );
         push_event(rec, now, "cancelled", member, epoch, None);
         self.finish(rec, TaskState::Cancelled, now);
         true
@@ -1727,6 +1908,10 @@ impl<W: Waiter> Engine<W> {
             .queues
             .get(&rec.queue)
             .map_or(0, |q| q.options.max_attempts);
+        assert!(
+            rec.failures > 0,
+            "task {id}: only a counted failure makes it run out of attempts"
+        );
         if max == 0 || rec.failures < u64::from(max) {
             return false;
         }
@@ -1751,6 +1936,11 @@ impl<W: Waiter> Engine<W> {
         assert!(
             matches!(to, TaskState::Done | TaskState::Cancelled),
             "a task finishes done or cancelled, not {to}"
+        );
+        assert!(
+            !rec.state.is_finished(),
+            "a task finishes once (it is {} already)",
+            rec.state
         );
         if to == TaskState::Cancelled {
             telemetry::cancelled(&rec.queue);
@@ -1802,4 +1992,8 @@ fn push_event(
         epoch,
         error: error.map(str::to_owned),
     });
+    debug_assert!(
+        rec.history.len() <= MAX_HISTORY,
+        "a timeline holds at most {MAX_HISTORY} events"
+    );
 }
