@@ -95,6 +95,7 @@ impl<W: Waiter> Engine<W> {
                 .queues
                 .get_mut(&job.queue)
                 .expect("a queue to delete exists");
+            assert!(!q.deleting, "queue {}: deleted once", job.queue);
             q.deleting = true;
         }
         self.bulk.push_back(job);
@@ -119,6 +120,10 @@ impl<W: Waiter> Engine<W> {
         }
         job.next = end;
         job.touched += touched;
+        assert!(
+            job.touched <= job.next as u64,
+            "a bulk job touches each of its tasks at most once"
+        );
         let repair = match job.kind {
             BulkKind::Purge => Some(Repair::Purged),
             BulkKind::Redrive => Some(Repair::Redriven),
@@ -180,6 +185,10 @@ impl<W: Waiter> Engine<W> {
         })?;
         match kind {
             BulkKind::Redrive => {
+                debug_assert!(
+                    rec.lease.is_none() && !rec.cancel_requested,
+                    "task {id}: a dead task holds no lease and no pending cancel"
+                );
                 rec.state = TaskState::Ready;
                 rec.failures = 0;
                 rec.dead_reason = None;

@@ -200,6 +200,14 @@ fn apply_patch(options: &mut QueueOptions, patch: &QueuePatch) -> OpResult<()> {
     if let Some(v) = patch.paused {
         next.paused = v;
     }
+    assert!(
+        next.key_concurrency >= 1,
+        "a queue's key concurrency lets one task of a key run"
+    );
+    assert!(
+        next.retry_backoff.base_ms <= next.retry_backoff.cap_ms,
+        "a queue's retry backoff starts within its cap"
+    );
     *options = next;
     Ok(())
 }
@@ -258,6 +266,10 @@ impl<W: Waiter> Engine<W> {
         waiter: W,
         now: Now,
     ) -> Result<(), (W, Failure)> {
+        assert!(
+            self.pending.is_empty(),
+            "a request starts with no change pending"
+        );
         self.heard_from(waiter.connection(), now);
         if let Some(p) = waiter.principal()
             && let Err(e) = self.authorize(&req, p)
@@ -358,6 +370,13 @@ impl<W: Waiter> Engine<W> {
         action: Option<&audit::Action>,
         members_change: bool,
     ) {
+        debug_assert!(
+            !matches!(
+                reply,
+                Reply::Hello(_) | Reply::ServerStats(_) | Reply::Cluster(_)
+            ),
+            "the engine answers no handshake and no edge op"
+        );
         if let Some(action) = action {
             audit::applied(action, waiter.principal().map(|p| p.name.as_str()), &reply);
         }
@@ -438,7 +457,12 @@ impl<W: Waiter> Engine<W> {
         let queue = Queue::new(&r.queue, options, now.wall_ms);
         telemetry::queue_created(&r.queue);
         let info = self.queue_info(&r.queue, &queue);
-        self.index.queues.insert(r.queue, queue);
+        let old = self.index.queues.insert(r.queue, queue);
+        assert!(old.is_none(), "a queue is created once");
+        debug_assert!(
+            self.index.queues.len() <= MAX_QUEUES,
+            "the daemon holds at most {MAX_QUEUES} queues"
+        );
         Ok(QueueReply { queue: info })
     }
 
@@ -476,6 +500,10 @@ impl<W: Waiter> Engine<W> {
                 assert!(
                     self.index.expiry.remove(&(meta.at_ms, id)),
                     "finished task {id} was not waiting to expire"
+                );
+                assert!(
+                    meta.at_ms >= old_retention,
+                    "finished task {id}: its removal time counts its queue's retention"
                 );
                 meta.at_ms = (meta.at_ms - old_retention).saturating_add(new_retention);
                 assert!(
@@ -525,6 +553,14 @@ impl<W: Waiter> Engine<W> {
             }
             self.save(id, &rec, Some(clock));
         }
+        debug_assert!(
+            self.index.queues[name]
+                .ids(TaskState::Leased)
+                .iter()
+                .filter_map(|id| self.index.tasks[id].clock())
+                .all(|c| c.deadline <= c.runtime_cap(max)),
+            "queue {name:?}: every lease's deadline within its new runtime cap"
+        );
         Ok(())
     }
 
@@ -606,6 +642,21 @@ impl<W: Waiter> Engine<W> {
             });
         }
         assert_eq!(out.len(), r.tasks.len(), "one answer per task");
+        debug_assert!(
+            self.index.queues[r.queue.as_str()]
+                .by_state
+                .iter()
+                .map(|ids| ids.len() as u64)
+                .sum::<u64>()
+                <= self.budget.quotas.max_tasks_per_queue,
+            "queue {:?}: an enqueue never takes a queue past its task quota",
+            r.queue
+        );
+        debug_assert!(
+            owner.is_none_or(|o| self.budget.stored_bytes.get(o).copied().unwrap_or(0)
+                <= self.budget.quotas.max_bytes_per_principal),
+            "an enqueue never takes its principal past its stored-bytes quota"
+        );
         Ok(EnqueueReply { tasks: out })
     }
 
@@ -625,6 +676,12 @@ impl<W: Waiter> Engine<W> {
             Some((_, id)) => Some(*id),
             None => self.store.idem(queue, key)?,
         };
+        debug_assert!(
+            existing
+                .and_then(|id| self.index.tasks.get(&id))
+                .is_none_or(|m| *m.queue == *queue),
+            "an idempotency key names a task of its own queue"
+        );
         Ok(existing
             .filter(|id| self.index.tasks.contains_key(id))
             .map(|id| EnqueuedTask {
@@ -650,6 +707,11 @@ impl<W: Waiter> Engine<W> {
             .max()
             .filter(|&nb| nb > now.wall_ms);
         let mut rec = TaskRecord::new(queue, t, not_before, owner, now.wall_ms);
+        assert!(
+            matches!(rec.state, TaskState::Ready | TaskState::Scheduled),
+            "task {id}: a new task starts ready or scheduled, not {}",
+            rec.state
+        );
         if let Some(owner) = owner {
             self.budget.count(owner, rec.stored_bytes);
         }
@@ -662,6 +724,10 @@ impl<W: Waiter> Engine<W> {
         if let Some(q) = self.index.queues.get_mut(queue) {
             q.totals.enqueued += 1;
         }
+        debug_assert_eq!(
+            self.index.tasks[&id].state, rec.state,
+            "task {id}: indexed as stored"
+        );
         (id, rec.state)
     }
 
@@ -755,10 +821,23 @@ impl<W: Waiter> Engine<W> {
             ));
         }
         for labels in new {
-            queue
+            let old = queue
                 .class_owners
                 .insert(labels, std::sync::Arc::clone(&spender));
+            debug_assert!(
+                old.is_none(),
+                "a label set new to the queue has no owner yet"
+            );
         }
+        debug_assert!(
+            queue
+                .class_owners
+                .values()
+                .filter(|owner| **owner == spender)
+                .count()
+                <= MAX_LABEL_CLASSES_PER_TOKEN,
+            "token {spender:?}: at most {MAX_LABEL_CLASSES_PER_TOKEN} label sets of a queue"
+        );
         Ok(())
     }
 
@@ -821,6 +900,10 @@ impl<W: Waiter> Engine<W> {
             .heard
             .get(&waiter.connection())
             .map_or(0, |h| h.event);
+        debug_assert!(
+            spec.heard <= self.members.events,
+            "a claimer was heard from at an event that happened"
+        );
         // A drained member takes nothing new, by pull as by push.
         let tasks = if self.is_draining(&spec.member) {
             Vec::new()
@@ -850,6 +933,7 @@ impl<W: Waiter> Engine<W> {
     /// Leases up to `spec.max` tasks, taking one queue after another round robin.
     pub(super) fn take_ready(&mut self, spec: &ClaimSpec, now: Now) -> OpResult<Vec<Delivery>> {
         let n = spec.queues.len();
+        assert!(n > 0, "a claim names at least one queue");
         let start = self.rotation % n;
         self.rotation = self.rotation.wrapping_add(1);
         let mut out: Vec<Delivery> = Vec::new();
@@ -884,14 +968,24 @@ impl<W: Waiter> Engine<W> {
         if q.options.paused || q.deleting {
             return None;
         }
-        if self.members.avoid.is_empty() || spec.member.is_empty() {
-            return q.dispatch.pick(&spec.labels, |_| true, 0);
-        }
-        q.dispatch.pick(
-            &spec.labels,
-            |id| !self.avoided(id, &spec.member, spec.heard, now),
-            super::MAX_AVOID_SKIP,
-        )
+        let picked = if self.members.avoid.is_empty() || spec.member.is_empty() {
+            q.dispatch.pick(&spec.labels, |_| true, 0)
+        } else {
+            q.dispatch.pick(
+                &spec.labels,
+                |id| !self.avoided(id, &spec.member, spec.heard, now),
+                super::MAX_AVOID_SKIP,
+            )
+        };
+        debug_assert!(
+            picked.is_none_or(|id| self
+                .index
+                .tasks
+                .get(&id)
+                .is_some_and(|m| m.state == TaskState::Ready && *m.queue == *queue)),
+            "queue {queue:?}: the dispatch index hands out only its own ready tasks"
+        );
+        picked
     }
 
     fn grant(&mut self, id: Ulid, spec: &ClaimSpec, now: Now) -> OpResult<Delivery> {
@@ -909,6 +1003,15 @@ impl<W: Waiter> Engine<W> {
         now: Now,
         grant: Grant,
     ) -> OpResult<Delivery> {
+        assert_eq!(
+            rec.state,
+            if grant == Grant::Leased {
+                TaskState::Ready
+            } else {
+                TaskState::Leased
+            },
+            "task {id}: leased from ready, or handed back to the member holding it"
+        );
         // Read before the lease is written: the write ends the task's freshness.
         let payload = self.payload(id)?;
         let options = &self.index.queue(&rec.queue)?.options;
@@ -946,11 +1049,24 @@ impl<W: Waiter> Engine<W> {
             Grant::Redelivered => "redelivered",
         };
         push_event(&mut rec, now, event, Some(member), Some(epoch), None);
+        assert!(
+            deadline > now.mono_ms,
+            "task {id}: a lease's deadline lies after now"
+        );
         let clock = LeaseClock {
             deadline,
             granted: now.mono_ms as i64,
         };
         self.save(id, &rec, Some(clock));
+        debug_assert!(
+            member.is_empty()
+                || self
+                    .members
+                    .by_name
+                    .get(member)
+                    .is_some_and(|m| m.leased.contains(&id)),
+            "task {id}: the member its lease names holds it"
+        );
         Ok(Delivery {
             id: id.to_string(),
             epoch,
@@ -984,6 +1100,10 @@ impl<W: Waiter> Engine<W> {
                 ),
             ));
         }
+        debug_assert!(
+            meta.held.is_some(),
+            "task {id}: a leased task's index entry holds its lease"
+        );
         Ok((id, self.record(id)?))
     }
 
@@ -1019,6 +1139,11 @@ impl<W: Waiter> Engine<W> {
             self.finish(&mut rec, TaskState::Done, now);
         }
         assert!(rec.lease.is_none(), "task {id}: acked, its lease ended");
+        assert!(
+            rec.state.is_finished(),
+            "task {id}: an ack finishes its task, not {}",
+            rec.state
+        );
         let to = rec.state;
         self.save(id, &rec, None);
         Ok(SettleReply {
@@ -1049,7 +1174,12 @@ impl<W: Waiter> Engine<W> {
             Some(r.epoch),
             Some(&error),
         );
+        let failures = rec.failures;
         let state = self.fail(id, &mut rec, now, error, r.delay_ms);
+        assert!(
+            rec.failures >= failures,
+            "task {id}: a nack never lowers its failures"
+        );
         Ok(SettleReply {
             state,
             not_before_ms: rec.not_before_ms,
@@ -1084,6 +1214,10 @@ impl<W: Waiter> Engine<W> {
             ));
         }
         let deadline = (now.mono_ms + r.extend_ms.unwrap_or(options.lease_ms)).min(cap);
+        assert!(
+            deadline > now.mono_ms,
+            "task {id}: a renewed lease's deadline lies after now"
+        );
         // A restart gives the lease the longer of a full period and what its stored
         // expiry has left: a plain renewal's deadline holds across one without being
         // written while the stored expiry is within that period too (else a restart
@@ -1121,6 +1255,10 @@ impl<W: Waiter> Engine<W> {
             now.wall_ms,
         );
         let member = rec.lease.take().map(|l| l.member);
+        assert!(
+            member.is_some(),
+            "task {id}: a held task has a lease to release"
+        );
         push_event(
             &mut rec,
             now,
@@ -1155,6 +1293,10 @@ impl<W: Waiter> Engine<W> {
             now.wall_ms,
         );
         let member = rec.lease.take().map(|l| l.member);
+        assert!(
+            member.is_some(),
+            "task {id}: a held task has a lease to end"
+        );
         push_event(
             &mut rec,
             now,
@@ -1320,6 +1462,11 @@ impl<W: Waiter> Engine<W> {
                 Some(_) => reply.pending.push(id.to_string()),
             }
         }
+        assert_eq!(
+            reply.finished.len() + reply.omitted.len() + reply.pending.len() + reply.removed.len(),
+            wait.ids.len(),
+            "every task of a wait is answered once"
+        );
         self.outbox
             .replies
             .push((wait.waiter, Ok(Reply::Wait(reply))));
@@ -1371,6 +1518,13 @@ impl<W: Waiter> Engine<W> {
             keep.push(w);
         }
         self.waiting.repark(keep);
+        debug_assert!(
+            self.waiting
+                .claim_waiters
+                .iter()
+                .all(|w| w.deadline > now.mono_ms),
+            "every parked claim past its deadline was answered"
+        );
         Ok(())
     }
 
@@ -1394,6 +1548,13 @@ impl<W: Waiter> Engine<W> {
                 self.waiting.task_waits.push(w);
             }
         }
+        debug_assert!(
+            self.waiting
+                .task_waits
+                .iter()
+                .all(|w| w.deadline > now.mono_ms),
+            "every wait past its timeout was answered"
+        );
         Ok(())
     }
 
@@ -1418,6 +1579,11 @@ impl<W: Waiter> Engine<W> {
                     let meta = &self.index.tasks[&id];
                     let (clock, member) = (meta.clock(), meta.member().cloned());
                     self.save(id, &rec, clock);
+                    debug_assert_eq!(
+                        self.index.tasks[&id].clock(),
+                        clock,
+                        "task {id}: a cancel request leaves its lease as it was"
+                    );
                     if let Some(member) = member {
                         let epoch = rec.lease.as_ref().map_or(rec.deliveries, |l| l.epoch);
                         let lease = muster_protocol::ops::LeaseRef {
@@ -1481,6 +1647,10 @@ impl<W: Waiter> Engine<W> {
             push_event(&mut rec, now, "run_now", None, None, None);
             changed = true;
         }
+        assert!(
+            rec.priority <= MAX_PRIORITY,
+            "task {id}: a priority within 0..={MAX_PRIORITY}"
+        );
         if changed {
             rec.updated_ms = now.wall_ms;
             // Re-indexed from the record: its place in the dispatch order follows the
@@ -1620,6 +1790,10 @@ impl<W: Waiter> Engine<W> {
             .map(|(_, class)| class.to_vec())
             .collect();
         unclaimable_requires.sort();
+        debug_assert!(
+            unclaimable + q.dispatch.held_back() <= counts.get(TaskState::Ready),
+            "queue {name:?}: unclaimable and held-back tasks are ready ones"
+        );
         QueueInfo {
             name: name.to_owned(),
             options: q.options.clone(),

@@ -69,6 +69,10 @@ impl Budget {
                 self.stored_bytes.insert(principal.to_owned(), bytes);
             }
         }
+        debug_assert!(
+            self.stored_bytes.get(principal).is_some_and(|b| *b > 0),
+            "stored bytes of {principal:?}: no zero entry"
+        );
     }
 
     /// A field of `rec` that counts against its enqueuer's quota (its result, its
