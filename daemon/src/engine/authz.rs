@@ -98,6 +98,11 @@ impl Owners {
                 },
             );
         }
+        debug_assert_eq!(
+            owners.per_principal.values().sum::<usize>(),
+            owners.by_member.len(),
+            "each stored member name is bound once and counted under its principal"
+        );
         owners
     }
 
@@ -370,19 +375,25 @@ impl<W: Waiter> Engine<W> {
             owner.used_ms = now.mono_ms;
             return;
         }
-        self.members.owners.by_member.insert(
+        let old = self.members.owners.by_member.insert(
             member.to_owned(),
             Owner {
                 principal: p.name.clone(),
                 used_ms: now.mono_ms,
             },
         );
+        assert!(old.is_none(), "member name {member:?}: bound once");
         *self
             .members
             .owners
             .per_principal
             .entry(p.name.clone())
             .or_default() += 1;
+        debug_assert_eq!(
+            self.members.owners.per_principal.values().sum::<usize>(),
+            self.members.owners.by_member.len(),
+            "each bound member name is counted under its principal"
+        );
         self.pending.put_owner(member, &p.name);
     }
 
@@ -413,8 +424,15 @@ impl<W: Waiter> Engine<W> {
             }
         }
         for member in &expired {
-            self.members.owners.remove(member, &mut self.pending);
+            assert!(
+                self.members.owners.remove(member, &mut self.pending),
+                "member name {member:?}: an expired name was bound"
+            );
         }
+        assert!(
+            self.members.owners.sweep_at > now.mono_ms,
+            "the next sweep for expired member names lies after now"
+        );
         if !expired.is_empty() {
             tracing::info!(
                 count = expired.len(),

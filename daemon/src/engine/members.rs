@@ -192,6 +192,11 @@ impl<S: Sink> Members<S> {
         after: Counted,
         queues: &mut BTreeMap<String, super::Queue>,
     ) {
+        debug_assert!(
+            (before.labels.is_some() || before.consumes.is_empty())
+                && (after.labels.is_some() || after.consumes.is_empty()),
+            "only a connected member consumes"
+        );
         if before == after {
             return;
         }
@@ -200,6 +205,7 @@ impl<S: Sink> Members<S> {
                 .consumers
                 .get_mut(q.as_str())
                 .unwrap_or_else(|| panic!("queue {q:?}: its consumers are not counted"));
+            assert!(*n > 0, "queue {q:?}: its consumer count never underflows");
             *n -= 1;
             if *n == 0 {
                 self.consumers.remove(q.as_str());
@@ -252,6 +258,10 @@ impl<S: Sink> Members<S> {
         self.events += 1;
         let name = self.name(member);
         if let Some(m) = self.by_name.get_mut(&name) {
+            assert!(
+                !m.leased.contains(&id),
+                "task {id}: let go by member {member:?}, which still holds it"
+            );
             m.lapsed_at = Some(self.events);
         }
         self.avoid.insert(id, (name, self.events));
@@ -292,6 +302,12 @@ impl<W: Waiter> Engine<W> {
         let Some(m) = self.members.by_name.get_mut(name) else {
             return;
         };
+        debug_assert!(
+            m.session
+                .as_ref()
+                .is_some_and(|s| s.connection == connection),
+            "member {name:?}: the sessions map names its session's connection"
+        );
         m.last_seen_ms = Some(now.wall_ms);
         let mut recount = None;
         if m.session.as_ref().is_some_and(|s| !s.reachable) {
@@ -327,6 +343,10 @@ impl<W: Waiter> Engine<W> {
             let Some(s) = m.session.as_ref() else {
                 continue;
             };
+            debug_assert!(
+                self.members.sessions.get(&s.connection) == Some(name),
+                "member {name:?}: its session's connection names it"
+            );
             let heard = self.members.heard.get(&s.connection).map_or(0, |h| h.at_ms);
             let silent = now.mono_ms.saturating_sub(heard);
             if s.reachable && !s.sink.is_closed() && silent > s.liveness_ms {
@@ -373,6 +393,7 @@ impl<W: Waiter> Engine<W> {
     /// it revoked) and either was not heard from since (`heard` is the event number of
     /// when it last was), or another connected member with room could take it.
     pub(super) fn avoided(&self, id: Ulid, claimer: &str, heard: u64, now: Now) -> bool {
+        debug_assert!(!claimer.is_empty(), "only a named claimer avoids tasks");
         let Some((member, at)) = self.members.avoid.get(&id) else {
             return false;
         };
@@ -468,6 +489,19 @@ impl<W: Waiter> Engine<W> {
             reply.kept + reply.released + reply.dead + delivered,
             holding as u64,
             "member {member:?}: every lease it held handed back once"
+        );
+        debug_assert_eq!(
+            self.members.by_name[member.as_str()].leased.len() as u64,
+            reply.kept + delivered,
+            "member {member:?}: it holds what it kept and what was handed back to it"
+        );
+        debug_assert_eq!(
+            self.members
+                .sessions
+                .get(&waiter.connection())
+                .map(|n| &**n),
+            Some(member.as_str()),
+            "member {member:?}: its session is on this connection"
         );
         tracing::info!(
             member = %member,
@@ -566,6 +600,15 @@ impl<W: Waiter> Engine<W> {
         member.last_seen_ms = Some(now.wall_ms);
         member.lapsed_at = None;
         let held: Vec<Ulid> = member.leased.iter().copied().collect();
+        debug_assert!(
+            held.iter().all(|id| self
+                .index
+                .tasks
+                .get(id)
+                .and_then(super::Meta::member)
+                .is_some_and(|m| *m == name)),
+            "member {name:?}: every task it holds is leased to it"
+        );
         let after = member.counted();
         let previous = self
             .members
@@ -667,7 +710,11 @@ impl<W: Waiter> Engine<W> {
         };
         m.subscribed.clear();
         let idle = m.is_idle();
-        self.members.sessions.remove(&session.connection);
+        let bound = self.members.sessions.remove(&session.connection);
+        debug_assert!(
+            bound.is_some_and(|n| *n == *name),
+            "member {name:?}: the sessions map named its session's connection"
+        );
         self.generation += 1;
         if !session.sink.is_closed() {
             let error = ErrorBody::new(ErrorCode::Replaced, why);
@@ -692,6 +739,13 @@ impl<W: Waiter> Engine<W> {
         };
         self.generation += 1;
         let mut before = Counted::default();
+        debug_assert!(
+            self.members.by_name.get(&name).is_some_and(|m| m
+                .session
+                .as_ref()
+                .is_some_and(|s| s.connection == connection)),
+            "member {name:?}: the sessions map names its session's connection"
+        );
         if let Some(m) = self.members.by_name.get_mut(&name) {
             if m.session
                 .as_ref()
@@ -841,6 +895,11 @@ impl<W: Waiter> Engine<W> {
         let before = m.counted();
         m.draining = true;
         let (after, info) = (m.counted(), m.info(&r.member));
+        debug_assert!(
+            after.consumes.is_empty(),
+            "member {:?}: a draining member consumes from no queue",
+            r.member
+        );
         self.members.recount(before, after, &mut self.index.queues);
         self.push_to(&r.member, Push::Drain);
         Ok(MemberReply { member: info })
@@ -889,6 +948,11 @@ impl<W: Waiter> Engine<W> {
         let lease = rec.lease.take().expect("a leased task has a lease");
         telemetry::lease_ended(&rec.queue, LeaseEnd::Revoked, lease.granted_ms, now.wall_ms);
         let (holder, epoch) = (lease.member, lease.epoch);
+        assert_eq!(
+            member.as_deref().unwrap_or(""),
+            holder,
+            "task {id}: its index entry and its record name the same holder"
+        );
         push_event(&mut rec, now, "revoked", Some(&holder), Some(epoch), None);
         let state = self.fail(
             id,
