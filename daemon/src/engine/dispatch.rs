@@ -68,6 +68,10 @@ impl Carried {
             .sets
             .get_mut(&set)
             .unwrap_or_else(|| panic!("label set {set:?} is not carried"));
+        assert!(
+            *count > 0,
+            "label set {set:?}: its carriers never underflow"
+        );
         *count -= 1;
         if *count == 0 {
             self.sets.remove(&set);
@@ -171,6 +175,15 @@ impl DispatchIndex {
     /// Adds a task that entered a scheduled, ready or leased state; `carried` tells
     /// whether a class new to the queue is claimable.
     pub fn add(&mut self, t: TaskRef<'_>, key_concurrency: u32, carried: &Carried) {
+        assert!(
+            matches!(
+                t.state,
+                TaskState::Scheduled | TaskState::Ready | TaskState::Leased
+            ),
+            "task {}: only scheduled, ready and leased tasks are dispatch-indexed, not {}",
+            t.id,
+            t.state
+        );
         self.refs
             .entry(Arc::clone(t.class))
             .or_insert_with(|| ClassRefs {
@@ -199,7 +212,8 @@ impl DispatchIndex {
                 }
                 let line = self.keys.get_or_insert_with(Arc::clone(key), Line::default);
                 line.leased += u32::from(leased);
-                line.slots.insert(t.id, slot);
+                let old = line.slots.insert(t.id, slot);
+                assert!(old.is_none(), "task {} joins its key's line once", t.id);
                 self.refresh(key, key_concurrency);
             }
         }
@@ -211,6 +225,11 @@ impl DispatchIndex {
             .refs
             .get_mut(t.class)
             .unwrap_or_else(|| panic!("task {}: its label class is not counted", t.id));
+        assert!(
+            refs.tasks > 0,
+            "task {}: its label class counts its tasks",
+            t.id
+        );
         refs.tasks -= 1;
         if refs.tasks == 0 {
             self.refs.remove(t.class);
@@ -230,6 +249,12 @@ impl DispatchIndex {
                     .slots
                     .remove(&t.id)
                     .unwrap_or_else(|| panic!("task {} is not in its key's line", t.id));
+                assert_eq!(
+                    (slot.ready, slot.leased),
+                    (t.state == TaskState::Ready, t.state == TaskState::Leased),
+                    "task {}: its place in its key's line is of its state",
+                    t.id
+                );
                 line.leased = line
                     .leased
                     .checked_sub(u32::from(slot.leased))
@@ -290,6 +315,15 @@ impl DispatchIndex {
         for key in keys {
             self.refresh_all(&key, key_concurrency);
         }
+        debug_assert!(
+            self.keys.iter().all(|(_, line)| line
+                .slots
+                .values()
+                .filter(|s| s.dispatchable)
+                .count()
+                <= key_concurrency as usize),
+            "at most key_concurrency tasks of a key are dispatchable"
+        );
     }
 
     /// Label classes with dispatchable tasks (what [`Self::check_unclaimable`] walks).
@@ -329,10 +363,20 @@ impl DispatchIndex {
                 && let Some(tasks) = self.classes.get(class)
             {
                 if appeared {
-                    self.unclaimable.remove(class);
+                    assert!(
+                        self.unclaimable.remove(class),
+                        "class {class:?}: unclaimable until a set covering it appeared"
+                    );
+                    assert!(
+                        self.unclaimable_ready >= tasks.len() as u64,
+                        "class {class:?}: unclaimable tasks never underflow"
+                    );
                     self.unclaimable_ready -= tasks.len() as u64;
                 } else {
-                    self.unclaimable.insert(Arc::clone(class));
+                    assert!(
+                        self.unclaimable.insert(Arc::clone(class)),
+                        "class {class:?}: claimable until the last set covering it left"
+                    );
                     self.unclaimable_ready += tasks.len() as u64;
                 }
             }
@@ -377,6 +421,10 @@ impl DispatchIndex {
 
     /// Makes a ready task dispatchable in its class.
     fn dispatchable(&mut self, class: &Class, priority: u8, id: Ulid) {
+        debug_assert!(
+            self.refs.get(class).is_some_and(|r| r.tasks > 0),
+            "task {id}: a dispatchable task's class counts it"
+        );
         if !self.classes.contains_key(class) {
             if let Some(first) = class.first() {
                 self.by_first_label
@@ -414,6 +462,10 @@ impl DispatchIndex {
             "task {id} was not dispatchable in its class"
         );
         if self.unclaimable.contains(class) {
+            assert!(
+                self.unclaimable_ready > 0,
+                "task {id}: unclaimable tasks never underflow"
+            );
             self.unclaimable_ready -= 1;
         }
         if set.is_empty() {
@@ -456,6 +508,10 @@ impl DispatchIndex {
         let free = line.leased < key_concurrency;
         let mut changes = Vec::new();
         for (place, (id, slot)) in line.slots.iter_mut().enumerate().take(places) {
+            debug_assert!(
+                !(slot.ready && slot.leased),
+                "task {id}: ready or leased in its key's line, not both"
+            );
             let should = slot.ready && free && place < key_concurrency as usize;
             if should != slot.dispatchable {
                 slot.dispatchable = should;

@@ -63,8 +63,10 @@ impl<K: Hash + Eq, V, S: BuildHasher + Default> ShardedMap<K, V, S> {
     /// Makes the shards on first use.
     fn ensure_shards(&mut self) {
         if self.shards.is_empty() {
+            assert_eq!(self.len, 0, "a ShardedMap without shards holds nothing");
             self.shards = (0..SHARDS).map(|_| HashMap::default()).collect();
         }
+        debug_assert_eq!(self.shards.len(), SHARDS, "a ShardedMap has all its shards");
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -104,6 +106,10 @@ impl<K: Hash + Eq, V, S: BuildHasher + Default> ShardedMap<K, V, S> {
         if old.is_none() {
             self.len += 1;
         }
+        debug_assert!(
+            self.len >= self.shards[shard].len(),
+            "a ShardedMap counts what its shards hold"
+        );
         old
     }
 
