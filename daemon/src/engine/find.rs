@@ -194,6 +194,10 @@ impl<W: Waiter> Engine<W> {
         }
         found.work.scanned += 1;
         if let Some(range) = range {
+            debug_assert!(
+                !range.is_empty(),
+                "queue {name:?}: a range searched holds an id"
+            );
             for id in self.candidates(name, queue, search, range, &mut found.work)? {
                 if found.full(search.limit) {
                     return Ok(ControlFlow::Break(()));
@@ -240,6 +244,10 @@ impl<W: Waiter> Engine<W> {
                 .store
                 .idem(name, idem)?
                 .filter(|id| range.contains(id) && self.index.tasks.contains_key(id));
+            debug_assert!(
+                found.is_none_or(|id| *self.index.tasks[&id].queue == *name),
+                "queue {name:?}: an idempotency key names a task of its own queue"
+            );
             return Ok(Box::new(found.into_iter()));
         }
         let newest_first = search.newest_first;
@@ -271,6 +279,12 @@ impl<W: Waiter> Engine<W> {
         let Some(meta) = self.index.tasks.get(&id) else {
             unreachable!("task {id} is indexed in its queue but not known");
         };
+        debug_assert!(
+            self.index.queues[&*meta.queue]
+                .ids(meta.state)
+                .contains(&id),
+            "task {id}: a candidate is listed under its state in its queue"
+        );
         assert!(
             meta.held.is_some() == (meta.state == TaskState::Leased),
             "task {id}: a lease clock exactly while leased"
@@ -381,7 +395,12 @@ fn past(
     } else {
         (lo.max(Ulid(cursor.0.checked_add(1)?)), hi)
     };
-    (lo <= hi).then_some(lo..=hi)
+    let rest = (lo <= hi).then_some(lo..=hi);
+    debug_assert!(
+        rest.as_ref().is_none_or(|r| !r.contains(&cursor)),
+        "a search goes on past its cursor, never at it again"
+    );
+    rest
 }
 
 fn validate(r: &TaskFind) -> OpResult<Search> {
@@ -447,6 +466,7 @@ fn prefix_range(prefix: &str) -> OpResult<Option<RangeInclusive<Ulid>>> {
     }
     let lo = Ulid::from_string(&pad('0')).map_err(|e| bad(format!("id prefix {prefix:?}: {e}")))?;
     let hi = Ulid::from_string(&pad('Z')).map_err(|e| bad(format!("id prefix {prefix:?}: {e}")))?;
+    debug_assert!(lo <= hi, "id prefix {prefix:?}: a non-empty range of ids");
     Ok(Some(lo..=hi))
 }
 

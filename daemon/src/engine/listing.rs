@@ -47,6 +47,10 @@ pub fn fill<T: Serialize, E>(
         }
         bytes += len;
         taken.push(item);
+        debug_assert!(
+            taken.len() == 1 || bytes <= MAX_LISTING_BYTES,
+            "a page of more than one item fits {MAX_LISTING_BYTES} bytes"
+        );
     }
     Ok(Page {
         items: taken,

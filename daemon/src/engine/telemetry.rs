@@ -206,6 +206,10 @@ pub struct Snapshot<'a> {
 /// Sets the gauges. Series of deleted queues and departed members are no longer set,
 /// and the exporter drops them after `crate::metrics::GAUGE_IDLE_TIMEOUT`.
 pub fn publish(s: &Snapshot<'_>) {
+    debug_assert!(
+        s.connected + s.unreachable <= s.members.len(),
+        "connected and unreachable members are some of the members"
+    );
     for q in &s.queues {
         let name = &q.name;
         for state in TaskState::ALL {

@@ -44,6 +44,12 @@ fn row(id: Ulid, rec: &crate::store::TaskRecord) -> TaskSummary {
     {
         e.push('…');
     }
+    debug_assert!(
+        t.last_error
+            .as_ref()
+            .is_none_or(|e| e.len() <= ROW_ERROR_BYTES + '…'.len_utf8()),
+        "task {id}: a row's error is cut to {ROW_ERROR_BYTES} bytes"
+    );
     t
 }
 
@@ -113,6 +119,10 @@ impl<W: Waiter> Engine<W> {
                 queued: Arc::new(AtomicBool::new(false)),
             },
         );
+        debug_assert!(
+            self.waiting.watches.len() <= MAX_WATCHES,
+            "the daemon keeps at most {MAX_WATCHES} watches"
+        );
         Ok(WatchReply {
             tag: r.tag,
             update,
@@ -152,6 +162,10 @@ impl<W: Waiter> Engine<W> {
             let Some(w) = self.waiting.watches.get(&connection) else {
                 continue;
             };
+            debug_assert!(
+                !w.queued.load(Ordering::Acquire),
+                "a watch is served only with no push of it waiting to be written"
+            );
             let update = match self.screen(&w.view, w.principal.as_ref()) {
                 Ok(update) => update,
                 Err(Failure::Client(error)) => WatchUpdate::Gone { error },
@@ -304,6 +318,7 @@ impl<W: Waiter> Engine<W> {
             }
         };
         let mut ids: Vec<Ulid> = Vec::new();
+        let read_at_most = limit + 1;
         for (name, q) in self
             .index
             .queues
@@ -325,6 +340,10 @@ impl<W: Waiter> Engine<W> {
                     .take(limit + 1 - ids.len()),
             );
         }
+        assert!(
+            ids.len() <= read_at_most,
+            "a dead screen reads at most one page of records and one more"
+        );
         let page = fill(
             ids.into_iter()
                 .map(|id| Ok::<_, Failure>(row(id, &self.record(id)?))),
