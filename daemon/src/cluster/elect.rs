@@ -197,6 +197,10 @@ impl Timer {
         // the pre-vote; after a lost pre-vote (a voter's lease may have ended a moment
         // later than this node's), a heartbeat or two; after an election of its own
         // that made no leader, a whole random timeout.
+        debug_assert!(
+            self.last_try.is_none_or(|t| t >= self.started),
+            "a timer tries only after it started"
+        );
         let followed = me.vote.is_committed() || me.vote.leader_id().voted_for() != Some(self.id);
         let (timing, id) = (self.timing, self.id);
         let waits = *self
@@ -220,6 +224,10 @@ impl Timer {
         me: &Standing,
         now: Instant,
     ) -> ControlFlow<()> {
+        debug_assert!(
+            me.state != ServerState::Leader && me.voters.contains(&self.id),
+            "only a voter that does not lead stands (its timer said it was due)"
+        );
         self.last_try = Some(now);
         self.stood = false;
         self.wait = None;
@@ -270,6 +278,11 @@ impl Timer {
             .filter(|&v| v != self.id)
             .collect();
         let majority = me.voters.len() / 2 + 1;
+        debug_assert_eq!(
+            others.len() + 1,
+            me.voters.len(),
+            "a node asks every voter but itself"
+        );
         let timeout = self.timing.election_timeout();
         let granted = 1 + ask(raft, network, &others, &req, majority - 1, timeout).await;
         assert!(
@@ -303,6 +316,11 @@ async fn ask(
     enough: usize,
     timeout: Duration,
 ) -> usize {
+    debug_assert!(
+        enough <= others.len(),
+        "the yeses wanted ({enough}) can come from the others ({})",
+        others.len()
+    );
     let membership = raft.metrics().borrow().membership_config.clone();
     let mut asks = tokio::task::JoinSet::new();
     for &target in others {
@@ -335,6 +353,10 @@ async fn ask(
     }
     // Each ask ends by its own deadline: none outlives `timeout` by more than a moment.
     asks.detach_all();
+    debug_assert!(
+        granted <= others.len(),
+        "at most one yes from each voter asked"
+    );
     granted
 }
 
@@ -359,12 +381,13 @@ struct Waits {
 
 impl Waits {
     fn draw(timing: Timing, id: u64, voters: &BTreeSet<u64>) -> Waits {
+        debug_assert!(voters.contains(&id), "only a voter draws its waits");
         let t = timing.election_timeout().as_millis() as u64;
         let slots = voters.len().max(1) as u64;
         let slot = voters.iter().position(|&v| v == id).unwrap_or(0) as u64;
         let width = (t / 2 / slots).max(1);
         let mut rng = rand::rng();
-        Waits {
+        let waits = Waits {
             after_leader: timing.leader_lease()
                 + Duration::from_millis(slot * width + rng.random_range(0..width)),
             after_pre_vote: timing.heartbeat()
@@ -372,7 +395,16 @@ impl Waits {
                     rng.random_range(0..=timing.heartbeat().as_millis() as u64),
                 ),
             after_try: Duration::from_millis(rng.random_range(t..=t * 3 / 2)),
-        }
+        };
+        // IMPORTANT: no voter stands while the leader's lease may hold at the others,
+        // and each stands within its own slot.
+        assert!(
+            waits.after_leader >= timing.leader_lease()
+                && waits.after_leader
+                    < timing.leader_lease() + Duration::from_millis((slot + 1) * width),
+            "a wait after a leader in the slot of voter {id}"
+        );
+        waits
     }
 }
 
@@ -417,6 +449,10 @@ impl CheckQuorum {
             step_back(raft, network, false);
             self.heartbeats = true;
         }
+        debug_assert!(
+            self.heartbeats || me.state == ServerState::Leader,
+            "only a leader is ever stepped back"
+        );
     }
 }
 

@@ -48,6 +48,9 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(2);
 /// only a lost peer, not a few lost packets, ends a connection.
 pub const KEEP_ALIVE: Duration = Duration::from_millis(250);
 
+// Several keep-alives go unanswered before a live connection could time out.
+const _: () = assert!(KEEP_ALIVE.as_millis() * 4 <= IDLE_TIMEOUT.as_millis());
+
 /// RPCs one connection may have in flight at once (its open bidirectional streams).
 /// openraft sends to one peer from a replication stream, elections and leadership
 /// checks: a few at a time.
@@ -129,6 +132,8 @@ pub fn identity(secret: &[u8], cluster_id: &str) -> anyhow::Result<ClusterIdenti
     };
     let seed = expand(b"ed25519:")?;
     let reset_key = expand(b"stateless-reset:")?;
+    // The key that signs and the key that resets are apart: one never gives the other.
+    assert_ne!(seed, reset_key, "keys derived under distinct labels");
 
     let mut pkcs8 = Vec::with_capacity(ED25519_PKCS8_PREFIX.len() + seed.len());
     pkcs8.extend_from_slice(&ED25519_PKCS8_PREFIX);
@@ -148,6 +153,11 @@ pub fn identity(secret: &[u8], cluster_id: &str) -> anyhow::Result<ClusterIdenti
         .subject_public_key_info()
         .as_ref()
         .to_vec();
+    // What every peer is checked against (`ClusterPeers`): never empty.
+    assert!(
+        !spki.is_empty(),
+        "the derived certificate carries its public key"
+    );
     Ok(ClusterIdentity {
         cert,
         key,
@@ -198,6 +208,10 @@ pub fn secret_entropy_bits(secret: &[u8]) -> f64 {
             -p * p.log2()
         })
         .sum();
+    debug_assert!(
+        (0.0..=8.0 + 1e-9).contains(&per_byte),
+        "a byte carries 0 to 8 bits, not {per_byte}"
+    );
     per_byte * n
 }
 
@@ -303,6 +317,10 @@ struct ClusterPeers {
 
 impl ClusterPeers {
     fn new(spki: &[u8], provider: &CryptoProvider) -> ClusterPeers {
+        assert!(
+            !spki.is_empty(),
+            "a verifier expects a key: an empty one matches none"
+        );
         ClusterPeers {
             spki: spki.to_vec(),
             algorithms: provider.signature_verification_algorithms,

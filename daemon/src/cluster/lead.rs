@@ -100,6 +100,7 @@ fn lead(
     generation: &tokio::sync::watch::Sender<u64>,
 ) -> Result<Ended, StoreError> {
     let (opening, term) = (Instant::now(), leading.term);
+    assert!(term > 0, "a node leads in a term above 0");
     let applied = super::storage::Applied::of(store)?;
     let clock = Clock::floored(applied.wall_ms);
     let mut engine = dispatcher::open_engine(store.clone(), &clock, settings, disk, stats)?;
@@ -196,6 +197,11 @@ impl Leading {
         if agreed {
             self.round.applied();
         }
+        debug_assert_eq!(
+            self.round.bytes(),
+            0,
+            "a round proposed is all the engine held (nothing runs while it is agreed on)"
+        );
         agreed
     }
 }

@@ -98,6 +98,13 @@ const CLOSE_LIMIT: u32 = 5;
 /// actually arrived, not what its header announces.
 const READ_CHUNK: usize = 64 * 1024;
 
+// A request is read a chunk at a time, each taken from the budgets first: a chunk must
+// fit in both, or its read would wait for ever.
+const _: () = assert!(READ_CHUNK <= MAX_BUFFERED_PER_CONNECTION);
+const _: () = assert!(MAX_BUFFERED_PER_CONNECTION <= MAX_BUFFERED_BYTES);
+// A frame of the limit fits in a connection's budget, so it can always be read whole.
+const _: () = assert!(MAX_RPC_BYTES <= MAX_BUFFERED_PER_CONNECTION);
+
 /// Application error code on a stream stopped or reset for an unreadable request.
 const RESET_BAD_FRAME: u32 = 1;
 
@@ -183,6 +190,10 @@ impl Budget {
 
     /// Waits until `bytes` more may be held; held until the permits are dropped.
     async fn take(&self, bytes: usize) -> [tokio::sync::OwnedSemaphorePermit; 2] {
+        assert!(
+            (1..=READ_CHUNK).contains(&bytes),
+            "a budget is taken a chunk at a time, not {bytes} bytes"
+        );
         let n = u32::try_from(bytes).expect("a read chunk fits in u32");
         let closed = "a budget's semaphore is never closed";
         let connection = Arc::clone(&self.connection)
@@ -221,6 +232,7 @@ async fn read_frame_within<R: AsyncRead + Unpin>(
     loop {
         match frames.next_frame() {
             Ok(Some(body)) => {
+                debug_assert!(body.len() <= MAX_RPC_BYTES, "a frame within the limit");
                 debug_assert_eq!(
                     held.len(),
                     if budget.is_some() {
@@ -355,6 +367,7 @@ impl Contacts {
     /// `target` answered: a peer logged unreachable is logged reachable again, once.
     fn answered(&self, target: u64, addr: &str, now: Instant) {
         let mut map = self.lock();
+        debug_assert!(map.contains_key(&target), "node {target} answered untried");
         let Some(c) = map.get_mut(&target) else {
             return;
         };
@@ -374,7 +387,12 @@ impl Contacts {
     /// the streak of failures is [`UNREACHABLE_AFTER`] long, the peer is logged
     /// unreachable, once until it answers again.
     fn failed(&self, target: u64, addr: &str, sent: Instant, now: Instant, error: &str) {
+        debug_assert!(sent <= now, "an RPC fails after it was sent");
         let mut map = self.lock();
+        debug_assert!(
+            map.contains_key(&target),
+            "an RPC to node {target} failed untried"
+        );
         let Some(c) = map.get_mut(&target) else {
             return;
         };
@@ -385,6 +403,10 @@ impl Contacts {
             _ => sent,
         };
         c.failing = Some((first, now));
+        debug_assert!(
+            first <= now,
+            "a streak of failures starts before its last one"
+        );
         if c.unreachable.is_none() && now.saturating_duration_since(first) >= UNREACHABLE_AFTER {
             c.unreachable = Some(now);
             warn!(
@@ -1011,6 +1033,7 @@ async fn serve_stream<H: Handler>(
             return refuse(send, recv, RESET_BAD_FRAME);
         }
     };
+    debug_assert!(request.len() <= MAX_RPC_BYTES, "a request within the limit");
     let rpc: Rpc = match postcard::from_bytes(&request) {
         Ok(rpc) => rpc,
         Err(e) => {

@@ -277,6 +277,7 @@ impl Node {
 
     /// Whether this node leads in `term` and heard from a majority lately.
     pub fn leads_in(&self, term: u64) -> bool {
+        debug_assert!(term > 0, "a node leads only in a term above 0");
         let m = self.raft.metrics();
         let m = m.borrow();
         // openraft forgets the quorum's last acknowledgement when the membership
@@ -307,6 +308,8 @@ impl Node {
     /// false if it was not (refused by the term fence, or not agreed on before the node
     /// stopped leading in `term` or `timeout` passed).
     pub fn propose(&self, term: u64, round: Round, timeout: Duration) -> bool {
+        // IMPORTANT: the term fence: a round names the term its engine was built in.
+        assert_eq!(round.term, term, "a round is proposed in its own term");
         let raft = self.raft.clone();
         match self.while_leading(term, timeout, raft.client_write(round)) {
             Ok(Ok(response)) => response.data == Fate::Written,
@@ -407,10 +410,19 @@ impl Node {
 
     /// The dispatcher serves with an engine of `term` (`None`: it follows).
     pub fn set_serving(&self, term: Option<u64>) {
+        assert_ne!(
+            term,
+            Some(0),
+            "0 means following: no engine serves in term 0"
+        );
         let before = self.serving.swap(term.unwrap_or(0), Ordering::AcqRel);
         assert!(
             term.is_none() || before == 0,
             "the dispatcher serves in term {term:?} only after following (it served {before})"
+        );
+        assert!(
+            term.is_some() || before != 0,
+            "the dispatcher follows again only after it served"
         );
     }
 

@@ -136,8 +136,14 @@ impl LogStore {
     fn last_entry(&self) -> Result<Option<LogId<u64>>, StoreError> {
         match self.log.last_key_value() {
             Some(guard) => {
-                let (_, v) = guard.into_inner()?;
+                let (k, v) = guard.into_inner()?;
                 let entry: Entry<Muster> = decode(&v, "raft log entry")?;
+                assert_eq!(
+                    *k,
+                    entry.log_id.index.to_be_bytes(),
+                    "a log entry is stored under its index ({})",
+                    entry.log_id
+                );
                 Ok(Some(entry.log_id))
             }
             None => Ok(None),
@@ -193,11 +199,18 @@ impl LogStore {
         let purged: Option<LogId<u64>> = self.get_state(PURGED)?;
         let last = self.last_entry()?.or(purged);
         let vote: Option<Vote<u64>> = self.get_state(VOTE)?;
-        let term = vote
-            .map_or(0, |v| v.leader_id().term)
-            .max(last.map_or(0, |l| l.leader_id.term))
-            + 1;
+        let (voted_term, last_term) = (
+            vote.map_or(0, |v| v.leader_id().term),
+            last.map_or(0, |l| l.leader_id.term),
+        );
+        let term = voted_term.max(last_term) + 1;
         let index = last.map_or(0, |l| l.index + 1);
+        // IMPORTANT: above every term the node has seen, so no leader of an old term
+        // can ever overwrite the entry, nor a vote of one count.
+        assert!(
+            term > voted_term && term > last_term,
+            "the forced term {term} is above the vote's ({voted_term}) and the log's ({last_term})"
+        );
         let entry: Entry<Muster> = Entry {
             log_id: LogId::new(openraft::CommittedLeaderId::new(term, node), index),
             payload: EntryPayload::Membership(Membership::new(
@@ -211,6 +224,11 @@ impl LogStore {
         batch.insert(&self.state, VOTE, encode(&Vote::new(term, node)));
         batch.durability(None).commit()?;
         store.persist(Persist::All)?;
+        debug_assert_eq!(
+            self.last_entry().ok().flatten(),
+            Some(entry.log_id),
+            "the forced membership is the log's last entry"
+        );
         tracing::warn!(
             node,
             term,
@@ -223,6 +241,10 @@ impl LogStore {
 
     /// Removes the entries in `from..to`, a batch at a time.
     fn remove_range(&self, from: u64, to: Option<u64>) -> Result<(), StoreError> {
+        assert!(
+            to.is_none_or(|to| from <= to),
+            "a range of the log ends after it starts ({from}..{to:?})"
+        );
         let range = match to {
             Some(to) => self.log.range(from.to_be_bytes()..to.to_be_bytes()),
             None => self.log.range(from.to_be_bytes()..),
@@ -237,6 +259,14 @@ impl LogStore {
             }
         }
         batch.durability(None).commit()?;
+        debug_assert!(
+            match to {
+                Some(to) => self.log.range(from.to_be_bytes()..to.to_be_bytes()).next(),
+                None => self.log.range(from.to_be_bytes()..).next(),
+            }
+            .is_none(),
+            "no entry of {from}..{to:?} is left"
+        );
         Ok(())
     }
 }
@@ -283,6 +313,13 @@ impl RaftLogReader<Muster> for LogStore {
                 }
                 out.push(entry);
             }
+            debug_assert!(
+                out.first().is_none_or(|e| e.log_id.index >= start)
+                    && out
+                        .last()
+                        .is_none_or(|e| end.is_none_or(|end| e.log_id.index < end)),
+                "the entries read lie in {start}..{end:?}"
+            );
             Ok::<_, StoreError>(out)
         })
         .await
@@ -316,8 +353,9 @@ impl RaftLogStorage<Muster> for LogStore {
             self.get_state::<Vote<u64>>(VOTE)
                 .ok()
                 .flatten()
-                .is_none_or(|saved| vote.leader_id().term >= saved.leader_id().term),
-            "terms never go back: vote {vote} saved"
+                .is_none_or(|saved| vote.leader_id().term >= saved.leader_id().term
+                    && saved.partial_cmp(vote) != Some(std::cmp::Ordering::Greater)),
+            "terms and votes never go back: vote {vote} saved"
         );
         let this = self.clone();
         let vote = encode(vote);
@@ -337,6 +375,14 @@ impl RaftLogStorage<Muster> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> StorageResult<()> {
+        debug_assert!(
+            self.get_state::<Option<LogId<u64>>>(COMMITTED)
+                .ok()
+                .flatten()
+                .flatten()
+                <= committed,
+            "the committed position never goes back: {committed:?} saved"
+        );
         let state = self.state.clone();
         blocking(move || Ok::<_, StoreError>(state.insert(COMMITTED, encode(&committed))?))
             .await
@@ -396,9 +442,28 @@ impl RaftLogStorage<Muster> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> StorageResult<()> {
         let this = self.clone();
-        blocking(move || this.remove_range(log_id.index, None))
-            .await
-            .map_err(|e| StorageIOError::write_logs(&e).into())
+        blocking(move || {
+            // IMPORTANT: Raft's safety: what a majority holds is never taken back.
+            debug_assert!(
+                this.get_state::<Option<LogId<u64>>>(COMMITTED)
+                    .ok()
+                    .flatten()
+                    .flatten()
+                    .is_none_or(|committed| committed.index < log_id.index),
+                "a committed entry is never truncated ({log_id})"
+            );
+            this.remove_range(log_id.index, None)?;
+            debug_assert!(
+                this.last_entry()
+                    .ok()
+                    .flatten()
+                    .is_none_or(|last| last.index < log_id.index),
+                "the log ends before {log_id} once truncated"
+            );
+            Ok::<_, StoreError>(())
+        })
+        .await
+        .map_err(|e| StorageIOError::write_logs(&e).into())
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> StorageResult<()> {
@@ -410,7 +475,16 @@ impl RaftLogStorage<Muster> for LogStore {
                 "the purged position never goes back ({log_id} after {purged:?})"
             );
             this.state.insert(PURGED, encode(&log_id))?;
-            this.remove_range(0, log_id.index.checked_add(1))
+            this.remove_range(0, log_id.index.checked_add(1))?;
+            debug_assert!(
+                this.log.first_key_value().is_none_or(|first| {
+                    first
+                        .key()
+                        .is_ok_and(|k| *k > log_id.index.to_be_bytes()[..])
+                }),
+                "no entry up to {log_id} is left once purged"
+            );
+            Ok::<_, StoreError>(())
         })
         .await
         .map_err(|e| StorageIOError::write_logs(&e).into())
@@ -548,6 +622,11 @@ fn load_snapshot(
     census.set_membership(&applied);
     store.remove_meta(INSTALLING)?;
     store.persist(Persist::All)?;
+    debug_assert!(
+        store.meta(INSTALLING).ok().flatten().is_none(),
+        "an install ends with its mark cleared"
+    );
+    debug_assert!(census.consistent(), "the census of an installed snapshot");
     Ok((applied, census))
 }
 
@@ -621,6 +700,7 @@ impl Census {
             census.put(id.to_bytes(), Some((&task.queue, task.state.into())));
         })?;
         census.set_membership(applied);
+        debug_assert!(census.consistent(), "the census of a scan");
         Ok(census)
     }
 
@@ -629,7 +709,7 @@ impl Census {
         if let Some(&q) = self.index.get(name) {
             return q;
         }
-        let q = self.queues.len() as u32;
+        let q = u32::try_from(self.queues.len()).expect("queue indexes fit in u32");
         self.queues.push(QueueCensus {
             name: name.to_owned(),
             stored: false,
@@ -637,6 +717,11 @@ impl Census {
             ready: BTreeSet::new(),
         });
         self.index.insert(name.to_owned(), q);
+        debug_assert_eq!(
+            self.index.len(),
+            self.queues.len(),
+            "every queue is indexed once by its name"
+        );
         q
     }
 
@@ -649,16 +734,22 @@ impl Census {
         };
         if let Some((q, state)) = old {
             let q = &mut self.queues[q as usize];
+            debug_assert!(
+                q.counts[state as usize] > 0,
+                "a counted task is in its state's count"
+            );
             q.counts[state as usize] = q.counts[state as usize].saturating_sub(1);
             if state == StoredState::Ready {
-                q.ready.remove(&Ulid::from_bytes(id));
+                let removed = q.ready.remove(&Ulid::from_bytes(id));
+                debug_assert!(removed, "a task counted ready is in its queue's ready set");
             }
         }
         if let Some((q, state)) = new {
             let q = &mut self.queues[q as usize];
             q.counts[state as usize] += 1;
             if state == StoredState::Ready {
-                q.ready.insert(Ulid::from_bytes(id));
+                let added = q.ready.insert(Ulid::from_bytes(id));
+                debug_assert!(added, "a task is in one ready set at most once");
             }
         }
     }
@@ -693,6 +784,23 @@ impl Census {
                 _ => {}
             }
         }
+        debug_assert!(
+            self.consistent(),
+            "the census after {} changes",
+            changes.len()
+        );
+    }
+
+    /// Whether the counts agree with the tasks: every task counted once, in its queue
+    /// and state, and each queue's ready set its ready count. O(queues).
+    fn consistent(&self) -> bool {
+        let counted: u64 = self.queues.iter().flat_map(|q| q.counts).sum();
+        counted == self.tasks.len() as u64
+            && self.index.len() == self.queues.len()
+            && self
+                .queues
+                .iter()
+                .all(|q| q.ready.len() as u64 == q.counts[StoredState::Ready as usize])
     }
 
     /// The membership in force at `applied`.
@@ -703,6 +811,11 @@ impl Census {
             .nodes()
             .map(|(&id, _)| (id, voters.contains(&id)))
             .collect();
+        debug_assert_eq!(
+            self.members.values().filter(|&&voter| voter).count(),
+            voters.len(),
+            "every voter is a node of its membership"
+        );
     }
 
     /// Sets the task gauges of every stored queue, as the engine does for a node that
@@ -800,7 +913,13 @@ impl SnapshotFrames {
         };
         loop {
             match self.frames.next_frame() {
-                Ok(Some(frame)) => return Ok(Some(frame)),
+                Ok(Some(frame)) => {
+                    debug_assert!(
+                        frame.len() <= MAX_SNAPSHOT_FRAME,
+                        "a frame within the limit"
+                    );
+                    return Ok(Some(frame));
+                }
                 Ok(None) => {}
                 Err(FrameError::TooLarge { len, .. }) => {
                     return Err(corrupt(format!("a frame of {len} bytes")));
@@ -837,6 +956,11 @@ impl SnapshotFrames {
 
 fn write_frame(writer: &mut impl Write, value: &impl Serialize) -> std::io::Result<()> {
     let bytes = encode(value);
+    debug_assert!(
+        bytes.len() <= MAX_SNAPSHOT_FRAME,
+        "a snapshot frame of {} bytes, over what a reader takes",
+        bytes.len()
+    );
     writer.write_all(&(bytes.len() as u32).to_be_bytes())?;
     writer.write_all(&bytes)
 }
@@ -853,6 +977,11 @@ impl SnapshotBuilder {
         let view = self.store.view();
         let applied = Applied::read(|key| view.get(Space::Meta, key))?;
         let last = applied.log_id;
+        assert!(
+            applied.membership.log_id() <= &last,
+            "the membership in force ({:?}) was applied by {last:?}",
+            applied.membership.log_id()
+        );
         let n = self.built.fetch_add(1, Ordering::Relaxed);
         let meta = SnapshotMeta {
             last_log_id: last,
@@ -940,7 +1069,8 @@ fn apply_entries(
     mut last: Applied,
     entries: Vec<Entry<Muster>>,
 ) -> Result<(Applied, Vec<Fate>), (LogId<u64>, StoreError)> {
-    let mut replies = Vec::new();
+    let (count, last_id) = (entries.len(), entries.last().map(|e| e.log_id));
+    let mut replies = Vec::with_capacity(count);
     for entry in entries {
         let log_id = entry.log_id;
         // Applied once each, in order: the store's applied position only moves on.
@@ -992,9 +1122,19 @@ fn apply_entries(
             counted.set_membership(&applied);
         }
         drop(counted);
+        assert!(
+            applied.membership.log_id() <= &applied.log_id,
+            "the membership in force ({:?}) was applied by {log_id}",
+            applied.membership.log_id()
+        );
         last = applied;
         replies.push(Fate::Written);
     }
+    assert_eq!(replies.len(), count, "one fate for each entry applied");
+    assert!(
+        last_id.is_none_or(|id| last.log_id == Some(id)),
+        "the applied position is the last entry's"
+    );
     Ok((last, replies))
 }
 
@@ -1018,6 +1158,12 @@ impl RaftStateMachine<Muster> for StateMachine {
         let (applied, replies) = blocking(move || apply_entries(&store, &census, applied, entries))
             .await
             .map_err(|(log_id, e)| StorageIOError::apply(log_id, &e))?;
+        assert!(
+            applied.log_id >= self.applied.log_id,
+            "the applied position never goes back ({:?} after {:?})",
+            applied.log_id,
+            self.applied.log_id
+        );
         self.applied = applied;
         Ok(replies)
     }
@@ -1048,6 +1194,14 @@ impl RaftStateMachine<Muster> for StateMachine {
         meta: &SnapshotMeta<u64, NodeAddr>,
         snapshot: Box<tokio::fs::File>,
     ) -> StorageResult<()> {
+        // openraft installs only a snapshot past what is committed here (so past what is
+        // applied): checked before the store is touched.
+        assert!(
+            meta.last_log_id >= self.applied.log_id,
+            "a snapshot older than what is applied is never installed ({:?} after {:?})",
+            meta.last_log_id,
+            self.applied.log_id
+        );
         let failed = |e: StoreError| StorageIOError::write_snapshot(Some(meta.signature()), &e);
         let io = |e: std::io::Error| failed(fjall::Error::from(e).into());
         // The data is whatever the file openraft hands back holds (normally `receiving`,

@@ -12,6 +12,13 @@ pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(100);
 /// [`Timing`].
 pub const DEFAULT_ELECTION_TIMEOUT: Duration = Duration::from_millis(400);
 
+// The defaults keep the rule `Timing::new` checks: a follower misses two heartbeats in a
+// row without starting an election.
+const _: () = assert!(
+    DEFAULT_ELECTION_TIMEOUT.as_millis()
+        >= DEFAULT_HEARTBEAT.as_millis() * ELECTION_TIMEOUT_MIN_HEARTBEATS as u128
+);
+
 /// The heartbeats a [`Timing`] allows, from a LAN's fastest useful rate to a slow WAN's.
 pub const HEARTBEAT_RANGE: std::ops::RangeInclusive<Duration> =
     Duration::from_millis(20)..=Duration::from_secs(1);
@@ -74,10 +81,16 @@ impl Timing {
                 election_timeout.as_millis()
             ));
         }
-        Ok(Timing {
+        let timing = Timing {
             heartbeat,
             election_timeout,
-        })
+        };
+        assert!(
+            timing.leader_lease() > timing.election_timeout()
+                && timing.election_timeout() > timing.heartbeat(),
+            "heartbeat < election timeout < leader lease"
+        );
+        Ok(timing)
     }
 
     /// How often the leader sends heartbeats.
@@ -99,9 +112,17 @@ impl Timing {
 
     /// The timing of a running raft (from its configuration).
     pub fn of(config: &Config) -> Timing {
+        let (heartbeat, election_timeout) = (
+            Duration::from_millis(config.heartbeat_interval),
+            Duration::from_millis(config.election_timeout_min),
+        );
+        debug_assert!(
+            Timing::new(heartbeat, election_timeout).is_ok(),
+            "a running raft's timing was checked when it was made"
+        );
         Timing {
-            heartbeat: Duration::from_millis(config.heartbeat_interval),
-            election_timeout: Duration::from_millis(config.election_timeout_min),
+            heartbeat,
+            election_timeout,
         }
     }
 }
