@@ -21,9 +21,9 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+use pyo3::types::PyList;
 use tracing::warn;
 
 use crate::errors::to_py;
@@ -101,12 +101,8 @@ impl<M> Inbox<M> {
 pub enum Reply {
     /// `None`.
     Unit,
-    /// An `int`.
-    Count(u64),
-    /// A `str` (records travel as JSON text).
-    Text(String),
-    /// A `list[str]`.
-    Ids(Vec<String>),
+    /// A `list` of `dict`s: reply frames' JSON objects, read as `json.loads` reads them.
+    Json(Vec<String>),
     /// A Python object made from a Rust value (a new native client, say), built once
     /// the GIL is held.
     Object(MakeObject),
@@ -121,31 +117,17 @@ impl From<()> for Reply {
     }
 }
 
-impl From<u64> for Reply {
-    fn from(n: u64) -> Reply {
-        Reply::Count(n)
-    }
-}
-
-impl From<String> for Reply {
-    fn from(text: String) -> Reply {
-        Reply::Text(text)
-    }
-}
-
-impl From<Vec<String>> for Reply {
-    fn from(ids: Vec<String>) -> Reply {
-        Reply::Ids(ids)
-    }
-}
-
 impl Reply {
     fn into_py(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         match self {
             Reply::Unit => Ok(py.None().into_bound(py)),
-            Reply::Count(n) => n.into_bound_py_any(py),
-            Reply::Text(text) => text.into_bound_py_any(py),
-            Reply::Ids(ids) => ids.into_bound_py_any(py),
+            Reply::Json(replies) => {
+                let list = PyList::empty(py);
+                for reply in &replies {
+                    list.append(crate::json::reply(py, reply)?)?;
+                }
+                Ok(list.into_any())
+            }
             Reply::Object(make) => make(py),
         }
     }

@@ -16,7 +16,8 @@
 //! # Layout
 //! - [`bridge`]: the runtime, and how results reach asyncio (an inbox per event loop,
 //!   woken through a socket the loop watches).
-//! - [`client`]: the native `Client` (one method per op) and `connect`.
+//! - [`client`]: the native `Client` (one call for every op) and `connect`.
+//! - [`json`]: a request's JSON written from Python objects, a reply's read into them.
 //! - [`worker`]: the native `Worker` and the `Task` a Python handler gets.
 //! - [`errors`]: the exception hierarchy and the mapping of SDK errors to it.
 //! - [`logging`]: the SDK's `tracing` events, handed to Python's `logging`.
@@ -26,6 +27,7 @@ use pyo3::prelude::*;
 pub mod bridge;
 pub mod client;
 pub mod errors;
+pub mod json;
 pub mod logging;
 pub mod worker;
 
@@ -37,6 +39,7 @@ fn muster_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<bridge::Loop>()?;
     m.add_class::<client::Client>()?;
+    m.add_class::<json::Json>()?;
     m.add_class::<worker::Worker>()?;
     m.add_class::<worker::Task>()?;
     m.add_function(wrap_pyfunction!(client::connect, m)?)?;
@@ -51,6 +54,7 @@ fn muster_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add(class.name()?, class)?;
     }
     m.add("MAX_BATCH", muster_protocol::limits::MAX_BATCH)?;
+    m.add("MAX_PAGE", muster_protocol::limits::MAX_PAGE)?;
     logging::install();
     Ok(())
 }

@@ -1,16 +1,20 @@
 """The asyncio ``Client``: one method per op of the protocol, but the member session's
 (``session_open``, ``session_update``, ``subscribe``, ``unsubscribe``: ``Worker`` holds
-the session) and ``watch``/``unwatch`` (a console's stream of pushes)."""
+the session) and ``watch``/``unwatch`` (a console's stream of pushes). Each method is
+its op's fields, as a ``dict``, sent through the extension's one call
+(``_native.Client.call``), and its reply's records."""
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Awaitable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _loop, _native
-from ._convert import Duration, claim_of, instant_ms, json_text, ms, ms_required, optional_json
+from ._convert import Duration, claim_of, instant_ms, json_value, ms, ms_required
+from ._native import MAX_BATCH, MAX_PAGE
 from .records import (
     Backoff,
     CancelResult,
@@ -32,8 +36,6 @@ from .records import (
     TaskSummary,
     WaitResult,
 )
-
-_T = TypeVar("_T")
 
 ClaimRef = Union[Claim, str]
 """A claim to settle: a :class:`Claim`, or the claim string ``ID.EPOCH``."""
@@ -66,24 +68,50 @@ class NewTask:
     idempotency_key: Optional[str] = None
     """A repeated enqueue with this key returns the first task instead of a new one."""
 
-    def _json(self) -> str:
-        fields: Dict[str, Any] = {}
-        if self.priority is not None:
-            fields["priority"] = self.priority
-        if self.key is not None:
-            fields["key"] = self.key
-        if self.requires:
-            fields["requires"] = list(self.requires)
-        if self.delay is not None:
-            fields["delay_ms"] = ms(self.delay, "delay")
-        if self.at is not None:
-            fields["not_before_ms"] = instant_ms(self.at)
-        if self.idempotency_key is not None:
-            fields["idempotency_key"] = self.idempotency_key
-        payload = json_text(self.payload, "payload")
-        if not fields:
-            return f'{{"payload":{payload}}}'
-        return f'{{"payload":{payload},{json.dumps(fields)[1:-1]}}}'
+    def _fields(self) -> Dict[str, Any]:
+        return _task(
+            self.payload,
+            self.priority,
+            self.key,
+            self.delay,
+            self.at,
+            self.requires,
+            self.idempotency_key,
+        )
+
+
+def _task(
+    payload: Any,
+    priority: Optional[int],
+    key: Optional[str],
+    delay: Optional[Duration],
+    at: Optional[Union[datetime, float]],
+    requires: Sequence[str],
+    idempotency_key: Optional[str],
+) -> Dict[str, Any]:
+    """A task's fields for ``enqueue``, with a fresh idempotency key if none is given."""
+    delay_ms = None if delay is None else ms(delay, "delay")
+    not_before_ms = None if at is None else instant_ms(at)
+    return {
+        "payload": json_value(payload, "payload"),
+        "priority": priority,
+        "key": key,
+        "delay_ms": delay_ms,
+        "not_before_ms": not_before_ms,
+        "requires": list(requires) if requires else None,
+        "idempotency_key": _fresh_key() if idempotency_key is None else idempotency_key,
+    }
+
+
+def _payload_only(payload: Any) -> Dict[str, Any]:
+    """:func:`_task` of a payload with no options."""
+    return {"payload": json_value(payload, "payload"), "idempotency_key": _fresh_key()}
+
+
+def _fresh_key() -> str:
+    """A fresh idempotency key: 128 random bits, so a retry after a lost reply finds
+    the task it made instead of making another."""
+    return os.urandom(16).hex()
 
 
 def _queue_options(
@@ -94,7 +122,7 @@ def _queue_options(
     retention: Optional[Duration],
     max_runtime: Optional[Duration],
     paused: Optional[bool],
-) -> str:
+) -> Dict[str, Any]:
     patch: Dict[str, Any] = {}
     if lease is not None:
         patch["lease_ms"] = ms(lease, "lease")
@@ -115,7 +143,7 @@ def _queue_options(
         patch["max_runtime_ms"] = ms(max_runtime, "max_runtime")
     if paused is not None:
         patch["paused"] = paused
-    return json.dumps(patch)
+    return patch
 
 
 def _node_id(node: int) -> int:
@@ -125,12 +153,10 @@ def _node_id(node: int) -> int:
     return node
 
 
-def _one(make: Callable[[Dict[str, Any]], _T], text: str) -> _T:
-    return make(json.loads(text))
+_Reply = Dict[str, Any]
+"""A reply frame's object: the op's fields (PROTOCOL.md §5), with ``id`` and ``ok``."""
 
-
-def _many(make: Callable[[Dict[str, Any]], _T], text: str) -> List[_T]:
-    return [make(d) for d in json.loads(text)]
+_TASK_STATES = ("scheduled", "ready", "leased", "done", "dead", "cancelled")
 
 
 class Client:
@@ -161,6 +187,28 @@ class Client:
     def __init__(self, native: _native.Client) -> None:
         """Wraps a native client; use :meth:`connect` instead."""
         self._native = native
+
+    def _send(self, op: str, fields: Dict[str, Any]) -> Awaitable[List[_Reply]]:
+        """Sends op ``op`` with its fields (``None`` ones left out); awaits its reply
+        (a list of the one reply)."""
+        return self._native.call(_loop.current(), op, [fields])
+
+    async def _call(self, op: str, fields: Dict[str, Any]) -> _Reply:
+        """Sends op ``op`` with its fields and returns its reply."""
+        (reply,) = await self._native.call(_loop.current(), op, [fields])
+        return reply
+
+    async def _pages(self, op: str, items: str) -> List[Dict[str, Any]]:
+        """Every item of a paged listing (``queue_list``, ``member_list``), page after
+        page, each page's ``next`` the following one's ``after``."""
+        found: List[Dict[str, Any]] = []
+        after: Optional[str] = None
+        while True:
+            page = await self._call(op, {"after": after, "limit": MAX_PAGE})
+            found.extend(page[items])
+            after = page.get("next")
+            if after is None:
+                return found
 
     @classmethod
     async def connect(
@@ -268,17 +316,16 @@ class Client:
         options = _queue_options(
             lease, max_attempts, retry_backoff, key_concurrency, retention, max_runtime, paused
         )
-        return _one(
-            QueueInfo._from, await self._native.queue_create(_loop.current(), queue, options)
-        )
+        reply = await self._call("queue_create", {"queue": queue, "options": options})
+        return QueueInfo._from(reply["queue"])
 
     async def queue_list(self) -> List[QueueInfo]:
         """Every queue with its counts, by name."""
-        return _many(QueueInfo._from, await self._native.queue_list(_loop.current()))
+        return [QueueInfo._from(q) for q in await self._pages("queue_list", "queues")]
 
     async def queue_describe(self, queue: str) -> QueueInfo:
         """One queue with its counts."""
-        return _one(QueueInfo._from, await self._native.queue_describe(_loop.current(), queue))
+        return QueueInfo._from((await self._call("queue_describe", {"queue": queue}))["queue"])
 
     async def queue_update(
         self,
@@ -296,25 +343,26 @@ class Client:
         options = _queue_options(
             lease, max_attempts, retry_backoff, key_concurrency, retention, max_runtime, paused
         )
-        return _one(
-            QueueInfo._from, await self._native.queue_update(_loop.current(), queue, options)
-        )
+        reply = await self._call("queue_update", {"queue": queue, "options": options})
+        return QueueInfo._from(reply["queue"])
 
     async def queue_pause(self, queue: str) -> QueueInfo:
         """Pauses a queue: it accepts enqueues and hands nothing out."""
-        return _one(QueueInfo._from, await self._native.queue_pause(_loop.current(), queue))
+        return QueueInfo._from((await self._call("queue_pause", {"queue": queue}))["queue"])
 
     async def queue_resume(self, queue: str) -> QueueInfo:
         """Resumes a paused queue."""
-        return _one(QueueInfo._from, await self._native.queue_resume(_loop.current(), queue))
+        return QueueInfo._from((await self._call("queue_resume", {"queue": queue}))["queue"])
 
     async def queue_purge(self, queue: str) -> int:
         """Removes every ready and scheduled task of a queue; returns how many."""
-        return await self._native.queue_purge(_loop.current(), queue)
+        count: int = (await self._call("queue_purge", {"queue": queue}))["count"]
+        return count
 
     async def queue_delete(self, queue: str) -> int:
         """Deletes a queue and all its tasks; returns how many tasks went with it."""
-        return await self._native.queue_delete(_loop.current(), queue)
+        count: int = (await self._call("queue_delete", {"queue": queue}))["count"]
+        return count
 
     # Producing.
 
@@ -337,9 +385,10 @@ class Client:
         With an ``idempotency_key`` that names an existing task of the queue, that
         task's id is returned and nothing is created.
         """
-        task = NewTask(payload, priority, key, delay, at, requires, idempotency_key)
-        ids = await self._native.enqueue(_loop.current(), queue, f"[{task._json()}]")
-        return ids[0]
+        task = _task(payload, priority, key, delay, at, requires, idempotency_key)
+        (reply,) = await self._send("enqueue", {"queue": queue, "tasks": [task]})
+        task_id: str = reply["tasks"][0]["id"]
+        return task_id
 
     async def enqueue_many(self, queue: str, tasks: Iterable[Union[NewTask, Any]]) -> List[str]:
         """Enqueues tasks in order and returns their ids in the same order.
@@ -348,16 +397,21 @@ class Client:
         :data:`MAX_BATCH` (1000) tasks go in one atomic request; more are sent as
         several requests back to back (each atomic, all pipelined on the connection).
         """
-        items = [t._json() if isinstance(t, NewTask) else NewTask(t)._json() for t in tasks]
+        items = [t._fields() if isinstance(t, NewTask) else _payload_only(t) for t in tasks]
         if not items:
             return []
-        return await self._native.enqueue(_loop.current(), queue, f"[{','.join(items)}]")
+        batches = [
+            {"queue": queue, "tasks": items[at : at + MAX_BATCH]}
+            for at in range(0, len(items), MAX_BATCH)
+        ]
+        replies = await self._native.call(_loop.current(), "enqueue", batches)
+        return [t["id"] for reply in replies for t in reply["tasks"]]
 
     # Reading and waiting.
 
     async def task_get(self, task: str) -> TaskInfo:
         """Reads a whole task, with its timeline."""
-        return _one(TaskInfo._from, await self._native.task_get(_loop.current(), task))
+        return TaskInfo._from((await self._call("task_get", {"task": task}))["task"])
 
     async def task_list(
         self,
@@ -369,10 +423,13 @@ class Client:
     ) -> TaskPage:
         """One page (``limit``, default 100, at most 1000) of a queue's tasks in a state,
         oldest first; pass the page's ``next`` as ``after`` for the next page."""
-        return _one(
-            TaskPage._from,
-            await self._native.task_list(_loop.current(), queue, state, after, limit),
-        )
+        if state not in _TASK_STATES:
+            raise _native.InvalidInput(
+                f"{json.dumps(state)} is not a task state (scheduled, ready, leased, done,"
+                " dead, cancelled)"
+            )
+        fields = {"queue": queue, "state": state, "after": after, "limit": limit}
+        return TaskPage._from(await self._call("task_list", fields))
 
     async def task_find(
         self,
@@ -411,29 +468,24 @@ class Client:
                 if (after := found.next) is None:
                     break
         """
-        search: Dict[str, Any] = {}
-        for name, value in (
-            ("queue", queue),
-            ("state", state),
-            ("id_prefix", id_prefix),
-            ("key", key),
-            ("idempotency_key", idempotency_key),
-            ("label", label),
-            ("error", error),
-            ("payload", payload),
-            ("limit", limit),
-        ):
-            if value is not None:
-                search[name] = value
+        search: Dict[str, Any] = {
+            "queue": queue,
+            "state": state,
+            "id_prefix": id_prefix,
+            "key": key,
+            "idempotency_key": idempotency_key,
+            "label": label,
+            "error": error,
+            "payload": payload,
+            "limit": limit,
+            "newest_first": newest_first or None,
+        }
         if field is not None:
             path, value = field
-            search["field"] = {"path": path, "value": json.loads(json_text(value, "field"))}
-        if newest_first:
-            search["newest_first"] = True
+            search["field"] = {"path": path, "value": json_value(value, "field")}
         if after is not None:
             search["after"] = {"queue": after.queue, "id": after.id}
-        text = await self._native.task_find(_loop.current(), json.dumps(search))
-        return _one(FindResult._from, text)
+        return FindResult._from(await self._call("task_find", search))
 
     async def task_update(
         self, task: str, *, priority: Optional[int] = None, run_now: bool = False
@@ -444,22 +496,20 @@ class Client:
         task that is leased or finished."""
         if priority is not None and not 0 <= priority <= 255:
             raise _native.InvalidInput(f"priority {priority} is out of range (0..9)")
-        return _one(
-            TaskSummary._from,
-            await self._native.task_update(_loop.current(), task, priority, run_now),
-        )
+        fields = {"task": task, "priority": priority, "run_now": run_now or None}
+        return TaskSummary._from((await self._call("task_update", fields))["task"])
 
     async def wait(self, tasks: Union[str, Sequence[str]], timeout: Duration) -> WaitResult:
         """Waits until the tasks (an id or up to 1000 ids) are finished (done, dead or
         cancelled) or removed, or ``timeout`` (at most 300 s) has passed."""
         ids = [tasks] if isinstance(tasks, str) else list(tasks)
         timeout_ms = ms_required(timeout, "timeout")
-        return _one(WaitResult._from, await self._native.wait(_loop.current(), ids, timeout_ms))
+        return WaitResult._from(await self._call("wait", {"tasks": ids, "timeout_ms": timeout_ms}))
 
     async def cancel(self, task: str) -> CancelResult:
         """Cancels a task: at once if it is waiting; a leased task's holder is told to
         stop, and its settle ends it ``cancelled``."""
-        return _one(CancelResult._from, await self._native.cancel(_loop.current(), task))
+        return CancelResult._from(await self._call("cancel", {"task": task}))
 
     # Consuming by pull.
 
@@ -480,10 +530,16 @@ class Client:
         settles by itself.
         """
         names = [queues] if isinstance(queues, str) else list(queues)
-        text = await self._native.claim(
-            _loop.current(), names, max, ms(wait, "wait"), ms(lease, "lease"), member, list(labels)
-        )
-        return _many(Claim._from, text)
+        fields = {
+            "queues": names,
+            "max": max,
+            "wait_ms": ms(wait, "wait"),
+            "lease_ms": ms(lease, "lease"),
+            "member": member,
+            "labels": list(labels) or None,
+        }
+        (reply,) = await self._send("claim", fields)
+        return [Claim._from(d) for d in reply["tasks"]]
 
     async def renew(
         self,
@@ -497,17 +553,22 @@ class Client:
         JSON text, at most 64 KiB). Raises :class:`~muster.LeaseLost` if the claim is no
         longer the task's lease."""
         task, epoch = claim_of(claim)
-        text = await self._native.renew(
-            _loop.current(), task, epoch, ms(extend, "extend"), optional_json(progress, "progress")
-        )
-        return _one(RenewResult._from, text)
+        fields = {
+            "task": task,
+            "epoch": epoch,
+            "extend_ms": ms(extend, "extend"),
+            "progress": None if progress is None else json_value(progress, "progress"),
+        }
+        (reply,) = await self._send("renew", fields)
+        return RenewResult._from(reply)
 
     async def ack(self, claim: ClaimRef, result: Any = None) -> SettleResult:
         """Settles a leased task as done, with an optional result (a JSON-serialisable
         object or ``bytes`` of UTF-8 JSON text, at most 1 MiB)."""
         task, epoch = claim_of(claim)
-        text = await self._native.ack(_loop.current(), task, epoch, optional_json(result, "result"))
-        return _one(SettleResult._from, text)
+        json_result = None if result is None else json_value(result, "result")
+        (reply,) = await self._send("ack", {"task": task, "epoch": epoch, "result": json_result})
+        return SettleResult._from(reply)
 
     async def nack(
         self,
@@ -519,22 +580,22 @@ class Client:
         """Hands a leased task back as failed: retried after ``delay`` (the queue's
         backoff if absent), or dead when out of attempts."""
         task, epoch = claim_of(claim)
-        return _one(
-            SettleResult._from,
-            await self._native.nack(_loop.current(), task, epoch, ms(delay, "delay"), error),
-        )
+        fields = {"task": task, "epoch": epoch, "delay_ms": ms(delay, "delay"), "error": error}
+        (reply,) = await self._send("nack", fields)
+        return SettleResult._from(reply)
 
     async def release(self, claim: ClaimRef) -> SettleResult:
         """Hands a leased task back without counting a failure."""
         task, epoch = claim_of(claim)
-        return _one(SettleResult._from, await self._native.release(_loop.current(), task, epoch))
+        (reply,) = await self._send("release", {"task": task, "epoch": epoch})
+        return SettleResult._from(reply)
 
     async def dead_letter(self, claim: ClaimRef, error: str) -> SettleResult:
         """Sends a leased task to dead at once, with an error."""
         task, epoch = claim_of(claim)
-        return _one(
-            SettleResult._from, await self._native.dead_letter(_loop.current(), task, epoch, error)
-        )
+        fields = {"task": task, "epoch": epoch, "error": error}
+        (reply,) = await self._send("dead_letter", fields)
+        return SettleResult._from(reply)
 
     # Dead letters.
 
@@ -548,10 +609,8 @@ class Client:
     ) -> CountResult:
         """Makes dead tasks of a queue (these ``ids``, or ``all``) ready again with their
         failures reset; ``dry_run`` only counts and lists them."""
-        return _one(
-            CountResult._from,
-            await self._native.redrive(_loop.current(), queue, list(ids), all, dry_run),
-        )
+        fields = {"queue": queue, "ids": list(ids), "all": all, "dry_run": dry_run}
+        return CountResult._from(await self._call("redrive", fields))
 
     async def discard(
         self,
@@ -562,53 +621,52 @@ class Client:
         dry_run: bool = False,
     ) -> CountResult:
         """Removes dead tasks of a queue (these ``ids``, or ``all``)."""
-        return _one(
-            CountResult._from,
-            await self._native.discard(_loop.current(), queue, list(ids), all, dry_run),
-        )
+        fields = {"queue": queue, "ids": list(ids), "all": all, "dry_run": dry_run}
+        return CountResult._from(await self._call("discard", fields))
 
     # Members.
 
     async def member_list(self) -> List[MemberInfo]:
         """Every member the daemon knows, by name."""
-        return _many(MemberInfo._from, await self._native.member_list(_loop.current()))
+        return [MemberInfo._from(m) for m in await self._pages("member_list", "members")]
 
     async def member_describe(self, member: str) -> MemberDescription:
         """One member and the tasks it holds."""
-        return _one(
-            MemberDescription._from, await self._native.member_describe(_loop.current(), member)
-        )
+        reply = await self._call("member_describe", {"member": member})
+        return MemberDescription._from(reply)
 
     async def member_drain(self, member: str) -> MemberInfo:
         """Drains a member: it keeps its leases, gets nothing new, and its worker drains."""
-        return _one(MemberInfo._from, await self._native.member_drain(_loop.current(), member))
+        reply = await self._call("member_drain", {"member": member})
+        return MemberInfo._from(reply["member"])
 
     async def member_undrain(self, member: str) -> MemberInfo:
         """Ends a member's drain: it gets work again. A worker that already began to
         drain at the drain push still drains to its end."""
-        return _one(MemberInfo._from, await self._native.member_undrain(_loop.current(), member))
+        reply = await self._call("member_undrain", {"member": member})
+        return MemberInfo._from(reply["member"])
 
     async def member_release(self, member: str) -> None:
         """Frees a member name from the token that first used it, so another token may
         use it. Raises :class:`~muster.InvalidState` while the member has a session or
         leases, :class:`~muster.NotFound` if no token holds the name (always without
         tokens)."""
-        await self._native.member_release(_loop.current(), member)
+        await self._call("member_release", {"member": member})
 
     async def lease_revoke(self, task: str) -> SettleResult:
         """Revokes a task's lease: it lapses now (one failure) and its holder is told to stop."""
-        return _one(SettleResult._from, await self._native.lease_revoke(_loop.current(), task))
+        return SettleResult._from(await self._call("lease_revoke", {"task": task}))
 
     async def server_stats(self) -> ServerStats:
         """The daemon's group-commit counters."""
-        return _one(ServerStats._from, await self._native.server_stats(_loop.current()))
+        return ServerStats._from(await self._call("server_stats", {}))
 
     async def admin_snapshot(self, dir: str) -> SnapshotResult:
         """Writes a consistent copy of the whole store into ``dir``, a new directory
         **on the daemon's host** inside its snapshot root (a name there, or an absolute
         path inside it): a backup (PROTOCOL.md §5.36). Returns once the copy is
         durable, with the absolute path written."""
-        return _one(SnapshotResult._from, await self._native.admin_snapshot(_loop.current(), dir))
+        return SnapshotResult._from(await self._call("admin_snapshot", {"dir": dir}))
 
     # Cluster.
 
@@ -619,7 +677,7 @@ class Client:
         not: connect with :meth:`connect_node` for one node's own view. Needs an admin
         token (when tokens are configured); a single daemon raises
         :class:`~muster.InvalidState`."""
-        return _one(ClusterStatus._from, await self._native.cluster_status(_loop.current()))
+        return ClusterStatus._from(await self._call("cluster_status", {}))
 
     async def cluster_add(
         self,
@@ -644,11 +702,14 @@ class Client:
         :class:`~muster.BadRequest` for a ``catch_up`` out of range and
         :class:`~muster.Forbidden` without an admin token over every queue.
         """
-        catch_up_ms = ms(catch_up, "catch_up")
-        text = await self._native.cluster_add(
-            _loop.current(), _node_id(node), addr, cluster_addr, learner, catch_up_ms
-        )
-        return _one(ClusterStatus._from, text)
+        fields = {
+            "node": _node_id(node),
+            "addr": addr,
+            "cluster_addr": cluster_addr,
+            "learner": learner,
+            "catch_up_ms": ms(catch_up, "catch_up"),
+        }
+        return ClusterStatus._from(await self._call("cluster_add", fields))
 
     async def cluster_remove(self, node: int) -> ClusterStatus:
         """Removes node ``node`` from the cluster, on the leader (PROTOCOL.md §5.41); stop
@@ -656,5 +717,5 @@ class Client:
         :class:`~muster.NotFound` for a node that is not a member,
         :class:`~muster.NotLeader` on a node that does not lead and
         :class:`~muster.Forbidden` without an admin token over every queue."""
-        text = await self._native.cluster_remove(_loop.current(), _node_id(node))
-        return _one(ClusterStatus._from, text)
+        reply = await self._call("cluster_remove", {"node": _node_id(node)})
+        return ClusterStatus._from(reply)

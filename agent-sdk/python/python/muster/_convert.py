@@ -61,9 +61,15 @@ def json_text(value: Any, what: str) -> str:
         raise _native.InvalidInput(f"{what} is not JSON-serialisable: {e}") from None
 
 
-def optional_json(value: Any, what: str) -> Optional[str]:
-    """JSON text of a value, or ``None`` for ``None`` (the protocol's "none")."""
-    return None if value is None else json_text(value, what)
+def json_value(value: Any, what: str) -> Union[bytes, _native.Json]:
+    """A JSON value of a request, as the extension's call takes it: ``bytes`` are JSON
+    text already encoded (UTF-8, checked here to be exactly one JSON value, as it is
+    spliced into the request as it is); anything else is written as :func:`json_text`
+    writes it (by the extension, which raises the same :class:`~muster.InvalidInput`)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        json_text(value, what)
+        return bytes(value)
+    return _native.Json(value, what)
 
 
 def claim_of(value: Any) -> Tuple[str, int]:

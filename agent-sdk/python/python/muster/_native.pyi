@@ -1,12 +1,14 @@
 """Types of the extension module ``muster._native`` (src/*.rs): the private layer under
-the public API. Records travel as JSON text; durations as integer milliseconds."""
+the public API. Requests go as dicts of their fields and replies come back as dicts;
+durations are integer milliseconds."""
 
 import asyncio
-from typing import Any, Awaitable, Callable, Coroutine, List, Optional, Tuple, final
+from typing import Any, Awaitable, Callable, Coroutine, Dict, List, Optional, Tuple, final
 
 __all__ = [
     "Loop",
     "Client",
+    "Json",
     "Worker",
     "Task",
     "connect",
@@ -34,9 +36,11 @@ __all__ = [
     "NotLeader",
     "OutcomeUnknown",
     "MAX_BATCH",
+    "MAX_PAGE",
 ]
 
 MAX_BATCH: int
+MAX_PAGE: int
 
 class MusterError(Exception):
     """The root of every error raised by muster."""
@@ -150,125 +154,26 @@ def stop_logs() -> None:
 
 @final
 class Client:
-    """A connection to ``musterd``; every method returns an awaitable. The protocol's
-    ops but the member session's (the native ``Worker`` holds it) and ``watch``."""
+    """A connection to ``musterd``; every method returns an awaitable."""
 
     def close(self, done: Loop) -> Awaitable[None]:
         """Closes the connection, waiting (at most 1 s) until the daemon was told."""
-    def queue_create(self, done: Loop, queue: str, options: str) -> Awaitable[str]:
-        """Creates a queue (options: QueuePatch JSON); QueueInfo JSON."""
-    def queue_list(self, done: Loop) -> Awaitable[str]:
-        """Every queue; JSON list of QueueInfo."""
-    def queue_describe(self, done: Loop, queue: str) -> Awaitable[str]:
-        """One queue; QueueInfo JSON."""
-    def queue_update(self, done: Loop, queue: str, options: str) -> Awaitable[str]:
-        """Changes a queue's options (QueuePatch JSON); QueueInfo JSON."""
-    def queue_pause(self, done: Loop, queue: str) -> Awaitable[str]:
-        """Pauses a queue; QueueInfo JSON."""
-    def queue_resume(self, done: Loop, queue: str) -> Awaitable[str]:
-        """Resumes a queue; QueueInfo JSON."""
-    def queue_purge(self, done: Loop, queue: str) -> Awaitable[int]:
-        """Removes ready and scheduled tasks; how many."""
-    def queue_delete(self, done: Loop, queue: str) -> Awaitable[int]:
-        """Deletes a queue; how many tasks went with it."""
-    def enqueue(self, done: Loop, queue: str, tasks: str) -> Awaitable[List[str]]:
-        """Enqueues a JSON list of NewTask in batches of MAX_BATCH; the ids in order."""
-    def task_get(self, done: Loop, task: str) -> Awaitable[str]:
-        """One task; TaskInfo JSON."""
-    def task_list(
-        self,
-        done: Loop,
-        queue: str,
-        state: str,
-        after: Optional[str] = None,
-        limit: Optional[int] = None,
-    ) -> Awaitable[str]:
-        """One page of tasks; TaskListReply JSON."""
-    def task_find(self, done: Loop, search: str) -> Awaitable[str]:
-        """Searches tasks (search: TaskFind JSON); TaskFindReply JSON."""
-    def task_update(
-        self, done: Loop, task: str, priority: Optional[int] = None, run_now: bool = False
-    ) -> Awaitable[str]:
-        """Changes a waiting task's priority or runs it now; TaskSummary JSON."""
-    def wait(self, done: Loop, tasks: List[str], timeout_ms: int) -> Awaitable[str]:
-        """Waits for tasks to finish; WaitReply JSON."""
-    def cancel(self, done: Loop, task: str) -> Awaitable[str]:
-        """Cancels a task; CancelReply JSON."""
-    def claim(
-        self,
-        done: Loop,
-        queues: List[str],
-        max: Optional[int] = None,
-        wait_ms: Optional[int] = None,
-        lease_ms: Optional[int] = None,
-        member: Optional[str] = None,
-        labels: List[str] = ...,
-    ) -> Awaitable[str]:
-        """Leases ready tasks; JSON list of Delivery."""
-    def renew(
-        self,
-        done: Loop,
-        task: str,
-        epoch: int,
-        extend_ms: Optional[int] = None,
-        progress: Optional[str] = None,
-    ) -> Awaitable[str]:
-        """Extends a lease; RenewReply JSON."""
-    def ack(
-        self, done: Loop, task: str, epoch: int, result: Optional[str] = None
-    ) -> Awaitable[str]:
-        """Acks a leased task; SettleReply JSON."""
-    def nack(
-        self,
-        done: Loop,
-        task: str,
-        epoch: int,
-        delay_ms: Optional[int] = None,
-        error: Optional[str] = None,
-    ) -> Awaitable[str]:
-        """Nacks a leased task; SettleReply JSON."""
-    def release(self, done: Loop, task: str, epoch: int) -> Awaitable[str]:
-        """Releases a leased task; SettleReply JSON."""
-    def dead_letter(self, done: Loop, task: str, epoch: int, error: str) -> Awaitable[str]:
-        """Dead-letters a leased task; SettleReply JSON."""
-    def redrive(
-        self, done: Loop, queue: str, ids: List[str], all: bool, dry_run: bool
-    ) -> Awaitable[str]:
-        """Redrives dead tasks; CountReply JSON."""
-    def discard(
-        self, done: Loop, queue: str, ids: List[str], all: bool, dry_run: bool
-    ) -> Awaitable[str]:
-        """Discards dead tasks; CountReply JSON."""
-    def member_list(self, done: Loop) -> Awaitable[str]:
-        """Every member; JSON list of MemberInfo."""
-    def member_describe(self, done: Loop, member: str) -> Awaitable[str]:
-        """One member and its leases; MemberDescribeReply JSON."""
-    def member_drain(self, done: Loop, member: str) -> Awaitable[str]:
-        """Drains a member; MemberInfo JSON."""
-    def member_undrain(self, done: Loop, member: str) -> Awaitable[str]:
-        """Ends a member's drain; MemberInfo JSON."""
-    def member_release(self, done: Loop, member: str) -> Awaitable[None]:
-        """Frees a member name from its principal."""
-    def admin_snapshot(self, done: Loop, dir: str) -> Awaitable[str]:
-        """Writes a copy of the store on the daemon's host; SnapshotReply JSON."""
-    def cluster_status(self, done: Loop) -> Awaitable[str]:
-        """The cluster as the connected node sees it; ClusterStatusReply JSON."""
-    def cluster_add(
-        self,
-        done: Loop,
-        node: int,
-        addr: str,
-        cluster_addr: str,
-        learner: bool = False,
-        catch_up_ms: Optional[int] = None,
-    ) -> Awaitable[str]:
-        """Adds a node to the cluster; ClusterStatusReply JSON."""
-    def cluster_remove(self, done: Loop, node: int) -> Awaitable[str]:
-        """Removes a node from the cluster; ClusterStatusReply JSON."""
-    def lease_revoke(self, done: Loop, task: str) -> Awaitable[str]:
-        """Revokes a lease; SettleReply JSON."""
-    def server_stats(self, done: Loop) -> Awaitable[str]:
-        """The daemon's counters; ServerStatsReply JSON."""
+    def call(
+        self, done: Loop, op: str, requests: List[Dict[str, Any]]
+    ) -> Awaitable[List[Dict[str, Any]]]:
+        """Sends op ``op`` once per request (each a dict of its fields, ``None`` ones
+        left out; ``bytes`` and ``Json`` values are JSON values), in order and
+        pipelined; the replies (each the reply frame's object) in the same order. A
+        request the daemon would not decode raises ``InvalidInput`` and is not sent."""
+
+@final
+class Json:
+    """A JSON value in a request's fields, written as ``json.dumps(value,
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False)`` writes it; a value it
+    refuses raises ``InvalidInput`` naming ``what``."""
+
+    def __new__(cls, value: Any, what: str) -> Json:
+        """Wraps ``value``; ``what`` names it in errors."""
 
 @final
 class Worker:
