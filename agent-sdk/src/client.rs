@@ -238,6 +238,14 @@ impl Client {
     /// [`Client::call_raw`] without waiting for the reply: requests sent one after
     /// another reach the daemon in that order.
     pub async fn send_raw(&self, op: &str, fields: &str) -> Result<RawReply, Error> {
+        let request = self.prepare_raw(op, fields)?;
+        self.send_prepared(request).await
+    }
+
+    /// Builds request `op` from its fields' JSON text and checks it as the daemon
+    /// decodes it, sending nothing: a caller with several requests to send prepares
+    /// them all first, so that a bad one leaves none sent.
+    pub fn prepare_raw(&self, op: &str, fields: &str) -> Result<PreparedRaw, Error> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let body = raw_request(id, op, fields)?;
         let waits = match ops::decode_request(&body) {
@@ -252,6 +260,12 @@ impl Client {
         };
         let mut framed = Vec::with_capacity(frame::HEADER_LEN + body.len());
         frame::push_frame(&mut framed, &body);
+        Ok(PreparedRaw { id, framed, waits })
+    }
+
+    /// Sends a request [`Client::prepare_raw`] built.
+    pub async fn send_prepared(&self, request: PreparedRaw) -> Result<RawReply, Error> {
+        let PreparedRaw { id, framed, waits } = request;
         Ok(RawReply {
             rx: self.send_frame(id, framed, waits).await?,
             client: self.clone(),
@@ -748,6 +762,14 @@ impl<T: Op> PendingReply<T> {
         serde_json::from_slice(&body)
             .map_err(|e| Error::Protocol(format!("unreadable {} reply: {e}", T::NAME)))
     }
+}
+
+/// A request built and checked by [`Client::prepare_raw`], not sent yet.
+#[derive(Debug)]
+pub struct PreparedRaw {
+    id: u64,
+    framed: Vec<u8>,
+    waits: bool,
 }
 
 /// The reply of a request sent with [`Client::send_raw`], still to come.

@@ -33,7 +33,7 @@ pub mod error;
 mod leader;
 pub mod worker;
 
-pub use client::{Client, PendingReply, RawReply};
+pub use client::{Client, PendingReply, PreparedRaw, RawReply};
 pub use connect::{ConnectOptions, Trust};
 pub use context::ConnectArgs;
 pub use error::Error;

@@ -115,8 +115,8 @@ impl Client {
     /// (each a `dict` of the op's fields, written as `crate::json` says), in that order
     /// and pipelined, and resolves to their replies (each the reply frame's object as a
     /// `dict`) in the same order. Each request is decoded as the daemon decodes it
-    /// before it is sent (`muster_sdk::Client::send_raw`): a bad one raises
-    /// `InvalidInput`, and none after it is sent.
+    /// before any is sent (`muster_sdk::Client::prepare_raw`): a bad one raises
+    /// `InvalidInput`, and none is sent.
     fn call<'py>(
         &self,
         py: Python<'py>,
@@ -132,16 +132,22 @@ impl Client {
             .map(crate::json::request)
             .collect::<PyResult<Vec<String>>>()?;
         let client = self.client.clone();
+        let count = requests.len();
         done.get().spawn(py, async move {
-            let mut pending = Vec::with_capacity(requests.len());
-            for fields in &requests {
-                pending.push(client.send_raw(&op, fields).await?);
+            // All checked before any is sent: a bad one leaves none sent.
+            let prepared = requests
+                .iter()
+                .map(|fields| client.prepare_raw(&op, fields))
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut pending = Vec::with_capacity(prepared.len());
+            for request in prepared {
+                pending.push(client.send_prepared(request).await?);
             }
             let mut replies = Vec::with_capacity(pending.len());
             for reply in pending {
                 replies.push(reply.reply().await?);
             }
-            assert_eq!(replies.len(), requests.len(), "one reply per request");
+            assert_eq!(replies.len(), count, "one reply per request");
             Ok(Reply::Json(replies))
         })
     }

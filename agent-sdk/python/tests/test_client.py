@@ -127,6 +127,14 @@ def test_enqueue_shapes_tasks_and_returns_ids_in_order(daemon: Daemon) -> None:
             assert len(ids) == 2500
             assert ids == sorted(ids)
             assert await client.enqueue_many("jobs", []) == []
+            # A bad task in a later batch leaves the earlier batches unsent too.
+            before = (await client.queue_describe("jobs")).ready
+            bad = [*([muster.NewTask({"n": 0})] * 1500), muster.NewTask(1, priority=-1)]
+            with pytest.raises(
+                muster.InvalidInput, match="enqueue: invalid request: invalid value: integer `-1`"
+            ):
+                await client.enqueue_many("jobs", bad)
+            assert (await client.queue_describe("jobs")).ready == before
             # Concurrent calls are pipelined over one connection.
             many = await asyncio.gather(*(client.enqueue("jobs", n) for n in range(200)))
             assert len(set(many)) == 200
