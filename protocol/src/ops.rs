@@ -1337,8 +1337,15 @@ pub fn decode_request(body: &[u8]) -> Result<(u64, Request), DecodeError> {
     }
     let depth = crate::frame::json_depth(body);
     if depth > crate::limits::MAX_JSON_DEPTH {
+        // The refusal names the request when its id is readable, so that the client
+        // waiting for that request hears of it.
+        let id = leading_id_and_op(body).map(|(id, _)| id).or_else(|| {
+            serde_json::from_slice::<Envelope<'_>>(body)
+                .ok()
+                .and_then(|e| e.id)
+        });
         return Err(DecodeError {
-            id: None,
+            id,
             error: ErrorBody::new(
                 ErrorCode::BadRequest,
                 format!(

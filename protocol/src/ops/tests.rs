@@ -522,3 +522,26 @@ fn every_op_is_routed_to_the_handshake_the_edge_or_the_engine_by_name() {
     assert_eq!(by("engine"), engine);
     assert_eq!(engine.len(), 36);
 }
+
+#[test]
+fn a_request_nested_too_deep_is_refused_with_its_id_so_its_client_hears_of_it() {
+    let deep = |depth: usize| format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+    // The payload's nesting plus the request object, its tasks and the task: 65.
+    let frame = format!(
+        r#"{{"id":9,"op":"enqueue","queue":"q","tasks":[{{"payload":{}}}]}}"#,
+        deep(62)
+    );
+    let err = decode_request(frame.as_bytes()).unwrap_err();
+    assert_eq!(err.id, Some(9));
+    assert_eq!(err.error.code, ErrorCode::BadRequest);
+    assert_eq!(err.error.message, "JSON nested 65 deep exceeds the limit of 64");
+    // Written the general way (the id after the op), the id is read all the same.
+    let general = format!(
+        r#"{{"op":"enqueue","queue":"q","tasks":[{{"payload":{}}}],"id":10}}"#,
+        deep(62)
+    );
+    assert_eq!(decode_request(general.as_bytes()).unwrap_err().id, Some(10));
+    // One level less is a request like any other.
+    let fits = frame.replacen("[1]", "1", 1);
+    assert_eq!(decode_request(fits.as_bytes()).unwrap().0, 9);
+}

@@ -113,7 +113,14 @@ fn enqueue_from_stdin_prints_ids_in_order_and_claim_json_lines() {
 fn bad_input_gets_one_line_and_a_non_zero_exit() {
     let d = Daemon::start();
     d.ok(&["queue", "create", "jobs"]);
+    // A payload nested 62 deep makes a request 65 deep: refused, and the refusal names
+    // the request (it once came back without its id, and the CLI waited for ever).
+    let deep = format!("{}1{}", "[".repeat(62), "]".repeat(62));
     let cases: &[(&[&str], &str)] = &[
+        (
+            &["enqueue", "jobs", &deep],
+            "muster: bad_request: JSON nested 65 deep exceeds the limit of 64\n",
+        ),
         (
             &["queue", "create", "Bad Name"],
             "muster: bad_request: invalid queue name",
