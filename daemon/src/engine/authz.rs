@@ -441,8 +441,9 @@ impl<W: Waiter> Engine<W> {
         }
     }
 
-    /// `member_release`: frees a member name bound to a principal. Refused while the
-    /// member has a session or leases (drain it first).
+    /// `member_release`: frees a member name bound to a principal, ending the member's
+    /// session if it has one. Refused, with nothing changed, while the member holds
+    /// leases (drain it first) or when the name is bound to no principal.
     pub(super) fn member_release(&mut self, member: &str) -> Result<(), ErrorBody> {
         if let Some(m) = self.members.by_name.get(member)
             && !m.leased.is_empty()
@@ -455,18 +456,22 @@ impl<W: Waiter> Engine<W> {
                 ),
             ));
         }
-        // A session (a squatter's, say) ends: the name is the operator's to free.
-        self.end_session(
-            member,
-            &format!("an operator released member name {member:?}: this session has ended"),
-        );
-
-        if !self.members.owners.remove(member, &mut self.pending) {
+        // Checked before the session ends: a refused release changes nothing.
+        if !self.members.owners.by_member.contains_key(member) {
             return Err(ErrorBody::new(
                 ErrorCode::NotFound,
                 format!("member name {member:?} is bound to no principal"),
             ));
         }
+        // A session (a squatter's, say) ends: the name is the operator's to free.
+        self.end_session(
+            member,
+            &format!("an operator released member name {member:?}: this session has ended"),
+        );
+        assert!(
+            self.members.owners.remove(member, &mut self.pending),
+            "member name {member:?}: bound, and still bound after its session ended"
+        );
         tracing::info!(member, "member name released");
         Ok(())
     }

@@ -626,7 +626,8 @@ impl<W: Waiter> Engine<W> {
 
     /// What a session open does with one lease its member holds, per `policy`. A
     /// pending cancel ends the task instead of handing it back (its work was to stop
-    /// anyway), unless the lease is kept.
+    /// anyway), unless the lease is kept; a lease that would be handed back in a queue
+    /// being deleted is released instead.
     fn hand_back(
         &mut self,
         id: Ulid,
@@ -657,6 +658,15 @@ impl<W: Waiter> Engine<W> {
             HandBack::Reclaim => Some(Grant::Reclaimed),
             HandBack::Release | HandBack::KeepAll => None,
         };
+        // A task of a queue being deleted is not leased again (nothing more is leased
+        // from it): its lease is released, without a failure, and the task goes with
+        // its queue.
+        let deleting = self
+            .index
+            .queues
+            .get(rec.queue.as_str())
+            .is_some_and(|q| q.deleting);
+        let grant = grant.filter(|_| !deleting);
         let (epoch, granted) = (Some(lease.epoch), lease.granted_ms);
         let how = match grant {
             _ if rec.cancel_requested => LeaseEnd::Cancelled,

@@ -174,3 +174,31 @@ fn an_admin_ends_a_squatters_session_and_frees_the_name_but_not_one_with_leases(
     );
     assert!(h.pushed(2).iter().all(|p| !matches!(p, Push::Closed(_))));
 }
+
+/// Without tokens no name is bound: releasing a member with a session is refused with
+/// `not_found` and changes nothing (its agent is not told to stop, it is not forgotten).
+#[test]
+fn releasing_a_name_bound_to_nobody_leaves_its_session_alone() {
+    let (mut h, _, _) = setup();
+    h.call_on(1, open("m", 1, false, false)).unwrap();
+    let refused = h.call(release("m")).unwrap_err();
+    assert_eq!(refused.code, ErrorCode::NotFound);
+    assert_eq!(
+        refused.message,
+        "member name \"m\" is bound to no principal"
+    );
+    assert!(h.pushed(1).is_empty(), "the session was not ended");
+    match h.call(EngineRequest::MemberDescribe(ops::MemberDescribe(
+        ops::MemberName { member: "m".into() },
+    ))) {
+        Ok(Reply::MemberDescribe(d)) => assert!(d.member.connected),
+        other => panic!("member_describe: {other:?}"),
+    }
+    // Its session is still on its connection: it takes pushes there.
+    h.call_on(1, super::subscribe("m", &["jobs"])).unwrap();
+    let id = h.enqueue("jobs", "1");
+    match h.pushed(1).as_slice() {
+        [Push::Deliver(d)] => assert_eq!(d.id, id),
+        other => panic!("expected a delivery, got {other:?}"),
+    }
+}

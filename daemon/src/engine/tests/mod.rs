@@ -1911,6 +1911,107 @@ fn a_cancel_requested_task_is_cancelled_not_handed_back_on_reclaim_or_release() 
     assert_eq!(h.state(&a), (TaskState::Cancelled, 1, 0));
 }
 
+/// A session opened while a queue it holds leases in is being deleted (a delete of
+/// several slices): the open succeeds, and the leases it would hand back (reclaim, or
+/// a resume's lease its agent never heard of) are released instead, without a
+/// failure: nothing more is leased from that queue, and the task goes with it. A lease
+/// a resume keeps stays kept.
+#[test]
+fn a_session_open_during_a_queue_delete_releases_the_leases_it_would_hand_back() {
+    let mut h = Harness::new();
+    h.create("jobs", QueuePatch::default());
+    let held: Vec<String> = (0..3).map(|i| h.enqueue("jobs", &i.to_string())).collect();
+    for (i, member) in ["m", "r", "k"].into_iter().enumerate() {
+        h.call_on(i as u64 + 1, open(member, 3, false, false))
+            .unwrap();
+        assert_eq!(h.claim_as("jobs", 1, member)[0], (held[i].clone(), 1, 1));
+    }
+    for _ in 0..4 {
+        let tasks = (0..1000)
+            .map(|i| NewTask::new(raw(&i.to_string())))
+            .collect();
+        let batch = Enqueue {
+            queue: "jobs".into(),
+            tasks,
+        };
+        h.call(EngineRequest::Enqueue(batch)).unwrap();
+    }
+    // The delete removes 250 tasks a round, the 4,000 ready ones first: the leased
+    // ones wait 16 rounds.
+    let delete = h.send(EngineRequest::QueueDelete(ops::QueueDelete(QueueName {
+        queue: "jobs".into(),
+    })));
+    assert!(h.reply_for(delete).is_none(), "the delete takes 17 slices");
+    h.pushed(1);
+    h.pushed(2);
+
+    // m's agent restarts and reclaims; r's reconnects knowing of no lease; k's
+    // reconnects knowing its lease.
+    let opened = |h: &mut Harness, conn: u64, req: EngineRequest| match h.call_on(conn, req) {
+        Ok(Reply::SessionOpen(r)) => (r.reclaimed.len(), r.released, r.kept, r.dead),
+        other => panic!("session_open: {other:?}"),
+    };
+    assert_eq!(opened(&mut h, 11, open("m", 3, true, false)), (0, 1, 0, 0));
+    assert_eq!(
+        opened(&mut h, 12, resume_naming("r", Vec::new())),
+        (0, 1, 0, 0)
+    );
+    assert_eq!(
+        opened(&mut h, 13, resume_naming("k", vec![lease_ref(&held[2], 1)])),
+        (0, 0, 1, 0)
+    );
+    // The old sessions were taken over, as for any session open.
+    for conn in [1, 2] {
+        match h.pushed(conn).as_slice() {
+            [Push::Closed(e)] => assert_eq!(e.code, ErrorCode::Replaced),
+            other => panic!("connection {conn}: {other:?}"),
+        }
+    }
+    for (i, member) in ["m", "r"].into_iter().enumerate() {
+        let t = h.task(&held[i]);
+        assert_eq!(
+            (t.state, t.deliveries, t.failures),
+            (TaskState::Ready, 1, 0)
+        );
+        let last = t.history.last().unwrap();
+        assert_eq!(
+            (last.event.as_str(), last.member.as_deref(), last.epoch),
+            ("released", Some(member), Some(1))
+        );
+        let info = member_info(&mut h, member);
+        assert_eq!((info.leased, info.connected), (0, true));
+    }
+    assert_eq!(h.state(&held[2]), (TaskState::Leased, 1, 0));
+    assert_eq!(member_info(&mut h, "k").leased, 1);
+    // Nothing is leased from the queue meanwhile.
+    assert!(h.pushed(11).is_empty() && h.pushed(12).is_empty());
+
+    assert!(
+        h.reply_for(delete).is_none(),
+        "the delete is still under way"
+    );
+    // The last slices remove the rest, the released tasks and the kept lease with them.
+    let mut rounds = 0;
+    let deleted = loop {
+        if let Some(reply) = h.reply_for(delete) {
+            break reply;
+        }
+        rounds += 1;
+        assert!(rounds <= 17, "the delete ends within its slices");
+        h.round();
+    };
+    match deleted {
+        Ok(Reply::Count(c)) => assert_eq!(c.count, 4003),
+        other => panic!("queue_delete: {other:?}"),
+    }
+    for id in &held {
+        let refused = h.call(EngineRequest::TaskGet(TaskGet { task: id.clone() }));
+        assert_eq!(refused.unwrap_err().code, ErrorCode::NotFound);
+    }
+    assert_eq!(member_info(&mut h, "k").leased, 0);
+    assert_eq!(h.code(ack(&held[2], 1)), ErrorCode::NotFound);
+}
+
 #[test]
 fn a_member_whose_connection_ends_without_leases_is_forgotten() {
     let mut h = Harness::new();
