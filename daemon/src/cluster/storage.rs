@@ -1073,62 +1073,9 @@ fn apply_entries(
     let mut replies = Vec::with_capacity(count);
     for entry in entries {
         let log_id = entry.log_id;
-        // Applied once each, in order: the store's applied position only moves on.
-        if let Some(previous) = last.log_id {
-            assert!(
-                log_id.index > previous.index,
-                "{log_id} applied after {previous}"
-            );
-            assert!(
-                log_id.leader_id.term >= previous.leader_id.term,
-                "{log_id} of an older term applied after {previous}"
-            );
-        }
-        let mut applied = last.clone();
-        applied.log_id = Some(log_id);
-        let changes = match entry.payload {
-            EntryPayload::Blank => Vec::new(),
-            EntryPayload::Membership(m) => {
-                applied.membership = StoredMembership::new(Some(log_id), m);
-                Vec::new()
-            }
-            // IMPORTANT: the term fence. A round made by an engine of another term
-            // is not applied: only the engine built in the term that appends it
-            // knows the store the round was computed against.
-            EntryPayload::Normal(round) if round.term == log_id.leader_id.term => {
-                applied.wall_ms = applied.wall_ms.max(round.wall_ms);
-                round.changes
-            }
-            EntryPayload::Normal(round) => {
-                // An engine's round is proposed in the term it was built in: only
-                // a later leader's log can hold it in another term.
-                assert!(
-                    round.term < log_id.leader_id.term,
-                    "a round of term {} in {log_id}",
-                    round.term
-                );
-                replies.push(Fate::Fenced);
-                store.apply(&[], &applied.meta()).map_err(|e| (log_id, e))?;
-                last = applied;
-                continue;
-            }
-        };
-        store
-            .apply(&changes, &applied.meta())
-            .map_err(|e| (log_id, e))?;
-        let mut counted = census.lock();
-        counted.apply(&changes);
-        if applied.membership.log_id() != last.membership.log_id() {
-            counted.set_membership(&applied);
-        }
-        drop(counted);
-        assert!(
-            applied.membership.log_id() <= &applied.log_id,
-            "the membership in force ({:?}) was applied by {log_id}",
-            applied.membership.log_id()
-        );
+        let (applied, fate) = apply_entry(store, census, &last, entry).map_err(|e| (log_id, e))?;
         last = applied;
-        replies.push(Fate::Written);
+        replies.push(fate);
     }
     assert_eq!(replies.len(), count, "one fate for each entry applied");
     assert!(
@@ -1136,6 +1083,68 @@ fn apply_entries(
         "the applied position is the last entry's"
     );
     Ok((last, replies))
+}
+
+/// Applies one committed entry, the next after `last`, to the store and the census:
+/// what is applied then, and the entry's fate. Blocking (fjall).
+fn apply_entry(
+    store: &Store,
+    census: &Counted,
+    last: &Applied,
+    entry: Entry<Muster>,
+) -> Result<(Applied, Fate), StoreError> {
+    let log_id = entry.log_id;
+    // Applied once each, in order: the store's applied position only moves on.
+    if let Some(previous) = last.log_id {
+        assert!(
+            log_id.index > previous.index,
+            "{log_id} applied after {previous}"
+        );
+        assert!(
+            log_id.leader_id.term >= previous.leader_id.term,
+            "{log_id} of an older term applied after {previous}"
+        );
+    }
+    let mut applied = last.clone();
+    applied.log_id = Some(log_id);
+    let changes = match entry.payload {
+        EntryPayload::Blank => Vec::new(),
+        EntryPayload::Membership(m) => {
+            applied.membership = StoredMembership::new(Some(log_id), m);
+            Vec::new()
+        }
+        // IMPORTANT: the term fence. A round made by an engine of another term
+        // is not applied: only the engine built in the term that appends it
+        // knows the store the round was computed against.
+        EntryPayload::Normal(round) if round.term == log_id.leader_id.term => {
+            applied.wall_ms = applied.wall_ms.max(round.wall_ms);
+            round.changes
+        }
+        EntryPayload::Normal(round) => {
+            // An engine's round is proposed in the term it was built in: only
+            // a later leader's log can hold it in another term.
+            assert!(
+                round.term < log_id.leader_id.term,
+                "a round of term {} in {log_id}",
+                round.term
+            );
+            store.apply(&[], &applied.meta())?;
+            return Ok((applied, Fate::Fenced));
+        }
+    };
+    store.apply(&changes, &applied.meta())?;
+    let mut counted = census.lock();
+    counted.apply(&changes);
+    if applied.membership.log_id() != last.membership.log_id() {
+        counted.set_membership(&applied);
+    }
+    drop(counted);
+    assert!(
+        applied.membership.log_id() <= &applied.log_id,
+        "the membership in force ({:?}) was applied by {log_id}",
+        applied.membership.log_id()
+    );
+    Ok((applied, Fate::Written))
 }
 
 impl RaftStateMachine<Muster> for StateMachine {

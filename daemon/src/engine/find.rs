@@ -20,8 +20,9 @@ use muster_protocol::names;
 use muster_protocol::ops::{FieldMatch, FindCursor, TaskFind, TaskFindReply};
 
 use super::ops::{bad, parse_id, summary};
-use super::{Engine, OpResult, Queue, Waiter, state_index};
+use super::{Engine, Meta, OpResult, Queue, Waiter, state_index};
 use crate::auth::Principal;
+use crate::store::TaskRecord;
 
 /// Crockford's base32 alphabet, in which ULIDs are written (and sort).
 const ULID_ALPHABET: &str = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
@@ -52,6 +53,30 @@ impl Search {
 
     fn reads_payload(&self) -> bool {
         self.payload.is_some() || self.field.is_some()
+    }
+
+    /// Whether a task's index entry matches the searched state, key and label.
+    fn matches_meta(&self, meta: &Meta) -> bool {
+        self.state.is_none_or(|s| s == meta.state)
+            && self
+                .key
+                .as_deref()
+                .is_none_or(|k| meta.key.as_deref() == Some(k))
+            && self.label.as_ref().is_none_or(|l| meta.class.contains(l))
+    }
+
+    /// Whether a task's record matches the searched last error and idempotency key.
+    fn matches_record(&self, rec: &TaskRecord) -> bool {
+        let error_matches = self.error.as_deref().is_none_or(|needle| {
+            rec.last_error
+                .as_deref()
+                .is_some_and(|e| e.to_ascii_lowercase().contains(needle))
+        });
+        let idem_matches = self
+            .idempotency_key
+            .as_deref()
+            .is_none_or(|k| rec.idempotency_key.as_deref() == Some(k));
+        error_matches && idem_matches
     }
 }
 
@@ -289,16 +314,7 @@ impl<W: Waiter> Engine<W> {
             meta.held.is_some() == (meta.state == TaskState::Leased),
             "task {id}: a lease clock exactly while leased"
         );
-        if search.state.is_some_and(|s| s != meta.state)
-            || search
-                .key
-                .as_deref()
-                .is_some_and(|k| meta.key.as_deref() != Some(k))
-            || search
-                .label
-                .as_ref()
-                .is_some_and(|l| !meta.class.contains(l))
-        {
+        if !search.matches_meta(meta) {
             return Ok(None);
         }
         work.reads += 1;
@@ -306,44 +322,42 @@ impl<W: Waiter> Engine<W> {
         // whose payload matched.
         let searched = if search.reads_record() || search.idempotency_key.is_some() {
             let rec = self.record(id)?;
-            let error_matches = search.error.as_deref().is_none_or(|needle| {
-                rec.last_error
-                    .as_deref()
-                    .is_some_and(|e| e.to_ascii_lowercase().contains(needle))
-            });
-            let idem_matches = search
-                .idempotency_key
-                .as_deref()
-                .is_none_or(|k| rec.idempotency_key.as_deref() == Some(k));
-            if !error_matches || !idem_matches {
+            if !search.matches_record(&rec) {
                 return Ok(None);
             }
             Some(rec)
         } else {
             None
         };
-        if search.reads_payload() {
-            let payload = self.payload(id)?;
-            let text = payload.get();
-            work.payload_bytes += text.len() as u64;
-            if search
-                .payload
-                .as_deref()
-                .is_some_and(|needle| !text.contains(needle))
-            {
-                return Ok(None);
-            }
-            if let Some((path, value)) = &search.field
-                && !field_equals(text, path, value)
-            {
-                return Ok(None);
-            }
+        if search.reads_payload() && !self.payload_matches(id, search, work)? {
+            return Ok(None);
         }
         let rec = match searched {
             Some(rec) => rec,
             None => self.record(id)?,
         };
         Ok(Some(summary(id, &rec)))
+    }
+
+    /// Whether a task's payload holds the searched text and field value (read, and
+    /// counted against the request's limit).
+    fn payload_matches(&self, id: Ulid, search: &Search, work: &mut Work) -> OpResult<bool> {
+        let payload = self.payload(id)?;
+        let text = payload.get();
+        work.payload_bytes += text.len() as u64;
+        if search
+            .payload
+            .as_deref()
+            .is_some_and(|needle| !text.contains(needle))
+        {
+            return Ok(false);
+        }
+        if let Some((path, value)) = &search.field
+            && !field_equals(text, path, value)
+        {
+            return Ok(false);
+        }
+        Ok(true)
     }
 }
 

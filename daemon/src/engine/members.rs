@@ -644,29 +644,12 @@ impl<W: Waiter> Engine<W> {
             .take()
             .expect("a member's leased task has a lease");
         assert_eq!(lease.member, member, "{id}: a lease of another member");
-        let grant = match policy {
-            HandBack::KeepKnown(known) if known.contains(&(id, lease.epoch)) => {
-                return Ok(Handed::Kept);
-            }
-            // Resuming, and the agent never heard of this lease: its grant's reply or
-            // push was lost with a connection (a leader's last round, agreed on by the
-            // next leader). Handed over now rather than left to lapse unworked.
-            HandBack::KeepKnown(_) => {
-                tracing::info!(member, task = %id, epoch = lease.epoch, "re-delivering a lease its agent never heard of");
-                Some(Grant::Redelivered)
-            }
-            HandBack::Reclaim => Some(Grant::Reclaimed),
-            HandBack::Release | HandBack::KeepAll => None,
-        };
-        // A task of a queue being deleted is not leased again (nothing more is leased
-        // from it): its lease is released, without a failure, and the task goes with
-        // its queue.
-        let deleting = self
-            .index
-            .queues
-            .get(rec.queue.as_str())
-            .is_some_and(|q| q.deleting);
-        let grant = grant.filter(|_| !deleting);
+        if let HandBack::KeepKnown(known) = policy
+            && known.contains(&(id, lease.epoch))
+        {
+            return Ok(Handed::Kept);
+        }
+        let grant = self.regrant(id, member, policy, lease.epoch, &rec.queue);
         let (epoch, granted) = (Some(lease.epoch), lease.granted_ms);
         let how = match grant {
             _ if rec.cancel_requested => LeaseEnd::Cancelled,
@@ -704,6 +687,34 @@ impl<W: Waiter> Engine<W> {
             lease.epoch
         );
         Ok(Handed::Delivered(delivery))
+    }
+
+    /// How a session open hands back a lease it does not keep: leased again under
+    /// which grant, or released (`None`), as it always is in a queue being deleted.
+    fn regrant(
+        &self,
+        id: Ulid,
+        member: &str,
+        policy: &HandBack,
+        epoch: u64,
+        queue: &str,
+    ) -> Option<Grant> {
+        let grant = match policy {
+            // Resuming, and the agent never heard of this lease: its grant's reply or
+            // push was lost with a connection (a leader's last round, agreed on by the
+            // next leader). Handed over now rather than left to lapse unworked.
+            HandBack::KeepKnown(_) => {
+                tracing::info!(member, task = %id, epoch, "re-delivering a lease its agent never heard of");
+                Some(Grant::Redelivered)
+            }
+            HandBack::Reclaim => Some(Grant::Reclaimed),
+            HandBack::Release | HandBack::KeepAll => None,
+        };
+        // A task of a queue being deleted is not leased again (nothing more is leased
+        // from it): its lease is released, without a failure, and the task goes with
+        // its queue.
+        let deleting = self.index.queues.get(queue).is_some_and(|q| q.deleting);
+        grant.filter(|_| !deleting)
     }
 
     /// A connection ended: its member session (if any) ends with it. Leases stay.

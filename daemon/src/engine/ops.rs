@@ -259,6 +259,97 @@ fn lease_info(rec: &TaskRecord) -> Option<LeaseInfo> {
     })
 }
 
+/// The label sets an enqueue's tasks require that its queue knows none of yet, each
+/// once. Tasks that require nothing never count.
+fn new_label_classes(dispatch: &super::dispatch::DispatchIndex, r: &Enqueue) -> Vec<Vec<String>> {
+    let mut new: Vec<Vec<String>> = Vec::new();
+    for t in &r.tasks {
+        if t.requires.is_empty() || dispatch.knows(&t.requires) {
+            continue;
+        }
+        let labels = super::dispatch::sorted(&t.requires);
+        if !new.contains(&labels) {
+            new.push(labels);
+        }
+    }
+    new
+}
+
+/// Records the label sets `new` to `queue` as `tenant`'s, or refuses them if they
+/// would give it more than [`MAX_LABEL_CLASSES_PER_TOKEN`] of the queue's sets.
+fn charge_label_classes(
+    queue: &mut Queue,
+    tenant: &Principal,
+    new: Vec<Vec<String>>,
+) -> OpResult<()> {
+    let dispatch = &queue.dispatch;
+    queue
+        .class_owners
+        .retain(|labels, _| dispatch.knows(labels));
+    let spender: std::sync::Arc<str> = std::sync::Arc::from(tenant.name.as_str());
+    let mine = queue
+        .class_owners
+        .values()
+        .filter(|owner| **owner == spender)
+        .count();
+    if mine + new.len() > MAX_LABEL_CLASSES_PER_TOKEN {
+        return Err(client(
+            ErrorCode::Limit,
+            format!(
+                "token {spender:?} would have brought {} label sets (requires) to queue {:?}; one token may bring at most {MAX_LABEL_CLASSES_PER_TOKEN} of its {MAX_LABEL_CLASSES}",
+                mine + new.len(),
+                queue.name
+            ),
+        ));
+    }
+    for labels in new {
+        let old = queue
+            .class_owners
+            .insert(labels, std::sync::Arc::clone(&spender));
+        debug_assert!(
+            old.is_none(),
+            "a label set new to the queue has no owner yet"
+        );
+    }
+    debug_assert!(
+        queue
+            .class_owners
+            .values()
+            .filter(|owner| **owner == spender)
+            .count()
+            <= MAX_LABEL_CLASSES_PER_TOKEN,
+        "token {spender:?}: at most {MAX_LABEL_CLASSES_PER_TOKEN} label sets of a queue"
+    );
+    Ok(())
+}
+
+/// What a member is sent of a task just leased to it under `epoch`, until `expires`
+/// (wall time), `lease_ms` from now.
+fn delivery(
+    id: Ulid,
+    rec: &TaskRecord,
+    payload: RawJson,
+    epoch: u64,
+    expires: u64,
+    lease_ms: u64,
+    grant: Grant,
+) -> Delivery {
+    Delivery {
+        id: id.to_string(),
+        epoch,
+        queue: rec.queue.clone(),
+        payload,
+        attempt: rec.deliveries,
+        failures: rec.failures,
+        priority: rec.priority,
+        key: rec.key.clone(),
+        lease_expires_ms: expires,
+        lease_ms,
+        progress: rec.progress.clone(),
+        reclaimed: grant == Grant::Reclaimed,
+    }
+}
+
 impl<W: Waiter> Engine<W> {
     pub(super) fn dispatch(
         &mut self,
@@ -774,16 +865,7 @@ impl<W: Waiter> Engine<W> {
             .get_mut(&r.queue)
             .expect("the enqueue's queue was checked");
         let dispatch = &queue.dispatch;
-        let mut new: Vec<Vec<String>> = Vec::new();
-        for t in &r.tasks {
-            if t.requires.is_empty() || dispatch.knows(&t.requires) {
-                continue;
-            }
-            let labels = super::dispatch::sorted(&t.requires);
-            if !new.contains(&labels) {
-                new.push(labels);
-            }
-        }
+        let new = new_label_classes(dispatch, r);
         if new.is_empty() {
             return Ok(());
         }
@@ -801,44 +883,7 @@ impl<W: Waiter> Engine<W> {
         let Some(tenant) = principal.filter(|p| p.is_tenant()) else {
             return Ok(());
         };
-        queue
-            .class_owners
-            .retain(|labels, _| dispatch.knows(labels));
-        let spender: std::sync::Arc<str> = std::sync::Arc::from(tenant.name.as_str());
-        let mine = queue
-            .class_owners
-            .values()
-            .filter(|owner| **owner == spender)
-            .count();
-        if mine + new.len() > MAX_LABEL_CLASSES_PER_TOKEN {
-            return Err(client(
-                ErrorCode::Limit,
-                format!(
-                    "token {spender:?} would have brought {} label sets (requires) to queue {:?}; one token may bring at most {MAX_LABEL_CLASSES_PER_TOKEN} of its {MAX_LABEL_CLASSES}",
-                    mine + new.len(),
-                    r.queue
-                ),
-            ));
-        }
-        for labels in new {
-            let old = queue
-                .class_owners
-                .insert(labels, std::sync::Arc::clone(&spender));
-            debug_assert!(
-                old.is_none(),
-                "a label set new to the queue has no owner yet"
-            );
-        }
-        debug_assert!(
-            queue
-                .class_owners
-                .values()
-                .filter(|owner| **owner == spender)
-                .count()
-                <= MAX_LABEL_CLASSES_PER_TOKEN,
-            "token {spender:?}: at most {MAX_LABEL_CLASSES_PER_TOKEN} label sets of a queue"
-        );
-        Ok(())
+        charge_label_classes(queue, tenant, new)
     }
 
     fn claim_spec(&self, r: Claim) -> OpResult<(ClaimSpec, u64)> {
@@ -1014,45 +1059,9 @@ impl<W: Waiter> Engine<W> {
         );
         // Read before the lease is written: the write ends the task's freshness.
         let payload = self.payload(id)?;
-        let options = &self.index.queue(&rec.queue)?.options;
-        let lease = lease_ms.unwrap_or(options.lease_ms);
-        let mut deadline = now.mono_ms + lease;
-        if let Some(max) = options.max_runtime_ms {
-            deadline = deadline.min(now.mono_ms + max);
-        }
-        if grant == Grant::Leased {
-            // Since it became ready: enqueued, promoted after its delay, or made ready again
-            // (each of which sets `updated_ms`); recorded for its first lease only.
-            let first_wait =
-                (rec.deliveries == 0).then(|| now.wall_ms.saturating_sub(rec.updated_ms));
-            telemetry::leased(&rec.queue, first_wait);
-        }
-        rec.deliveries += 1;
-        let epoch = rec.deliveries;
-        assert!(
-            epoch > self.index.tasks[&id].epoch,
-            "task {id}: a lease's epoch is above every earlier one"
-        );
+        let deadline = self.lease_deadline(id, &rec.queue, lease_ms, now)?;
         let expires = now.wall_ms + (deadline - now.mono_ms);
-        rec.state = TaskState::Leased;
-        rec.not_before_ms = None;
-        rec.lease = Some(LeaseRecord {
-            member: member.to_owned(),
-            epoch,
-            expires_ms: expires,
-            granted_ms: now.wall_ms,
-        });
-        rec.updated_ms = now.wall_ms;
-        let event = match grant {
-            Grant::Leased => "leased",
-            Grant::Reclaimed => "reclaimed",
-            Grant::Redelivered => "redelivered",
-        };
-        push_event(&mut rec, now, event, Some(member), Some(epoch), None);
-        assert!(
-            deadline > now.mono_ms,
-            "task {id}: a lease's deadline lies after now"
-        );
+        let epoch = self.record_lease(id, &mut rec, member, expires, now, grant);
         let clock = LeaseClock {
             deadline,
             granted: now.mono_ms as i64,
@@ -1067,20 +1076,72 @@ impl<W: Waiter> Engine<W> {
                     .is_some_and(|m| m.leased.contains(&id)),
             "task {id}: the member its lease names holds it"
         );
-        Ok(Delivery {
-            id: id.to_string(),
+        let lease_ms = deadline - now.mono_ms;
+        Ok(delivery(id, &rec, payload, epoch, expires, lease_ms, grant))
+    }
+
+    /// When a lease granted now runs out on the monotonic clock: after `lease_ms` (the
+    /// queue's lease by default), and never past the queue's `max_runtime_ms`.
+    fn lease_deadline(
+        &self,
+        id: Ulid,
+        queue: &str,
+        lease_ms: Option<u64>,
+        now: Now,
+    ) -> OpResult<u64> {
+        let options = &self.index.queue(queue)?.options;
+        let lease = lease_ms.unwrap_or(options.lease_ms);
+        let mut deadline = now.mono_ms + lease;
+        if let Some(max) = options.max_runtime_ms {
+            deadline = deadline.min(now.mono_ms + max);
+        }
+        assert!(
+            deadline > now.mono_ms,
+            "task {id}: a lease's deadline lies after now"
+        );
+        Ok(deadline)
+    }
+
+    /// Writes a lease to `member` until `expires` (wall time) on the task's record,
+    /// under the next epoch, which it returns.
+    fn record_lease(
+        &self,
+        id: Ulid,
+        rec: &mut TaskRecord,
+        member: &str,
+        expires: u64,
+        now: Now,
+        grant: Grant,
+    ) -> u64 {
+        if grant == Grant::Leased {
+            // Since it became ready: enqueued, promoted after its delay, or made ready again
+            // (each of which sets `updated_ms`); recorded for its first lease only.
+            let first_wait =
+                (rec.deliveries == 0).then(|| now.wall_ms.saturating_sub(rec.updated_ms));
+            telemetry::leased(&rec.queue, first_wait);
+        }
+        rec.deliveries += 1;
+        let epoch = rec.deliveries;
+        assert!(
+            epoch > self.index.tasks[&id].epoch,
+            "task {id}: a lease's epoch is above every earlier one"
+        );
+        rec.state = TaskState::Leased;
+        rec.not_before_ms = None;
+        rec.lease = Some(LeaseRecord {
+            member: member.to_owned(),
             epoch,
-            queue: rec.queue.clone(),
-            payload,
-            attempt: rec.deliveries,
-            failures: rec.failures,
-            priority: rec.priority,
-            key: rec.key.clone(),
-            lease_expires_ms: expires,
-            lease_ms: deadline - now.mono_ms,
-            progress: rec.progress.clone(),
-            reclaimed: grant == Grant::Reclaimed,
-        })
+            expires_ms: expires,
+            granted_ms: now.wall_ms,
+        });
+        rec.updated_ms = now.wall_ms;
+        let event = match grant {
+            Grant::Leased => "leased",
+            Grant::Reclaimed => "reclaimed",
+            Grant::Redelivered => "redelivered",
+        };
+        push_event(rec, now, event, Some(member), Some(epoch), None);
+        epoch
     }
 
     /// The record of a task leased under `epoch`, or `lease_lost`.
