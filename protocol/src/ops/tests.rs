@@ -534,7 +534,10 @@ fn a_request_nested_too_deep_is_refused_with_its_id_so_its_client_hears_of_it() 
     let err = decode_request(frame.as_bytes()).unwrap_err();
     assert_eq!(err.id, Some(9));
     assert_eq!(err.error.code, ErrorCode::BadRequest);
-    assert_eq!(err.error.message, "JSON nested 65 deep exceeds the limit of 64");
+    assert_eq!(
+        err.error.message,
+        "JSON nested 65 deep exceeds the limit of 64"
+    );
     // Written the general way (the id after the op), the id is read all the same.
     let general = format!(
         r#"{{"op":"enqueue","queue":"q","tasks":[{{"payload":{}}}],"id":10}}"#,
