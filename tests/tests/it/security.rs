@@ -626,9 +626,11 @@ async fn every_class_of_bad_input_gets_its_code_and_changes_nothing() {
             "bad_request",
         ),
         (
+            // Refused by its depth before it is parsed, with its id, read from the
+            // frame's start, so that its client hears of it.
             "nesting over the limit",
             frame(&deep),
-            serde_json::Value::Null,
+            2.into(),
             "bad_request",
         ),
         (
