@@ -124,7 +124,7 @@ pub async fn run(id: u64, raft: Raft<Muster>, log: LogStore, mut network: Networ
         let Some(me) = Standing::read(&raft).await else {
             return; // openraft stopped.
         };
-        check_quorum.look(&raft, &network, &me, timing);
+        check_quorum.look(&raft, &network, &me, timing, Instant::now());
         let now = Instant::now();
         let Some(due) = timer.due(&me) else {
             continue;
@@ -414,43 +414,87 @@ impl Waits {
 /// followers' leases run out and they elect a new leader (with its vote, if it can still
 /// hear them), instead of following a leader that cannot commit. It steps forward again
 /// once it no longer leads (it heard of a later term), for when it leads next.
+///
+/// Two rules keep a stepped-back leader from stalling the cluster. A fresh leadership is
+/// judged only an election timeout after it began: openraft counts its majority's
+/// silence from the votes that elected it, so a leader elected slowly would otherwise
+/// step back at once, before its first entry reached anyone. And a leader stepped back
+/// for [`STEPPED_BACK_RETRY`] election timeouts with no later term heard tries its
+/// majority again: it may hold the longest log (an entry no follower has), which makes
+/// every other voter refuse to elect a node behind it, while as a leader it never
+/// stands itself; if its majority is still silent, it steps back again.
 #[derive(Debug)]
 struct CheckQuorum {
     /// Whether this node sends heartbeats and append-entries.
     heartbeats: bool,
+    /// The term it last led, and when that leadership began or it last stepped back or
+    /// forward.
+    since: Option<(u64, Instant)>,
 }
+
+/// Election timeouts a stepped-back leader waits for a later term before it tries its
+/// majority again (longer than a follower's wait to stand: the followers elect first
+/// when they can).
+const STEPPED_BACK_RETRY: u32 = 2;
 
 impl Default for CheckQuorum {
     fn default() -> CheckQuorum {
-        CheckQuorum { heartbeats: true }
+        CheckQuorum {
+            heartbeats: true,
+            since: None,
+        }
     }
 }
 
 impl CheckQuorum {
-    fn look(&mut self, raft: &Raft<Muster>, network: &Network, me: &Standing, timing: Timing) {
-        let silent_ms = me
-            .quorum_acked_ms
-            .filter(|_| me.state == ServerState::Leader);
+    fn look(
+        &mut self,
+        raft: &Raft<Muster>,
+        network: &Network,
+        me: &Standing,
+        timing: Timing,
+        now: Instant,
+    ) {
+        let timeout = timing.election_timeout();
+        let term = me.vote.leader_id().term;
+        let leading = me.state == ServerState::Leader;
+        if leading && self.since.is_none_or(|(t, _)| t != term) {
+            // A leadership of a new term: judged after a whole timeout.
+            self.since = Some((term, now));
+        }
+        let age = self
+            .since
+            .map_or(Duration::ZERO, |(_, at)| now.saturating_duration_since(at));
+        let silent_ms = me.quorum_acked_ms.filter(|_| leading);
         // Unknown (just elected, or the membership changed) is not silent.
-        let lost = silent_ms.is_some_and(|age| age >= timing.election_timeout().as_millis() as u64);
+        let lost = age >= timeout && silent_ms.is_some_and(|ms| ms >= timeout.as_millis() as u64);
         if lost && self.heartbeats {
             tracing::warn!(
-                term = me.vote.leader_id().term,
+                term,
                 silent_ms,
                 "no majority heard from: stepping back so that the others can elect a leader"
             );
             step_back(raft, network, true);
             self.heartbeats = false;
-        } else if me.state != ServerState::Leader && !self.heartbeats {
+            self.since = Some((term, now));
+        } else if !leading && !self.heartbeats {
             tracing::info!(
-                term = me.vote.leader_id().term,
+                term,
                 "no longer leading: heartbeats back on for when this node leads again"
             );
             step_back(raft, network, false);
             self.heartbeats = true;
+        } else if leading && !self.heartbeats && age >= timeout * STEPPED_BACK_RETRY {
+            tracing::warn!(
+                term,
+                "stepped back and no later term came: trying the majority again"
+            );
+            step_back(raft, network, false);
+            self.heartbeats = true;
+            self.since = Some((term, now));
         }
         debug_assert!(
-            self.heartbeats || me.state == ServerState::Leader,
+            self.heartbeats || leading,
             "only a leader is ever stepped back"
         );
     }
