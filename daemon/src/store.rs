@@ -1,7 +1,7 @@
 //! The durable record: the only module that touches fjall, but for the raft log
 //! keyspaces of a cluster node (`cluster::storage`).
 //!
-//! One fjall `Database` with six keyspaces, all written through [`Batch`]es so each
+//! One fjall `Database` with seven keyspaces, all written through [`Batch`]es so each
 //! request's changes land atomically:
 //!
 //! | keyspace   | key                          | value                           |
@@ -11,6 +11,7 @@
 //! | `payloads` | task id, 16 bytes big-endian | the payload's raw JSON bytes    |
 //! | `idem`     | queue name, 0x00, idem key   | task id, 16 bytes big-endian    |
 //! | `owners`   | member name                  | the owning principal's name     |
+//! | `limits`   | limit name                   | [`LimitRecord`] as JSON         |
 //! | `meta`     | `format`                     | the store's format, decimal     |
 //!
 //! Records are written through the store's own types (`format`), each carrying its
@@ -40,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use ulid::Ulid;
 
 use muster_protocol::RawJson;
-use muster_protocol::model::{NewTask, QueueOptions, TaskState, TimelineEvent};
+use muster_protocol::model::{LimitSpec, NewTask, QueueOptions, TaskState, TimelineEvent};
 
 /// The key of the store's format in the `meta` keyspace.
 const FORMAT_KEY: &[u8] = b"format";
@@ -119,6 +120,29 @@ impl From<fjall::Error> for StoreError {
     }
 }
 
+/// A limit as stored (on disk as a [`format::StoredLimit`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "format::StoredLimit", try_from = "format::StoredLimit")]
+pub struct LimitRecord {
+    /// Its settings, the burst filled in when it has a rate.
+    pub spec: LimitSpec,
+    /// When it was created.
+    pub created_ms: u64,
+    /// When its settings last changed.
+    pub updated_ms: u64,
+}
+
+/// A limit a task draws on, as stored: its cost filled in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskLimit {
+    /// The limit's name.
+    pub limit: String,
+    /// The key it draws on (a per-key limit's bucket); `None` for the keyless one.
+    pub key: Option<String>,
+    /// Tokens a lease takes.
+    pub cost: u64,
+}
+
 /// A queue as stored (on disk as a [`format::StoredQueue`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(into = "format::StoredQueue", try_from = "format::StoredQueue")]
@@ -170,6 +194,8 @@ pub struct TaskRecord {
     pub key: Option<String>,
     /// Labels a holder must carry.
     pub requires: Vec<String>,
+    /// The limits it draws on.
+    pub limits: Vec<TaskLimit>,
     /// When a scheduled task becomes ready.
     pub not_before_ms: Option<u64>,
     /// Its idempotency key.
@@ -221,6 +247,8 @@ pub struct TaskIndex {
     pub key: Option<String>,
     /// Labels a holder must carry.
     pub requires: Vec<String>,
+    /// The limits it draws on.
+    pub limits: Vec<TaskLimit>,
     /// When a scheduled task becomes ready.
     pub not_before_ms: Option<u64>,
     /// Leases granted so far.
@@ -248,6 +276,8 @@ pub struct IndexView<'a> {
     pub key: Option<&'a str>,
     /// Labels a holder must carry.
     pub requires: &'a [String],
+    /// The limits it draws on.
+    pub limits: &'a [TaskLimit],
     /// When a scheduled task becomes ready.
     pub not_before_ms: Option<u64>,
     /// Leases granted so far.
@@ -281,6 +311,15 @@ impl TaskRecord {
             priority: task.priority.unwrap_or(0),
             key: task.key.clone(),
             requires: task.requires.clone(),
+            limits: task
+                .limits
+                .iter()
+                .map(|l| TaskLimit {
+                    limit: l.limit.clone(),
+                    key: l.key.clone(),
+                    cost: l.cost.unwrap_or(1),
+                })
+                .collect(),
             not_before_ms,
             idempotency_key: task.idempotency_key.clone(),
             deliveries: 0,
@@ -308,6 +347,7 @@ impl TaskRecord {
             priority: self.priority,
             key: self.key.as_deref(),
             requires: &self.requires,
+            limits: &self.limits,
             not_before_ms: self.not_before_ms,
             deliveries: self.deliveries,
             lease: self.lease.as_ref(),
@@ -325,6 +365,7 @@ impl TaskIndex {
             priority: self.priority,
             key: self.key.as_deref(),
             requires: &self.requires,
+            limits: &self.limits,
             not_before_ms: self.not_before_ms,
             deliveries: self.deliveries,
             lease: self.lease.as_ref(),
@@ -348,14 +389,17 @@ pub enum Space {
     Payloads,
     /// `idem`.
     Idem,
+    /// `limits`.
+    Limits,
 }
 
 impl Space {
     /// Every keyspace of the engine's state, in the order a copy writes them.
-    pub const ALL: [Space; 6] = [
+    pub const ALL: [Space; 7] = [
         Space::Meta,
         Space::Owners,
         Space::Queues,
+        Space::Limits,
         Space::Tasks,
         Space::Payloads,
         Space::Idem,
@@ -450,6 +494,7 @@ struct Keyspaces {
     tasks: Keyspace,
     payloads: Keyspace,
     idem: Keyspace,
+    limits: Keyspace,
 }
 
 impl Keyspaces {
@@ -461,6 +506,7 @@ impl Keyspaces {
             Space::Tasks => &self.tasks,
             Space::Payloads => &self.payloads,
             Space::Idem => &self.idem,
+            Space::Limits => &self.limits,
         }
     }
 }
@@ -500,6 +546,7 @@ impl Store {
             tasks: db.keyspace("tasks", opts)?,
             payloads: db.keyspace("payloads", opts)?,
             idem: db.keyspace("idem", opts)?,
+            limits: db.keyspace("limits", opts)?,
         };
         let store = Store {
             db,
@@ -624,8 +671,9 @@ impl Store {
                 newest: format::FORMAT,
             });
         }
-        // Format 1 needs no migration: its JSON task records are read as they are and
-        // rewritten in format 2 as they change (`format`). Format 1 is the oldest there is.
+        // No format needs a migration: older task records are read as they are and
+        // rewritten in the current format as they change (`format`). Format 1 is the
+        // oldest there is.
         if found < format::OLDEST_FORMAT {
             return Err(StoreError::Corrupt {
                 what: "meta format".into(),
@@ -667,6 +715,19 @@ impl Store {
                 String::from_utf8_lossy(&k).into_owned(),
                 String::from_utf8_lossy(&v).into_owned(),
             ));
+        }
+        Ok(out)
+    }
+
+    /// Every stored limit.
+    pub fn load_limits(&self) -> Result<Vec<(String, LimitRecord)>, StoreError> {
+        self.assert_nothing_held();
+        let mut out = Vec::new();
+        for guard in self.ks.limits.iter() {
+            let (k, v) = guard.into_inner()?;
+            let name = String::from_utf8_lossy(&k).into_owned();
+            let rec = decode(&v, || format!("limit {name}"))?;
+            out.push((name, rec));
         }
         Ok(out)
     }
@@ -953,6 +1014,16 @@ impl Batch {
         self.remove(Space::Owners, member.as_bytes());
     }
 
+    /// Writes a limit record.
+    pub fn put_limit(&mut self, name: &str, rec: &LimitRecord) {
+        self.insert(Space::Limits, name.as_bytes(), encode(rec));
+    }
+
+    /// Removes a limit record.
+    pub fn remove_limit(&mut self, name: &str) {
+        self.remove(Space::Limits, name.as_bytes());
+    }
+
     /// Removes a queue record.
     pub fn remove_queue(&mut self, name: &str) {
         self.remove(Space::Queues, name.as_bytes());
@@ -1079,7 +1150,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             format!(
-                "store: {} has format 99, written by a newer musterd; this one reads formats 1 to 2",
+                "store: {} has format 99, written by a newer musterd; this one reads formats 1 to 3",
                 dir.path().display()
             )
         );

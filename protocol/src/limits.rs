@@ -93,6 +93,27 @@ pub const MAX_HISTORY: usize = 32;
 /// Most queues the daemon holds.
 pub const MAX_QUEUES: usize = 10_000;
 
+/// Most limits the daemon holds.
+pub const MAX_LIMITS: usize = 1_000;
+
+/// Most limits one task may draw on.
+pub const MAX_TASK_LIMITS: usize = 4;
+
+/// Highest cost a task may take from a limit's bucket at its lease.
+pub const MAX_LIMIT_COST: u64 = 1_000_000;
+
+/// Most tokens a limit's rate may add per period, and the largest burst.
+pub const MAX_LIMIT_TOKENS: u64 = 1_000_000_000;
+
+/// Longest period of a limit's rate (one day).
+pub const MAX_RATE_PERIOD: Duration = Duration::from_secs(24 * 3600);
+
+/// Highest concurrency (leases held at once) a limit may set.
+pub const MAX_LIMIT_CONCURRENCY: u32 = 1_000_000;
+
+/// Most keys of a per-key limit that `limit_get` lists, the busiest first.
+pub const MAX_LISTED_LIMIT_KEYS: usize = 10;
+
 /// Highest priority.
 pub const MAX_PRIORITY: u8 = 9;
 

@@ -233,6 +233,10 @@ pub struct QueueInfo {
     pub held_back: u64,
     /// Ready tasks that require labels no connected member carries: nobody can take them.
     pub unclaimable: u64,
+    /// Ready tasks waiting for room in a limit they draw on (counted apart from
+    /// `held_back` and `unclaimable`).
+    #[serde(default)]
+    pub waiting_on_limits: u64,
     /// The label sets those unclaimable tasks require: at most
     /// [`crate::limits::MAX_LISTED_LABEL_SETS`], those holding the most tasks, sorted.
     pub unclaimable_requires: Vec<Vec<String>>,
@@ -275,6 +279,102 @@ pub struct NewTask {
     /// A repeated enqueue with the same key returns the first task instead of a new one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// The limits it draws on, at most [`crate::limits::MAX_TASK_LIMITS`], each named
+    /// once: it is leased only while every one has room for it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<LimitUse>,
+}
+
+/// A limit a task draws on: which, for which key, and how many of its tokens a lease
+/// takes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitUse {
+    /// The limit's name.
+    pub limit: String,
+    /// The key whose bucket and concurrency count it draws on, for a per-key limit;
+    /// tasks without one share the limit's keyless bucket. Ignored by a limit that is
+    /// not per key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Tokens its lease takes, 1 to [`crate::limits::MAX_LIMIT_COST`]; 1 if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<u64>,
+}
+
+/// A rate: `count` tokens every `per_ms` milliseconds, added a little at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rate {
+    /// Tokens per period, 1 to [`crate::limits::MAX_LIMIT_TOKENS`].
+    pub count: u64,
+    /// The period in milliseconds, 1 to [`crate::limits::MAX_RATE_PERIOD`].
+    pub per_ms: u64,
+}
+
+/// A limit's settings: a token bucket (`rate`, `burst`), a cap on leases held at once
+/// (`concurrency`), or both.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitSpec {
+    /// Tokens added to the bucket over time; absent: no rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<Rate>,
+    /// Most tokens the bucket holds, 1 to [`crate::limits::MAX_LIMIT_TOKENS`]; the
+    /// rate's count if absent (one period's worth). Only with a rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
+    /// Most leases held at once, 1 to [`crate::limits::MAX_LIMIT_CONCURRENCY`];
+    /// absent: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    /// Every key gets its own bucket and concurrency count with these settings.
+    #[serde(default)]
+    pub per_key: bool,
+}
+
+/// A limit as `limit_get` and `limit_list` show it: its settings and its state now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitInfo {
+    /// The limit's name.
+    pub name: String,
+    /// Its settings, the burst filled in.
+    #[serde(flatten)]
+    pub spec: LimitSpec,
+    /// Leases held that draw on it (on all its keys).
+    pub held: u64,
+    /// Ready tasks waiting for its room (on all its keys).
+    pub waiting: u64,
+    /// Leases granted that drew on it since the daemon started.
+    pub granted: u64,
+    /// Its keys with a bucket in use (below full, holding leases or with tasks
+    /// waiting): 1 for the keyless bucket of a limit that is not per key while in use.
+    pub keys_in_use: u64,
+    /// The keys in use, the busiest first (most leases held, then most waiting), at
+    /// most [`crate::limits::MAX_LISTED_LIMIT_KEYS`]; a limit that is not per key lists
+    /// its one bucket under the key `""`.
+    pub keys: Vec<LimitKeyInfo>,
+    /// When it was created.
+    pub created_ms: u64,
+    /// When its settings last changed.
+    pub updated_ms: u64,
+}
+
+/// One key of a limit in use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitKeyInfo {
+    /// The key (`""` for the keyless bucket).
+    pub key: String,
+    /// Whole tokens in its bucket now; absent for a limit without a rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    /// Leases held on it.
+    pub held: u64,
+    /// Ready tasks waiting for its room.
+    pub waiting: u64,
+    /// When its bucket is next full (wall clock), if it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_ms: Option<u64>,
 }
 
 impl NewTask {
@@ -288,6 +388,7 @@ impl NewTask {
             delay_ms: None,
             not_before_ms: None,
             idempotency_key: None,
+            limits: Vec::new(),
         }
     }
 }
@@ -383,6 +484,9 @@ pub struct TaskInfo {
     pub key: Option<String>,
     /// Labels a holder must carry.
     pub requires: Vec<String>,
+    /// The limits it draws on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<LimitUse>,
     /// When a scheduled task becomes ready.
     pub not_before_ms: Option<u64>,
     /// Its idempotency key, if any.

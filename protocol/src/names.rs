@@ -5,6 +5,16 @@ use crate::limits::{MAX_LABEL_BYTES, MAX_LABELS, MAX_NAME_BYTES};
 
 /// Checks a queue name: `[a-z0-9][a-z0-9._-]{0,127}`.
 pub fn check_queue(name: &str) -> Result<(), String> {
+    check_object_name("queue", name)
+}
+
+/// Checks a limit name: the queue-name rules, `[a-z0-9][a-z0-9._-]{0,127}`.
+pub fn check_limit(name: &str) -> Result<(), String> {
+    check_object_name("limit", name)
+}
+
+/// Checks the name of a named object (a queue, a limit): `[a-z0-9][a-z0-9._-]{0,127}`.
+fn check_object_name(what: &str, name: &str) -> Result<(), String> {
     let bytes = name.as_bytes();
     let ok = !bytes.is_empty()
         && bytes.len() <= MAX_NAME_BYTES
@@ -16,7 +26,7 @@ pub fn check_queue(name: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "invalid queue name {name:?}: want [a-z0-9][a-z0-9._-]{{0,127}}"
+            "invalid {what} name {name:?}: want [a-z0-9][a-z0-9._-]{{0,127}}"
         ))
     }
 }

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::RawJson;
 use crate::error::{ErrorBody, ErrorCode};
 use crate::model::{
-    Delivery, EnqueuedTask, MemberInfo, NewTask, QueueInfo, QueuePatch, TaskInfo, TaskState,
-    TaskSummary,
+    Delivery, EnqueuedTask, LimitInfo, LimitSpec, MemberInfo, NewTask, QueueInfo, QueuePatch,
+    TaskInfo, TaskState, TaskSummary,
 };
 
 /// A request type: its op name and the type of its successful reply.
@@ -155,6 +155,60 @@ pub struct CountReply {
     /// Their ids (at most [`crate::limits::MAX_IDS`]), on a dry run only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ids: Vec<String>,
+}
+
+/// Creates a limit or replaces its settings; tasks waiting on it see the new ones at
+/// once.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LimitSet {
+    /// The limit's name.
+    pub name: String,
+    /// Its settings: a rate, a concurrency, or both.
+    #[serde(flatten)]
+    pub spec: LimitSpec,
+}
+
+/// Names one limit (get, delete).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LimitName {
+    /// The limit's name.
+    pub name: String,
+}
+
+/// Shows one limit.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LimitGet(pub LimitName);
+
+/// Deletes a limit: tasks that name it no longer wait on it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LimitDelete(pub LimitName);
+
+/// Reply carrying one limit.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LimitReply {
+    /// The limit.
+    pub limit: LimitInfo,
+}
+
+/// Lists limits, a page at a time, by name.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LimitList {
+    /// Start after this limit name (the `next` of the previous page).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// Page size, 1 to [`crate::limits::MAX_PAGE`]; 100 if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// Reply to [`LimitList`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LimitListReply {
+    /// The page of limits, by name.
+    pub limits: Vec<LimitInfo>,
+    /// The cursor of the next page; `None` on the last one.
+    #[serde(default)]
+    pub next: Option<String>,
 }
 
 /// Enqueues one task or a batch.
@@ -1303,6 +1357,10 @@ ops! {
     AdminSnapshot(AdminSnapshot) = "admin_snapshot" -> SnapshotReply;
     Watch(Watch) = "watch" -> WatchReply;
     Unwatch(Unwatch) = "unwatch" -> Empty;
+    LimitSet(LimitSet) = "limit_set" -> LimitReply;
+    LimitGet(LimitGet) = "limit_get" -> LimitReply;
+    LimitList(LimitList) = "limit_list" -> LimitListReply;
+    LimitDelete(LimitDelete) = "limit_delete" -> CountReply;
     }
 }
 

@@ -1329,6 +1329,7 @@ mod tests {
             priority: 0,
             key: None,
             requires: vec![],
+            limits: vec![],
             not_before_ms: None,
             idempotency_key: None,
             deliveries: 0,

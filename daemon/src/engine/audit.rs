@@ -12,8 +12,8 @@ pub struct Action {
     target: String,
 }
 
-/// The action a request is, if it is one: what changes queues, cancels or repairs tasks,
-/// or steers members (not the work of producers and agents, not reads, not dry runs).
+/// The action a request is, if it is one: what changes queues or limits, cancels or
+/// repairs tasks, or steers members (not the work of producers and agents, not reads, not dry runs).
 pub(super) fn action(req: &EngineRequest) -> Option<Action> {
     let target = match req {
         EngineRequest::QueueCreate(r) => &r.queue,
@@ -29,6 +29,8 @@ pub(super) fn action(req: &EngineRequest) -> Option<Action> {
         EngineRequest::MemberDrain(r) => &r.0.member,
         EngineRequest::MemberUndrain(r) => &r.0.member,
         EngineRequest::LeaseRevoke(r) => &r.task,
+        EngineRequest::LimitSet(r) => &r.name,
+        EngineRequest::LimitDelete(r) => &r.0.name,
         _ => return None,
     };
     Some(Action {

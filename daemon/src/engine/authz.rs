@@ -219,6 +219,10 @@ impl<W: Waiter> Engine<W> {
             EngineRequest::TaskUpdate(r) => self.task_allowed(&r.task, ADMIN, p),
             EngineRequest::Watch(r) => self.watch_allowed(&r.view, p),
             EngineRequest::Unwatch(_) => p.check(ADMIN, None),
+            // A limit spans queues: only an admin of every queue changes one; anyone
+            // who may enqueue or take tasks may see them.
+            EngineRequest::LimitSet(_) | EngineRequest::LimitDelete(_) => every_queue_admin(p),
+            EngineRequest::LimitGet(_) | EngineRequest::LimitList(_) => p.check(any, None),
         }
     }
 

@@ -18,6 +18,11 @@
 //! line, and only a ready task among the first `key_concurrency` of the line is
 //! dispatchable, and only while fewer than `key_concurrency` of the line are leased. A key whose head is leased or scheduled for a retry holds back the
 //! rest of its line; other keys are not affected.
+//!
+//! Tasks that draw on **limits** pass a gate on their way into their class
+//! ([`Gate`], [`super::limits`]): admitted, they are dispatchable like any other;
+//! otherwise they wait in the line of the limit's bucket that lacks room, out of every
+//! class, until it has room again.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -27,6 +32,7 @@ use ulid::Ulid;
 
 use muster_protocol::model::TaskState;
 
+use super::limits::{Gated, Limits, Uses};
 use super::sharded::ShardedMap;
 
 /// The labels a task requires, sorted and without duplicates; shared by its class.
@@ -106,6 +112,27 @@ pub struct TaskRef<'a> {
     pub key: Option<&'a Arc<str>>,
     /// Its label class.
     pub class: &'a Class,
+    /// The limits it draws on, if any.
+    pub uses: Option<&'a Uses>,
+}
+
+/// What the dispatch index needs to pass tasks with limits through their gates: the
+/// limits (which know the time) and its queue's name (its lines' name).
+pub struct Gate<'a> {
+    /// Every limit, with its buckets and lines.
+    pub limits: &'a mut Limits,
+    /// The queue whose index this is.
+    pub queue: &'a Arc<str>,
+}
+
+/// A dispatchable task with limits: where its gate put it.
+#[derive(Debug)]
+struct GatedTask {
+    class: Class,
+    priority: u8,
+    uses: Uses,
+    /// `None` only between being taken out of its place and put back.
+    gated: Option<Gated>,
 }
 
 /// One task in a key's line.
@@ -113,6 +140,7 @@ pub struct TaskRef<'a> {
 struct Slot {
     priority: u8,
     class: Class,
+    uses: Option<Uses>,
     ready: bool,
     leased: bool,
     dispatchable: bool,
@@ -128,7 +156,7 @@ struct Line {
 /// A dispatchable task in its class, in dispatch order: higher priority first, then
 /// older. The id is kept as its big-endian bytes, which sort as the ULID does: 17 bytes
 /// an entry instead of the 32 of a 16-byte-aligned `Ulid`, for every ready task.
-type Entry = (Reverse<u8>, [u8; 16]);
+pub type Entry = (Reverse<u8>, [u8; 16]);
 
 /// The dispatch index of one queue.
 #[derive(Debug, Default)]
@@ -150,6 +178,10 @@ pub struct DispatchIndex {
     unclaimable: HashSet<Class>,
     /// Dispatchable tasks in the classes of `unclaimable`.
     unclaimable_ready: u64,
+    /// Dispatchable tasks with limits, admitted (in `classes`) or waiting in a line.
+    gated: HashMap<Ulid, GatedTask>,
+    /// How many of them wait in a line.
+    waiting_on_limits: u64,
 }
 
 impl DispatchIndex {
@@ -174,7 +206,13 @@ impl DispatchIndex {
 
     /// Adds a task that entered a scheduled, ready or leased state; `carried` tells
     /// whether a class new to the queue is claimable.
-    pub fn add(&mut self, t: TaskRef<'_>, key_concurrency: u32, carried: &Carried) {
+    pub fn add(
+        &mut self,
+        t: TaskRef<'_>,
+        key_concurrency: u32,
+        carried: &Carried,
+        gate: &mut Gate<'_>,
+    ) {
         assert!(
             matches!(
                 t.state,
@@ -195,7 +233,7 @@ impl DispatchIndex {
         match t.key {
             None => {
                 if ready {
-                    self.dispatchable(t.class, t.priority, t.id);
+                    self.dispatchable(t.class, t.priority, t.id, t.uses, gate);
                 }
             }
             Some(key) => {
@@ -203,6 +241,7 @@ impl DispatchIndex {
                 let slot = Slot {
                     priority: t.priority,
                     class: Arc::clone(t.class),
+                    uses: t.uses.cloned(),
                     ready,
                     leased,
                     dispatchable: false,
@@ -214,13 +253,13 @@ impl DispatchIndex {
                 line.leased += u32::from(leased);
                 let old = line.slots.insert(t.id, slot);
                 assert!(old.is_none(), "task {} joins its key's line once", t.id);
-                self.refresh(key, key_concurrency);
+                self.refresh(key, key_concurrency, gate);
             }
         }
     }
 
     /// Removes a task that leaves its scheduled, ready or leased state.
-    pub fn remove(&mut self, t: TaskRef<'_>, key_concurrency: u32) {
+    pub fn remove(&mut self, t: TaskRef<'_>, key_concurrency: u32, gate: &mut Gate<'_>) {
         let refs = self
             .refs
             .get_mut(t.class)
@@ -237,7 +276,7 @@ impl DispatchIndex {
         match t.key {
             None => {
                 if t.state == TaskState::Ready {
-                    self.unclass(t.class, t.priority, t.id);
+                    self.unclass(t.class, t.priority, t.id, gate);
                 }
             }
             Some(key) => {
@@ -263,14 +302,14 @@ impl DispatchIndex {
                     self.keys.remove(key);
                 }
                 if slot.dispatchable {
-                    self.unclass(&slot.class, slot.priority, t.id);
+                    self.unclass(&slot.class, slot.priority, t.id, gate);
                 } else if slot.ready {
                     self.held_back = self
                         .held_back
                         .checked_sub(1)
                         .expect("held_back counts the held-back tasks");
                 }
-                self.refresh(key, key_concurrency);
+                self.refresh(key, key_concurrency, gate);
             }
         }
     }
@@ -310,10 +349,10 @@ impl DispatchIndex {
     }
 
     /// Recomputes every key's dispatchable tasks, after `key_concurrency` changed.
-    pub fn rebuild(&mut self, key_concurrency: u32) {
+    pub fn rebuild(&mut self, key_concurrency: u32, gate: &mut Gate<'_>) {
         let keys: Vec<Arc<str>> = self.keys.keys().cloned().collect();
         for key in keys {
-            self.refresh_all(&key, key_concurrency);
+            self.refresh_all(&key, key_concurrency, gate);
         }
         debug_assert!(
             self.keys.iter().all(|(_, line)| line
@@ -324,6 +363,88 @@ impl DispatchIndex {
                 <= key_concurrency as usize),
             "at most key_concurrency tasks of a key are dispatchable"
         );
+    }
+
+    /// The limits of dispatchable task `id`, if it draws on any.
+    pub fn uses(&self, id: Ulid) -> Option<&Uses> {
+        self.gated.get(&id).map(|g| &g.uses)
+    }
+
+    /// Ready tasks waiting in a limit's line.
+    pub fn waiting_on_limits(&self) -> u64 {
+        self.waiting_on_limits
+    }
+
+    /// Passes task `id` through its gate again: one that was admitted (a pick found its
+    /// room spent since), one its line admitted, or one whose bucket was drained.
+    pub fn regate(&mut self, id: Ulid, gate: &mut Gate<'_>) {
+        self.unplace(id, gate);
+        self.place(id, gate);
+    }
+
+    /// Takes task `id`, admitted by its line ([`Limits::admit_next`], which took it out
+    /// of the line), through the rest of its gate.
+    pub fn admitted(&mut self, id: Ulid, gate: &mut Gate<'_>) {
+        let task = self
+            .gated
+            .get_mut(&id)
+            .unwrap_or_else(|| panic!("task {id}: an admitted task is gated"));
+        assert!(
+            matches!(task.gated, Some(Gated::Waiting(_))),
+            "task {id}: a line admits only a task waiting in it"
+        );
+        task.gated = None;
+        self.waiting_on_limits = self
+            .waiting_on_limits
+            .checked_sub(1)
+            .expect("waiting_on_limits counts the waiting tasks");
+        self.place(id, gate);
+    }
+
+    /// Takes gated task `id` out of its place (its line, or its class and its lines'
+    /// charges), leaving it gated but placed nowhere: the first of two steps of
+    /// [`Self::regate`], apart so that the tasks of drained buckets all leave their
+    /// places before any takes a new one.
+    pub fn unplace(&mut self, id: Ulid, gate: &mut Gate<'_>) {
+        let task = self
+            .gated
+            .get_mut(&id)
+            .unwrap_or_else(|| panic!("task {id} is gated"));
+        let gated = task
+            .gated
+            .take()
+            .unwrap_or_else(|| panic!("task {id} is placed"));
+        let entry = (Reverse(task.priority), id.to_bytes());
+        let class = Arc::clone(&task.class);
+        gate.limits.ungate(gate.queue, entry, &gated);
+        match gated {
+            Gated::Admitted(_) => self.unclass_entry(&class, entry, id),
+            Gated::Waiting(_) => {
+                self.waiting_on_limits = self
+                    .waiting_on_limits
+                    .checked_sub(1)
+                    .expect("waiting_on_limits counts the waiting tasks");
+            }
+        }
+    }
+
+    /// Puts gated task `id`, placed nowhere, where its gate says now.
+    pub fn place(&mut self, id: Ulid, gate: &mut Gate<'_>) {
+        let task = self
+            .gated
+            .get_mut(&id)
+            .unwrap_or_else(|| panic!("task {id} is gated"));
+        assert!(task.gated.is_none(), "task {id} is placed once");
+        let entry = (Reverse(task.priority), id.to_bytes());
+        let gated = gate.limits.gate(gate.queue, entry, &task.uses);
+        let class = Arc::clone(&task.class);
+        let admitted = matches!(gated, Gated::Admitted(_));
+        task.gated = Some(gated);
+        if admitted {
+            self.class_entry(&class, entry, id);
+        } else {
+            self.waiting_on_limits += 1;
+        }
     }
 
     /// Label classes with dispatchable tasks (what [`Self::check_unclaimable`] walks).
@@ -419,12 +540,50 @@ impl DispatchIndex {
         }
     }
 
-    /// Makes a ready task dispatchable in its class.
-    fn dispatchable(&mut self, class: &Class, priority: u8, id: Ulid) {
+    /// Makes a ready task dispatchable: into its class, or for a task with limits
+    /// through its gate first.
+    fn dispatchable(
+        &mut self,
+        class: &Class,
+        priority: u8,
+        id: Ulid,
+        uses: Option<&Uses>,
+        gate: &mut Gate<'_>,
+    ) {
         debug_assert!(
             self.refs.get(class).is_some_and(|r| r.tasks > 0),
             "task {id}: a dispatchable task's class counts it"
         );
+        let Some(uses) = uses else {
+            self.class_entry(class, (Reverse(priority), id.to_bytes()), id);
+            return;
+        };
+        let fresh = self.gated.insert(
+            id,
+            GatedTask {
+                class: Arc::clone(class),
+                priority,
+                uses: Arc::clone(uses),
+                gated: None,
+            },
+        );
+        assert!(fresh.is_none(), "task {id} dispatchable twice");
+        self.place(id, gate);
+    }
+
+    /// Takes a task that is no longer dispatchable out of its class, or out of its
+    /// gate's place.
+    fn unclass(&mut self, class: &Class, priority: u8, id: Ulid, gate: &mut Gate<'_>) {
+        if self.gated.contains_key(&id) {
+            self.unplace(id, gate);
+            self.gated.remove(&id);
+            return;
+        }
+        self.unclass_entry(class, (Reverse(priority), id.to_bytes()), id);
+    }
+
+    /// Puts a task into its class.
+    fn class_entry(&mut self, class: &Class, entry: Entry, id: Ulid) {
         if !self.classes.contains_key(class) {
             if let Some(first) = class.first() {
                 self.by_first_label
@@ -444,7 +603,7 @@ impl DispatchIndex {
             self.classes
                 .entry(Arc::clone(class))
                 .or_default()
-                .insert((Reverse(priority), id.to_bytes())),
+                .insert(entry),
             "task {id} dispatchable twice"
         );
         if self.unclaimable.contains(class) {
@@ -452,13 +611,14 @@ impl DispatchIndex {
         }
     }
 
-    fn unclass(&mut self, class: &Class, priority: u8, id: Ulid) {
+    /// Takes a task out of its class.
+    fn unclass_entry(&mut self, class: &Class, entry: Entry, id: Ulid) {
         let set = self
             .classes
             .get_mut(class)
             .unwrap_or_else(|| panic!("task {id}: its label class is not indexed"));
         assert!(
-            set.remove(&(Reverse(priority), id.to_bytes())),
+            set.remove(&entry),
             "task {id} was not dispatchable in its class"
         );
         if self.unclaimable.contains(class) {
@@ -491,15 +651,21 @@ impl DispatchIndex {
     /// Brings the front of a key's line up to date after one task joined or left it:
     /// a single change moves the boundary by at most one place, so the first
     /// `key_concurrency + 1` places are all that can change.
-    fn refresh(&mut self, key: &Arc<str>, key_concurrency: u32) {
-        self.refresh_front(key, key_concurrency, key_concurrency as usize + 1);
+    fn refresh(&mut self, key: &Arc<str>, key_concurrency: u32, gate: &mut Gate<'_>) {
+        self.refresh_front(key, key_concurrency, key_concurrency as usize + 1, gate);
     }
 
-    fn refresh_all(&mut self, key: &Arc<str>, key_concurrency: u32) {
-        self.refresh_front(key, key_concurrency, usize::MAX);
+    fn refresh_all(&mut self, key: &Arc<str>, key_concurrency: u32, gate: &mut Gate<'_>) {
+        self.refresh_front(key, key_concurrency, usize::MAX, gate);
     }
 
-    fn refresh_front(&mut self, key: &Arc<str>, key_concurrency: u32, places: usize) {
+    fn refresh_front(
+        &mut self,
+        key: &Arc<str>,
+        key_concurrency: u32,
+        places: usize,
+        gate: &mut Gate<'_>,
+    ) {
         let Some(line) = self.keys.get_mut(key) else {
             return;
         };
@@ -515,18 +681,24 @@ impl DispatchIndex {
             let should = slot.ready && free && place < key_concurrency as usize;
             if should != slot.dispatchable {
                 slot.dispatchable = should;
-                changes.push((should, Arc::clone(&slot.class), slot.priority, *id));
+                changes.push((
+                    should,
+                    Arc::clone(&slot.class),
+                    slot.priority,
+                    *id,
+                    slot.uses.clone(),
+                ));
             }
         }
-        for (on, class, priority, id) in changes {
+        for (on, class, priority, id, uses) in changes {
             if on {
-                self.dispatchable(&class, priority, id);
+                self.dispatchable(&class, priority, id, uses.as_ref(), gate);
                 self.held_back = self
                     .held_back
                     .checked_sub(1)
                     .expect("held_back counts the held-back tasks");
             } else {
-                self.unclass(&class, priority, id);
+                self.unclass(&class, priority, id, gate);
                 self.held_back += 1;
             }
         }
@@ -570,6 +742,29 @@ mod tests {
                 priority: self.priority,
                 key: self.key.as_ref(),
                 class: &self.class,
+                uses: None,
+            }
+        }
+    }
+
+    /// No limit: the tasks here name none, so they never reach a gate.
+    struct NoLimits {
+        limits: Limits,
+        queue: Arc<str>,
+    }
+
+    impl NoLimits {
+        fn new() -> NoLimits {
+            NoLimits {
+                limits: Limits::new(0),
+                queue: Arc::from("q"),
+            }
+        }
+
+        fn g(&mut self) -> Gate<'_> {
+            Gate {
+                limits: &mut self.limits,
+                queue: &self.queue,
             }
         }
     }
@@ -581,21 +776,23 @@ mod tests {
     #[test]
     fn priority_then_enqueue_order_within_and_across_classes() {
         let mut ix = DispatchIndex::default();
+        let mut nl = NoLimits::new();
         let a = T::new(1, 0, None, &[], &ix);
         let b = T::new(2, 5, None, &["gpu"], &ix);
         let c = T::new(3, 5, None, &[], &ix);
         for t in [&a, &b, &c] {
-            ix.add(t.r(), 1, &Carried::default());
+            ix.add(t.r(), 1, &Carried::default(), &mut nl.g());
         }
         assert_eq!(ix.pick(&labels(&["gpu"]), |_| true, 0), Some(b.id));
         assert_eq!(ix.pick(&[], |_| true, 0), Some(c.id));
-        ix.remove(c.r(), 1);
+        ix.remove(c.r(), 1, &mut nl.g());
         assert_eq!(ix.pick(&[], |_| true, 0), Some(a.id));
     }
 
     #[test]
     fn a_claimer_takes_exactly_the_classes_its_labels_cover_and_emptied_classes_leave_the_index() {
         let mut ix = DispatchIndex::default();
+        let mut nl = NoLimits::new();
         // Later ids for the classes it covers, so a wrong pick would show.
         let tasks = [
             T::new(1, 0, None, &["a", "c"], &ix),
@@ -606,13 +803,13 @@ mod tests {
             T::new(6, 0, None, &["a"], &ix),
         ];
         for t in &tasks {
-            ix.add(t.r(), 1, &Carried::default());
+            ix.add(t.r(), 1, &Carried::default(), &mut nl.g());
         }
         let claimer = labels(&["b", "a", "b"]);
         let mut taken = Vec::new();
         while let Some(id) = ix.pick(&claimer, |_| true, 0) {
             let t = tasks.iter().find(|t| t.id == id).expect("a known task");
-            ix.remove(t.r(), 1);
+            ix.remove(t.r(), 1, &mut nl.g());
             taken.push(id.0);
         }
         assert_eq!(taken, [3, 4, 5, 6]);
@@ -621,7 +818,7 @@ mod tests {
         assert_eq!((ix.classes.len(), listed), (2, 2));
         assert_eq!(ix.pick(&labels(&["c"]), |_| true, 0), Some(Ulid(2)));
         for t in &tasks[..2] {
-            ix.remove(t.r(), 1);
+            ix.remove(t.r(), 1, &mut nl.g());
         }
         assert!(ix.classes.is_empty() && ix.by_first_label.is_empty());
     }
@@ -629,6 +826,7 @@ mod tests {
     #[test]
     fn unclaimable_classes_follow_tasks_and_the_label_sets_connected_members_carry() {
         let mut ix = DispatchIndex::default();
+        let mut nl = NoLimits::new();
         let mut carried = Carried::default();
         let unclaimable = |ix: &DispatchIndex| {
             let mut listed: Vec<(Vec<String>, usize)> = ix
@@ -642,7 +840,7 @@ mod tests {
         let big_gpu = T::new(2, 0, None, &["gpu", "big"], &ix);
         let plain = T::new(3, 0, None, &[], &ix);
         for t in [&gpu, &big_gpu, &plain] {
-            ix.add(t.r(), 1, &carried);
+            ix.add(t.r(), 1, &carried, &mut nl.g());
         }
         ix.check_unclaimable(Some(&carried));
         // The class that needs no label is never unclaimable.
@@ -664,7 +862,7 @@ mod tests {
         assert_eq!(unclaimable(&ix), (0, vec![]));
         // A task joins a claimable class; a second member with the same set is no new set.
         let gpu2 = T::new(4, 0, None, &["gpu"], &ix);
-        ix.add(gpu2.r(), 1, &carried);
+        ix.add(gpu2.r(), 1, &carried, &mut nl.g());
         assert!(!carried.add(&labels(&["big", "gpu"])));
         assert!(!carried.remove(&labels(&["big", "gpu"])));
         ix.check_unclaimable(Some(&carried));
@@ -678,8 +876,8 @@ mod tests {
             (3, vec![(labels(&["big", "gpu"]), 1), (labels(&["gpu"]), 2)])
         );
         // Tasks leaving take their emptied class off the list.
-        ix.remove(gpu.r(), 1);
-        ix.remove(gpu2.r(), 1);
+        ix.remove(gpu.r(), 1, &mut nl.g());
+        ix.remove(gpu2.r(), 1, &mut nl.g());
         ix.check_unclaimable(Some(&carried));
         assert_eq!(unclaimable(&ix), (1, vec![(labels(&["big", "gpu"]), 1)]));
     }
@@ -687,34 +885,35 @@ mod tests {
     #[test]
     fn a_key_is_served_in_order_one_at_a_time_and_a_scheduled_head_holds_it_back() {
         let mut ix = DispatchIndex::default();
+        let mut nl = NoLimits::new();
         let mut k1 = T::new(1, 0, Some("k"), &[], &ix);
         let k2 = T::new(2, 9, Some("k"), &[], &ix);
         let other = T::new(3, 0, Some("o"), &[], &ix);
         for t in [&k1, &k2, &other] {
-            ix.add(t.r(), 1, &Carried::default());
+            ix.add(t.r(), 1, &Carried::default(), &mut nl.g());
         }
         // k2 has a higher priority, but k1 is ahead of it in the key's line.
         assert_eq!(ix.pick(&[], |_| true, 0), Some(k1.id));
         assert_eq!(ix.held_back(), 1);
         // k1 leased: k2 still waits; the other key does not.
-        ix.remove(k1.r(), 1);
+        ix.remove(k1.r(), 1, &mut nl.g());
         k1.state = TaskState::Leased;
-        ix.add(k1.r(), 1, &Carried::default());
+        ix.add(k1.r(), 1, &Carried::default(), &mut nl.g());
         assert_eq!(ix.pick(&[], |_| true, 0), Some(other.id));
-        ix.remove(other.r(), 1);
+        ix.remove(other.r(), 1, &mut nl.g());
         assert_eq!(ix.pick(&[], |_| true, 0), None);
         // k1 fails and waits for its retry: it still heads the line.
-        ix.remove(k1.r(), 1);
+        ix.remove(k1.r(), 1, &mut nl.g());
         k1.state = TaskState::Scheduled;
-        ix.add(k1.r(), 1, &Carried::default());
+        ix.add(k1.r(), 1, &Carried::default(), &mut nl.g());
         assert_eq!(ix.pick(&[], |_| true, 0), None);
         // With a key concurrency of 2 the second place may go.
-        ix.rebuild(2);
+        ix.rebuild(2, &mut nl.g());
         assert_eq!(ix.pick(&[], |_| true, 0), Some(k2.id));
-        ix.rebuild(1);
+        ix.rebuild(1, &mut nl.g());
         assert_eq!(ix.pick(&[], |_| true, 0), None);
         // k1 done: k2 is head now.
-        ix.remove(k1.r(), 1);
+        ix.remove(k1.r(), 1, &mut nl.g());
         assert_eq!(ix.pick(&[], |_| true, 0), Some(k2.id));
         assert_eq!(ix.held_back(), 0);
     }
@@ -722,15 +921,16 @@ mod tests {
     #[test]
     fn a_redriven_task_ahead_of_a_leased_one_waits_for_it() {
         let mut ix = DispatchIndex::default();
+        let mut nl = NoLimits::new();
         let a = T::new(1, 0, Some("k"), &[], &ix);
         let mut b = T::new(2, 0, Some("k"), &[], &ix);
         // A died (it left the line); B is leased.
         b.state = TaskState::Leased;
-        ix.add(b.r(), 1, &Carried::default());
+        ix.add(b.r(), 1, &Carried::default(), &mut nl.g());
         // A is redriven: it rejoins the line ahead of B, but B holds the key's one place.
-        ix.add(a.r(), 1, &Carried::default());
+        ix.add(a.r(), 1, &Carried::default(), &mut nl.g());
         assert_eq!(ix.pick(&[], |_| true, 0), None);
-        ix.remove(b.r(), 1);
+        ix.remove(b.r(), 1, &mut nl.g());
         assert_eq!(ix.pick(&[], |_| true, 0), Some(a.id));
     }
 }

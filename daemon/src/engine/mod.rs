@@ -22,6 +22,8 @@ mod find;
 mod sharded;
 
 pub use authz::authorize_edge;
+mod limit_ops;
+pub mod limits;
 mod listing;
 mod members;
 mod ops;
@@ -50,7 +52,8 @@ use muster_protocol::{ErrorBody, ErrorCode, RawJson};
 
 use crate::auth::Principal;
 use crate::store::{Batch, IndexView, Store, StoreError, TaskIndex, TaskRecord};
-use dispatch::{Class, DispatchIndex, TaskRef};
+use dispatch::{Class, DispatchIndex, Gate, TaskRef};
+use limits::{Limits, Use, Uses};
 use sharded::IdMap;
 use telemetry::LeaseEnd;
 
@@ -175,6 +178,10 @@ pub enum Reply {
     Snapshot(muster_protocol::ops::SnapshotReply),
     /// Cluster status, add, remove (answered by the connection on a cluster node).
     Cluster(muster_protocol::ops::ClusterStatusReply),
+    /// Limit set, get.
+    Limit(muster_protocol::ops::LimitReply),
+    /// Limit list.
+    LimitList(muster_protocol::ops::LimitListReply),
 }
 
 /// Why an op failed: the client's fault (reply with the error) or the store's (stop).
@@ -464,9 +471,13 @@ pub struct Engine<W: Waiter> {
 /// derived from a task's record by [`Engine::save`] (unindex, then index again), so a
 /// task is in exactly the sets its state names; indexing a task twice or unindexing
 /// one that is not indexed panics.
-#[derive(Default)]
 struct Index {
     queues: BTreeMap<String, Queue>,
+    /// Every limit, its buckets in use and their lines.
+    limits: Limits,
+    /// The limits each task that names any draws on (most tasks name none, and pay
+    /// nothing for them).
+    limited: IdMap<Uses>,
     /// Every stored task (a fast hash: ids are the daemon's own, never chosen by a client).
     tasks: IdMap<Meta>,
     /// Scheduled tasks by the wall time they become ready.
@@ -872,7 +883,15 @@ impl<W: Waiter> Engine<W> {
             last_id: Ulid::nil(),
             rotation: 0,
             rng: SmallRng::seed_from_u64(seed),
-            index: Index::default(),
+            index: Index {
+                queues: BTreeMap::new(),
+                limits: Limits::new(now.mono_ms),
+                limited: IdMap::default(),
+                tasks: IdMap::default(),
+                scheduled: BTreeSet::new(),
+                leases: BTreeSet::new(),
+                expiry: BTreeSet::new(),
+            },
             caches: Caches::default(),
             members: Members::new(owners),
             waiting: Waiting::new(),
@@ -883,6 +902,9 @@ impl<W: Waiter> Engine<W> {
             check_credit: 0,
         };
         engine.load_queues()?;
+        for (name, rec) in engine.store.load_limits()? {
+            engine.index.limits.load(&name, rec);
+        }
         engine.load_tasks(now)?;
         engine.commit()?;
         debug_assert!(
@@ -997,6 +1019,7 @@ impl<W: Waiter> Engine<W> {
         waiter: W,
         now: Now,
     ) -> Result<(), StoreError> {
+        self.index.limits.set_now(now.mono_ms);
         #[cfg(debug_assertions)]
         let before = self.digest();
         let result = match self.dispatch(req, waiter, now) {
@@ -1083,6 +1106,7 @@ impl<W: Waiter> Engine<W> {
         for q in self.index.queues.values() {
             q.dispatch.check_unclaimable(None);
         }
+        self.index.limits.check();
         self.caches.check(&self.index.tasks);
     }
 
@@ -1126,12 +1150,14 @@ impl<W: Waiter> Engine<W> {
 
     /// Runs every timer due at `now` and serves waiting claims and waits.
     pub fn tick(&mut self, now: Now) -> Result<(), StoreError> {
+        self.index.limits.set_now(now.mono_ms);
         self.sweep_liveness(now);
         self.promote_scheduled(now)?;
         self.lapse_leases(now)?;
         self.expire_finished(now)?;
         self.expire_member_names(now);
         self.bulk_slice(now)?;
+        self.admit_waiting_on_limits();
         let ready = std::mem::take(&mut self.waiting.ready_changed);
         self.serve_claims(&ready, now)?;
         self.serve_pushes(&ready, now)?;
@@ -1165,6 +1191,7 @@ impl<W: Waiter> Engine<W> {
             self.index.scheduled.first().map(|(at, _)| wall(*at)),
             self.index.leases.first().map(|(at, _)| mono(*at)),
             self.index.expiry.first().map(|(at, _)| wall(*at)),
+            self.index.limits.next_timer().map(mono),
             self.waiting
                 .claim_waiters
                 .iter()
@@ -1516,6 +1543,7 @@ impl<W: Waiter> Engine<W> {
         }
         self.unindex(id);
         self.index.tasks.remove(&id);
+        self.index.limited.remove(&id);
         self.caches.forget(id);
         self.members.avoid.remove(&id);
         // A wait on this task can end now: it reports it as removed.
@@ -1559,6 +1587,22 @@ impl<W: Waiter> Engine<W> {
                     .map(|l| self.members.name(&l.member)),
             })
         });
+        if !rec.limits.is_empty() && !self.index.limited.contains_key(&id) {
+            let uses: Uses = rec
+                .limits
+                .iter()
+                .map(|l| Use {
+                    limit: self
+                        .index
+                        .limits
+                        .name(&l.limit)
+                        .map_or_else(|| Arc::from(l.limit.as_str()), Arc::clone),
+                    key: Arc::from(l.key.as_deref().unwrap_or("")),
+                    cost: l.cost,
+                })
+                .collect();
+            self.index.limited.insert(id, uses);
+        }
         let meta = Meta {
             queue: queue_name,
             key: rec.key.map(Arc::from),
@@ -1596,9 +1640,13 @@ impl<W: Waiter> Engine<W> {
             TaskState::Ready | TaskState::Scheduled | TaskState::Leased
         ) {
             queue.dispatch.add(
-                task_ref(id, meta),
+                task_ref(id, meta, self.index.limited.get(&id)),
                 queue.options.key_concurrency,
                 &self.members.carried,
+                &mut Gate {
+                    limits: &mut self.index.limits,
+                    queue: &meta.queue,
+                },
             );
         }
         match meta.state {
@@ -1621,6 +1669,9 @@ impl<W: Waiter> Engine<W> {
                     self.index.leases.insert((clock.deadline, id)),
                     "task {id} leased twice"
                 );
+                if let Some(uses) = self.index.limited.get(&id) {
+                    self.index.limits.hold(uses);
+                }
                 if let Some(member) = meta.member() {
                     let fresh = self
                         .members
@@ -1662,9 +1713,14 @@ impl<W: Waiter> Engine<W> {
             meta.state,
             TaskState::Ready | TaskState::Scheduled | TaskState::Leased
         ) {
-            queue
-                .dispatch
-                .remove(task_ref(id, meta), queue.options.key_concurrency);
+            queue.dispatch.remove(
+                task_ref(id, meta, self.index.limited.get(&id)),
+                queue.options.key_concurrency,
+                &mut Gate {
+                    limits: &mut self.index.limits,
+                    queue: &meta.queue,
+                },
+            );
             if meta.key.is_some() {
                 // The key's line moved: its next task may be dispatchable now.
                 self.waiting.ready_changed.queue(&meta.queue);
@@ -1684,6 +1740,9 @@ impl<W: Waiter> Engine<W> {
                     self.index.leases.remove(&(clock.deadline, id)),
                     "task {id}: lease not indexed"
                 );
+                if let Some(uses) = self.index.limited.get(&id) {
+                    self.index.limits.release(uses);
+                }
                 if let Some(member) = meta.member() {
                     let member = Arc::clone(member);
                     self.members.release_slot(&member, id);
@@ -1953,13 +2012,14 @@ impl<W: Waiter> Engine<W> {
     }
 }
 
-fn task_ref(id: Ulid, meta: &Meta) -> TaskRef<'_> {
+fn task_ref<'a>(id: Ulid, meta: &'a Meta, uses: Option<&'a Uses>) -> TaskRef<'a> {
     TaskRef {
         id,
         state: meta.state,
         priority: meta.priority,
         key: meta.key.as_ref(),
         class: &meta.class,
+        uses,
     }
 }
 

@@ -2,6 +2,7 @@
 //! re-index it. A refused request changes nothing.
 
 use std::ops::Bound;
+use std::sync::Arc;
 
 use ulid::Ulid;
 
@@ -28,6 +29,7 @@ use muster_protocol::{ErrorCode, RawJson, ops::EngineRequest};
 
 use super::audit;
 use super::bulk::{BulkJob, BulkKind};
+use super::dispatch::Gate;
 use super::listing::{self, fill};
 use super::telemetry::{self, LeaseEnd};
 use super::{
@@ -442,6 +444,10 @@ impl<W: Waiter> Engine<W> {
             EngineRequest::Watch(r) => self.watch(r, &waiter, now).map(Reply::Watch),
             EngineRequest::Unwatch(_) => Ok(Reply::Empty(self.unwatch(&waiter))),
             EngineRequest::AdminSnapshot(r) => return self.admin_snapshot(&r.dir, waiter),
+            EngineRequest::LimitSet(r) => self.limit_set(r, now).map(Reply::Limit),
+            EngineRequest::LimitGet(r) => self.limit_get(&r, now).map(Reply::Limit),
+            EngineRequest::LimitList(r) => self.limit_list(&r, now).map(Reply::LimitList),
+            EngineRequest::LimitDelete(r) => self.limit_delete(&r).map(Reply::Count),
         };
         match result {
             Ok(reply) => {
@@ -571,7 +577,14 @@ impl<W: Waiter> Engine<W> {
         let new_max_runtime = queue.options.max_runtime_ms;
         let new_lease = queue.options.lease_ms;
         if queue.options.key_concurrency != old_key_concurrency {
-            queue.dispatch.rebuild(queue.options.key_concurrency);
+            let name = Arc::clone(&queue.name);
+            queue.dispatch.rebuild(
+                queue.options.key_concurrency,
+                &mut Gate {
+                    limits: &mut self.index.limits,
+                    queue: &name,
+                },
+            );
         }
         let new_retention = queue.options.retention_ms;
         if new_retention != old_retention {
@@ -711,6 +724,7 @@ impl<W: Waiter> Engine<W> {
             ));
         }
         check_new_tasks(&r.tasks, now)?;
+        self.check_task_limits(&r.tasks)?;
         self.check_label_classes(&r, principal)?;
         let owner = principal.map(|p| p.name.as_str());
         self.check_quotas(&r, owner)?;
@@ -1007,8 +1021,32 @@ impl<W: Waiter> Engine<W> {
         Ok(out)
     }
 
-    /// The next ready task of a queue that this claimer may take.
-    fn pick(&self, queue: &str, spec: &ClaimSpec, now: Now) -> Option<Ulid> {
+    /// The next ready task of a queue that this claimer may take: one whose limits
+    /// have room for it now. An admitted task whose room was taken since (by another
+    /// queue's lease) goes back to its line, and the next is looked at.
+    fn pick(&mut self, queue: &str, spec: &ClaimSpec, now: Now) -> Option<Ulid> {
+        loop {
+            let id = self.candidate(queue, spec, now)?;
+            let q = self.index.queues.get_mut(queue)?;
+            let Some(uses) = q.dispatch.uses(id) else {
+                return Some(id);
+            };
+            if self.index.limits.grantable(uses).is_ok() {
+                return Some(id);
+            }
+            let name = Arc::clone(&q.name);
+            q.dispatch.regate(
+                id,
+                &mut Gate {
+                    limits: &mut self.index.limits,
+                    queue: &name,
+                },
+            );
+        }
+    }
+
+    /// The first dispatchable task of a queue for this claimer, limits aside.
+    fn candidate(&self, queue: &str, spec: &ClaimSpec, now: Now) -> Option<Ulid> {
         let q = self.index.queues.get(queue)?;
         if q.options.paused || q.deleting {
             return None;
@@ -1060,6 +1098,13 @@ impl<W: Waiter> Engine<W> {
         // Read before the lease is written: the write ends the task's freshness.
         let payload = self.payload(id)?;
         let deadline = self.lease_deadline(id, &rec.queue, lease_ms, now)?;
+        if grant == Grant::Leased
+            && let Some(uses) = self.index.limited.get(&id)
+        {
+            // A new grant takes its limits' tokens; a lease handed back to its member
+            // (reclaimed, redelivered) is the same grant and takes none.
+            self.index.limits.take(uses);
+        }
         let expires = now.wall_ms + (deadline - now.mono_ms);
         let epoch = self.record_lease(id, &mut rec, member, expires, now, grant);
         let clock = LeaseClock {
@@ -1396,6 +1441,15 @@ impl<W: Waiter> Engine<W> {
             priority: rec.priority,
             key: rec.key,
             requires: rec.requires,
+            limits: rec
+                .limits
+                .into_iter()
+                .map(|l| muster_protocol::model::LimitUse {
+                    limit: l.limit,
+                    key: l.key,
+                    cost: Some(l.cost),
+                })
+                .collect(),
             not_before_ms: rec.not_before_ms,
             idempotency_key: rec.idempotency_key,
             deliveries: rec.deliveries,
@@ -1861,6 +1915,7 @@ impl<W: Waiter> Engine<W> {
             counts,
             held_back: q.dispatch.held_back(),
             unclaimable,
+            waiting_on_limits: q.dispatch.waiting_on_limits(),
             unclaimable_requires,
             unclaimable_sets,
             consumers: self.consumers(name),

@@ -19,18 +19,22 @@
 //!   store needs no migration: its task records are JSON (they begin with `{`, which no
 //!   format 2 record does, as its first byte is its version) and are read as they are,
 //!   then written in format 2 when they next change.
+//! - 3: task records gain the limits they draw on ([`TaskHead`], then the limits, then
+//!   [`TaskBody`]); the `limits` keyspace holds limit records (JSON, `v: 3`). Format 2
+//!   records are read as they are (they draw on no limit) and written in format 3 when
+//!   they next change.
 
 use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
 use muster_protocol::RawJson;
-use muster_protocol::model::{Backoff, QueueOptions, TaskState, TimelineEvent};
+use muster_protocol::model::{Backoff, LimitSpec, QueueOptions, Rate, TaskState, TimelineEvent};
 
-use super::{LeaseRecord, QueueRecord, TaskIndex, TaskRecord};
+use super::{LeaseRecord, LimitRecord, QueueRecord, TaskIndex, TaskLimit, TaskRecord};
 
 /// The format this build writes, and the newest it reads.
-pub const FORMAT: u32 = 2;
+pub const FORMAT: u32 = 3;
 
 /// The oldest format this build reads (older ones would be migrated on open).
 pub const OLDEST_FORMAT: u32 = 1;
@@ -134,6 +138,7 @@ impl TryFrom<StoredTask1> for TaskRecord {
             priority: s.priority,
             key: s.key,
             requires: s.requires,
+            limits: Vec::new(),
             not_before_ms: s.not_before_ms,
             idempotency_key: s.idempotency_key,
             deliveries: s.deliveries,
@@ -216,10 +221,22 @@ impl From<Event<'_>> for TimelineEvent {
     }
 }
 
-/// A format 2 task record: its head, then its body.
-#[derive(Debug, Serialize, Deserialize)]
+/// A format 2 task record: its head, then its body. Read, never written.
+#[derive(Debug, Deserialize)]
 struct StoredTask2<'a> {
+    #[serde(borrow)]
     head: TaskHead<'a>,
+    #[serde(borrow)]
+    body: TaskBody<'a>,
+}
+
+/// A format 3 task record: its head, the limits it draws on, then its body.
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredTask3<'a> {
+    #[serde(borrow)]
+    head: TaskHead<'a>,
+    limits: Cow<'a, [TaskLimit]>,
+    #[serde(borrow)]
     body: TaskBody<'a>,
 }
 
@@ -237,7 +254,7 @@ pub(super) fn encode_task(r: &TaskRecord) -> Vec<u8> {
     fn borrowed(s: &Option<String>) -> Option<Cow<'_, str>> {
         s.as_deref().map(Cow::Borrowed)
     }
-    let stored = StoredTask2 {
+    let stored = StoredTask3 {
         head: TaskHead {
             v: FORMAT,
             queue: Cow::Borrowed(&r.queue),
@@ -252,6 +269,7 @@ pub(super) fn encode_task(r: &TaskRecord) -> Vec<u8> {
             enqueued_by: borrowed(&r.enqueued_by),
             payload_bytes: r.stored_bytes,
         },
+        limits: Cow::Borrowed(&r.limits),
         body: TaskBody {
             idempotency_key: borrowed(&r.idempotency_key),
             failures: r.failures,
@@ -286,8 +304,18 @@ pub(super) fn decode_task(bytes: &[u8]) -> Result<TaskRecord, String> {
         let stored: StoredTask1 = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
         return stored.try_into();
     }
-    let StoredTask2 { head, body } = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
-    check_binary_version(head.v)?;
+    let (head, limits, body) = match binary_version(bytes)? {
+        2 => {
+            let StoredTask2 { head, body } =
+                postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+            (head, Vec::new(), body)
+        }
+        _ => {
+            let StoredTask3 { head, limits, body } =
+                postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+            (head, limits.into_owned(), body)
+        }
+    };
     let owned = |s: Option<Cow<'_, str>>| s.map(Cow::into_owned);
     Ok(TaskRecord {
         queue: head.queue.into_owned(),
@@ -295,6 +323,7 @@ pub(super) fn decode_task(bytes: &[u8]) -> Result<TaskRecord, String> {
         priority: head.priority,
         key: owned(head.key),
         requires: head.requires.into_owned(),
+        limits,
         not_before_ms: head.not_before_ms,
         idempotency_key: owned(body.idempotency_key),
         deliveries: head.deliveries,
@@ -316,15 +345,23 @@ pub(super) fn decode_task(bytes: &[u8]) -> Result<TaskRecord, String> {
 
 /// What the start-up index needs of a task record of any format, decoding no more.
 pub(super) fn decode_index(bytes: &[u8]) -> Result<TaskIndex, String> {
-    let head: TaskHead<'_> = if bytes.first() == Some(&JSON_RECORD) {
+    let (head, limits): (TaskHead<'_>, Vec<TaskLimit>) = if bytes.first() == Some(&JSON_RECORD) {
         let head: TaskHead<'_> = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
         check_json_version(head.v)?;
-        head
+        (head, Vec::new())
     } else {
-        let (head, _body): (TaskHead<'_>, _) =
+        let v = binary_version(bytes)?;
+        let (head, rest): (TaskHead<'_>, _) =
             postcard::take_from_bytes(bytes).map_err(|e| e.to_string())?;
-        check_binary_version(head.v)?;
-        head
+        let limits = match v {
+            2 => Vec::new(),
+            _ => {
+                let (limits, _body): (Vec<TaskLimit>, _) =
+                    postcard::take_from_bytes(rest).map_err(|e| e.to_string())?;
+                limits
+            }
+        };
+        (head, limits)
     };
     Ok(TaskIndex {
         queue: head.queue.into_owned(),
@@ -332,6 +369,7 @@ pub(super) fn decode_index(bytes: &[u8]) -> Result<TaskIndex, String> {
         priority: head.priority,
         key: head.key.map(Cow::into_owned),
         requires: head.requires.into_owned(),
+        limits,
         not_before_ms: head.not_before_ms,
         deliveries: head.deliveries,
         lease: head.lease.map(Cow::into_owned),
@@ -354,13 +392,71 @@ fn check_json_version(v: u32) -> Result<(), String> {
     Ok(())
 }
 
-/// A binary task record is format 2 or later.
-fn check_binary_version(v: u32) -> Result<(), String> {
+/// The format of a binary task record (its first field, a varint): 2 or later.
+fn binary_version(bytes: &[u8]) -> Result<u32, String> {
+    let (v, _): (u32, _) = postcard::take_from_bytes(bytes).map_err(|e| e.to_string())?;
     check_version(v)?;
     if v < 2 {
         return Err(format!("a binary task record says format {v}"));
     }
-    Ok(())
+    Ok(v)
+}
+
+/// A limit record on disk (JSON).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredLimit {
+    v: u32,
+    rate: Option<StoredRate>,
+    burst: Option<u64>,
+    concurrency: Option<u32>,
+    per_key: bool,
+    created_ms: u64,
+    updated_ms: u64,
+}
+
+/// A limit's rate on disk.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct StoredRate {
+    count: u64,
+    per_ms: u64,
+}
+
+impl From<LimitRecord> for StoredLimit {
+    fn from(r: LimitRecord) -> Self {
+        StoredLimit {
+            v: FORMAT,
+            rate: r.spec.rate.map(|r| StoredRate {
+                count: r.count,
+                per_ms: r.per_ms,
+            }),
+            burst: r.spec.burst,
+            concurrency: r.spec.concurrency,
+            per_key: r.spec.per_key,
+            created_ms: r.created_ms,
+            updated_ms: r.updated_ms,
+        }
+    }
+}
+
+impl TryFrom<StoredLimit> for LimitRecord {
+    type Error = String;
+
+    fn try_from(s: StoredLimit) -> Result<Self, String> {
+        check_version(s.v)?;
+        Ok(LimitRecord {
+            spec: LimitSpec {
+                rate: s.rate.map(|r| Rate {
+                    count: r.count,
+                    per_ms: r.per_ms,
+                }),
+                burst: s.burst,
+                concurrency: s.concurrency,
+                per_key: s.per_key,
+            },
+            created_ms: s.created_ms,
+            updated_ms: s.updated_ms,
+        })
+    }
 }
 
 /// A retry backoff on disk.
@@ -465,6 +561,18 @@ mod tests {
             priority: 7,
             key: Some("k".into()),
             requires: vec!["gpu".into(), "zone=eu".into()],
+            limits: vec![
+                TaskLimit {
+                    limit: "openai".into(),
+                    key: None,
+                    cost: 3,
+                },
+                TaskLimit {
+                    limit: "per-customer".into(),
+                    key: Some("org-42".into()),
+                    cost: 1,
+                },
+            ],
             not_before_ms: Some(1_764_000_000_001),
             idempotency_key: Some("idem".into()),
             deliveries: 2,
@@ -507,6 +615,7 @@ mod tests {
             priority: 0,
             key: None,
             requires: Vec::new(),
+            limits: Vec::new(),
             not_before_ms: None,
             idempotency_key: None,
             deliveries: 0,
@@ -535,6 +644,7 @@ mod tests {
                 r.priority,
                 &r.key,
                 &r.requires,
+                &r.limits,
                 r.not_before_ms,
                 r.deliveries,
                 &r.lease,
@@ -549,7 +659,7 @@ mod tests {
     fn a_task_record_reads_back_field_for_field_and_its_index_alone() {
         for rec in [full(), bare()] {
             let bytes = encode_task(&rec);
-            assert_eq!(bytes[0], 2, "a format 2 record begins with its version");
+            assert_eq!(bytes[0], 3, "a format 3 record begins with its version");
             let back = decode_task(&bytes).unwrap();
             assert_eq!(format!("{back:?}"), format!("{rec:?}"));
             let i = decode_index(&bytes).unwrap();
@@ -559,6 +669,7 @@ mod tests {
                 priority: i.priority,
                 key: i.key,
                 requires: i.requires,
+                limits: i.limits,
                 not_before_ms: i.not_before_ms,
                 deliveries: i.deliveries,
                 lease: i.lease,
@@ -575,14 +686,73 @@ mod tests {
     fn a_format_1_record_reads_as_the_same_task_at_three_and_a_half_times_the_size() {
         let json = r#"{"v":1,"queue":"q-é","state":"leased","priority":7,"key":"k","requires":["gpu","zone=eu"],"not_before_ms":1764000000001,"idempotency_key":"idem","deliveries":2,"failures":1,"lease":{"member":"agent-1","epoch":2,"expires_ms":1764000060000,"granted_ms":1764000000500},"cancel_requested":true,"progress":{"step":3},"result":[1,2],"last_error":"boom","dead_reason":"why","created_ms":1764000000000,"updated_ms":1764000000600,"finished_ms":1764000000700,"history":[{"at_ms":1764000000000,"event":"enqueued"},{"at_ms":1764000000100,"event":"leased","member":"agent-0","epoch":1},{"at_ms":1764000000200,"event":"nacked","member":"agent-0","epoch":1,"error":"boom"}],"enqueued_by":"producers","payload_bytes":256}"#;
         let rec = decode_task(json.as_bytes()).unwrap();
-        assert_eq!(format!("{rec:?}"), format!("{:?}", full()));
+        // Format 1 had no limits.
+        let full = TaskRecord {
+            limits: Vec::new(),
+            ..full()
+        };
+        assert_eq!(format!("{rec:?}"), format!("{full:?}"));
         let index = decode_index(json.as_bytes()).unwrap();
         assert_eq!(
             (index.queue.as_str(), index.deliveries, index.stored_bytes),
             ("q-é", 2, 256)
         );
         let binary = encode_task(&rec);
-        assert_eq!((json.len(), binary.len()), (706, 198));
+        assert_eq!((json.len(), binary.len()), (706, 199));
+    }
+
+    #[test]
+    fn a_format_2_record_reads_as_the_same_task_drawing_on_no_limit() {
+        let rec = TaskRecord {
+            limits: Vec::new(),
+            ..full()
+        };
+        // Format 2 is format 3 without the limits between head and body.
+        let v3 = encode_task(&rec);
+        let (_, rest): (TaskHead<'_>, &[u8]) = postcard::take_from_bytes(&v3).unwrap();
+        let head_len = v3.len() - rest.len();
+        assert_eq!(rest[0], 0, "no limits: an empty sequence");
+        let mut v2 = v3[..head_len].to_vec();
+        v2[0] = 2;
+        v2.extend_from_slice(&rest[1..]);
+        assert_eq!(format!("{:?}", decode_task(&v2).unwrap()), format!("{rec:?}"));
+        let index = decode_index(&v2).unwrap();
+        assert_eq!(
+            (index.queue.as_str(), index.limits.len(), index.stored_bytes),
+            ("q-é", 0, 256)
+        );
+        // Written again, it is format 3.
+        assert_eq!(encode_task(&decode_task(&v2).unwrap()), v3);
+    }
+
+    #[test]
+    fn a_limit_record_reads_back_and_a_newer_one_is_refused() {
+        let rec = LimitRecord {
+            spec: LimitSpec {
+                rate: Some(Rate {
+                    count: 500,
+                    per_ms: 60_000,
+                }),
+                burst: Some(50),
+                concurrency: Some(4),
+                per_key: true,
+            },
+            created_ms: 1_764_000_000_000,
+            updated_ms: 1_764_000_000_500,
+        };
+        let json = serde_json::to_string(&rec).unwrap();
+        assert_eq!(
+            json,
+            r#"{"v":3,"rate":{"count":500,"per_ms":60000},"burst":50,"concurrency":4,"per_key":true,"created_ms":1764000000000,"updated_ms":1764000000500}"#
+        );
+        assert_eq!(serde_json::from_str::<LimitRecord>(&json).unwrap(), rec);
+        let newer = json.replacen(r#""v":3"#, r#""v":4"#, 1);
+        let err = serde_json::from_str::<LimitRecord>(&newer).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("record format 4 was written by a newer musterd"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -595,14 +765,14 @@ mod tests {
                 "cut at {cut}"
             );
         }
-        bytes[0] = 3;
+        bytes[0] = 4;
         for err in [
             decode_task(&bytes).unwrap_err(),
             decode_index(&bytes).unwrap_err(),
         ] {
             assert_eq!(
                 err,
-                "record format 3 was written by a newer musterd; this one reads formats 1 to 2"
+                "record format 4 was written by a newer musterd; this one reads formats 1 to 3"
             );
         }
         bytes[0] = 1;
@@ -619,20 +789,20 @@ mod tests {
 
     #[test]
     fn a_queue_record_of_a_newer_format_is_refused_with_a_message_saying_so() {
-        let newer = r#"{"v":3,"options":{"lease_ms":1,"max_attempts":1,"retry_backoff":{"base_ms":1,"factor":1.0,"cap_ms":1,"jitter":0.0},"key_concurrency":1,"retention_ms":1,"max_runtime_ms":null,"paused":false},"created_ms":1}"#;
+        let newer = r#"{"v":4,"options":{"lease_ms":1,"max_attempts":1,"retry_backoff":{"base_ms":1,"factor":1.0,"cap_ms":1,"jitter":0.0},"key_concurrency":1,"retention_ms":1,"max_runtime_ms":null,"paused":false},"created_ms":1}"#;
         let err = serde_json::from_str::<QueueRecord>(newer).unwrap_err();
         assert!(
             err.to_string()
-                .contains("record format 3 was written by a newer musterd"),
+                .contains("record format 4 was written by a newer musterd"),
             "{err}"
         );
-        let old = newer.replacen(r#""v":3"#, r#""v":1"#, 1);
+        let old = newer.replacen(r#""v":4"#, r#""v":1"#, 1);
         let rec: QueueRecord = serde_json::from_str(&old).unwrap();
         let again = serde_json::to_string(&rec).unwrap();
         assert_eq!(
             again,
-            old.replacen(r#""v":1"#, r#""v":2"#, 1),
-            "a format 1 queue record is written back as format 2, otherwise byte for byte"
+            old.replacen(r#""v":1"#, r#""v":3"#, 1),
+            "a format 1 queue record is written back as format 3, otherwise byte for byte"
         );
     }
 }

@@ -2221,6 +2221,7 @@ fn a_reclaim_reaching_max_attempts_names_the_member_in_its_dead_lettered_event()
 mod bounds;
 mod crash_model;
 mod find;
+mod limits;
 mod liveness;
 mod member_names;
 mod model;

@@ -1,0 +1,823 @@
+//! Limits: named budgets that tasks of any queue draw on, and the lines where ready
+//! tasks wait for their room.
+//!
+//! A limit is a token bucket (a rate and a burst), a cap on leases held at once (a
+//! concurrency), or both; shared by every task that names it, or per key (each key its
+//! own bucket and count, with the limit's settings). A task names the limits it draws
+//! on at enqueue, with a key and a cost each ([`Use`]). It is leased only while every
+//! limit it names has room for it: tokens ≥ its cost and held leases < concurrency.
+//! Leasing takes the tokens ([`Limits::take`]); the held count follows the leased
+//! tasks themselves ([`Limits::hold`], [`Limits::release`]), so a slot comes back with
+//! whatever ends a lease. Tokens never come back.
+//!
+//! **Buckets start empty**: at start-up (a restart, or a cluster node taking the lead)
+//! and when a limit is created, every bucket of it holds no token and fills at its
+//! rate. So no restart or failover lets a burst through that was already spent: over
+//! any interval T the cost granted on a bucket is at most `burst + rate × T`. A bucket
+//! is kept in memory only while it is below full, or has tasks waiting or admitted;
+//! a bucket not kept is full (or, before it could have filled since the start, holds
+//! what it gathered since).
+//!
+//! **Lines.** A ready task whose limits lack room does not sit among the dispatchable
+//! tasks (where it would block those behind it): it waits in its queue's line of the
+//! bucket that lacks room, in dispatch order. When the bucket's room grows (tokens
+//! refill, a lease ends, the limit changes), the line's first tasks are admitted while
+//! they fit: they become dispatchable, and their cost is charged to the line, so a line
+//! admits no more than the room it sees. Admission does not reserve: a task admitted
+//! by one queue's line may find its room taken by another queue's lease by the time it
+//! is picked; the pick then checks exactly ([`Limits::grantable`]) and sends it back to
+//! its line. A queue with no claimers keeps only its own line's admitted tasks, never
+//! the room of other queues' lines. A bucket with waiting tasks has a timer at the time
+//! its first waiting task will fit, so a task is handed out in the dispatcher's round
+//! its bucket refills.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use ulid::Ulid;
+
+use muster_protocol::model::{LimitInfo, LimitKeyInfo, LimitSpec, Rate};
+
+use super::dispatch::Entry;
+use crate::store::LimitRecord;
+
+/// Most tasks one line keeps admitted (dispatchable, not yet leased): what a pick may
+/// find spent and send back to its line at most, per line.
+pub const MAX_ADMITTED_PER_LINE: usize = 1024;
+
+/// A bucket: a limit's name and the key (`""` for the keyless one, and for every task
+/// of a limit that is not per key).
+pub type BucketId = (Arc<str>, Arc<str>);
+
+/// A limit a task draws on, as the engine keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Use {
+    /// The limit's name.
+    pub limit: Arc<str>,
+    /// The task's key for it (`""` if none).
+    pub key: Arc<str>,
+    /// Tokens its lease takes.
+    pub cost: u64,
+}
+
+/// The limits a task draws on.
+pub type Uses = Arc<[Use]>;
+
+/// A limit's definition and what it granted.
+#[derive(Debug)]
+struct Def {
+    rec: LimitRecord,
+    /// Leases granted that drew on it since the engine started.
+    granted: u64,
+    /// When its buckets last started empty (monotonic ms): the engine's start, its
+    /// creation, or a change of `per_key`.
+    epoch: u64,
+}
+
+impl Def {
+    /// The bucket that key `key` of limit `limit` draws on under this definition.
+    fn bucket(&self, limit: &Arc<str>, key: &Arc<str>) -> BucketId {
+        let key = if self.rec.spec.per_key {
+            Arc::clone(key)
+        } else {
+            Arc::from("")
+        };
+        (Arc::clone(limit), key)
+    }
+
+    /// Units of a full bucket (1 token = `per_ms` units; the rate adds `count` a ms).
+    fn cap(&self, rate: Rate) -> u128 {
+        u128::from(self.rec.spec.burst.unwrap_or(rate.count)) * u128::from(rate.per_ms)
+    }
+}
+
+/// One queue's line of a bucket.
+#[derive(Debug, Default)]
+struct Line {
+    /// Tasks waiting for the bucket's room, in dispatch order, each with its cost.
+    waiting: BTreeMap<Entry, u64>,
+    /// Tasks admitted from the line (dispatchable, not yet leased), each with its cost.
+    admitted: HashMap<Ulid, u64>,
+    /// Their costs, summed.
+    admitted_cost: u64,
+}
+
+impl Line {
+    fn is_empty(&self) -> bool {
+        self.waiting.is_empty() && self.admitted.is_empty()
+    }
+}
+
+/// A bucket in use.
+#[derive(Debug)]
+struct Bucket {
+    /// Tokens in units (see [`Def::cap`]) at `at`; unused for a limit without a rate.
+    level: u128,
+    /// When `level` was last brought up to date (monotonic ms).
+    at: u64,
+    /// The lines of the queues with tasks waiting or admitted.
+    lines: BTreeMap<Arc<str>, Line>,
+    /// Its entry in [`Limits::timers`].
+    timer: Option<u64>,
+}
+
+/// What a gate decided for a task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gated {
+    /// Dispatchable, charged to `queue`'s line of each of these buckets.
+    Admitted(Vec<BucketId>),
+    /// Waiting in the line of this bucket.
+    Waiting(BucketId),
+}
+
+/// Every limit, the buckets in use and their lines, and the leases held on each.
+#[derive(Debug)]
+pub struct Limits {
+    defs: BTreeMap<Arc<str>, Def>,
+    buckets: HashMap<BucketId, Bucket>,
+    /// Leases held per limit and key, counted from the leased tasks whatever the
+    /// definitions say (so a limit set again, or made per key, sees them at once).
+    held_by_key: HashMap<BucketId, u32>,
+    /// Leases held per limit.
+    held_by_limit: HashMap<Arc<str>, u32>,
+    /// Buckets' timers: when a waiting task fits, or when an idle bucket is full.
+    timers: BTreeSet<(u64, BucketId)>,
+    /// Buckets whose room may have grown since their lines last admitted.
+    grown: BTreeSet<BucketId>,
+    /// When the engine started (monotonic ms): every bucket was empty then.
+    started: u64,
+    /// The time of the engine's current call (monotonic ms), which every decision here
+    /// is taken at ([`Self::set_now`]).
+    now: u64,
+}
+
+impl Limits {
+    /// No limit yet, every bucket empty at `now` (monotonic ms).
+    pub fn new(now: u64) -> Limits {
+        Limits {
+            defs: BTreeMap::new(),
+            buckets: HashMap::new(),
+            held_by_key: HashMap::new(),
+            held_by_limit: HashMap::new(),
+            timers: BTreeSet::new(),
+            grown: BTreeSet::new(),
+            started: now,
+            now,
+        }
+    }
+
+    /// Sets the time of the engine's current call: monotonic, it never goes back.
+    pub fn set_now(&mut self, now: u64) {
+        assert!(
+            now >= self.now,
+            "monotonic time never goes back: {now} < {}",
+            self.now
+        );
+        self.now = now;
+    }
+
+    /// Loads a stored limit at start-up: its buckets start empty.
+    pub fn load(&mut self, name: &str, rec: LimitRecord) {
+        let previous = self.defs.insert(
+            Arc::from(name),
+            Def {
+                rec,
+                granted: 0,
+                epoch: self.started,
+            },
+        );
+        assert!(previous.is_none(), "limit {name} is loaded once");
+    }
+
+    /// How many limits exist.
+    pub fn count(&self) -> usize {
+        self.defs.len()
+    }
+
+    /// The stored record of limit `name`.
+    pub fn record(&self, name: &str) -> Option<&LimitRecord> {
+        self.defs.get(name).map(|d| &d.rec)
+    }
+
+    /// The shared name of limit `name`, if it exists.
+    pub fn name(&self, name: &str) -> Option<&Arc<str>> {
+        self.defs.get_key_value(name).map(|(k, _)| k)
+    }
+
+    /// Creates limit `name` or replaces its settings, at `now`. A new limit's buckets,
+    /// and those of one whose `per_key` changed, start empty; otherwise each keeps its
+    /// tokens (at most the new burst). Returns the buckets whose tasks must pass their
+    /// gates again: those of the old definition, when its buckets changed.
+    pub fn set(&mut self, name: &str, rec: LimitRecord) -> Vec<BucketId> {
+        let now = self.now;
+        let Some((key, def)) = self.defs.get_key_value(name) else {
+            self.defs.insert(
+                Arc::from(name),
+                Def {
+                    rec,
+                    granted: 0,
+                    epoch: now,
+                },
+            );
+            return Vec::new();
+        };
+        let key = Arc::clone(key);
+        let old_per_key = def.rec.spec.per_key;
+        let old_rate = def.rec.spec.rate;
+        let affected: Vec<BucketId> = self.buckets_of(&key);
+        if old_per_key != rec.spec.per_key {
+            // Other buckets: the old ones go, with their lines, once their tasks moved.
+            let def = self.defs.get_mut(&key).expect("looked up above");
+            def.rec = rec;
+            def.epoch = now;
+            return affected;
+        }
+        for id in &affected {
+            // Bring each bucket up to date under the old rate, then express its tokens
+            // under the new one (whole tokens: a fraction is dropped, never made up).
+            self.refresh(id, now);
+            let bucket = self.buckets.get_mut(id).expect("listed above");
+            bucket.level = match (old_rate, rec.spec.rate) {
+                (Some(old), Some(new)) => {
+                    let tokens = bucket.level / u128::from(old.per_ms);
+                    let cap =
+                        u128::from(rec.spec.burst.unwrap_or(new.count)) * u128::from(new.per_ms);
+                    (tokens * u128::from(new.per_ms)).min(cap)
+                }
+                // A bucket that gains a rate starts empty.
+                _ => 0,
+            };
+        }
+        let def = self.defs.get_mut(&key).expect("looked up above");
+        if old_rate.is_none() && rec.spec.rate.is_some() {
+            def.epoch = now;
+        }
+        def.rec = rec;
+        self.grown.extend(affected);
+        Vec::new()
+    }
+
+    /// Deletes limit `name`; returns its buckets, whose tasks must pass their gates
+    /// again (they no longer wait on it). `None` if there is no such limit.
+    pub fn delete(&mut self, name: &str) -> Option<Vec<BucketId>> {
+        let (key, _) = self.defs.remove_entry(name)?;
+        Some(self.buckets_of(&key))
+    }
+
+    /// The buckets in use of `limit`.
+    fn buckets_of(&self, limit: &str) -> Vec<BucketId> {
+        let mut ids: Vec<BucketId> = self
+            .buckets
+            .keys()
+            .filter(|(l, _)| &**l == limit)
+            .cloned()
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// The tasks in the lines of bucket `id` (waiting or admitted), per queue, and the
+    /// bucket gone: each must pass its gate again. Their charges and places are given
+    /// back here; the caller's dispatch index forgets where they were.
+    pub fn drain_bucket(&mut self, id: &BucketId) -> Vec<(Arc<str>, Ulid)> {
+        let Some(bucket) = self.buckets.remove(id) else {
+            return Vec::new();
+        };
+        if let Some(at) = bucket.timer {
+            assert!(
+                self.timers.remove(&(at, id.clone())),
+                "a bucket's timer is listed"
+            );
+        }
+        let mut out = Vec::new();
+        for (queue, line) in bucket.lines {
+            for entry in line.waiting.keys() {
+                out.push((Arc::clone(&queue), Ulid::from_bytes(entry.1)));
+            }
+            for id in line.admitted.keys() {
+                out.push((Arc::clone(&queue), *id));
+            }
+        }
+        out
+    }
+
+    /// Where task `id` of `queue` (at `entry` in dispatch order) goes: admitted if
+    /// every limit it names has room for it in `queue`'s lines and no task ahead of it
+    /// waits there; else into the line of the first bucket that lacks room.
+    pub fn gate(&mut self, queue: &Arc<str>, entry: Entry, uses: &[Use]) -> Gated {
+        let now = self.now;
+        for u in uses {
+            let Some(bucket) = self.bucket_of(u) else {
+                continue;
+            };
+            let ahead = self
+                .buckets
+                .get(&bucket)
+                .and_then(|b| b.lines.get(queue))
+                .and_then(|l| l.waiting.keys().next())
+                .is_some_and(|first| *first < entry);
+            if ahead || !self.line_room(&bucket, queue, u.cost, now) {
+                self.line(&bucket, queue, now).waiting.insert(entry, u.cost);
+                // Its timer is set for the line's new first task at the next admission.
+                self.grown.insert(bucket.clone());
+                return Gated::Waiting(bucket);
+            }
+        }
+        let id = Ulid::from_bytes(entry.1);
+        let mut charged = Vec::with_capacity(uses.len());
+        for u in uses {
+            let Some(bucket) = self.bucket_of(u) else {
+                continue;
+            };
+            let line = self.line(&bucket, queue, now);
+            assert!(
+                line.admitted.insert(id, u.cost).is_none(),
+                "task {id} admitted twice by one line"
+            );
+            line.admitted_cost += u.cost;
+            charged.push(bucket);
+        }
+        Gated::Admitted(charged)
+    }
+
+    /// Takes task `id` of `queue` out of where its gate put it: its line's waiting
+    /// tasks, or the charges of its admission. The room it leaves may admit others. A
+    /// bucket drained since ([`Self::drain_bucket`]) already gave its place back.
+    pub fn ungate(&mut self, queue: &Arc<str>, entry: Entry, gated: &Gated) {
+        let id = Ulid::from_bytes(entry.1);
+        match gated {
+            Gated::Waiting(bucket) => {
+                if let Some(line) = self.kept_line(bucket, queue) {
+                    assert!(
+                        line.waiting.remove(&entry).is_some(),
+                        "task {id} waits in its line"
+                    );
+                    self.tidy(bucket, queue);
+                    self.grown.insert(bucket.clone());
+                }
+            }
+            Gated::Admitted(charged) => {
+                for bucket in charged {
+                    let Some(line) = self.kept_line(bucket, queue) else {
+                        continue;
+                    };
+                    let cost = line
+                        .admitted
+                        .remove(&id)
+                        .unwrap_or_else(|| panic!("task {id} is charged to its line"));
+                    line.admitted_cost = line
+                        .admitted_cost
+                        .checked_sub(cost)
+                        .expect("a line's admitted cost sums its tasks' costs");
+                    self.tidy(bucket, queue);
+                    self.grown.insert(bucket.clone());
+                }
+            }
+        }
+    }
+
+    /// Whether every limit of `uses` has room for a lease now: `Err` names the first
+    /// bucket that has none.
+    pub fn grantable(&self, uses: &[Use]) -> Result<(), BucketId> {
+        let now = self.now;
+        for u in uses {
+            let Some((def, bucket)) = self.def_and_bucket(u) else {
+                continue;
+            };
+            let held_ok = def
+                .rec
+                .spec
+                .concurrency
+                .is_none_or(|c| self.held(&bucket, def) < c);
+            let tokens_ok = def.rec.spec.rate.is_none_or(|rate| {
+                self.level(def, &bucket, now) >= u128::from(u.cost) * u128::from(rate.per_ms)
+            });
+            if !(held_ok && tokens_ok) {
+                return Err(bucket);
+            }
+        }
+        Ok(())
+    }
+
+    /// A lease drawing on `uses` is granted now: takes each bucket's tokens.
+    pub fn take(&mut self, uses: &[Use]) {
+        let now = self.now;
+        for u in uses {
+            let Some(bucket) = self.bucket_of(u) else {
+                continue;
+            };
+            let def = self.defs.get_mut(&u.limit).expect("bucket_of found it");
+            def.granted += 1;
+            let Some(rate) = def.rec.spec.rate else {
+                continue;
+            };
+            self.refresh(&bucket, now);
+            let b = self.buckets.get_mut(&bucket).expect("refreshed above");
+            let cost = u128::from(u.cost) * u128::from(rate.per_ms);
+            b.level = b
+                .level
+                .checked_sub(cost)
+                .unwrap_or_else(|| panic!("bucket {bucket:?}: a lease takes only tokens it has"));
+            // Below full now: the bucket is kept, with a timer to let it go once full.
+            self.retime(&bucket);
+        }
+    }
+
+    /// A task drawing on `uses` became leased (or was found leased at start-up).
+    pub fn hold(&mut self, uses: &[Use]) {
+        for u in uses {
+            *self
+                .held_by_key
+                .entry((Arc::clone(&u.limit), Arc::clone(&u.key)))
+                .or_default() += 1;
+            *self.held_by_limit.entry(Arc::clone(&u.limit)).or_default() += 1;
+        }
+    }
+
+    /// A task drawing on `uses` is no longer leased: its slots come back.
+    pub fn release(&mut self, uses: &[Use]) {
+        for u in uses {
+            let by_key = (Arc::clone(&u.limit), Arc::clone(&u.key));
+            decrement(&mut self.held_by_key, &by_key);
+            decrement(&mut self.held_by_limit, &u.limit);
+            if let Some(bucket) = self.bucket_of(u) {
+                self.grown.insert(bucket);
+            }
+        }
+    }
+
+    /// Marks the buckets whose timers are due now as grown.
+    pub fn due(&mut self) {
+        let now = self.now;
+        while let Some((at, _)) = self.timers.first()
+            && *at <= now
+        {
+            let (_, id) = self.timers.pop_first().expect("looked at above");
+            if let Some(b) = self.buckets.get_mut(&id) {
+                b.timer = None;
+            }
+            self.grown.insert(id);
+        }
+    }
+
+    /// Takes the buckets whose room may have grown.
+    pub fn take_grown(&mut self) -> BTreeSet<BucketId> {
+        std::mem::take(&mut self.grown)
+    }
+
+    /// The queues with tasks waiting in a line of bucket `id`.
+    pub fn waiting_queues(&self, id: &BucketId) -> Vec<Arc<str>> {
+        self.buckets.get(id).map_or_else(Vec::new, |b| {
+            b.lines
+                .iter()
+                .filter(|(_, l)| !l.waiting.is_empty())
+                .map(|(q, _)| Arc::clone(q))
+                .collect()
+        })
+    }
+
+    /// Takes the first task waiting in `queue`'s line of bucket `id` if it fits the
+    /// room that line sees now.
+    pub fn admit_next(&mut self, id: &BucketId, queue: &Arc<str>) -> Option<Entry> {
+        let now = self.now;
+        let (&entry, &cost) = self
+            .buckets
+            .get(id)?
+            .lines
+            .get(queue)?
+            .waiting
+            .first_key_value()?;
+        if !self.line_room(id, queue, cost, now) {
+            return None;
+        }
+        let line = self.existing_line(id, queue);
+        line.waiting.remove(&entry);
+        self.tidy(id, queue);
+        Some(entry)
+    }
+
+    /// Sets bucket `id`'s timer after its lines admitted what fits: when its first
+    /// waiting task will fit, or, with nothing waiting, when it is full (and can go).
+    /// A bucket with nothing to wait for and full goes now.
+    pub fn retime(&mut self, id: &BucketId) {
+        let now = self.now;
+        let Some(def) = self.defs.get(&id.0) else {
+            return;
+        };
+        let Some(bucket) = self.buckets.get(id) else {
+            return;
+        };
+        let at = match def.rec.spec.rate {
+            None => None,
+            Some(rate) => {
+                let level = self.level(def, id, now);
+                let per_ms = u128::from(rate.per_ms);
+                let count = u128::from(rate.count);
+                let cap = def.cap(rate);
+                let fit = |need: u128| {
+                    (need <= cap).then(|| {
+                        now + u64::try_from((need.saturating_sub(level)).div_ceil(count))
+                            .unwrap_or(u64::MAX)
+                    })
+                };
+                let waiting = bucket
+                    .lines
+                    .values()
+                    .filter_map(|l| {
+                        let (_, &cost) = l.waiting.first_key_value()?;
+                        // A line that is full of admitted tasks, or whose concurrency is
+                        // spent, gains room when a task leaves, not with time.
+                        let slots_ok = l.admitted.len() < MAX_ADMITTED_PER_LINE
+                            && def.rec.spec.concurrency.is_none_or(|c| {
+                                (self.held(id, def) as usize + l.admitted.len()) < c as usize
+                            });
+                        slots_ok.then(|| {
+                            fit((u128::from(l.admitted_cost) + u128::from(cost)) * per_ms)
+                        })?
+                    })
+                    .min();
+                let idle = bucket.lines.is_empty();
+                match (waiting, idle) {
+                    (Some(at), _) => Some(at),
+                    (None, true) if level < cap => fit(cap),
+                    (None, _) => None,
+                }
+            }
+        };
+        let bucket = self.buckets.get_mut(id).expect("looked up above");
+        if let Some(old) = bucket.timer.take() {
+            assert!(
+                self.timers.remove(&(old, id.clone())),
+                "a bucket's timer is listed"
+            );
+        }
+        match at {
+            Some(at) => {
+                let at = at.max(now + 1);
+                bucket.timer = Some(at);
+                self.timers.insert((at, id.clone()));
+            }
+            None if bucket.lines.is_empty() => {
+                // Full (or without a rate) and nothing waits: not kept.
+                self.buckets.remove(id);
+            }
+            None => {}
+        }
+    }
+
+    /// Milliseconds until the next bucket timer, if any.
+    pub fn next_timer(&self) -> Option<u64> {
+        self.timers.first().map(|(at, _)| *at)
+    }
+
+    /// Whether `uses` names limits that all exist (unknown ones named by the first).
+    pub fn check_exist(&self, names: &[&str]) -> Result<(), String> {
+        match names.iter().find(|n| !self.defs.contains_key(**n)) {
+            Some(n) => Err(format!("no limit {n}")),
+            None => Ok(()),
+        }
+    }
+
+    /// Limit `name` as `limit_get` shows it; `now_wall` is the wall clock now.
+    pub fn info(&self, name: &str, now_wall: u64) -> Option<LimitInfo> {
+        let now = self.now;
+        let (limit, def) = self.defs.get_key_value(name)?;
+        let mut keys: Vec<LimitKeyInfo> = Vec::new();
+        let mut waiting = 0;
+        let mut in_use: BTreeSet<Arc<str>> = BTreeSet::new();
+        for ((l, key), bucket) in &self.buckets {
+            if l != limit {
+                continue;
+            }
+            let w: u64 = bucket.lines.values().map(|l| l.waiting.len() as u64).sum();
+            waiting += w;
+            in_use.insert(Arc::clone(key));
+        }
+        if def.rec.spec.per_key {
+            for ((l, key), n) in &self.held_by_key {
+                if l == limit && *n > 0 {
+                    in_use.insert(Arc::clone(key));
+                }
+            }
+        } else if self.held_by_limit.get(limit).is_some_and(|n| *n > 0) {
+            in_use.insert(Arc::from(""));
+        }
+        for key in &in_use {
+            let id = (Arc::clone(limit), Arc::clone(key));
+            let w = self.buckets.get(&id).map_or(0, |b| {
+                b.lines.values().map(|l| l.waiting.len() as u64).sum()
+            });
+            let (tokens, full_ms) = match def.rec.spec.rate {
+                None => (None, None),
+                Some(rate) => {
+                    let level = self.level(def, &id, now);
+                    let cap = def.cap(rate);
+                    let full = (level < cap).then(|| {
+                        let ms = (cap - level).div_ceil(u128::from(rate.count));
+                        now_wall.saturating_add(u64::try_from(ms).unwrap_or(u64::MAX))
+                    });
+                    (
+                        Some(u64::try_from(level / u128::from(rate.per_ms)).unwrap_or(u64::MAX)),
+                        full,
+                    )
+                }
+            };
+            keys.push(LimitKeyInfo {
+                key: key.to_string(),
+                tokens,
+                held: u64::from(self.held(&id, def)),
+                waiting: w,
+                full_ms,
+            });
+        }
+        keys.sort_by(|a, b| (b.held, b.waiting, &a.key).cmp(&(a.held, a.waiting, &b.key)));
+        let keys_in_use = keys.len() as u64;
+        keys.truncate(muster_protocol::limits::MAX_LISTED_LIMIT_KEYS);
+        Some(LimitInfo {
+            name: limit.to_string(),
+            spec: spec_shown(&def.rec.spec),
+            held: u64::from(self.held_by_limit.get(limit).copied().unwrap_or(0)),
+            waiting,
+            granted: def.granted,
+            keys_in_use,
+            keys,
+            created_ms: def.rec.created_ms,
+            updated_ms: def.rec.updated_ms,
+        })
+    }
+
+    /// Limit names after `after`, at most `n`.
+    pub fn names_after(&self, after: Option<&str>, n: usize) -> Vec<Arc<str>> {
+        use std::ops::Bound;
+        let start = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.defs
+            .range::<str, _>((start, Bound::Unbounded))
+            .take(n)
+            .map(|(k, _)| Arc::clone(k))
+            .collect()
+    }
+
+    /// The bucket `u` draws on, if its limit exists.
+    fn bucket_of(&self, u: &Use) -> Option<BucketId> {
+        self.def_and_bucket(u).map(|(_, b)| b)
+    }
+
+    fn def_and_bucket(&self, u: &Use) -> Option<(&Def, BucketId)> {
+        let (limit, def) = self.defs.get_key_value(&u.limit)?;
+        Some((def, def.bucket(limit, &u.key)))
+    }
+
+    /// Leases held on bucket `id` of `def`.
+    fn held(&self, id: &BucketId, def: &Def) -> u32 {
+        let held = if def.rec.spec.per_key {
+            self.held_by_key.get(id)
+        } else {
+            self.held_by_limit.get(&id.0)
+        };
+        held.copied().unwrap_or(0)
+    }
+
+    /// Bucket `id`'s tokens in units at `now`; one not kept gathered since its epoch.
+    fn level(&self, def: &Def, id: &BucketId, now: u64) -> u128 {
+        let Some(rate) = def.rec.spec.rate else {
+            return 0;
+        };
+        let (level, at) = match self.buckets.get(id) {
+            Some(b) => (b.level, b.at),
+            None => (0, def.epoch),
+        };
+        let gathered = u128::from(now.saturating_sub(at)) * u128::from(rate.count);
+        (level + gathered).min(def.cap(rate))
+    }
+
+    /// Whether `queue`'s line of bucket `id` sees room for one more task of `cost`:
+    /// the bucket's room less what the line already admitted.
+    fn line_room(&self, id: &BucketId, queue: &Arc<str>, cost: u64, now: u64) -> bool {
+        let Some(def) = self.defs.get(&id.0) else {
+            return true;
+        };
+        let (admitted, admitted_cost) = self
+            .buckets
+            .get(id)
+            .and_then(|b| b.lines.get(queue))
+            .map_or((0, 0), |l| (l.admitted.len(), l.admitted_cost));
+        if admitted >= MAX_ADMITTED_PER_LINE {
+            return false;
+        }
+        let held_ok = def
+            .rec
+            .spec
+            .concurrency
+            .is_none_or(|c| (self.held(id, def) as usize + admitted) < c as usize);
+        let tokens_ok = def.rec.spec.rate.is_none_or(|rate| {
+            self.level(def, id, now)
+                >= (u128::from(admitted_cost) + u128::from(cost)) * u128::from(rate.per_ms)
+        });
+        held_ok && tokens_ok
+    }
+
+    /// Brings bucket `id` up to date at `now`, keeping it from now on.
+    fn refresh(&mut self, id: &BucketId, now: u64) {
+        let def = &self.defs[&id.0];
+        let level = self.level(def, id, now);
+        let bucket = self.buckets.entry(id.clone()).or_insert_with(|| Bucket {
+            level: 0,
+            at: now,
+            lines: BTreeMap::new(),
+            timer: None,
+        });
+        bucket.level = level;
+        bucket.at = now;
+    }
+
+    /// `queue`'s line of bucket `id`, made if new.
+    fn line(&mut self, id: &BucketId, queue: &Arc<str>, now: u64) -> &mut Line {
+        self.refresh(id, now);
+        self.buckets
+            .get_mut(id)
+            .expect("refreshed above")
+            .lines
+            .entry(Arc::clone(queue))
+            .or_default()
+    }
+
+    fn existing_line(&mut self, id: &BucketId, queue: &Arc<str>) -> &mut Line {
+        self.buckets
+            .get_mut(id)
+            .and_then(|b| b.lines.get_mut(queue))
+            .unwrap_or_else(|| panic!("bucket {id:?} has a line of queue {queue}"))
+    }
+
+    /// `queue`'s line of bucket `id`, unless the bucket was drained: a kept bucket has
+    /// the line of every task that waits in it or was charged to it.
+    fn kept_line(&mut self, id: &BucketId, queue: &Arc<str>) -> Option<&mut Line> {
+        let bucket = self.buckets.get_mut(id)?;
+        Some(
+            bucket
+                .lines
+                .get_mut(queue)
+                .unwrap_or_else(|| panic!("bucket {id:?} has a line of queue {queue}")),
+        )
+    }
+
+    /// Drops `queue`'s line of bucket `id` once it holds nothing.
+    fn tidy(&mut self, id: &BucketId, queue: &Arc<str>) {
+        let bucket = self
+            .buckets
+            .get_mut(id)
+            .expect("a tidied line's bucket exists");
+        if bucket.lines.get(queue).is_some_and(Line::is_empty) {
+            bucket.lines.remove(queue);
+        }
+    }
+
+    /// Asserts that every line's admitted cost sums its tasks' and that timers and
+    /// buckets agree.
+    #[cfg(debug_assertions)]
+    pub fn check(&self) {
+        for (id, b) in &self.buckets {
+            for (queue, line) in &b.lines {
+                assert!(
+                    !line.is_empty(),
+                    "bucket {id:?}: empty line of {queue} kept"
+                );
+                assert_eq!(
+                    line.admitted.values().sum::<u64>(),
+                    line.admitted_cost,
+                    "bucket {id:?}, queue {queue}: admitted cost"
+                );
+            }
+            if let Some(at) = b.timer {
+                assert!(
+                    self.timers.contains(&(at, id.clone())),
+                    "bucket {id:?}: timer listed"
+                );
+            }
+        }
+        for (at, id) in &self.timers {
+            assert_eq!(
+                self.buckets.get(id).and_then(|b| b.timer),
+                Some(*at),
+                "timer of {id:?} belongs to a kept bucket"
+            );
+        }
+    }
+}
+
+fn decrement<K: std::hash::Hash + Eq + std::fmt::Debug>(map: &mut HashMap<K, u32>, key: &K) {
+    let n = map
+        .get_mut(key)
+        .unwrap_or_else(|| panic!("{key:?}: a held lease is counted"));
+    *n -= 1;
+    if *n == 0 {
+        map.remove(key);
+    }
+}
+
+/// A limit's settings as shown: the burst filled in when it has a rate.
+pub fn spec_shown(spec: &LimitSpec) -> LimitSpec {
+    LimitSpec {
+        burst: spec.rate.map(|r| spec.burst.unwrap_or(r.count)),
+        ..spec.clone()
+    }
+}
