@@ -315,7 +315,6 @@ pub struct Rate {
 /// A limit's settings: a token bucket (`rate`, `burst`), a cap on leases held at once
 /// (`concurrency`), or both.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct LimitSpec {
     /// Tokens added to the bucket over time; absent: no rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]

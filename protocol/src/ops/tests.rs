@@ -479,7 +479,7 @@ fn every_op_is_routed_to_the_handshake_the_edge_or_the_engine_by_name() {
     // One frame with every field some op requires; each op reads the fields it knows.
     let frame = |op: &str| {
         format!(
-            r#"{{"id":1,"op":"{op}","version":1,"node":2,"queue":"q","tasks":[],"task":"t","epoch":1,"token":"x","member":"m","addr":"a:1","cluster_addr":"a:2","dir":"d","tag":1,"view":{{"screen":"queues"}},"capacity":1,"state":"ready","error":"e","queues":["q"],"options":{{}}}}"#
+            r#"{{"id":1,"op":"{op}","version":1,"node":2,"queue":"q","tasks":[],"task":"t","epoch":1,"token":"x","member":"m","addr":"a:1","cluster_addr":"a:2","dir":"d","tag":1,"name":"n","view":{{"screen":"queues"}},"capacity":1,"state":"ready","error":"e","queues":["q"],"options":{{}}}}"#
         )
     };
     let mut routed = Vec::new();
