@@ -428,15 +428,38 @@ impl DispatchIndex {
         }
     }
 
-    /// Puts gated task `id`, placed nowhere, where its gate says now.
+    /// Puts gated task `id`, placed nowhere, where its gate says now. Tasks admitted
+    /// behind it that hold the room it needs give their places up to it first, and
+    /// are placed again after it (behind it, so this ends).
     pub fn place(&mut self, id: Ulid, gate: &mut Gate<'_>) {
         let task = self
             .gated
-            .get_mut(&id)
+            .get(&id)
             .unwrap_or_else(|| panic!("task {id} is gated"));
         assert!(task.gated.is_none(), "task {id} is placed once");
         let entry = (Reverse(task.priority), id.to_bytes());
-        let gated = gate.limits.gate(gate.queue, entry, &task.uses);
+        let gated = match gate.limits.gate(gate.queue, entry, &task.uses) {
+            Ok(gated) => gated,
+            Err(displaced) => {
+                for later in &displaced {
+                    let behind = self
+                        .gated
+                        .get(later)
+                        .map(|t| (Reverse(t.priority), later.to_bytes()));
+                    assert!(
+                        behind.is_some_and(|b| b > entry),
+                        "task {id} displaces only tasks behind it"
+                    );
+                    self.unplace(*later, gate);
+                }
+                self.place(id, gate);
+                for later in displaced {
+                    self.place(later, gate);
+                }
+                return;
+            }
+        };
+        let task = self.gated.get_mut(&id).expect("looked up above");
         let class = Arc::clone(&task.class);
         let admitted = matches!(gated, Gated::Admitted(_));
         task.gated = Some(gated);

@@ -96,8 +96,11 @@ impl Def {
 struct Line {
     /// Tasks waiting for the bucket's room, in dispatch order, each with its cost.
     waiting: BTreeMap<Entry, u64>,
-    /// Tasks admitted from the line (dispatchable, not yet leased), each with its cost.
-    admitted: HashMap<Ulid, u64>,
+    /// The same tasks by cost: the first that fits is found without a scan.
+    by_cost: BTreeMap<u64, BTreeSet<Entry>>,
+    /// Tasks admitted from the line (dispatchable, not yet leased), in dispatch order,
+    /// each with its cost.
+    admitted: BTreeMap<Entry, u64>,
     /// Their costs, summed.
     admitted_cost: u64,
 }
@@ -105,6 +108,43 @@ struct Line {
 impl Line {
     fn is_empty(&self) -> bool {
         self.waiting.is_empty() && self.admitted.is_empty()
+    }
+
+    fn wait(&mut self, entry: Entry, cost: u64) {
+        assert!(
+            self.waiting.insert(entry, cost).is_none(),
+            "a task waits in a line once"
+        );
+        self.by_cost.entry(cost).or_default().insert(entry);
+    }
+
+    fn unwait(&mut self, entry: &Entry) -> Option<u64> {
+        let cost = self.waiting.remove(entry)?;
+        let same = self
+            .by_cost
+            .get_mut(&cost)
+            .expect("a waiting task is listed by its cost");
+        assert!(same.remove(entry), "a waiting task is listed by its cost");
+        if same.is_empty() {
+            self.by_cost.remove(&cost);
+        }
+        Some(cost)
+    }
+
+    /// How many tasks the line admitted ahead of `entry`, and their cost.
+    fn ahead(&self, entry: &Entry) -> (usize, u64) {
+        self.admitted
+            .range(..*entry)
+            .fold((0, 0), |(n, cost), (_, c)| (n + 1, cost + c))
+    }
+
+    /// The first waiting task (in dispatch order) among those costing less than
+    /// `below`, with its cost.
+    fn first_below(&self, below: u64) -> Option<(Entry, u64)> {
+        self.by_cost
+            .range(..below)
+            .filter_map(|(cost, entries)| Some((*entries.first()?, *cost)))
+            .min()
     }
 }
 
@@ -294,33 +334,44 @@ impl Limits {
             for entry in line.waiting.keys() {
                 out.push((Arc::clone(&queue), Ulid::from_bytes(entry.1)));
             }
-            for id in line.admitted.keys() {
-                out.push((Arc::clone(&queue), *id));
+            for entry in line.admitted.keys() {
+                out.push((Arc::clone(&queue), Ulid::from_bytes(entry.1)));
             }
         }
         out
     }
 
     /// Where task `id` of `queue` (at `entry` in dispatch order) goes: admitted if
-    /// every limit it names has room for it in `queue`'s lines and no task ahead of it
-    /// waits there; else into the line of the first bucket that lacks room.
-    pub fn gate(&mut self, queue: &Arc<str>, entry: Entry, uses: &[Use]) -> Gated {
+    /// every limit it names has room for it in `queue`'s lines, counting only the
+    /// tasks admitted ahead of it; else into the line of the first bucket that lacks
+    /// room. A waiting task ahead of it that needs more does not hold it back. A line's
+    /// admitted tasks go first in its room: when the room a task needs is held by
+    /// tasks admitted behind it, `Err` names those to take out of their places first
+    /// (the latest first), after which the task is gated again.
+    pub fn gate(
+        &mut self,
+        queue: &Arc<str>,
+        entry: Entry,
+        uses: &[Use],
+    ) -> Result<Gated, Vec<Ulid>> {
         let now = self.now;
         for u in uses {
             let Some(bucket) = self.bucket_of(u) else {
                 continue;
             };
-            let ahead = self
-                .buckets
-                .get(&bucket)
-                .and_then(|b| b.lines.get(queue))
-                .and_then(|l| l.waiting.keys().next())
-                .is_some_and(|first| *first < entry);
-            if ahead || !self.line_room(&bucket, queue, u.cost, now) {
-                self.line(&bucket, queue, now).waiting.insert(entry, u.cost);
+            if !self.room_at(&bucket, queue, entry, u.cost, now) {
+                self.line(&bucket, queue, now).wait(entry, u.cost);
                 // Its timer is set for the line's new first task at the next admission.
                 self.grown.insert(bucket.clone());
-                return Gated::Waiting(bucket);
+                return Ok(Gated::Waiting(bucket));
+            }
+            if !self.line_room(&bucket, queue, u.cost, now, 0, 0) {
+                let behind = self.displaced(&bucket, queue, entry, u.cost, now);
+                assert!(
+                    !behind.is_empty(),
+                    "room ahead of a task is made by the tasks admitted behind it"
+                );
+                return Err(behind);
             }
         }
         let id = Ulid::from_bytes(entry.1);
@@ -331,13 +382,40 @@ impl Limits {
             };
             let line = self.line(&bucket, queue, now);
             assert!(
-                line.admitted.insert(id, u.cost).is_none(),
+                line.admitted.insert(entry, u.cost).is_none(),
                 "task {id} admitted twice by one line"
             );
             line.admitted_cost += u.cost;
             charged.push(bucket);
         }
-        Gated::Admitted(charged)
+        Ok(Gated::Admitted(charged))
+    }
+
+    /// The tasks admitted behind `entry` in `queue`'s line of `bucket` whose places,
+    /// given back, make room for a task of `cost` at `entry`: the fewest, the latest
+    /// first. None when even all of them would not make room.
+    fn displaced(
+        &self,
+        bucket: &BucketId,
+        queue: &Arc<str>,
+        entry: Entry,
+        cost: u64,
+        now: u64,
+    ) -> Vec<Ulid> {
+        let Some(line) = self.buckets.get(bucket).and_then(|b| b.lines.get(queue)) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let (mut freed_n, mut freed_cost) = (0, 0);
+        for (later, c) in line.admitted.range(entry..).rev() {
+            out.push(Ulid::from_bytes(later.1));
+            freed_n += 1;
+            freed_cost += c;
+            if self.line_room(bucket, queue, cost, now, freed_n, freed_cost) {
+                return out;
+            }
+        }
+        Vec::new()
     }
 
     /// Takes task `id` of `queue` out of where its gate put it: its line's waiting
@@ -348,10 +426,7 @@ impl Limits {
         match gated {
             Gated::Waiting(bucket) => {
                 if let Some(line) = self.kept_line(bucket, queue) {
-                    assert!(
-                        line.waiting.remove(&entry).is_some(),
-                        "task {id} waits in its line"
-                    );
+                    assert!(line.unwait(&entry).is_some(), "task {id} waits in its line");
                     self.tidy(bucket, queue);
                     self.grown.insert(bucket.clone());
                 }
@@ -363,7 +438,7 @@ impl Limits {
                     };
                     let cost = line
                         .admitted
-                        .remove(&id)
+                        .remove(&entry)
                         .unwrap_or_else(|| panic!("task {id} is charged to its line"));
                     line.admitted_cost = line
                         .admitted_cost
@@ -476,22 +551,34 @@ impl Limits {
         })
     }
 
-    /// Takes the first task waiting in `queue`'s line of bucket `id` if it fits the
-    /// room that line sees now.
+    /// Takes the first task waiting in `queue`'s line of bucket `id` that fits the
+    /// room its line leaves it (the tasks admitted ahead of it counted). A task that
+    /// does not fit rules out every task behind it of at least its cost, and with a
+    /// concurrency spent every task behind it: so the search looks at one task per
+    /// cost at most.
     pub fn admit_next(&mut self, id: &BucketId, queue: &Arc<str>) -> Option<Entry> {
         let now = self.now;
-        let (&entry, &cost) = self
-            .buckets
-            .get(id)?
-            .lines
-            .get(queue)?
-            .waiting
-            .first_key_value()?;
-        if !self.line_room(id, queue, cost, now) {
-            return None;
-        }
+        let def = self.defs.get(&id.0)?;
+        let mut below = u64::MAX;
+        let entry = loop {
+            let line = self.buckets.get(id)?.lines.get(queue)?;
+            let (entry, cost) = line.first_below(below)?;
+            if self.room_at(id, queue, entry, cost, now) {
+                break entry;
+            }
+            let (ahead, _) = line.ahead(&entry);
+            let slots_spent = def
+                .rec
+                .spec
+                .concurrency
+                .is_some_and(|c| self.held(id, def) as usize + ahead >= c as usize);
+            if slots_spent || ahead >= MAX_ADMITTED_PER_LINE {
+                return None;
+            }
+            below = cost;
+        };
         let line = self.existing_line(id, queue);
-        line.waiting.remove(&entry);
+        line.unwait(&entry).expect("found waiting above");
         self.tidy(id, queue);
         Some(entry)
     }
@@ -520,20 +607,25 @@ impl Limits {
                             .unwrap_or(u64::MAX)
                     })
                 };
+                // For each line, the first waiting task of each cost: when the tokens
+                // ahead of it and its own are there. A line whose concurrency is spent
+                // gains room when a task leaves, not with time.
+                let held = self.held(id, def) as usize;
+                let concurrency = def.rec.spec.concurrency;
+                let fit = &fit;
                 let waiting = bucket
                     .lines
                     .values()
-                    .filter_map(|l| {
-                        let (_, &cost) = l.waiting.first_key_value()?;
-                        // A line that is full of admitted tasks, or whose concurrency is
-                        // spent, gains room when a task leaves, not with time.
-                        let slots_ok = l.admitted.len() < MAX_ADMITTED_PER_LINE
-                            && def.rec.spec.concurrency.is_none_or(|c| {
-                                (self.held(id, def) as usize + l.admitted.len()) < c as usize
-                            });
-                        slots_ok.then(|| {
-                            fit((u128::from(l.admitted_cost) + u128::from(cost)) * per_ms)
-                        })?
+                    .flat_map(|l| {
+                        l.by_cost.iter().filter_map(move |(cost, entries)| {
+                            let first = entries.first()?;
+                            let (ahead, ahead_cost) = l.ahead(first);
+                            let slots_ok = ahead < MAX_ADMITTED_PER_LINE
+                                && concurrency.is_none_or(|c| held + ahead < c as usize);
+                            slots_ok.then(|| {
+                                fit((u128::from(ahead_cost) + u128::from(*cost)) * per_ms)
+                            })?
+                        })
                     })
                     .min();
                 let idle = bucket.lines.is_empty();
@@ -690,9 +782,29 @@ impl Limits {
         (level + gathered).min(def.cap(rate))
     }
 
+    /// Whether task `entry` of `cost` has room in `queue`'s line of bucket `id`,
+    /// counting only the tasks the line admitted ahead of it.
+    fn room_at(&self, id: &BucketId, queue: &Arc<str>, entry: Entry, cost: u64, now: u64) -> bool {
+        let Some(line) = self.buckets.get(id).and_then(|b| b.lines.get(queue)) else {
+            return self.line_room(id, queue, cost, now, 0, 0);
+        };
+        let behind = line.admitted.range(entry..);
+        let (freed_n, freed_cost) = behind.fold((0, 0), |(n, c), (_, cost)| (n + 1, c + cost));
+        self.line_room(id, queue, cost, now, freed_n, freed_cost)
+    }
+
     /// Whether `queue`'s line of bucket `id` sees room for one more task of `cost`:
-    /// the bucket's room less what the line already admitted.
-    fn line_room(&self, id: &BucketId, queue: &Arc<str>, cost: u64, now: u64) -> bool {
+    /// the bucket's room less what the line already admitted, but for `freed_n` tasks
+    /// of `freed_cost` in all that would give their places back.
+    fn line_room(
+        &self,
+        id: &BucketId,
+        queue: &Arc<str>,
+        cost: u64,
+        now: u64,
+        freed_n: usize,
+        freed_cost: u64,
+    ) -> bool {
         let Some(def) = self.defs.get(&id.0) else {
             return true;
         };
@@ -701,6 +813,11 @@ impl Limits {
             .get(id)
             .and_then(|b| b.lines.get(queue))
             .map_or((0, 0), |l| (l.admitted.len(), l.admitted_cost));
+        debug_assert!(
+            freed_n <= admitted && freed_cost <= admitted_cost,
+            "only admitted tasks give places back"
+        );
+        let (admitted, admitted_cost) = (admitted - freed_n, admitted_cost - freed_cost);
         if admitted >= MAX_ADMITTED_PER_LINE {
             return false;
         }
@@ -785,6 +902,12 @@ impl Limits {
                     line.admitted.values().sum::<u64>(),
                     line.admitted_cost,
                     "bucket {id:?}, queue {queue}: admitted cost"
+                );
+                let by_cost: usize = line.by_cost.values().map(BTreeSet::len).sum();
+                assert_eq!(
+                    by_cost,
+                    line.waiting.len(),
+                    "bucket {id:?}, queue {queue}: waiting tasks listed by cost"
                 );
             }
             if let Some(at) = b.timer {

@@ -1020,6 +1020,8 @@ impl<W: Waiter> Engine<W> {
         now: Now,
     ) -> Result<(), StoreError> {
         self.index.limits.set_now(now.mono_ms);
+        // Tasks whose room came since the last round are dispatchable for this request.
+        self.admit_waiting_on_limits();
         #[cfg(debug_assertions)]
         let before = self.digest();
         let result = match self.dispatch(req, waiter, now) {
@@ -1139,10 +1141,13 @@ impl<W: Waiter> Engine<W> {
             self.waiting.watches.len(),
             self.members.avoid.len(),
             self.caches.leased.len(),
+            self.index.limits.count(),
+            self.index.limited.len(),
         ];
         for q in self.index.queues.values() {
             d.extend(q.by_state.iter().map(BTreeSet::len));
             d.push(q.dispatch.held_back() as usize);
+            d.push(q.dispatch.waiting_on_limits() as usize);
         }
         d.extend(self.members.by_name.values().map(|m| m.leased.len()));
         d

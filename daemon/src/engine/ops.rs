@@ -1042,6 +1042,8 @@ impl<W: Waiter> Engine<W> {
                     queue: &name,
                 },
             );
+            // The room it left in its other limits' lines may admit a task behind it.
+            self.admit_waiting_on_limits();
         }
     }
 

@@ -715,7 +715,10 @@ mod tests {
         let mut v2 = v3[..head_len].to_vec();
         v2[0] = 2;
         v2.extend_from_slice(&rest[1..]);
-        assert_eq!(format!("{:?}", decode_task(&v2).unwrap()), format!("{rec:?}"));
+        assert_eq!(
+            format!("{:?}", decode_task(&v2).unwrap()),
+            format!("{rec:?}")
+        );
         let index = decode_index(&v2).unwrap();
         assert_eq!(
             (index.queue.as_str(), index.limits.len(), index.stored_bytes),

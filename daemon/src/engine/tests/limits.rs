@@ -29,11 +29,14 @@ fn set(h: &mut Harness, name: &str, spec: LimitSpec) {
         name: name.into(),
         spec,
     });
-    h.call(req).unwrap_or_else(|e| panic!("limit_set {name}: {e:?}"));
+    h.call(req)
+        .unwrap_or_else(|e| panic!("limit_set {name}: {e:?}"));
 }
 
 fn info(h: &mut Harness, name: &str) -> muster_protocol::model::LimitInfo {
-    match h.call(EngineRequest::LimitGet(LimitGet(LimitName { name: name.into() }))) {
+    match h.call(EngineRequest::LimitGet(LimitGet(LimitName {
+        name: name.into(),
+    }))) {
         Ok(Reply::Limit(r)) => r.limit,
         other => panic!("limit_get {name}: {other:?}"),
     }
@@ -215,7 +218,11 @@ fn a_restart_starts_every_bucket_empty_so_no_burst_goes_through_twice() {
     assert_eq!(claim_n(&mut h, &["q"], 30).len(), 10, "the burst");
     h.restart(0);
     h.round();
-    assert_eq!(claim_n(&mut h, &["q"], 30).len(), 0, "empty after the restart");
+    assert_eq!(
+        claim_n(&mut h, &["q"], 30).len(),
+        0,
+        "empty after the restart"
+    );
     h.advance(100);
     assert_eq!(claim_n(&mut h, &["q"], 30).len(), 1, "one token a 100 ms");
     // Held leases are counted again from the store.
@@ -258,7 +265,9 @@ fn changing_a_limit_applies_at_once_and_deleting_it_frees_its_tasks() {
     assert_eq!(waiting_on_limits(&mut h, "q"), 0);
     assert_eq!(claim_n(&mut h, &["q"], 4).len(), 2);
     assert_eq!(
-        h.code(EngineRequest::LimitGet(LimitGet(LimitName { name: "gpu".into() }))),
+        h.code(EngineRequest::LimitGet(LimitGet(LimitName {
+            name: "gpu".into()
+        }))),
         ErrorCode::NotFound
     );
 }
@@ -295,8 +304,14 @@ fn bad_limits_and_bad_uses_are_refused_and_change_nothing() {
             spec,
         }))
     };
-    assert_eq!(code(&mut h, "none", LimitSpec::default()), ErrorCode::BadRequest);
-    assert_eq!(code(&mut h, "Bad Name", concurrency(1)), ErrorCode::BadRequest);
+    assert_eq!(
+        code(&mut h, "none", LimitSpec::default()),
+        ErrorCode::BadRequest
+    );
+    assert_eq!(
+        code(&mut h, "Bad Name", concurrency(1)),
+        ErrorCode::BadRequest
+    );
     assert_eq!(code(&mut h, "zero", concurrency(0)), ErrorCode::BadRequest);
     assert_eq!(code(&mut h, "r", rate(0, 1000)), ErrorCode::BadRequest);
     assert_eq!(
@@ -327,7 +342,10 @@ fn bad_limits_and_bad_uses_are_refused_and_change_nothing() {
         "a cost above the burst could never be granted"
     );
     assert_eq!(
-        enqueue(&mut h, limited("1", &[("api", None, 1), ("api", Some("k"), 1)])),
+        enqueue(
+            &mut h,
+            limited("1", &[("api", None, 1), ("api", Some("k"), 1)])
+        ),
         ErrorCode::BadRequest
     );
     assert_eq!(h.counts("q"), [0; 6]);

@@ -2222,6 +2222,7 @@ mod bounds;
 mod crash_model;
 mod find;
 mod limits;
+mod limits_model;
 mod liveness;
 mod member_names;
 mod model;
