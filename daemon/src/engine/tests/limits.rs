@@ -196,7 +196,7 @@ fn queues_share_a_limit_and_an_idle_queue_keeps_no_room_from_the_others() {
         .collect();
     for (n, id) in b.iter().enumerate() {
         h.advance(100);
-        assert_eq!(claim_n(&mut h, &["b"], 3), [id.clone()], "token {n}");
+        assert_eq!(claim_n(&mut h, &["b"], 3), std::slice::from_ref(id), "token {n}");
     }
     // Both queues drew on the one bucket: a's claim now finds it empty, and its
     // admitted task goes back to its line.

@@ -357,9 +357,9 @@ fn run(steps: &[Step]) {
             held_slots <= 3,
             "step {n}: {held_slots} leases on a concurrency of at most 3"
         );
-        for key in 0..KEYS.len() {
+        for (key, name) in KEYS.iter().enumerate() {
             let held = m.held(|t| t.uses & 4 != 0 && t.key == key);
-            assert!(held <= 1, "step {n}: key {}: {held} leases", KEYS[key]);
+            assert!(held <= 1, "step {n}: key {name}: {held} leases");
         }
     }
 }
