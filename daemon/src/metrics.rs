@@ -13,7 +13,7 @@
 //! | `muster_queue_wait_seconds` | histogram: ready (enqueued, or its delay over) to first lease | |
 //! | `muster_run_seconds` | histogram: lease to its end | `outcome`: acked, nacked, released, dead_lettered, lapsed, revoked, reclaimed, cancelled |
 //! | `muster_enqueued_total`, `muster_leased_total` (not reclaims) | counters | |
-//! | `muster_acked_total`, `muster_nacked_total`, `muster_released_total`, `muster_lapsed_total`, `muster_revoked_total`, `muster_reclaimed_total` | counters: leases ended so | |
+//! | `muster_acked_total`, `muster_nacked_total`, `muster_released_total`, `muster_throttled_total`, `muster_lapsed_total`, `muster_revoked_total`, `muster_reclaimed_total` | counters: leases ended so | |
 //! | `muster_dead_lettered_total` | counter | `reason`: max_attempts, dead_lettered (by its holder) |
 //! | `muster_cancelled_total` | counter: tasks ended cancelled | |
 //! | `muster_redriven_total`, `muster_discarded_total`, `muster_purged_total` | counters: operators' repairs | |
@@ -325,6 +325,10 @@ fn describe() {
     describe_counter!("muster_acked_total", "Leases ended by an ack.");
     describe_counter!("muster_nacked_total", "Leases ended by a nack.");
     describe_counter!("muster_released_total", "Leases released.");
+    describe_counter!(
+        "muster_throttled_total",
+        "Leases given back because a provider throttled them (no attempt spent)."
+    );
     describe_counter!("muster_lapsed_total", "Leases that lapsed.");
     describe_counter!("muster_revoked_total", "Leases revoked by an operator.");
     describe_counter!(

@@ -12,6 +12,7 @@
 //! | `idem`     | queue name, 0x00, idem key   | task id, 16 bytes big-endian    |
 //! | `owners`   | member name                  | the owning principal's name     |
 //! | `limits`   | limit name                   | [`LimitRecord`] as JSON         |
+//! | `limits`   | limit name, 0x00, key        | a throttle's end, wall ms, decimal |
 //! | `meta`     | `format`                     | the store's format, decimal     |
 //!
 //! Records are written through the store's own types (`format`), each carrying its
@@ -719,17 +720,36 @@ impl Store {
         Ok(out)
     }
 
-    /// Every stored limit.
-    pub fn load_limits(&self) -> Result<Vec<(String, LimitRecord)>, StoreError> {
+    /// Every stored limit, and every stored throttle (limit, key, its end in wall ms).
+    #[allow(clippy::type_complexity)]
+    pub fn load_limits(
+        &self,
+    ) -> Result<(Vec<(String, LimitRecord)>, Vec<(String, String, u64)>), StoreError> {
         self.assert_nothing_held();
         let mut out = Vec::new();
+        let mut throttles = Vec::new();
         for guard in self.ks.limits.iter() {
             let (k, v) = guard.into_inner()?;
+            if let Some(at) = k.iter().position(|b| *b == 0) {
+                let until = std::str::from_utf8(&v)
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .ok_or_else(|| StoreError::Corrupt {
+                        what: "limit throttle".into(),
+                        detail: format!("{:?} is not a time", String::from_utf8_lossy(&v)),
+                    })?;
+                throttles.push((
+                    String::from_utf8_lossy(&k[..at]).into_owned(),
+                    String::from_utf8_lossy(&k[at + 1..]).into_owned(),
+                    until,
+                ));
+                continue;
+            }
             let name = String::from_utf8_lossy(&k).into_owned();
             let rec = decode(&v, || format!("limit {name}"))?;
             out.push((name, rec));
         }
-        Ok(out)
+        Ok((out, throttles))
     }
 
     /// Every stored queue.
@@ -1024,6 +1044,21 @@ impl Batch {
         self.remove(Space::Limits, name.as_bytes());
     }
 
+    /// Removes the throttle of bucket `key` of limit `name`.
+    pub fn remove_throttle(&mut self, name: &str, key: &str) {
+        self.remove(Space::Limits, throttle_key(name, key));
+    }
+
+    /// Writes a throttle of bucket `key` of limit `name`: it hands nothing out until
+    /// `until_ms` (wall clock).
+    pub fn put_throttle(&mut self, name: &str, key: &str, until_ms: u64) {
+        self.insert(
+            Space::Limits,
+            throttle_key(name, key),
+            until_ms.to_string().into_bytes(),
+        );
+    }
+
     /// Removes a queue record.
     pub fn remove_queue(&mut self, name: &str) {
         self.remove(Space::Queues, name.as_bytes());
@@ -1104,6 +1139,16 @@ fn corrupt_task(id: Ulid, detail: String) -> StoreError {
         what: format!("task {id}"),
         detail,
     }
+}
+
+/// The key of a throttle in the `limits` keyspace: the limit's name, 0x00, the key
+/// (limit names never hold a 0x00).
+fn throttle_key(name: &str, key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(name.len() + 1 + key.len());
+    k.extend_from_slice(name.as_bytes());
+    k.push(0);
+    k.extend_from_slice(key.as_bytes());
+    k
 }
 
 fn encode<T: Serialize>(rec: &T) -> Vec<u8> {

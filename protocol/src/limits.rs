@@ -93,6 +93,9 @@ pub const MAX_HISTORY: usize = 32;
 /// Most queues the daemon holds.
 pub const MAX_QUEUES: usize = 10_000;
 
+/// How long a `throttled` settle holds its limit back when it names no time.
+pub const DEFAULT_THROTTLE: Duration = Duration::from_secs(1);
+
 /// Most limits the daemon holds.
 pub const MAX_LIMITS: usize = 1_000;
 

@@ -346,6 +346,8 @@ pub struct LimitInfo {
     pub waiting: u64,
     /// Leases granted that drew on it since the daemon started.
     pub granted: u64,
+    /// Throttles its holders reported since the daemon started.
+    pub throttled: u64,
     /// Its keys with a bucket in use (below full, holding leases or with tasks
     /// waiting): 1 for the keyless bucket of a limit that is not per key while in use.
     pub keys_in_use: u64,
@@ -374,6 +376,9 @@ pub struct LimitKeyInfo {
     /// When its bucket is next full (wall clock), if it is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub full_ms: Option<u64>,
+    /// Until when it hands nothing out (wall clock), while a holder's throttle lasts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttled_until_ms: Option<u64>,
 }
 
 impl NewTask {

@@ -332,6 +332,29 @@ pub struct Nack {
     pub error: Option<String>,
 }
 
+/// Gives a task back because a provider it calls said to slow down (an HTTP 429, a
+/// quota error): the task is ready again at its place without a failure (it spends no
+/// attempt), and the limit's bucket it draws on for its key hands out nothing for
+/// `retry_after_ms`. Without `limit`, every limit the task names is throttled; a task
+/// that names none is not handed out again before `retry_after_ms`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Throttled {
+    /// The task's id.
+    pub task: String,
+    /// The lease epoch.
+    pub epoch: u64,
+    /// How long the throttled limit (or the task) waits, 1 ms to
+    /// [`crate::limits::MAX_DELAY`]; [`crate::limits::DEFAULT_THROTTLE`] if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    /// The limit the provider throttled: one the task draws on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    /// What the provider said, for the task's timeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// Extends a lease and stores a progress checkpoint.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Renew {
@@ -1335,6 +1358,7 @@ ops! {
     Nack(Nack) = "nack" -> SettleReply;
     Renew(Renew) = "renew" -> RenewReply;
     Release(Release) = "release" -> SettleReply;
+    Throttled(Throttled) = "throttled" -> SettleReply;
     DeadLetter(DeadLetter) = "dead_letter" -> SettleReply;
     TaskGet(TaskGet) = "task_get" -> TaskReply;
     TaskList(TaskList) = "task_list" -> TaskListReply;

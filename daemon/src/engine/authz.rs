@@ -192,6 +192,7 @@ impl<W: Waiter> Engine<W> {
             EngineRequest::Nack(r) => self.settle_allowed(&r.task, p),
             EngineRequest::Renew(r) => self.settle_allowed(&r.task, p),
             EngineRequest::Release(r) => self.settle_allowed(&r.task, p),
+            EngineRequest::Throttled(r) => self.settle_allowed(&r.task, p),
             EngineRequest::DeadLetter(r) => self.settle_allowed(&r.task, p),
             EngineRequest::TaskGet(r) => self.task_allowed(&r.task, READ, p),
             EngineRequest::Wait(r) => r

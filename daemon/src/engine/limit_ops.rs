@@ -7,20 +7,22 @@ use std::sync::Arc;
 use ulid::Ulid;
 
 use muster_protocol::limits::{
-    MAX_LIMIT_CONCURRENCY, MAX_LIMIT_COST, MAX_LIMIT_TOKENS, MAX_LIMITS, MAX_PAGE, MAX_RATE_PERIOD,
-    MAX_TASK_LIMITS,
+    DEFAULT_THROTTLE, MAX_DELAY, MAX_LIMIT_CONCURRENCY, MAX_LIMIT_COST, MAX_LIMIT_TOKENS,
+    MAX_LIMITS, MAX_PAGE, MAX_RATE_PERIOD, MAX_TASK_LIMITS,
 };
-use muster_protocol::model::{LimitSpec, NewTask};
+use muster_protocol::model::{LimitSpec, NewTask, TaskState};
 use muster_protocol::ops::{
     CountReply, LimitDelete, LimitGet, LimitList, LimitListReply, LimitReply, LimitSet,
+    SettleReply, Throttled,
 };
 use muster_protocol::{ErrorCode, names};
 
 use super::dispatch::Gate;
-use super::limits::BucketId;
-use super::ops::bad;
-use super::{Engine, Now, OpResult, Waiter, client};
-use crate::store::LimitRecord;
+use super::limits::{BucketId, Use};
+use super::ops::{bad, check_error_text, granted_ms};
+use super::telemetry::{self, LeaseEnd};
+use super::{Engine, Now, OpResult, Waiter, client, push_event};
+use crate::store::{LimitRecord, StoreError};
 
 /// Checks a limit's settings: a rate, a concurrency or both, each within its bounds.
 fn check_spec(spec: &LimitSpec) -> OpResult<()> {
@@ -53,6 +55,107 @@ fn check_spec(spec: &LimitSpec) -> OpResult<()> {
 }
 
 impl<W: Waiter> Engine<W> {
+    /// Loads every stored limit and the throttles still running; a throttle that ended
+    /// while the daemon was down, or of a limit deleted since, is removed.
+    pub(super) fn load_limits(&mut self, now: Now) -> Result<(), StoreError> {
+        let (limits, throttles) = self.store.load_limits()?;
+        for (name, rec) in limits {
+            self.index.limits.load(&name, rec);
+        }
+        for (name, key, until_ms) in throttles {
+            if until_ms > now.wall_ms && self.index.limits.record(&name).is_some() {
+                let until = now.mono_ms + (until_ms - now.wall_ms);
+                self.index.limits.load_throttle(&name, &key, until);
+            } else {
+                self.pending.remove_throttle(&name, &key);
+            }
+        }
+        Ok(())
+    }
+
+    /// A holder gives its task back because a provider throttled it: ready again at
+    /// its place with no failure, and the limit's bucket (every limit the task names,
+    /// without `limit`) hands nothing out for the time asked; a task that names no
+    /// limit waits that time itself.
+    pub(super) fn throttled(&mut self, r: Throttled, now: Now) -> OpResult<SettleReply> {
+        let wait = r
+            .retry_after_ms
+            .unwrap_or(DEFAULT_THROTTLE.as_millis() as u64);
+        let most = MAX_DELAY.as_millis() as u64;
+        if !(1..=most).contains(&wait) {
+            return Err(bad(format!("retry_after_ms is 1 to {most}, not {wait}")));
+        }
+        let error = r
+            .error
+            .unwrap_or_else(|| format!("throttled for {wait} ms"));
+        check_error_text(&error)?;
+        let (id, mut rec) = self.held(&r.task, r.epoch)?;
+        let uses: Vec<Use> = self
+            .index
+            .limited
+            .get(&id)
+            .map(|u| u.to_vec())
+            .unwrap_or_default();
+        let throttled: Vec<Use> = match &r.limit {
+            Some(name) => match uses.iter().find(|u| &*u.limit == name.as_str()) {
+                Some(u) => vec![u.clone()],
+                None => {
+                    return Err(bad(format!("task {id} draws on no limit {name}")));
+                }
+            },
+            None => uses,
+        };
+        telemetry::lease_ended(
+            &rec.queue,
+            LeaseEnd::Throttled,
+            granted_ms(&rec),
+            now.wall_ms,
+        );
+        let member = rec.lease.take().map(|l| l.member);
+        assert!(
+            member.is_some(),
+            "task {id}: a held task has a lease to give back"
+        );
+        push_event(
+            &mut rec,
+            now,
+            "throttled",
+            member.as_deref(),
+            Some(r.epoch),
+            Some(&error),
+        );
+        let until = now.mono_ms + wait;
+        let mut limited = false;
+        for u in &throttled {
+            if let Some(((limit, key), ends)) = self.index.limits.throttle(u, until) {
+                // The later of this throttle and one already running, as it is kept.
+                let ends_ms = now.wall_ms + (ends - now.mono_ms);
+                self.pending.put_throttle(&limit, &key, ends_ms);
+                limited = true;
+            }
+        }
+        let failures = rec.failures;
+        if !self.cancel_if_requested(&mut rec, now, None, None) {
+            if limited {
+                rec.state = TaskState::Ready;
+            } else {
+                // Nothing to hold back but the task itself.
+                rec.state = TaskState::Scheduled;
+                rec.not_before_ms = Some(now.wall_ms + wait);
+            }
+            rec.updated_ms = now.wall_ms;
+        }
+        assert_eq!(
+            rec.failures, failures,
+            "task {id}: a throttle spends no attempt"
+        );
+        self.save(id, &rec, None);
+        Ok(SettleReply {
+            state: rec.state,
+            not_before_ms: rec.not_before_ms,
+        })
+    }
+
     /// Checks the limits an enqueue's tasks name: at most [`MAX_TASK_LIMITS`] each,
     /// each named once, existing, with a valid key and a cost within the limit's burst.
     pub(super) fn check_task_limits(&self, tasks: &[NewTask]) -> OpResult<()> {
@@ -248,6 +351,14 @@ impl<W: Waiter> Engine<W> {
                 }
             }
             self.index.limits.retime(&bucket);
+        }
+    }
+
+    /// Removes the stored throttles that ended (a round's work: a request starts with
+    /// no change pending).
+    pub(super) fn forget_ended_throttles(&mut self) {
+        for (limit, key) in self.index.limits.take_unthrottled() {
+            self.pending.remove_throttle(&limit, &key);
         }
     }
 }

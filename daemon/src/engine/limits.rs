@@ -69,6 +69,8 @@ struct Def {
     rec: LimitRecord,
     /// Leases granted that drew on it since the engine started.
     granted: u64,
+    /// Throttles its holders reported since the engine started.
+    throttled: u64,
     /// When its buckets last started empty (monotonic ms): the engine's start, its
     /// creation, or a change of `per_key`.
     epoch: u64,
@@ -159,6 +161,9 @@ struct Bucket {
     lines: BTreeMap<Arc<str>, Line>,
     /// Its entry in [`Limits::timers`].
     timer: Option<u64>,
+    /// Until when it hands nothing out (monotonic ms): a holder reported the provider
+    /// throttled it; 0 if never.
+    throttled_until: u64,
 }
 
 /// What a gate decided for a task.
@@ -184,6 +189,8 @@ pub struct Limits {
     timers: BTreeSet<(u64, BucketId)>,
     /// Buckets whose room may have grown since their lines last admitted.
     grown: BTreeSet<BucketId>,
+    /// Buckets whose throttle ended, their stored throttles to remove.
+    unthrottled: Vec<BucketId>,
     /// When the engine started (monotonic ms): every bucket was empty then.
     started: u64,
     /// The time of the engine's current call (monotonic ms), which every decision here
@@ -201,6 +208,7 @@ impl Limits {
             held_by_limit: HashMap::new(),
             timers: BTreeSet::new(),
             grown: BTreeSet::new(),
+            unthrottled: Vec::new(),
             started: now,
             now,
         }
@@ -223,6 +231,7 @@ impl Limits {
             Def {
                 rec,
                 granted: 0,
+                throttled: 0,
                 epoch: self.started,
             },
         );
@@ -256,6 +265,7 @@ impl Limits {
                 Def {
                     rec,
                     granted: 0,
+                    throttled: 0,
                     epoch: now,
                 },
             );
@@ -467,7 +477,7 @@ impl Limits {
             let tokens_ok = def.rec.spec.rate.is_none_or(|rate| {
                 self.level(def, &bucket, now) >= u128::from(u.cost) * u128::from(rate.per_ms)
             });
-            if !(held_ok && tokens_ok) {
+            if !(held_ok && tokens_ok) || self.throttled(&bucket, now) {
                 return Err(bucket);
             }
         }
@@ -535,6 +545,11 @@ impl Limits {
         }
     }
 
+    /// Takes the buckets whose throttle ended since the last call.
+    pub fn take_unthrottled(&mut self) -> Vec<BucketId> {
+        std::mem::take(&mut self.unthrottled)
+    }
+
     /// Takes the buckets whose room may have grown.
     pub fn take_grown(&mut self) -> BTreeSet<BucketId> {
         std::mem::take(&mut self.grown)
@@ -594,7 +609,16 @@ impl Limits {
         let Some(bucket) = self.buckets.get(id) else {
             return;
         };
+        // A throttled bucket is kept, and looked at again, until its throttle ends.
+        let throttle_end = (bucket.throttled_until > now).then_some(bucket.throttled_until);
+        if bucket.throttled_until != 0 && throttle_end.is_none() {
+            self.unthrottled.push(id.clone());
+            let bucket = self.buckets.get_mut(id).expect("looked up above");
+            bucket.throttled_until = 0;
+        }
+        let bucket = &self.buckets[id];
         let at = match def.rec.spec.rate {
+            _ if throttle_end.is_some() => throttle_end,
             None => None,
             Some(rate) => {
                 let level = self.level(def, id, now);
@@ -714,12 +738,18 @@ impl Limits {
                     )
                 }
             };
+            let throttled_until_ms = self
+                .buckets
+                .get(&id)
+                .filter(|b| b.throttled_until > now)
+                .map(|b| now_wall.saturating_add(b.throttled_until - now));
             keys.push(LimitKeyInfo {
                 key: key.to_string(),
                 tokens,
                 held: u64::from(self.held(&id, def)),
                 waiting: w,
                 full_ms,
+                throttled_until_ms,
             });
         }
         keys.sort_by(|a, b| (b.held, b.waiting, &a.key).cmp(&(a.held, a.waiting, &b.key)));
@@ -731,6 +761,7 @@ impl Limits {
             held: u64::from(self.held_by_limit.get(limit).copied().unwrap_or(0)),
             waiting,
             granted: def.granted,
+            throttled: def.throttled,
             keys_in_use,
             keys,
             created_ms: def.rec.created_ms,
@@ -818,7 +849,7 @@ impl Limits {
             "only admitted tasks give places back"
         );
         let (admitted, admitted_cost) = (admitted - freed_n, admitted_cost - freed_cost);
-        if admitted >= MAX_ADMITTED_PER_LINE {
+        if admitted >= MAX_ADMITTED_PER_LINE || self.throttled(id, now) {
             return false;
         }
         let held_ok = def
@@ -833,6 +864,47 @@ impl Limits {
         held_ok && tokens_ok
     }
 
+    /// Whether bucket `id` is throttled at `now`.
+    fn throttled(&self, id: &BucketId, now: u64) -> bool {
+        self.buckets
+            .get(id)
+            .is_some_and(|b| b.throttled_until > now)
+    }
+
+    /// A holder reported that the provider behind `u`'s limit throttled it: its bucket
+    /// hands nothing out until `until` (monotonic ms), or later if already so. Returns
+    /// the bucket, if the limit exists, and when its throttle ends now.
+    pub fn throttle(&mut self, u: &Use, until: u64) -> Option<(BucketId, u64)> {
+        let bucket = self.bucket_of(u)?;
+        let now = self.now;
+        self.refresh(&bucket, now);
+        let b = self.buckets.get_mut(&bucket).expect("refreshed above");
+        b.throttled_until = b.throttled_until.max(until);
+        let ends = b.throttled_until;
+        self.defs
+            .get_mut(&u.limit)
+            .expect("bucket_of found it")
+            .throttled += 1;
+        self.retime(&bucket);
+        Some((bucket, ends))
+    }
+
+    /// A throttle read from the store at start-up: bucket `key` of limit `name` hands
+    /// nothing out until `until` (monotonic ms). A limit deleted since is skipped.
+    pub fn load_throttle(&mut self, name: &str, key: &str, until: u64) {
+        let Some(limit) = self.defs.get_key_value(name).map(|(k, _)| Arc::clone(k)) else {
+            return;
+        };
+        let id = (limit, Arc::from(key));
+        let now = self.now;
+        self.refresh(&id, now);
+        self.buckets
+            .get_mut(&id)
+            .expect("refreshed above")
+            .throttled_until = until;
+        self.retime(&id);
+    }
+
     /// Brings bucket `id` up to date at `now`, keeping it from now on.
     fn refresh(&mut self, id: &BucketId, now: u64) {
         let def = &self.defs[&id.0];
@@ -842,6 +914,7 @@ impl Limits {
             at: now,
             lines: BTreeMap::new(),
             timer: None,
+            throttled_until: 0,
         });
         bucket.level = level;
         bucket.at = now;

@@ -902,9 +902,7 @@ impl<W: Waiter> Engine<W> {
             check_credit: 0,
         };
         engine.load_queues()?;
-        for (name, rec) in engine.store.load_limits()? {
-            engine.index.limits.load(&name, rec);
-        }
+        engine.load_limits(now)?;
         engine.load_tasks(now)?;
         engine.commit()?;
         debug_assert!(
@@ -1163,6 +1161,7 @@ impl<W: Waiter> Engine<W> {
         self.expire_member_names(now);
         self.bulk_slice(now)?;
         self.admit_waiting_on_limits();
+        self.forget_ended_throttles();
         let ready = std::mem::take(&mut self.waiting.ready_changed);
         self.serve_claims(&ready, now)?;
         self.serve_pushes(&ready, now)?;

@@ -140,7 +140,7 @@ fn check_size(what: &str, raw: Option<&RawJson>, limit: usize) -> OpResult<()> {
     }
 }
 
-fn check_error_text(text: &str) -> OpResult<()> {
+pub(super) fn check_error_text(text: &str) -> OpResult<()> {
     if text.len() > MAX_ERROR_BYTES {
         return Err(client(
             ErrorCode::TooLarge,
@@ -398,6 +398,7 @@ impl<W: Waiter> Engine<W> {
             EngineRequest::Nack(r) => self.nack(r, now).map(Reply::Settle),
             EngineRequest::Renew(r) => self.renew(r, now).map(Reply::Renew),
             EngineRequest::Release(r) => self.release(r, now).map(Reply::Settle),
+            EngineRequest::Throttled(r) => self.throttled(r, now).map(Reply::Settle),
             EngineRequest::DeadLetter(r) => self.dead_letter(r, now).map(Reply::Settle),
             EngineRequest::TaskGet(r) => self.task_get(r).map(Reply::Task),
             EngineRequest::TaskList(r) => self.task_list(r).map(Reply::TaskList),
@@ -1865,7 +1866,7 @@ fn snapshot_dir(dir: &str) -> OpResult<std::path::PathBuf> {
 }
 
 /// When the lease of a held task was granted.
-fn granted_ms(rec: &TaskRecord) -> u64 {
+pub(super) fn granted_ms(rec: &TaskRecord) -> u64 {
     rec.lease
         .as_ref()
         .expect("a held task has a lease record")

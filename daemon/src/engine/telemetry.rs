@@ -19,6 +19,8 @@ pub enum LeaseEnd {
     Nacked,
     /// Released by its holder, or at a fresh session of its member.
     Released,
+    /// Given back by its holder because a provider throttled it.
+    Throttled,
     /// Dead-lettered by its holder.
     DeadLettered,
     /// Not renewed in time.
@@ -35,10 +37,11 @@ pub enum LeaseEnd {
 
 impl LeaseEnd {
     /// Every outcome, for registering the series at zero.
-    pub const ALL: [LeaseEnd; 9] = [
+    pub const ALL: [LeaseEnd; 10] = [
         LeaseEnd::Acked,
         LeaseEnd::Nacked,
         LeaseEnd::Released,
+        LeaseEnd::Throttled,
         LeaseEnd::DeadLettered,
         LeaseEnd::Lapsed,
         LeaseEnd::Revoked,
@@ -53,6 +56,7 @@ impl LeaseEnd {
             LeaseEnd::Acked => "acked",
             LeaseEnd::Nacked => "nacked",
             LeaseEnd::Released => "released",
+            LeaseEnd::Throttled => "throttled",
             LeaseEnd::DeadLettered => "dead_lettered",
             LeaseEnd::Lapsed => "lapsed",
             LeaseEnd::Revoked => "revoked",
@@ -70,6 +74,7 @@ impl LeaseEnd {
             LeaseEnd::Acked => Some("muster_acked_total"),
             LeaseEnd::Nacked => Some("muster_nacked_total"),
             LeaseEnd::Released => Some("muster_released_total"),
+            LeaseEnd::Throttled => Some("muster_throttled_total"),
             LeaseEnd::Lapsed => Some("muster_lapsed_total"),
             LeaseEnd::Revoked => Some("muster_revoked_total"),
             LeaseEnd::Reclaimed => Some("muster_reclaimed_total"),
@@ -88,12 +93,13 @@ pub const DEAD_MAX_ATTEMPTS: &str = "max_attempts";
 pub const DEAD_BY_AGENT: &str = "dead_lettered";
 
 /// Counters per queue without a further label.
-const QUEUE_COUNTERS: [&str; 12] = [
+const QUEUE_COUNTERS: [&str; 13] = [
     "muster_enqueued_total",
     "muster_leased_total",
     "muster_acked_total",
     "muster_nacked_total",
     "muster_released_total",
+    "muster_throttled_total",
     "muster_lapsed_total",
     "muster_revoked_total",
     "muster_reclaimed_total",

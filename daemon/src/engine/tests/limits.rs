@@ -196,7 +196,11 @@ fn queues_share_a_limit_and_an_idle_queue_keeps_no_room_from_the_others() {
         .collect();
     for (n, id) in b.iter().enumerate() {
         h.advance(100);
-        assert_eq!(claim_n(&mut h, &["b"], 3), std::slice::from_ref(id), "token {n}");
+        assert_eq!(
+            claim_n(&mut h, &["b"], 3),
+            std::slice::from_ref(id),
+            "token {n}"
+        );
     }
     // Both queues drew on the one bucket: a's claim now finds it empty, and its
     // admitted task goes back to its line.
@@ -349,4 +353,120 @@ fn bad_limits_and_bad_uses_are_refused_and_change_nothing() {
         ErrorCode::BadRequest
     );
     assert_eq!(h.counts("q"), [0; 6]);
+}
+
+fn throttled(h: &mut Harness, id: &str, epoch: u64, wait: u64, limit: Option<&str>) -> Reply {
+    h.call(EngineRequest::Throttled(muster_protocol::ops::Throttled {
+        task: id.into(),
+        epoch,
+        retry_after_ms: Some(wait),
+        limit: limit.map(str::to_owned),
+        error: Some("429 Too Many Requests".into()),
+    }))
+    .unwrap_or_else(|e| panic!("throttled: {e:?}"))
+}
+
+#[test]
+fn a_throttle_gives_the_task_back_without_an_attempt_and_holds_only_its_key() {
+    let mut h = Harness::new();
+    h.create("q", QueuePatch::default());
+    set(
+        &mut h,
+        "api",
+        LimitSpec {
+            per_key: true,
+            ..concurrency(5)
+        },
+    );
+    let a = h.enqueue_task("q", limited("1", &[("api", Some("a"), 1)]));
+    assert_eq!(claim_n(&mut h, &["q"], 1), [a.clone()]);
+    match throttled(&mut h, &a, 1, 1_000, Some("api")) {
+        Reply::Settle(s) => assert_eq!((s.state, s.not_before_ms), (TaskState::Ready, None)),
+        other => panic!("throttled: {other:?}"),
+    }
+    assert_eq!(h.state(&a), (TaskState::Ready, 1, 0), "no failure counted");
+    // Key a hands nothing out for a second; key b and tasks without limits go on.
+    let a2 = h.enqueue_task("q", limited("2", &[("api", Some("a"), 1)]));
+    let b = h.enqueue_task("q", limited("3", &[("api", Some("b"), 1)]));
+    let plain = h.enqueue("q", "4");
+    assert_eq!(claim_n(&mut h, &["q"], 4), [b, plain]);
+    let i = info(&mut h, "api");
+    assert_eq!(i.throttled, 1);
+    let key_a = i
+        .keys
+        .iter()
+        .find(|k| k.key == "a")
+        .expect("key a is in use");
+    assert_eq!(key_a.throttled_until_ms, Some(h.now.wall_ms + 1_000));
+    h.advance(999);
+    assert_eq!(claim_n(&mut h, &["q"], 4), Vec::<String>::new());
+    h.advance(1);
+    assert_eq!(claim_n(&mut h, &["q"], 4), [a.clone(), a2]);
+    assert_eq!(h.state(&a), (TaskState::Leased, 2, 0));
+    assert_eq!(
+        h.task(&a)
+            .history
+            .iter()
+            .filter(|e| e.event == "throttled")
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn a_throttle_without_a_limit_named_holds_every_limit_of_the_task_and_a_task_without_limits_waits_itself()
+ {
+    let mut h = Harness::new();
+    h.create("q", QueuePatch::default());
+    set(&mut h, "x", concurrency(5));
+    set(&mut h, "y", concurrency(5));
+    let t = h.enqueue_task("q", limited("1", &[("x", None, 1), ("y", None, 1)]));
+    h.claim_one("q");
+    throttled(&mut h, &t, 1, 500, None);
+    assert_eq!(info(&mut h, "x").throttled, 1);
+    assert_eq!(info(&mut h, "y").throttled, 1);
+    let plain = h.enqueue("q", "2");
+    let (got, epoch) = h.claim_one("q");
+    assert_eq!(got, plain);
+    match throttled(&mut h, &plain, epoch, 700, None) {
+        Reply::Settle(s) => assert_eq!(
+            (s.state, s.not_before_ms),
+            (TaskState::Scheduled, Some(h.now.wall_ms + 700))
+        ),
+        other => panic!("throttled: {other:?}"),
+    }
+    assert_eq!(h.state(&plain), (TaskState::Scheduled, 1, 0));
+    h.advance(500);
+    assert_eq!(claim_n(&mut h, &["q"], 2), [t]);
+    h.advance(200);
+    assert_eq!(claim_n(&mut h, &["q"], 2), [plain]);
+}
+
+#[test]
+fn a_throttle_outlasts_a_restart_and_a_bad_one_changes_nothing() {
+    let mut h = Harness::new();
+    h.create("q", QueuePatch::default());
+    set(&mut h, "api", concurrency(5));
+    set(&mut h, "other", concurrency(5));
+    let t = h.enqueue_task("q", limited("1", &[("api", None, 1)]));
+    h.claim_one("q");
+    let bad = EngineRequest::Throttled(muster_protocol::ops::Throttled {
+        task: t.clone(),
+        epoch: 1,
+        retry_after_ms: Some(1_000),
+        limit: Some("other".into()),
+        error: None,
+    });
+    assert_eq!(h.code(bad), ErrorCode::BadRequest);
+    assert_eq!(h.state(&t), (TaskState::Leased, 1, 0));
+    throttled(&mut h, &t, 1, 10_000, Some("api"));
+    h.advance(4_000);
+    h.restart(0);
+    h.round();
+    // The throttle's end is kept by the wall clock: 6 s are left.
+    assert_eq!(claim_n(&mut h, &["q"], 1), Vec::<String>::new());
+    h.advance(5_999);
+    assert_eq!(claim_n(&mut h, &["q"], 1), Vec::<String>::new());
+    h.advance(1);
+    assert_eq!(claim_n(&mut h, &["q"], 1), [t]);
 }

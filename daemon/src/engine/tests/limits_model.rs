@@ -3,7 +3,7 @@
 //! Two queues share three limits: a token bucket (2 tokens a second, a burst of 3), a
 //! concurrency of 1 to 3 (changed by the test), and a per-key concurrency of 1. Random
 //! enqueues (any of the limits, costs 1 and 2), claims, acks, nacks, lapses, limit
-//! changes, restarts and time jumps. The model keeps the bucket as plainly as possible
+//! changes, throttles reported by holders, restarts and time jumps. The model keeps the bucket as plainly as possible
 //! and checks, at every step:
 //! - over any interval, the cost granted is at most `burst + rate × interval`;
 //! - no grant while a concurrency's leases are at its cap (per key for the per-key one);
@@ -13,7 +13,7 @@
 use proptest::prelude::*;
 
 use muster_protocol::model::{LimitSpec, LimitUse, NewTask, QueuePatch, Rate};
-use muster_protocol::ops::{Ack, Claim, EngineRequest, Enqueue, LimitSet, Nack};
+use muster_protocol::ops::{Ack, Claim, EngineRequest, Enqueue, LimitSet, Nack, Throttled};
 
 use super::{Harness, raw};
 use crate::engine::Reply;
@@ -45,6 +45,10 @@ enum Step {
     Nack {
         pick: usize,
     },
+    Throttle {
+        pick: usize,
+        ms: u64,
+    },
     Advance {
         ms: u64,
     },
@@ -61,6 +65,7 @@ fn step() -> impl Strategy<Value = Step> {
         5 => (0usize..2, 1u32..4).prop_map(|(queue, max)| Step::Claim { queue, max }),
         2 => any::<usize>().prop_map(|pick| Step::Ack { pick }),
         1 => any::<usize>().prop_map(|pick| Step::Nack { pick }),
+        1 => (any::<usize>(), 1u64..600).prop_map(|(pick, ms)| Step::Throttle { pick, ms }),
         3 => (1u64..800).prop_map(|ms| Step::Advance { ms }),
         1 => (1u32..4).prop_map(|cap| Step::Slots { cap }),
         1 => Just(Step::Restart),
@@ -69,6 +74,8 @@ fn step() -> impl Strategy<Value = Step> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum M {
+    /// Waiting for this wall time (a throttled task that names no limit).
+    Scheduled(u64),
     Ready,
     /// Leased until this wall time, at this epoch.
     Leased(u64, u64),
@@ -95,6 +102,8 @@ struct Model {
     slots: u32,
     /// Every grant on the bucket: when, and its cost.
     grants: Vec<(u64, u64)>,
+    /// Throttled buckets (a limit's bit, and the key for the per-key one) and until when.
+    throttled: std::collections::HashMap<(u8, usize), u64>,
 }
 
 impl Model {
@@ -109,9 +118,19 @@ impl Model {
             .count()
     }
 
+    fn throttled(&self, bit: u8, key: usize) -> bool {
+        let key = if bit == 4 { key } else { 0 };
+        self.throttled
+            .get(&(bit, key))
+            .is_some_and(|until| *until > self.now)
+    }
+
     /// Whether every limit `t` names has room for it now.
     fn room(&self, t: &Task) -> bool {
-        (t.uses & 1 == 0 || self.level() >= t.cost * PER_MS)
+        [1, 2, 4]
+            .iter()
+            .all(|bit| t.uses & bit == 0 || !self.throttled(*bit, t.key))
+            && (t.uses & 1 == 0 || self.level() >= t.cost * PER_MS)
             && (t.uses & 2 == 0 || self.held(|o| o.uses & 2 != 0) < self.slots as usize)
             && (t.uses & 4 == 0 || self.held(|o| o.uses & 4 != 0 && o.key == t.key) < 1)
     }
@@ -144,8 +163,11 @@ impl Model {
     fn advance(&mut self, ms: u64) {
         self.now += ms;
         for t in &mut self.tasks {
-            if matches!(t.state, M::Leased(deadline, _) if deadline <= self.now) {
-                t.state = M::Ready;
+            match t.state {
+                M::Leased(deadline, _) | M::Scheduled(deadline) if deadline <= self.now => {
+                    t.state = M::Ready;
+                }
+                _ => {}
             }
         }
     }
@@ -226,6 +248,7 @@ fn run(steps: &[Step]) {
         at: h.now.wall_ms,
         slots: 2,
         grants: Vec::new(),
+        throttled: std::collections::HashMap::new(),
     };
     for (name, s) in spec(m.slots) {
         set_limit(&mut h, name, s);
@@ -328,6 +351,51 @@ fn run(steps: &[Step]) {
                 };
                 h.call(req).unwrap();
                 m.tasks[i].state = next;
+            }
+            Step::Throttle { pick, ms } => {
+                let held: Vec<usize> = (0..m.tasks.len())
+                    .filter(|&i| matches!(m.tasks[i].state, M::Leased(..)))
+                    .collect();
+                if held.is_empty() {
+                    continue;
+                }
+                let i = held[pick % held.len()];
+                let M::Leased(_, epoch) = m.tasks[i].state else {
+                    unreachable!("picked among leased tasks")
+                };
+                let reply = h.call(EngineRequest::Throttled(Throttled {
+                    task: m.tasks[i].id.clone(),
+                    epoch,
+                    retry_after_ms: Some(ms),
+                    limit: None,
+                    error: None,
+                }));
+                let until = m.now + ms;
+                let (uses, key) = (m.tasks[i].uses, m.tasks[i].key);
+                for bit in [1u8, 2, 4] {
+                    if uses & bit != 0 {
+                        let k = if bit == 4 { key } else { 0 };
+                        let slot = m.throttled.entry((bit, k)).or_default();
+                        *slot = (*slot).max(until);
+                    }
+                }
+                m.tasks[i].state = if uses == 0 {
+                    M::Scheduled(until)
+                } else {
+                    M::Ready
+                };
+                match reply {
+                    Ok(Reply::Settle(s)) => assert_eq!(
+                        s.state,
+                        if uses == 0 {
+                            muster_protocol::model::TaskState::Scheduled
+                        } else {
+                            muster_protocol::model::TaskState::Ready
+                        },
+                        "step {n}"
+                    ),
+                    other => panic!("step {n}: throttled: {other:?}"),
+                }
             }
             Step::Advance { ms } => {
                 h.advance(ms);
