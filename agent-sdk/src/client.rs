@@ -15,8 +15,8 @@ use tokio::sync::{mpsc, oneshot};
 use muster_protocol::batch::{WRITE_CHUNK, WriteBatch};
 use muster_protocol::frame;
 use muster_protocol::model::{
-    Delivery, EnqueuedTask, MemberInfo, NewTask, QueueInfo, QueuePatch, TaskInfo, TaskState,
-    TaskSummary,
+    Delivery, EnqueuedTask, LimitInfo, LimitSpec, MemberInfo, NewTask, QueueInfo, QueuePatch,
+    TaskInfo, TaskState, TaskSummary,
 };
 use muster_protocol::ops::{
     self, Ack, Cancel, CancelReply, Claim, CountReply, DeadLetter, DeadSelection, Enqueue, Hello,
@@ -501,6 +501,68 @@ impl Client {
             epoch,
         })
         .await
+    }
+
+    /// Gives a leased task back because a provider it calls throttled it (an HTTP
+    /// 429): ready again at its place with no failure counted, and `limit` (one the
+    /// task draws on; every one it draws on if `None`) hands nothing out for
+    /// `retry_after_ms` (1 s if `None`) for the task's key. A task that names no limit
+    /// is not handed out again before then.
+    pub async fn throttled(
+        &self,
+        task: &str,
+        epoch: u64,
+        retry_after_ms: Option<u64>,
+        limit: Option<String>,
+    ) -> Result<SettleReply, Error> {
+        self.call(&ops::Throttled {
+            task: task.into(),
+            epoch,
+            retry_after_ms,
+            limit,
+            error: None,
+        })
+        .await
+    }
+
+    /// Creates limit `name` or replaces its settings.
+    pub async fn limit_set(&self, name: &str, spec: LimitSpec) -> Result<LimitInfo, Error> {
+        let req = ops::LimitSet {
+            name: name.into(),
+            spec,
+        };
+        Ok(self.call(&req).await?.limit)
+    }
+
+    /// One limit with its state now: tokens, leases held, tasks waiting, busiest keys.
+    pub async fn limit_get(&self, name: &str) -> Result<LimitInfo, Error> {
+        let req = ops::LimitGet(ops::LimitName { name: name.into() });
+        Ok(self.call(&req).await?.limit)
+    }
+
+    /// Every limit, by name (page after page).
+    pub async fn limit_list(&self) -> Result<Vec<LimitInfo>, Error> {
+        let mut limits = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .call(&ops::LimitList {
+                    after,
+                    limit: Some(muster_protocol::limits::MAX_PAGE),
+                })
+                .await?;
+            limits.extend(page.limits);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(limits),
+            }
+        }
+    }
+
+    /// Deletes a limit; returns how many tasks were waiting on it (they no longer do).
+    pub async fn limit_delete(&self, name: &str) -> Result<u64, Error> {
+        let req = ops::LimitDelete(ops::LimitName { name: name.into() });
+        Ok(self.call(&req).await?.count)
     }
 
     /// Sends a leased task to dead with an error.

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use muster_protocol::model::{LimitUse, Rate};
 
 use crate::ClaimString;
 
@@ -69,6 +70,10 @@ pub enum Command {
     /// Create, inspect, change and remove queues.
     #[command(subcommand)]
     Queue(QueueCommand),
+    /// Create, inspect, change and remove limits: rate and concurrency budgets that
+    /// tasks of any queue draw on.
+    #[command(subcommand)]
+    Limit(LimitCommand),
     /// Enqueue a task; with PAYLOAD `-`, one JSON payload per stdin line.
     Enqueue(EnqueueArgs),
     /// Lease ready tasks; prints CLAIM<TAB>ATTEMPT<TAB>PAYLOAD per task.
@@ -107,6 +112,18 @@ pub enum Command {
     Release {
         /// The claim.
         claim: ClaimString,
+    },
+    /// Hand a leased task back because a provider throttled it: no failure counted,
+    /// and its limit hands nothing out for a while.
+    Throttled {
+        /// The claim.
+        claim: ClaimString,
+        /// How long the limit (or the task, if it names none) waits [default: 1s].
+        #[arg(long, value_parser = duration)]
+        retry_after: Option<Duration>,
+        /// The limit the provider throttled (default: every limit the task names).
+        #[arg(long)]
+        limit: Option<String>,
     },
     /// Send a leased task to dead.
     DeadLetter {
@@ -574,6 +591,88 @@ pub enum QueueCommand {
     },
 }
 
+/// Limit subcommands.
+#[derive(Debug, Subcommand)]
+pub enum LimitCommand {
+    /// Create a limit or replace its settings (at once for the tasks waiting on it).
+    Set {
+        /// Limit name: [a-z0-9][a-z0-9._-]{0,127}.
+        name: String,
+        /// Its settings: a rate, a concurrency, or both.
+        #[command(flatten)]
+        spec: LimitArgs,
+    },
+    /// Show a limit: its settings, leases held, tasks waiting and its busiest keys.
+    Get {
+        /// The limit.
+        name: String,
+    },
+    /// List limits.
+    List,
+    /// Delete a limit: the tasks that name it no longer wait on it.
+    Delete {
+        /// The limit.
+        name: String,
+    },
+}
+
+/// A limit's settings.
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// Tokens added over time, N per period: `500/min`, `10/s`, `1000/h`, `3/10s`.
+    #[arg(long, value_parser = rate)]
+    pub rate: Option<Rate>,
+    /// Most tokens the bucket holds [default: the rate's N].
+    #[arg(long)]
+    pub burst: Option<u64>,
+    /// Most leases held at once.
+    #[arg(long)]
+    pub concurrency: Option<u32>,
+    /// Every key gets its own bucket and count with these settings.
+    #[arg(long)]
+    pub per_key: bool,
+}
+
+/// A rate `N/PERIOD`: `N` tokens every `PERIOD` (`s`, `min`, `h`, or a duration such
+/// as `10s`).
+pub fn rate(s: &str) -> Result<Rate, String> {
+    let bad = || format!("invalid rate {s:?}: want N/PERIOD, e.g. 500/min, 10/s, 3/10s");
+    let (count, period) = s.split_once('/').ok_or_else(bad)?;
+    let count: u64 = count.trim().parse().map_err(|_| bad())?;
+    let period = period.trim();
+    let period = if period.starts_with(|c: char| c.is_ascii_digit()) {
+        duration(period)?
+    } else {
+        duration(&format!("1{period}")).map_err(|_| bad())?
+    };
+    let per_ms = u64::try_from(period.as_millis()).map_err(|_| bad())?;
+    Ok(Rate { count, per_ms })
+}
+
+/// A limit a task draws on: `NAME[:KEY[:COST]]` (a key holding `:` is written with its
+/// cost).
+pub fn limit_use(s: &str) -> Result<LimitUse, String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let bad = |why: &str| format!("invalid limit {s:?}: {why}; want NAME[:KEY[:COST]]");
+    let (limit, key, cost) = match parts.as_slice() {
+        [name] => (*name, None, None),
+        [name, key] => (*name, Some((*key).to_owned()), None),
+        [name, key @ .., cost] => {
+            let cost: u64 = cost.parse().map_err(|_| bad("the cost is not a number"))?;
+            (*name, Some(key.join(":")), Some(cost))
+        }
+        [] => return Err(bad("empty")),
+    };
+    if limit.is_empty() {
+        return Err(bad("no name"));
+    }
+    Ok(LimitUse {
+        limit: limit.to_owned(),
+        key: key.filter(|k| !k.is_empty()),
+        cost,
+    })
+}
+
 /// Queue options for create and update.
 #[derive(Debug, Args)]
 pub struct QueueOptionArgs {
@@ -628,6 +727,9 @@ pub struct EnqueueArgs {
     /// Labels a member must carry, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub requires: Vec<String>,
+    /// A limit the task draws on, `NAME[:KEY[:COST]]`; repeat for several (at most 4).
+    #[arg(long = "limit", value_parser = limit_use)]
+    pub limits: Vec<LimitUse>,
     /// Enqueue at most once under this key. With PAYLOAD `-`, a template giving each
     /// line its own key from a field of its payload: `{/json/pointer}` stands for the
     /// string or number there, e.g. 'order-{/order_id}'.

@@ -5,15 +5,15 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
 use clap::CommandFactory;
-use muster_protocol::model::{Backoff, NewTask, QueuePatch, TaskState};
+use muster_protocol::model::{Backoff, LimitSpec, NewTask, QueuePatch, TaskState};
 use muster_protocol::ops::{Claim, DeadSelection, TaskFind};
 use muster_sdk::{Client, ConnectArgs, ConnectOptions, WorkerConfig};
 
 use crate::ClaimString;
 use crate::cli::{
     AdminCommand, ClaimArgs, Cli, ClusterCommand, Command, ContextCommand, DeadArgs, EnqueueArgs,
-    FindArgs, Global, LeaseCommand, MemberCommand, QueueCommand, QueueOptionArgs, TaskCommand,
-    TokenCommand, TokenRole,
+    FindArgs, Global, LeaseCommand, LimitCommand, MemberCommand, QueueCommand, QueueOptionArgs,
+    TaskCommand, TokenCommand, TokenRole,
 };
 use crate::context::{Context, Contexts};
 use crate::output::{self, Output};
@@ -85,6 +85,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Result<()> {
     match command {
         Command::Queue(cmd) => queue(client, out, cmd).await,
+        Command::Limit(cmd) => limit(client, out, cmd).await,
         Command::Enqueue(args) => enqueue(client, out, args).await,
         Command::Claim(args) => claim(client, out, args).await,
         Command::Ack { claim, result } => ack(client, out, &claim, result).await,
@@ -100,6 +101,16 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
         } => renew(client, out, &claim, extend, progress).await,
         Command::Release { claim } => {
             let reply = client.release(&claim.id, claim.epoch).await?;
+            out.item(|| reply.state.to_string(), &reply)
+        }
+        Command::Throttled {
+            claim,
+            retry_after,
+            limit,
+        } => {
+            let reply = client
+                .throttled(&claim.id, claim.epoch, retry_after.map(ms), limit)
+                .await?;
             out.item(|| reply.state.to_string(), &reply)
         }
         Command::DeadLetter { claim, error } => {
@@ -703,6 +714,36 @@ async fn queue(client: &Client, out: &Output, cmd: QueueCommand) -> anyhow::Resu
     }
 }
 
+async fn limit(client: &Client, out: &Output, cmd: LimitCommand) -> anyhow::Result<()> {
+    match cmd {
+        LimitCommand::Set { name, spec } => {
+            let spec = LimitSpec {
+                rate: spec.rate,
+                burst: spec.burst,
+                concurrency: spec.concurrency,
+                per_key: spec.per_key,
+            };
+            out.limit(&client.limit_set(&name, spec).await?)
+        }
+        LimitCommand::Get { name } => out.limit(&client.limit_get(&name).await?),
+        LimitCommand::List => {
+            let limits = client.limit_list().await?;
+            out.header(output::LIMIT_COLUMNS)?;
+            for l in limits {
+                out.item(|| output::limit_row(&l), &l)?;
+            }
+            Ok(())
+        }
+        LimitCommand::Delete { name } => {
+            let n = client.limit_delete(&name).await?;
+            out.item(
+                || format!("deleted {name}; {n} tasks were waiting on it"),
+                &serde_json::json!({ "count": n }),
+            )
+        }
+    }
+}
+
 fn new_task(args: &EnqueueArgs, payload: muster_sdk::RawJson) -> NewTask {
     NewTask {
         payload,
@@ -712,6 +753,7 @@ fn new_task(args: &EnqueueArgs, payload: muster_sdk::RawJson) -> NewTask {
         delay_ms: args.delay.map(ms),
         not_before_ms: args.at.map(|t| t.duration_since(UNIX_EPOCH).map_or(0, ms)),
         idempotency_key: args.idempotency_key.clone(),
+        limits: args.limits.clone(),
     }
 }
 

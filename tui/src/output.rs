@@ -3,7 +3,9 @@
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use muster_protocol::model::{MemberInfo, QueueInfo, TaskInfo, TaskState, TaskSummary};
+use muster_protocol::model::{
+    LimitInfo, MemberInfo, QueueInfo, Rate, TaskInfo, TaskState, TaskSummary,
+};
 
 /// The columns of a task listing (`task list`, `task find`, `dead`, a member's leases).
 pub const TASK_COLUMNS: &[&str] = &[
@@ -137,6 +139,11 @@ impl Output {
     /// Prints a queue's options and counts as `key<TAB>value` lines.
     pub fn queue(&self, q: &QueueInfo) -> anyhow::Result<()> {
         self.item(|| queue_text(q), q)
+    }
+
+    /// Prints a limit as `key<TAB>value` lines, then its busiest keys.
+    pub fn limit(&self, l: &LimitInfo) -> anyhow::Result<()> {
+        self.item(|| limit_text(l), l)
     }
 
     /// Prints a whole task as `key<TAB>value` lines, then its timeline.
@@ -288,6 +295,77 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// The columns of `limit list`.
+pub const LIMIT_COLUMNS: &[&str] = &[
+    "NAME",
+    "RATE",
+    "BURST",
+    "CONCURRENCY",
+    "PER_KEY",
+    "HELD",
+    "WAITING",
+    "GRANTED",
+    "THROTTLED",
+];
+
+/// A limit's rate as `N/PERIOD`, or `-`.
+fn rate_text(rate: Option<Rate>) -> String {
+    rate.map_or("-".into(), |r| format!("{}/{}", r.count, span(r.per_ms)))
+}
+
+/// One row of [`LIMIT_COLUMNS`].
+pub fn limit_row(l: &LimitInfo) -> String {
+    let s = &l.spec;
+    format!(
+        "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+        l.name,
+        rate_text(s.rate),
+        s.burst.map_or("-".into(), |b| b.to_string()),
+        s.concurrency.map_or("-".into(), |c| c.to_string()),
+        s.per_key,
+        l.held,
+        l.waiting,
+        l.granted,
+        l.throttled
+    )
+}
+
+/// A limit as `key<TAB>value` lines, then its busiest keys, one per line.
+fn limit_text(l: &LimitInfo) -> String {
+    let s = &l.spec;
+    let mut lines = vec![
+        format!("name\t{}", l.name),
+        format!("rate\t{}", rate_text(s.rate)),
+        format!("burst\t{}", s.burst.map_or("-".into(), |b| b.to_string())),
+        format!(
+            "concurrency\t{}",
+            s.concurrency.map_or("-".into(), |c| c.to_string())
+        ),
+        format!("per_key\t{}", s.per_key),
+        format!("held\t{}", l.held),
+        format!("waiting\t{}", l.waiting),
+        format!("granted\t{}", l.granted),
+        format!("throttled\t{}", l.throttled),
+        format!("keys_in_use\t{}", l.keys_in_use),
+        format!("created\t{}", time(l.created_ms)),
+        format!("updated\t{}", time(l.updated_ms)),
+    ];
+    for k in &l.keys {
+        let key = if k.key.is_empty() { "(all)" } else { &k.key };
+        lines.push(format!(
+            "key {key}\ttokens {} held {} waiting {}{}{}",
+            k.tokens.map_or("-".into(), |t| t.to_string()),
+            k.held,
+            k.waiting,
+            k.full_ms
+                .map_or(String::new(), |t| format!(" full at {}", time(t))),
+            k.throttled_until_ms
+                .map_or(String::new(), |t| format!(" throttled until {}", time(t))),
+        ));
+    }
+    lines.join("\n")
+}
+
 fn queue_text(q: &QueueInfo) -> String {
     let o = &q.options;
     let b = &o.retry_backoff;
@@ -296,6 +374,7 @@ fn queue_text(q: &QueueInfo) -> String {
         lines.push(format!("{state}\t{}", q.counts.get(state)));
     }
     lines.push(format!("held_back\t{}", q.held_back));
+    lines.push(format!("waiting_on_limits\t{}", q.waiting_on_limits));
     lines.push(format!("consumers\t{}", q.consumers));
     lines.push(format!(
         "unclaimable\t{}{}",
