@@ -151,6 +151,15 @@ pub enum Outcome {
     },
     /// Failed for good: send it to dead.
     DeadLetter(String),
+    /// Not done because a provider it calls throttled it (an HTTP 429): hand it back
+    /// without counting a failure, and hold `limit` (every limit the task draws on if
+    /// `None`) for `retry_after` (1 s if `None`) for the task's key.
+    Throttled {
+        /// How long the limit waits.
+        retry_after: Option<Duration>,
+        /// The limit the provider throttled.
+        limit: Option<String>,
+    },
     /// Not done, not failed: hand it back for another holder without counting a
     /// failure (the handler was stopped by a drain or a cancel). A cancelled task
     /// released ends `cancelled`.
@@ -1089,6 +1098,12 @@ where
                 }
                 Outcome::DeadLetter(error) => client.dead_letter(id, epoch, error).await,
                 Outcome::Release => client.release(id, epoch).await,
+                Outcome::Throttled { retry_after, limit } => {
+                    let retry_after_ms = retry_after.map(|d| d.as_millis() as u64);
+                    client
+                        .throttled(id, epoch, retry_after_ms, limit.clone())
+                        .await
+                }
             };
             let _ = events.send(Event::Settled(settle, result));
         });

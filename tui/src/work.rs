@@ -8,6 +8,7 @@
 //! |------|--------|
 //! | 0 | ack; stdout is the result (JSON if it parses, else a JSON string) |
 //! | [`EXIT_DEAD_LETTER`] (65, `EX_DATAERR`) | dead-letter with the stderr tail |
+//! | [`EXIT_THROTTLED`] (75, `EX_TEMPFAIL`) | throttled: handed back with no failure, its limits held; stdout may say `{"retry_after_ms": N, "limit": "NAME"}` |
 //! | anything else, or killed by a signal | nack with the exit status and the stderr tail |
 //! | anything but 0 or 65 after the runner stopped it | release: no failure counted |
 //!
@@ -72,6 +73,17 @@ use crate::output::safe;
 /// The exit status with which a program dead-letters its task (sysexits' `EX_DATAERR`:
 /// the input was bad, retrying cannot help).
 pub const EXIT_DEAD_LETTER: i32 = 65;
+
+/// The exit status with which a program says a provider throttled it (sysexits'
+/// `EX_TEMPFAIL`): the task goes back with no failure counted and its limits wait.
+pub const EXIT_THROTTLED: i32 = 75;
+
+/// What a throttled program may print on stdout.
+#[derive(serde::Deserialize)]
+struct ThrottledBy {
+    retry_after_ms: Option<u64>,
+    limit: Option<String>,
+}
 
 /// How often the progress file is checked.
 const PROGRESS_POLL: Duration = Duration::from_millis(250);
@@ -336,6 +348,9 @@ async fn run_task(runner: &Runner, task: &Task) -> Outcome {
         Outcome::DeadLetter(error) => {
             warn!(task = %claim.id, epoch = claim.epoch, %status, duration_ms, outcome = "dead_letter", error = %safe(error), "task ended")
         }
+        Outcome::Throttled { retry_after, limit } => {
+            info!(task = %claim.id, epoch = claim.epoch, %status, duration_ms, outcome = "throttled", retry_after_ms = retry_after.map(|d| d.as_millis() as u64), limit = %safe(limit.as_deref().unwrap_or("-")), "task ended")
+        }
     }
     outcome
 }
@@ -487,6 +502,17 @@ fn exit_outcome(
             }
         }
         Some(EXIT_DEAD_LETTER) => Outcome::DeadLetter(failure_text(status, err_tail)),
+        Some(EXIT_THROTTLED) if !stopped => {
+            // Stdout may say how long, and which limit; anything else is the defaults.
+            let by = serde_json::from_slice::<ThrottledBy>(out).ok();
+            Outcome::Throttled {
+                retry_after: by
+                    .as_ref()
+                    .and_then(|b| b.retry_after_ms)
+                    .map(Duration::from_millis),
+                limit: by.and_then(|b| b.limit),
+            }
+        }
         // Stopped by the runner: not the task's failure.
         _ if stopped => Outcome::Release,
         _ => Outcome::Nack {

@@ -64,6 +64,7 @@ mod fencing;
 mod fixture;
 mod lapse;
 mod leader;
+mod limits;
 mod liveness;
 mod logs;
 mod maintenance;
