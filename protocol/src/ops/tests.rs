@@ -520,7 +520,7 @@ fn every_op_is_routed_to_the_handshake_the_edge_or_the_engine_by_name() {
         .filter(|op| !["hello", "server_stats"].contains(op) && !op.starts_with("cluster_"))
         .collect();
     assert_eq!(by("engine"), engine);
-    assert_eq!(engine.len(), 40);
+    assert_eq!(engine.len(), 41);
 }
 
 #[test]

@@ -78,7 +78,10 @@ fn assert_concurrency(leases: &[(u64, u64)], cap: usize) {
     let mut held = 0;
     for (at, d) in edges {
         held += d;
-        assert!(held as usize <= cap, "{held} leases held at {at}, over {cap}");
+        assert!(
+            held as usize <= cap,
+            "{held} leases held at {at}, over {cap}"
+        );
     }
 }
 
@@ -150,7 +153,10 @@ async fn three_queues_share_one_limit_with_twenty_agents() {
 async fn a_per_key_limit_over_a_thousand_keys_runs_each_key_alone() {
     let d = Daemon::start();
     let client = d.client().await;
-    client.queue_create("q", QueuePatch::default()).await.unwrap();
+    client
+        .queue_create("q", QueuePatch::default())
+        .await
+        .unwrap();
     let spec = LimitSpec {
         concurrency: Some(1),
         per_key: true,
@@ -176,7 +182,10 @@ async fn a_per_key_limit_over_a_thousand_keys_runs_each_key_alone() {
     }
     let mut by_key: HashMap<String, Vec<(u64, u64)>> = HashMap::new();
     for (from, to, key) in leases(&client, &ids).await {
-        by_key.entry(key.expect("a key")).or_default().push((from, to));
+        by_key
+            .entry(key.expect("a key"))
+            .or_default()
+            .push((from, to));
     }
     assert_eq!(by_key.len(), 1000);
     for (key, leases) in &by_key {
@@ -194,7 +203,10 @@ async fn a_per_key_limit_over_a_thousand_keys_runs_each_key_alone() {
 async fn a_throttle_reported_by_an_agent_pauses_only_its_key() {
     let d = Daemon::start();
     let client = d.client().await;
-    client.queue_create("q", QueuePatch::default()).await.unwrap();
+    client
+        .queue_create("q", QueuePatch::default())
+        .await
+        .unwrap();
     let spec = LimitSpec {
         concurrency: Some(10),
         per_key: true,
@@ -227,7 +239,10 @@ async fn a_throttle_reported_by_an_agent_pauses_only_its_key() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(*throttled_once.lock().unwrap(), "the agent reported the throttle");
+    assert!(
+        *throttled_once.lock().unwrap(),
+        "the agent reported the throttle"
+    );
     let a2 = client
         .enqueue("q", limited(1, vec![uses("provider", Some("a".into()))]))
         .await
@@ -245,7 +260,11 @@ async fn a_throttle_reported_by_an_agent_pauses_only_its_key() {
     assert_eq!(reply.finished.len(), 2);
     let task = client.task_get(&a).await.unwrap();
     assert_eq!((task.state, task.failures), (TaskState::Done, 0));
-    let throttled = task.history.iter().find(|e| e.event == "throttled").unwrap();
+    let throttled = task
+        .history
+        .iter()
+        .find(|e| e.event == "throttled")
+        .unwrap();
     let leased_again = task
         .history
         .iter()
@@ -266,7 +285,10 @@ async fn a_throttle_reported_by_an_agent_pauses_only_its_key() {
 async fn a_restart_in_the_middle_of_a_burst_lets_no_burst_through_twice() {
     let mut d = Daemon::start();
     let client = d.client().await;
-    client.queue_create("q", QueuePatch::default()).await.unwrap();
+    client
+        .queue_create("q", QueuePatch::default())
+        .await
+        .unwrap();
     let (count, per_ms, burst) = (20, 1000, 10);
     let spec = LimitSpec {
         rate: Some(Rate { count, per_ms }),
@@ -274,7 +296,9 @@ async fn a_restart_in_the_middle_of_a_burst_lets_no_burst_through_twice() {
         ..LimitSpec::default()
     };
     client.limit_set("api", spec).await.unwrap();
-    let tasks: Vec<NewTask> = (0..60).map(|n| limited(n, vec![uses("api", None)])).collect();
+    let tasks: Vec<NewTask> = (0..60)
+        .map(|n| limited(n, vec![uses("api", None)]))
+        .collect();
     let ids: Vec<String> = client
         .enqueue_batch("q", tasks)
         .await
@@ -286,7 +310,13 @@ async fn a_restart_in_the_middle_of_a_burst_lets_no_burst_through_twice() {
     tokio::time::sleep(Duration::from_millis(600)).await;
     let handles = drain_with_agents(&d, &["q"], 4, |_| Outcome::Ack(None)).await;
     for _ in 0..200 {
-        if client.limit_get("api").await.map(|l| l.granted).unwrap_or(0) >= 15 {
+        if client
+            .limit_get("api")
+            .await
+            .map(|l| l.granted)
+            .unwrap_or(0)
+            >= 15
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
