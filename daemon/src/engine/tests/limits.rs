@@ -379,7 +379,7 @@ fn a_throttle_gives_the_task_back_without_an_attempt_and_holds_only_its_key() {
         },
     );
     let a = h.enqueue_task("q", limited("1", &[("api", Some("a"), 1)]));
-    assert_eq!(claim_n(&mut h, &["q"], 1), [a.clone()]);
+    assert_eq!(claim_n(&mut h, &["q"], 1), std::slice::from_ref(&a));
     match throttled(&mut h, &a, 1, 1_000, Some("api")) {
         Reply::Settle(s) => assert_eq!((s.state, s.not_before_ms), (TaskState::Ready, None)),
         other => panic!("throttled: {other:?}"),
