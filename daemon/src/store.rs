@@ -197,6 +197,8 @@ pub struct TaskRecord {
     pub requires: Vec<String>,
     /// The limits it draws on.
     pub limits: Vec<TaskLimit>,
+    /// Its group for fair dispatch.
+    pub group: Option<String>,
     /// When a scheduled task becomes ready.
     pub not_before_ms: Option<u64>,
     /// Its idempotency key.
@@ -250,6 +252,8 @@ pub struct TaskIndex {
     pub requires: Vec<String>,
     /// The limits it draws on.
     pub limits: Vec<TaskLimit>,
+    /// Its group for fair dispatch.
+    pub group: Option<String>,
     /// When a scheduled task becomes ready.
     pub not_before_ms: Option<u64>,
     /// Leases granted so far.
@@ -279,6 +283,8 @@ pub struct IndexView<'a> {
     pub requires: &'a [String],
     /// The limits it draws on.
     pub limits: &'a [TaskLimit],
+    /// Its group for fair dispatch.
+    pub group: Option<&'a str>,
     /// When a scheduled task becomes ready.
     pub not_before_ms: Option<u64>,
     /// Leases granted so far.
@@ -321,6 +327,7 @@ impl TaskRecord {
                     cost: l.cost.unwrap_or(1),
                 })
                 .collect(),
+            group: task.group.clone(),
             not_before_ms,
             idempotency_key: task.idempotency_key.clone(),
             deliveries: 0,
@@ -349,6 +356,7 @@ impl TaskRecord {
             key: self.key.as_deref(),
             requires: &self.requires,
             limits: &self.limits,
+            group: self.group.as_deref(),
             not_before_ms: self.not_before_ms,
             deliveries: self.deliveries,
             lease: self.lease.as_ref(),
@@ -367,6 +375,7 @@ impl TaskIndex {
             key: self.key.as_deref(),
             requires: &self.requires,
             limits: &self.limits,
+            group: self.group.as_deref(),
             not_before_ms: self.not_before_ms,
             deliveries: self.deliveries,
             lease: self.lease.as_ref(),

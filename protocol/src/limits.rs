@@ -117,6 +117,12 @@ pub const MAX_LIMIT_CONCURRENCY: u32 = 1_000_000;
 /// Most keys of a per-key limit that `limit_get` lists, the busiest first.
 pub const MAX_LISTED_LIMIT_KEYS: usize = 10;
 
+/// Most groups a queue names a weight for.
+pub const MAX_GROUP_WEIGHTS: usize = 1_000;
+
+/// Highest weight of a group in fair dispatch.
+pub const MAX_GROUP_WEIGHT: u32 = 1_000;
+
 /// Highest priority.
 pub const MAX_PRIORITY: u8 = 9;
 

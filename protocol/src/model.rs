@@ -4,6 +4,8 @@
 //! durations are milliseconds (`*_ms` fields holding spans). Payloads, results and
 //! progress are raw JSON, passed through untouched.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::RawJson;
@@ -111,6 +113,15 @@ pub struct QueueOptions {
     pub max_runtime_ms: Option<u64>,
     /// A paused queue accepts enqueues but hands nothing out.
     pub paused: bool,
+    /// Fair dispatch between groups: among ready tasks of equal priority, the groups
+    /// with ready tasks take turns in proportion to their weights, instead of plain
+    /// enqueue order.
+    #[serde(default)]
+    pub fair: bool,
+    /// Groups' weights for fair dispatch, at most [`crate::limits::MAX_GROUP_WEIGHTS`],
+    /// each 2 to [`crate::limits::MAX_GROUP_WEIGHT`]; a group not named weighs 1.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub group_weights: BTreeMap<String, u32>,
 }
 
 impl Default for QueueOptions {
@@ -123,6 +134,8 @@ impl Default for QueueOptions {
             retention_ms: 24 * 3600 * 1000,
             max_runtime_ms: None,
             paused: false,
+            fair: false,
+            group_weights: BTreeMap::new(),
         }
     }
 }
@@ -160,6 +173,21 @@ pub struct QueuePatch {
         deserialize_with = "crate::nulls::refused"
     )]
     pub paused: Option<bool>,
+    /// See [`QueueOptions::fair`].
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::nulls::refused"
+    )]
+    pub fair: Option<bool>,
+    /// Weights to set, merged into [`QueueOptions::group_weights`]; a weight of 1 (the
+    /// default) takes a group's entry out.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::nulls::refused"
+    )]
+    pub group_weights: Option<BTreeMap<String, u32>>,
 }
 
 /// Number of tasks of a queue in each state.
@@ -283,6 +311,9 @@ pub struct NewTask {
     /// once: it is leased only while every one has room for it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limits: Vec<LimitUse>,
+    /// Its group (a tenant, a customer) for fair dispatch in a queue that has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 /// A limit a task draws on: which, for which key, and how many of its tokens a lease
@@ -393,6 +424,7 @@ impl NewTask {
             not_before_ms: None,
             idempotency_key: None,
             limits: Vec::new(),
+            group: None,
         }
     }
 }
@@ -491,6 +523,9 @@ pub struct TaskInfo {
     /// The limits it draws on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limits: Vec<LimitUse>,
+    /// Its group, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     /// When a scheduled task becomes ready.
     pub not_before_ms: Option<u64>,
     /// Its idempotency key, if any.

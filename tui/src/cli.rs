@@ -703,6 +703,24 @@ pub struct QueueOptionArgs {
     /// Random spread of the retry delay, 0 to 1.
     #[arg(long)]
     pub backoff_jitter: Option<f64>,
+    /// Fair dispatch between task groups (`true`), or plain enqueue order (`false`).
+    #[arg(long)]
+    pub fair: Option<bool>,
+    /// A group's weight in fair dispatch, `GROUP=WEIGHT` (1 to 1000; 1, the default,
+    /// takes the group's entry out); repeat for several.
+    #[arg(long = "group-weight", value_parser = group_weight)]
+    pub group_weights: Vec<(String, u32)>,
+}
+
+/// Parses `GROUP=WEIGHT`.
+fn group_weight(text: &str) -> Result<(String, u32), String> {
+    let (group, weight) = text
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{text:?} is not GROUP=WEIGHT"))?;
+    let weight = weight
+        .parse()
+        .map_err(|_| format!("weight {weight:?} is not a whole number"))?;
+    Ok((group.to_owned(), weight))
 }
 
 /// Arguments of `enqueue`.
@@ -730,6 +748,9 @@ pub struct EnqueueArgs {
     /// A limit the task draws on, `NAME[:KEY[:COST]]`; repeat for several (at most 4).
     #[arg(long = "limit", value_parser = limit_use)]
     pub limits: Vec<LimitUse>,
+    /// The task's group (tenant, customer) for a queue with fair dispatch.
+    #[arg(long)]
+    pub group: Option<String>,
     /// Enqueue at most once under this key. With PAYLOAD `-`, a template giving each
     /// line its own key from a field of its payload: `{/json/pointer}` stands for the
     /// string or number there, e.g. 'order-{/order_id}'.

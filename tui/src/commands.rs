@@ -642,6 +642,9 @@ fn patch(o: &QueueOptionArgs) -> anyhow::Result<QueuePatch> {
         retention_ms: o.retention.map(ms),
         max_runtime_ms: o.max_runtime.map(ms),
         paused: None,
+        fair: o.fair,
+        group_weights: (!o.group_weights.is_empty())
+            .then(|| o.group_weights.iter().cloned().collect()),
     })
 }
 
@@ -754,6 +757,7 @@ fn new_task(args: &EnqueueArgs, payload: muster_sdk::RawJson) -> NewTask {
         not_before_ms: args.at.map(|t| t.duration_since(UNIX_EPOCH).map_or(0, ms)),
         idempotency_key: args.idempotency_key.clone(),
         limits: args.limits.clone(),
+        group: args.group.clone(),
     }
 }
 

@@ -1330,6 +1330,7 @@ mod tests {
             key: None,
             requires: vec![],
             limits: vec![],
+            group: None,
             not_before_ms: None,
             idempotency_key: None,
             deliveries: 0,

@@ -19,19 +19,23 @@
 //! dispatchable, and only while fewer than `key_concurrency` of the line are leased. A key whose head is leased or scheduled for a retry holds back the
 //! rest of its line; other keys are not affected.
 //!
+//! In a queue with **fair** dispatch, each class orders its tasks by priority, then by
+//! the turns of their groups, then by id ([`super::fair`]).
+//!
 //! Tasks that draw on **limits** pass a gate on their way into their class
 //! ([`Gate`], [`super::limits`]): admitted, they are dispatchable like any other;
 //! otherwise they wait in the line of the limit's bucket that lacks room, out of every
 //! class, until it has room again.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use ulid::Ulid;
 
 use muster_protocol::model::TaskState;
 
+use super::fair::{Classes, Group, Ready};
 use super::limits::{Gated, Limits, Uses};
 use super::sharded::ShardedMap;
 
@@ -114,6 +118,8 @@ pub struct TaskRef<'a> {
     pub class: &'a Class,
     /// The limits it draws on, if any.
     pub uses: Option<&'a Uses>,
+    /// Its group, if any.
+    pub group: Option<&'a Group>,
 }
 
 /// What the dispatch index needs to pass tasks with limits through their gates: the
@@ -130,6 +136,7 @@ pub struct Gate<'a> {
 struct GatedTask {
     class: Class,
     priority: u8,
+    group: Option<Group>,
     uses: Uses,
     /// `None` only between being taken out of its place and put back.
     gated: Option<Gated>,
@@ -140,6 +147,7 @@ struct GatedTask {
 struct Slot {
     priority: u8,
     class: Class,
+    group: Option<Group>,
     uses: Option<Uses>,
     ready: bool,
     leased: bool,
@@ -164,8 +172,8 @@ pub struct DispatchIndex {
     /// How many indexed tasks (scheduled, ready or leased) require each label class:
     /// the classes the queue knows, capped at `MAX_LABEL_CLASSES` for new tasks.
     refs: HashMap<Class, ClassRefs>,
-    /// Dispatchable ready tasks per label class.
-    classes: HashMap<Class, BTreeSet<Entry>>,
+    /// Dispatchable ready tasks per label class, plain or fair.
+    classes: Classes,
     /// The non-empty classes of `classes` by their first (smallest) label: a claimer
     /// looks only at the classes whose first label it carries, each once.
     by_first_label: HashMap<String, Vec<Class>>,
@@ -233,7 +241,7 @@ impl DispatchIndex {
         match t.key {
             None => {
                 if ready {
-                    self.dispatchable(t.class, t.priority, t.id, t.uses, gate);
+                    self.dispatchable(t.class, t.priority, t.id, t.group, t.uses, gate);
                 }
             }
             Some(key) => {
@@ -241,6 +249,7 @@ impl DispatchIndex {
                 let slot = Slot {
                     priority: t.priority,
                     class: Arc::clone(t.class),
+                    group: t.group.cloned(),
                     uses: t.uses.cloned(),
                     ready,
                     leased,
@@ -276,7 +285,7 @@ impl DispatchIndex {
         match t.key {
             None => {
                 if t.state == TaskState::Ready {
-                    self.unclass(t.class, t.priority, t.id, gate);
+                    self.unclass(t.class, t.priority, t.id, t.group, gate);
                 }
             }
             Some(key) => {
@@ -302,7 +311,7 @@ impl DispatchIndex {
                     self.keys.remove(key);
                 }
                 if slot.dispatchable {
-                    self.unclass(&slot.class, slot.priority, t.id, gate);
+                    self.unclass(&slot.class, slot.priority, t.id, slot.group.as_ref(), gate);
                 } else if slot.ready {
                     self.held_back = self
                         .held_back
@@ -324,12 +333,7 @@ impl DispatchIndex {
         allowed: impl Fn(Ulid) -> bool,
         max_skip: usize,
     ) -> Option<Ulid> {
-        let first = |set: &BTreeSet<Entry>| {
-            set.iter()
-                .take(max_skip + 1)
-                .find(|(_, id)| allowed(Ulid::from_bytes(*id)))
-                .copied()
-        };
+        let first = |set: &Ready| set.first(&allowed, max_skip);
         // The classes the claimer can satisfy: the empty one, and those whose first
         // label it carries and whose other labels it carries too.
         let none: &[String] = &[];
@@ -345,7 +349,29 @@ impl DispatchIndex {
             .chain(candidates)
             .filter_map(first)
             .min()
-            .map(|(_, id)| Ulid::from_bytes(id))
+            .map(|(_, _, id)| Ulid::from_bytes(id))
+    }
+
+    /// Task `id`, about to be leased, was picked: its group (in a fair queue) has had
+    /// its turn.
+    pub fn served(&mut self, group: Option<&Group>) {
+        self.classes.served(group);
+    }
+
+    /// Turns fair dispatch on or off and takes the group weights; `group_of` gives a
+    /// dispatchable task's group.
+    pub fn set_fair(
+        &mut self,
+        fair: bool,
+        weights: impl IntoIterator<Item = (String, u32)>,
+        group_of: impl Fn(Ulid) -> Option<Group>,
+    ) {
+        self.classes.set_fair(fair, weights, group_of);
+    }
+
+    /// Groups with dispatchable tasks, in a fair queue.
+    pub fn active_groups(&self) -> usize {
+        self.classes.active_groups()
     }
 
     /// Recomputes every key's dispatchable tasks, after `key_concurrency` changed.
@@ -416,9 +442,10 @@ impl DispatchIndex {
             .unwrap_or_else(|| panic!("task {id} is placed"));
         let entry = (Reverse(task.priority), id.to_bytes());
         let class = Arc::clone(&task.class);
+        let group = task.group.clone();
         gate.limits.ungate(gate.queue, entry, &gated);
         match gated {
-            Gated::Admitted(_) => self.unclass_entry(&class, entry, id),
+            Gated::Admitted(_) => self.unclass_entry(&class, entry, id, group.as_ref()),
             Gated::Waiting(_) => {
                 self.waiting_on_limits = self
                     .waiting_on_limits
@@ -461,10 +488,11 @@ impl DispatchIndex {
         };
         let task = self.gated.get_mut(&id).expect("looked up above");
         let class = Arc::clone(&task.class);
+        let group = task.group.clone();
         let admitted = matches!(gated, Gated::Admitted(_));
         task.gated = Some(gated);
         if admitted {
-            self.class_entry(&class, entry, id);
+            self.class_entry(&class, entry, id, group.as_ref());
         } else {
             self.waiting_on_limits += 1;
         }
@@ -490,7 +518,7 @@ impl DispatchIndex {
     pub fn unclaimable_classes(&self) -> impl Iterator<Item = (&Class, usize)> {
         self.unclaimable
             .iter()
-            .map(|c| (c, self.classes.get(c).map_or(0, BTreeSet::len)))
+            .map(|c| (c, self.classes.get(c).map_or(0, Ready::len)))
     }
 
     /// A label set appeared among connected members (`appeared`) or left them:
@@ -531,7 +559,8 @@ impl DispatchIndex {
     /// and (given the members' label sets) that each flag is right.
     pub fn check_unclaimable(&self, carried: Option<&Carried>) {
         let mut ready = 0;
-        for (class, tasks) in &self.classes {
+        self.classes.check();
+        for (class, tasks) in self.classes.iter() {
             let refs = &self.refs[class];
             assert_eq!(
                 self.unclaimable.contains(class),
@@ -570,6 +599,7 @@ impl DispatchIndex {
         class: &Class,
         priority: u8,
         id: Ulid,
+        group: Option<&Group>,
         uses: Option<&Uses>,
         gate: &mut Gate<'_>,
     ) {
@@ -578,7 +608,7 @@ impl DispatchIndex {
             "task {id}: a dispatchable task's class counts it"
         );
         let Some(uses) = uses else {
-            self.class_entry(class, (Reverse(priority), id.to_bytes()), id);
+            self.class_entry(class, (Reverse(priority), id.to_bytes()), id, group);
             return;
         };
         let fresh = self.gated.insert(
@@ -586,6 +616,7 @@ impl DispatchIndex {
             GatedTask {
                 class: Arc::clone(class),
                 priority,
+                group: group.cloned(),
                 uses: Arc::clone(uses),
                 gated: None,
             },
@@ -596,17 +627,24 @@ impl DispatchIndex {
 
     /// Takes a task that is no longer dispatchable out of its class, or out of its
     /// gate's place.
-    fn unclass(&mut self, class: &Class, priority: u8, id: Ulid, gate: &mut Gate<'_>) {
+    fn unclass(
+        &mut self,
+        class: &Class,
+        priority: u8,
+        id: Ulid,
+        group: Option<&Group>,
+        gate: &mut Gate<'_>,
+    ) {
         if self.gated.contains_key(&id) {
             self.unplace(id, gate);
             self.gated.remove(&id);
             return;
         }
-        self.unclass_entry(class, (Reverse(priority), id.to_bytes()), id);
+        self.unclass_entry(class, (Reverse(priority), id.to_bytes()), id, group);
     }
 
     /// Puts a task into its class.
-    fn class_entry(&mut self, class: &Class, entry: Entry, id: Ulid) {
+    fn class_entry(&mut self, class: &Class, entry: Entry, id: Ulid, group: Option<&Group>) {
         if !self.classes.contains_key(class) {
             if let Some(first) = class.first() {
                 self.by_first_label
@@ -623,10 +661,7 @@ impl DispatchIndex {
             }
         }
         assert!(
-            self.classes
-                .entry(Arc::clone(class))
-                .or_default()
-                .insert(entry),
+            self.classes.insert(class, entry, group),
             "task {id} dispatchable twice"
         );
         if self.unclaimable.contains(class) {
@@ -635,13 +670,9 @@ impl DispatchIndex {
     }
 
     /// Takes a task out of its class.
-    fn unclass_entry(&mut self, class: &Class, entry: Entry, id: Ulid) {
-        let set = self
-            .classes
-            .get_mut(class)
-            .unwrap_or_else(|| panic!("task {id}: its label class is not indexed"));
+    fn unclass_entry(&mut self, class: &Class, entry: Entry, id: Ulid, group: Option<&Group>) {
         assert!(
-            set.remove(&entry),
+            self.classes.remove(class, entry, group),
             "task {id} was not dispatchable in its class"
         );
         if self.unclaimable.contains(class) {
@@ -651,8 +682,7 @@ impl DispatchIndex {
             );
             self.unclaimable_ready -= 1;
         }
-        if set.is_empty() {
-            self.classes.remove(class);
+        if !self.classes.contains_key(class) {
             self.unclaimable.remove(class);
             if let Some(first) = class.first() {
                 let siblings = self
@@ -709,19 +739,20 @@ impl DispatchIndex {
                     Arc::clone(&slot.class),
                     slot.priority,
                     *id,
+                    slot.group.clone(),
                     slot.uses.clone(),
                 ));
             }
         }
-        for (on, class, priority, id, uses) in changes {
+        for (on, class, priority, id, group, uses) in changes {
             if on {
-                self.dispatchable(&class, priority, id, uses.as_ref(), gate);
+                self.dispatchable(&class, priority, id, group.as_ref(), uses.as_ref(), gate);
                 self.held_back = self
                     .held_back
                     .checked_sub(1)
                     .expect("held_back counts the held-back tasks");
             } else {
-                self.unclass(&class, priority, id, gate);
+                self.unclass(&class, priority, id, group.as_ref(), gate);
                 self.held_back += 1;
             }
         }
@@ -766,6 +797,7 @@ mod tests {
                 key: self.key.as_ref(),
                 class: &self.class,
                 uses: None,
+                group: None,
             }
         }
     }
@@ -843,7 +875,7 @@ mod tests {
         for t in &tasks[..2] {
             ix.remove(t.r(), 1, &mut nl.g());
         }
-        assert!(ix.classes.is_empty() && ix.by_first_label.is_empty());
+        assert!(ix.classes.len() == 0 && ix.by_first_label.is_empty());
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub use authz::{
 };
 mod bulk;
 pub mod dispatch;
+mod fair;
 mod find;
 mod sharded;
 
@@ -53,6 +54,7 @@ use muster_protocol::{ErrorBody, ErrorCode, RawJson};
 use crate::auth::Principal;
 use crate::store::{Batch, IndexView, Store, StoreError, TaskIndex, TaskRecord};
 use dispatch::{Class, DispatchIndex, Gate, TaskRef};
+use fair::Group;
 use limits::{Limits, Use, Uses};
 use sharded::IdMap;
 use telemetry::LeaseEnd;
@@ -234,11 +236,13 @@ struct Queue {
 
 impl Queue {
     fn new(name: &str, options: QueueOptions, created_ms: u64) -> Queue {
+        let mut dispatch = DispatchIndex::default();
+        dispatch.set_fair(options.fair, options.group_weights.clone(), |_| None);
         Queue {
             name: Arc::from(name),
             options,
             created_ms,
-            dispatch: DispatchIndex::default(),
+            dispatch,
             by_state: Default::default(),
             totals: QueueTotals::default(),
             deleting: false,
@@ -478,6 +482,8 @@ struct Index {
     /// The limits each task that names any draws on (most tasks name none, and pay
     /// nothing for them).
     limited: IdMap<Uses>,
+    /// The group of each task that names one, for fair dispatch.
+    grouped: IdMap<Group>,
     /// Every stored task (a fast hash: ids are the daemon's own, never chosen by a client).
     tasks: IdMap<Meta>,
     /// Scheduled tasks by the wall time they become ready.
@@ -887,6 +893,7 @@ impl<W: Waiter> Engine<W> {
                 queues: BTreeMap::new(),
                 limits: Limits::new(now.mono_ms),
                 limited: IdMap::default(),
+                grouped: IdMap::default(),
                 tasks: IdMap::default(),
                 scheduled: BTreeSet::new(),
                 leases: BTreeSet::new(),
@@ -1548,6 +1555,7 @@ impl<W: Waiter> Engine<W> {
         self.unindex(id);
         self.index.tasks.remove(&id);
         self.index.limited.remove(&id);
+        self.index.grouped.remove(&id);
         self.caches.forget(id);
         self.members.avoid.remove(&id);
         // A wait on this task can end now: it reports it as removed.
@@ -1607,6 +1615,11 @@ impl<W: Waiter> Engine<W> {
                 .collect();
             self.index.limited.insert(id, uses);
         }
+        if let Some(group) = rec.group
+            && !self.index.grouped.contains_key(&id)
+        {
+            self.index.grouped.insert(id, Group::from(group));
+        }
         let meta = Meta {
             queue: queue_name,
             key: rec.key.map(Arc::from),
@@ -1644,7 +1657,12 @@ impl<W: Waiter> Engine<W> {
             TaskState::Ready | TaskState::Scheduled | TaskState::Leased
         ) {
             queue.dispatch.add(
-                task_ref(id, meta, self.index.limited.get(&id)),
+                task_ref(
+                    id,
+                    meta,
+                    self.index.limited.get(&id),
+                    self.index.grouped.get(&id),
+                ),
                 queue.options.key_concurrency,
                 &self.members.carried,
                 &mut Gate {
@@ -1718,7 +1736,12 @@ impl<W: Waiter> Engine<W> {
             TaskState::Ready | TaskState::Scheduled | TaskState::Leased
         ) {
             queue.dispatch.remove(
-                task_ref(id, meta, self.index.limited.get(&id)),
+                task_ref(
+                    id,
+                    meta,
+                    self.index.limited.get(&id),
+                    self.index.grouped.get(&id),
+                ),
                 queue.options.key_concurrency,
                 &mut Gate {
                     limits: &mut self.index.limits,
@@ -2016,7 +2039,12 @@ impl<W: Waiter> Engine<W> {
     }
 }
 
-fn task_ref<'a>(id: Ulid, meta: &'a Meta, uses: Option<&'a Uses>) -> TaskRef<'a> {
+fn task_ref<'a>(
+    id: Ulid,
+    meta: &'a Meta,
+    uses: Option<&'a Uses>,
+    group: Option<&'a Group>,
+) -> TaskRef<'a> {
     TaskRef {
         id,
         state: meta.state,
@@ -2024,6 +2052,7 @@ fn task_ref<'a>(id: Ulid, meta: &'a Meta, uses: Option<&'a Uses>) -> TaskRef<'a>
         key: meta.key.as_ref(),
         class: &meta.class,
         uses,
+        group,
     }
 }
 

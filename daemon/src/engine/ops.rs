@@ -8,7 +8,7 @@ use ulid::Ulid;
 
 use muster_protocol::limits::{
     MAX_BATCH, MAX_CLAIM, MAX_CLAIM_QUEUES, MAX_CLAIM_REPLY_BYTES, MAX_DELAY, MAX_ERROR_BYTES,
-    MAX_IDS, MAX_KEY_CONCURRENCY, MAX_LABEL_CLASSES, MAX_LABEL_CLASSES_PER_TOKEN, MAX_LEASE,
+    MAX_GROUP_WEIGHT, MAX_GROUP_WEIGHTS, MAX_IDS, MAX_KEY_CONCURRENCY, MAX_LABEL_CLASSES, MAX_LABEL_CLASSES_PER_TOKEN, MAX_LEASE,
     MAX_LISTED_LABEL_SETS, MAX_LISTING_BYTES, MAX_PAGE, MAX_PARKED_CLAIMS_PER_CONNECTION,
     MAX_PARKED_CLAIMS_PER_PRINCIPAL, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_PROGRESS_BYTES,
     MAX_QUEUES, MAX_RESULT_BYTES, MAX_RETENTION, MAX_SUMMARY_PROGRESS_BYTES, MAX_WAIT, MIN_LEASE,
@@ -102,6 +102,9 @@ fn check_new_tasks(tasks: &[NewTask], now: Now) -> OpResult<()> {
         }
         if let Some(k) = &t.idempotency_key {
             names::check_short("idempotency key", k).map_err(at)?;
+        }
+        if let Some(g) = &t.group {
+            names::check_short("group", g).map_err(at)?;
         }
         names::check_labels(&t.requires).map_err(at)?;
         if t.delay_ms.is_some_and(|d| d > ms(MAX_DELAY)) {
@@ -201,6 +204,30 @@ fn apply_patch(options: &mut QueueOptions, patch: &QueuePatch) -> OpResult<()> {
     }
     if let Some(v) = patch.paused {
         next.paused = v;
+    }
+    if let Some(v) = patch.fair {
+        next.fair = v;
+    }
+    if let Some(weights) = &patch.group_weights {
+        for (group, &weight) in weights {
+            names::check_short("group", group).map_err(bad)?;
+            if weight == 0 || weight > MAX_GROUP_WEIGHT {
+                return Err(bad(format!(
+                    "group {group:?}: weight {weight} is outside 1..={MAX_GROUP_WEIGHT}"
+                )));
+            }
+            if weight == 1 {
+                next.group_weights.remove(group);
+            } else {
+                next.group_weights.insert(group.clone(), weight);
+            }
+        }
+        if next.group_weights.len() > MAX_GROUP_WEIGHTS {
+            return Err(client(
+                ErrorCode::Limit,
+                format!("a queue names at most {MAX_GROUP_WEIGHTS} group weights"),
+            ));
+        }
     }
     assert!(
         next.key_concurrency >= 1,
@@ -572,11 +599,21 @@ impl<W: Waiter> Engine<W> {
             .ok_or_else(|| client(ErrorCode::NotFound, format!("no queue {name:?}")))?;
         let old_retention = queue.options.retention_ms;
         let old_key_concurrency = queue.options.key_concurrency;
+        let old_fair = queue.options.fair;
+        let old_weights = queue.options.group_weights.clone();
         let old_max_runtime = queue.options.max_runtime_ms;
         let old_lease = queue.options.lease_ms;
         apply_patch(&mut queue.options, patch)?;
         let new_max_runtime = queue.options.max_runtime_ms;
         let new_lease = queue.options.lease_ms;
+        if queue.options.fair != old_fair || queue.options.group_weights != old_weights {
+            let grouped = &self.index.grouped;
+            queue.dispatch.set_fair(
+                queue.options.fair,
+                queue.options.group_weights.clone(),
+                |id| grouped.get(&id).cloned(),
+            );
+        }
         if queue.options.key_concurrency != old_key_concurrency {
             let name = Arc::clone(&queue.name);
             queue.dispatch.rebuild(
@@ -1108,6 +1145,16 @@ impl<W: Waiter> Engine<W> {
             // (reclaimed, redelivered) is the same grant and takes none.
             self.index.limits.take(uses);
         }
+        if grant == Grant::Leased {
+            // Its group (in a fair queue) has had its turn; the task is still in its
+            // class, so its group is still active.
+            let queue = self
+                .index
+                .queues
+                .get_mut(rec.queue.as_str())
+                .expect("a leased task's queue is loaded");
+            queue.dispatch.served(self.index.grouped.get(&id));
+        }
         let expires = now.wall_ms + (deadline - now.mono_ms);
         let epoch = self.record_lease(id, &mut rec, member, expires, now, grant);
         let clock = LeaseClock {
@@ -1453,6 +1500,7 @@ impl<W: Waiter> Engine<W> {
                     cost: Some(l.cost),
                 })
                 .collect(),
+            group: rec.group,
             not_before_ms: rec.not_before_ms,
             idempotency_key: rec.idempotency_key,
             deliveries: rec.deliveries,

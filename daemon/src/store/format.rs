@@ -19,12 +19,14 @@
 //!   store needs no migration: its task records are JSON (they begin with `{`, which no
 //!   format 2 record does, as its first byte is its version) and are read as they are,
 //!   then written in format 2 when they next change.
-//! - 3: task records gain the limits they draw on ([`TaskHead`], then the limits, then
-//!   [`TaskBody`]); the `limits` keyspace holds limit records (JSON, `v: 3`). Format 2
-//!   records are read as they are (they draw on no limit) and written in format 3 when
-//!   they next change.
+//! - 3: task records gain the limits they draw on and their group ([`TaskHead`], then
+//!   the limits, the group, then [`TaskBody`]); the `limits` keyspace holds limit
+//!   records (JSON, `v: 3`). Format 2 records are read as they are (they draw on no
+//!   limit, name no group) and written in format 3 when they next change. Queue records
+//!   gain `fair` and `group_weights`, left out while off and empty.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -139,6 +141,7 @@ impl TryFrom<StoredTask1> for TaskRecord {
             key: s.key,
             requires: s.requires,
             limits: Vec::new(),
+            group: None,
             not_before_ms: s.not_before_ms,
             idempotency_key: s.idempotency_key,
             deliveries: s.deliveries,
@@ -230,14 +233,23 @@ struct StoredTask2<'a> {
     body: TaskBody<'a>,
 }
 
-/// A format 3 task record: its head, the limits it draws on, then its body.
+/// A format 3 task record: its head, the limits it draws on, its group, then its body.
 #[derive(Debug, Serialize, Deserialize)]
 struct StoredTask3<'a> {
     #[serde(borrow)]
     head: TaskHead<'a>,
-    limits: Cow<'a, [TaskLimit]>,
+    #[serde(borrow)]
+    flow: TaskFlow<'a>,
     #[serde(borrow)]
     body: TaskBody<'a>,
+}
+
+/// What a format 3 task record adds after its head: the start-up index needs it too.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct TaskFlow<'a> {
+    limits: Cow<'a, [TaskLimit]>,
+    #[serde(borrow)]
+    group: Option<Cow<'a, str>>,
 }
 
 /// The first byte of every format 1 record (a JSON object); never the first byte of a
@@ -269,7 +281,10 @@ pub(super) fn encode_task(r: &TaskRecord) -> Vec<u8> {
             enqueued_by: borrowed(&r.enqueued_by),
             payload_bytes: r.stored_bytes,
         },
-        limits: Cow::Borrowed(&r.limits),
+        flow: TaskFlow {
+            limits: Cow::Borrowed(&r.limits),
+            group: borrowed(&r.group),
+        },
         body: TaskBody {
             idempotency_key: borrowed(&r.idempotency_key),
             failures: r.failures,
@@ -304,16 +319,16 @@ pub(super) fn decode_task(bytes: &[u8]) -> Result<TaskRecord, String> {
         let stored: StoredTask1 = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
         return stored.try_into();
     }
-    let (head, limits, body) = match binary_version(bytes)? {
+    let (head, flow, body) = match binary_version(bytes)? {
         2 => {
             let StoredTask2 { head, body } =
                 postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
-            (head, Vec::new(), body)
+            (head, TaskFlow::default(), body)
         }
         _ => {
-            let StoredTask3 { head, limits, body } =
+            let StoredTask3 { head, flow, body } =
                 postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
-            (head, limits.into_owned(), body)
+            (head, flow, body)
         }
     };
     let owned = |s: Option<Cow<'_, str>>| s.map(Cow::into_owned);
@@ -323,7 +338,8 @@ pub(super) fn decode_task(bytes: &[u8]) -> Result<TaskRecord, String> {
         priority: head.priority,
         key: owned(head.key),
         requires: head.requires.into_owned(),
-        limits,
+        limits: flow.limits.into_owned(),
+        group: owned(flow.group),
         not_before_ms: head.not_before_ms,
         idempotency_key: owned(body.idempotency_key),
         deliveries: head.deliveries,
@@ -345,23 +361,23 @@ pub(super) fn decode_task(bytes: &[u8]) -> Result<TaskRecord, String> {
 
 /// What the start-up index needs of a task record of any format, decoding no more.
 pub(super) fn decode_index(bytes: &[u8]) -> Result<TaskIndex, String> {
-    let (head, limits): (TaskHead<'_>, Vec<TaskLimit>) = if bytes.first() == Some(&JSON_RECORD) {
+    let (head, flow): (TaskHead<'_>, TaskFlow<'_>) = if bytes.first() == Some(&JSON_RECORD) {
         let head: TaskHead<'_> = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
         check_json_version(head.v)?;
-        (head, Vec::new())
+        (head, TaskFlow::default())
     } else {
         let v = binary_version(bytes)?;
         let (head, rest): (TaskHead<'_>, _) =
             postcard::take_from_bytes(bytes).map_err(|e| e.to_string())?;
-        let limits = match v {
-            2 => Vec::new(),
+        let flow = match v {
+            2 => TaskFlow::default(),
             _ => {
-                let (limits, _body): (Vec<TaskLimit>, _) =
+                let (flow, _body): (TaskFlow<'_>, _) =
                     postcard::take_from_bytes(rest).map_err(|e| e.to_string())?;
-                limits
+                flow
             }
         };
-        (head, limits)
+        (head, flow)
     };
     Ok(TaskIndex {
         queue: head.queue.into_owned(),
@@ -369,7 +385,8 @@ pub(super) fn decode_index(bytes: &[u8]) -> Result<TaskIndex, String> {
         priority: head.priority,
         key: head.key.map(Cow::into_owned),
         requires: head.requires.into_owned(),
-        limits,
+        limits: flow.limits.into_owned(),
+        group: flow.group.map(Cow::into_owned),
         not_before_ms: head.not_before_ms,
         deliveries: head.deliveries,
         lease: head.lease.map(Cow::into_owned),
@@ -486,6 +503,10 @@ struct StoredOptions {
     retention_ms: u64,
     max_runtime_ms: Option<u64>,
     paused: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    fair: bool,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    group_weights: BTreeMap<String, u32>,
 }
 
 impl From<QueueRecord> for StoredQueue {
@@ -507,6 +528,8 @@ impl From<QueueRecord> for StoredQueue {
                 retention_ms: o.retention_ms,
                 max_runtime_ms: o.max_runtime_ms,
                 paused: o.paused,
+                fair: o.fair,
+                group_weights: o.group_weights,
             },
             created_ms: r.created_ms,
         }
@@ -534,6 +557,8 @@ impl TryFrom<StoredQueue> for QueueRecord {
                 retention_ms: o.retention_ms,
                 max_runtime_ms: o.max_runtime_ms,
                 paused: o.paused,
+                fair: o.fair,
+                group_weights: o.group_weights,
             },
             created_ms: s.created_ms,
         })
@@ -573,6 +598,7 @@ mod tests {
                     cost: 1,
                 },
             ],
+            group: Some("acme".into()),
             not_before_ms: Some(1_764_000_000_001),
             idempotency_key: Some("idem".into()),
             deliveries: 2,
@@ -616,6 +642,7 @@ mod tests {
             key: None,
             requires: Vec::new(),
             limits: Vec::new(),
+            group: None,
             not_before_ms: None,
             idempotency_key: None,
             deliveries: 0,
@@ -686,9 +713,10 @@ mod tests {
     fn a_format_1_record_reads_as_the_same_task_at_three_and_a_half_times_the_size() {
         let json = r#"{"v":1,"queue":"q-é","state":"leased","priority":7,"key":"k","requires":["gpu","zone=eu"],"not_before_ms":1764000000001,"idempotency_key":"idem","deliveries":2,"failures":1,"lease":{"member":"agent-1","epoch":2,"expires_ms":1764000060000,"granted_ms":1764000000500},"cancel_requested":true,"progress":{"step":3},"result":[1,2],"last_error":"boom","dead_reason":"why","created_ms":1764000000000,"updated_ms":1764000000600,"finished_ms":1764000000700,"history":[{"at_ms":1764000000000,"event":"enqueued"},{"at_ms":1764000000100,"event":"leased","member":"agent-0","epoch":1},{"at_ms":1764000000200,"event":"nacked","member":"agent-0","epoch":1,"error":"boom"}],"enqueued_by":"producers","payload_bytes":256}"#;
         let rec = decode_task(json.as_bytes()).unwrap();
-        // Format 1 had no limits.
+        // Format 1 had no limits and no groups.
         let full = TaskRecord {
             limits: Vec::new(),
+            group: None,
             ..full()
         };
         assert_eq!(format!("{rec:?}"), format!("{full:?}"));
@@ -698,23 +726,24 @@ mod tests {
             ("q-é", 2, 256)
         );
         let binary = encode_task(&rec);
-        assert_eq!((json.len(), binary.len()), (706, 199));
+        assert_eq!((json.len(), binary.len()), (706, 200));
     }
 
     #[test]
     fn a_format_2_record_reads_as_the_same_task_drawing_on_no_limit() {
         let rec = TaskRecord {
             limits: Vec::new(),
+            group: None,
             ..full()
         };
-        // Format 2 is format 3 without the limits between head and body.
+        // Format 2 is format 3 without the limits and group between head and body.
         let v3 = encode_task(&rec);
         let (_, rest): (TaskHead<'_>, &[u8]) = postcard::take_from_bytes(&v3).unwrap();
         let head_len = v3.len() - rest.len();
-        assert_eq!(rest[0], 0, "no limits: an empty sequence");
+        assert_eq!(rest[..2], [0, 0], "no limits, no group: an empty sequence, None");
         let mut v2 = v3[..head_len].to_vec();
         v2[0] = 2;
-        v2.extend_from_slice(&rest[1..]);
+        v2.extend_from_slice(&rest[2..]);
         assert_eq!(
             format!("{:?}", decode_task(&v2).unwrap()),
             format!("{rec:?}")

@@ -277,6 +277,17 @@ impl Harness {
             other => panic!("describe: {other:?}"),
         }
     }
+
+    fn options(&mut self, queue: &str) -> muster_protocol::model::QueueOptions {
+        match self.call(EngineRequest::QueueDescribe(ops::QueueDescribe(
+            QueueName {
+                queue: queue.into(),
+            },
+        ))) {
+            Ok(Reply::Queue(r)) => r.queue.options,
+            other => panic!("describe: {other:?}"),
+        }
+    }
 }
 
 fn ack(id: &str, epoch: u64) -> EngineRequest {
@@ -2220,6 +2231,7 @@ fn a_reclaim_reaching_max_attempts_names_the_member_in_its_dead_lettered_event()
 
 mod bounds;
 mod crash_model;
+mod fair;
 mod find;
 mod limits;
 mod limits_model;
