@@ -18,6 +18,18 @@
 //! | `muster_cancelled_total` | counter: tasks ended cancelled | |
 //! | `muster_redriven_total`, `muster_discarded_total`, `muster_purged_total` | counters: operators' repairs | |
 //!
+//! Per limit (label `limit`), set once a second while the limit exists:
+//!
+//! | metric | kind | more labels |
+//! |--------|------|-------------|
+//! | `muster_limit_held`, `muster_limit_waiting` | gauges: leases held that draw on it, ready tasks waiting for its room | |
+//! | `muster_limit_keys_in_use` | gauge: its keys in use (below full, holding leases, waited on or throttled) | |
+//! | `muster_limit_granted_total`, `muster_limit_throttled_total` | counters: leases granted, throttles reported, since the daemon started | |
+//! | `muster_limit_key_held`, `muster_limit_key_waiting`, `muster_limit_key_tokens` | gauges of its busiest keys only ([`MAX_LISTED_LIMIT_KEYS`](muster_protocol::limits::MAX_LISTED_LIMIT_KEYS), 10, by leases held then tasks waiting; `""` is the keyless bucket; tokens only with a rate) | `key` |
+//!
+//! So a limit has at most 35 series however many keys it has, and the daemon at most
+//! 35 × `MAX_LIMITS` (1,000).
+//!
 //! For the daemon:
 //!
 //! | metric | kind | labels |
@@ -330,6 +342,35 @@ fn describe() {
         "Leases given back because a provider throttled them (no attempt spent)."
     );
     describe_counter!("muster_lapsed_total", "Leases that lapsed.");
+    describe_gauge!("muster_limit_held", "Leases held that draw on the limit.");
+    describe_gauge!(
+        "muster_limit_waiting",
+        "Ready tasks waiting for room in the limit."
+    );
+    describe_gauge!(
+        "muster_limit_keys_in_use",
+        "Keys of the limit in use: below full, holding leases, waited on or throttled."
+    );
+    describe_counter!(
+        "muster_limit_granted_total",
+        "Leases granted that drew on the limit, since the daemon started."
+    );
+    describe_counter!(
+        "muster_limit_throttled_total",
+        "Throttles reported on the limit, since the daemon started."
+    );
+    describe_gauge!(
+        "muster_limit_key_held",
+        "Leases held on one of the limit's busiest keys."
+    );
+    describe_gauge!(
+        "muster_limit_key_waiting",
+        "Ready tasks waiting on one of the limit's busiest keys."
+    );
+    describe_gauge!(
+        "muster_limit_key_tokens",
+        "Whole tokens in the bucket of one of the limit's busiest keys."
+    );
     describe_counter!("muster_revoked_total", "Leases revoked by an operator.");
     describe_counter!(
         "muster_reclaimed_total",

@@ -248,16 +248,10 @@ impl<W: Waiter> Engine<W> {
             .names_after(r.after.as_deref(), n as usize + 1);
         let next = (names.len() > n as usize).then(|| names[n as usize - 1].to_string());
         Ok(LimitListReply {
-            limits: names
-                .iter()
-                .take(n as usize)
-                .map(|name| {
-                    self.index
-                        .limits
-                        .info(name, now.wall_ms)
-                        .expect("a listed limit exists")
-                })
-                .collect(),
+            limits: self
+                .index
+                .limits
+                .infos(names.iter().take(n as usize).map(|n| &**n), now.wall_ms),
             next,
         })
     }

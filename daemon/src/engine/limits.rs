@@ -696,28 +696,60 @@ impl Limits {
 
     /// Limit `name` as `limit_get` shows it; `now_wall` is the wall clock now.
     pub fn info(&self, name: &str, now_wall: u64) -> Option<LimitInfo> {
+        let (limit, _) = self.defs.get_key_value(name)?;
+        let mut used = self.in_use();
+        Some(self.info_of(limit, used.remove(limit).unwrap_or_default(), now_wall))
+    }
+
+    /// Of limits `names` that exist, what [`Self::info`] says, in one pass over the
+    /// buckets for all of them.
+    pub fn infos<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+        now_wall: u64,
+    ) -> Vec<LimitInfo> {
+        let mut used = self.in_use();
+        names
+            .into_iter()
+            .filter_map(|name| self.defs.get_key_value(name))
+            .map(|(limit, _)| {
+                self.info_of(limit, used.remove(limit).unwrap_or_default(), now_wall)
+            })
+            .collect()
+    }
+
+    /// Each limit's keys in use (buckets below full, with lines or throttles, and keys
+    /// holding leases) and the tasks waiting in its lines.
+    fn in_use(&self) -> HashMap<Arc<str>, (BTreeSet<Arc<str>>, u64)> {
+        let mut used: HashMap<Arc<str>, (BTreeSet<Arc<str>>, u64)> = HashMap::new();
+        for ((limit, key), bucket) in &self.buckets {
+            let u = used.entry(Arc::clone(limit)).or_default();
+            u.0.insert(Arc::clone(key));
+            u.1 += bucket.lines.values().map(|l| l.waiting.len() as u64).sum::<u64>();
+        }
+        for ((limit, key), n) in &self.held_by_key {
+            if *n > 0 && self.defs.get(limit).is_some_and(|d| d.rec.spec.per_key) {
+                used.entry(Arc::clone(limit)).or_default().0.insert(Arc::clone(key));
+            }
+        }
+        for (limit, n) in &self.held_by_limit {
+            if *n > 0 && self.defs.get(limit).is_some_and(|d| !d.rec.spec.per_key) {
+                used.entry(Arc::clone(limit)).or_default().0.insert(Arc::from(""));
+            }
+        }
+        used
+    }
+
+    /// Limit `limit`'s info, given its keys in use and the tasks waiting on it.
+    fn info_of(
+        &self,
+        limit: &Arc<str>,
+        (in_use, waiting): (BTreeSet<Arc<str>>, u64),
+        now_wall: u64,
+    ) -> LimitInfo {
         let now = self.now;
-        let (limit, def) = self.defs.get_key_value(name)?;
+        let def = &self.defs[limit];
         let mut keys: Vec<LimitKeyInfo> = Vec::new();
-        let mut waiting = 0;
-        let mut in_use: BTreeSet<Arc<str>> = BTreeSet::new();
-        for ((l, key), bucket) in &self.buckets {
-            if l != limit {
-                continue;
-            }
-            let w: u64 = bucket.lines.values().map(|l| l.waiting.len() as u64).sum();
-            waiting += w;
-            in_use.insert(Arc::clone(key));
-        }
-        if def.rec.spec.per_key {
-            for ((l, key), n) in &self.held_by_key {
-                if l == limit && *n > 0 {
-                    in_use.insert(Arc::clone(key));
-                }
-            }
-        } else if self.held_by_limit.get(limit).is_some_and(|n| *n > 0) {
-            in_use.insert(Arc::from(""));
-        }
         for key in &in_use {
             let id = (Arc::clone(limit), Arc::clone(key));
             let w = self.buckets.get(&id).map_or(0, |b| {
@@ -755,7 +787,7 @@ impl Limits {
         keys.sort_by(|a, b| (b.held, b.waiting, &a.key).cmp(&(a.held, a.waiting, &b.key)));
         let keys_in_use = keys.len() as u64;
         keys.truncate(muster_protocol::limits::MAX_LISTED_LIMIT_KEYS);
-        Some(LimitInfo {
+        LimitInfo {
             name: limit.to_string(),
             spec: spec_shown(&def.rec.spec),
             held: u64::from(self.held_by_limit.get(limit).copied().unwrap_or(0)),
@@ -766,7 +798,7 @@ impl Limits {
             keys,
             created_ms: def.rec.created_ms,
             updated_ms: def.rec.updated_ms,
-        })
+        }
     }
 
     /// Limit names after `after`, at most `n`.

@@ -42,7 +42,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use ulid::Ulid;
 
-use muster_protocol::limits::{MAX_HISTORY, MAX_LEASE};
+use muster_protocol::limits::{MAX_HISTORY, MAX_LEASE, MAX_LIMITS};
 use muster_protocol::model::{QueueOptions, QueueTotals, TaskState, TimelineEvent};
 use muster_protocol::ops::{
     CancelReply, ClaimReply, CountReply, Empty, EnqueueReply, HelloReply, MemberDescribeReply,
@@ -1273,6 +1273,10 @@ impl<W: Waiter> Engine<W> {
                 .map(|(name, q)| self.queue_info(name, q))
                 .collect(),
             members: &members,
+            limits: self.index.limits.infos(
+                self.index.limits.names_after(None, MAX_LIMITS).iter().map(|n| &**n),
+                now.wall_ms,
+            ),
             connected: self.connected_members(),
             unreachable: self.unreachable_members(),
             now_ms: now.wall_ms,

@@ -8,7 +8,7 @@
 use metrics::{counter, gauge, histogram};
 
 use muster_protocol::QueueInfo;
-use muster_protocol::model::{MemberInfo, TaskState};
+use muster_protocol::model::{LimitInfo, MemberInfo, TaskState};
 
 /// How a lease ended: the `outcome` of `muster_run_seconds`, and the counter it moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,6 +205,8 @@ pub struct Snapshot<'a> {
     pub connected: usize,
     /// Members connected but silent past their liveness timeout.
     pub unreachable: usize,
+    /// Every limit, with its busiest keys.
+    pub limits: Vec<LimitInfo>,
     /// The wall clock, for ages.
     pub now_ms: u64,
 }
@@ -230,6 +232,24 @@ pub fn publish(s: &Snapshot<'_>) {
         gauge!("muster_unclaimable_tasks", "queue" => name.clone()).set(q.unclaimable as f64);
         gauge!("muster_leases_in_flight", "queue" => name.clone())
             .set(q.counts.get(TaskState::Leased) as f64);
+    }
+    for l in &s.limits {
+        let name = &l.name;
+        gauge!("muster_limit_held", "limit" => name.clone()).set(l.held as f64);
+        gauge!("muster_limit_waiting", "limit" => name.clone()).set(l.waiting as f64);
+        gauge!("muster_limit_keys_in_use", "limit" => name.clone()).set(l.keys_in_use as f64);
+        counter!("muster_limit_granted_total", "limit" => name.clone()).absolute(l.granted);
+        counter!("muster_limit_throttled_total", "limit" => name.clone()).absolute(l.throttled);
+        // The busiest keys only (`MAX_LISTED_LIMIT_KEYS`): a key that leaves them is no
+        // longer set, and the exporter drops its series once idle.
+        for k in &l.keys {
+            let labels = [("limit", name.clone()), ("key", k.key.clone())];
+            gauge!("muster_limit_key_held", &labels).set(k.held as f64);
+            gauge!("muster_limit_key_waiting", &labels).set(k.waiting as f64);
+            if let Some(tokens) = k.tokens {
+                gauge!("muster_limit_key_tokens", &labels).set(tokens as f64);
+            }
+        }
     }
     gauge!("muster_members_connected").set(s.connected as f64);
     gauge!("muster_members_unreachable").set(s.unreachable as f64);
