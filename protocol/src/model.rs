@@ -333,6 +333,16 @@ pub struct LimitUse {
     pub cost: Option<u64>,
 }
 
+/// A limit's bucket: the limit, and the key (`""` for a limit that is not per key, or
+/// a task that names no key).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitKey {
+    /// The limit's name.
+    pub limit: String,
+    /// The key.
+    pub key: String,
+}
+
 /// A rate: `count` tokens every `per_ms` milliseconds, added a little at a time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -526,6 +536,9 @@ pub struct TaskInfo {
     /// Its group, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// While ready and waiting for room in a limit: which limit and key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_on: Option<LimitKey>,
     /// When a scheduled task becomes ready.
     pub not_before_ms: Option<u64>,
     /// Its idempotency key, if any.

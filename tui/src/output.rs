@@ -304,6 +304,7 @@ pub const LIMIT_COLUMNS: &[&str] = &[
     "PER_KEY",
     "HELD",
     "WAITING",
+    "KEYS",
     "GRANTED",
     "THROTTLED",
 ];
@@ -317,7 +318,7 @@ fn rate_text(rate: Option<Rate>) -> String {
 pub fn limit_row(l: &LimitInfo) -> String {
     let s = &l.spec;
     format!(
-        "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+        "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
         l.name,
         rate_text(s.rate),
         s.burst.map_or("-".into(), |b| b.to_string()),
@@ -325,6 +326,7 @@ pub fn limit_row(l: &LimitInfo) -> String {
         s.per_key,
         l.held,
         l.waiting,
+        l.keys_in_use,
         l.granted,
         l.throttled
     )
@@ -401,6 +403,14 @@ fn queue_text(q: &QueueInfo) -> String {
             (b.jitter * 100.0).round()
         ),
         format!("key_concurrency\t{}", o.key_concurrency),
+        format!(
+            "fair\t{}{}",
+            o.fair,
+            o.group_weights
+                .iter()
+                .map(|(g, w)| format!(" {}={w}", safe(g)))
+                .collect::<String>()
+        ),
         format!("retention\t{}", span(o.retention_ms)),
         format!(
             "max_runtime\t{}",
@@ -430,6 +440,18 @@ fn task_text(t: &TaskInfo) -> String {
             } else {
                 t.requires.join(",")
             }
+        ),
+        format!(
+            "limits\t{}",
+            safe(&crate::console::detail::limits_text(&t.limits))
+        ),
+        format!("group\t{}", opt(&t.group)),
+        format!(
+            "waiting\t{}",
+            t.waiting_on.as_ref().map_or("-".into(), |w| safe(
+                &crate::console::detail::waiting_text(w)
+            )
+            .into_owned())
         ),
         format!("deliveries\t{}", t.deliveries),
         format!("failures\t{}", t.failures),

@@ -36,7 +36,7 @@ use ulid::Ulid;
 use muster_protocol::model::TaskState;
 
 use super::fair::{Classes, Group, Ready};
-use super::limits::{Gated, Limits, Uses};
+use super::limits::{BucketId, Gated, Limits, Uses};
 use super::sharded::ShardedMap;
 
 /// The labels a task requires, sorted and without duplicates; shared by its class.
@@ -394,6 +394,14 @@ impl DispatchIndex {
     /// The limits of dispatchable task `id`, if it draws on any.
     pub fn uses(&self, id: Ulid) -> Option<&Uses> {
         self.gated.get(&id).map(|g| &g.uses)
+    }
+
+    /// The bucket in whose line ready task `id` waits, if it waits in one.
+    pub fn waiting_on(&self, id: Ulid) -> Option<&BucketId> {
+        match self.gated.get(&id)?.gated.as_ref()? {
+            Gated::Waiting(bucket) => Some(bucket),
+            Gated::Admitted(_) => None,
+        }
     }
 
     /// Ready tasks waiting in a limit's line.

@@ -1482,6 +1482,15 @@ impl<W: Waiter> Engine<W> {
 
     pub(super) fn task_info(&self, id: Ulid) -> OpResult<TaskInfo> {
         let rec = self.record(id)?;
+        let waiting_on = self
+            .index
+            .queues
+            .get(rec.queue.as_str())
+            .and_then(|q| q.dispatch.waiting_on(id))
+            .map(|(limit, key)| muster_protocol::model::LimitKey {
+                limit: limit.to_string(),
+                key: key.to_string(),
+            });
         Ok(TaskInfo {
             id: id.to_string(),
             payload: self.payload(id)?,
@@ -1501,6 +1510,7 @@ impl<W: Waiter> Engine<W> {
                 })
                 .collect(),
             group: rec.group,
+            waiting_on,
             not_before_ms: rec.not_before_ms,
             idempotency_key: rec.idempotency_key,
             deliveries: rec.deliveries,

@@ -86,7 +86,7 @@ fn assert_concurrency(leases: &[(u64, u64)], cap: usize) {
 }
 
 async fn drain_with_agents(
-    d: &Daemon,
+    options: muster_sdk::ConnectOptions,
     queues: &[&str],
     agents: usize,
     handler: impl Fn(muster_sdk::Task) -> Outcome + Send + Sync + Clone + 'static,
@@ -95,7 +95,7 @@ async fn drain_with_agents(
     for n in 0..agents {
         let mut config = WorkerConfig::new(format!("agent-{n}"), queues.iter().copied());
         config.capacity = 2;
-        let worker = Worker::new(d.options(), config);
+        let worker = Worker::new(options.clone(), config);
         handles.push(worker.handle());
         let handler = handler.clone();
         tokio::spawn(worker.run(move |task| {
@@ -130,7 +130,7 @@ async fn three_queues_share_one_limit_with_twenty_agents() {
         let t = limited(n, vec![uses("api", None)]);
         ids.push(client.enqueue(q, t).await.unwrap().id);
     }
-    let handles = drain_with_agents(&d, &["a", "b", "c"], 20, |_| Outcome::Ack(None)).await;
+    let handles = drain_with_agents(d.options(), &["a", "b", "c"], 20, |_| Outcome::Ack(None)).await;
     let reply = client.wait(ids.clone(), 60_000).await.unwrap();
     assert_eq!((reply.finished.len(), reply.pending.len()), (90, 0));
     let leases = leases(&client, &ids).await;
@@ -175,7 +175,7 @@ async fn a_per_key_limit_over_a_thousand_keys_runs_each_key_alone() {
         let done = client.enqueue_batch("q", batch).await.unwrap();
         ids.extend(done.into_iter().map(|t| t.id));
     }
-    let handles = drain_with_agents(&d, &["q"], 10, |_| Outcome::Ack(None)).await;
+    let handles = drain_with_agents(d.options(), &["q"], 10, |_| Outcome::Ack(None)).await;
     for half in ids.chunks(1000) {
         let reply = client.wait(half.to_vec(), 120_000).await.unwrap();
         assert_eq!((reply.finished.len(), reply.pending.len()), (1000, 0));
@@ -220,7 +220,7 @@ async fn a_throttle_reported_by_an_agent_pauses_only_its_key() {
         .id;
     let throttled_once: Arc<Mutex<bool>> = Arc::default();
     let seen = Arc::clone(&throttled_once);
-    let handles = drain_with_agents(&d, &["q"], 2, move |task| {
+    let handles = drain_with_agents(d.options(), &["q"], 2, move |task| {
         let mut seen = seen.lock().unwrap();
         if !*seen && task.payload().get() == r#"{"n":0}"# {
             *seen = true;
@@ -308,7 +308,7 @@ async fn a_restart_in_the_middle_of_a_burst_lets_no_burst_through_twice() {
         .collect();
     // Let the bucket fill, then take the burst and some, and kill the daemon.
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let handles = drain_with_agents(&d, &["q"], 4, |_| Outcome::Ack(None)).await;
+    let handles = drain_with_agents(d.options(), &["q"], 4, |_| Outcome::Ack(None)).await;
     for _ in 0..200 {
         if client
             .limit_get("api")
@@ -326,6 +326,120 @@ async fn a_restart_in_the_middle_of_a_burst_lets_no_burst_through_twice() {
         d.restart();
     });
     let client = d.client().await;
+    let reply = client.wait(ids.clone(), 60_000).await.unwrap();
+    assert_eq!((reply.finished.len(), reply.pending.len()), (60, 0));
+    let leases = leases(&client, &ids).await;
+    assert!(leases.len() >= 60);
+    assert_bucket(
+        &mut leases.iter().map(|l| l.0).collect::<Vec<_>>(),
+        count,
+        per_ms,
+        burst,
+    );
+    for h in handles {
+        h.shutdown();
+    }
+}
+
+/// Fair dispatch from the CLI: a queue created `--fair true --group-weight gold=2`,
+/// tasks enqueued `--group`; claims take gold twice for each of tin's turns though
+/// tin's backlog came first, and `queue describe` and `task get` show it all.
+#[test]
+fn fair_dispatch_from_the_cli_shares_turns_by_weight() {
+    let d = Daemon::start();
+    let ok = |args: &[&str]| {
+        let out = d.cli(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    ok(&["queue", "create", "q", "--fair", "true", "--group-weight", "gold=2"]);
+    let describe = ok(&["queue", "describe", "q"]);
+    assert!(describe.lines().any(|l| l == "fair\ttrue gold=2"), "{describe}");
+    let mut groups = HashMap::new();
+    for (group, n) in [("tin", 6), ("gold", 6)] {
+        for i in 0..n {
+            let id = ok(&["enqueue", "q", &i.to_string(), "--group", group]);
+            groups.insert(id.trim().to_owned(), group);
+        }
+    }
+    let mut order = Vec::new();
+    for _ in 0..9 {
+        let line = ok(&["claim", "q", "--max", "1", "--wait", "0s"]);
+        let claim = line.split('\t').next().unwrap();
+        let id = claim.split('.').next().unwrap();
+        order.push(groups[id]);
+        ok(&["ack", claim]);
+    }
+    // Both start even and gold wins the tie by name; then two of gold's turns cost
+    // what one of tin's does.
+    assert_eq!(
+        order,
+        ["gold", "tin", "gold", "gold", "tin", "gold", "gold", "tin", "gold"]
+    );
+    let task = ok(&["task", "get", groups.iter().find(|(_, g)| **g == "tin").unwrap().0]);
+    assert!(task.lines().any(|l| l == "group\ttin"), "{task}");
+    // Bad weights are refused with a one-line message and change nothing.
+    for bad in ["gold=0", "gold=1001", "gold", "=2"] {
+        let out = d.cli(&["queue", "update", "q", "--group-weight", bad]);
+        assert!(!out.status.success(), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{bad}: {err}");
+    }
+    let describe = ok(&["queue", "describe", "q"]);
+    assert!(describe.lines().any(|l| l == "fair\ttrue gold=2"), "{describe}");
+}
+
+/// A cluster's leader killed in the middle of a burst: the new leader's buckets start
+/// empty, so the grants of the whole run, both leaders' together, keep the bucket's
+/// bound over every interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_failover_in_the_middle_of_a_burst_lets_no_burst_through_twice() {
+    let mut cluster = muster_tests::cluster::Cluster::start(3).await;
+    let client = cluster.client().await;
+    client
+        .queue_create("q", QueuePatch::default())
+        .await
+        .unwrap();
+    let (count, per_ms, burst) = (20, 1000, 10);
+    let spec = LimitSpec {
+        rate: Some(Rate { count, per_ms }),
+        burst: Some(burst),
+        ..LimitSpec::default()
+    };
+    client.limit_set("api", spec).await.unwrap();
+    let tasks: Vec<NewTask> = (0..60)
+        .map(|n| limited(n, vec![uses("api", None)]))
+        .collect();
+    let ids: Vec<String> = client
+        .enqueue_batch("q", tasks)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let handles = drain_with_agents(cluster.options(), &["q"], 4, |_| Outcome::Ack(None)).await;
+    for _ in 0..200 {
+        if client
+            .limit_get("api")
+            .await
+            .map(|l| l.granted)
+            .unwrap_or(0)
+            >= 15
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let old = cluster.leader().await;
+    cluster.kill9(old.node);
+    let new = cluster.leader().await;
+    assert_ne!(new.node, old.node);
+    let client = cluster.client().await;
     let reply = client.wait(ids.clone(), 60_000).await.unwrap();
     assert_eq!((reply.finished.len(), reply.pending.len()), (60, 0));
     let leases = leases(&client, &ids).await;

@@ -721,3 +721,89 @@ async fn metrics_ask_for_the_token_file_they_are_given() {
         "{stderr}"
     );
 }
+
+/// A limit's series, and its busiest keys' (ten of twelve keys in use): exactly what
+/// `limit_get` says, a throttle counted, and no series for the keys beyond ten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_limit_and_its_ten_busiest_keys_have_their_series() {
+    use muster_sdk::protocol::model::{LimitSpec, LimitUse, Rate};
+    let metrics_addr = free_port();
+    let d = Daemon::start_with(&["--metrics-addr", &metrics_addr]);
+    let client = d.client().await;
+    client
+        .queue_create("q", QueuePatch::default())
+        .await
+        .unwrap();
+    let api = LimitSpec {
+        concurrency: Some(2),
+        ..LimitSpec::default()
+    };
+    client.limit_set("api", api).await.unwrap();
+    // One token an hour and an empty bucket: every task of `per` waits.
+    let per = LimitSpec {
+        rate: Some(Rate {
+            count: 1,
+            per_ms: 3_600_000,
+        }),
+        per_key: true,
+        ..LimitSpec::default()
+    };
+    client.limit_set("per", per).await.unwrap();
+    let task = |limit: &str, key: Option<String>| NewTask {
+        limits: vec![LimitUse {
+            limit: limit.into(),
+            key,
+            cost: None,
+        }],
+        ..NewTask::new(muster_sdk::json(&1).unwrap())
+    };
+    let api_tasks: Vec<NewTask> = (0..3).map(|_| task("api", None)).collect();
+    client.enqueue_batch("q", api_tasks).await.unwrap();
+    let per_tasks: Vec<NewTask> = (0..12).map(|k| task("per", Some(format!("k{k}")))).collect();
+    client.enqueue_batch("q", per_tasks).await.unwrap();
+    let got = client
+        .claim(&Claim::new(["q"]).max(10).member("m"))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 2, "two leases fit api's concurrency, per has no token");
+    client
+        .throttled(&got[0].id, got[0].epoch, Some(60_000), Some("api".into()))
+        .await
+        .unwrap();
+
+    let s = scrape_until(&metrics_addr, d.data(), |s| {
+        s.get(r#"muster_limit_throttled_total{limit="api"}"#) == Some(1.0)
+            && s.get(r#"muster_limit_waiting{limit="per"}"#) == Some(12.0)
+    })
+    .await;
+    let key = |name: &str, limit: &str, key: &str| format!(r#"{name}{{limit="{limit}",key="{key}"}}"#);
+    s.check(&[
+        (r#"muster_limit_held{limit="api"}"#.into(), 1.0),
+        // The throttled task waits out its throttle in api's line, with the third.
+        (r#"muster_limit_waiting{limit="api"}"#.into(), 2.0),
+        (r#"muster_limit_granted_total{limit="api"}"#.into(), 2.0),
+        (r#"muster_limit_throttled_total{limit="api"}"#.into(), 1.0),
+        (r#"muster_limit_keys_in_use{limit="api"}"#.into(), 1.0),
+        (key("muster_limit_key_held", "api", ""), 1.0),
+        (key("muster_limit_key_waiting", "api", ""), 2.0),
+        (r#"muster_limit_held{limit="per"}"#.into(), 0.0),
+        (r#"muster_limit_waiting{limit="per"}"#.into(), 12.0),
+        (r#"muster_limit_keys_in_use{limit="per"}"#.into(), 12.0),
+        (r#"muster_limit_granted_total{limit="per"}"#.into(), 0.0),
+        (key("muster_limit_key_tokens", "per", "k0"), 0.0),
+        (key("muster_limit_key_waiting", "per", "k0"), 1.0),
+    ]);
+    let per_keys = s
+        .series
+        .keys()
+        .filter(|k| k.starts_with(r#"muster_limit_key_waiting{limit="per""#))
+        .count();
+    assert_eq!(per_keys, 10, "the ten busiest keys only\n{}", s.text);
+    assert!(
+        !s.series
+            .keys()
+            .any(|k| k.starts_with("muster_limit_key_tokens{limit=\"api\"")),
+        "a limit without a rate has no tokens\n{}",
+        s.text
+    );
+}

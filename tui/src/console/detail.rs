@@ -6,7 +6,7 @@
 use ratatui::style::{Color, Style, Stylize};
 use ratatui::text::{Line, Span};
 
-use muster_protocol::model::{TaskInfo, TaskState};
+use muster_protocol::model::{LimitKey, LimitUse, TaskInfo, TaskState};
 
 /// Items joined by commas, or `-` for none.
 pub fn list_or_dash(items: &[String]) -> String {
@@ -105,7 +105,47 @@ fn field_lines(t: &TaskInfo, now: u64) -> Vec<Line<'static>> {
     if let Some(at) = t.not_before_ms {
         lines.push(field("due", until(now, at)));
     }
+    if !t.limits.is_empty() || t.group.is_some() {
+        lines.push(field(
+            "limits",
+            format!(
+                "{}   group {}",
+                limits_text(&t.limits),
+                t.group.as_deref().unwrap_or("-")
+            ),
+        ));
+    }
+    if let Some(w) = &t.waiting_on {
+        lines.push(field("waiting", waiting_text(w)));
+    }
     lines
+}
+
+/// The limits a task draws on: `NAME`, `NAME (KEY)`, then `×COST` above 1; `-` if none.
+pub fn limits_text(limits: &[LimitUse]) -> String {
+    if limits.is_empty() {
+        return "-".into();
+    }
+    let one = |l: &LimitUse| {
+        let mut text = l.limit.clone();
+        if let Some(key) = &l.key {
+            text.push_str(&format!(" ({key})"));
+        }
+        if let Some(cost) = l.cost.filter(|c| *c > 1) {
+            text.push_str(&format!(" ×{cost}"));
+        }
+        text
+    };
+    limits.iter().map(one).collect::<Vec<_>>().join(", ")
+}
+
+/// `on limit NAME`, with ` (KEY)` for a key's bucket.
+pub fn waiting_text(w: &LimitKey) -> String {
+    if w.key.is_empty() {
+        format!("on limit {}", w.limit)
+    } else {
+        format!("on limit {} ({})", w.limit, w.key)
+    }
 }
 
 /// The timeline's line of event `i`: when, what, by whom, under which epoch, how long

@@ -394,6 +394,8 @@ fn task_info() -> TaskInfo {
         key: Some("user-7".into()),
         requires: vec!["gpu".into()],
         limits: Vec::new(),
+        group: None,
+        waiting_on: None,
         not_before_ms: None,
         idempotency_key: None,
         deliveries: 2,
