@@ -20,7 +20,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use muster_protocol::limits::{MAX_ERROR_BYTES, MAX_PROGRESS_BYTES, MAX_RESULT_BYTES};
+use muster_protocol::limits::{MAX_DELAY, MAX_ERROR_BYTES, MAX_PROGRESS_BYTES, MAX_RESULT_BYTES};
 use muster_sdk::{Outcome, WorkerConfig, WorkerHandle};
 use pyo3::prelude::*;
 use tokio::sync::oneshot;
@@ -289,6 +289,31 @@ impl Task {
     /// The handler failed for good: send the task to dead.
     fn dead_letter(&self, error: &str) {
         self.settle(Outcome::DeadLetter(clip(error, MAX_ERROR_BYTES)));
+    }
+
+    /// A provider the handler calls throttled it: hand the task back without a failure,
+    /// and hold `limit` (every limit the task draws on if absent) for `retry_after_ms`
+    /// (the daemon's default, 1 s, if absent) for the task's key. Refused (so that the
+    /// caller hears of it, where the daemon's refusal would only be logged) when
+    /// `retry_after_ms` is out of range or `limit` is no limit's name.
+    #[pyo3(signature = (retry_after_ms, limit))]
+    fn throttled(&self, retry_after_ms: Option<u64>, limit: Option<String>) -> PyResult<()> {
+        let longest = MAX_DELAY.as_millis();
+        if let Some(ms) = retry_after_ms
+            && !(1..=longest).contains(&u128::from(ms))
+        {
+            return Err(invalid(format!(
+                "retry_after is {ms} ms, out of range (1 ms to {longest} ms, 365 days)"
+            )));
+        }
+        if let Some(limit) = &limit {
+            muster_protocol::names::check_limit(limit).map_err(invalid)?;
+        }
+        self.settle(Outcome::Throttled {
+            retry_after: retry_after_ms.map(Duration::from_millis),
+            limit,
+        });
+        Ok(())
     }
 
     /// The handler stopped (cancelled): hand the task back without a failure.

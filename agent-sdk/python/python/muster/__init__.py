@@ -31,7 +31,7 @@ import logging
 import threading
 
 from . import _native
-from ._client import ClaimRef, Client, NewTask
+from ._client import ClaimRef, Client, LimitRef, NewTask, RateRef
 from ._convert import Duration
 from ._native import (
     AlreadyExists,
@@ -56,7 +56,7 @@ from ._native import (
     Unauthorized,
     UnknownOp,
 )
-from ._worker import DeadLetter, Handler, Retry, Task, Worker
+from ._worker import DeadLetter, Handler, Retry, Task, Throttled, Worker
 from .records import (
     Backoff,
     CancelResult,
@@ -68,12 +68,16 @@ from .records import (
     FindCursor,
     FindResult,
     LeaseInfo,
+    LimitInfo,
+    LimitKeyInfo,
+    LimitUse,
     MemberDescription,
     MemberInfo,
     MemberState,
     QueueInfo,
     QueueOptions,
     QueueTotals,
+    Rate,
     RenewResult,
     ServerStats,
     SettleResult,
@@ -116,6 +120,10 @@ __all__ = [
     "LeaseInfo",
     "LeaseLost",
     "LimitExceeded",
+    "LimitInfo",
+    "LimitKeyInfo",
+    "LimitRef",
+    "LimitUse",
     "MemberDescription",
     "MemberInfo",
     "MemberState",
@@ -128,6 +136,8 @@ __all__ = [
     "QueueInfo",
     "QueueOptions",
     "QueueTotals",
+    "Rate",
+    "RateRef",
     "Replaced",
     "RenewResult",
     "Retry",
@@ -141,6 +151,7 @@ __all__ = [
     "TaskPage",
     "TaskState",
     "TaskSummary",
+    "Throttled",
     "TimelineEvent",
     "TooLarge",
     "Unauthorized",

@@ -10,7 +10,18 @@ import json
 import os
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Awaitable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import (
+    Any,
+    Awaitable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 from . import _loop, _native
 from ._convert import Duration, claim_of, instant_ms, json_value, ms, ms_required
@@ -23,9 +34,12 @@ from .records import (
     CountResult,
     FindCursor,
     FindResult,
+    LimitInfo,
+    LimitUse,
     MemberDescription,
     MemberInfo,
     QueueInfo,
+    Rate,
     RenewResult,
     ServerStats,
     SettleResult,
@@ -39,6 +53,15 @@ from .records import (
 
 ClaimRef = Union[Claim, str]
 """A claim to settle: a :class:`Claim`, or the claim string ``ID.EPOCH``."""
+
+LimitRef = Union[LimitUse, Mapping[str, Any], str]
+"""A limit a task draws on: a :class:`~muster.LimitUse`, a ``dict`` of its fields
+(``{"limit": "openai", "key": "acct-7", "cost": 5}``; ``limit`` required), or a limit's
+name (its keyless bucket, cost 1)."""
+
+RateRef = Union[Rate, Tuple[int, Duration]]
+"""A limit's rate: a :class:`~muster.Rate`, or ``(count, per)``: ``count`` tokens every
+``per`` (seconds or :class:`~datetime.timedelta`), e.g. ``(500, 60)`` for 500 a minute."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +90,11 @@ class NewTask:
     """Labels a member must carry to get the task."""
     idempotency_key: Optional[str] = None
     """A repeated enqueue with this key returns the first task instead of a new one."""
+    limits: Sequence[LimitRef] = field(default_factory=tuple)
+    """The limits it draws on (at most 4, each named once): it is leased only while
+    every one has room for it (PROTOCOL.md §4.14)."""
+    group: Optional[str] = None
+    """Its group (a tenant, a customer): in a queue with ``fair`` on, groups take turns."""
 
     def _fields(self) -> Dict[str, Any]:
         return _task(
@@ -77,6 +105,8 @@ class NewTask:
             self.at,
             self.requires,
             self.idempotency_key,
+            self.limits,
+            self.group,
         )
 
 
@@ -88,6 +118,8 @@ def _task(
     at: Optional[Union[datetime, float]],
     requires: Sequence[str],
     idempotency_key: Optional[str],
+    limits: Sequence[LimitRef],
+    group: Optional[str],
 ) -> Dict[str, Any]:
     """A task's fields for ``enqueue``, with a fresh idempotency key if none is given."""
     delay_ms = None if delay is None else ms(delay, "delay")
@@ -100,7 +132,61 @@ def _task(
         "not_before_ms": not_before_ms,
         "requires": list(requires) if requires else None,
         "idempotency_key": _fresh_key() if idempotency_key is None else idempotency_key,
+        "limits": [_limit_use(u) for u in _listed(limits, "limits")] or None,
+        "group": group,
     }
+
+
+_LIMIT_USE_FIELDS = ("limit", "key", "cost")
+
+
+def _listed(values: Sequence[Any], what: str) -> Sequence[Any]:
+    """A sequence argument, checked not to be a lone string (which would be its letters)."""
+    if isinstance(values, (str, bytes)):
+        raise _native.InvalidInput(f"{what} is a list, not a single {type(values).__name__}")
+    return values
+
+
+def _limit_use(value: LimitRef) -> Dict[str, Any]:
+    """The fields of one limit a task draws on."""
+    if isinstance(value, str):
+        return {"limit": value}
+    if isinstance(value, LimitUse):
+        return value._fields()
+    if isinstance(value, Mapping):
+        unknown = [k for k in value if k not in _LIMIT_USE_FIELDS]
+        if unknown or "limit" not in value:
+            raise _native.InvalidInput(
+                f"a limit a task draws on has the fields limit (required), key and cost,"
+                f" not {dict(value)!r}"
+            )
+        return dict(value)
+    raise _native.InvalidInput(
+        "a limit a task draws on is a LimitUse, a dict of its fields or a limit's name,"
+        f" not {value!r}"
+    )
+
+
+def _rate(rate: RateRef) -> Dict[str, Any]:
+    """The fields of a limit's rate."""
+    if isinstance(rate, Rate):
+        return {"count": rate.count, "per_ms": rate.per_ms}
+    if isinstance(rate, (tuple, list)) and len(rate) == 2:
+        count, per = rate
+        return {"count": count, "per_ms": ms_required(per, "the rate's period")}
+    raise _native.InvalidInput(
+        f"a rate is a Rate or a pair (count, per) with per in seconds, not {rate!r}"
+    )
+
+
+def _group_weights(weights: Mapping[str, int]) -> Dict[str, int]:
+    """A queue's group weights, each checked to be an integer (none left out as ``None``)."""
+    for group, weight in weights.items():
+        if isinstance(weight, bool) or not isinstance(weight, int):
+            raise _native.InvalidInput(
+                f"the weight of group {group!r} is an integer from 1 to 1000, not {weight!r}"
+            )
+    return dict(weights)
 
 
 def _payload_only(payload: Any) -> Dict[str, Any]:
@@ -122,6 +208,8 @@ def _queue_options(
     retention: Optional[Duration],
     max_runtime: Optional[Duration],
     paused: Optional[bool],
+    fair: Optional[bool],
+    group_weights: Optional[Mapping[str, int]],
 ) -> Dict[str, Any]:
     patch: Dict[str, Any] = {}
     if lease is not None:
@@ -143,6 +231,10 @@ def _queue_options(
         patch["max_runtime_ms"] = ms(max_runtime, "max_runtime")
     if paused is not None:
         patch["paused"] = paused
+    if fair is not None:
+        patch["fair"] = fair
+    if group_weights is not None:
+        patch["group_weights"] = _group_weights(group_weights)
     return patch
 
 
@@ -199,8 +291,9 @@ class Client:
         return reply
 
     async def _pages(self, op: str, items: str) -> List[Dict[str, Any]]:
-        """Every item of a paged listing (``queue_list``, ``member_list``), page after
-        page, each page's ``next`` the following one's ``after``."""
+        """Every item of a paged listing (``queue_list``, ``member_list``,
+        ``limit_list``), page after page, each page's ``next`` the following one's
+        ``after``."""
         found: List[Dict[str, Any]] = []
         after: Optional[str] = None
         while True:
@@ -307,14 +400,26 @@ class Client:
         retention: Optional[Duration] = None,
         max_runtime: Optional[Duration] = None,
         paused: Optional[bool] = None,
+        fair: Optional[bool] = None,
+        group_weights: Optional[Mapping[str, int]] = None,
     ) -> QueueInfo:
         """Creates a queue; options not given take their defaults (PROTOCOL.md §4.2).
 
-        ``max_attempts`` 0 means unlimited; ``max_runtime`` 0 removes the bound.
-        Raises :class:`~muster.AlreadyExists` if it exists.
+        ``max_attempts`` 0 means unlimited; ``max_runtime`` 0 removes the bound. With
+        ``fair``, the tasks' groups take turns among tasks of equal priority, each as
+        often as its weight in ``group_weights`` says (1 to 1000; a group not named
+        weighs 1) (PROTOCOL.md §4.15). Raises :class:`~muster.AlreadyExists` if it exists.
         """
         options = _queue_options(
-            lease, max_attempts, retry_backoff, key_concurrency, retention, max_runtime, paused
+            lease,
+            max_attempts,
+            retry_backoff,
+            key_concurrency,
+            retention,
+            max_runtime,
+            paused,
+            fair,
+            group_weights,
         )
         reply = await self._call("queue_create", {"queue": queue, "options": options})
         return QueueInfo._from(reply["queue"])
@@ -338,10 +443,21 @@ class Client:
         retention: Optional[Duration] = None,
         max_runtime: Optional[Duration] = None,
         paused: Optional[bool] = None,
+        fair: Optional[bool] = None,
+        group_weights: Optional[Mapping[str, int]] = None,
     ) -> QueueInfo:
-        """Changes the options given; the others keep their values."""
+        """Changes the options given; the others keep their values. ``group_weights``
+        are merged into the queue's: a weight of 1 takes a group's entry out."""
         options = _queue_options(
-            lease, max_attempts, retry_backoff, key_concurrency, retention, max_runtime, paused
+            lease,
+            max_attempts,
+            retry_backoff,
+            key_concurrency,
+            retention,
+            max_runtime,
+            paused,
+            fair,
+            group_weights,
         )
         reply = await self._call("queue_update", {"queue": queue, "options": options})
         return QueueInfo._from(reply["queue"])
@@ -377,15 +493,18 @@ class Client:
         at: Optional[Union[datetime, float]] = None,
         requires: Sequence[str] = (),
         idempotency_key: Optional[str] = None,
+        limits: Sequence[LimitRef] = (),
+        group: Optional[str] = None,
     ) -> str:
         """Enqueues one task and returns its id (see :class:`NewTask` for the options).
 
         ``payload`` is a JSON-serialisable object or ``bytes`` of UTF-8 JSON text.
 
         With an ``idempotency_key`` that names an existing task of the queue, that
-        task's id is returned and nothing is created.
+        task's id is returned and nothing is created. A limit named in ``limits`` that
+        does not exist raises :class:`~muster.NotFound`.
         """
-        task = _task(payload, priority, key, delay, at, requires, idempotency_key)
+        task = _task(payload, priority, key, delay, at, requires, idempotency_key, limits, group)
         (reply,) = await self._send("enqueue", {"queue": queue, "tasks": [task]})
         task_id: str = reply["tasks"][0]["id"]
         return task_id
@@ -590,12 +709,85 @@ class Client:
         (reply,) = await self._send("release", {"task": task, "epoch": epoch})
         return SettleResult._from(reply)
 
+    async def throttled(
+        self,
+        claim: ClaimRef,
+        *,
+        retry_after: Optional[Duration] = None,
+        limit: Optional[str] = None,
+        error: Optional[str] = None,
+    ) -> SettleResult:
+        """Hands a leased task back because a provider it calls said to slow down (an
+        HTTP 429, a quota error), spending no attempt: the task is ready again at its
+        place with no failure counted, and ``limit`` (one the task draws on; every one
+        it draws on if ``None``) hands nothing out for its key for ``retry_after`` (1 ms
+        to 365 days; 1 s if ``None``). A task that draws on no limit is scheduled
+        ``retry_after`` from now instead. ``error`` (what the provider said) goes into
+        the task's timeline (PROTOCOL.md §5.46). Raises :class:`~muster.BadRequest` for
+        a limit the task does not draw on."""
+        task, epoch = claim_of(claim)
+        fields = {
+            "task": task,
+            "epoch": epoch,
+            "retry_after_ms": ms(retry_after, "retry_after"),
+            "limit": limit,
+            "error": error,
+        }
+        (reply,) = await self._send("throttled", fields)
+        return SettleResult._from(reply)
+
     async def dead_letter(self, claim: ClaimRef, error: str) -> SettleResult:
         """Sends a leased task to dead at once, with an error."""
         task, epoch = claim_of(claim)
         fields = {"task": task, "epoch": epoch, "error": error}
         (reply,) = await self._send("dead_letter", fields)
         return SettleResult._from(reply)
+
+    # Limits.
+
+    async def limit_set(
+        self,
+        name: str,
+        *,
+        rate: Optional[RateRef] = None,
+        burst: Optional[int] = None,
+        concurrency: Optional[int] = None,
+        per_key: bool = False,
+    ) -> LimitInfo:
+        """Creates limit ``name`` or replaces all its settings (PROTOCOL.md §4.14): a
+        budget tasks of any queue draw on (``limits`` of :meth:`enqueue`).
+
+        ``rate`` is a token bucket's refill: ``(count, per)``, ``count`` tokens every
+        ``per`` seconds (or :class:`~datetime.timedelta`), e.g. ``(500, 60)`` for 500 a
+        minute, or a :class:`~muster.Rate`; ``burst`` the most tokens the bucket holds
+        (the rate's count if ``None``; only with a rate). ``concurrency`` caps the
+        leases held at once. Give a rate, a concurrency or both. With ``per_key`` every
+        key tasks name for it gets its own bucket and count. Needs an admin token over
+        every queue (:class:`~muster.Forbidden`); a value out of range raises
+        :class:`~muster.BadRequest`.
+        """
+        fields = {
+            "name": name,
+            "rate": None if rate is None else _rate(rate),
+            "burst": burst,
+            "concurrency": concurrency,
+            "per_key": per_key,
+        }
+        return LimitInfo._from((await self._call("limit_set", fields))["limit"])
+
+    async def limit_get(self, name: str) -> LimitInfo:
+        """One limit with its state now: leases held, tasks waiting, its busiest keys."""
+        return LimitInfo._from((await self._call("limit_get", {"name": name}))["limit"])
+
+    async def limit_list(self) -> List[LimitInfo]:
+        """Every limit, by name."""
+        return [LimitInfo._from(x) for x in await self._pages("limit_list", "limits")]
+
+    async def limit_delete(self, name: str) -> int:
+        """Deletes a limit; returns how many tasks were waiting on it (they no longer
+        wait on it, and draw on it again if a limit of that name is set anew)."""
+        count: int = (await self._call("limit_delete", {"name": name}))["count"]
+        return count
 
     # Dead letters.
 

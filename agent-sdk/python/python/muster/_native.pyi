@@ -268,6 +268,10 @@ class Task:
         """Nacks: retry after ``delay_ms`` or the queue's backoff."""
     def dead_letter(self, error: str) -> None:
         """Dead-letters."""
+    def throttled(self, retry_after_ms: Optional[int], limit: Optional[str]) -> None:
+        """Gives the task back throttled: no failure, ``limit`` (every one if ``None``)
+        held for ``retry_after_ms`` (1 s if ``None``); raises ``InvalidInput`` for a
+        ``retry_after_ms`` out of 1 ms..365 d or a ``limit`` that is no limit's name."""
     def release(self) -> None:
         """Releases without a failure."""
     def ended(self, _future: Any) -> None:

@@ -52,6 +52,25 @@ class DeadLetter(Exception):
         """Why the task is dead; it becomes the task's ``last_error``."""
 
 
+class Throttled(Exception):
+    """Raise from a handler when a provider it calls said to slow down (an HTTP 429, a
+    quota error): the task goes back as :meth:`Task.throttled` gives it back, spending
+    no attempt.
+
+    ``retry_after`` is seconds or a :class:`~datetime.timedelta` (1 ms to 365 days; 1 s
+    if ``None``); ``limit`` the limit the provider throttled, one the task draws on
+    (every one it draws on if ``None``).
+    """
+
+    def __init__(self, *, retry_after: Optional[Duration] = None, limit: Optional[str] = None):
+        """A throttle of ``limit`` for ``retry_after``."""
+        super().__init__(f"throttled (limit {limit!r}, retry after {retry_after!r})")
+        self.retry_after = retry_after
+        """How long the limit (or the task, if it draws on none) waits; 1 s if ``None``."""
+        self.limit = limit
+        """The limit the provider throttled; every one the task draws on if ``None``."""
+
+
 class Task:
     """A task in a handler's hands.
 
@@ -162,6 +181,26 @@ class Task:
         """Returns when the worker starts shutting down."""
         await self._native.draining(_loop.current())
 
+    def throttled(
+        self, *, retry_after: Optional[Duration] = None, limit: Optional[str] = None
+    ) -> None:
+        """Gives the task back because a provider it calls said to slow down (an HTTP
+        429, a quota error), spending no attempt (callable from any thread).
+
+        The task is ready again at its place with no failure counted, and ``limit``
+        (one the task draws on; every one it draws on if ``None``) hands nothing out for
+        the task's key for ``retry_after`` (seconds or :class:`~datetime.timedelta`, 1 ms
+        to 365 days; 1 s if ``None``); a task that draws on no limit waits
+        ``retry_after`` itself (PROTOCOL.md §5.46). This is the handler's outcome: the
+        first outcome counts, so what the handler returns or raises afterwards is
+        ignored; return right after. Raising :class:`Throttled` does the same.
+
+        Raises :class:`~muster.InvalidInput` for a ``retry_after`` out of range or a
+        ``limit`` that is not a limit's name. A limit the task does not draw on is
+        refused by the daemon: the worker logs it, and the task's lease lapses.
+        """
+        self._native.throttled(ms(retry_after, "retry_after"), limit)
+
     @property
     def lease_deadline(self) -> float:
         """When, on the :func:`time.monotonic` clock, the worker stops this handler unless
@@ -185,8 +224,10 @@ class Worker:
     ``None``, is the result: JSON-serialisable, or ``bytes`` of UTF-8 JSON text, as the
     protocol carries JSON); raising
     :class:`Retry` or any other exception nacks it (with the exception's text as the
-    error); :class:`DeadLetter` dead-letters it; a handler cancelled by the worker
-    (:class:`asyncio.CancelledError`) releases it without a failure. Coroutine
+    error); :class:`DeadLetter` dead-letters it; :class:`Throttled` (or
+    :meth:`Task.throttled`) gives it back without a failure and holds its limit; a
+    handler cancelled by the worker (:class:`asyncio.CancelledError`) releases it
+    without a failure. Coroutine
     functions run on the event loop that awaits :meth:`run`; plain functions run in a
     thread pool (``executor``, else one of ``capacity`` threads), so they never block
     it, and stop early by raising :class:`asyncio.CancelledError` themselves.
@@ -344,6 +385,12 @@ async def _run_one(
         return
     except DeadLetter as e:
         native.dead_letter(e.reason)
+        return
+    except Throttled as e:
+        try:
+            native.throttled(ms(e.retry_after, "Throttled.retry_after"), e.limit)
+        except _native.MusterError as bad:
+            native.nack(None, f"the handler's throttle could not be sent: {bad}")
         return
     except Exception as e:
         _log.warning("task %s: the handler failed", native.id, exc_info=True)

@@ -48,6 +48,10 @@ class QueueOptions:
     retention_ms: int
     max_runtime_ms: Optional[int]
     paused: bool
+    fair: bool
+    """Groups of tasks take turns among tasks of equal priority (PROTOCOL.md §4.15)."""
+    group_weights: Dict[str, int]
+    """Each named group's weight in fair dispatch (2 to 1000); a group not named weighs 1."""
 
     @staticmethod
     def _from(d: _Dict) -> QueueOptions:
@@ -59,6 +63,8 @@ class QueueOptions:
             retention_ms=d["retention_ms"],
             max_runtime_ms=d.get("max_runtime_ms"),
             paused=d["paused"],
+            fair=d.get("fair", False),
+            group_weights=d.get("group_weights", {}),
         )
 
 
@@ -92,6 +98,8 @@ class QueueInfo:
     """Ready tasks waiting behind an earlier task of their key."""
     unclaimable: int
     """Ready tasks whose ``requires`` no connected member's labels cover."""
+    waiting_on_limits: int
+    """Ready tasks waiting for room in a limit they draw on (PROTOCOL.md §4.14)."""
     unclaimable_requires: List[List[str]]
     """The label sets holding the most unclaimable tasks (at most 16)."""
     unclaimable_sets: int
@@ -115,6 +123,7 @@ class QueueInfo:
             cancelled=d["cancelled"],
             held_back=d.get("held_back", 0),
             unclaimable=d.get("unclaimable", 0),
+            waiting_on_limits=d.get("waiting_on_limits", 0),
             unclaimable_requires=d.get("unclaimable_requires", []),
             unclaimable_sets=d.get("unclaimable_sets", 0),
             consumers=d.get("consumers", 0),
@@ -166,6 +175,10 @@ class TaskInfo:
     priority: int
     key: Optional[str]
     requires: List[str]
+    limits: List[LimitUse]
+    """The limits it draws on, each with its key and cost as enqueued."""
+    group: Optional[str]
+    """Its group for fair dispatch, if any."""
     not_before_ms: Optional[int]
     idempotency_key: Optional[str]
     deliveries: int
@@ -190,6 +203,8 @@ class TaskInfo:
             priority=d["priority"],
             key=d.get("key"),
             requires=d.get("requires", []),
+            limits=[LimitUse._from(u) for u in d.get("limits", [])],
+            group=d.get("group"),
             not_before_ms=d.get("not_before_ms"),
             idempotency_key=d.get("idempotency_key"),
             deliveries=d["deliveries"],
@@ -203,6 +218,117 @@ class TaskInfo:
             created_ms=d["created_ms"],
             updated_ms=d["updated_ms"],
             history=[TimelineEvent._from(e) for e in d.get("history", [])],
+        )
+
+
+@dataclass(frozen=True)
+class LimitUse:
+    """A limit a task draws on (PROTOCOL.md §4.5): give these in ``limits`` when
+    enqueueing; :class:`TaskInfo` shows them with the ``cost`` filled in.
+
+    ``limit`` names an existing limit. ``key`` picks the bucket of a per-key limit (tasks
+    without one share the keyless bucket; a limit that is not per key ignores it).
+    ``cost`` is the tokens its lease takes, 1 to the limit's burst (1 if ``None``).
+    """
+
+    limit: str
+    key: Optional[str] = None
+    cost: Optional[int] = None
+
+    def _fields(self) -> _Dict:
+        return {"limit": self.limit, "key": self.key, "cost": self.cost}
+
+    @staticmethod
+    def _from(d: _Dict) -> LimitUse:
+        return LimitUse(d["limit"], d.get("key"), d.get("cost"))
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A limit's rate: ``count`` tokens every ``per_ms`` milliseconds, added a little at
+    a time. :meth:`muster.Client.limit_set` takes one, or a pair ``(count, per)`` with
+    ``per`` a duration (seconds or :class:`~datetime.timedelta`)."""
+
+    count: int
+    per_ms: int
+
+    @staticmethod
+    def _from(d: Optional[_Dict]) -> Optional[Rate]:
+        return None if d is None else Rate(d["count"], d["per_ms"])
+
+
+@dataclass(frozen=True)
+class LimitKeyInfo:
+    """One bucket of a limit in use: a key of a per-key limit, or ``""`` for the one
+    bucket of a limit that is not per key."""
+
+    key: str
+    tokens: Optional[int]
+    """Whole tokens in its bucket now; ``None`` for a limit without a rate."""
+    held: int
+    """Leases held on it."""
+    waiting: int
+    """Ready tasks waiting for its room."""
+    full_ms: Optional[int]
+    """When its bucket is full again, if it is not."""
+    throttled_until_ms: Optional[int]
+    """Until when it hands nothing out, while a throttle lasts."""
+
+    @staticmethod
+    def _from(d: _Dict) -> LimitKeyInfo:
+        return LimitKeyInfo(
+            key=d["key"],
+            tokens=d.get("tokens"),
+            held=d["held"],
+            waiting=d["waiting"],
+            full_ms=d.get("full_ms"),
+            throttled_until_ms=d.get("throttled_until_ms"),
+        )
+
+
+@dataclass(frozen=True)
+class LimitInfo:
+    """A limit with its settings and its state now (PROTOCOL.md §4.14): a token bucket
+    (``rate``, ``burst``), a cap on leases held at once (``concurrency``), or both;
+    with ``per_key``, each key has its own."""
+
+    name: str
+    rate: Optional[Rate]
+    burst: Optional[int]
+    """The most tokens a bucket holds (the rate's count unless set); ``None`` without a rate."""
+    concurrency: Optional[int]
+    per_key: bool
+    held: int
+    """Leases held that draw on it, on all its keys."""
+    waiting: int
+    """Ready tasks waiting for its room, on all its keys."""
+    granted: int
+    """Leases granted that drew on it since the daemon started."""
+    throttled: int
+    """Throttles reported on it since the daemon started."""
+    keys_in_use: int
+    """Its buckets in use: below full, holding leases, with tasks waiting or throttled."""
+    keys: List[LimitKeyInfo]
+    """The busiest buckets in use (most leases held, then most waiting), at most 10."""
+    created_ms: int
+    updated_ms: int
+
+    @staticmethod
+    def _from(d: _Dict) -> LimitInfo:
+        return LimitInfo(
+            name=d["name"],
+            rate=Rate._from(d.get("rate")),
+            burst=d.get("burst"),
+            concurrency=d.get("concurrency"),
+            per_key=d.get("per_key", False),
+            held=d["held"],
+            waiting=d["waiting"],
+            granted=d["granted"],
+            throttled=d["throttled"],
+            keys_in_use=d["keys_in_use"],
+            keys=[LimitKeyInfo._from(k) for k in d["keys"]],
+            created_ms=d["created_ms"],
+            updated_ms=d["updated_ms"],
         )
 
 

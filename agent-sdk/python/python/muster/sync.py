@@ -23,6 +23,7 @@ from typing import (
     Coroutine,
     Iterable,
     List,
+    Mapping,
     Optional,
     Sequence,
     Tuple,
@@ -40,6 +41,7 @@ from .records import (
     CountResult,
     FindCursor,
     FindResult,
+    LimitInfo,
     MemberDescription,
     MemberInfo,
     QueueInfo,
@@ -173,6 +175,8 @@ class Client:
         retention: Optional[Duration] = None,
         max_runtime: Optional[Duration] = None,
         paused: Optional[bool] = None,
+        fair: Optional[bool] = None,
+        group_weights: Optional[Mapping[str, int]] = None,
     ) -> QueueInfo:
         """Blocking :meth:`muster.Client.queue_create`."""
         return self._run(
@@ -185,6 +189,8 @@ class Client:
                 retention=retention,
                 max_runtime=max_runtime,
                 paused=paused,
+                fair=fair,
+                group_weights=group_weights,
             )
         )
 
@@ -207,6 +213,8 @@ class Client:
         retention: Optional[Duration] = None,
         max_runtime: Optional[Duration] = None,
         paused: Optional[bool] = None,
+        fair: Optional[bool] = None,
+        group_weights: Optional[Mapping[str, int]] = None,
     ) -> QueueInfo:
         """Blocking :meth:`muster.Client.queue_update`."""
         return self._run(
@@ -219,6 +227,8 @@ class Client:
                 retention=retention,
                 max_runtime=max_runtime,
                 paused=paused,
+                fair=fair,
+                group_weights=group_weights,
             )
         )
 
@@ -249,6 +259,8 @@ class Client:
         at: Optional[Union[datetime, float]] = None,
         requires: Sequence[str] = (),
         idempotency_key: Optional[str] = None,
+        limits: Sequence[_client.LimitRef] = (),
+        group: Optional[str] = None,
     ) -> str:
         """Blocking :meth:`muster.Client.enqueue`."""
         return self._run(
@@ -261,6 +273,8 @@ class Client:
                 at=at,
                 requires=requires,
                 idempotency_key=idempotency_key,
+                limits=limits,
+                group=group,
             )
         )
 
@@ -372,9 +386,50 @@ class Client:
         """Blocking :meth:`muster.Client.release`."""
         return self._run(self._client.release(claim))
 
+    def throttled(
+        self,
+        claim: _client.ClaimRef,
+        *,
+        retry_after: Optional[Duration] = None,
+        limit: Optional[str] = None,
+        error: Optional[str] = None,
+    ) -> SettleResult:
+        """Blocking :meth:`muster.Client.throttled`."""
+        return self._run(
+            self._client.throttled(claim, retry_after=retry_after, limit=limit, error=error)
+        )
+
     def dead_letter(self, claim: _client.ClaimRef, error: str) -> SettleResult:
         """Blocking :meth:`muster.Client.dead_letter`."""
         return self._run(self._client.dead_letter(claim, error))
+
+    def limit_set(
+        self,
+        name: str,
+        *,
+        rate: Optional[_client.RateRef] = None,
+        burst: Optional[int] = None,
+        concurrency: Optional[int] = None,
+        per_key: bool = False,
+    ) -> LimitInfo:
+        """Blocking :meth:`muster.Client.limit_set`."""
+        return self._run(
+            self._client.limit_set(
+                name, rate=rate, burst=burst, concurrency=concurrency, per_key=per_key
+            )
+        )
+
+    def limit_get(self, name: str) -> LimitInfo:
+        """Blocking :meth:`muster.Client.limit_get`."""
+        return self._run(self._client.limit_get(name))
+
+    def limit_list(self) -> List[LimitInfo]:
+        """Blocking :meth:`muster.Client.limit_list`."""
+        return self._run(self._client.limit_list())
+
+    def limit_delete(self, name: str) -> int:
+        """Blocking :meth:`muster.Client.limit_delete`."""
+        return self._run(self._client.limit_delete(name))
 
     def redrive(
         self, queue: str, ids: Sequence[str] = (), *, all: bool = False, dry_run: bool = False
