@@ -976,6 +976,17 @@ pub enum View {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         limit: Option<u32>,
     },
+    /// Limits with their state now, in name order; the cursor is a limit name. Pushed
+    /// every [`crate::limits::WATCH_INTERVAL`] while watched, changed or not: buckets
+    /// refill with time.
+    Limits {
+        /// Start after this limit name.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
+        /// Page size.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<u32>,
+    },
 }
 
 /// What a [`View`] shows, as the `watch` reply and each `watch` push carry it:
@@ -1029,6 +1040,13 @@ pub enum WatchUpdate {
         members: Vec<MemberInfo>,
         /// Members with a session connected now (of every page).
         connected: u64,
+        /// The cursor of the next page; null on the last.
+        next: Option<String>,
+    },
+    /// A page of limits.
+    Limits {
+        /// The limits, each with its busiest keys.
+        limits: Vec<LimitInfo>,
         /// The cursor of the next page; null on the last.
         next: Option<String>,
     },

@@ -143,6 +143,8 @@ const ADMIN: &[Role] = &[Role::Admin];
 const PRODUCE: &[Role] = &[Role::Produce];
 const CONSUME: &[Role] = &[Role::Consume];
 const READ: &[Role] = &[Role::Produce, Role::Consume];
+/// Any role: what reading the limits needs (`limit_get`, `limit_list`, their watch).
+const ANY_ROLE: &[Role] = &[Role::Produce, Role::Consume, Role::Admin];
 
 /// Checks an op the connection answers itself past `hello` (which anyone may send):
 /// `server_stats`, and on a cluster node `cluster_status`, `cluster_add`,
@@ -174,7 +176,7 @@ fn every_queue_admin(p: &Principal) -> Result<(), ErrorBody> {
 impl<W: Waiter> Engine<W> {
     /// Checks a request against the principal's roles, queues and members.
     pub(super) fn authorize(&self, req: &EngineRequest, p: &Principal) -> Result<(), ErrorBody> {
-        let any: &[Role] = &[Role::Produce, Role::Consume, Role::Admin];
+        let any = ANY_ROLE;
         match req {
             EngineRequest::QueueList(_) => Ok(()),
             // A copy of every queue's tasks: only for an admin of every queue.
@@ -257,13 +259,14 @@ impl<W: Waiter> Engine<W> {
     }
 
     /// A watch, by its screen: admin of the queue it shows, or of every queue for the
-    /// screens of members.
+    /// screens of members; the limits, as `limit_list`, any role.
     fn watch_allowed(&self, view: &View, p: &Principal) -> Result<(), ErrorBody> {
         match view {
             View::Tasks { queue, .. } => p.check(ADMIN, Some(queue)),
             View::Task { task } => self.task_allowed(task, ADMIN, p),
             View::Queues { .. } | View::Dead { .. } => p.check(ADMIN, None),
             View::Member { .. } | View::Members { .. } => every_queue_admin(p),
+            View::Limits { .. } => p.check(ANY_ROLE, None),
         }
     }
 

@@ -3,9 +3,11 @@
 //! A connection watches one [`View`] at a time. The `watch` reply carries the screen at
 //! once; afterwards the engine pushes it again when something changed, at most once per
 //! [`WATCH_INTERVAL`]. "Something changed" is the engine's generation: every committed
-//! change and every member event moves it, so an idle daemon sends nothing. Building a
-//! screen costs a page, never a scan: counts come from the in-memory indexes, rows from a
-//! range of one state's ids (at most [`MAX_WATCH_ROWS`] records read).
+//! change and every member event moves it, so an idle daemon sends nothing. The limits
+//! screen is the exception: its buckets refill with time, which moves no generation, so
+//! it is pushed every interval while watched. Building a screen costs a page, never a
+//! scan: counts come from the in-memory indexes, rows from a range of one state's ids
+//! (at most [`MAX_WATCH_ROWS`] records read), limits from one pass over the buckets.
 //!
 //! A watch has at most one push waiting for the connection's writer: its flag is set
 //! when a push is queued and cleared once the writer has encoded the frame. A console
@@ -70,9 +72,15 @@ pub(super) struct Watcher<S> {
 impl<S> Watcher<S> {
     /// Changed since last sent, the interval passed, and nothing waiting to be written.
     fn due(&self, generation: u64, now: Now) -> bool {
-        self.seen != generation
+        self.changed(generation)
             && now.mono_ms >= self.sent_ms + WATCH_INTERVAL.as_millis() as u64
             && !self.queued.load(Ordering::Acquire)
+    }
+
+    /// Whether the screen may have changed since last sent: the generation moved, or it
+    /// shows limits, whose buckets refill with time alone.
+    fn changed(&self, generation: u64) -> bool {
+        self.seen != generation || matches!(self.view, View::Limits { .. })
     }
 }
 
@@ -106,7 +114,7 @@ impl<W: Waiter> Engine<W> {
             ));
         }
         let principal = waiter.principal().cloned();
-        let update = self.screen(&r.view, principal.as_ref())?;
+        let update = self.screen(&r.view, principal.as_ref(), now)?;
         self.waiting.watches.insert(
             waiter.connection(),
             Watcher {
@@ -142,7 +150,7 @@ impl<W: Waiter> Engine<W> {
         self.waiting
             .watches
             .values()
-            .filter(|w| w.seen != self.generation && !w.queued.load(Ordering::Acquire))
+            .filter(|w| w.changed(self.generation) && !w.queued.load(Ordering::Acquire))
             .map(|w| w.sent_ms + WATCH_INTERVAL.as_millis() as u64)
             .min()
     }
@@ -166,7 +174,7 @@ impl<W: Waiter> Engine<W> {
                 !w.queued.load(Ordering::Acquire),
                 "a watch is served only with no push of it waiting to be written"
             );
-            let update = match self.screen(&w.view, w.principal.as_ref()) {
+            let update = match self.screen(&w.view, w.principal.as_ref(), now) {
                 Ok(update) => update,
                 Err(Failure::Client(error)) => WatchUpdate::Gone { error },
                 Err(Failure::Store(e)) => return Err(e),
@@ -191,10 +199,16 @@ impl<W: Waiter> Engine<W> {
         Ok(())
     }
 
-    /// Builds one screen as `principal` may see it. A watch of one queue or task was
-    /// authorized when it was asked for (tokens and a task's queue never change), so
-    /// only the lists spanning queues filter here.
-    fn screen(&self, view: &View, principal: Option<&Principal>) -> OpResult<WatchUpdate> {
+    /// Builds one screen as `principal` may see it, at `now`. A watch of one queue or
+    /// task was authorized when it was asked for (tokens and a task's queue never
+    /// change), so only the lists spanning queues filter here; limits span queues and
+    /// every token may read them, so they are not filtered.
+    fn screen(
+        &self,
+        view: &View,
+        principal: Option<&Principal>,
+        now: Now,
+    ) -> OpResult<WatchUpdate> {
         match view {
             View::Queues { after: a, limit } => {
                 self.queues_screen(a.as_ref(), rows(*limit)?, principal)
@@ -213,7 +227,25 @@ impl<W: Waiter> Engine<W> {
             }),
             View::Member { member } => self.member_screen(member),
             View::Members { after: a, limit } => self.members_screen(a.as_ref(), rows(*limit)?),
+            View::Limits { after: a, limit } => {
+                Ok(self.limits_screen(a.as_deref(), rows(*limit)?, now))
+            }
         }
+    }
+
+    /// A page of limits with their state at `now`, after the cursor (a limit name).
+    fn limits_screen(&self, cursor: Option<&str>, limit: usize, now: Now) -> WatchUpdate {
+        let names = self.index.limits.names_after(cursor, limit + 1);
+        let next = (names.len() > limit).then(|| names[limit - 1].to_string());
+        let limits = self
+            .index
+            .limits
+            .infos(names.iter().take(limit).map(|n| &**n), now.wall_ms);
+        debug_assert!(
+            limits.len() <= limit,
+            "a limits screen holds at most one page"
+        );
+        WatchUpdate::Limits { limits, next }
     }
 
     /// A page of the queues `principal` covers, after the cursor.

@@ -171,6 +171,39 @@ fn watch_requests_and_pushes_round_trip() {
 }
 
 #[test]
+fn the_limits_view_and_its_update_have_their_documented_shape() {
+    let view = View::Limits {
+        after: Some("api".into()),
+        limit: Some(2),
+    };
+    let text = serde_json::to_string(&view).unwrap();
+    assert_eq!(text, r#"{"screen":"limits","after":"api","limit":2}"#);
+    assert_eq!(serde_json::from_str::<View>(&text).unwrap(), view);
+    assert_eq!(
+        serde_json::from_str::<View>(r#"{"screen":"limits"}"#).unwrap(),
+        View::Limits {
+            after: None,
+            limit: None
+        }
+    );
+    let update = WatchUpdate::Limits {
+        limits: Vec::new(),
+        next: Some("b".into()),
+    };
+    let text = serde_json::to_string(&update).unwrap();
+    assert_eq!(
+        text,
+        r#"{"screen":"limits","data":{"limits":[],"next":"b"}}"#
+    );
+    match serde_json::from_str::<WatchUpdate>(&text).unwrap() {
+        WatchUpdate::Limits { limits, next } => {
+            assert_eq!((limits, next), (Vec::new(), Some("b".to_owned())))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn a_watched_task_keeps_its_payload_verbatim() {
     let body = r#"{"id":1,"ok":true,"tag":2,"update":{"screen":"task","data":{"task":{"id":"01J","queue":"q","state":"ready","payload":{"b":1,"a":[2]},"priority":0,"key":null,"requires":[],"not_before_ms":null,"idempotency_key":null,"deliveries":0,"failures":0,"lease":null,"cancel_requested":false,"progress":null,"result":null,"last_error":null,"dead_reason":null,"created_ms":1,"updated_ms":1,"history":[]}}}}"#;
     let reply: WatchReply = serde_json::from_str(body).unwrap();

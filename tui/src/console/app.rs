@@ -90,6 +90,7 @@ impl Page {
                 member: name.clone(),
             },
             Screen::Dead => View::Dead { after, limit },
+            Screen::Limits => View::Limits { after, limit },
             Screen::Found { .. } | Screen::Cluster => return None,
         })
     }
@@ -684,6 +685,7 @@ impl App {
                 | WatchUpdate::Member { leases: tasks, .. },
             ) => tasks.iter().map(Row::Task).collect(),
             Some(WatchUpdate::Members { members, .. }) => members.iter().map(Row::Member).collect(),
+            Some(WatchUpdate::Limits { limits, .. }) => limits.iter().map(Row::Limit).collect(),
             _ => Vec::new(),
         }
     }
@@ -717,7 +719,8 @@ impl App {
                 WatchUpdate::Queues { next, .. }
                 | WatchUpdate::Tasks { next, .. }
                 | WatchUpdate::Dead { next, .. }
-                | WatchUpdate::Members { next, .. },
+                | WatchUpdate::Members { next, .. }
+                | WatchUpdate::Limits { next, .. },
             ) => next.clone(),
             _ => None,
         }

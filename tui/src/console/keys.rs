@@ -116,8 +116,8 @@ impl App {
     /// Completes the last word of a `:` command: the command, then a queue name (of
     /// the queues seen), then a state. Several candidates complete to what they share.
     fn complete(&self, text: &str) -> String {
-        const COMMANDS: [&str; 7] = [
-            "queues", "queue", "members", "dead", "cluster", "task", "quit",
+        const COMMANDS: [&str; 8] = [
+            "queues", "queue", "members", "dead", "limits", "cluster", "task", "quit",
         ];
         let words: Vec<&str> = text.split(' ').collect();
         let (done, last) = words.split_at(words.len() - 1);
@@ -162,6 +162,7 @@ impl App {
             (Some("queues"), None, None) => Screen::Queues,
             (Some("members"), None, None) => Screen::Members,
             (Some("dead"), None, None) => Screen::Dead,
+            (Some("limits"), None, None) => Screen::Limits,
             (Some("cluster"), None, None) => Screen::Cluster,
             (Some("queue"), Some(name), state) => {
                 let state = match state.map(TaskState::parse) {
@@ -187,7 +188,7 @@ impl App {
                 self.message = Some((
                     Level::Error,
                     format!(
-                        "unknown command {text:?}: try :queues, :members, :dead, :cluster, :queue NAME [STATE], :task ID, :q"
+                        "unknown command {text:?}: try :queues, :members, :dead, :limits, :cluster, :queue NAME [STATE], :task ID, :q"
                     ),
                 ));
                 return Vec::new();
@@ -265,6 +266,8 @@ impl App {
                 return self.draft_for_queue(true).into_iter().collect();
             }
             KeyCode::Char('Y') => return self.copy(true).into_iter().collect(),
+            // Looking at the limits changes nothing: read-only consoles open them too.
+            KeyCode::Char('L') if screen != Screen::Limits => self.open(Screen::Limits),
             KeyCode::Char(c) if !self.readonly => {
                 if let Some(verb) = self.verb(c) {
                     self.mode = Mode::Confirm(verb);
@@ -405,7 +408,11 @@ impl App {
             Screen::Queue { name, .. } => Some(Some(name.clone())),
             Screen::Found { queue, .. } => Some(queue.clone()),
             Screen::Queues | Screen::Dead => Some(None),
-            Screen::Task { .. } | Screen::Members | Screen::Member { .. } | Screen::Cluster => None,
+            Screen::Task { .. }
+            | Screen::Members
+            | Screen::Member { .. }
+            | Screen::Cluster
+            | Screen::Limits => None,
         }
     }
 
@@ -568,16 +575,25 @@ impl App {
                 list.into_iter()
                     .filter(|(k, _)| !matches!(*k, "enter" | "[ ]" | "/")),
             ),
+            // The selected limit's keys show below the list: nothing to open or search.
+            Screen::Limits => keys.extend(
+                list.into_iter()
+                    .filter(|(k, _)| !matches!(*k, "enter" | "/")),
+            ),
             _ => keys.extend(list),
         }
         match self.page().screen {
             Screen::Members | Screen::Member { .. } => {}
             Screen::Cluster => keys.push(("y", "copy address")),
+            Screen::Limits => keys.push(("y", "copy name")),
             _ => keys.push(("y", "copy id")),
         }
         if matches!(self.page().screen, Screen::Task { .. }) {
             keys.push(("Y", "copy payload"));
             keys.push(("t", "times of day / ages"));
+        }
+        if self.page().screen != Screen::Limits {
+            keys.push(("L", "limits"));
         }
         keys.extend([
             (":", "command"),
@@ -609,8 +625,9 @@ impl App {
                 ("u", "undrain"),
             ],
             Screen::Dead => DEAD_VERB_KEYS.to_vec(),
-            // Membership changes are the CLI's (`muster cluster add`, `remove`).
-            Screen::Cluster => Vec::new(),
+            // Membership changes are the CLI's (`muster cluster add`, `remove`); so are
+            // limits' (`muster limit set`, `delete`).
+            Screen::Cluster | Screen::Limits => Vec::new(),
             Screen::Found { .. } => vec![
                 ("c", "cancel"),
                 ("v", "revoke lease"),

@@ -3,8 +3,9 @@
 //! - [`app`]: the state, pure and tested without a terminal; `keys` (what each key
 //!   does), [`verbs`] (the verbs a key names), [`changes`] (verbs and drafts as data),
 //!   [`screen`] (the screens), [`rows`] (the list screens' rows), [`search`] (the `/`
-//!   search language) and [`trends`] (rates and trend graphs) hold the rest of it by
-//!   job; none of them but `keys` and `verbs` imports `app`.
+//!   search language), [`trends`] (rates and trend graphs) and [`meters`] (the limits
+//!   screen's bars) hold the rest of it by job; none of them but `keys` and `verbs`
+//!   imports `app`.
 //! - [`ui`]: drawing, a function of the state.
 //! - this module: the loop. It watches the current screen over one connection (the
 //!   daemon pushes changes, at most once a second), runs verbs, redraws after every key,
@@ -19,6 +20,7 @@ pub mod app;
 pub mod changes;
 pub mod detail;
 mod keys;
+pub mod meters;
 pub mod rows;
 pub mod screen;
 pub mod search;

@@ -1,12 +1,13 @@
-//! The rows of the list screens: queues, tasks, members, dead tasks grouped by error
-//! and the cluster's nodes; the columns they sort by, and what a quick filter (`f`)
-//! matches in them.
+//! The rows of the list screens: queues, tasks, members, dead tasks grouped by error,
+//! the cluster's nodes and the limits; the columns they sort by, and what a quick
+//! filter (`f`) matches in them.
 
 use std::collections::BTreeMap;
 
-use muster_protocol::model::{MemberInfo, QueueInfo, TaskState, TaskSummary};
+use muster_protocol::model::{LimitInfo, MemberInfo, QueueInfo, TaskState, TaskSummary};
 use muster_protocol::ops::ClusterStatusReply;
 
+use super::meters;
 use super::screen::Screen;
 use super::search::search_words;
 
@@ -22,6 +23,8 @@ pub enum Row<'a> {
     Group(ErrorGroup),
     /// A node of the cluster.
     Node(NodeRow),
+    /// A limit.
+    Limit(&'a LimitInfo),
 }
 
 /// Dead tasks of a page that died with the same error: the first line of their last
@@ -187,7 +190,11 @@ pub fn task_columns(screen: &Screen) -> &'static [TaskColumn] {
         Screen::Member { .. } => &[Queue, Attempts, Expires],
         Screen::Dead => &[Queue, Attempts, Died, Reason, Error],
         Screen::Found { .. } => &[Queue, State, Attempts, Age, Error],
-        Screen::Queues | Screen::Task { .. } | Screen::Members | Screen::Cluster => &[],
+        Screen::Queues
+        | Screen::Task { .. }
+        | Screen::Members
+        | Screen::Cluster
+        | Screen::Limits => &[],
     }
 }
 
@@ -214,6 +221,18 @@ impl Row<'_> {
             Row::Group(_) => vec!["count", "error", "died"],
             Row::Node(_) => vec![
                 "node", "address", "role", "term", "log", "applied", "lag", "contact", "snapshot",
+            ],
+            Row::Limit(_) => vec![
+                "name",
+                "rate",
+                "per key",
+                "held",
+                "waiting",
+                "keys",
+                "granted",
+                "throttled",
+                "tokens",
+                "in use",
             ],
         }
     }
@@ -264,6 +283,23 @@ impl Row<'_> {
                     _ => number(n.snapshot),
                 }
             }
+            Row::Limit(l) => match column {
+                0 => Text(l.name.clone()),
+                // Tokens an hour, so that rates of different periods compare.
+                1 => Number(l.spec.rate.map_or(0, |r| {
+                    u64::try_from(u128::from(r.count) * 3_600_000 / u128::from(r.per_ms.max(1)))
+                        .unwrap_or(u64::MAX)
+                })),
+                2 => Number(u64::from(l.spec.per_key)),
+                3 => Number(l.held),
+                4 => Number(l.waiting),
+                5 => Number(l.keys_in_use),
+                6 => Number(l.granted),
+                7 => Number(l.throttled),
+                // How full the bars are: the emptiest bucket first; without a rate, last.
+                8 => Number(meters::tokens(l).map_or(u64::MAX, |g| g.permille())),
+                _ => Number(meters::in_use(l).map_or(0, |g| g.permille())),
+            },
         }
     }
 
@@ -274,6 +310,7 @@ impl Row<'_> {
             Row::Member(m) => &m.name,
             Row::Group(g) => &g.error,
             Row::Node(n) => &n.id,
+            Row::Limit(l) => &l.name,
         }
     }
 
@@ -319,6 +356,8 @@ impl Row<'_> {
             ("", Row::Member(m)) => hit(&m.name) || m.labels.iter().any(|l| hit(l)),
             ("", Row::Group(g)) => hit(&g.error) || g.queues.iter().any(|q| hit(q)),
             ("", Row::Node(n)) => hit(&n.id) || hit(&n.addr) || hit(&n.role),
+            ("", Row::Limit(l)) => hit(&l.name) || l.keys.iter().any(|k| hit(&k.key)),
+            ("key", Row::Limit(l)) => l.keys.iter().any(|k| hit(&k.key)),
             _ => false,
         }
     }

@@ -41,4 +41,6 @@ pub enum Screen {
     },
     /// Every node of the cluster, each as it answers `cluster_status` itself.
     Cluster,
+    /// Every limit with its buckets, and the busiest keys of the one selected.
+    Limits,
 }

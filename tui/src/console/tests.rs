@@ -7,8 +7,9 @@ use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
 use muster_protocol::model::{
-    LeaseInfo, MemberInfo, MemberState, QueueInfo, QueueOptions, QueuePatch, QueueTotals,
-    StateCounts, TaskInfo, TaskState, TaskSummary, TimelineEvent,
+    LeaseInfo, LimitInfo, LimitKeyInfo, LimitSpec, MemberInfo, MemberState, QueueInfo,
+    QueueOptions, QueuePatch, QueueTotals, Rate, StateCounts, TaskInfo, TaskState, TaskSummary,
+    TimelineEvent,
 };
 use muster_protocol::ops::{
     ClusterHello, ClusterMember, ClusterStatusReply, FindCursor, ServerStatsReply, TaskFind,
@@ -587,7 +588,7 @@ fn commands_and_their_errors() {
         app.message,
         Some((
             Level::Error,
-            "unknown command \"frobnicate\": try :queues, :members, :dead, :cluster, :queue NAME [STATE], :task ID, :q".into()
+            "unknown command \"frobnicate\": try :queues, :members, :dead, :limits, :cluster, :queue NAME [STATE], :task ID, :q".into()
         ))
     );
     watched(
@@ -2560,7 +2561,7 @@ fn the_cluster_screen_shows_every_node_as_it_answers_itself() {
     let keys: Vec<&str> = app.keys().iter().map(|(k, _)| *k).collect();
     assert_eq!(
         keys,
-        ["↑↓ j/k", "g G", "f", "s S", "y", ":", "esc", "?", "q"]
+        ["↑↓ j/k", "g G", "f", "s S", "y", "L", ":", "esc", "?", "q"]
     );
     // Leaving: the queues again, and a round still out is dropped when it comes.
     app.on_tick();
@@ -2662,4 +2663,237 @@ fn the_cluster_screen_of_a_single_daemon_says_it_is_not_clustered() {
     assert_eq!(app.cluster_request(), None);
     insta::assert_snapshot!("cluster_single", screen(&app, 80, 24).backend());
     assert!(text(&app).contains("not clustered"));
+}
+
+/// The limits screen's view, as the console watches it.
+fn limits_view(after: Option<&str>) -> View {
+    View::Limits {
+        after: after.map(str::to_owned),
+        limit: Some(PAGE_ROWS),
+    }
+}
+
+/// A key of a limit in use.
+fn limit_key(
+    key: &str,
+    tokens: Option<u64>,
+    held: u64,
+    waiting: u64,
+    full_in: Option<u64>,
+    throttled_for: Option<u64>,
+) -> LimitKeyInfo {
+    LimitKeyInfo {
+        key: key.into(),
+        tokens,
+        held,
+        waiting,
+        full_ms: full_in.map(|ms| NOW + ms),
+        throttled_until_ms: throttled_for.map(|ms| NOW + ms),
+    }
+}
+
+/// `openai`, 500 tokens a minute with its bucket half full and 3 of its 50 leases held;
+/// `tenant-api`, per key, a token every second (at most 10) and two leases a key, with
+/// three keys in use (`acme` empty, full and throttled).
+fn limits_update(openai_tokens: u64) -> WatchUpdate {
+    let openai = LimitInfo {
+        name: "openai".into(),
+        spec: LimitSpec {
+            rate: Some(Rate {
+                count: 500,
+                per_ms: 60_000,
+            }),
+            burst: Some(500),
+            concurrency: Some(50),
+            per_key: false,
+        },
+        held: 3,
+        waiting: 0,
+        granted: 12_345,
+        throttled: 2,
+        keys_in_use: 1,
+        keys: vec![limit_key(
+            "",
+            Some(openai_tokens),
+            3,
+            0,
+            (openai_tokens < 500).then_some((500 - openai_tokens) * 120),
+            None,
+        )],
+        created_ms: NOW - 3_600 * SEC,
+        updated_ms: NOW - 3_600 * SEC,
+    };
+    let tenant = LimitInfo {
+        name: "tenant-api".into(),
+        spec: LimitSpec {
+            rate: Some(Rate {
+                count: 1,
+                per_ms: 1_000,
+            }),
+            burst: Some(10),
+            concurrency: Some(2),
+            per_key: true,
+        },
+        held: 4,
+        waiting: 5,
+        granted: 880,
+        throttled: 1,
+        keys_in_use: 3,
+        keys: vec![
+            limit_key("acme", Some(0), 2, 5, Some(10 * SEC), Some(12 * SEC)),
+            limit_key("globex", Some(7), 2, 0, Some(3 * SEC), None),
+            limit_key("initech", Some(9), 0, 0, Some(SEC), None),
+        ],
+        created_ms: NOW - 600 * SEC,
+        updated_ms: NOW - 60 * SEC,
+    };
+    WatchUpdate::Limits {
+        limits: vec![openai, tenant],
+        next: None,
+    }
+}
+
+/// The console on the limits screen (opened with `L` from the queues), data delivered.
+fn on_limits(readonly: bool) -> (App, u64) {
+    let mut app = started(readonly);
+    let tag = watched(&press(&mut app, KeyCode::Char('L')), limits_view(None));
+    assert_eq!(app.page().screen, Screen::Limits);
+    assert!(text(&app).contains("loading…"));
+    deliver(&mut app, tag, limits_update(250));
+    (app, tag)
+}
+
+/// The line of the 80×24 screen that holds `what`.
+fn line_with(app: &App, what: &str) -> String {
+    let text = text(app);
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains(what)).collect();
+    match lines.as_slice() {
+        [one] => (*one).to_owned(),
+        other => panic!("{} lines hold {what:?}: {other:?}", other.len()),
+    }
+}
+
+#[test]
+fn the_limits_screen_shows_every_limit_with_bars_and_the_busiest_keys_of_the_selected() {
+    let (mut app, tag) = on_limits(false);
+    insta::assert_snapshot!("limits", screen(&app, 80, 24).backend());
+    // Tokens half the burst, leases 3 of 50; the one bucket below.
+    assert_eq!(
+        line_with(&app, "│›openai"),
+        "\"│›openai     500/1m  no    3     0     1     12.3k 2     ██░ 250/500 █░░░░ 3/50│\""
+    );
+    assert_eq!(
+        line_with(&app, "(all)"),
+        "\"│ (all)    █████░░░░ 250/500 █░░░░░░░░░░ 3/50 0     full in 30s                │\""
+    );
+    press(&mut app, KeyCode::Char('j'));
+    snapshots("limits_keys", &app);
+    assert_eq!(
+        line_with(&app, "acme"),
+        "\"│ acme     ░░░░░░░░░░░░ 0/10 ████████████ 2/2 5     throttled 12s · full in 10s│\""
+    );
+    // A push a second later: the bucket refilled, nothing else moved; the selection
+    // stays on its limit.
+    deliver(&mut app, tag, limits_update(500));
+    assert_eq!(app.page().selected, 1);
+    press(&mut app, KeyCode::Char('k'));
+    assert_eq!(
+        line_with(&app, "│›openai"),
+        "\"│›openai     500/1m  no    3     0     1     12.3k 2     ███ 500/500 █░░░░ 3/50│\""
+    );
+    assert!(
+        !text(&app).contains("full in"),
+        "a full bucket says nothing"
+    );
+    // `s` steps through the columns; the ninth sorts by tokens, the emptiest first.
+    for _ in 0..9 {
+        press(&mut app, KeyCode::Char('s'));
+    }
+    assert_eq!(app.sorted_by(), Some(("tokens", false)));
+    let names: Vec<String> = app.rows().iter().map(|r| r.id().to_owned()).collect();
+    assert_eq!(names, ["tenant-api", "openai"]);
+    // The filter finds the limit a key is busy in, by any text or by `key:`.
+    for filter in ["fglobex\n", "fkey:acme\n"] {
+        chars(&mut app, filter);
+        let names: Vec<String> = app.rows().iter().map(|r| r.id().to_owned()).collect();
+        assert_eq!(names, ["tenant-api"], "{filter}");
+        press(&mut app, KeyCode::Esc);
+    }
+    chars(&mut app, "fkey:openai\n");
+    assert_eq!(app.rows().len(), 0, "a limit's name is not one of its keys");
+    assert!(text(&app).contains("no row of this page matches /key:openai"));
+    press(&mut app, KeyCode::Esc);
+    // `y` copies the selected limit's name; no verb applies here.
+    assert_eq!(
+        press(&mut app, KeyCode::Char('y')),
+        vec![Effect::Copy {
+            text: "tenant-api".into(),
+            what: "tenant-api".into(),
+        }]
+    );
+    for key in ['p', 'D', 'P', 'R', 'a', 'd'] {
+        assert_eq!(press(&mut app, KeyCode::Char(key)), vec![]);
+        assert_eq!(app.mode, Mode::Normal, "{key} names no verb on the limits");
+    }
+    // An empty page says how to make a limit.
+    deliver(
+        &mut app,
+        tag,
+        WatchUpdate::Limits {
+            limits: Vec::new(),
+            next: None,
+        },
+    );
+    assert!(text(&app).contains("no limits (muster limit set NAME …)"));
+    // `]` asks for the page after the last limit shown.
+    let (mut paged, tag) = on_limits(false);
+    let WatchUpdate::Limits { limits, .. } = limits_update(250) else {
+        unreachable!("limits_update is a limits page")
+    };
+    deliver(
+        &mut paged,
+        tag,
+        WatchUpdate::Limits {
+            limits,
+            next: Some("tenant-api".into()),
+        },
+    );
+    watched(
+        &press(&mut paged, KeyCode::Char(']')),
+        limits_view(Some("tenant-api")),
+    );
+}
+
+#[test]
+fn l_opens_the_limits_from_any_screen_and_esc_goes_back() {
+    let mut app = started(false);
+    assert!(app.keys().contains(&("L", "limits")));
+    watched(&press(&mut app, KeyCode::Char('L')), limits_view(None));
+    assert_eq!(app.stack.len(), 2);
+    // Already there: `L` does nothing, and the help does not offer it.
+    assert_eq!(press(&mut app, KeyCode::Char('L')), vec![]);
+    assert!(!app.keys().iter().any(|(k, _)| *k == "L"));
+    assert_eq!(app.stack.len(), 2);
+    watched(&press(&mut app, KeyCode::Esc), queues_view());
+    assert_eq!(app.page().screen, Screen::Queues);
+    // From the members, and back to them.
+    let members = View::Members {
+        after: None,
+        limit: Some(PAGE_ROWS),
+    };
+    watched(&chars(&mut app, ":members\n"), members.clone());
+    watched(&press(&mut app, KeyCode::Char('L')), limits_view(None));
+    watched(&press(&mut app, KeyCode::Esc), members);
+    // `:limits` jumps there, and completes.
+    watched(&chars(&mut app, ":limits\n"), limits_view(None));
+    assert_eq!(app.stack.len(), 2);
+    press(&mut app, KeyCode::Char(':'));
+    chars(&mut app, "li");
+    press(&mut app, KeyCode::Tab);
+    assert_eq!(app.mode, Mode::Command("limits ".into()));
+    press(&mut app, KeyCode::Esc);
+    // A read-only console looks at the limits too.
+    let mut ro = started(true);
+    watched(&press(&mut ro, KeyCode::Char('L')), limits_view(None));
+    watched(&press(&mut ro, KeyCode::Esc), queues_view());
 }

@@ -5,17 +5,18 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style, Stylize};
 use ratatui::text::{Line, Span, Text};
 use ratatui::widgets::{
-    Block, Cell, Clear, HighlightSpacing, Paragraph, RenderDirection, Row as TableRow, Sparkline,
-    Table, TableState, Tabs, Wrap,
+    Block, Borders, Cell, Clear, HighlightSpacing, Paragraph, RenderDirection, Row as TableRow,
+    Sparkline, Table, TableState, Tabs, Wrap,
 };
 
 use muster_protocol::model::{
-    MemberInfo, MemberState, QueueInfo, TaskInfo, TaskState, TaskSummary,
+    LimitInfo, MemberInfo, MemberState, QueueInfo, TaskInfo, TaskState, TaskSummary,
 };
 use muster_protocol::ops::WatchUpdate;
 
 use super::app::{App, Level, Mode, Screen, TABS};
 use super::detail::{ago, holder, list_or_dash, one_line, short, task_lines, until};
+use super::meters::{self, Gauge, Measure};
 use super::rows::{ClusterNodes, NodeRow, Row, TaskColumn, task_columns};
 use super::trends::TrendSeries;
 
@@ -341,6 +342,7 @@ fn screen_title(app: &App) -> String {
             one_line(query)
         ),
         Screen::Cluster => " Cluster ".to_owned(),
+        Screen::Limits => " Limits ".to_owned(),
     };
     if page.number() > 1 {
         title.push_str(&format!("· page {} ", page.number()));
@@ -374,6 +376,7 @@ fn render_screen(app: &App, data: &WatchUpdate, frame: &mut Frame, area: Rect) {
         WatchUpdate::Members { connected, .. } => {
             render_members(app, *connected, block, frame, area)
         }
+        WatchUpdate::Limits { .. } => render_limits(app, block, frame, area),
         WatchUpdate::Gone { error } => {
             frame.render_widget(Paragraph::new(error.message.clone()).block(block), area)
         }
@@ -988,6 +991,187 @@ fn render_members(app: &App, connected: u64, block: Block<'_>, frame: &mut Frame
     table(app, rows, &widths, head, block, frame, area);
 }
 
+/// The columns of the limits screen after the name: rate, per key, held, waiting, keys
+/// in use, granted, throttled, then the bars of tokens and of leases held, which take
+/// the room left.
+const LIMITS_WIDTHS: [Constraint; 9] = [
+    Constraint::Length(7),
+    Constraint::Length(5),
+    Constraint::Length(5),
+    Constraint::Length(5),
+    Constraint::Length(5),
+    Constraint::Length(5),
+    Constraint::Length(5),
+    Constraint::Fill(1),
+    Constraint::Fill(1),
+];
+
+/// The columns of the selected limit's keys after the key: the two bars, waiting, and
+/// the notes (`throttled 12s · full in 10s`).
+const LIMIT_KEYS_WIDTHS: [Constraint; 4] = [
+    Constraint::Fill(1),
+    Constraint::Fill(1),
+    Constraint::Length(5),
+    Constraint::Length(27),
+];
+
+/// A column of names as wide as its widest (from 8 to 24 columns: a longer name is
+/// cut), the bars taking the rest.
+fn names_width<'a>(names: impl Iterator<Item = &'a str>) -> Constraint {
+    use unicode_width::UnicodeWidthStr;
+    let widest = names.map(UnicodeWidthStr::width).max().unwrap_or(0);
+    Constraint::Length(u16::try_from(widest.clamp(8, 24)).unwrap_or(24))
+}
+
+/// The limits: a row each with live bars (refreshed every second: buckets refill with
+/// time), and under them the busiest keys of the selected one.
+fn render_limits(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
+    let limits: Vec<&LimitInfo> = app
+        .rows()
+        .into_iter()
+        .filter_map(|r| match r {
+            Row::Limit(l) => Some(l),
+            _ => None,
+        })
+        .collect();
+    if limits.is_empty() {
+        let none = nothing(app, "no limits (muster limit set NAME …)");
+        frame.render_widget(Paragraph::new(none).block(block), area);
+        return;
+    }
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let selected = limits.get(app.page().selected).copied();
+    // A line of facts, the keys' header and a row a key (one saying there is none),
+    // under a rule.
+    let pane_rows = selected.map_or(0, |l| l.keys.len().max(1) + 3);
+    let [list, pane] = Layout::vertical([
+        Constraint::Min(3),
+        Constraint::Length(u16::try_from(pane_rows).unwrap_or(u16::MAX)),
+    ])
+    .areas(inner);
+    limit_table(app, &limits, frame, list);
+    if let Some(l) = selected {
+        render_limit_keys(app, l, frame, pane);
+    }
+}
+
+/// The widest label of a column of meters: each is right-aligned to it, so that the
+/// bars line up.
+fn label_width(gauges: impl Iterator<Item = Option<Gauge>>) -> usize {
+    gauges
+        .flatten()
+        .map(|g| g.label().chars().count())
+        .max()
+        .unwrap_or(0)
+}
+
+/// A meter's cell, `-` for none: tokens cyan and leases green, red when nothing is
+/// left to hand out.
+fn meter_cell(gauge: Option<Gauge>, width: u16, label_width: usize) -> Cell<'static> {
+    let Some(g) = gauge else {
+        return Cell::from("-");
+    };
+    let color = match (g.exhausted(), g.measure) {
+        (true, _) => Color::Red,
+        (false, Measure::Tokens) => Color::Cyan,
+        (false, Measure::Leases) => Color::Green,
+    };
+    Cell::from(g.meter(width, label_width)).fg(color)
+}
+
+/// The table of limits, a row each, in `area`.
+fn limit_table(app: &App, limits: &[&LimitInfo], frame: &mut Frame, area: Rect) {
+    let mut widths = vec![names_width(limits.iter().map(|l| l.name.as_str()))];
+    widths.extend(LIMITS_WIDTHS);
+    let fitted = column_widths(area, &widths);
+    let tokens_label = label_width(limits.iter().map(|l| meters::tokens(l)));
+    let held_label = label_width(limits.iter().map(|l| meters::in_use(l)));
+    let rows = limits
+        .iter()
+        .map(|l| {
+            let waiting = Cell::from(count(l.waiting));
+            TableRow::new(vec![
+                Cell::from(fit(&l.name, fitted[0])),
+                Cell::from(fit(&meters::rate_text(l.spec.rate), fitted[1])),
+                Cell::from(if l.spec.per_key { "yes" } else { "no" }),
+                Cell::from(count(l.held)),
+                if l.waiting > 0 {
+                    waiting.fg(Color::Yellow)
+                } else {
+                    waiting
+                },
+                Cell::from(count(l.keys_in_use)),
+                Cell::from(count(l.granted)),
+                Cell::from(count(l.throttled)),
+                meter_cell(meters::tokens(l), fitted[8], tokens_label),
+                meter_cell(meters::in_use(l), fitted[9], held_label),
+            ])
+        })
+        .collect();
+    let head = header(&[
+        "LIMIT", "RATE", "KEYED", "HELD", "WAIT", "KEYS", "GRANT", "THROT", "TOKENS", "IN USE",
+    ]);
+    table(app, rows, &widths, head, Block::new(), frame, area);
+}
+
+/// Limit `l`'s busiest keys (at most ten, as the daemon lists them), each with its
+/// bars and what is worth saying of it, under a line of the limit's settings.
+fn render_limit_keys(app: &App, l: &LimitInfo, frame: &mut Frame, area: Rect) {
+    let what = if l.spec.per_key {
+        "busiest keys"
+    } else {
+        "its bucket"
+    };
+    let block = Block::new()
+        .borders(Borders::TOP)
+        .title(format!(" {} · {what} ", l.name));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let [facts, keys] = Layout::vertical([Constraint::Length(1), Constraint::Min(1)]).areas(inner);
+    // Indented as the rows below are.
+    frame.render_widget(
+        Line::raw(format!(
+            " {}",
+            fit(&meters::limit_facts(l), facts.width.saturating_sub(1))
+        )),
+        facts,
+    );
+    if l.keys.is_empty() {
+        frame.render_widget(
+            Paragraph::new("no bucket in use: full, nothing held, nothing waiting"),
+            keys,
+        );
+        return;
+    }
+    let mut widths = vec![names_width(l.keys.iter().map(meters::key_name))];
+    widths.extend(LIMIT_KEYS_WIDTHS);
+    let fitted = column_widths(keys, &widths);
+    let gauges = |k| (meters::key_tokens(l, k), meters::key_in_use(l, k));
+    let tokens_label = label_width(l.keys.iter().map(|k| gauges(k).0));
+    let held_label = label_width(l.keys.iter().map(|k| gauges(k).1));
+    let rows: Vec<TableRow<'_>> = l
+        .keys
+        .iter()
+        .map(|k| {
+            let (tokens, held) = gauges(k);
+            TableRow::new(vec![
+                Cell::from(fit(meters::key_name(k), fitted[0])),
+                meter_cell(tokens, fitted[1], tokens_label),
+                meter_cell(held, fitted[2], held_label),
+                Cell::from(count(k.waiting)),
+                Cell::from(fit(&meters::key_notes(k, app.now_ms), fitted[4])),
+            ])
+        })
+        .collect();
+    // Not selectable, but indented as the list above is.
+    let table = Table::new(rows, widths)
+        .header(header(&["KEY", "TOKENS", "HELD", "WAIT", "NOTE"]))
+        .highlight_symbol(" ")
+        .highlight_spacing(HighlightSpacing::Always);
+    frame.render_widget(table, keys);
+}
+
 fn render_task(app: &App, t: &TaskInfo, block: Block<'_>, frame: &mut Frame, area: Rect) {
     let lines = task_lines(t, app.now_ms, app.absolute_times);
     let scroll = app.page().selected.min(lines.len().saturating_sub(1));
@@ -1058,7 +1242,10 @@ fn popup(frame: &mut Frame, width: u16, height: u16) -> Rect {
 
 /// What `?` adds under the keys: the `:` commands and the words of a `/` search.
 const HELP_NOTES: [(&str, &str); 4] = [
-    (":", "queues, members, dead, cluster, q (tab completes)"),
+    (
+        ":",
+        "queues, members, dead, limits, cluster, q (tab completes)",
+    ),
     ("", "queue NAME [STATE], task ID"),
     (
         "/",

@@ -1,8 +1,11 @@
 //! Watches: the screen comes with the reply, changes are pushed at most once per
-//! interval, an idle daemon pushes nothing, pages follow their cursors, and a screen
-//! whose subject disappears is pushed once as `gone`.
+//! interval, an idle daemon pushes nothing (but the limits screen, whose buckets refill
+//! with time), pages follow their cursors, and a screen whose subject disappears is
+//! pushed once as `gone`.
 
-use muster_protocol::model::{QueuePatch, TaskState};
+use muster_protocol::model::{
+    LimitInfo, LimitKeyInfo, LimitSpec, LimitUse, NewTask, QueuePatch, Rate, TaskState,
+};
 use muster_protocol::ops::{self, DeadSelection, QueueName, View, Watch, WatchUpdate};
 use muster_protocol::{ErrorCode, Push, ops::EngineRequest};
 
@@ -482,4 +485,225 @@ fn watches_are_limited_and_a_connection_replaces_its_own() {
         Ok(Reply::Watch(_)) => {}
         other => panic!("{other:?}"),
     }
+}
+
+fn limits_view(after: Option<&str>, limit: Option<u32>) -> View {
+    View::Limits {
+        after: after.map(str::to_owned),
+        limit,
+    }
+}
+
+fn set_limit(h: &mut Harness, name: &str, spec: LimitSpec) {
+    h.call(EngineRequest::LimitSet(ops::LimitSet {
+        name: name.into(),
+        spec,
+    }))
+    .unwrap_or_else(|e| panic!("limit_set {name}: {e:?}"));
+}
+
+fn drawing_on(payload: &str, limit: &str, key: Option<&str>) -> NewTask {
+    NewTask {
+        limits: vec![LimitUse {
+            limit: limit.into(),
+            key: key.map(str::to_owned),
+            cost: None,
+        }],
+        ..NewTask::new(super::raw(payload))
+    }
+}
+
+fn limits_page(update: WatchUpdate) -> (Vec<LimitInfo>, Option<String>) {
+    match update {
+        WatchUpdate::Limits { limits, next } => (limits, next),
+        other => panic!("not a limits page: {other:?}"),
+    }
+}
+
+#[test]
+fn the_limits_screen_is_pushed_every_second_as_its_buckets_refill_with_nothing_else_changing() {
+    let mut h = Harness::new();
+    let created_ms = h.now.wall_ms;
+    h.create("q", QueuePatch::default());
+    // One token a second, at most two; and one lease at a time for each key.
+    let api = LimitSpec {
+        rate: Some(Rate {
+            count: 1,
+            per_ms: 1_000,
+        }),
+        burst: Some(2),
+        ..LimitSpec::default()
+    };
+    set_limit(&mut h, "api", api.clone());
+    let tenant = LimitSpec {
+        concurrency: Some(1),
+        per_key: true,
+        ..LimitSpec::default()
+    };
+    set_limit(&mut h, "tenant", tenant.clone());
+    // The api bucket fills (2 tokens in 2 s); both api tasks and one of acme's are
+    // taken, acme's second waits for its key's lease.
+    h.advance(2_000);
+    for (payload, limit, key) in [
+        ("1", "api", None),
+        ("2", "api", None),
+        ("3", "tenant", Some("acme")),
+        ("4", "tenant", Some("acme")),
+    ] {
+        h.enqueue_task("q", drawing_on(payload, limit, key));
+    }
+    assert_eq!(h.claim_as("q", 4, "m1").len(), 3);
+    let claimed_ms = h.now.wall_ms;
+    // A second connection watches the queues: nothing changes, so it gets nothing.
+    match h.call_on(
+        WATCHER + 1,
+        EngineRequest::Watch(Watch {
+            view: View::Queues {
+                after: None,
+                limit: None,
+            },
+            tag: 1,
+        }),
+    ) {
+        Ok(Reply::Watch(_)) => {}
+        other => panic!("{other:?}"),
+    }
+    let api_info = |tokens: u64, full_ms: Option<u64>| LimitInfo {
+        name: "api".into(),
+        spec: api.clone(),
+        held: 2,
+        waiting: 0,
+        granted: 2,
+        throttled: 0,
+        keys_in_use: 1,
+        keys: vec![LimitKeyInfo {
+            key: String::new(),
+            tokens: Some(tokens),
+            held: 2,
+            waiting: 0,
+            full_ms,
+            throttled_until_ms: None,
+        }],
+        created_ms,
+        updated_ms: created_ms,
+    };
+    let tenant_info = LimitInfo {
+        name: "tenant".into(),
+        spec: tenant.clone(),
+        held: 1,
+        waiting: 1,
+        granted: 1,
+        throttled: 0,
+        keys_in_use: 1,
+        keys: vec![LimitKeyInfo {
+            key: "acme".into(),
+            tokens: None,
+            held: 1,
+            waiting: 1,
+            full_ms: None,
+            throttled_until_ms: None,
+        }],
+        created_ms,
+        updated_ms: created_ms,
+    };
+    // Empty after the two leases: full again in two seconds.
+    assert_eq!(
+        limits_page(watch(&mut h, limits_view(None, None))),
+        (
+            vec![api_info(0, Some(claimed_ms + 2_000)), tenant_info.clone()],
+            None
+        )
+    );
+    let now = h.now;
+    assert_eq!(
+        h.engine().next_timer(now),
+        Some(1_000),
+        "the dispatcher wakes for the next push, changed or not"
+    );
+    h.advance(999);
+    assert_eq!(
+        updates(&mut h).len(),
+        0,
+        "within the interval nothing is pushed"
+    );
+    // A second on, with no change in the daemon: the bucket refilled one token, and
+    // the screen says so.
+    h.advance(1);
+    let pushed: Vec<_> = updates(&mut h).into_iter().map(limits_page).collect();
+    assert_eq!(
+        pushed,
+        vec![(
+            vec![api_info(1, Some(claimed_ms + 2_000)), tenant_info.clone()],
+            None
+        )]
+    );
+    h.advance(1_000);
+    let pushed: Vec<_> = updates(&mut h).into_iter().map(limits_page).collect();
+    assert_eq!(pushed, vec![(vec![api_info(2, None), tenant_info], None)]);
+    assert_eq!(
+        h.pushed(WATCHER + 1).len(),
+        0,
+        "the other screens are still pushed only when something changed"
+    );
+}
+
+#[test]
+fn the_limits_screen_pages_by_name_and_any_role_may_watch_it() {
+    const CONFIG: &str = r#"
+[[tokens]]
+name = "p"
+token = "p-token-0123456789abcdef"
+roles = ["produce"]
+"#;
+    let mut h = Harness::new();
+    for name in ["c", "a", "b"] {
+        set_limit(
+            &mut h,
+            name,
+            LimitSpec {
+                concurrency: Some(3),
+                ..LimitSpec::default()
+            },
+        );
+    }
+    let names = |page: (Vec<LimitInfo>, Option<String>)| {
+        let names: Vec<String> = page.0.into_iter().map(|l| l.name).collect();
+        (names, page.1)
+    };
+    assert_eq!(
+        names(limits_page(watch(&mut h, limits_view(None, Some(2))))),
+        (vec!["a".to_owned(), "b".to_owned()], Some("b".to_owned()))
+    );
+    assert_eq!(
+        names(limits_page(watch(&mut h, limits_view(Some("b"), Some(2))))),
+        (vec!["c".to_owned()], None)
+    );
+    assert_eq!(
+        names(limits_page(watch(&mut h, limits_view(Some("c"), None)))),
+        (vec![], None)
+    );
+    assert_eq!(
+        watch_error(&mut h, limits_view(None, Some(0))),
+        ErrorCode::BadRequest
+    );
+    assert_eq!(
+        watch_error(&mut h, limits_view(None, Some(501))),
+        ErrorCode::BadRequest
+    );
+    // A token that may only enqueue reads the limits (as `limit_list`), not the queues.
+    h.principal = Some(super::principal(CONFIG, "p-token-0123456789abcdef"));
+    assert_eq!(
+        watch_error(
+            &mut h,
+            View::Queues {
+                after: None,
+                limit: None
+            }
+        ),
+        ErrorCode::Forbidden
+    );
+    assert_eq!(
+        names(limits_page(watch(&mut h, limits_view(None, None)))),
+        (vec!["a".to_owned(), "b".to_owned(), "c".to_owned()], None)
+    );
 }
