@@ -1117,6 +1117,22 @@ where
             "a settle of {id} epoch {} ended that was not in flight",
             settle.epoch
         );
+        // A throttle naming a limit the task does not draw on is refused and changes
+        // nothing: throttle every limit it draws on instead (at the next tick), rather
+        // than let the lease lapse into a failure.
+        if let (Err(Error::Server(e)), Outcome::Throttled { retry_after, limit }) =
+            (&result, &settle.outcome)
+            && e.code == ErrorCode::BadRequest
+            && limit.is_some()
+        {
+            warn!(task = %id, error = %e, "throttle refused; throttling the task's own limits");
+            let outcome = Outcome::Throttled {
+                retry_after: *retry_after,
+                limit: None,
+            };
+            self.unsettled.push(Settle { outcome, ..settle });
+            return;
+        }
         match result {
             Ok(reply) => info!(task = %id, state = %reply.state, "settled"),
             // The node no longer leads, or lost its leadership before the settle was

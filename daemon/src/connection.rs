@@ -481,7 +481,7 @@ async fn forward(
         .context
         .server
         .commands
-        .send_async(Command::Request(req, responder))
+        .send_async(Command::Request(Box::new(req), responder))
         .await
     {
         responder.refuse(ErrorBody::new(

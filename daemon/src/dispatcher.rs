@@ -80,8 +80,9 @@ impl Durability {
 
 /// A message from a connection to the dispatcher thread.
 pub enum Command {
-    /// A decoded request and where its reply goes.
-    Request(EngineRequest, Responder),
+    /// A decoded request (boxed: a command moves through a channel, and the largest
+    /// requests are several times the others) and where its reply goes.
+    Request(Box<EngineRequest>, Responder),
     /// Packets arrived on these connections since they were last reported: they are
     /// alive.
     Heard(Vec<u64>),
@@ -690,7 +691,7 @@ fn apply(engine: &mut Engine<Responder>, cmd: Command, now: Now) -> Result<bool,
                 op = req.name()
             );
             let _entered = span.enter();
-            engine.handle(req, responder, now)?;
+            engine.handle(*req, responder, now)?;
         }
         Command::Heard(connections) => {
             for connection in connections {

@@ -944,20 +944,13 @@ impl StoreView {
     pub fn write_to(&self, dir: &Path) -> Result<SnapshotCounts, StoreError> {
         use fjall::Readable;
         let copy = Store::open(dir, SNAPSHOT_CACHE_BYTES)?;
-        let (from, to) = (&self.ks, &copy.ks);
-        let pairs = [
-            ("meta", &from.meta, &to.meta),
-            ("owners", &from.owners, &to.owners),
-            ("queues", &from.queues, &to.queues),
-            ("tasks", &from.tasks, &to.tasks),
-            ("payloads", &from.payloads, &to.payloads),
-            ("idem", &from.idem, &to.idem),
-        ];
         let mut counts = SnapshotCounts {
             tasks: 0,
             queues: 0,
         };
-        for (name, source, target) in pairs {
+        // Every keyspace of the engine's state, as a cluster's snapshot copies it.
+        for space in Space::ALL {
+            let (source, target) = (self.ks.get(space), copy.ks.get(space));
             let mut batch = copy.db.batch();
             let mut entries = 0u64;
             for guard in self.snapshot.iter(source) {
@@ -970,10 +963,10 @@ impl StoreView {
                 }
             }
             batch.durability(None).commit()?;
-            match name {
-                "queues" => counts.queues = entries,
-                "tasks" => counts.tasks = entries,
-                _ => {}
+            match space {
+                Space::Queues => counts.queues = entries,
+                Space::Tasks => counts.tasks = entries,
+                Space::Meta | Space::Owners | Space::Limits | Space::Payloads | Space::Idem => {}
             }
         }
         copy.persist(Persist::All)?;

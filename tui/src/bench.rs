@@ -14,6 +14,7 @@
 //! - `members`: `members` connected members each renewing a lease every second: the
 //!   daemon's CPU use, and its resident memory with them connected (in all and per
 //!   member).
+//! - `limited`, `fair`, `limit-cost`: flow control ([`flow`]).
 //!
 //! Every run first times the machine's CPU (`cpu_probe_ms`: a fixed piece of
 //! single-threaded work) and measures the disk it runs on: `FSYNC_SAMPLES` 4 KiB writes each
@@ -42,6 +43,8 @@ use muster_sdk::{Client, ConnectOptions, Push, Trust};
 use serde::Serialize;
 
 use crate::cli::{BenchArgs, BenchPhase};
+
+mod flow;
 
 /// Payload bytes of every benchmark task.
 const PAYLOAD_BYTES: usize = 256;
@@ -319,6 +322,14 @@ struct Run {
     members_cpu_percent: Option<f64>,
     members_rss_mib: Option<f64>,
     members_kib_per_member: Option<f64>,
+    limited_per_s: Option<f64>,
+    limited_most_in_1s: Option<f64>,
+    fair_drain_per_s: Option<f64>,
+    fair_b_wait_p50_ms: Option<f64>,
+    fair_b_wait_p99_ms: Option<f64>,
+    fair_b_wait_max_ms: Option<f64>,
+    limit_cost_drain_per_s: Option<f64>,
+    limit_cost_cpu_s_per_1000: Option<f64>,
     rss_mib: Option<f64>,
 }
 
@@ -351,6 +362,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         if want(BenchPhase::Drain) {
             drain(&args, &options, daemon.pid(), &mut run).await?;
         }
+        if want(BenchPhase::LimitCost) {
+            flow::limit_cost(&args, &options, daemon.pid(), &mut run).await?;
+        }
         if want(BenchPhase::Latency) {
             latency(&args, &options, dir.path(), &mut run).await?;
         }
@@ -359,6 +373,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
         if want(BenchPhase::Members) {
             members(&args, &options, daemon.pid(), &mut run).await?;
+        }
+        if want(BenchPhase::Limited) {
+            flow::limited(&args, &options, &mut run).await?;
+        }
+        if want(BenchPhase::Fair) {
+            flow::fair(&args, &options, &mut run).await?;
         }
         run.rss_mib = Some(rss_mib(daemon.pid()));
         daemon.stop()?;
@@ -445,11 +465,11 @@ async fn enqueue(
     Ok(())
 }
 
-/// Starts `workers` member sessions of capacity `prefetch` on `queue`; each delivered
+/// Starts `workers` member sessions of capacity `prefetch` on `queues`; each delivered
 /// task goes to `on_task` and is acked at once. Returns the sessions' tasks.
 async fn start_workers(
     options: &ConnectOptions,
-    queue: &str,
+    queues: &[&str],
     workers: usize,
     prefetch: u32,
     on_task: Arc<dyn Fn(&muster_sdk::Delivery) + Send + Sync>,
@@ -468,7 +488,8 @@ async fn start_workers(
             liveness_ms: None,
         };
         let (_, mut pushes) = client.open_session(&open).await?;
-        client.subscribe(&open.member, &[queue.to_owned()]).await?;
+        let queues: Vec<String> = queues.iter().map(|q| (*q).to_owned()).collect();
+        client.subscribe(&open.member, &queues).await?;
         let (on_task, acked) = (Arc::clone(&on_task), Arc::clone(&acked));
         handles.push(tokio::spawn(async move {
             while let Some(push) = pushes.recv().await {
@@ -508,7 +529,7 @@ async fn drain(
     let started = Instant::now();
     let workers = start_workers(
         options,
-        "bench",
+        &["bench"],
         args.workers,
         args.prefetch,
         Arc::new(|_| {}),
@@ -559,7 +580,7 @@ async fn latency(
     let acked = Arc::new(AtomicUsize::new(0));
     let workers = start_workers(
         options,
-        "latency",
+        &["latency"],
         args.workers,
         args.prefetch,
         latency_recorder(&samples),
@@ -946,6 +967,16 @@ fn print_table(runs: &[Run]) -> anyhow::Result<()> {
         ("members: daemon RSS MiB", |r| r.members_rss_mib),
         ("members: daemon KiB per member", |r| {
             r.members_kib_per_member
+        }),
+        ("limited: tasks/s", |r| r.limited_per_s),
+        ("limited: most in any 1 s", |r| r.limited_most_in_1s),
+        ("fair: backlog drain tasks/s", |r| r.fair_drain_per_s),
+        ("fair: other group's wait p50 ms", |r| r.fair_b_wait_p50_ms),
+        ("fair: other group's wait p99 ms", |r| r.fair_b_wait_p99_ms),
+        ("fair: other group's wait max ms", |r| r.fair_b_wait_max_ms),
+        ("limit-cost: drain tasks/s", |r| r.limit_cost_drain_per_s),
+        ("limit-cost: daemon CPU s / 1000 tasks", |r| {
+            r.limit_cost_cpu_s_per_1000
         }),
         ("daemon RSS after the run MiB", |r| r.rss_mib),
     ];

@@ -303,6 +303,15 @@ pub struct BenchArgs {
     /// Members renewing a lease every second.
     #[arg(long, default_value_t = 1000, value_parser = at_least_one)]
     pub members: usize,
+    /// Tokens a second of the `limited` phase's limit (its burst is a tenth of it).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub limit_rate: u64,
+    /// Agents of the `limited` phase.
+    #[arg(long, default_value_t = 20, value_parser = at_least_one)]
+    pub limit_agents: usize,
+    /// Keys of the `limit-cost` phase's per-key limit.
+    #[arg(long, default_value_t = 100_000, value_parser = at_least_one)]
+    pub limit_keys: usize,
     /// The musterd binary (default: next to this muster binary).
     #[arg(long)]
     pub musterd: Option<PathBuf>,
@@ -336,6 +345,13 @@ pub enum BenchPhase {
     Startup,
     /// `--members` members renewing a lease every second.
     Members,
+    /// `--limit-agents` agents on three queues sharing one limit of `--limit-rate` a
+    /// second.
+    Limited,
+    /// A fair queue: one group's wait behind another's backlog of `--tasks`.
+    Fair,
+    /// `--tasks` tasks drawing on a per-key limit with `--limit-keys` keys, drained.
+    LimitCost,
 }
 
 /// The durability `bench` starts its daemons with.

@@ -221,7 +221,9 @@ impl<W: Waiter> Engine<W> {
             EngineRequest::LeaseRevoke(r) => self.task_allowed(&r.task, ADMIN, p),
             EngineRequest::TaskUpdate(r) => self.task_allowed(&r.task, ADMIN, p),
             EngineRequest::Watch(r) => self.watch_allowed(&r.view, p),
-            EngineRequest::Unwatch(_) => p.check(ADMIN, None),
+            // Ends the connection's own watch, whatever it watched (a limits watch is
+            // open to any role).
+            EngineRequest::Unwatch(_) => p.check(ANY_ROLE, None),
             // A limit spans queues: only an admin of every queue changes one; anyone
             // who may enqueue or take tasks may see them.
             EngineRequest::LimitSet(_) | EngineRequest::LimitDelete(_) => every_queue_admin(p),

@@ -121,9 +121,11 @@ impl Ready {
         };
         match self {
             Ready::Plain(set) => take(set).map(|(p, id)| (p, 0, id)),
-            Ready::Fair(f) => f.heads.iter().take(max_skip + 1).find_map(|(_, pass, g)| {
-                take(&f.groups[g]).map(|(p, id)| (p, *pass, id))
-            }),
+            Ready::Fair(f) => f
+                .heads
+                .iter()
+                .take(max_skip + 1)
+                .find_map(|(_, pass, g)| take(&f.groups[g]).map(|(p, id)| (p, *pass, id))),
         }
     }
 
@@ -364,7 +366,10 @@ impl Classes {
             Ready::Plain(set) => set.insert(entry),
             Ready::Fair(f) => {
                 let g = group.map_or_else(|| Group::from(""), Arc::clone);
-                let turns = self.turns.as_mut().expect("a fair class is in a fair queue");
+                let turns = self
+                    .turns
+                    .as_mut()
+                    .expect("a fair class is in a fair queue");
                 let pass = turns.join(&g, class);
                 f.insert(&g, entry, pass)
             }
@@ -381,7 +386,10 @@ impl Classes {
             Ready::Plain(set) => set.remove(&entry),
             Ready::Fair(f) => {
                 let g = group.map_or_else(|| Group::from(""), Arc::clone);
-                let turns = self.turns.as_mut().expect("a fair class is in a fair queue");
+                let turns = self
+                    .turns
+                    .as_mut()
+                    .expect("a fair class is in a fair queue");
                 match f.remove(&g, entry, turns.pass(&g)) {
                     None => false,
                     Some(emptied) => {
@@ -480,22 +488,46 @@ impl Classes {
             for (p, pass, g) in &f.heads {
                 assert_eq!(f.groups[g].first().map(|e| e.0), Some(*p), "{g:?}'s head");
                 assert_eq!(turns.pass(g), *pass, "group {g:?}'s head is at its pass");
-                assert!(turns.active[g].classes.contains(class), "{g:?} lists {class:?}");
+                assert!(
+                    turns.active[g].classes.contains(class),
+                    "{g:?} lists {class:?}"
+                );
             }
             listed += f.groups.len();
         }
         let classes: usize = turns.active.values().map(|a| a.classes.len()).sum();
-        assert_eq!(classes, listed, "the turns list exactly the classes groups are in");
-        assert_eq!(turns.by_pass.len(), turns.active.len(), "each group sorted once");
+        assert_eq!(
+            classes, listed,
+            "the turns list exactly the classes groups are in"
+        );
+        assert_eq!(
+            turns.by_pass.len(),
+            turns.active.len(),
+            "each group sorted once"
+        );
         assert!(
             turns.by_pass.first().is_none_or(|(p, _)| *p >= turns.now),
             "no active group is behind the virtual time"
         );
-        assert_eq!(turns.resting.len(), turns.rested.len(), "resting sorted once");
+        assert_eq!(
+            turns.resting.len(),
+            turns.rested.len(),
+            "resting sorted once"
+        );
         for (pass, g) in &turns.resting {
-            assert!(*pass > turns.now, "group {g:?} rests ahead of the virtual time");
-            assert_eq!(turns.rested.get(g), Some(pass), "group {g:?} rests at its pass");
-            assert!(!turns.active.contains_key(g), "group {g:?} rests or is active");
+            assert!(
+                *pass > turns.now,
+                "group {g:?} rests ahead of the virtual time"
+            );
+            assert_eq!(
+                turns.rested.get(g),
+                Some(pass),
+                "group {g:?} rests at its pass"
+            );
+            assert!(
+                !turns.active.contains_key(g),
+                "group {g:?} rests or is active"
+            );
         }
         assert!(
             !turns.active.is_empty() || turns.resting.is_empty(),
@@ -553,7 +585,10 @@ mod tests {
             let id = Ulid::from_bytes(id);
             let g = self.groups.remove(&id).expect("a known task");
             self.classes.served(g.as_ref());
-            assert!(self.classes.remove(&self.class, (p, id.to_bytes()), g.as_ref()));
+            assert!(
+                self.classes
+                    .remove(&self.class, (p, id.to_bytes()), g.as_ref())
+            );
             self.classes.check();
             Some(g.map_or_else(|| "-".to_owned(), |g| g.to_string()))
         }
@@ -583,7 +618,11 @@ mod tests {
         let count = |v: &[String], g: &str| v.iter().filter(|x| *x == g).count();
         let first = q.leases(600);
         assert_eq!(
-            (count(&first, "gold"), count(&first, "tin"), count(&first, "-")),
+            (
+                count(&first, "gold"),
+                count(&first, "tin"),
+                count(&first, "-")
+            ),
             (400, 100, 100)
         );
         q.classes.set_fair(true, [("tin".to_owned(), 2)], |_| None);
@@ -602,7 +641,12 @@ mod tests {
         assert_eq!(q.leases(1), ["a"]);
         // a has had a turn, but its urgent task goes before b's.
         q.add(Some("a"), 5, 1);
-        let first = q.classes.get(&q.class).unwrap().first(&|_| true, 0).unwrap();
+        let first = q
+            .classes
+            .get(&q.class)
+            .unwrap()
+            .first(&|_| true, 0)
+            .unwrap();
         assert_eq!((first.0, Ulid::from_bytes(first.2)), (Reverse(5), Ulid(5)));
         // The urgent task was a's turn too: b, two turns behind, takes two in a row.
         assert_eq!(q.leases(4), ["a", "b", "b", "a"]);
@@ -632,7 +676,12 @@ mod tests {
         q.classes.set_fair(false, [], |id| groups[&id].clone());
         q.classes.check();
         assert_eq!(q.classes.get(&q.class).map(Ready::len), Some(6));
-        let first = q.classes.get(&q.class).unwrap().first(&|_| true, 0).unwrap();
+        let first = q
+            .classes
+            .get(&q.class)
+            .unwrap()
+            .first(&|_| true, 0)
+            .unwrap();
         assert_eq!(first, (Reverse(0), 0, Ulid(1).to_bytes()));
         q.classes.set_fair(true, [], |id| groups[&id].clone());
         assert_eq!(q.leases(6), ["a", "b", "a", "b", "a", "b"]);

@@ -712,9 +712,7 @@ impl Limits {
         names
             .into_iter()
             .filter_map(|name| self.defs.get_key_value(name))
-            .map(|(limit, _)| {
-                self.info_of(limit, used.remove(limit).unwrap_or_default(), now_wall)
-            })
+            .map(|(limit, _)| self.info_of(limit, used.remove(limit).unwrap_or_default(), now_wall))
             .collect()
     }
 
@@ -725,16 +723,37 @@ impl Limits {
         for ((limit, key), bucket) in &self.buckets {
             let u = used.entry(Arc::clone(limit)).or_default();
             u.0.insert(Arc::clone(key));
-            u.1 += bucket.lines.values().map(|l| l.waiting.len() as u64).sum::<u64>();
+            u.1 += bucket
+                .lines
+                .values()
+                .map(|l| l.waiting.len() as u64)
+                .sum::<u64>();
         }
         for ((limit, key), n) in &self.held_by_key {
             if *n > 0 && self.defs.get(limit).is_some_and(|d| d.rec.spec.per_key) {
-                used.entry(Arc::clone(limit)).or_default().0.insert(Arc::clone(key));
+                used.entry(Arc::clone(limit))
+                    .or_default()
+                    .0
+                    .insert(Arc::clone(key));
             }
         }
         for (limit, n) in &self.held_by_limit {
             if *n > 0 && self.defs.get(limit).is_some_and(|d| !d.rec.spec.per_key) {
-                used.entry(Arc::clone(limit)).or_default().0.insert(Arc::from(""));
+                used.entry(Arc::clone(limit))
+                    .or_default()
+                    .0
+                    .insert(Arc::from(""));
+            }
+        }
+        // A shared bucket not kept is still filling if it started empty less than a
+        // bucket's time ago: in use too, though no task touched it yet.
+        for (limit, def) in &self.defs {
+            let Some(rate) = def.rec.spec.rate.filter(|_| !def.rec.spec.per_key) else {
+                continue;
+            };
+            let id = (Arc::clone(limit), Arc::from(""));
+            if self.level(def, &id, self.now) < def.cap(rate) {
+                used.entry(Arc::clone(limit)).or_default().0.insert(id.1);
             }
         }
         used

@@ -1274,7 +1274,11 @@ impl<W: Waiter> Engine<W> {
                 .collect(),
             members: &members,
             limits: self.index.limits.infos(
-                self.index.limits.names_after(None, MAX_LIMITS).iter().map(|n| &**n),
+                self.index
+                    .limits
+                    .names_after(None, MAX_LIMITS)
+                    .iter()
+                    .map(|n| &**n),
                 now.wall_ms,
             ),
             connected: self.connected_members(),

@@ -740,7 +740,11 @@ mod tests {
         let v3 = encode_task(&rec);
         let (_, rest): (TaskHead<'_>, &[u8]) = postcard::take_from_bytes(&v3).unwrap();
         let head_len = v3.len() - rest.len();
-        assert_eq!(rest[..2], [0, 0], "no limits, no group: an empty sequence, None");
+        assert_eq!(
+            rest[..2],
+            [0, 0],
+            "no limits, no group: an empty sequence, None"
+        );
         let mut v2 = v3[..head_len].to_vec();
         v2[0] = 2;
         v2.extend_from_slice(&rest[2..]);

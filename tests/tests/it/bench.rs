@@ -44,6 +44,12 @@ fn every_phase_gives_every_figure_in_the_json_and_the_table() {
         "1000",
         "--members",
         "5",
+        "--limit-rate",
+        "200",
+        "--limit-agents",
+        "3",
+        "--limit-keys",
+        "50",
         "--musterd",
         musterd.to_str().unwrap(),
         "--out",
@@ -87,6 +93,12 @@ fn every_phase_gives_every_figure_in_the_json_and_the_table() {
         "startup_s",
         "startup_rss_mib",
         "members_rss_mib",
+        "limited_per_s",
+        "fair_drain_per_s",
+        "fair_b_wait_p50_ms",
+        "fair_b_wait_p99_ms",
+        "fair_b_wait_max_ms",
+        "limit_cost_drain_per_s",
         "rss_mib",
     ];
     for run in runs {
@@ -98,7 +110,15 @@ fn every_phase_gives_every_figure_in_the_json_and_the_table() {
         for k in positive {
             assert!(figure(k) > 0.0, "{k} = {} in {run}", figure(k));
         }
-        for k in ["enqueue_cpu_s_per_1000", "drain_cpu_s_per_1000"] {
+        // The limit's bucket starts empty and refills 200 a second, a burst of 20: no
+        // second can hand out more than 220 (the agents' clocks add a little jitter).
+        let most = figure("limited_most_in_1s");
+        assert!((1.0..=230.0).contains(&most), "most in 1 s {most} in {run}");
+        for k in [
+            "enqueue_cpu_s_per_1000",
+            "drain_cpu_s_per_1000",
+            "limit_cost_cpu_s_per_1000",
+        ] {
             assert!(figure(k) >= 0.0, "{k} = {} in {run}", figure(k));
         }
         // Every request of a batch counts; a batch holds at least one.
@@ -141,6 +161,14 @@ fn every_phase_gives_every_figure_in_the_json_and_the_table() {
         "members: daemon CPU %",
         "members: daemon RSS MiB",
         "members: daemon KiB per member",
+        "limited: tasks/s",
+        "limited: most in any 1 s",
+        "fair: backlog drain tasks/s",
+        "fair: other group's wait p50 ms",
+        "fair: other group's wait p99 ms",
+        "fair: other group's wait max ms",
+        "limit-cost: drain tasks/s",
+        "limit-cost: daemon CPU s / 1000 tasks",
         "daemon RSS after the run MiB",
     ] {
         let line = table

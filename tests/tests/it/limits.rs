@@ -130,7 +130,8 @@ async fn three_queues_share_one_limit_with_twenty_agents() {
         let t = limited(n, vec![uses("api", None)]);
         ids.push(client.enqueue(q, t).await.unwrap().id);
     }
-    let handles = drain_with_agents(d.options(), &["a", "b", "c"], 20, |_| Outcome::Ack(None)).await;
+    let handles =
+        drain_with_agents(d.options(), &["a", "b", "c"], 20, |_| Outcome::Ack(None)).await;
     let reply = client.wait(ids.clone(), 60_000).await.unwrap();
     assert_eq!((reply.finished.len(), reply.pending.len()), (90, 0));
     let leases = leases(&client, &ids).await;
@@ -356,9 +357,20 @@ fn fair_dispatch_from_the_cli_shares_turns_by_weight() {
         );
         String::from_utf8(out.stdout).unwrap()
     };
-    ok(&["queue", "create", "q", "--fair", "true", "--group-weight", "gold=2"]);
+    ok(&[
+        "queue",
+        "create",
+        "q",
+        "--fair",
+        "true",
+        "--group-weight",
+        "gold=2",
+    ]);
     let describe = ok(&["queue", "describe", "q"]);
-    assert!(describe.lines().any(|l| l == "fair\ttrue gold=2"), "{describe}");
+    assert!(
+        describe.lines().any(|l| l == "fair\ttrue gold=2"),
+        "{describe}"
+    );
     let mut groups = HashMap::new();
     for (group, n) in [("tin", 6), ("gold", 6)] {
         for i in 0..n {
@@ -378,9 +390,15 @@ fn fair_dispatch_from_the_cli_shares_turns_by_weight() {
     // what one of tin's does.
     assert_eq!(
         order,
-        ["gold", "tin", "gold", "gold", "tin", "gold", "gold", "tin", "gold"]
+        [
+            "gold", "tin", "gold", "gold", "tin", "gold", "gold", "tin", "gold"
+        ]
     );
-    let task = ok(&["task", "get", groups.iter().find(|(_, g)| **g == "tin").unwrap().0]);
+    let task = ok(&[
+        "task",
+        "get",
+        groups.iter().find(|(_, g)| **g == "tin").unwrap().0,
+    ]);
     assert!(task.lines().any(|l| l == "group\ttin"), "{task}");
     // Bad weights are refused with a one-line message and change nothing.
     for bad in ["gold=0", "gold=1001", "gold", "=2"] {
@@ -390,7 +408,10 @@ fn fair_dispatch_from_the_cli_shares_turns_by_weight() {
         assert_eq!(err.lines().count(), 1, "{bad}: {err}");
     }
     let describe = ok(&["queue", "describe", "q"]);
-    assert!(describe.lines().any(|l| l == "fair\ttrue gold=2"), "{describe}");
+    assert!(
+        describe.lines().any(|l| l == "fair\ttrue gold=2"),
+        "{describe}"
+    );
 }
 
 /// A cluster's leader killed in the middle of a burst: the new leader's buckets start
@@ -450,6 +471,64 @@ async fn a_cluster_failover_in_the_middle_of_a_burst_lets_no_burst_through_twice
         per_ms,
         burst,
     );
+    for h in handles {
+        h.shutdown();
+    }
+}
+
+/// A handler's throttle naming a limit its task does not draw on is refused by the
+/// daemon; the Worker then throttles the task's own limits instead of letting its lease
+/// lapse into a failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttle_naming_another_limit_throttles_the_tasks_own() {
+    let d = Daemon::start();
+    let client = d.client().await;
+    client
+        .queue_create("q", QueuePatch::default())
+        .await
+        .unwrap();
+    let spec = LimitSpec {
+        concurrency: Some(5),
+        ..LimitSpec::default()
+    };
+    client.limit_set("api", spec.clone()).await.unwrap();
+    client.limit_set("other", spec).await.unwrap();
+    let id = client
+        .enqueue("q", limited(0, vec![uses("api", None)]))
+        .await
+        .unwrap()
+        .id;
+    let throttled = Arc::new(Mutex::new(false));
+    let first = Arc::clone(&throttled);
+    let handles = drain_with_agents(d.options(), &["q"], 1, move |_| {
+        let mut first = first.lock().unwrap();
+        if *first {
+            return Outcome::Ack(None);
+        }
+        *first = true;
+        Outcome::Throttled {
+            retry_after: Some(Duration::from_millis(200)),
+            limit: Some("other".into()),
+        }
+    })
+    .await;
+    let reply = client.wait(vec![id.clone()], 30_000).await.unwrap();
+    assert_eq!(reply.finished.len(), 1);
+    let task = client.task_get(&id).await.unwrap();
+    let events: Vec<&str> = task.history.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(
+        (task.state, task.failures, events),
+        (
+            TaskState::Done,
+            0,
+            vec!["enqueued", "leased", "throttled", "leased", "done"]
+        )
+    );
+    let (api, other) = (
+        client.limit_get("api").await.unwrap(),
+        client.limit_get("other").await.unwrap(),
+    );
+    assert_eq!((api.throttled, other.throttled), (1, 0));
     for h in handles {
         h.shutdown();
     }

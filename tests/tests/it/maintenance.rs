@@ -124,15 +124,34 @@ async fn a_snapshot_of_the_live_store_restores_exactly_what_it_held() {
     use muster_sdk::protocol::ops::Claim;
     use muster_sdk::{NewTask, QueuePatch, TaskState};
 
+    use muster_sdk::protocol::model::{LimitSpec, LimitUse};
+
     let d = Daemon::start();
     let client = d.client().await;
-    client
-        .queue_create("jobs", QueuePatch::default())
-        .await
-        .unwrap();
+    // A fair queue with a weight, and a limit its tasks draw on: all in the snapshot.
+    let fair = QueuePatch {
+        fair: Some(true),
+        group_weights: Some([("g1".to_owned(), 3)].into()),
+        ..QueuePatch::default()
+    };
+    client.queue_create("jobs", fair).await.unwrap();
+    let api = LimitSpec {
+        concurrency: Some(3),
+        ..LimitSpec::default()
+    };
+    client.limit_set("api", api.clone()).await.unwrap();
+    let uses = |n: usize| LimitUse {
+        limit: "api".into(),
+        key: None,
+        cost: Some(n as u64 % 2 + 1),
+    };
     let mut ids = Vec::new();
     for n in 0..5 {
-        let task = NewTask::new(muster_sdk::json(&n).unwrap());
+        let task = NewTask {
+            limits: vec![uses(n)],
+            group: Some(format!("g{}", n % 2)),
+            ..NewTask::new(muster_sdk::json(&n).unwrap())
+        };
         ids.push(client.enqueue("jobs", task).await.unwrap().id);
     }
     let got = client.claim(&Claim::new(["jobs"]).max(2)).await.unwrap();
@@ -211,9 +230,25 @@ async fn a_snapshot_of_the_live_store_restores_exactly_what_it_held() {
         (3, 1, 1),
         "{counts:?}"
     );
+    let options = back.queue_describe("jobs").await.unwrap().options;
+    assert_eq!(
+        (options.fair, options.group_weights),
+        (true, [("g1".to_owned(), 3)].into())
+    );
+    let limit = back.limit_get("api").await.unwrap();
+    assert_eq!(
+        (limit.spec, limit.held),
+        (api, 1),
+        "the lease held counts again"
+    );
     for (n, id) in ids.iter().enumerate() {
         let t = back.task_get(id).await.unwrap();
         assert_eq!(t.payload.get(), n.to_string(), "task {id}");
+        assert_eq!(
+            (t.limits, t.group),
+            (vec![uses(n)], Some(format!("g{}", n % 2))),
+            "task {id}"
+        );
         let want = match n {
             0 => TaskState::Done,
             1 => TaskState::Leased,

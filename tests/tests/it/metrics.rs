@@ -759,13 +759,19 @@ async fn each_limit_and_its_ten_busiest_keys_have_their_series() {
     };
     let api_tasks: Vec<NewTask> = (0..3).map(|_| task("api", None)).collect();
     client.enqueue_batch("q", api_tasks).await.unwrap();
-    let per_tasks: Vec<NewTask> = (0..12).map(|k| task("per", Some(format!("k{k}")))).collect();
+    let per_tasks: Vec<NewTask> = (0..12)
+        .map(|k| task("per", Some(format!("k{k}"))))
+        .collect();
     client.enqueue_batch("q", per_tasks).await.unwrap();
     let got = client
         .claim(&Claim::new(["q"]).max(10).member("m"))
         .await
         .unwrap();
-    assert_eq!(got.len(), 2, "two leases fit api's concurrency, per has no token");
+    assert_eq!(
+        got.len(),
+        2,
+        "two leases fit api's concurrency, per has no token"
+    );
     client
         .throttled(&got[0].id, got[0].epoch, Some(60_000), Some("api".into()))
         .await
@@ -776,7 +782,8 @@ async fn each_limit_and_its_ten_busiest_keys_have_their_series() {
             && s.get(r#"muster_limit_waiting{limit="per"}"#) == Some(12.0)
     })
     .await;
-    let key = |name: &str, limit: &str, key: &str| format!(r#"{name}{{limit="{limit}",key="{key}"}}"#);
+    let key =
+        |name: &str, limit: &str, key: &str| format!(r#"{name}{{limit="{limit}",key="{key}"}}"#);
     s.check(&[
         (r#"muster_limit_held{limit="api"}"#.into(), 1.0),
         // The throttled task waits out its throttle in api's line, with the third.

@@ -223,7 +223,34 @@ async fn attempt(c: &Client, op: &str, queue: &str, task: &str, member: &str) ->
             )
             .await,
         ),
+        "watch_limits" => code(
+            c.watch(
+                View::Limits {
+                    after: None,
+                    limit: None,
+                },
+                1,
+            )
+            .await,
+        ),
         "unwatch" => code(c.unwatch().await),
+        // Limits span queues: an allowed change is made (a limit of the cell's own),
+        // an allowed read or delete of a limit that does not exist is `not_found`.
+        "limit_set" => code(
+            c.limit_set(
+                &format!("l-{member}-{queue}"),
+                muster_sdk::protocol::model::LimitSpec {
+                    concurrency: Some(1),
+                    ..Default::default()
+                },
+            )
+            .await,
+        ),
+        "limit_get" => code(c.limit_get("nothing").await),
+        "limit_list" => code(c.limit_list().await),
+        "limit_delete" => code(c.limit_delete("nothing").await),
+        // Not leased: an allowed throttle is `lease_lost`.
+        "throttled" => code(c.throttled(task, 1, None, None).await),
         // A single daemon answers an admin with invalid_state: not refused.
         "cluster_status" => code(c.cluster_status().await),
         "cluster_add" => code(
@@ -278,7 +305,13 @@ const OPS: &[&str] = &[
     "watch_task",
     "watch_member",
     "watch_members",
+    "watch_limits",
     "unwatch",
+    "limit_set",
+    "limit_get",
+    "limit_list",
+    "limit_delete",
+    "throttled",
     "cluster_status",
     "cluster_add",
     "cluster_remove",
@@ -329,6 +362,8 @@ fn allowed(role: &str, op: &str, own: bool) -> bool {
                 | "watch_members"
                 | "cluster_add"
                 | "cluster_remove"
+                | "limit_set"
+                | "limit_delete"
         )
     {
         return false;
@@ -344,6 +379,11 @@ fn allowed(role: &str, op: &str, own: bool) -> bool {
             | "server_stats"
             | "watch_queues"
             | "watch_dead"
+            | "watch_limits"
+            | "limit_set"
+            | "limit_get"
+            | "limit_list"
+            | "limit_delete"
             | "unwatch"
             | "task_find_all_queues"
             | "cluster_status"
@@ -354,7 +394,16 @@ fn allowed(role: &str, op: &str, own: bool) -> bool {
         "admin" | "queue-admin" => true,
         "producer" => matches!(
             op,
-            "queue_list" | "queue_describe" | "enqueue" | "task_get" | "wait" | "cancel"
+            "queue_list"
+                | "queue_describe"
+                | "enqueue"
+                | "task_get"
+                | "wait"
+                | "cancel"
+                | "limit_get"
+                | "limit_list"
+                | "watch_limits"
+                | "unwatch"
         ),
         "consumer" => matches!(
             op,
@@ -371,6 +420,11 @@ fn allowed(role: &str, op: &str, own: bool) -> bool {
                 | "session_update_without_session"
                 | "unsubscribe_without_session"
                 | "session_open"
+                | "throttled"
+                | "limit_get"
+                | "limit_list"
+                | "watch_limits"
+                | "unwatch"
         ),
         other => panic!("no role {other}"),
     };

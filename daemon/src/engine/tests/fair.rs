@@ -5,19 +5,14 @@ use std::collections::BTreeMap;
 
 use muster_protocol::ErrorCode;
 use muster_protocol::model::{NewTask, QueuePatch};
-use muster_protocol::ops::{Enqueue, EngineRequest, QueueUpdate};
+use muster_protocol::ops::{EngineRequest, Enqueue, QueueUpdate};
 
 use super::{Harness, ack, raw};
 
 fn fair(weights: &[(&str, u32)]) -> QueuePatch {
     QueuePatch {
         fair: Some(true),
-        group_weights: Some(
-            weights
-                .iter()
-                .map(|(g, w)| ((*g).to_owned(), *w))
-                .collect(),
-        ),
+        group_weights: Some(weights.iter().map(|(g, w)| ((*g).to_owned(), *w)).collect()),
         ..QueuePatch::default()
     }
 }
