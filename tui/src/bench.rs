@@ -328,6 +328,8 @@ struct Run {
     fair_b_wait_p50_ms: Option<f64>,
     fair_b_wait_p99_ms: Option<f64>,
     fair_b_wait_max_ms: Option<f64>,
+    fair_groups_drain_per_s: Option<f64>,
+    fair_groups_cpu_s_per_1000: Option<f64>,
     limit_cost_drain_per_s: Option<f64>,
     limit_cost_cpu_s_per_1000: Option<f64>,
     rss_mib: Option<f64>,
@@ -378,7 +380,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             flow::limited(&args, &options, &mut run).await?;
         }
         if want(BenchPhase::Fair) {
-            flow::fair(&args, &options, &mut run).await?;
+            flow::fair(&args, &options, daemon.pid(), &mut run).await?;
         }
         run.rss_mib = Some(rss_mib(daemon.pid()));
         daemon.stop()?;
@@ -974,6 +976,10 @@ fn print_table(runs: &[Run]) -> anyhow::Result<()> {
         ("fair: other group's wait p50 ms", |r| r.fair_b_wait_p50_ms),
         ("fair: other group's wait p99 ms", |r| r.fair_b_wait_p99_ms),
         ("fair: other group's wait max ms", |r| r.fair_b_wait_max_ms),
+        ("fair: groups' drain tasks/s", |r| r.fair_groups_drain_per_s),
+        ("fair: groups' daemon CPU s / 1000 tasks", |r| {
+            r.fair_groups_cpu_s_per_1000
+        }),
         ("limit-cost: drain tasks/s", |r| r.limit_cost_drain_per_s),
         ("limit-cost: daemon CPU s / 1000 tasks", |r| {
             r.limit_cost_cpu_s_per_1000

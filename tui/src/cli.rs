@@ -309,6 +309,9 @@ pub struct BenchArgs {
     /// Agents of the `limited` phase.
     #[arg(long, default_value_t = 20, value_parser = at_least_one)]
     pub limit_agents: usize,
+    /// Groups of the `fair` phase's second queue.
+    #[arg(long, default_value_t = 10_000, value_parser = at_least_one)]
+    pub fair_groups: usize,
     /// Keys of the `limit-cost` phase's per-key limit.
     #[arg(long, default_value_t = 100_000, value_parser = at_least_one)]
     pub limit_keys: usize,

@@ -5,6 +5,7 @@ tasks drawing on them, throttles (``Client.throttled``, ``Task.throttled``,
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from datetime import timedelta
 from typing import Any, Dict, List, Tuple
@@ -45,8 +46,19 @@ def test_limits_are_set_read_listed_replaced_and_deleted(daemon: Daemon) -> None
                 waiting=0,
                 granted=0,
                 throttled=0,
-                keys_in_use=0,
-                keys=[],
+                # A new limit's bucket starts empty: in use while it fills, full a
+                # minute (500 tokens at 500 a minute) after its creation.
+                keys_in_use=1,
+                keys=[
+                    muster.LimitKeyInfo(
+                        key="",
+                        tokens=0,
+                        held=0,
+                        waiting=0,
+                        full_ms=openai.created_ms + 60_000,
+                        throttled_until_ms=None,
+                    )
+                ],
                 created_ms=openai.created_ms,
                 updated_ms=openai.created_ms,
             )
@@ -62,9 +74,17 @@ def test_limits_are_set_read_listed_replaced_and_deleted(daemon: Daemon) -> None
             slow = await client.limit_set("slow", rate=[3, timedelta(minutes=2)])
             assert (slow.rate, slow.burst) == (muster.Rate(3, 120_000), 3)
 
-            assert await client.limit_get("openai") == openai
+            # Read again later: the same, but for when the filling bucket is full, which
+            # the daemon gives by the wall clock from its monotonic one (the two may
+            # have drifted a millisecond apart meanwhile).
+            def settled(info: muster.LimitInfo) -> muster.LimitInfo:
+                full = info.keys[0].full_ms
+                assert full is not None and abs(full - (openai.created_ms + 60_000)) <= 1
+                return dataclasses.replace(info, keys=openai.keys)
+
+            assert settled(await client.limit_get("openai")) == openai
             assert [x.name for x in await client.limit_list()] == ["gpu", "mail", "openai", "slow"]
-            assert (await client.limit_list())[2] == openai
+            assert settled((await client.limit_list())[2]) == openai
 
             # Set again: every setting replaced, the creation time kept.
             replaced = await client.limit_set("openai", concurrency=5)

@@ -50,6 +50,8 @@ fn every_phase_gives_every_figure_in_the_json_and_the_table() {
         "3",
         "--limit-keys",
         "50",
+        "--fair-groups",
+        "40",
         "--musterd",
         musterd.to_str().unwrap(),
         "--out",
@@ -98,6 +100,7 @@ fn every_phase_gives_every_figure_in_the_json_and_the_table() {
         "fair_b_wait_p50_ms",
         "fair_b_wait_p99_ms",
         "fair_b_wait_max_ms",
+        "fair_groups_drain_per_s",
         "limit_cost_drain_per_s",
         "rss_mib",
     ];
@@ -118,6 +121,7 @@ fn every_phase_gives_every_figure_in_the_json_and_the_table() {
             "enqueue_cpu_s_per_1000",
             "drain_cpu_s_per_1000",
             "limit_cost_cpu_s_per_1000",
+            "fair_groups_cpu_s_per_1000",
         ] {
             assert!(figure(k) >= 0.0, "{k} = {} in {run}", figure(k));
         }
@@ -167,6 +171,8 @@ fn every_phase_gives_every_figure_in_the_json_and_the_table() {
         "fair: other group's wait p50 ms",
         "fair: other group's wait p99 ms",
         "fair: other group's wait max ms",
+        "fair: groups' drain tasks/s",
+        "fair: groups' daemon CPU s / 1000 tasks",
         "limit-cost: drain tasks/s",
         "limit-cost: daemon CPU s / 1000 tasks",
         "daemon RSS after the run MiB",

@@ -6,7 +6,9 @@
 //!   receive them).
 //! - `fair`: a queue with fair dispatch, group `a` holding a backlog of `tasks`, and
 //!   group `b` enqueuing 50 tasks a second while the workers drain it: how long `b`'s
-//!   tasks wait from enqueue to delivery.
+//!   tasks wait from enqueue to delivery. Then `tasks` tasks spread over `fair_groups`
+//!   groups of another fair queue, drained: tasks a second and the daemon's CPU per
+//!   1,000, to hold against the `drain` phase (the cost of the groups' turns).
 //! - `limit-cost`: `tasks` tasks, each drawing on a per-key limit (never short of room)
 //!   with `limit_keys` keys, drained by the workers: tasks a second and the daemon's
 //!   CPU per 1,000, to hold against the `drain` phase of the same run (tasks without
@@ -168,6 +170,7 @@ pub(super) async fn limited(
 pub(super) async fn fair(
     args: &BenchArgs,
     options: &ConnectOptions,
+    pid: u32,
     run: &mut Run,
 ) -> anyhow::Result<()> {
     let admin = Client::connect(options.clone()).await?;
@@ -223,6 +226,44 @@ pub(super) async fn fair(
     run.fair_b_wait_p50_ms = Some(percentile(&s, 0.5));
     run.fair_b_wait_p99_ms = Some(percentile(&s, 0.99));
     run.fair_b_wait_max_ms = s.last().copied();
+    fair_groups(args, options, &admin, pid, run).await
+}
+
+/// The second part of the `fair` phase: `tasks` tasks over `fair_groups` groups.
+async fn fair_groups(
+    args: &BenchArgs,
+    options: &ConnectOptions,
+    admin: &Client,
+    pid: u32,
+    run: &mut Run,
+) -> anyhow::Result<()> {
+    let patch = QueuePatch {
+        fair: Some(true),
+        ..QueuePatch::default()
+    };
+    admin.queue_create("fair-groups", patch).await?;
+    let tasks = (0..args.tasks)
+        .map(|i| task(Vec::new(), Some(&format!("g{}", i % args.fair_groups))))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    enqueue_all(admin, "fair-groups", tasks).await?;
+    let cpu = cpu_seconds(pid);
+    let acked = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let workers = start_workers(
+        options,
+        &["fair-groups"],
+        args.workers,
+        args.prefetch,
+        Arc::new(|_| {}),
+        Arc::clone(&acked),
+    )
+    .await?;
+    wait_for(&acked, args.tasks, "fair: groups' tasks acked").await?;
+    run.fair_groups_drain_per_s = Some(args.tasks as f64 / started.elapsed().as_secs_f64());
+    run.fair_groups_cpu_s_per_1000 = Some((cpu_seconds(pid) - cpu) / (args.tasks as f64 / 1000.0));
+    for w in workers {
+        w.abort();
+    }
     Ok(())
 }
 
