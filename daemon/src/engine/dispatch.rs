@@ -352,8 +352,13 @@ impl DispatchIndex {
             .map(|(_, _, id)| Ulid::from_bytes(id))
     }
 
-    /// Task `id`, about to be leased, was picked: its group (in a fair queue) has had
-    /// its turn.
+    /// Whether the queue dispatches fairly between groups.
+    pub fn is_fair(&self) -> bool {
+        self.classes.fair()
+    }
+
+    /// A task of `group`, about to be leased, was picked: the group (in a fair queue)
+    /// has had its turn.
     pub fn served(&mut self, group: Option<&Group>) {
         self.classes.served(group);
     }

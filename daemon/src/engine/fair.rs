@@ -337,6 +337,8 @@ impl Classes {
         self.sets.contains_key(class)
     }
 
+    /// How many classes have dispatchable tasks (for the debug checks).
+    #[cfg(any(test, debug_assertions))]
     pub fn len(&self) -> usize {
         self.sets.len()
     }

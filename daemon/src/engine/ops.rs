@@ -1059,17 +1059,23 @@ impl<W: Waiter> Engine<W> {
         Ok(out)
     }
 
-    /// The next ready task of a queue that this claimer may take: one whose limits
-    /// have room for it now. An admitted task whose room was taken since (by another
+    /// The next ready task of a queue that this claimer may take (and will lease at
+    /// once): one whose limits have room for it now. An admitted task whose room was taken since (by another
     /// queue's lease) goes back to its line, and the next is looked at.
     fn pick(&mut self, queue: &str, spec: &ClaimSpec, now: Now) -> Option<Ulid> {
         loop {
             let id = self.candidate(queue, spec, now)?;
             let q = self.index.queues.get_mut(queue)?;
-            let Some(uses) = q.dispatch.uses(id) else {
-                return Some(id);
-            };
-            if self.index.limits.grantable(uses).is_ok() {
+            let grantable = q
+                .dispatch
+                .uses(id)
+                .is_none_or(|uses| self.index.limits.grantable(uses).is_ok());
+            if grantable {
+                // Picked for a lease: its group (in a fair queue) has had its turn, while
+                // the task is still in its class (so its group is still active).
+                if q.dispatch.is_fair() {
+                    q.dispatch.served(self.index.grouped.get(&id));
+                }
                 return Some(id);
             }
             let name = Arc::clone(&q.name);
@@ -1144,16 +1150,6 @@ impl<W: Waiter> Engine<W> {
             // A new grant takes its limits' tokens; a lease handed back to its member
             // (reclaimed, redelivered) is the same grant and takes none.
             self.index.limits.take(uses);
-        }
-        if grant == Grant::Leased {
-            // Its group (in a fair queue) has had its turn; the task is still in its
-            // class, so its group is still active.
-            let queue = self
-                .index
-                .queues
-                .get_mut(rec.queue.as_str())
-                .expect("a leased task's queue is loaded");
-            queue.dispatch.served(self.index.grouped.get(&id));
         }
         let expires = now.wall_ms + (deadline - now.mono_ms);
         let epoch = self.record_lease(id, &mut rec, member, expires, now, grant);

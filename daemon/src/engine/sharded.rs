@@ -78,6 +78,10 @@ impl<K: Hash + Eq, V, S: BuildHasher + Default> ShardedMap<K, V, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        // An empty map (most tasks name no limit and no group) answers without hashing.
+        if self.len == 0 {
+            return None;
+        }
         self.shards.get(self.shard(key))?.get(key)
     }
 
@@ -129,6 +133,9 @@ impl<K: Hash + Eq, V, S: BuildHasher + Default> ShardedMap<K, V, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        if self.len == 0 {
+            return None;
+        }
         let shard = self.shard(key);
         let old = self.shards.get_mut(shard)?.remove(key);
         if old.is_some() {
