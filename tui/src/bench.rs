@@ -323,15 +323,19 @@ struct Run {
     members_rss_mib: Option<f64>,
     members_kib_per_member: Option<f64>,
     limited_per_s: Option<f64>,
+    limited_steady_per_s: Option<f64>,
     limited_most_in_1s: Option<f64>,
-    fair_drain_per_s: Option<f64>,
     fair_b_wait_p50_ms: Option<f64>,
     fair_b_wait_p99_ms: Option<f64>,
     fair_b_wait_max_ms: Option<f64>,
     fair_groups_drain_per_s: Option<f64>,
+    fair_groups_vs_plain: Option<f64>,
     fair_groups_cpu_s_per_1000: Option<f64>,
+    fair_groups_cpu_vs_plain: Option<f64>,
     limit_cost_drain_per_s: Option<f64>,
+    limit_cost_vs_plain: Option<f64>,
     limit_cost_cpu_s_per_1000: Option<f64>,
+    limit_cost_cpu_vs_plain: Option<f64>,
     rss_mib: Option<f64>,
 }
 
@@ -971,19 +975,25 @@ fn print_table(runs: &[Run]) -> anyhow::Result<()> {
             r.members_kib_per_member
         }),
         ("limited: tasks/s", |r| r.limited_per_s),
+        ("limited: tasks/s past the first s", |r| {
+            r.limited_steady_per_s
+        }),
         ("limited: most in any 1 s", |r| r.limited_most_in_1s),
-        ("fair: backlog drain tasks/s", |r| r.fair_drain_per_s),
         ("fair: other group's wait p50 ms", |r| r.fair_b_wait_p50_ms),
         ("fair: other group's wait p99 ms", |r| r.fair_b_wait_p99_ms),
         ("fair: other group's wait max ms", |r| r.fair_b_wait_max_ms),
         ("fair: groups' drain tasks/s", |r| r.fair_groups_drain_per_s),
+        ("fair: groups' tasks/s vs plain", |r| r.fair_groups_vs_plain),
         ("fair: groups' daemon CPU s / 1000 tasks", |r| {
             r.fair_groups_cpu_s_per_1000
         }),
+        ("fair: groups' CPU vs plain", |r| r.fair_groups_cpu_vs_plain),
         ("limit-cost: drain tasks/s", |r| r.limit_cost_drain_per_s),
+        ("limit-cost: tasks/s vs plain", |r| r.limit_cost_vs_plain),
         ("limit-cost: daemon CPU s / 1000 tasks", |r| {
             r.limit_cost_cpu_s_per_1000
         }),
+        ("limit-cost: CPU vs plain", |r| r.limit_cost_cpu_vs_plain),
         ("daemon RSS after the run MiB", |r| r.rss_mib),
     ];
     println!(

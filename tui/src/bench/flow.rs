@@ -1,18 +1,20 @@
 //! The flow-control phases of `muster bench`.
 //!
 //! - `limited`: `limit_agents` agents on three queues whose tasks all draw on one limit
-//!   of `limit_rate` tokens a second (burst a tenth of that): the rate they are handed
-//!   out at, and the most handed out in any one second (sliding, by when the agents
-//!   receive them).
+//!   of `limit_rate` tokens a second (burst a fiftieth of that, 20 ms of tokens): the
+//!   rate they are handed out at (and past the first second, once the burst gathered
+//!   before the first delivery is spent), and the most handed out in any one second
+//!   (sliding, by when the agents receive them; at most the rate and the burst).
 //! - `fair`: a queue with fair dispatch, group `a` holding a backlog of `tasks`, and
 //!   group `b` enqueuing 50 tasks a second while the workers drain it: how long `b`'s
 //!   tasks wait from enqueue to delivery. Then `tasks` tasks spread over `fair_groups`
-//!   groups of another fair queue, drained: tasks a second and the daemon's CPU per
-//!   1,000, to hold against the `drain` phase (the cost of the groups' turns).
+//!   groups of fair queues, drained alongside as many plain tasks: tasks a second and
+//!   the daemon's CPU per 1,000, and both against the plain tasks' (the cost of the
+//!   groups' turns).
 //! - `limit-cost`: `tasks` tasks, each drawing on a per-key limit (never short of room)
-//!   with `limit_keys` keys, drained by the workers: tasks a second and the daemon's
-//!   CPU per 1,000, to hold against the `drain` phase of the same run (tasks without
-//!   limits).
+//!   with `limit_keys` keys, drained by the workers alongside as many tasks without
+//!   limits: tasks a second and the daemon's CPU per 1,000, and both against the plain
+//!   tasks'.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -105,7 +107,7 @@ pub(super) async fn limited(
             count: rate,
             per_ms: 1000,
         }),
-        burst: Some((rate / 10).max(1)),
+        burst: Some((rate / 50).max(1)),
         ..LimitSpec::default()
     };
     admin.limit_set("bench-budget", spec).await?;
@@ -155,10 +157,17 @@ pub(super) async fn limited(
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone();
     times.sort_unstable();
+    // The bucket filled up to its burst before the first delivery; past the first
+    // second, the rate is the refill's alone.
     if let (Some(first), Some(last)) = (times.first(), times.last())
         && last > first
     {
         run.limited_per_s = Some((times.len() - 1) as f64 / (*last - *first).as_secs_f64());
+        let settled = *first + Duration::from_secs(1);
+        let after = times.iter().filter(|t| **t >= settled).count();
+        if *last > settled && after > 1 {
+            run.limited_steady_per_s = Some((after - 1) as f64 / (*last - settled).as_secs_f64());
+        }
     }
     run.limited_most_in_1s = Some(most_in_window(&times, Duration::from_secs(1)) as f64);
     for q in LIMITED_QUEUES {
@@ -193,7 +202,6 @@ pub(super) async fn fair(
         }
     });
     let acked = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
     let workers = start_workers(
         options,
         &["fair"],
@@ -214,7 +222,6 @@ pub(super) async fn fair(
         admin.enqueue("fair", task).await?;
     }
     wait_for(&acked, args.tasks + FAIR_B_TASKS, "fair: tasks acked").await?;
-    run.fair_drain_per_s = Some(args.tasks as f64 / started.elapsed().as_secs_f64());
     for w in workers {
         w.abort();
     }
@@ -229,7 +236,8 @@ pub(super) async fn fair(
     fair_groups(args, options, &admin, pid, run).await
 }
 
-/// The second part of the `fair` phase: `tasks` tasks over `fair_groups` groups.
+/// The second part of the `fair` phase: `tasks` tasks over `fair_groups` groups of a
+/// fair queue, against as many plain ones ([`against_plain`]).
 async fn fair_groups(
     args: &BenchArgs,
     options: &ConnectOptions,
@@ -237,33 +245,19 @@ async fn fair_groups(
     pid: u32,
     run: &mut Run,
 ) -> anyhow::Result<()> {
-    let patch = QueuePatch {
+    let fair = QueuePatch {
         fair: Some(true),
         ..QueuePatch::default()
     };
-    admin.queue_create("fair-groups", patch).await?;
-    let tasks = (0..args.tasks)
-        .map(|i| task(Vec::new(), Some(&format!("g{}", i % args.fair_groups))))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    enqueue_all(admin, "fair-groups", tasks).await?;
-    let cpu = cpu_seconds(pid);
-    let acked = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let workers = start_workers(
-        options,
-        &["fair-groups"],
-        args.workers,
-        args.prefetch,
-        Arc::new(|_| {}),
-        Arc::clone(&acked),
-    )
+    let groups = args.fair_groups;
+    let cost = against_plain(args, options, admin, pid, "fair-groups", fair, |i| {
+        task(Vec::new(), Some(&format!("g{}", i % groups)))
+    })
     .await?;
-    wait_for(&acked, args.tasks, "fair: groups' tasks acked").await?;
-    run.fair_groups_drain_per_s = Some(args.tasks as f64 / started.elapsed().as_secs_f64());
-    run.fair_groups_cpu_s_per_1000 = Some((cpu_seconds(pid) - cpu) / (args.tasks as f64 / 1000.0));
-    for w in workers {
-        w.abort();
-    }
+    run.fair_groups_drain_per_s = Some(cost.per_s);
+    run.fair_groups_vs_plain = Some(cost.per_s_vs_plain);
+    run.fair_groups_cpu_s_per_1000 = Some(cost.cpu_s_per_1000);
+    run.fair_groups_cpu_vs_plain = cost.cpu_vs_plain;
     Ok(())
 }
 
@@ -285,37 +279,115 @@ pub(super) async fn limit_cost(
         ..LimitSpec::default()
     };
     admin.limit_set("bench-keys", spec).await?;
-    admin.queue_create("keyed", QueuePatch::default()).await?;
-    let tasks = (0..args.tasks)
-        .map(|i| {
+    let keys = args.limit_keys;
+    let cost = against_plain(
+        args,
+        options,
+        &admin,
+        pid,
+        "keyed",
+        QueuePatch::default(),
+        |i| {
             let uses = LimitUse {
                 limit: "bench-keys".into(),
-                key: Some(format!("k{}", i % args.limit_keys)),
+                key: Some(format!("k{}", i % keys)),
                 cost: None,
             };
             task(vec![uses], None)
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    enqueue_all(&admin, "keyed", tasks).await?;
+        },
+    )
+    .await?;
+    run.limit_cost_drain_per_s = Some(cost.per_s);
+    run.limit_cost_vs_plain = Some(cost.per_s_vs_plain);
+    run.limit_cost_cpu_s_per_1000 = Some(cost.cpu_s_per_1000);
+    run.limit_cost_cpu_vs_plain = cost.cpu_vs_plain;
+    Ok(())
+}
+
+/// What draining some kind of tasks costs, and against plain tasks drained alongside.
+struct Cost {
+    per_s: f64,
+    per_s_vs_plain: f64,
+    cpu_s_per_1000: f64,
+    /// `None` when the plain tasks' CPU rounded to no tick of the clock.
+    cpu_vs_plain: Option<f64>,
+}
+
+/// Drains `tasks` tasks made by `make` (on queues `NAME-1`, `NAME-2` created with
+/// `patch`) and as many plain tasks (`NAME-plain-1`, `-2`), a quarter at a time in the
+/// order plain, made, made, plain, all enqueued first: each kind meets the store and
+/// the machine as the other does.
+async fn against_plain(
+    args: &BenchArgs,
+    options: &ConnectOptions,
+    admin: &Client,
+    pid: u32,
+    name: &str,
+    patch: QueuePatch,
+    make: impl Fn(usize) -> anyhow::Result<NewTask>,
+) -> anyhow::Result<Cost> {
+    let quarter = (args.tasks / 4).max(1);
+    let (plain, made) = (
+        [format!("{name}-plain-1"), format!("{name}-plain-2")],
+        [format!("{name}-1"), format!("{name}-2")],
+    );
+    for (n, q) in made.iter().enumerate() {
+        admin.queue_create(q, patch.clone()).await?;
+        let tasks = (n * quarter..(n + 1) * quarter)
+            .map(&make)
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        enqueue_all(admin, q, tasks).await?;
+    }
+    for q in &plain {
+        admin.queue_create(q, QueuePatch::default()).await?;
+        let tasks = (0..quarter)
+            .map(|_| task(Vec::new(), None))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        enqueue_all(admin, q, tasks).await?;
+    }
+    let mut spent = [(0.0, 0.0); 2];
+    for (kind, q) in [(0, &plain[0]), (1, &made[0]), (1, &made[1]), (0, &plain[1])] {
+        let (secs, cpu) = drain_queue(args, options, pid, q, quarter).await?;
+        spent[kind].0 += secs;
+        spent[kind].1 += cpu;
+    }
+    let n = (2 * quarter) as f64;
+    let [(plain_s, plain_cpu), (made_s, made_cpu)] = spent;
+    Ok(Cost {
+        per_s: n / made_s,
+        per_s_vs_plain: plain_s / made_s,
+        cpu_s_per_1000: made_cpu / (n / 1000.0),
+        cpu_vs_plain: (plain_cpu > 0.0).then(|| made_cpu / plain_cpu),
+    })
+}
+
+/// Drains the `n` tasks of `queue` with the workers: the seconds it took and the
+/// daemon's CPU seconds meanwhile.
+async fn drain_queue(
+    args: &BenchArgs,
+    options: &ConnectOptions,
+    pid: u32,
+    queue: &str,
+    n: usize,
+) -> anyhow::Result<(f64, f64)> {
     let cpu = cpu_seconds(pid);
     let acked = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let workers = start_workers(
         options,
-        &["keyed"],
+        &[queue],
         args.workers,
         args.prefetch,
         Arc::new(|_| {}),
         Arc::clone(&acked),
     )
     .await?;
-    wait_for(&acked, args.tasks, "limit-cost: tasks acked").await?;
-    run.limit_cost_drain_per_s = Some(args.tasks as f64 / started.elapsed().as_secs_f64());
-    run.limit_cost_cpu_s_per_1000 = Some((cpu_seconds(pid) - cpu) / (args.tasks as f64 / 1000.0));
+    wait_for(&acked, n, &format!("{queue}: tasks acked")).await?;
+    let secs = started.elapsed().as_secs_f64();
     for w in workers {
         w.abort();
     }
-    Ok(())
+    Ok((secs, cpu_seconds(pid) - cpu))
 }
 
 #[cfg(test)]
