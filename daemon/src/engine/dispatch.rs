@@ -398,6 +398,10 @@ impl DispatchIndex {
 
     /// The limits of dispatchable task `id`, if it draws on any.
     pub fn uses(&self, id: Ulid) -> Option<&Uses> {
+        // Most queues have no task with limits: no hashing for them.
+        if self.gated.is_empty() {
+            return None;
+        }
         self.gated.get(&id).map(|g| &g.uses)
     }
 
@@ -648,7 +652,7 @@ impl DispatchIndex {
         group: Option<&Group>,
         gate: &mut Gate<'_>,
     ) {
-        if self.gated.contains_key(&id) {
+        if !self.gated.is_empty() && self.gated.contains_key(&id) {
             self.unplace(id, gate);
             self.gated.remove(&id);
             return;
