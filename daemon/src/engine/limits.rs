@@ -31,6 +31,7 @@
 //! its first waiting task will fit, so a task is handed out in the dispatcher's round
 //! its bucket refills.
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -768,44 +769,57 @@ impl Limits {
     ) -> LimitInfo {
         let now = self.now;
         let def = &self.defs[limit];
-        let mut keys: Vec<LimitKeyInfo> = Vec::new();
-        for key in &in_use {
-            let id = (Arc::clone(limit), Arc::clone(key));
-            let w = self.buckets.get(&id).map_or(0, |b| {
-                b.lines.values().map(|l| l.waiting.len() as u64).sum()
-            });
-            let (tokens, full_ms) = match def.rec.spec.rate {
-                None => (None, None),
-                Some(rate) => {
-                    let level = self.level(def, &id, now);
-                    let cap = def.cap(rate);
-                    let full = (level < cap).then(|| {
-                        let ms = (cap - level).div_ceil(u128::from(rate.count));
-                        now_wall.saturating_add(u64::try_from(ms).unwrap_or(u64::MAX))
-                    });
-                    (
-                        Some(u64::try_from(level / u128::from(rate.per_ms)).unwrap_or(u64::MAX)),
-                        full,
-                    )
-                }
-            };
-            let throttled_until_ms = self
-                .buckets
-                .get(&id)
-                .filter(|b| b.throttled_until > now)
-                .map(|b| now_wall.saturating_add(b.throttled_until - now));
-            keys.push(LimitKeyInfo {
-                key: key.to_string(),
-                tokens,
-                held: u64::from(self.held(&id, def)),
-                waiting: w,
-                full_ms,
-                throttled_until_ms,
-            });
+        // Every key in use is counted, the busiest are described: the sort key of each
+        // (most held, then most waiting, then by name) first, the rest for those only.
+        let mut busiest: Vec<(Reverse<u32>, Reverse<u64>, &Arc<str>)> = in_use
+            .iter()
+            .map(|key| {
+                let id = (Arc::clone(limit), Arc::clone(key));
+                let waiting = self.buckets.get(&id).map_or(0, |b| {
+                    b.lines.values().map(|l| l.waiting.len() as u64).sum()
+                });
+                (Reverse(self.held(&id, def)), Reverse(waiting), key)
+            })
+            .collect();
+        let keys_in_use = busiest.len() as u64;
+        let listed = muster_protocol::limits::MAX_LISTED_LIMIT_KEYS;
+        if busiest.len() > listed {
+            busiest.select_nth_unstable(listed - 1);
+            busiest.truncate(listed);
         }
-        keys.sort_by(|a, b| (b.held, b.waiting, &a.key).cmp(&(a.held, a.waiting, &b.key)));
-        let keys_in_use = keys.len() as u64;
-        keys.truncate(muster_protocol::limits::MAX_LISTED_LIMIT_KEYS);
+        busiest.sort_unstable();
+        let keys = busiest
+            .into_iter()
+            .map(|(Reverse(held), Reverse(waiting), key)| {
+                let id = (Arc::clone(limit), Arc::clone(key));
+                let (tokens, full_ms) = match def.rec.spec.rate {
+                    None => (None, None),
+                    Some(rate) => {
+                        let level = self.level(def, &id, now);
+                        let cap = def.cap(rate);
+                        let full = (level < cap).then(|| {
+                            let ms = (cap - level).div_ceil(u128::from(rate.count));
+                            now_wall.saturating_add(u64::try_from(ms).unwrap_or(u64::MAX))
+                        });
+                        let tokens = level / u128::from(rate.per_ms);
+                        (Some(u64::try_from(tokens).unwrap_or(u64::MAX)), full)
+                    }
+                };
+                let throttled_until_ms = self
+                    .buckets
+                    .get(&id)
+                    .filter(|b| b.throttled_until > now)
+                    .map(|b| now_wall.saturating_add(b.throttled_until - now));
+                LimitKeyInfo {
+                    key: key.to_string(),
+                    tokens,
+                    held: u64::from(held),
+                    waiting,
+                    full_ms,
+                    throttled_until_ms,
+                }
+            })
+            .collect();
         LimitInfo {
             name: limit.to_string(),
             spec: spec_shown(&def.rec.spec),
