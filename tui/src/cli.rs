@@ -303,9 +303,13 @@ pub struct BenchArgs {
     /// Members renewing a lease every second.
     #[arg(long, default_value_t = 1000, value_parser = at_least_one)]
     pub members: usize,
-    /// Tokens a second of the `limited` phase's limit (its burst is a tenth of it).
+    /// Tokens a second of the `limited` phase's limit.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub limit_rate: u64,
+    /// The burst of the `limited` phase's limit: the most tokens its bucket holds (10:
+    /// 20 ms of tokens at 500 a second, what a dispatcher round may take to hand them out).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub limit_burst: u64,
     /// Agents of the `limited` phase.
     #[arg(long, default_value_t = 20, value_parser = at_least_one)]
     pub limit_agents: usize,

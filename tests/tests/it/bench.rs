@@ -49,6 +49,8 @@ fn every_phase_gives_every_figure_in_the_json_and_the_table() {
         "200",
         "--limit-agents",
         "3",
+        "--limit-burst",
+        "4",
         "--limit-keys",
         "50",
         "--fair-groups",

@@ -1,10 +1,10 @@
 //! The flow-control phases of `muster bench`.
 //!
 //! - `limited`: `limit_agents` agents on three queues whose tasks all draw on one limit
-//!   of `limit_rate` tokens a second (burst a fiftieth of that, 20 ms of tokens): the
-//!   rate they are handed out at (and past the first second, once the burst gathered
-//!   before the first delivery is spent), and the most handed out in any one second
-//!   (sliding, by when the agents receive them; at most the rate and the burst).
+//!   of `limit_rate` tokens a second and a burst of `limit_burst`: the rate they are
+//!   handed out at (and past the first second, once the burst gathered before the
+//!   first delivery is spent), and the most handed out in any one second (sliding, by
+//!   when the agents receive them; at most the rate and the burst).
 //! - `fair`: a queue with fair dispatch, group `a` holding a backlog of `tasks`, and
 //!   group `b` enqueuing 50 tasks a second while the workers drain it: how long `b`'s
 //!   tasks wait from enqueue to delivery. Then `tasks` tasks spread over `fair_groups`
@@ -107,7 +107,7 @@ pub(super) async fn limited(
             count: rate,
             per_ms: 1000,
         }),
-        burst: Some((rate / 50).max(1)),
+        burst: Some(args.limit_burst),
         ..LimitSpec::default()
     };
     admin.limit_set("bench-budget", spec).await?;
