@@ -1222,6 +1222,26 @@ fn a_queue_with_ready_work_and_no_consumer_is_stuck_and_says_why() {
         screen_text.contains("0 consumers · stuck: ready work and no consumer"),
         "{screen_text}"
     );
+    // Tasks waiting for a limit's room are counted apart from those held back.
+    let mut limited = queue("emails", [0, 12, 3, 880, 0, 0], false);
+    (limited.held_back, limited.waiting_on_limits) = (2, 5);
+    deliver(
+        &mut app,
+        tag,
+        WatchUpdate::Tasks {
+            queue: limited,
+            state: TaskState::Ready,
+            tasks: (0..3)
+                .map(|n| task(n, "emails", TaskState::Ready))
+                .collect(),
+            next: None,
+        },
+    );
+    let wide = screen(&app, 200, 50).backend().to_string();
+    assert!(
+        wide.contains(" · held back 2 · waiting on limits 5"),
+        "{wide}"
+    );
 }
 
 #[test]

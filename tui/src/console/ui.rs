@@ -679,6 +679,12 @@ fn queue_facts(app: &App, q: &QueueInfo) -> Line<'static> {
     if q.held_back > 0 {
         facts.push(Span::raw(format!(" · held back {}", q.held_back)));
     }
+    if q.waiting_on_limits > 0 {
+        facts.push(Span::raw(format!(
+            " · waiting on limits {}",
+            q.waiting_on_limits
+        )));
+    }
     if q.unclaimable > 0 {
         let sets: Vec<String> = q.unclaimable_requires.iter().map(|s| s.join("+")).collect();
         facts.push(Span::styled(
