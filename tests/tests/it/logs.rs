@@ -237,8 +237,16 @@ async fn info_lines_tell_a_members_life_and_every_operator_action() {
     assert_eq!(refused.code(), Some(muster_sdk::ErrorCode::NotFound));
     assert_eq!(ops.queue_purge("jobs").await.unwrap(), 3);
     assert_eq!(ops.queue_delete("jobs").await.unwrap(), 1);
+    // Limits are operator actions too; reading one is not.
+    let spec = muster_sdk::protocol::model::LimitSpec {
+        concurrency: Some(2),
+        ..Default::default()
+    };
+    ops.limit_set("openai", spec).await.unwrap();
+    ops.limit_get("openai").await.unwrap();
+    assert_eq!(ops.limit_delete("openai").await.unwrap(), 0);
 
-    let last = "ops queue_delete jobs tasks=1";
+    let last = "ops limit_delete openai tasks=0";
     let mut log = String::new();
     for _ in 0..100 {
         log = d.log();
@@ -264,6 +272,8 @@ async fn info_lines_tell_a_members_life_and_every_operator_action() {
         "ops redrive jobs tasks=1".to_owned(),
         "ops discard short tasks=1".to_owned(),
         "ops queue_purge jobs tasks=3".to_owned(),
+        "ops queue_delete jobs tasks=1".to_owned(),
+        "ops limit_set openai tasks=0".to_owned(),
         last.to_owned(),
     ];
     assert_eq!(story(&log), want, "log:\n{log}");
