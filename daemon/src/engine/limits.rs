@@ -718,43 +718,48 @@ impl Limits {
     }
 
     /// Each limit's keys in use (buckets below full, with lines or throttles, and keys
-    /// holding leases) and the tasks waiting in its lines.
-    fn in_use(&self) -> HashMap<Arc<str>, (BTreeSet<Arc<str>>, u64)> {
-        let mut used: HashMap<Arc<str>, (BTreeSet<Arc<str>>, u64)> = HashMap::new();
+    /// holding leases), each once, and the tasks waiting in its lines.
+    fn in_use(&self) -> HashMap<Arc<str>, (Vec<Arc<str>>, u64)> {
+        let mut used: HashMap<Arc<str>, (Vec<Arc<str>>, u64)> = HashMap::new();
         for ((limit, key), bucket) in &self.buckets {
             let u = used.entry(Arc::clone(limit)).or_default();
-            u.0.insert(Arc::clone(key));
+            u.0.push(Arc::clone(key));
             u.1 += bucket
                 .lines
                 .values()
                 .map(|l| l.waiting.len() as u64)
                 .sum::<u64>();
         }
-        for ((limit, key), n) in &self.held_by_key {
-            if *n > 0 && self.defs.get(limit).is_some_and(|d| d.rec.spec.per_key) {
-                used.entry(Arc::clone(limit))
+        // Keys holding leases whose bucket is not kept (full, or no rate).
+        for (id, n) in &self.held_by_key {
+            if *n > 0
+                && self.defs.get(&id.0).is_some_and(|d| d.rec.spec.per_key)
+                && !self.buckets.contains_key(id)
+            {
+                used.entry(Arc::clone(&id.0))
                     .or_default()
                     .0
-                    .insert(Arc::clone(key));
+                    .push(Arc::clone(&id.1));
             }
         }
-        for (limit, n) in &self.held_by_limit {
-            if *n > 0 && self.defs.get(limit).is_some_and(|d| !d.rec.spec.per_key) {
-                used.entry(Arc::clone(limit))
-                    .or_default()
-                    .0
-                    .insert(Arc::from(""));
-            }
-        }
-        // A shared bucket not kept is still filling if it started empty less than a
-        // bucket's time ago: in use too, though no task touched it yet.
+        // A shared bucket not kept is in use while leases hold it, or while it still
+        // fills since it started empty (though no task touched it yet).
         for (limit, def) in &self.defs {
-            let Some(rate) = def.rec.spec.rate.filter(|_| !def.rec.spec.per_key) else {
+            if def.rec.spec.per_key {
                 continue;
-            };
+            }
             let id = (Arc::clone(limit), Arc::from(""));
-            if self.level(def, &id, self.now) < def.cap(rate) {
-                used.entry(Arc::clone(limit)).or_default().0.insert(id.1);
+            if self.buckets.contains_key(&id) {
+                continue;
+            }
+            let held = self.held_by_limit.get(limit).is_some_and(|n| *n > 0);
+            let filling = def
+                .rec
+                .spec
+                .rate
+                .is_some_and(|rate| self.level(def, &id, self.now) < def.cap(rate));
+            if held || filling {
+                used.entry(Arc::clone(limit)).or_default().0.push(id.1);
             }
         }
         used
@@ -764,7 +769,7 @@ impl Limits {
     fn info_of(
         &self,
         limit: &Arc<str>,
-        (in_use, waiting): (BTreeSet<Arc<str>>, u64),
+        (in_use, waiting): (Vec<Arc<str>>, u64),
         now_wall: u64,
     ) -> LimitInfo {
         let now = self.now;
