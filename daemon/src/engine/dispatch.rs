@@ -37,7 +37,7 @@ use muster_protocol::model::TaskState;
 
 use super::fair::{Classes, Group, Ready};
 use super::limits::{BucketId, Gated, Limits, Uses};
-use super::sharded::ShardedMap;
+use super::sharded::{IdMap, ShardedMap};
 
 /// The labels a task requires, sorted and without duplicates; shared by its class.
 pub type Class = Arc<[String]>;
@@ -187,7 +187,7 @@ pub struct DispatchIndex {
     /// Dispatchable tasks in the classes of `unclaimable`.
     unclaimable_ready: u64,
     /// Dispatchable tasks with limits, admitted (in `classes`) or waiting in a line.
-    gated: HashMap<Ulid, GatedTask>,
+    gated: IdMap<GatedTask>,
     /// How many of them wait in a line.
     waiting_on_limits: u64,
 }

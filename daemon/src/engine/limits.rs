@@ -78,14 +78,22 @@ struct Def {
 }
 
 impl Def {
-    /// The bucket that key `key` of limit `limit` draws on under this definition.
-    fn bucket(&self, limit: &Arc<str>, key: &Arc<str>) -> BucketId {
-        let key = if self.rec.spec.per_key {
-            Arc::clone(key)
-        } else {
-            Arc::from("")
+    /// The bucket that key `key` of limit `limit` draws on under this definition;
+    /// `no_key` is the shared `""`.
+    fn bucket(&self, limit: &Arc<str>, key: &Arc<str>, no_key: &Arc<str>) -> BucketId {
+        let key = if self.rec.spec.per_key { key } else { no_key };
+        (Arc::clone(limit), Arc::clone(key))
+    }
+
+    /// Tokens in units at `now` of a bucket of this limit: `bucket` if kept, else one
+    /// that gathered since the limit's epoch.
+    fn level(&self, bucket: Option<&Bucket>, now: u64) -> u128 {
+        let Some(rate) = self.rec.spec.rate else {
+            return 0;
         };
-        (Arc::clone(limit), key)
+        let (level, at) = bucket.map_or((0, self.epoch), |b| (b.level, b.at));
+        let gathered = u128::from(now.saturating_sub(at)) * u128::from(rate.count);
+        (level + gathered).min(self.cap(rate))
     }
 
     /// Units of a full bucket (1 token = `per_ms` units; the rate adds `count` a ms).
@@ -167,6 +175,14 @@ struct Bucket {
     throttled_until: u64,
 }
 
+impl Bucket {
+    /// Whether tasks wait in any of its lines: only then can its room growing admit
+    /// anything.
+    fn has_waiting(&self) -> bool {
+        self.lines.values().any(|l| !l.waiting.is_empty())
+    }
+}
+
 /// What a gate decided for a task.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Gated {
@@ -194,6 +210,8 @@ pub struct Limits {
     unthrottled: Vec<BucketId>,
     /// When the engine started (monotonic ms): every bucket was empty then.
     started: u64,
+    /// The key of every limit's shared bucket, `""`, allocated once.
+    no_key: Arc<str>,
     /// The time of the engine's current call (monotonic ms), which every decision here
     /// is taken at ([`Self::set_now`]).
     now: u64,
@@ -211,6 +229,7 @@ impl Limits {
             grown: BTreeSet::new(),
             unthrottled: Vec::new(),
             started: now,
+            no_key: Arc::from(""),
             now,
         }
     }
@@ -286,8 +305,7 @@ impl Limits {
         for id in &affected {
             // Bring each bucket up to date under the old rate, then express its tokens
             // under the new one (whole tokens: a fraction is dropped, never made up).
-            self.refresh(id, now);
-            let bucket = self.buckets.get_mut(id).expect("listed above");
+            let bucket = self.refresh(id, now);
             bucket.level = match (old_rate, rec.spec.rate) {
                 (Some(old), Some(new)) => {
                     let tokens = bucket.level / u128::from(old.per_ms);
@@ -434,30 +452,39 @@ impl Limits {
     /// bucket drained since ([`Self::drain_bucket`]) already gave its place back.
     pub fn ungate(&mut self, queue: &Arc<str>, entry: Entry, gated: &Gated) {
         let id = Ulid::from_bytes(entry.1);
-        match gated {
-            Gated::Waiting(bucket) => {
-                if let Some(line) = self.kept_line(bucket, queue) {
-                    assert!(line.unwait(&entry).is_some(), "task {id} waits in its line");
-                    self.tidy(bucket, queue);
-                    self.grown.insert(bucket.clone());
-                }
+        let charged = match gated {
+            Gated::Waiting(bucket) => std::slice::from_ref(bucket),
+            Gated::Admitted(charged) => charged.as_slice(),
+        };
+        for bucket in charged {
+            let Some(b) = self.buckets.get_mut(bucket) else {
+                continue;
+            };
+            let line = b
+                .lines
+                .get_mut(queue)
+                .unwrap_or_else(|| panic!("bucket {bucket:?} has a line of queue {queue}"));
+            if let Gated::Waiting(_) = gated {
+                assert!(line.unwait(&entry).is_some(), "task {id} waits in its line");
+            } else {
+                let cost = line
+                    .admitted
+                    .remove(&entry)
+                    .unwrap_or_else(|| panic!("task {id} is charged to its line"));
+                line.admitted_cost = line
+                    .admitted_cost
+                    .checked_sub(cost)
+                    .expect("a line's admitted cost sums its tasks' costs");
             }
-            Gated::Admitted(charged) => {
-                for bucket in charged {
-                    let Some(line) = self.kept_line(bucket, queue) else {
-                        continue;
-                    };
-                    let cost = line
-                        .admitted
-                        .remove(&entry)
-                        .unwrap_or_else(|| panic!("task {id} is charged to its line"));
-                    line.admitted_cost = line
-                        .admitted_cost
-                        .checked_sub(cost)
-                        .expect("a line's admitted cost sums its tasks' costs");
-                    self.tidy(bucket, queue);
-                    self.grown.insert(bucket.clone());
-                }
+            if line.is_empty() {
+                b.lines.remove(queue);
+            }
+            // The room it leaves may admit a waiting task; a bucket left without lines
+            // may go (or wait to be full) at once.
+            if b.has_waiting() {
+                self.grown.insert(bucket.clone());
+            } else if b.lines.is_empty() {
+                self.retime(bucket);
             }
         }
     }
@@ -467,19 +494,21 @@ impl Limits {
     pub fn grantable(&self, uses: &[Use]) -> Result<(), BucketId> {
         let now = self.now;
         for u in uses {
-            let Some((def, bucket)) = self.def_and_bucket(u) else {
+            let Some((def, id)) = self.def_and_bucket(u) else {
                 continue;
             };
+            let bucket = self.buckets.get(&id);
             let held_ok = def
                 .rec
                 .spec
                 .concurrency
-                .is_none_or(|c| self.held(&bucket, def) < c);
+                .is_none_or(|c| self.held(&id, def) < c);
             let tokens_ok = def.rec.spec.rate.is_none_or(|rate| {
-                self.level(def, &bucket, now) >= u128::from(u.cost) * u128::from(rate.per_ms)
+                def.level(bucket, now) >= u128::from(u.cost) * u128::from(rate.per_ms)
             });
-            if !(held_ok && tokens_ok) || self.throttled(&bucket, now) {
-                return Err(bucket);
+            let throttled = bucket.is_some_and(|b| b.throttled_until > now);
+            if !(held_ok && tokens_ok) || throttled {
+                return Err(id);
             }
         }
         Ok(())
@@ -489,23 +518,22 @@ impl Limits {
     pub fn take(&mut self, uses: &[Use]) {
         let now = self.now;
         for u in uses {
-            let Some(bucket) = self.bucket_of(u) else {
+            let Some(def) = self.defs.get_mut(&u.limit) else {
                 continue;
             };
-            let def = self.defs.get_mut(&u.limit).expect("bucket_of found it");
             def.granted += 1;
             let Some(rate) = def.rec.spec.rate else {
                 continue;
             };
-            self.refresh(&bucket, now);
-            let b = self.buckets.get_mut(&bucket).expect("refreshed above");
+            let id = def.bucket(&u.limit, &u.key, &self.no_key);
+            let b = self.refresh(&id, now);
             let cost = u128::from(u.cost) * u128::from(rate.per_ms);
             b.level = b
                 .level
                 .checked_sub(cost)
-                .unwrap_or_else(|| panic!("bucket {bucket:?}: a lease takes only tokens it has"));
+                .unwrap_or_else(|| panic!("bucket {id:?}: a lease takes only tokens it has"));
             // Below full now: the bucket is kept, with a timer to let it go once full.
-            self.retime(&bucket);
+            self.retime(&id);
         }
     }
 
@@ -526,7 +554,10 @@ impl Limits {
             let by_key = (Arc::clone(&u.limit), Arc::clone(&u.key));
             decrement(&mut self.held_by_key, &by_key);
             decrement(&mut self.held_by_limit, &u.limit);
-            if let Some(bucket) = self.bucket_of(u) {
+            // A slot came back: a bucket with tasks waiting may admit one.
+            if let Some(bucket) = self.bucket_of(u)
+                && self.buckets.get(&bucket).is_some_and(Bucket::has_waiting)
+            {
                 self.grown.insert(bucket);
             }
         }
@@ -539,10 +570,17 @@ impl Limits {
             && *at <= now
         {
             let (_, id) = self.timers.pop_first().expect("looked at above");
-            if let Some(b) = self.buckets.get_mut(&id) {
-                b.timer = None;
+            let b = self
+                .buckets
+                .get_mut(&id)
+                .unwrap_or_else(|| panic!("timer of {id:?} belongs to a kept bucket"));
+            b.timer = None;
+            if b.has_waiting() {
+                self.grown.insert(id);
+            } else {
+                // Nothing to admit: it is full now (and goes), or its throttle ended.
+                self.retime(&id);
             }
-            self.grown.insert(id);
         }
     }
 
@@ -607,22 +645,24 @@ impl Limits {
         let Some(def) = self.defs.get(&id.0) else {
             return;
         };
-        let Some(bucket) = self.buckets.get(id) else {
-            return;
+        // Leases held count only for the lines' waiting tasks.
+        let held = match self.buckets.get(id) {
+            None => return,
+            Some(b) if b.has_waiting() => self.held(id, def) as usize,
+            Some(_) => 0,
         };
+        let bucket = self.buckets.get_mut(id).expect("looked up above");
         // A throttled bucket is kept, and looked at again, until its throttle ends.
         let throttle_end = (bucket.throttled_until > now).then_some(bucket.throttled_until);
         if bucket.throttled_until != 0 && throttle_end.is_none() {
             self.unthrottled.push(id.clone());
-            let bucket = self.buckets.get_mut(id).expect("looked up above");
             bucket.throttled_until = 0;
         }
-        let bucket = &self.buckets[id];
         let at = match def.rec.spec.rate {
             _ if throttle_end.is_some() => throttle_end,
             None => None,
             Some(rate) => {
-                let level = self.level(def, id, now);
+                let level = def.level(Some(bucket), now);
                 let per_ms = u128::from(rate.per_ms);
                 let count = u128::from(rate.count);
                 let cap = def.cap(rate);
@@ -635,7 +675,6 @@ impl Limits {
                 // For each line, the first waiting task of each cost: when the tokens
                 // ahead of it and its own are there. A line whose concurrency is spent
                 // gains room when a task leaves, not with time.
-                let held = self.held(id, def) as usize;
                 let concurrency = def.rec.spec.concurrency;
                 let fit = &fit;
                 let waiting = bucket
@@ -661,7 +700,6 @@ impl Limits {
                 }
             }
         };
-        let bucket = self.buckets.get_mut(id).expect("looked up above");
         if let Some(old) = bucket.timer.take() {
             assert!(
                 self.timers.remove(&(old, id.clone())),
@@ -748,7 +786,7 @@ impl Limits {
             if def.rec.spec.per_key {
                 continue;
             }
-            let id = (Arc::clone(limit), Arc::from(""));
+            let id = (Arc::clone(limit), Arc::clone(&self.no_key));
             if self.buckets.contains_key(&id) {
                 continue;
             }
@@ -857,7 +895,7 @@ impl Limits {
 
     fn def_and_bucket(&self, u: &Use) -> Option<(&Def, BucketId)> {
         let (limit, def) = self.defs.get_key_value(&u.limit)?;
-        Some((def, def.bucket(limit, &u.key)))
+        Some((def, def.bucket(limit, &u.key, &self.no_key)))
     }
 
     /// Leases held on bucket `id` of `def`.
@@ -872,15 +910,7 @@ impl Limits {
 
     /// Bucket `id`'s tokens in units at `now`; one not kept gathered since its epoch.
     fn level(&self, def: &Def, id: &BucketId, now: u64) -> u128 {
-        let Some(rate) = def.rec.spec.rate else {
-            return 0;
-        };
-        let (level, at) = match self.buckets.get(id) {
-            Some(b) => (b.level, b.at),
-            None => (0, def.epoch),
-        };
-        let gathered = u128::from(now.saturating_sub(at)) * u128::from(rate.count);
-        (level + gathered).min(def.cap(rate))
+        def.level(self.buckets.get(id), now)
     }
 
     /// Whether task `entry` of `cost` has room in `queue`'s line of bucket `id`,
@@ -947,8 +977,7 @@ impl Limits {
     pub fn throttle(&mut self, u: &Use, until: u64) -> Option<(BucketId, u64)> {
         let bucket = self.bucket_of(u)?;
         let now = self.now;
-        self.refresh(&bucket, now);
-        let b = self.buckets.get_mut(&bucket).expect("refreshed above");
+        let b = self.refresh(&bucket, now);
         b.throttled_until = b.throttled_until.max(until);
         let ends = b.throttled_until;
         self.defs
@@ -967,35 +996,29 @@ impl Limits {
         };
         let id = (limit, Arc::from(key));
         let now = self.now;
-        self.refresh(&id, now);
-        self.buckets
-            .get_mut(&id)
-            .expect("refreshed above")
-            .throttled_until = until;
+        self.refresh(&id, now).throttled_until = until;
         self.retime(&id);
     }
 
     /// Brings bucket `id` up to date at `now`, keeping it from now on.
-    fn refresh(&mut self, id: &BucketId, now: u64) {
+    fn refresh(&mut self, id: &BucketId, now: u64) -> &mut Bucket {
         let def = &self.defs[&id.0];
-        let level = self.level(def, id, now);
         let bucket = self.buckets.entry(id.clone()).or_insert_with(|| Bucket {
+            // Not kept: it gathered since the limit's epoch.
             level: 0,
-            at: now,
+            at: def.epoch,
             lines: BTreeMap::new(),
             timer: None,
             throttled_until: 0,
         });
-        bucket.level = level;
+        bucket.level = def.level(Some(bucket), now);
         bucket.at = now;
+        bucket
     }
 
     /// `queue`'s line of bucket `id`, made if new.
     fn line(&mut self, id: &BucketId, queue: &Arc<str>, now: u64) -> &mut Line {
-        self.refresh(id, now);
-        self.buckets
-            .get_mut(id)
-            .expect("refreshed above")
+        self.refresh(id, now)
             .lines
             .entry(Arc::clone(queue))
             .or_default()
@@ -1006,18 +1029,6 @@ impl Limits {
             .get_mut(id)
             .and_then(|b| b.lines.get_mut(queue))
             .unwrap_or_else(|| panic!("bucket {id:?} has a line of queue {queue}"))
-    }
-
-    /// `queue`'s line of bucket `id`, unless the bucket was drained: a kept bucket has
-    /// the line of every task that waits in it or was charged to it.
-    fn kept_line(&mut self, id: &BucketId, queue: &Arc<str>) -> Option<&mut Line> {
-        let bucket = self.buckets.get_mut(id)?;
-        Some(
-            bucket
-                .lines
-                .get_mut(queue)
-                .unwrap_or_else(|| panic!("bucket {id:?} has a line of queue {queue}")),
-        )
     }
 
     /// Drops `queue`'s line of bucket `id` once it holds nothing.
@@ -1059,6 +1070,11 @@ impl Limits {
                     "bucket {id:?}: timer listed"
                 );
             }
+            // One without lines goes when full: until then its timer is set.
+            assert!(
+                !b.lines.is_empty() || b.timer.is_some(),
+                "bucket {id:?}: kept without lines or a timer"
+            );
         }
         for (at, id) in &self.timers {
             assert_eq!(

@@ -33,7 +33,6 @@ pub(crate) const SHARDS: usize = 256;
 pub(crate) type IdMap<V> = ShardedMap<Ulid, V, FxBuildHasher>;
 
 /// A hash map that grows a 256th at a time.
-#[derive(Debug)]
 pub(crate) struct ShardedMap<K, V, S = RandomState> {
     /// Empty until the first insert (a queue without keyed tasks pays 24 bytes, not
     /// 256 maps), then exactly [`SHARDS`] maps; a key lives in the one of `shard`.
@@ -42,6 +41,15 @@ pub(crate) struct ShardedMap<K, V, S = RandomState> {
     hasher: S,
     /// Entries in all shards.
     len: usize,
+}
+
+// By hand: the hasher (FxHash's has no `Debug`) says nothing worth showing.
+impl<K: std::fmt::Debug, V: std::fmt::Debug, S> std::fmt::Debug for ShardedMap<K, V, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.shards.iter().flat_map(|shard| shard.iter()))
+            .finish()
+    }
 }
 
 impl<K, V, S: Default> Default for ShardedMap<K, V, S> {
@@ -71,6 +79,10 @@ impl<K: Hash + Eq, V, S: BuildHasher + Default> ShardedMap<K, V, S> {
 
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     pub(crate) fn get<Q>(&self, key: &Q) -> Option<&V>
