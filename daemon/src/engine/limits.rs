@@ -41,6 +41,9 @@ use muster_protocol::model::{LimitInfo, LimitKeyInfo, LimitSpec, Rate};
 
 use super::dispatch::Entry;
 use crate::store::LimitRecord;
+use lines::{Line, Lines};
+
+mod lines;
 
 /// Most tasks one line keeps admitted (dispatchable, not yet leased): what a pick may
 /// find spent and send back to its line at most, per line.
@@ -102,63 +105,6 @@ impl Def {
     }
 }
 
-/// One queue's line of a bucket.
-#[derive(Debug, Default)]
-struct Line {
-    /// Tasks waiting for the bucket's room, in dispatch order, each with its cost.
-    waiting: BTreeMap<Entry, u64>,
-    /// The same tasks by cost: the first that fits is found without a scan.
-    by_cost: BTreeMap<u64, BTreeSet<Entry>>,
-    /// Tasks admitted from the line (dispatchable, not yet leased), in dispatch order,
-    /// each with its cost.
-    admitted: BTreeMap<Entry, u64>,
-    /// Their costs, summed.
-    admitted_cost: u64,
-}
-
-impl Line {
-    fn is_empty(&self) -> bool {
-        self.waiting.is_empty() && self.admitted.is_empty()
-    }
-
-    fn wait(&mut self, entry: Entry, cost: u64) {
-        assert!(
-            self.waiting.insert(entry, cost).is_none(),
-            "a task waits in a line once"
-        );
-        self.by_cost.entry(cost).or_default().insert(entry);
-    }
-
-    fn unwait(&mut self, entry: &Entry) -> Option<u64> {
-        let cost = self.waiting.remove(entry)?;
-        let same = self
-            .by_cost
-            .get_mut(&cost)
-            .expect("a waiting task is listed by its cost");
-        assert!(same.remove(entry), "a waiting task is listed by its cost");
-        if same.is_empty() {
-            self.by_cost.remove(&cost);
-        }
-        Some(cost)
-    }
-
-    /// How many tasks the line admitted ahead of `entry`, and their cost.
-    fn ahead(&self, entry: &Entry) -> (usize, u64) {
-        self.admitted
-            .range(..*entry)
-            .fold((0, 0), |(n, cost), (_, c)| (n + 1, cost + c))
-    }
-
-    /// The first waiting task (in dispatch order) among those costing less than
-    /// `below`, with its cost.
-    fn first_below(&self, below: u64) -> Option<(Entry, u64)> {
-        self.by_cost
-            .range(..below)
-            .filter_map(|(cost, entries)| Some((*entries.first()?, *cost)))
-            .min()
-    }
-}
-
 /// A bucket in use.
 #[derive(Debug)]
 struct Bucket {
@@ -167,7 +113,7 @@ struct Bucket {
     /// When `level` was last brought up to date (monotonic ms).
     at: u64,
     /// The lines of the queues with tasks waiting or admitted.
-    lines: BTreeMap<Arc<str>, Line>,
+    lines: Lines,
     /// Its entry in [`Limits::timers`].
     timer: Option<u64>,
     /// Until when it hands nothing out (monotonic ms): a holder reported the provider
@@ -183,6 +129,98 @@ impl Bucket {
     }
 }
 
+/// What is kept of each limit and key in use: the leases held by tasks naming it and
+/// its bucket. One map for both: a lease of a per-key limit finds its count and its
+/// bucket with one lookup.
+#[derive(Debug, Default)]
+struct Slots(HashMap<BucketId, Slot>);
+
+#[derive(Debug, Default)]
+struct Slot {
+    /// Leases held by tasks that name this limit with this key, counted from the
+    /// leased tasks whatever the definitions say (so a limit set again, or made per
+    /// key, sees them at once). A limit that is not per key counts its own per limit.
+    held: u32,
+    /// The bucket, while in use.
+    bucket: Option<Bucket>,
+}
+
+impl Slots {
+    fn bucket(&self, id: &BucketId) -> Option<&Bucket> {
+        self.0.get(id)?.bucket.as_ref()
+    }
+
+    fn bucket_mut(&mut self, id: &BucketId) -> Option<&mut Bucket> {
+        self.0.get_mut(id)?.bucket.as_mut()
+    }
+
+    fn bucket_or_insert_with(
+        &mut self,
+        id: &BucketId,
+        make: impl FnOnce() -> Bucket,
+    ) -> &mut Bucket {
+        self.0
+            .entry(id.clone())
+            .or_default()
+            .bucket
+            .get_or_insert_with(make)
+    }
+
+    /// Takes bucket `id` out of use; the slot goes too unless leases hold it.
+    fn remove_bucket(&mut self, id: &BucketId) -> Option<Bucket> {
+        let slot = self.0.get_mut(id)?;
+        let bucket = slot.bucket.take();
+        if slot.held == 0 {
+            self.0.remove(id);
+        }
+        bucket
+    }
+
+    /// The buckets in use.
+    fn buckets(&self) -> impl Iterator<Item = (&BucketId, &Bucket)> {
+        self.0
+            .iter()
+            .filter_map(|(id, slot)| Some((id, slot.bucket.as_ref()?)))
+    }
+
+    fn held(&self, id: &BucketId) -> u32 {
+        self.0.get(id).map_or(0, |slot| slot.held)
+    }
+
+    fn hold(&mut self, id: BucketId) {
+        self.0.entry(id).or_default().held += 1;
+    }
+
+    /// A lease held on `id` ended; whether tasks wait in its bucket's lines.
+    fn release(&mut self, id: &BucketId) -> bool {
+        let slot = self
+            .0
+            .get_mut(id)
+            .unwrap_or_else(|| panic!("{id:?}: a held lease is counted"));
+        slot.held = slot
+            .held
+            .checked_sub(1)
+            .unwrap_or_else(|| panic!("{id:?}: a held lease is counted"));
+        match &slot.bucket {
+            Some(bucket) => bucket.has_waiting(),
+            None => {
+                if slot.held == 0 {
+                    self.0.remove(id);
+                }
+                false
+            }
+        }
+    }
+}
+
+/// A limit's keys in use, each with the sort key of the busiest (most held, then most
+/// waiting, then by name), and the tasks waiting on it.
+#[derive(Debug, Default)]
+struct InUse {
+    keys: Vec<(Reverse<u32>, Reverse<u64>, Arc<str>)>,
+    waiting: u64,
+}
+
 /// What a gate decided for a task.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Gated {
@@ -196,10 +234,8 @@ pub enum Gated {
 #[derive(Debug)]
 pub struct Limits {
     defs: BTreeMap<Arc<str>, Def>,
-    buckets: HashMap<BucketId, Bucket>,
-    /// Leases held per limit and key, counted from the leased tasks whatever the
-    /// definitions say (so a limit set again, or made per key, sees them at once).
-    held_by_key: HashMap<BucketId, u32>,
+    /// Per limit and key: the leases held and the bucket in use.
+    slots: Slots,
     /// Leases held per limit.
     held_by_limit: HashMap<Arc<str>, u32>,
     /// Buckets' timers: when a waiting task fits, or when an idle bucket is full.
@@ -222,8 +258,7 @@ impl Limits {
     pub fn new(now: u64) -> Limits {
         Limits {
             defs: BTreeMap::new(),
-            buckets: HashMap::new(),
-            held_by_key: HashMap::new(),
+            slots: Slots::default(),
             held_by_limit: HashMap::new(),
             timers: BTreeSet::new(),
             grown: BTreeSet::new(),
@@ -336,10 +371,10 @@ impl Limits {
     /// The buckets in use of `limit`.
     fn buckets_of(&self, limit: &str) -> Vec<BucketId> {
         let mut ids: Vec<BucketId> = self
-            .buckets
-            .keys()
-            .filter(|(l, _)| &**l == limit)
-            .cloned()
+            .slots
+            .buckets()
+            .filter(|((l, _), _)| &**l == limit)
+            .map(|(id, _)| id.clone())
             .collect();
         ids.sort();
         ids
@@ -349,7 +384,7 @@ impl Limits {
     /// bucket gone: each must pass its gate again. Their charges and places are given
     /// back here; the caller's dispatch index forgets where they were.
     pub fn drain_bucket(&mut self, id: &BucketId) -> Vec<(Arc<str>, Ulid)> {
-        let Some(bucket) = self.buckets.remove(id) else {
+        let Some(bucket) = self.slots.remove_bucket(id) else {
             return Vec::new();
         };
         if let Some(at) = bucket.timer {
@@ -363,7 +398,7 @@ impl Limits {
             for entry in line.waiting.keys() {
                 out.push((Arc::clone(&queue), Ulid::from_bytes(entry.1)));
             }
-            for entry in line.admitted.keys() {
+            for (entry, _) in line.admitted.iter() {
                 out.push((Arc::clone(&queue), Ulid::from_bytes(entry.1)));
             }
         }
@@ -411,10 +446,9 @@ impl Limits {
             };
             let line = self.line(&bucket, queue, now);
             assert!(
-                line.admitted.insert(entry, u.cost).is_none(),
+                line.admitted.insert(entry, u.cost),
                 "task {id} admitted twice by one line"
             );
-            line.admitted_cost += u.cost;
             charged.push(bucket);
         }
         Ok(Gated::Admitted(charged))
@@ -431,12 +465,12 @@ impl Limits {
         cost: u64,
         now: u64,
     ) -> Vec<Ulid> {
-        let Some(line) = self.buckets.get(bucket).and_then(|b| b.lines.get(queue)) else {
+        let Some(line) = self.slots.bucket(bucket).and_then(|b| b.lines.get(queue)) else {
             return Vec::new();
         };
         let mut out = Vec::new();
         let (mut freed_n, mut freed_cost) = (0, 0);
-        for (later, c) in line.admitted.range(entry..).rev() {
+        for (later, c) in line.admitted.from(&entry).rev() {
             out.push(Ulid::from_bytes(later.1));
             freed_n += 1;
             freed_cost += c;
@@ -457,7 +491,7 @@ impl Limits {
             Gated::Admitted(charged) => charged.as_slice(),
         };
         for bucket in charged {
-            let Some(b) = self.buckets.get_mut(bucket) else {
+            let Some(b) = self.slots.bucket_mut(bucket) else {
                 continue;
             };
             let line = b
@@ -467,18 +501,12 @@ impl Limits {
             if let Gated::Waiting(_) = gated {
                 assert!(line.unwait(&entry).is_some(), "task {id} waits in its line");
             } else {
-                let cost = line
-                    .admitted
-                    .remove(&entry)
-                    .unwrap_or_else(|| panic!("task {id} is charged to its line"));
-                line.admitted_cost = line
-                    .admitted_cost
-                    .checked_sub(cost)
-                    .expect("a line's admitted cost sums its tasks' costs");
+                assert!(
+                    line.admitted.remove(&entry).is_some(),
+                    "task {id} is charged to its line"
+                );
             }
-            if line.is_empty() {
-                b.lines.remove(queue);
-            }
+            b.lines.tidy(queue);
             // The room it leaves may admit a waiting task; a bucket left without lines
             // may go (or wait to be full) at once.
             if b.has_waiting() {
@@ -497,7 +525,7 @@ impl Limits {
             let Some((def, id)) = self.def_and_bucket(u) else {
                 continue;
             };
-            let bucket = self.buckets.get(&id);
+            let bucket = self.slots.bucket(&id);
             let held_ok = def
                 .rec
                 .spec
@@ -540,10 +568,7 @@ impl Limits {
     /// A task drawing on `uses` became leased (or was found leased at start-up).
     pub fn hold(&mut self, uses: &[Use]) {
         for u in uses {
-            *self
-                .held_by_key
-                .entry((Arc::clone(&u.limit), Arc::clone(&u.key)))
-                .or_default() += 1;
+            self.slots.hold((Arc::clone(&u.limit), Arc::clone(&u.key)));
             *self.held_by_limit.entry(Arc::clone(&u.limit)).or_default() += 1;
         }
     }
@@ -552,12 +577,19 @@ impl Limits {
     pub fn release(&mut self, uses: &[Use]) {
         for u in uses {
             let by_key = (Arc::clone(&u.limit), Arc::clone(&u.key));
-            decrement(&mut self.held_by_key, &by_key);
+            let waiting_by_key = self.slots.release(&by_key);
             decrement(&mut self.held_by_limit, &u.limit);
-            // A slot came back: a bucket with tasks waiting may admit one.
-            if let Some(bucket) = self.bucket_of(u)
-                && self.buckets.get(&bucket).is_some_and(Bucket::has_waiting)
-            {
+            // A slot came back: a bucket with tasks waiting may admit one. A per-key
+            // limit's bucket is the slot just released.
+            let Some(bucket) = self.bucket_of(u) else {
+                continue;
+            };
+            let waiting = if bucket == by_key {
+                waiting_by_key
+            } else {
+                self.slots.bucket(&bucket).is_some_and(Bucket::has_waiting)
+            };
+            if waiting {
                 self.grown.insert(bucket);
             }
         }
@@ -571,8 +603,8 @@ impl Limits {
         {
             let (_, id) = self.timers.pop_first().expect("looked at above");
             let b = self
-                .buckets
-                .get_mut(&id)
+                .slots
+                .bucket_mut(&id)
                 .unwrap_or_else(|| panic!("timer of {id:?} belongs to a kept bucket"));
             b.timer = None;
             if b.has_waiting() {
@@ -596,7 +628,7 @@ impl Limits {
 
     /// The queues with tasks waiting in a line of bucket `id`.
     pub fn waiting_queues(&self, id: &BucketId) -> Vec<Arc<str>> {
-        self.buckets.get(id).map_or_else(Vec::new, |b| {
+        self.slots.bucket(id).map_or_else(Vec::new, |b| {
             b.lines
                 .iter()
                 .filter(|(_, l)| !l.waiting.is_empty())
@@ -615,12 +647,12 @@ impl Limits {
         let def = self.defs.get(&id.0)?;
         let mut below = u64::MAX;
         let entry = loop {
-            let line = self.buckets.get(id)?.lines.get(queue)?;
+            let line = self.slots.bucket(id)?.lines.get(queue)?;
             let (entry, cost) = line.first_below(below)?;
             if self.room_at(id, queue, entry, cost, now) {
                 break entry;
             }
-            let (ahead, _) = line.ahead(&entry);
+            let (ahead, _) = line.admitted.ahead(&entry);
             let slots_spent = def
                 .rec
                 .spec
@@ -631,9 +663,10 @@ impl Limits {
             }
             below = cost;
         };
-        let line = self.existing_line(id, queue);
+        let bucket = self.slots.bucket_mut(id).expect("found waiting above");
+        let line = bucket.lines.get_mut(queue).expect("found waiting above");
         line.unwait(&entry).expect("found waiting above");
-        self.tidy(id, queue);
+        bucket.lines.tidy(queue);
         Some(entry)
     }
 
@@ -646,12 +679,12 @@ impl Limits {
             return;
         };
         // Leases held count only for the lines' waiting tasks.
-        let held = match self.buckets.get(id) {
+        let held = match self.slots.bucket(id) {
             None => return,
             Some(b) if b.has_waiting() => self.held(id, def) as usize,
             Some(_) => 0,
         };
-        let bucket = self.buckets.get_mut(id).expect("looked up above");
+        let bucket = self.slots.bucket_mut(id).expect("looked up above");
         // A throttled bucket is kept, and looked at again, until its throttle ends.
         let throttle_end = (bucket.throttled_until > now).then_some(bucket.throttled_until);
         if bucket.throttled_until != 0 && throttle_end.is_none() {
@@ -683,7 +716,7 @@ impl Limits {
                     .flat_map(|l| {
                         l.by_cost.iter().filter_map(move |(cost, entries)| {
                             let first = entries.first()?;
-                            let (ahead, ahead_cost) = l.ahead(first);
+                            let (ahead, ahead_cost) = l.admitted.ahead(first);
                             let slots_ok = ahead < MAX_ADMITTED_PER_LINE
                                 && concurrency.is_none_or(|c| held + ahead < c as usize);
                             slots_ok.then(|| {
@@ -714,7 +747,7 @@ impl Limits {
             }
             None if bucket.lines.is_empty() => {
                 // Full (or without a rate) and nothing waits: not kept.
-                self.buckets.remove(id);
+                self.slots.remove_bucket(id);
             }
             None => {}
         }
@@ -756,29 +789,34 @@ impl Limits {
     }
 
     /// Each limit's keys in use (buckets below full, with lines or throttles, and keys
-    /// holding leases), each once, and the tasks waiting in its lines.
-    fn in_use(&self) -> HashMap<Arc<str>, (Vec<Arc<str>>, u64)> {
-        let mut used: HashMap<Arc<str>, (Vec<Arc<str>>, u64)> = HashMap::new();
-        for ((limit, key), bucket) in &self.buckets {
-            let u = used.entry(Arc::clone(limit)).or_default();
-            u.0.push(Arc::clone(key));
-            u.1 += bucket
-                .lines
-                .values()
-                .map(|l| l.waiting.len() as u64)
-                .sum::<u64>();
-        }
-        // Keys holding leases whose bucket is not kept (full, or no rate).
-        for (id, n) in &self.held_by_key {
-            if *n > 0
-                && self.defs.get(&id.0).is_some_and(|d| d.rec.spec.per_key)
-                && !self.buckets.contains_key(id)
-            {
-                used.entry(Arc::clone(&id.0))
-                    .or_default()
-                    .0
-                    .push(Arc::clone(&id.1));
+    /// holding leases), each once with its leases held and tasks waiting, in one pass
+    /// over the slots.
+    fn in_use(&self) -> HashMap<Arc<str>, InUse> {
+        let mut used: HashMap<Arc<str>, InUse> = HashMap::new();
+        for ((limit, key), slot) in &self.slots.0 {
+            let Some(def) = self.defs.get(limit) else {
+                continue;
+            };
+            // A bucket in use, or a key of a per-key limit holding leases (its bucket
+            // full, or without a rate).
+            if slot.bucket.is_none() && !def.rec.spec.per_key {
+                continue;
             }
+            let waiting = slot.bucket.as_ref().map_or(0, |b| {
+                b.lines
+                    .values()
+                    .map(|l| l.waiting.len() as u64)
+                    .sum::<u64>()
+            });
+            let held = if def.rec.spec.per_key {
+                slot.held
+            } else {
+                self.held_by_limit.get(limit).copied().unwrap_or(0)
+            };
+            let u = used.entry(Arc::clone(limit)).or_default();
+            u.keys
+                .push((Reverse(held), Reverse(waiting), Arc::clone(key)));
+            u.waiting += waiting;
         }
         // A shared bucket not kept is in use while leases hold it, or while it still
         // fills since it started empty (though no task touched it yet).
@@ -787,7 +825,7 @@ impl Limits {
                 continue;
             }
             let id = (Arc::clone(limit), Arc::clone(&self.no_key));
-            if self.buckets.contains_key(&id) {
+            if self.slots.bucket(&id).is_some() {
                 continue;
             }
             let held = self.held_by_limit.get(limit).is_some_and(|n| *n > 0);
@@ -797,33 +835,24 @@ impl Limits {
                 .rate
                 .is_some_and(|rate| self.level(def, &id, self.now) < def.cap(rate));
             if held || filling {
-                used.entry(Arc::clone(limit)).or_default().0.push(id.1);
+                let held = self.held_by_limit.get(limit).copied().unwrap_or(0);
+                let u = used.entry(Arc::clone(limit)).or_default();
+                u.keys.push((Reverse(held), Reverse(0), id.1));
             }
         }
         used
     }
 
     /// Limit `limit`'s info, given its keys in use and the tasks waiting on it.
-    fn info_of(
-        &self,
-        limit: &Arc<str>,
-        (in_use, waiting): (Vec<Arc<str>>, u64),
-        now_wall: u64,
-    ) -> LimitInfo {
+    fn info_of(&self, limit: &Arc<str>, in_use: InUse, now_wall: u64) -> LimitInfo {
         let now = self.now;
         let def = &self.defs[limit];
-        // Every key in use is counted, the busiest are described: the sort key of each
-        // (most held, then most waiting, then by name) first, the rest for those only.
-        let mut busiest: Vec<(Reverse<u32>, Reverse<u64>, &Arc<str>)> = in_use
-            .iter()
-            .map(|key| {
-                let id = (Arc::clone(limit), Arc::clone(key));
-                let waiting = self.buckets.get(&id).map_or(0, |b| {
-                    b.lines.values().map(|l| l.waiting.len() as u64).sum()
-                });
-                (Reverse(self.held(&id, def)), Reverse(waiting), key)
-            })
-            .collect();
+        // Every key in use is counted, the busiest are described (most held, then most
+        // waiting, then by name).
+        let InUse {
+            keys: mut busiest,
+            waiting,
+        } = in_use;
         let keys_in_use = busiest.len() as u64;
         let listed = muster_protocol::limits::MAX_LISTED_LIMIT_KEYS;
         if busiest.len() > listed {
@@ -834,7 +863,7 @@ impl Limits {
         let keys = busiest
             .into_iter()
             .map(|(Reverse(held), Reverse(waiting), key)| {
-                let id = (Arc::clone(limit), Arc::clone(key));
+                let id = (Arc::clone(limit), key);
                 let (tokens, full_ms) = match def.rec.spec.rate {
                     None => (None, None),
                     Some(rate) => {
@@ -849,12 +878,12 @@ impl Limits {
                     }
                 };
                 let throttled_until_ms = self
-                    .buckets
-                    .get(&id)
+                    .slots
+                    .bucket(&id)
                     .filter(|b| b.throttled_until > now)
                     .map(|b| now_wall.saturating_add(b.throttled_until - now));
                 LimitKeyInfo {
-                    key: key.to_string(),
+                    key: id.1.to_string(),
                     tokens,
                     held: u64::from(held),
                     waiting,
@@ -900,26 +929,25 @@ impl Limits {
 
     /// Leases held on bucket `id` of `def`.
     fn held(&self, id: &BucketId, def: &Def) -> u32 {
-        let held = if def.rec.spec.per_key {
-            self.held_by_key.get(id)
+        if def.rec.spec.per_key {
+            self.slots.held(id)
         } else {
-            self.held_by_limit.get(&id.0)
-        };
-        held.copied().unwrap_or(0)
+            self.held_by_limit.get(&id.0).copied().unwrap_or(0)
+        }
     }
 
     /// Bucket `id`'s tokens in units at `now`; one not kept gathered since its epoch.
     fn level(&self, def: &Def, id: &BucketId, now: u64) -> u128 {
-        def.level(self.buckets.get(id), now)
+        def.level(self.slots.bucket(id), now)
     }
 
     /// Whether task `entry` of `cost` has room in `queue`'s line of bucket `id`,
     /// counting only the tasks the line admitted ahead of it.
     fn room_at(&self, id: &BucketId, queue: &Arc<str>, entry: Entry, cost: u64, now: u64) -> bool {
-        let Some(line) = self.buckets.get(id).and_then(|b| b.lines.get(queue)) else {
+        let Some(line) = self.slots.bucket(id).and_then(|b| b.lines.get(queue)) else {
             return self.line_room(id, queue, cost, now, 0, 0);
         };
-        let behind = line.admitted.range(entry..);
+        let behind = line.admitted.from(&entry);
         let (freed_n, freed_cost) = behind.fold((0, 0), |(n, c), (_, cost)| (n + 1, c + cost));
         self.line_room(id, queue, cost, now, freed_n, freed_cost)
     }
@@ -940,10 +968,10 @@ impl Limits {
             return true;
         };
         let (admitted, admitted_cost) = self
-            .buckets
-            .get(id)
+            .slots
+            .bucket(id)
             .and_then(|b| b.lines.get(queue))
-            .map_or((0, 0), |l| (l.admitted.len(), l.admitted_cost));
+            .map_or((0, 0), |l| (l.admitted.len(), l.admitted.cost()));
         debug_assert!(
             freed_n <= admitted && freed_cost <= admitted_cost,
             "only admitted tasks give places back"
@@ -966,8 +994,8 @@ impl Limits {
 
     /// Whether bucket `id` is throttled at `now`.
     fn throttled(&self, id: &BucketId, now: u64) -> bool {
-        self.buckets
-            .get(id)
+        self.slots
+            .bucket(id)
             .is_some_and(|b| b.throttled_until > now)
     }
 
@@ -1003,11 +1031,11 @@ impl Limits {
     /// Brings bucket `id` up to date at `now`, keeping it from now on.
     fn refresh(&mut self, id: &BucketId, now: u64) -> &mut Bucket {
         let def = &self.defs[&id.0];
-        let bucket = self.buckets.entry(id.clone()).or_insert_with(|| Bucket {
+        let bucket = self.slots.bucket_or_insert_with(id, || Bucket {
             // Not kept: it gathered since the limit's epoch.
             level: 0,
             at: def.epoch,
-            lines: BTreeMap::new(),
+            lines: Lines::default(),
             timer: None,
             throttled_until: 0,
         });
@@ -1018,43 +1046,22 @@ impl Limits {
 
     /// `queue`'s line of bucket `id`, made if new.
     fn line(&mut self, id: &BucketId, queue: &Arc<str>, now: u64) -> &mut Line {
-        self.refresh(id, now)
-            .lines
-            .entry(Arc::clone(queue))
-            .or_default()
-    }
-
-    fn existing_line(&mut self, id: &BucketId, queue: &Arc<str>) -> &mut Line {
-        self.buckets
-            .get_mut(id)
-            .and_then(|b| b.lines.get_mut(queue))
-            .unwrap_or_else(|| panic!("bucket {id:?} has a line of queue {queue}"))
-    }
-
-    /// Drops `queue`'s line of bucket `id` once it holds nothing.
-    fn tidy(&mut self, id: &BucketId, queue: &Arc<str>) {
-        let bucket = self
-            .buckets
-            .get_mut(id)
-            .expect("a tidied line's bucket exists");
-        if bucket.lines.get(queue).is_some_and(Line::is_empty) {
-            bucket.lines.remove(queue);
-        }
+        self.refresh(id, now).lines.get_or_default(queue)
     }
 
     /// Asserts that every line's admitted cost sums its tasks' and that timers and
     /// buckets agree.
     #[cfg(debug_assertions)]
     pub fn check(&self) {
-        for (id, b) in &self.buckets {
-            for (queue, line) in &b.lines {
+        for (id, b) in self.slots.buckets() {
+            for (queue, line) in b.lines.iter() {
                 assert!(
                     !line.is_empty(),
                     "bucket {id:?}: empty line of {queue} kept"
                 );
                 assert_eq!(
-                    line.admitted.values().sum::<u64>(),
-                    line.admitted_cost,
+                    line.admitted.iter().map(|(_, c)| c).sum::<u64>(),
+                    line.admitted.cost(),
                     "bucket {id:?}, queue {queue}: admitted cost"
                 );
                 let by_cost: usize = line.by_cost.values().map(BTreeSet::len).sum();
@@ -1076,9 +1083,25 @@ impl Limits {
                 "bucket {id:?}: kept without lines or a timer"
             );
         }
+        let mut held_by_limit: HashMap<&Arc<str>, u32> = HashMap::new();
+        for ((limit, key), slot) in &self.slots.0 {
+            assert!(
+                slot.held > 0 || slot.bucket.is_some(),
+                "slot ({limit}, {key}) kept without leases or a bucket"
+            );
+            if slot.held > 0 {
+                *held_by_limit.entry(limit).or_default() += slot.held;
+            }
+        }
+        let counted: HashMap<&Arc<str>, u32> =
+            self.held_by_limit.iter().map(|(l, n)| (l, *n)).collect();
+        assert_eq!(
+            counted, held_by_limit,
+            "leases held per limit and per key agree"
+        );
         for (at, id) in &self.timers {
             assert_eq!(
-                self.buckets.get(id).and_then(|b| b.timer),
+                self.slots.bucket(id).and_then(|b| b.timer),
                 Some(*at),
                 "timer of {id:?} belongs to a kept bucket"
             );

@@ -299,6 +299,42 @@ fn making_a_limit_per_key_moves_its_waiting_tasks_to_their_keys_buckets() {
 }
 
 #[test]
+fn leases_held_are_counted_per_key_across_per_key_changes_and_a_delete() {
+    let mut h = Harness::new();
+    h.create("q", QueuePatch::default());
+    let per_key = |c| LimitSpec {
+        per_key: true,
+        ..concurrency(c)
+    };
+    set(&mut h, "tenant", per_key(1));
+    let a1 = h.enqueue_task("q", limited("1", &[("tenant", Some("a"), 1)]));
+    let a2 = h.enqueue_task("q", limited("2", &[("tenant", Some("a"), 1)]));
+    let b1 = h.enqueue_task("q", limited("3", &[("tenant", Some("b"), 1)]));
+    assert_eq!(claim_n(&mut h, &["q"], 3), [a1.clone(), b1.clone()]);
+    // Shared, two slots: both are held, a2 waits.
+    set(&mut h, "tenant", concurrency(2));
+    assert!(claim_n(&mut h, &["q"], 3).is_empty());
+    assert_eq!(info(&mut h, "tenant").held, 2);
+    // Gone and back per key: each key still holds its one lease.
+    h.call(EngineRequest::LimitDelete(LimitDelete(LimitName {
+        name: "tenant".into(),
+    })))
+    .unwrap();
+    set(&mut h, "tenant", per_key(1));
+    assert!(claim_n(&mut h, &["q"], 3).is_empty());
+    let tenant = info(&mut h, "tenant");
+    assert_eq!((tenant.held, tenant.keys_in_use, tenant.waiting), (2, 2, 1));
+    // b's lease ending frees b's slot, not a's; a's frees a's.
+    h.call(ack(&b1, 1)).unwrap();
+    assert!(claim_n(&mut h, &["q"], 3).is_empty());
+    h.call(ack(&a1, 1)).unwrap();
+    assert_eq!(claim_n(&mut h, &["q"], 3), [a2.as_str()]);
+    h.call(ack(&a2, 1)).unwrap();
+    let tenant = info(&mut h, "tenant");
+    assert_eq!((tenant.held, tenant.keys_in_use, tenant.waiting), (0, 0, 0));
+}
+
+#[test]
 fn bad_limits_and_bad_uses_are_refused_and_change_nothing() {
     let mut h = Harness::new();
     h.create("q", QueuePatch::default());
