@@ -14,9 +14,10 @@
 //! and when a limit is created, every bucket of it holds no token and fills at its
 //! rate. So no restart or failover lets a burst through that was already spent: over
 //! any interval T the cost granted on a bucket is at most `burst + rate × T`. A bucket
-//! is kept in memory only while it is below full, or has tasks waiting or admitted;
-//! a bucket not kept is full (or, before it could have filled since the start, holds
-//! what it gathered since).
+//! is kept in memory only while it is below full (and up to [`IDLE_SWEEP_MS`] after it
+//! filled), or has tasks waiting or admitted; a bucket not kept is full (or, before it
+//! could have filled since the start, holds what it gathered since). A key's count of
+//! leases held is kept beside its bucket ([`Slots`]) while leases hold it.
 //!
 //! **Lines.** A ready task whose limits lack room does not sit among the dispatchable
 //! tasks (where it would block those behind it): it waits in its queue's line of the
@@ -48,6 +49,12 @@ mod lines;
 /// Most tasks one line keeps admitted (dispatchable, not yet leased): what a pick may
 /// find spent and send back to its line at most, per line.
 pub const MAX_ADMITTED_PER_LINE: usize = 1024;
+
+/// A bucket with nothing waiting is let go once full, at the next multiple of this
+/// many milliseconds after it fills: its timer only frees memory, and buckets filling
+/// within the same tenth of a second share one dispatcher round instead of waking it
+/// each millisecond (a per-key limit leasing 50,000 keys a second would).
+const IDLE_SWEEP_MS: u64 = 100;
 
 /// A bucket: a limit's name and the key (`""` for the keyless one, and for every task
 /// of a limit that is not per key).
@@ -525,12 +532,16 @@ impl Limits {
             let Some((def, id)) = self.def_and_bucket(u) else {
                 continue;
             };
-            let bucket = self.slots.bucket(&id);
-            let held_ok = def
-                .rec
-                .spec
-                .concurrency
-                .is_none_or(|c| self.held(&id, def) < c);
+            let slot = self.slots.0.get(&id);
+            let bucket = slot.and_then(|s| s.bucket.as_ref());
+            let held_ok = def.rec.spec.concurrency.is_none_or(|c| {
+                let held = if def.rec.spec.per_key {
+                    slot.map_or(0, |s| s.held)
+                } else {
+                    self.held_by_limit.get(&id.0).copied().unwrap_or(0)
+                };
+                held < c
+            });
             let tokens_ok = def.rec.spec.rate.is_none_or(|rate| {
                 def.level(bucket, now) >= u128::from(u.cost) * u128::from(rate.per_ms)
             });
@@ -678,13 +689,19 @@ impl Limits {
         let Some(def) = self.defs.get(&id.0) else {
             return;
         };
-        // Leases held count only for the lines' waiting tasks.
-        let held = match self.slots.bucket(id) {
-            None => return,
-            Some(b) if b.has_waiting() => self.held(id, def) as usize,
-            Some(_) => 0,
+        let Some(slot) = self.slots.0.get_mut(id) else {
+            return;
         };
-        let bucket = self.slots.bucket_mut(id).expect("looked up above");
+        let held_by_key = slot.held;
+        let Some(bucket) = slot.bucket.as_mut() else {
+            return;
+        };
+        // Leases held count only for the lines' waiting tasks.
+        let held = match bucket.has_waiting() {
+            false => 0,
+            true if def.rec.spec.per_key => held_by_key as usize,
+            true => self.held_by_limit.get(&id.0).copied().unwrap_or(0) as usize,
+        };
         // A throttled bucket is kept, and looked at again, until its throttle ends.
         let throttle_end = (bucket.throttled_until > now).then_some(bucket.throttled_until);
         if bucket.throttled_until != 0 && throttle_end.is_none() {
@@ -728,7 +745,9 @@ impl Limits {
                 let idle = bucket.lines.is_empty();
                 match (waiting, idle) {
                     (Some(at), _) => Some(at),
-                    (None, true) if level < cap => fit(cap),
+                    (None, true) if level < cap => {
+                        fit(cap).map(|at| at.next_multiple_of(IDLE_SWEEP_MS))
+                    }
                     (None, _) => None,
                 }
             }
@@ -747,7 +766,10 @@ impl Limits {
             }
             None if bucket.lines.is_empty() => {
                 // Full (or without a rate) and nothing waits: not kept.
-                self.slots.remove_bucket(id);
+                slot.bucket = None;
+                if slot.held == 0 {
+                    self.slots.0.remove(id);
+                }
             }
             None => {}
         }

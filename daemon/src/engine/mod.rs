@@ -283,6 +283,10 @@ struct Meta {
     held: Option<Box<Held>>,
     state: TaskState,
     priority: u8,
+    /// Whether it names limits (its uses are in [`Index::limited`]) and a group (in
+    /// [`Index::grouped`]): a task that names neither looks neither up.
+    limited: bool,
+    grouped: bool,
 }
 
 /// What a stored task costs in the task map at most (its key beside it), so that
@@ -1637,6 +1641,8 @@ impl<W: Waiter> Engine<W> {
             held,
             state: rec.state,
             priority: rec.priority,
+            limited: !rec.limits.is_empty(),
+            grouped: rec.group.is_some(),
         };
         self.index(id, &meta);
         if meta.state.is_finished() {
@@ -1665,12 +1671,7 @@ impl<W: Waiter> Engine<W> {
             TaskState::Ready | TaskState::Scheduled | TaskState::Leased
         ) {
             queue.dispatch.add(
-                task_ref(
-                    id,
-                    meta,
-                    self.index.limited.get(&id),
-                    self.index.grouped.get(&id),
-                ),
+                task_ref(id, meta, &self.index.limited, &self.index.grouped),
                 queue.options.key_concurrency,
                 &self.members.carried,
                 &mut Gate {
@@ -1699,7 +1700,7 @@ impl<W: Waiter> Engine<W> {
                     self.index.leases.insert((clock.deadline, id)),
                     "task {id} leased twice"
                 );
-                if let Some(uses) = self.index.limited.get(&id) {
+                if let Some(uses) = uses_of(id, meta, &self.index.limited) {
                     self.index.limits.hold(uses);
                 }
                 if let Some(member) = meta.member() {
@@ -1744,12 +1745,7 @@ impl<W: Waiter> Engine<W> {
             TaskState::Ready | TaskState::Scheduled | TaskState::Leased
         ) {
             queue.dispatch.remove(
-                task_ref(
-                    id,
-                    meta,
-                    self.index.limited.get(&id),
-                    self.index.grouped.get(&id),
-                ),
+                task_ref(id, meta, &self.index.limited, &self.index.grouped),
                 queue.options.key_concurrency,
                 &mut Gate {
                     limits: &mut self.index.limits,
@@ -1775,7 +1771,7 @@ impl<W: Waiter> Engine<W> {
                     self.index.leases.remove(&(clock.deadline, id)),
                     "task {id}: lease not indexed"
                 );
-                if let Some(uses) = self.index.limited.get(&id) {
+                if let Some(uses) = uses_of(id, meta, &self.index.limited) {
                     self.index.limits.release(uses);
                 }
                 if let Some(member) = meta.member() {
@@ -2047,19 +2043,29 @@ impl<W: Waiter> Engine<W> {
     }
 }
 
+/// The limits task `id` draws on, if it names any (`limited` holds them).
+fn uses_of<'a>(id: Ulid, meta: &Meta, limited: &'a IdMap<Uses>) -> Option<&'a Uses> {
+    let uses = meta.limited.then(|| limited.get(&id)).flatten();
+    debug_assert_eq!(uses.is_some(), meta.limited, "task {id}: its uses are kept");
+    uses
+}
+
+/// What the dispatch index knows of task `id`.
 fn task_ref<'a>(
     id: Ulid,
     meta: &'a Meta,
-    uses: Option<&'a Uses>,
-    group: Option<&'a Group>,
+    limited: &'a IdMap<Uses>,
+    grouped: &'a IdMap<Group>,
 ) -> TaskRef<'a> {
+    let group = meta.grouped.then(|| grouped.get(&id)).flatten();
+    debug_assert_eq!(group.is_some(), meta.grouped, "task {id}: its group is kept");
     TaskRef {
         id,
         state: meta.state,
         priority: meta.priority,
         key: meta.key.as_ref(),
         class: &meta.class,
-        uses,
+        uses: uses_of(id, meta, limited),
         group,
     }
 }

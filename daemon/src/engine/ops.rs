@@ -1145,6 +1145,7 @@ impl<W: Waiter> Engine<W> {
         let payload = self.payload(id)?;
         let deadline = self.lease_deadline(id, &rec.queue, lease_ms, now)?;
         if grant == Grant::Leased
+            && !rec.limits.is_empty()
             && let Some(uses) = self.index.limited.get(&id)
         {
             // A new grant takes its limits' tokens; a lease handed back to its member
