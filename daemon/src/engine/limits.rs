@@ -36,6 +36,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use smallvec::SmallVec;
 use ulid::Ulid;
 
 use muster_protocol::model::{LimitInfo, LimitKeyInfo, LimitSpec, Rate};
@@ -223,16 +224,20 @@ impl Slots {
 /// A limit's keys in use, each with the sort key of the busiest (most held, then most
 /// waiting, then by name), and the tasks waiting on it.
 #[derive(Debug, Default)]
-struct InUse {
-    keys: Vec<(Reverse<u32>, Reverse<u64>, Arc<str>)>,
+struct InUse<'a> {
+    keys: Vec<(Reverse<u32>, Reverse<u64>, &'a Arc<str>)>,
     waiting: u64,
 }
+
+/// The buckets a task was charged to: inline for a task naming one limit (most), so
+/// its place costs no allocation of its own.
+pub type Charged = SmallVec<[BucketId; 1]>;
 
 /// What a gate decided for a task.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Gated {
     /// Dispatchable, charged to `queue`'s line of each of these buckets.
-    Admitted(Vec<BucketId>),
+    Admitted(Charged),
     /// Waiting in the line of this bucket.
     Waiting(BucketId),
 }
@@ -446,7 +451,7 @@ impl Limits {
             }
         }
         let id = Ulid::from_bytes(entry.1);
-        let mut charged = Vec::with_capacity(uses.len());
+        let mut charged = Charged::with_capacity(uses.len());
         for u in uses {
             let Some(bucket) = self.bucket_of(u) else {
                 continue;
@@ -813,8 +818,8 @@ impl Limits {
     /// Each limit's keys in use (buckets below full, with lines or throttles, and keys
     /// holding leases), each once with its leases held and tasks waiting, in one pass
     /// over the slots.
-    fn in_use(&self) -> HashMap<Arc<str>, InUse> {
-        let mut used: HashMap<Arc<str>, InUse> = HashMap::new();
+    fn in_use(&self) -> HashMap<&Arc<str>, InUse<'_>> {
+        let mut used: HashMap<&Arc<str>, InUse<'_>> = HashMap::new();
         for ((limit, key), slot) in &self.slots.0 {
             let Some(def) = self.defs.get(limit) else {
                 continue;
@@ -835,9 +840,8 @@ impl Limits {
             } else {
                 self.held_by_limit.get(limit).copied().unwrap_or(0)
             };
-            let u = used.entry(Arc::clone(limit)).or_default();
-            u.keys
-                .push((Reverse(held), Reverse(waiting), Arc::clone(key)));
+            let u = used.entry(limit).or_default();
+            u.keys.push((Reverse(held), Reverse(waiting), key));
             u.waiting += waiting;
         }
         // A shared bucket not kept is in use while leases hold it, or while it still
@@ -858,15 +862,15 @@ impl Limits {
                 .is_some_and(|rate| self.level(def, &id, self.now) < def.cap(rate));
             if held || filling {
                 let held = self.held_by_limit.get(limit).copied().unwrap_or(0);
-                let u = used.entry(Arc::clone(limit)).or_default();
-                u.keys.push((Reverse(held), Reverse(0), id.1));
+                let u = used.entry(limit).or_default();
+                u.keys.push((Reverse(held), Reverse(0), &self.no_key));
             }
         }
         used
     }
 
     /// Limit `limit`'s info, given its keys in use and the tasks waiting on it.
-    fn info_of(&self, limit: &Arc<str>, in_use: InUse, now_wall: u64) -> LimitInfo {
+    fn info_of(&self, limit: &Arc<str>, in_use: InUse<'_>, now_wall: u64) -> LimitInfo {
         let now = self.now;
         let def = &self.defs[limit];
         // Every key in use is counted, the busiest are described (most held, then most
@@ -885,7 +889,7 @@ impl Limits {
         let keys = busiest
             .into_iter()
             .map(|(Reverse(held), Reverse(waiting), key)| {
-                let id = (Arc::clone(limit), key);
+                let id = (Arc::clone(limit), Arc::clone(key));
                 let (tokens, full_ms) = match def.rec.spec.rate {
                     None => (None, None),
                     Some(rate) => {
