@@ -69,6 +69,10 @@ const LATENCY_SETTLE: Duration = Duration::from_secs(60);
 /// Longest a started daemon may take to serve.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Connections the started daemon admits besides the members phase's members: every
+/// other phase's producers, workers and agents (at most a few dozen), on one token.
+const BENCH_CONNECTIONS: usize = 256;
+
 /// A daemon started for the benchmark, stopped on drop.
 struct Daemon {
     child: Child,
@@ -84,6 +88,7 @@ impl Daemon {
             .expect("every durability has a name");
         let durability = durability.get_name();
         let mut log = daemon_log(args)?;
+        let connections = (args.members + BENCH_CONNECTIONS).to_string();
         let started = Instant::now();
         let mut child = Command::new(musterd)
             .arg("--data")
@@ -96,6 +101,14 @@ impl Daemon {
                 "--durability",
                 durability,
             ])
+            // The members phase's members and the other phases' clients, all on one
+            // token: the daemon admits every connection the run makes.
+            .args([
+                "--max-connections",
+                &connections,
+                "--max-connections-per-token",
+            ])
+            .arg(&connections)
             .env("MUSTER_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

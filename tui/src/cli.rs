@@ -300,7 +300,8 @@ pub struct BenchArgs {
     /// Tasks stored for the startup phase.
     #[arg(long, default_value_t = 1_000_000, value_parser = at_least_one)]
     pub stored: usize,
-    /// Members renewing a lease every second.
+    /// Members renewing a lease every second (the daemon the benchmark starts admits
+    /// that many connections and a few hundred more).
     #[arg(long, default_value_t = 1000, value_parser = at_least_one)]
     pub members: usize,
     /// Tokens a second of the `limited` phase's limit.

@@ -2058,7 +2058,11 @@ fn task_ref<'a>(
     grouped: &'a IdMap<Group>,
 ) -> TaskRef<'a> {
     let group = meta.grouped.then(|| grouped.get(&id)).flatten();
-    debug_assert_eq!(group.is_some(), meta.grouped, "task {id}: its group is kept");
+    debug_assert_eq!(
+        group.is_some(),
+        meta.grouped,
+        "task {id}: its group is kept"
+    );
     TaskRef {
         id,
         state: meta.state,
