@@ -15,9 +15,10 @@
 //! `--advertise` address, so `not_leader` and `hello` name the relay). The relays then
 //! partition a node from the others, or cut it off from its clients.
 //!
-//! Ports are picked once, by binding port 0 before the first start (every address must
-//! be known before any node starts, to set up the relays and routes), and kept across
-//! restarts. The harness itself finds the leader through each node's real client
+//! Ports are picked once, below the kernel's ephemeral range before the first start
+//! (every address must be known before any node starts, to set up the relays and
+//! routes), held by the harness's own sockets until each node's first start, and kept
+//! across restarts. The harness itself finds the leader through each node's real client
 //! address, so cutting clients off does not blind it.
 //!
 //! - `seam`: the wire and CLI shapes the cluster branches add (hello's `cluster`,
@@ -62,6 +63,12 @@ pub const LEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Pause between two rounds of probes while waiting for a leader or a status.
 const POLL_PAUSE: Duration = Duration::from_millis(50);
+
+/// Longest a node's start waits for its ports to be free. A child process another test
+/// is starting holds a copy of every socket this process has open until it executes its
+/// program (sockets close on exec, not on fork), so a port just let go of can still be
+/// bound for a few milliseconds; one taken for longer is taken by someone else.
+const PORT_WAIT: Duration = Duration::from_secs(2);
 
 /// Longest one CLI command may run (`cluster add` waits until the node caught up).
 const CLI_TIMEOUT: Duration = Duration::from_secs(120);
@@ -129,6 +136,9 @@ struct Node {
     /// upgrade: see [`UPGRADE_FROM_VAR`]).
     binary: Option<PathBuf>,
     process: Option<Running>,
+    /// Until its first start, the two sockets that keep its ports from anyone else
+    /// since they were chosen (see [`pick_ports`]).
+    reserved: Option<Reserved>,
 }
 
 /// Set to the path of another build's `musterd` (a previous release), every node of
@@ -181,6 +191,14 @@ struct Relays {
 struct Ports {
     listen: SocketAddr,
     cluster_listen: SocketAddr,
+}
+
+/// A node's client and cluster sockets, bound by the harness from when its ports are
+/// chosen until just before its process starts.
+#[derive(Debug)]
+struct Reserved {
+    _listen: UdpSocket,
+    _cluster_listen: UdpSocket,
 }
 
 /// The node a majority follows, as [`Cluster::leader`] found it.
@@ -238,7 +256,7 @@ impl Cluster {
             std::fs::write(&config, SECURED_CONFIG).expect("writing the tokens");
             extra.extend(["--config".to_owned(), config.display().to_string()]);
         }
-        let ports = pick_ports(count);
+        let (ports, reserved) = pick_ports(count);
         let relays = if relayed {
             Some(Relays::start(&ports).await)
         } else {
@@ -251,7 +269,7 @@ impl Cluster {
             extra,
             token: secured.then(|| SECURED_ADMIN.to_owned()),
         };
-        for (i, p) in ports.iter().enumerate() {
+        for (i, (p, reserved)) in ports.iter().zip(reserved).enumerate() {
             let id = i as NodeId + 1;
             let (advertise, routes) = match &cluster.relays {
                 Some(r) => (r.clients[i].addr(), r.routes_from(id)),
@@ -269,6 +287,7 @@ impl Cluster {
                 member: false,
                 binary: std::env::var_os(UPGRADE_FROM_VAR).map(PathBuf::from),
                 process: None,
+                reserved: Some(reserved),
             });
         }
         cluster.spawn(1, &["--bootstrap"]).await;
@@ -294,7 +313,8 @@ impl Cluster {
             "add_node works on a cluster without relays only"
         );
         let id = self.nodes.len() as NodeId + 1;
-        let p = pick_ports(1)[0];
+        let (ports, mut reserved) = pick_ports(1);
+        let p = ports[0];
         let data = self.root.path().join(format!("node-{id}"));
         make_private_dir(&data);
         copy_identity(&self.node(1).data, &data, true, self.token.is_none());
@@ -308,6 +328,7 @@ impl Cluster {
             member: false,
             binary: None,
             process: None,
+            reserved: reserved.pop(),
         });
         self.spawn(id, &[]).await;
         self.join(id).await;
@@ -739,11 +760,19 @@ impl Cluster {
         let secret = self.root.path().join("cluster.secret");
         let extra = self.extra.clone();
         let node = self.node_mut(id);
+        // At its first start its ports are let go of only now, just before its
+        // process binds them: nobody else can have taken them since they were chosen
+        // (a child process being started may hold a copy a moment longer: see
+        // PORT_WAIT). Later starts find them as the last process left them.
+        drop(node.reserved.take());
+        let deadline = Instant::now() + PORT_WAIT;
         for addr in [node.listen, node.cluster_listen] {
-            if let Err(e) = UdpSocket::bind(addr) {
-                panic!(
+            while let Err(e) = UdpSocket::bind(addr) {
+                assert!(
+                    Instant::now() < deadline,
                     "node {id}: port {addr} was taken by another process since the cluster chose it ({e})"
                 );
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
         let ready_file = node.data.join("ready.json");
@@ -919,18 +948,25 @@ fn agreed_leader(
     (followers >= majority).then(|| candidate.clone())
 }
 
-/// Chooses a client port and a cluster port for each of `count` nodes: every socket is
-/// held until all are chosen, so no two are the same.
-fn pick_ports(count: usize) -> Vec<Ports> {
-    let held: Vec<(UdpSocket, UdpSocket)> = (0..count)
-        .map(|_| (free_port_below_ephemeral(), free_port_below_ephemeral()))
-        .collect();
-    held.iter()
-        .map(|(a, b)| Ports {
-            listen: a.local_addr().expect("a chosen port"),
-            cluster_listen: b.local_addr().expect("a chosen port"),
+/// Chooses a client port and a cluster port for each of `count` nodes, and the sockets
+/// that hold them (so no two are the same, and nothing else takes one before its node
+/// starts).
+fn pick_ports(count: usize) -> (Vec<Ports>, Vec<Reserved>) {
+    (0..count)
+        .map(|_| {
+            let (listen, cluster_listen) =
+                (free_port_below_ephemeral(), free_port_below_ephemeral());
+            let ports = Ports {
+                listen: listen.local_addr().expect("a chosen port"),
+                cluster_listen: cluster_listen.local_addr().expect("a chosen port"),
+            };
+            let reserved = Reserved {
+                _listen: listen,
+                _cluster_listen: cluster_listen,
+            };
+            (ports, reserved)
         })
-        .collect()
+        .unzip()
 }
 
 /// Writes a fresh random secret, hex, readable by this user only.
@@ -1060,7 +1096,7 @@ mod tests {
 
     #[test]
     fn chosen_ports_are_distinct() {
-        let ports = pick_ports(3);
+        let (ports, _reserved) = pick_ports(3);
         let mut all: Vec<SocketAddr> = ports
             .iter()
             .flat_map(|p| [p.listen, p.cluster_listen])
