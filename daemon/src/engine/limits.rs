@@ -540,12 +540,8 @@ impl Limits {
             let slot = self.slots.0.get(&id);
             let bucket = slot.and_then(|s| s.bucket.as_ref());
             let held_ok = def.rec.spec.concurrency.is_none_or(|c| {
-                let held = if def.rec.spec.per_key {
-                    slot.map_or(0, |s| s.held)
-                } else {
-                    self.held_by_limit.get(&id.0).copied().unwrap_or(0)
-                };
-                held < c
+                let by_key = slot.map_or(0, |s| s.held);
+                held_on(def, by_key, &self.held_by_limit, &id.0) < c
             });
             let tokens_ok = def.rec.spec.rate.is_none_or(|rate| {
                 def.level(bucket, now) >= u128::from(u.cost) * u128::from(rate.per_ms)
@@ -704,8 +700,7 @@ impl Limits {
         // Leases held count only for the lines' waiting tasks.
         let held = match bucket.has_waiting() {
             false => 0,
-            true if def.rec.spec.per_key => held_by_key as usize,
-            true => self.held_by_limit.get(&id.0).copied().unwrap_or(0) as usize,
+            true => held_on(def, held_by_key, &self.held_by_limit, &id.0) as usize,
         };
         // A throttled bucket is kept, and looked at again, until its throttle ends.
         let throttle_end = (bucket.throttled_until > now).then_some(bucket.throttled_until);
@@ -835,11 +830,7 @@ impl Limits {
                     .map(|l| l.waiting.len() as u64)
                     .sum::<u64>()
             });
-            let held = if def.rec.spec.per_key {
-                slot.held
-            } else {
-                self.held_by_limit.get(limit).copied().unwrap_or(0)
-            };
+            let held = held_on(def, slot.held, &self.held_by_limit, limit);
             let u = used.entry(limit).or_default();
             u.keys.push((Reverse(held), Reverse(waiting), key));
             u.waiting += waiting;
@@ -955,11 +946,7 @@ impl Limits {
 
     /// Leases held on bucket `id` of `def`.
     fn held(&self, id: &BucketId, def: &Def) -> u32 {
-        if def.rec.spec.per_key {
-            self.slots.held(id)
-        } else {
-            self.held_by_limit.get(&id.0).copied().unwrap_or(0)
-        }
+        held_on(def, self.slots.held(id), &self.held_by_limit, &id.0)
     }
 
     /// Bucket `id`'s tokens in units at `now`; one not kept gathered since its epoch.
@@ -1132,6 +1119,16 @@ impl Limits {
                 "timer of {id:?} belongs to a kept bucket"
             );
         }
+    }
+}
+
+/// Leases held on a bucket of limit `limit` (defined by `def`) whose key's slot counts
+/// `by_key`: that count for a per-key limit, every lease on the limit otherwise.
+fn held_on(def: &Def, by_key: u32, held_by_limit: &HashMap<Arc<str>, u32>, limit: &str) -> u32 {
+    if def.rec.spec.per_key {
+        by_key
+    } else {
+        held_by_limit.get(limit).copied().unwrap_or(0)
     }
 }
 
