@@ -41,6 +41,8 @@ pub enum Role {
     Produce,
     /// Member sessions, claim, renew, settle, read tasks.
     Consume,
+    /// Resume suspended tasks (by token or task id) and cancel them, read tasks.
+    Approve,
     /// Everything.
     Admin,
 }
@@ -50,6 +52,7 @@ impl Role {
         match self {
             Role::Produce => "produce",
             Role::Consume => "consume",
+            Role::Approve => "approve",
             Role::Admin => "admin",
         }
     }

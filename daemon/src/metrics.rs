@@ -11,10 +11,12 @@
 //! | `muster_unclaimable_tasks` | gauge: ready tasks no connected member has the labels for | |
 //! | `muster_leases_in_flight` | gauge: leased tasks | |
 //! | `muster_queue_wait_seconds` | histogram: ready (enqueued, or its delay over) to first lease | |
-//! | `muster_run_seconds` | histogram: lease to its end | `outcome`: acked, nacked, released, dead_lettered, lapsed, revoked, reclaimed, cancelled |
+//! | `muster_run_seconds` | histogram: lease to its end | `outcome`: acked, nacked, released, throttled, dead_lettered, lapsed, revoked, reclaimed, redelivered, cancelled, suspended |
 //! | `muster_enqueued_total`, `muster_leased_total` (not reclaims) | counters | |
 //! | `muster_acked_total`, `muster_nacked_total`, `muster_released_total`, `muster_throttled_total`, `muster_lapsed_total`, `muster_revoked_total`, `muster_reclaimed_total` | counters: leases ended so | |
-//! | `muster_dead_lettered_total` | counter | `reason`: max_attempts, dead_lettered (by its holder) |
+//! | `muster_suspended_total` | counter: leases ended by a suspend | |
+//! | `muster_resumed_total` | counter: suspended tasks made ready (by a resume, or a timeout that resumes) | |
+//! | `muster_dead_lettered_total` | counter | `reason`: max_attempts, dead_lettered (by its holder), suspend_timed_out |
 //! | `muster_cancelled_total` | counter: tasks ended cancelled | |
 //! | `muster_redriven_total`, `muster_discarded_total`, `muster_purged_total` | counters: operators' repairs | |
 //!
@@ -342,6 +344,14 @@ fn describe() {
         "Leases given back because a provider throttled them (no attempt spent)."
     );
     describe_counter!("muster_lapsed_total", "Leases that lapsed.");
+    describe_counter!(
+        "muster_suspended_total",
+        "Leases ended by a suspend (no attempt spent)."
+    );
+    describe_counter!(
+        "muster_resumed_total",
+        "Suspended tasks made ready by a resume or a timeout that resumes."
+    );
     describe_gauge!("muster_limit_held", "Leases held that draw on the limit.");
     describe_gauge!(
         "muster_limit_waiting",

@@ -178,6 +178,16 @@ pub struct LeaseRecord {
     pub granted_ms: u64,
 }
 
+/// A suspended task's suspension, as stored: what people see, and the digest of its
+/// resume token's secret (the token itself is never stored).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SuspensionRecord {
+    /// What people see of it.
+    pub info: muster_protocol::model::SuspensionInfo,
+    /// SHA-256 of the token's secret part.
+    pub token_digest: [u8; 32],
+}
+
 /// What a task's record holds besides its payload, result and progress (its fields,
 /// timeline, last error and index entries), as its stored-bytes quota counts it.
 pub const TASK_RECORD_BYTES: u64 = 1024;
@@ -219,6 +229,10 @@ pub struct TaskRecord {
     pub last_error: Option<String>,
     /// Why it is dead.
     pub dead_reason: Option<String>,
+    /// Its suspension, exactly while suspended.
+    pub suspension: Option<SuspensionRecord>,
+    /// How its last suspension ended, until its next suspension or redrive.
+    pub resumed: Option<muster_protocol::model::Resumed>,
     /// When it was enqueued.
     pub created_ms: u64,
     /// When it last changed.
@@ -256,6 +270,8 @@ pub struct TaskIndex {
     pub group: Option<String>,
     /// When a scheduled task becomes ready.
     pub not_before_ms: Option<u64>,
+    /// When a suspended task's timeout acts.
+    pub timeout_at_ms: Option<u64>,
     /// Leases granted so far.
     pub deliveries: u64,
     /// The current lease, while leased.
@@ -287,6 +303,8 @@ pub struct IndexView<'a> {
     pub group: Option<&'a str>,
     /// When a scheduled task becomes ready.
     pub not_before_ms: Option<u64>,
+    /// When a suspended task's timeout acts.
+    pub timeout_at_ms: Option<u64>,
     /// Leases granted so far.
     pub deliveries: u64,
     /// The current lease, while leased.
@@ -338,6 +356,8 @@ impl TaskRecord {
             result: None,
             last_error: None,
             dead_reason: None,
+            suspension: None,
+            resumed: None,
             created_ms: now_ms,
             updated_ms: now_ms,
             finished_ms: None,
@@ -358,6 +378,7 @@ impl TaskRecord {
             limits: &self.limits,
             group: self.group.as_deref(),
             not_before_ms: self.not_before_ms,
+            timeout_at_ms: self.suspension.as_ref().map(|s| s.info.timeout_at_ms),
             deliveries: self.deliveries,
             lease: self.lease.as_ref(),
             finished_ms: self.finished_ms,
@@ -377,6 +398,7 @@ impl TaskIndex {
             limits: &self.limits,
             group: self.group.as_deref(),
             not_before_ms: self.not_before_ms,
+            timeout_at_ms: self.timeout_at_ms,
             deliveries: self.deliveries,
             lease: self.lease.as_ref(),
             finished_ms: self.finished_ms,
@@ -1197,7 +1219,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             format!(
-                "store: {} has format 99, written by a newer musterd; this one reads formats 1 to 3",
+                "store: {} has format 99, written by a newer musterd; this one reads formats 1 to 4",
                 dir.path().display()
             )
         );

@@ -41,6 +41,9 @@ pub enum ErrorCode {
     /// The leader lost its leadership before the request's round was agreed on: it may or
     /// may not have taken effect; retry idempotently.
     OutcomeUnknown,
+    /// The resume token does not name the task's current suspension: it was spent, it is
+    /// an earlier suspension's, or the task is no longer suspended.
+    StaleToken,
 }
 
 impl ErrorCode {
@@ -62,6 +65,7 @@ impl ErrorCode {
             ErrorCode::DiskFull => "disk_full",
             ErrorCode::NotLeader => "not_leader",
             ErrorCode::OutcomeUnknown => "outcome_unknown",
+            ErrorCode::StaleToken => "stale_token",
         }
     }
 }

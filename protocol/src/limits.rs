@@ -96,6 +96,21 @@ pub const MAX_QUEUES: usize = 10_000;
 /// How long a `throttled` settle holds its limit back when it names no time.
 pub const DEFAULT_THROTTLE: Duration = Duration::from_secs(1);
 
+/// Longest reason a `suspend` gives people, in bytes.
+pub const MAX_SUSPEND_REASON_BYTES: usize = 1024;
+
+/// Longest a task may stay suspended before its timeout acts.
+pub const MAX_SUSPEND_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// How long a task stays suspended when its `suspend` names no timeout.
+pub const DEFAULT_SUSPEND_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Largest data a `resume` hands the task's next holder (its JSON text).
+pub const MAX_RESUME_DATA_BYTES: usize = 64 * 1024;
+
+/// Longest resume token, in bytes (a longer one cannot be the daemon's).
+pub const MAX_RESUME_TOKEN_BYTES: usize = 128;
+
 /// Most limits the daemon holds.
 pub const MAX_LIMITS: usize = 1_000;
 

@@ -26,14 +26,18 @@ pub enum TaskState {
     Dead,
     /// Cancelled before it finished.
     Cancelled,
+    /// Put aside by its holder until a resume (a person, an event) or its timeout: it
+    /// holds no lease, spends no attempt, and keeps its place in its key's line.
+    Suspended,
 }
 
 impl TaskState {
     /// Every state, in the order they are shown.
-    pub const ALL: [TaskState; 6] = [
+    pub const ALL: [TaskState; 7] = [
         TaskState::Scheduled,
         TaskState::Ready,
         TaskState::Leased,
+        TaskState::Suspended,
         TaskState::Done,
         TaskState::Dead,
         TaskState::Cancelled,
@@ -48,6 +52,7 @@ impl TaskState {
             TaskState::Done => "done",
             TaskState::Dead => "dead",
             TaskState::Cancelled => "cancelled",
+            TaskState::Suspended => "suspended",
         }
     }
 
@@ -205,6 +210,9 @@ pub struct StateCounts {
     pub dead: u64,
     /// Tasks in `cancelled`.
     pub cancelled: u64,
+    /// Tasks in `suspended` (absent from daemons that predate it).
+    #[serde(default)]
+    pub suspended: u64,
 }
 
 impl StateCounts {
@@ -217,6 +225,7 @@ impl StateCounts {
             TaskState::Done => self.done,
             TaskState::Dead => self.dead,
             TaskState::Cancelled => self.cancelled,
+            TaskState::Suspended => self.suspended,
         }
     }
 
@@ -229,6 +238,7 @@ impl StateCounts {
             TaskState::Done => &mut self.done,
             TaskState::Dead => &mut self.dead,
             TaskState::Cancelled => &mut self.cancelled,
+            TaskState::Suspended => &mut self.suspended,
         }
     }
 }
@@ -479,6 +489,72 @@ pub struct Delivery {
     pub progress: Option<RawJson>,
     /// True if this is a re-delivery of a task the member held before it restarted.
     pub reclaimed: bool,
+    /// How the task's last suspension ended, if it was suspended and resumed since its
+    /// enqueue or its last redrive: the resume's data, or its timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed: Option<Resumed>,
+}
+
+/// What a suspension's timeout does when no resume came first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTimeout {
+    /// The task is ready again and its next holder sees `resumed.timed_out`.
+    Resume,
+    /// The task is dead (`dead_reason` `suspend_timed_out`), for a redrive or discard.
+    #[default]
+    Fail,
+    /// The task is cancelled.
+    Cancel,
+}
+
+impl OnTimeout {
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnTimeout::Resume => "resume",
+            OnTimeout::Fail => "fail",
+            OnTimeout::Cancel => "cancel",
+        }
+    }
+
+    /// Parses a snake_case name.
+    pub fn parse(s: &str) -> Option<OnTimeout> {
+        [OnTimeout::Resume, OnTimeout::Fail, OnTimeout::Cancel]
+            .into_iter()
+            .find(|o| o.as_str() == s)
+    }
+}
+
+/// A suspended task's suspension, as people see it (never its resume token).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SuspensionInfo {
+    /// What the task waits for, in its holder's words.
+    pub reason: String,
+    /// The member that suspended it ("" for an anonymous claim).
+    pub member: String,
+    /// The epoch of the lease it was suspended under: its resume token names it.
+    pub epoch: u64,
+    /// When it was suspended.
+    pub since_ms: u64,
+    /// When its timeout acts.
+    pub timeout_at_ms: u64,
+    /// What its timeout does.
+    pub on_timeout: OnTimeout,
+}
+
+/// How a task's last suspension ended, shown to its next holder.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Resumed {
+    /// The data the resume carried, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<RawJson>,
+    /// Who resumed it: the token's name (with tokens configured), else "".
+    pub by: String,
+    /// When it was resumed or timed out.
+    pub at_ms: u64,
+    /// True when the suspension's timeout resumed it (no one did).
+    pub timed_out: bool,
 }
 
 /// The lease of a leased task.
@@ -557,8 +633,14 @@ pub struct TaskInfo {
     pub result: Option<RawJson>,
     /// The last error given with a nack or dead-letter, or the reason of a lapse.
     pub last_error: Option<String>,
-    /// Why it is dead: `max_attempts` or `dead_lettered`.
+    /// Why it is dead: `max_attempts`, `dead_lettered` or `suspend_timed_out`.
     pub dead_reason: Option<String>,
+    /// While suspended: why, since when, and what its timeout does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspension: Option<SuspensionInfo>,
+    /// How its last suspension ended, until its next suspension or redrive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed: Option<Resumed>,
     /// When it was enqueued.
     pub created_ms: u64,
     /// When it last changed state.
@@ -592,6 +674,9 @@ pub struct TaskSummary {
     pub last_error: Option<String>,
     /// Why it is dead.
     pub dead_reason: Option<String>,
+    /// While suspended: why, since when, and what its timeout does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspension: Option<SuspensionInfo>,
     /// When it was enqueued.
     pub created_ms: u64,
     /// When it last changed state.

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::RawJson;
 use crate::error::{ErrorBody, ErrorCode};
 use crate::model::{
-    Delivery, EnqueuedTask, LimitInfo, LimitSpec, MemberInfo, NewTask, QueueInfo, QueuePatch,
-    TaskInfo, TaskState, TaskSummary,
+    Delivery, EnqueuedTask, LimitInfo, LimitSpec, MemberInfo, NewTask, OnTimeout, QueueInfo,
+    QueuePatch, TaskInfo, TaskState, TaskSummary,
 };
 
 /// A request type: its op name and the type of its successful reply.
@@ -353,6 +353,66 @@ pub struct Throttled {
     /// What the provider said, for the task's timeline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// Suspends a leased task instead of settling it: the lease ends (the holder's slot and
+/// its limits' slots are free), no attempt is spent, the progress checkpoint is kept,
+/// and the task waits as `suspended` until a `resume` with the reply's token (or an
+/// admin's by task id) or its timeout.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Suspend {
+    /// The task's id.
+    pub task: String,
+    /// The lease epoch.
+    pub epoch: u64,
+    /// What it waits for, shown to people (up to
+    /// [`crate::limits::MAX_SUSPEND_REASON_BYTES`]).
+    pub reason: String,
+    /// How long it may wait, 1 ms to [`crate::limits::MAX_SUSPEND_TIMEOUT`];
+    /// [`crate::limits::DEFAULT_SUSPEND_TIMEOUT`] if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// What the timeout does; `fail` if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_timeout: Option<OnTimeout>,
+}
+
+/// Reply to [`Suspend`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SuspendReply {
+    /// `suspended`, or `cancelled` if a cancel had been asked.
+    pub state: TaskState,
+    /// The token that resumes this suspension once; absent when cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_token: Option<String>,
+    /// When the timeout acts; absent when cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_at_ms: Option<u64>,
+}
+
+/// Makes a suspended task ready again at its place, handing `data` to its next holder.
+/// Names the suspension by its `token`, or (admins and approvers) the task by `task`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Resume {
+    /// The resume token a `suspend` replied with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// The task's id, instead of a token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    /// What the task's next holder sees as `resumed.data` (up to
+    /// [`crate::limits::MAX_RESUME_DATA_BYTES`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<RawJson>,
+}
+
+/// Reply to [`Resume`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ResumeReply {
+    /// The task's id.
+    pub task: String,
+    /// Its new state: `ready`.
+    pub state: TaskState,
 }
 
 /// Extends a lease and stores a progress checkpoint.
@@ -1378,6 +1438,8 @@ ops! {
     Release(Release) = "release" -> SettleReply;
     Throttled(Throttled) = "throttled" -> SettleReply;
     DeadLetter(DeadLetter) = "dead_letter" -> SettleReply;
+    Suspend(Suspend) = "suspend" -> SuspendReply;
+    Resume(Resume) = "resume" -> ResumeReply;
     TaskGet(TaskGet) = "task_get" -> TaskReply;
     TaskList(TaskList) = "task_list" -> TaskListReply;
     TaskFind(Box<TaskFind>) = "task_find" -> TaskFindReply;

@@ -656,7 +656,7 @@ struct QueueCensus {
     /// The queue is stored (its series are published).
     stored: bool,
     /// Tasks per state, indexed by [`StoredState`].
-    counts: [u64; 6],
+    counts: [u64; TaskState::ALL.len()],
     /// The ready tasks.
     ready: BTreeSet<Ulid>,
 }
@@ -713,7 +713,7 @@ impl Census {
         self.queues.push(QueueCensus {
             name: name.to_owned(),
             stored: false,
-            counts: [0; 6],
+            counts: [0; TaskState::ALL.len()],
             ready: BTreeSet::new(),
         });
         self.index.insert(name.to_owned(), q);
@@ -1341,6 +1341,8 @@ mod tests {
             result: None,
             last_error: None,
             dead_reason: None,
+            suspension: None,
+            resumed: None,
             created_ms: 1,
             updated_ms: 1,
             finished_ms: None,
@@ -1396,7 +1398,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_census_reads_what_the_store_writes() {
-        use TaskState::{Done, Leased, Ready};
+        use TaskState::{Done, Leased, Ready, Suspended};
         use muster_protocol::model::QueueOptions;
 
         let dir = tempfile::tempdir().unwrap();
@@ -1413,13 +1415,14 @@ mod tests {
         })
         .await;
         let counted = summary(&machine.census.lock());
-        //                  scheduled ready leased done dead cancelled
-        assert_eq!(counted["jobs"], (vec![0, 2, 1, 1, 0, 0], Some(ids[0])));
-        assert_eq!(counted["idle"], (vec![0; 6], None));
+        //                  scheduled ready leased suspended done dead cancelled
+        assert_eq!(counted["jobs"], (vec![0, 2, 1, 0, 1, 0, 0], Some(ids[0])));
+        assert_eq!(counted["idle"], (vec![0; 7], None));
 
         // The oldest ready task leased, the done one removed, a queue deleted.
         apply_round((&store, &round), &mut machine, 2, |b| {
             b.put_task(ids[0], &task("jobs", Leased));
+            b.put_task(ids[2], &task("jobs", Suspended));
             b.remove_task(ids[3], "jobs", None);
             b.remove_queue("idle");
         })
@@ -1427,7 +1430,7 @@ mod tests {
         let counted = summary(&machine.census.lock());
         assert_eq!(
             counted,
-            BTreeMap::from([("jobs".to_owned(), (vec![0, 1, 2, 0, 0, 0], Some(ids[1])))])
+            BTreeMap::from([("jobs".to_owned(), (vec![0, 1, 1, 1, 0, 0, 0], Some(ids[1])))])
         );
         // What was counted entry by entry is what a scan of the store finds.
         let scanned = Census::scan(&store, &Applied::of(&store).unwrap()).unwrap();

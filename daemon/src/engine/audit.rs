@@ -31,11 +31,13 @@ pub(super) fn action(req: &EngineRequest) -> Option<Action> {
         EngineRequest::LeaseRevoke(r) => &r.task,
         EngineRequest::LimitSet(r) => &r.name,
         EngineRequest::LimitDelete(r) => &r.0.name,
+        // The task, never the token (a secret, which the log must not hold).
+        EngineRequest::Resume(r) => super::suspend::resume_target(r)?,
         _ => return None,
     };
     Some(Action {
         op: req.name(),
-        target: target.clone(),
+        target: target.to_owned(),
     })
 }
 
@@ -43,7 +45,7 @@ pub(super) fn action(req: &EngineRequest) -> Option<Action> {
 pub(super) fn applied(action: &Action, principal: Option<&str>, reply: &Reply) {
     let tasks = match reply {
         Reply::Count(c) => c.count,
-        Reply::Cancel(_) | Reply::Settle(_) | Reply::TaskUpdate(_) => 1,
+        Reply::Cancel(_) | Reply::Settle(_) | Reply::TaskUpdate(_) | Reply::Resume(_) => 1,
         Reply::Member(m) => m.member.leased,
         _ => 0,
     };

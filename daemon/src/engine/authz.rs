@@ -7,9 +7,12 @@
 //! | `queue_describe` | any | the queue |
 //! | `enqueue` | produce | the queue |
 //! | `claim` | consume | every queue; a named member must be free or the principal's, and match its member patterns |
-//! | `ack`, `nack`, `renew`, `release`, `dead_letter` | consume | the task's queue; the lease's member must be the principal's |
-//! | `task_get` | produce or consume | the task's queue |
-//! | `wait`, `cancel` | produce | every task's queue |
+//! | `ack`, `nack`, `renew`, `release`, `throttled`, `dead_letter`, `suspend` | consume | the task's queue; the lease's member must be the principal's |
+//! | `resume` with a token | approve or consume | the task's queue |
+//! | `resume` by task id | approve | the task's queue |
+//! | `task_get` | produce, consume or approve | the task's queue |
+//! | `wait` | produce | every task's queue |
+//! | `cancel` | produce; approve for a suspended task | the task's queue |
 //! | `task_list`, `redrive`, `discard` | admin | the queue |
 //! | `task_find` | admin | the queue; without one, searches only covered queues |
 //! | `session_open` | consume | the member must be free or the principal's and match its member patterns; every queue the member holds leases in |
@@ -35,6 +38,7 @@ use std::time::Duration;
 
 use ulid::Ulid;
 
+use muster_protocol::model::TaskState;
 use muster_protocol::ops::{Claim, SessionOpen, View};
 use muster_protocol::ops::{EdgeRequest, EngineRequest};
 use muster_protocol::{ErrorBody, ErrorCode};
@@ -142,9 +146,11 @@ impl Owners {
 const ADMIN: &[Role] = &[Role::Admin];
 const PRODUCE: &[Role] = &[Role::Produce];
 const CONSUME: &[Role] = &[Role::Consume];
-const READ: &[Role] = &[Role::Produce, Role::Consume];
+const READ: &[Role] = &[Role::Produce, Role::Consume, Role::Approve];
+const APPROVE: &[Role] = &[Role::Approve];
+const RESUME_BY_TOKEN: &[Role] = &[Role::Approve, Role::Consume];
 /// Any role: what reading the limits needs (`limit_get`, `limit_list`, their watch).
-const ANY_ROLE: &[Role] = &[Role::Produce, Role::Consume, Role::Admin];
+const ANY_ROLE: &[Role] = &[Role::Produce, Role::Consume, Role::Approve, Role::Admin];
 
 /// Checks an op the connection answers itself past `hello` (which anyone may send):
 /// `server_stats`, and on a cluster node `cluster_status`, `cluster_add`,
@@ -196,12 +202,29 @@ impl<W: Waiter> Engine<W> {
             EngineRequest::Release(r) => self.settle_allowed(&r.task, p),
             EngineRequest::Throttled(r) => self.settle_allowed(&r.task, p),
             EngineRequest::DeadLetter(r) => self.settle_allowed(&r.task, p),
+            EngineRequest::Suspend(r) => self.settle_allowed(&r.task, p),
+            EngineRequest::Resume(r) => {
+                let roles = if r.token.is_some() {
+                    RESUME_BY_TOKEN
+                } else {
+                    APPROVE
+                };
+                // A request naming no task is refused by the op itself.
+                super::suspend::resume_target(r)
+                    .map_or(Ok(()), |task| self.task_allowed(task, roles, p))
+            }
             EngineRequest::TaskGet(r) => self.task_allowed(&r.task, READ, p),
             EngineRequest::Wait(r) => r
                 .tasks
                 .iter()
                 .try_for_each(|t| self.task_allowed(t, PRODUCE, p)),
-            EngineRequest::Cancel(r) => self.task_allowed(&r.task, PRODUCE, p),
+            EngineRequest::Cancel(r) => {
+                self.task_allowed(&r.task, PRODUCE, p)
+                    .or_else(|e| match self.task_state(&r.task) {
+                        Some(TaskState::Suspended) => self.task_allowed(&r.task, APPROVE, p),
+                        _ => Err(e),
+                    })
+            }
             EngineRequest::TaskList(r) => p.check(ADMIN, Some(&r.queue)),
             EngineRequest::TaskFind(r) => p.check(ADMIN, r.queue.as_deref()),
             EngineRequest::Redrive(r) => p.check(ADMIN, Some(&r.0.queue)),
@@ -277,6 +300,11 @@ impl<W: Waiter> Engine<W> {
     fn task_queue(&self, task: &str) -> Option<&str> {
         let id = Ulid::from_string(task).ok()?;
         self.index.tasks.get(&id).map(|m| &*m.queue)
+    }
+
+    fn task_state(&self, task: &str) -> Option<TaskState> {
+        let id = Ulid::from_string(task).ok()?;
+        self.index.tasks.get(&id).map(|m| m.state)
     }
 
     fn task_allowed(&self, task: &str, roles: &[Role], p: &Principal) -> Result<(), ErrorBody> {

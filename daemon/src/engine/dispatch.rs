@@ -212,7 +212,7 @@ impl DispatchIndex {
         self.refs.len()
     }
 
-    /// Adds a task that entered a scheduled, ready or leased state; `carried` tells
+    /// Adds a task that entered an unfinished state (scheduled, ready, leased, suspended); `carried` tells
     /// whether a class new to the queue is claimable.
     pub fn add(
         &mut self,
@@ -222,11 +222,8 @@ impl DispatchIndex {
         gate: &mut Gate<'_>,
     ) {
         assert!(
-            matches!(
-                t.state,
-                TaskState::Scheduled | TaskState::Ready | TaskState::Leased
-            ),
-            "task {}: only scheduled, ready and leased tasks are dispatch-indexed, not {}",
+            !t.state.is_finished(),
+            "task {}: only unfinished tasks are dispatch-indexed, not {}",
             t.id,
             t.state
         );
@@ -267,7 +264,7 @@ impl DispatchIndex {
         }
     }
 
-    /// Removes a task that leaves its scheduled, ready or leased state.
+    /// Removes a task that leaves its unfinished state.
     pub fn remove(&mut self, t: TaskRef<'_>, key_concurrency: u32, gate: &mut Gate<'_>) {
         let refs = self
             .refs

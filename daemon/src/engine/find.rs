@@ -278,7 +278,7 @@ impl<W: Waiter> Engine<W> {
         let newest_first = search.newest_first;
         let states: Vec<TaskState> = match search.state {
             Some(s) => vec![s],
-            None => ALL_STATES.to_vec(),
+            None => TaskState::ALL.to_vec(),
         };
         let parts = states
             .into_iter()
@@ -360,15 +360,6 @@ impl<W: Waiter> Engine<W> {
         Ok(true)
     }
 }
-
-const ALL_STATES: [TaskState; 6] = [
-    TaskState::Scheduled,
-    TaskState::Ready,
-    TaskState::Leased,
-    TaskState::Done,
-    TaskState::Dead,
-    TaskState::Cancelled,
-];
 
 /// Several id-ordered iterators merged into one, in ascending or descending order.
 struct Merged<'a> {

@@ -29,6 +29,7 @@ mod listing;
 mod members;
 mod ops;
 mod quotas;
+mod suspend;
 pub mod telemetry;
 #[cfg(test)]
 mod tests;
@@ -184,6 +185,10 @@ pub enum Reply {
     Limit(muster_protocol::ops::LimitReply),
     /// Limit list.
     LimitList(muster_protocol::ops::LimitListReply),
+    /// Suspend.
+    Suspend(muster_protocol::ops::SuspendReply),
+    /// Resume.
+    Resume(muster_protocol::ops::ResumeReply),
 }
 
 /// Why an op failed: the client's fault (reply with the error) or the store's (stop).
@@ -222,7 +227,7 @@ struct Queue {
     /// Which ready task goes next: by label class, priority, enqueue order and key.
     dispatch: DispatchIndex,
     /// Every task by state, in id order, for counts and listings.
-    by_state: [BTreeSet<Ulid>; 6],
+    by_state: [BTreeSet<Ulid>; TaskState::ALL.len()],
     /// What happened since the daemon started.
     totals: QueueTotals,
     /// A `queue_delete` is removing it: it is gone for every request, and nothing is
@@ -263,7 +268,17 @@ fn state_index(state: TaskState) -> usize {
         TaskState::Done => 3,
         TaskState::Dead => 4,
         TaskState::Cancelled => 5,
+        TaskState::Suspended => 6,
     }
+}
+
+/// Whether a task in `state` has its place in its queue's dispatch index (its key's
+/// line, its label class): every unfinished state.
+fn in_line(state: TaskState) -> bool {
+    matches!(
+        state,
+        TaskState::Ready | TaskState::Scheduled | TaskState::Leased | TaskState::Suspended
+    )
 }
 
 /// What the engine keeps in memory of each task: enough to dispatch and time it,
@@ -273,8 +288,8 @@ struct Meta {
     key: Option<Arc<str>>,
     /// The labels it requires, shared with its label class.
     class: Class,
-    /// Wall time a scheduled task becomes ready, or a done or cancelled one is removed;
-    /// 0 in every other state.
+    /// Wall time a scheduled task becomes ready, a suspended one's timeout acts, or a
+    /// done or cancelled one is removed; 0 in every other state.
     at_ms: u64,
     /// Current lease epoch.
     epoch: u64,
@@ -492,6 +507,8 @@ struct Index {
     tasks: IdMap<Meta>,
     /// Scheduled tasks by the wall time they become ready.
     scheduled: BTreeSet<(u64, Ulid)>,
+    /// Suspended tasks by the wall time their timeout acts.
+    suspended: BTreeSet<(u64, Ulid)>,
     /// Leased tasks by monotonic deadline.
     leases: BTreeSet<(u64, Ulid)>,
     /// Finished tasks by the wall time retention removes them.
@@ -900,6 +917,7 @@ impl<W: Waiter> Engine<W> {
                 grouped: IdMap::default(),
                 tasks: IdMap::default(),
                 scheduled: BTreeSet::new(),
+                suspended: BTreeSet::new(),
                 leases: BTreeSet::new(),
                 expiry: BTreeSet::new(),
             },
@@ -969,6 +987,11 @@ impl<W: Waiter> Engine<W> {
             self.index.scheduled.len(),
             counted(TaskState::Scheduled),
             "every scheduled task restored has its time indexed, once"
+        );
+        assert_eq!(
+            self.index.suspended.len(),
+            counted(TaskState::Suspended),
+            "every suspended task restored has its timeout indexed, once"
         );
         Ok(())
     }
@@ -1138,6 +1161,7 @@ impl<W: Waiter> Engine<W> {
         let mut d = vec![
             self.index.tasks.len(),
             self.index.scheduled.len(),
+            self.index.suspended.len(),
             self.index.leases.len(),
             self.index.expiry.len(),
             self.members.by_name.len(),
@@ -1167,6 +1191,7 @@ impl<W: Waiter> Engine<W> {
         self.index.limits.set_now(now.mono_ms);
         self.sweep_liveness(now);
         self.promote_scheduled(now)?;
+        self.time_out_suspensions(now)?;
         self.lapse_leases(now)?;
         self.expire_finished(now)?;
         self.expire_member_names(now);
@@ -1192,6 +1217,13 @@ impl<W: Waiter> Engine<W> {
                 .is_none_or(|&(at, _)| at > now.mono_ms),
             "every lease past its deadline lapsed"
         );
+        debug_assert!(
+            self.index
+                .suspended
+                .first()
+                .is_none_or(|&(at, _)| at > now.wall_ms),
+            "every suspension past its timeout ended"
+        );
         self.members.forget_idle();
         #[cfg(debug_assertions)]
         self.check_carried_now_and_then();
@@ -1204,6 +1236,7 @@ impl<W: Waiter> Engine<W> {
         let mono = |at: u64| at.saturating_sub(now.mono_ms);
         [
             self.index.scheduled.first().map(|(at, _)| wall(*at)),
+            self.index.suspended.first().map(|(at, _)| wall(*at)),
             self.index.leases.first().map(|(at, _)| mono(*at)),
             self.index.expiry.first().map(|(at, _)| wall(*at)),
             self.index.limits.next_timer().map(mono),
@@ -1591,12 +1624,18 @@ impl<W: Waiter> Engine<W> {
             .map_or(0, |f| f.saturating_add(queue.options.retention_ms));
         let at_ms = match rec.state {
             TaskState::Scheduled => rec.not_before_ms.unwrap_or(0),
+            TaskState::Suspended => rec.timeout_at_ms.unwrap_or(0),
             TaskState::Done | TaskState::Cancelled => remove_at,
             TaskState::Ready | TaskState::Leased | TaskState::Dead => 0,
         };
         assert!(
             rec.state != TaskState::Scheduled || rec.not_before_ms.is_some(),
             "task {id}: a scheduled task names when it becomes ready"
+        );
+        assert_eq!(
+            rec.state == TaskState::Suspended,
+            rec.timeout_at_ms.is_some(),
+            "task {id}: a record holds a suspension exactly while suspended"
         );
         assert!(
             rec.lease.is_none_or(|l| l.epoch == rec.deliveries),
@@ -1666,10 +1705,7 @@ impl<W: Waiter> Engine<W> {
             "task {id} indexed twice as {}",
             meta.state
         );
-        if matches!(
-            meta.state,
-            TaskState::Ready | TaskState::Scheduled | TaskState::Leased
-        ) {
+        if in_line(meta.state) {
             queue.dispatch.add(
                 task_ref(id, meta, &self.index.limited, &self.index.grouped),
                 queue.options.key_concurrency,
@@ -1692,6 +1728,12 @@ impl<W: Waiter> Engine<W> {
                 assert!(
                     self.index.scheduled.insert((meta.at_ms, id)),
                     "task {id} scheduled twice"
+                );
+            }
+            TaskState::Suspended => {
+                assert!(
+                    self.index.suspended.insert((meta.at_ms, id)),
+                    "task {id} suspended twice"
                 );
             }
             TaskState::Leased => {
@@ -1740,10 +1782,7 @@ impl<W: Waiter> Engine<W> {
             "task {id} was not indexed as {}",
             meta.state
         );
-        if matches!(
-            meta.state,
-            TaskState::Ready | TaskState::Scheduled | TaskState::Leased
-        ) {
+        if in_line(meta.state) {
             queue.dispatch.remove(
                 task_ref(id, meta, &self.index.limited, &self.index.grouped),
                 queue.options.key_concurrency,
@@ -1763,6 +1802,12 @@ impl<W: Waiter> Engine<W> {
                 assert!(
                     self.index.scheduled.remove(&(meta.at_ms, id)),
                     "task {id}: not scheduled"
+                );
+            }
+            TaskState::Suspended => {
+                assert!(
+                    self.index.suspended.remove(&(meta.at_ms, id)),
+                    "task {id}: not suspended"
                 );
             }
             TaskState::Leased => {
@@ -2038,6 +2083,7 @@ impl<W: Waiter> Engine<W> {
         rec.state = to;
         rec.lease = None;
         rec.not_before_ms = None;
+        rec.suspension = None;
         rec.finished_ms = Some(now.wall_ms);
         rec.updated_ms = now.wall_ms;
     }

@@ -268,6 +268,7 @@ pub(super) fn summary(id: Ulid, rec: &TaskRecord) -> TaskSummary {
         lease: lease_info(rec),
         last_error: rec.last_error.clone(),
         dead_reason: rec.dead_reason.clone(),
+        suspension: rec.suspension.as_ref().map(|s| s.info.clone()),
         created_ms: rec.created_ms,
         updated_ms: rec.updated_ms,
         progress: rec.progress.as_ref().map(|p| {
@@ -376,6 +377,7 @@ fn delivery(
         lease_ms,
         progress: rec.progress.clone(),
         reclaimed: grant == Grant::Reclaimed,
+        resumed: rec.resumed.clone(),
     }
 }
 
@@ -427,6 +429,8 @@ impl<W: Waiter> Engine<W> {
             EngineRequest::Release(r) => self.release(r, now).map(Reply::Settle),
             EngineRequest::Throttled(r) => self.throttled(r, now).map(Reply::Settle),
             EngineRequest::DeadLetter(r) => self.dead_letter(r, now).map(Reply::Settle),
+            EngineRequest::Suspend(r) => self.suspend(r, now).map(Reply::Suspend),
+            EngineRequest::Resume(r) => self.resume(r, waiter.principal(), now).map(Reply::Resume),
             EngineRequest::TaskGet(r) => self.task_get(r).map(Reply::Task),
             EngineRequest::TaskList(r) => self.task_list(r).map(Reply::TaskList),
             EngineRequest::TaskFind(r) => {
@@ -1517,6 +1521,8 @@ impl<W: Waiter> Engine<W> {
             result: rec.result,
             last_error: rec.last_error,
             dead_reason: rec.dead_reason,
+            suspension: rec.suspension.map(|s| s.info),
+            resumed: rec.resumed,
             created_ms: rec.created_ms,
             updated_ms: rec.updated_ms,
             history: rec.history,
@@ -1735,7 +1741,7 @@ impl<W: Waiter> Engine<W> {
         let id = parse_id(&r.task)?;
         let mut rec = self.record(id)?;
         match rec.state {
-            TaskState::Ready | TaskState::Scheduled => {
+            TaskState::Ready | TaskState::Scheduled | TaskState::Suspended => {
                 push_event(&mut rec, now, "cancelled", None, None, None);
                 self.finish(&mut rec, TaskState::Cancelled, now);
                 self.save(id, &rec, None);

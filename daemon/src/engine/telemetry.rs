@@ -33,11 +33,13 @@ pub enum LeaseEnd {
     Redelivered,
     /// Ended because its cancel was pending when its member's agent restarted.
     Cancelled,
+    /// Suspended by its holder until a resume or its timeout.
+    Suspended,
 }
 
 impl LeaseEnd {
     /// Every outcome, for registering the series at zero.
-    pub const ALL: [LeaseEnd; 10] = [
+    pub const ALL: [LeaseEnd; 11] = [
         LeaseEnd::Acked,
         LeaseEnd::Nacked,
         LeaseEnd::Released,
@@ -48,6 +50,7 @@ impl LeaseEnd {
         LeaseEnd::Reclaimed,
         LeaseEnd::Redelivered,
         LeaseEnd::Cancelled,
+        LeaseEnd::Suspended,
     ];
 
     /// The `outcome` label.
@@ -63,6 +66,7 @@ impl LeaseEnd {
             LeaseEnd::Reclaimed => "reclaimed",
             LeaseEnd::Redelivered => "redelivered",
             LeaseEnd::Cancelled => "cancelled",
+            LeaseEnd::Suspended => "suspended",
         }
     }
 
@@ -79,6 +83,7 @@ impl LeaseEnd {
             LeaseEnd::Revoked => Some("muster_revoked_total"),
             LeaseEnd::Reclaimed => Some("muster_reclaimed_total"),
             LeaseEnd::Redelivered => Some("muster_redelivered_total"),
+            LeaseEnd::Suspended => Some("muster_suspended_total"),
             LeaseEnd::DeadLettered | LeaseEnd::Cancelled => None,
         }
     }
@@ -86,14 +91,16 @@ impl LeaseEnd {
 
 /// Why a task went dead: the `reason` label of `muster_dead_lettered_total`, as the
 /// task's `dead_reason` spells it.
-pub const DEAD_REASONS: [&str; 2] = [DEAD_MAX_ATTEMPTS, DEAD_BY_AGENT];
+pub const DEAD_REASONS: [&str; 3] = [DEAD_MAX_ATTEMPTS, DEAD_BY_AGENT, DEAD_SUSPEND_TIMED_OUT];
 /// Out of attempts.
 pub const DEAD_MAX_ATTEMPTS: &str = "max_attempts";
 /// Dead-lettered by its holder.
 pub const DEAD_BY_AGENT: &str = "dead_lettered";
+/// Suspended past its timeout, whose `on_timeout` was `fail`.
+pub const DEAD_SUSPEND_TIMED_OUT: &str = "suspend_timed_out";
 
 /// Counters per queue without a further label.
-const QUEUE_COUNTERS: [&str; 13] = [
+const QUEUE_COUNTERS: [&str; 15] = [
     "muster_enqueued_total",
     "muster_leased_total",
     "muster_acked_total",
@@ -107,6 +114,8 @@ const QUEUE_COUNTERS: [&str; 13] = [
     "muster_cancelled_total",
     "muster_redriven_total",
     "muster_discarded_total",
+    "muster_suspended_total",
+    "muster_resumed_total",
 ];
 
 /// Most members with series of their own (`muster_member_leases`,
@@ -172,6 +181,11 @@ pub fn dead(id: ulid::Ulid, queue: &str, reason: &'static str) {
 /// A task ended cancelled.
 pub fn cancelled(queue: &str) {
     counter!("muster_cancelled_total", "queue" => queue.to_owned()).increment(1);
+}
+
+/// A suspended task made ready again (by a resume, or its timeout).
+pub fn resumed(queue: &str) {
+    counter!("muster_resumed_total", "queue" => queue.to_owned()).increment(1);
 }
 
 /// Tasks an operator redrove, discarded or purged (`what` is one of the counters).

@@ -24,6 +24,11 @@
 //!   records (JSON, `v: 3`). Format 2 records are read as they are (they draw on no
 //!   limit, name no group) and written in format 3 when they next change. Queue records
 //!   gain `fair` and `group_weights`, left out while off and empty.
+//! - 4: task records gain what waiting needs ([`TaskWait`], after the limits and group:
+//!   a suspended task's suspension, whose timeout the start-up index reads, and how its
+//!   last suspension ended); task states gain `suspended` (at the end of
+//!   [`StoredState`]). Format 2 and 3 records are read as they are (never suspended)
+//!   and written in format 4 when they next change.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -31,12 +36,17 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use muster_protocol::RawJson;
-use muster_protocol::model::{Backoff, LimitSpec, QueueOptions, Rate, TaskState, TimelineEvent};
+use muster_protocol::model::{
+    Backoff, LimitSpec, OnTimeout, QueueOptions, Rate, Resumed, SuspensionInfo, TaskState,
+    TimelineEvent,
+};
 
-use super::{LeaseRecord, LimitRecord, QueueRecord, TaskIndex, TaskLimit, TaskRecord};
+use super::{
+    LeaseRecord, LimitRecord, QueueRecord, SuspensionRecord, TaskIndex, TaskLimit, TaskRecord,
+};
 
 /// The format this build writes, and the newest it reads.
-pub const FORMAT: u32 = 3;
+pub const FORMAT: u32 = 4;
 
 /// The oldest format this build reads (older ones would be migrated on open).
 pub const OLDEST_FORMAT: u32 = 1;
@@ -72,6 +82,8 @@ pub enum StoredState {
     Dead,
     /// Cancelled.
     Cancelled,
+    /// Suspended until a resume or its timeout.
+    Suspended,
 }
 
 impl From<TaskState> for StoredState {
@@ -83,6 +95,7 @@ impl From<TaskState> for StoredState {
             TaskState::Done => StoredState::Done,
             TaskState::Dead => StoredState::Dead,
             TaskState::Cancelled => StoredState::Cancelled,
+            TaskState::Suspended => StoredState::Suspended,
         }
     }
 }
@@ -96,6 +109,7 @@ impl From<StoredState> for TaskState {
             StoredState::Done => TaskState::Done,
             StoredState::Dead => TaskState::Dead,
             StoredState::Cancelled => TaskState::Cancelled,
+            StoredState::Suspended => TaskState::Suspended,
         }
     }
 }
@@ -152,6 +166,8 @@ impl TryFrom<StoredTask1> for TaskRecord {
             result: s.result,
             last_error: s.last_error,
             dead_reason: s.dead_reason,
+            suspension: None,
+            resumed: None,
             created_ms: s.created_ms,
             updated_ms: s.updated_ms,
             finished_ms: s.finished_ms,
@@ -252,6 +268,107 @@ struct TaskFlow<'a> {
     group: Option<Cow<'a, str>>,
 }
 
+/// A format 4 task record: its head, its flow, what waiting needs, then its body.
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredTask4<'a> {
+    #[serde(borrow)]
+    head: TaskHead<'a>,
+    #[serde(borrow)]
+    flow: TaskFlow<'a>,
+    #[serde(borrow)]
+    wait: TaskWait<'a>,
+    #[serde(borrow)]
+    body: TaskBody<'a>,
+}
+
+/// What a format 4 task record adds after its flow: the start-up index reads the
+/// suspension (for its timeout), so it comes before the body.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct TaskWait<'a> {
+    #[serde(borrow)]
+    suspension: Option<StoredSuspension<'a>>,
+    #[serde(borrow)]
+    resumed: Option<StoredResumed<'a>>,
+}
+
+/// A suspension on disk; `on_timeout` by position (0 resume, 1 fail, 2 cancel).
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredSuspension<'a> {
+    timeout_at_ms: u64,
+    on_timeout: u8,
+    epoch: u64,
+    since_ms: u64,
+    token_digest: [u8; 32],
+    member: Cow<'a, str>,
+    reason: Cow<'a, str>,
+}
+
+/// How a suspension ended, on disk.
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredResumed<'a> {
+    at_ms: u64,
+    timed_out: bool,
+    by: Cow<'a, str>,
+    data: Option<Cow<'a, str>>,
+}
+
+const ON_TIMEOUT: [OnTimeout; 3] = [OnTimeout::Resume, OnTimeout::Fail, OnTimeout::Cancel];
+
+impl<'a> StoredSuspension<'a> {
+    fn new(r: &'a SuspensionRecord) -> Self {
+        let i = &r.info;
+        StoredSuspension {
+            timeout_at_ms: i.timeout_at_ms,
+            on_timeout: ON_TIMEOUT
+                .iter()
+                .position(|o| *o == i.on_timeout)
+                .expect("every OnTimeout is in ON_TIMEOUT") as u8,
+            epoch: i.epoch,
+            since_ms: i.since_ms,
+            token_digest: r.token_digest,
+            member: Cow::Borrowed(&i.member),
+            reason: Cow::Borrowed(&i.reason),
+        }
+    }
+
+    fn record(self) -> Result<SuspensionRecord, String> {
+        let on_timeout = *ON_TIMEOUT
+            .get(usize::from(self.on_timeout))
+            .ok_or_else(|| format!("on_timeout {} is not a muster value", self.on_timeout))?;
+        Ok(SuspensionRecord {
+            info: SuspensionInfo {
+                reason: self.reason.into_owned(),
+                member: self.member.into_owned(),
+                epoch: self.epoch,
+                since_ms: self.since_ms,
+                timeout_at_ms: self.timeout_at_ms,
+                on_timeout,
+            },
+            token_digest: self.token_digest,
+        })
+    }
+}
+
+impl<'a> StoredResumed<'a> {
+    fn new(r: &'a Resumed) -> Self {
+        StoredResumed {
+            at_ms: r.at_ms,
+            timed_out: r.timed_out,
+            by: Cow::Borrowed(&r.by),
+            data: r.data.as_deref().map(|d| Cow::Borrowed(d.get())),
+        }
+    }
+
+    fn resumed(self) -> Result<Resumed, String> {
+        Ok(Resumed {
+            data: self.data.map(raw_json).transpose()?,
+            by: self.by.into_owned(),
+            at_ms: self.at_ms,
+            timed_out: self.timed_out,
+        })
+    }
+}
+
 /// The first byte of every format 1 record (a JSON object); never the first byte of a
 /// format 2 record, which is its version as a varint (2 to 127 in one byte).
 const JSON_RECORD: u8 = b'{';
@@ -266,7 +383,7 @@ pub(super) fn encode_task(r: &TaskRecord) -> Vec<u8> {
     fn borrowed(s: &Option<String>) -> Option<Cow<'_, str>> {
         s.as_deref().map(Cow::Borrowed)
     }
-    let stored = StoredTask3 {
+    let stored = StoredTask4 {
         head: TaskHead {
             v: FORMAT,
             queue: Cow::Borrowed(&r.queue),
@@ -284,6 +401,10 @@ pub(super) fn encode_task(r: &TaskRecord) -> Vec<u8> {
         flow: TaskFlow {
             limits: Cow::Borrowed(&r.limits),
             group: borrowed(&r.group),
+        },
+        wait: TaskWait {
+            suspension: r.suspension.as_ref().map(StoredSuspension::new),
+            resumed: r.resumed.as_ref().map(StoredResumed::new),
         },
         body: TaskBody {
             idempotency_key: borrowed(&r.idempotency_key),
@@ -319,16 +440,25 @@ pub(super) fn decode_task(bytes: &[u8]) -> Result<TaskRecord, String> {
         let stored: StoredTask1 = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
         return stored.try_into();
     }
-    let (head, flow, body) = match binary_version(bytes)? {
+    let (head, flow, wait, body) = match binary_version(bytes)? {
         2 => {
             let StoredTask2 { head, body } =
                 postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
-            (head, TaskFlow::default(), body)
+            (head, TaskFlow::default(), TaskWait::default(), body)
         }
-        _ => {
+        3 => {
             let StoredTask3 { head, flow, body } =
                 postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
-            (head, flow, body)
+            (head, flow, TaskWait::default(), body)
+        }
+        _ => {
+            let StoredTask4 {
+                head,
+                flow,
+                wait,
+                body,
+            } = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+            (head, flow, wait, body)
         }
     };
     let owned = |s: Option<Cow<'_, str>>| s.map(Cow::into_owned);
@@ -350,6 +480,8 @@ pub(super) fn decode_task(bytes: &[u8]) -> Result<TaskRecord, String> {
         result: body.result.map(raw_json).transpose()?,
         last_error: owned(body.last_error),
         dead_reason: owned(body.dead_reason),
+        suspension: wait.suspension.map(StoredSuspension::record).transpose()?,
+        resumed: wait.resumed.map(StoredResumed::resumed).transpose()?,
         created_ms: body.created_ms,
         updated_ms: body.updated_ms,
         finished_ms: head.finished_ms,
@@ -361,23 +493,29 @@ pub(super) fn decode_task(bytes: &[u8]) -> Result<TaskRecord, String> {
 
 /// What the start-up index needs of a task record of any format, decoding no more.
 pub(super) fn decode_index(bytes: &[u8]) -> Result<TaskIndex, String> {
-    let (head, flow): (TaskHead<'_>, TaskFlow<'_>) = if bytes.first() == Some(&JSON_RECORD) {
+    let (head, flow, timeout_at_ms) = if bytes.first() == Some(&JSON_RECORD) {
         let head: TaskHead<'_> = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
         check_json_version(head.v)?;
-        (head, TaskFlow::default())
+        (head, TaskFlow::default(), None)
     } else {
         let v = binary_version(bytes)?;
         let (head, rest): (TaskHead<'_>, _) =
             postcard::take_from_bytes(bytes).map_err(|e| e.to_string())?;
-        let flow = match v {
-            2 => TaskFlow::default(),
-            _ => {
-                let (flow, _body): (TaskFlow<'_>, _) =
+        if v == 2 {
+            (head, TaskFlow::default(), None)
+        } else {
+            let (flow, rest): (TaskFlow<'_>, _) =
+                postcard::take_from_bytes(rest).map_err(|e| e.to_string())?;
+            let timeout_at_ms = if v == 3 {
+                None
+            } else {
+                // The suspension comes first in the wait part; its timeout first in it.
+                let (suspension, _rest): (Option<StoredSuspension<'_>>, _) =
                     postcard::take_from_bytes(rest).map_err(|e| e.to_string())?;
-                flow
-            }
-        };
-        (head, flow)
+                suspension.map(|s| s.timeout_at_ms)
+            };
+            (head, flow, timeout_at_ms)
+        }
     };
     Ok(TaskIndex {
         queue: head.queue.into_owned(),
@@ -388,6 +526,7 @@ pub(super) fn decode_index(bytes: &[u8]) -> Result<TaskIndex, String> {
         limits: flow.limits.into_owned(),
         group: flow.group.map(Cow::into_owned),
         not_before_ms: head.not_before_ms,
+        timeout_at_ms,
         deliveries: head.deliveries,
         lease: head.lease.map(Cow::into_owned),
         finished_ms: head.finished_ms,
@@ -614,6 +753,23 @@ mod tests {
             result: Some(raw("[1,2]")),
             last_error: Some("boom".into()),
             dead_reason: Some("why".into()),
+            suspension: Some(SuspensionRecord {
+                info: SuspensionInfo {
+                    reason: "may I merge? ✓".into(),
+                    member: "agent-1".into(),
+                    epoch: 2,
+                    since_ms: 1_764_000_000_650,
+                    timeout_at_ms: 1_764_000_600_650,
+                    on_timeout: OnTimeout::Cancel,
+                },
+                token_digest: [7; 32],
+            }),
+            resumed: Some(Resumed {
+                data: Some(raw(r#"{"approved":true}"#)),
+                by: "alice".into(),
+                at_ms: 1_764_000_000_640,
+                timed_out: false,
+            }),
             created_ms: 1_764_000_000_000,
             updated_ms: 1_764_000_000_600,
             finished_ms: Some(1_764_000_000_700),
@@ -653,6 +809,8 @@ mod tests {
             result: None,
             last_error: None,
             dead_reason: None,
+            suspension: None,
+            resumed: None,
             created_ms: 1_764_000_000_000,
             updated_ms: 1_764_000_000_000,
             finished_ms: None,
@@ -686,7 +844,7 @@ mod tests {
     fn a_task_record_reads_back_field_for_field_and_its_index_alone() {
         for rec in [full(), bare()] {
             let bytes = encode_task(&rec);
-            assert_eq!(bytes[0], 3, "a format 3 record begins with its version");
+            assert_eq!(bytes[0], 4, "a format 4 record begins with its version");
             let back = decode_task(&bytes).unwrap();
             assert_eq!(format!("{back:?}"), format!("{rec:?}"));
             let i = decode_index(&bytes).unwrap();
@@ -706,6 +864,10 @@ mod tests {
                 ..bare()
             };
             assert_eq!(index_of(&index), index_of(&rec));
+            assert_eq!(
+                i.timeout_at_ms,
+                rec.suspension.as_ref().map(|s| s.info.timeout_at_ms)
+            );
         }
     }
 
@@ -717,6 +879,8 @@ mod tests {
         let full = TaskRecord {
             limits: Vec::new(),
             group: None,
+            suspension: None,
+            resumed: None,
             ..full()
         };
         assert_eq!(format!("{rec:?}"), format!("{full:?}"));
@@ -726,39 +890,53 @@ mod tests {
             ("q-é", 2, 256)
         );
         let binary = encode_task(&rec);
-        assert_eq!((json.len(), binary.len()), (706, 200));
+        assert_eq!((json.len(), binary.len()), (706, 202));
     }
 
     #[test]
-    fn a_format_2_record_reads_as_the_same_task_drawing_on_no_limit() {
+    fn format_2_and_3_records_read_as_the_same_task_never_suspended() {
         let rec = TaskRecord {
             limits: Vec::new(),
             group: None,
+            suspension: None,
+            resumed: None,
             ..full()
         };
-        // Format 2 is format 3 without the limits and group between head and body.
-        let v3 = encode_task(&rec);
-        let (_, rest): (TaskHead<'_>, &[u8]) = postcard::take_from_bytes(&v3).unwrap();
-        let head_len = v3.len() - rest.len();
+        // Format 3 is format 4 without the wait part (after the limits and group), and
+        // format 2 is format 3 without the limits and group between head and body.
+        let v4 = encode_task(&rec);
+        let (_, rest): (TaskHead<'_>, &[u8]) = postcard::take_from_bytes(&v4).unwrap();
+        let head_len = v4.len() - rest.len();
         assert_eq!(
-            rest[..2],
-            [0, 0],
-            "no limits, no group: an empty sequence, None"
+            rest[..4],
+            [0, 0, 0, 0],
+            "no limits, no group, no suspension, not resumed: an empty sequence, three Nones"
         );
-        let mut v2 = v3[..head_len].to_vec();
+        let mut v3 = v4[..head_len].to_vec();
+        v3[0] = 3;
+        v3.extend_from_slice(&rest[..2]);
+        v3.extend_from_slice(&rest[4..]);
+        let mut v2 = v4[..head_len].to_vec();
         v2[0] = 2;
-        v2.extend_from_slice(&rest[2..]);
-        assert_eq!(
-            format!("{:?}", decode_task(&v2).unwrap()),
-            format!("{rec:?}")
-        );
-        let index = decode_index(&v2).unwrap();
-        assert_eq!(
-            (index.queue.as_str(), index.limits.len(), index.stored_bytes),
-            ("q-é", 0, 256)
-        );
-        // Written again, it is format 3.
-        assert_eq!(encode_task(&decode_task(&v2).unwrap()), v3);
+        v2.extend_from_slice(&rest[4..]);
+        for old in [v2, v3] {
+            assert_eq!(
+                format!("{:?}", decode_task(&old).unwrap()),
+                format!("{rec:?}")
+            );
+            let index = decode_index(&old).unwrap();
+            assert_eq!(
+                (
+                    index.queue.as_str(),
+                    index.limits.len(),
+                    index.timeout_at_ms,
+                    index.stored_bytes
+                ),
+                ("q-é", 0, None, 256)
+            );
+            // Written again, it is format 4.
+            assert_eq!(encode_task(&decode_task(&old).unwrap()), v4);
+        }
     }
 
     #[test]
@@ -779,14 +957,14 @@ mod tests {
         let json = serde_json::to_string(&rec).unwrap();
         assert_eq!(
             json,
-            r#"{"v":3,"rate":{"count":500,"per_ms":60000},"burst":50,"concurrency":4,"per_key":true,"created_ms":1764000000000,"updated_ms":1764000000500}"#
+            r#"{"v":4,"rate":{"count":500,"per_ms":60000},"burst":50,"concurrency":4,"per_key":true,"created_ms":1764000000000,"updated_ms":1764000000500}"#
         );
         assert_eq!(serde_json::from_str::<LimitRecord>(&json).unwrap(), rec);
-        let newer = json.replacen(r#""v":3"#, r#""v":4"#, 1);
+        let newer = json.replacen(r#""v":4"#, r#""v":5"#, 1);
         let err = serde_json::from_str::<LimitRecord>(&newer).unwrap_err();
         assert!(
             err.to_string()
-                .contains("record format 4 was written by a newer musterd"),
+                .contains("record format 5 was written by a newer musterd"),
             "{err}"
         );
     }
@@ -801,14 +979,14 @@ mod tests {
                 "cut at {cut}"
             );
         }
-        bytes[0] = 4;
+        bytes[0] = 5;
         for err in [
             decode_task(&bytes).unwrap_err(),
             decode_index(&bytes).unwrap_err(),
         ] {
             assert_eq!(
                 err,
-                "record format 4 was written by a newer musterd; this one reads formats 1 to 3"
+                "record format 5 was written by a newer musterd; this one reads formats 1 to 4"
             );
         }
         bytes[0] = 1;
@@ -825,20 +1003,20 @@ mod tests {
 
     #[test]
     fn a_queue_record_of_a_newer_format_is_refused_with_a_message_saying_so() {
-        let newer = r#"{"v":4,"options":{"lease_ms":1,"max_attempts":1,"retry_backoff":{"base_ms":1,"factor":1.0,"cap_ms":1,"jitter":0.0},"key_concurrency":1,"retention_ms":1,"max_runtime_ms":null,"paused":false},"created_ms":1}"#;
+        let newer = r#"{"v":5,"options":{"lease_ms":1,"max_attempts":1,"retry_backoff":{"base_ms":1,"factor":1.0,"cap_ms":1,"jitter":0.0},"key_concurrency":1,"retention_ms":1,"max_runtime_ms":null,"paused":false},"created_ms":1}"#;
         let err = serde_json::from_str::<QueueRecord>(newer).unwrap_err();
         assert!(
             err.to_string()
-                .contains("record format 4 was written by a newer musterd"),
+                .contains("record format 5 was written by a newer musterd"),
             "{err}"
         );
-        let old = newer.replacen(r#""v":4"#, r#""v":1"#, 1);
+        let old = newer.replacen(r#""v":5"#, r#""v":1"#, 1);
         let rec: QueueRecord = serde_json::from_str(&old).unwrap();
         let again = serde_json::to_string(&rec).unwrap();
         assert_eq!(
             again,
-            old.replacen(r#""v":1"#, r#""v":3"#, 1),
-            "a format 1 queue record is written back as format 3, otherwise byte for byte"
+            old.replacen(r#""v":1"#, r#""v":4"#, 1),
+            "a format 1 queue record is written back as format 4, otherwise byte for byte"
         );
     }
 }

@@ -26,10 +26,11 @@ use super::search::{Found, search_query};
 use super::trends::{Rate, Trend, TrendSeries};
 
 /// The states of the queue screen's tabs, in tab order.
-pub const TABS: [TaskState; 6] = [
+pub const TABS: [TaskState; 7] = [
     TaskState::Ready,
     TaskState::Scheduled,
     TaskState::Leased,
+    TaskState::Suspended,
     TaskState::Dead,
     TaskState::Done,
     TaskState::Cancelled,

@@ -126,6 +126,10 @@ pub enum TaskColumn {
     Reason,
     /// Its last error.
     Error,
+    /// What a suspended task waits for, in its holder's words.
+    Asks,
+    /// When a suspended task's timeout acts.
+    TimesOut,
 }
 
 impl TaskColumn {
@@ -148,6 +152,8 @@ impl TaskColumn {
             TaskColumn::Died => "died",
             TaskColumn::Reason => "reason",
             TaskColumn::Error => "error",
+            TaskColumn::Asks => "asks",
+            TaskColumn::TimesOut => "times out",
         }
     }
 
@@ -171,6 +177,10 @@ impl TaskColumn {
             TaskColumn::Progress => text(t.progress.as_deref()),
             TaskColumn::Reason => text(t.dead_reason.as_deref()),
             TaskColumn::Error => text(t.last_error.as_deref()),
+            TaskColumn::Asks => text(t.suspension.as_ref().map(|s| s.reason.as_str())),
+            TaskColumn::TimesOut => {
+                Number(t.suspension.as_ref().map_or(u64::MAX, |s| s.timeout_at_ms))
+            }
         }
     }
 }
@@ -183,6 +193,7 @@ pub fn task_columns(screen: &Screen) -> &'static [TaskColumn] {
             TaskState::Leased => &[Holder, Attempts, Running, Expires, Progress],
             TaskState::Dead => &[Attempts, Died, Reason, Error],
             TaskState::Scheduled => &[Priority, Key, Failures, Due],
+            TaskState::Suspended => &[Age, Asks, TimesOut],
             TaskState::Ready | TaskState::Done | TaskState::Cancelled => {
                 &[Priority, Key, Attempts, Failures, Age]
             }

@@ -7,9 +7,9 @@ use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
 use muster_protocol::model::{
-    LeaseInfo, LimitInfo, LimitKeyInfo, LimitSpec, MemberInfo, MemberState, QueueInfo,
-    QueueOptions, QueuePatch, QueueTotals, Rate, StateCounts, TaskInfo, TaskState, TaskSummary,
-    TimelineEvent,
+    LeaseInfo, LimitInfo, LimitKeyInfo, LimitSpec, MemberInfo, MemberState, OnTimeout, QueueInfo,
+    QueueOptions, QueuePatch, QueueTotals, Rate, StateCounts, SuspensionInfo, TaskInfo, TaskState,
+    TaskSummary, TimelineEvent,
 };
 use muster_protocol::ops::{
     ClusterHello, ClusterMember, ClusterStatusReply, FindCursor, ServerStatsReply, TaskFind,
@@ -105,6 +105,7 @@ fn queue(name: &str, counts: [u64; 6], paused: bool) -> QueueInfo {
             done,
             dead,
             cancelled,
+            suspended: 0,
         },
         held_back: 0,
         waiting_on_limits: 0,
@@ -144,6 +145,14 @@ fn task(n: u32, queue: &str, state: TaskState) -> TaskSummary {
         }),
         last_error: (state == TaskState::Dead).then(|| "CUDA out of memory\ntraceback…".into()),
         dead_reason: (state == TaskState::Dead).then(|| "max_attempts".into()),
+        suspension: (state == TaskState::Suspended).then(|| SuspensionInfo {
+            reason: format!("may I merge PR {n}?"),
+            member: format!("coder-{n}"),
+            epoch: 3,
+            since_ms: NOW - 42 * SEC,
+            timeout_at_ms: NOW + 3600 * SEC,
+            on_timeout: OnTimeout::Fail,
+        }),
         created_ms: NOW - 600 * SEC,
         updated_ms: NOW - 42 * SEC,
         progress: (state == TaskState::Leased).then(|| format!("{{\"step\":{n},\"of\":10}}")),
@@ -309,7 +318,7 @@ fn queue_leased_tab_revokes_with_confirm() {
 #[test]
 fn dead_tab_redrives_the_marked_tasks_with_their_count() {
     let mut app = started(false);
-    on_queue_tab(&mut app, 3, TaskState::Dead, 1..4);
+    on_queue_tab(&mut app, 4, TaskState::Dead, 1..4);
     insta::assert_snapshot!("queue_dead", screen(&app, 80, 24).backend());
     press(&mut app, KeyCode::Char(' '));
     press(&mut app, KeyCode::Char('j'));
@@ -411,6 +420,8 @@ fn task_info() -> TaskInfo {
         result: None,
         last_error: Some("lease lapsed".into()),
         dead_reason: None,
+        suspension: None,
+        resumed: None,
         created_ms: NOW - 900 * SEC,
         updated_ms: NOW - 60 * SEC,
         history: vec![
@@ -638,7 +649,7 @@ fn stale_and_gone_updates() {
 #[test]
 fn small_and_resized_terminals_render() {
     let mut app = started(false);
-    on_queue_tab(&mut app, 3, TaskState::Dead, 1..4);
+    on_queue_tab(&mut app, 4, TaskState::Dead, 1..4);
     insta::assert_snapshot!("queue_dead_60x16", screen(&app, 60, 16).backend());
     let mut terminal = screen(&app, 80, 24);
     terminal.backend_mut().resize(120, 30);
@@ -668,7 +679,7 @@ fn rates_fall_to_zero_when_nothing_happens() {
 #[test]
 fn the_selection_and_the_marks_follow_the_tasks_as_rows_move() {
     let mut app = started(false);
-    on_queue_tab(&mut app, 3, TaskState::Dead, 2..5);
+    on_queue_tab(&mut app, 4, TaskState::Dead, 2..5);
     press(&mut app, KeyCode::Char('j'));
     press(&mut app, KeyCode::Char(' '));
     assert_eq!(app.page().selected, 1);
@@ -757,7 +768,7 @@ fn a_first_screen_the_token_may_not_watch_says_why() {
 #[test]
 fn a_task_discarded_from_its_own_screen_goes_back_saying_so() {
     let mut app = started(false);
-    on_queue_tab(&mut app, 3, TaskState::Dead, 1..3);
+    on_queue_tab(&mut app, 4, TaskState::Dead, 1..3);
     let tag = watched(&press(&mut app, KeyCode::Enter), View::Task { task: id(1) });
     let mut dead = task_info();
     dead.state = TaskState::Dead;
@@ -805,7 +816,7 @@ fn marks_are_for_dead_tasks_and_survive_a_filter() {
         "nothing to mark for on the ready tab"
     );
     let mut app = started(false);
-    on_queue_tab(&mut app, 3, TaskState::Dead, 1..3);
+    on_queue_tab(&mut app, 4, TaskState::Dead, 1..3);
     press(&mut app, KeyCode::Char(' '));
     chars(&mut app, "fzzz\n");
     let tag = current_tag(&mut app);
@@ -1048,7 +1059,7 @@ fn a_search_words_text_runs_to_the_next_word_spaces_and_all() {
     }
     // Typed after `/`: the search and its title hold the whole text.
     let mut app = started(false);
-    on_queue_tab(&mut app, 3, TaskState::Dead, 1..3);
+    on_queue_tab(&mut app, 4, TaskState::Dead, 1..3);
     let (search, _) = searched(&chars(&mut app, "/error:timed out\n"));
     assert_eq!(search.error.as_deref(), Some("timed out"));
     assert_eq!(search.payload, None);
@@ -1062,7 +1073,7 @@ fn a_search_words_text_runs_to_the_next_word_spaces_and_all() {
 #[test]
 fn a_quick_filter_is_one_phrase_or_the_search_words_of_the_rows() {
     let mut app = started(false);
-    on_queue_tab(&mut app, 3, TaskState::Dead, 1..1);
+    on_queue_tab(&mut app, 4, TaskState::Dead, 1..1);
     let tag = current_tag(&mut app);
     let errors = [
         "Timed out after 30s",
@@ -1332,7 +1343,7 @@ fn tab_completes_commands_queue_names_and_states() {
 #[test]
 fn e_edits_a_dead_tasks_payload_and_requeues_it_after_a_confirm() {
     let mut app = started(false);
-    on_queue_tab(&mut app, 3, TaskState::Dead, 1..3);
+    on_queue_tab(&mut app, 4, TaskState::Dead, 1..3);
     let tag = watched(&press(&mut app, KeyCode::Enter), View::Task { task: id(1) });
     // Before the task arrives there is nothing to edit, and the footer says so.
     assert_eq!(press(&mut app, KeyCode::Char('e')), vec![]);
@@ -2263,7 +2274,7 @@ fn help_lists_the_new_verbs_of_each_screen() {
     press(&mut app, KeyCode::Char('?'));
     snapshots("help_scheduled", &app);
     let mut app = started(false);
-    on_queue_tab(&mut app, 3, TaskState::Dead, 1..3);
+    on_queue_tab(&mut app, 4, TaskState::Dead, 1..3);
     assert!(has(&app, "E") && !has(&app, "N"));
     let app = on_members(false);
     assert!(has(&app, "u") && has(&app, "n"));

@@ -623,7 +623,7 @@ fn render_queue(
     if trend_rows > 0 {
         render_trends(app, &q.name, frame, trends);
     }
-    frame.render_widget(queue_tabs(q, state), tabs);
+    frame.render_widget(queue_tabs(q, state, tabs.width), tabs);
     frame.render_widget(queue_facts(app, q), info);
     if app.rows().is_empty() {
         let what = format!("no {} tasks", state.as_str());
@@ -636,18 +636,25 @@ fn render_queue(
     task_table(app, &screen_columns(app), Block::new(), frame, list);
 }
 
-/// A queue's tabs, a state each with its count, the tab of `state` selected.
-fn queue_tabs(q: &QueueInfo, state: TaskState) -> Tabs<'static> {
+/// A queue's tabs, a state each with its count, the tab of `state` selected; the
+/// dividers narrow to one column when `width` is too small for spaced ones.
+fn queue_tabs(q: &QueueInfo, state: TaskState, width: u16) -> Tabs<'static> {
     let titles: Vec<String> = TABS
         .iter()
         .map(|s| format!("{} {}", s.as_str(), count(q.counts.get(*s))))
         .collect();
+    let text: usize = titles.iter().map(|t| t.chars().count()).sum();
+    let divider = if text + 3 * (titles.len() - 1) <= usize::from(width) {
+        " │ "
+    } else {
+        "│"
+    };
     let selected = TABS.iter().position(|s| *s == state).unwrap_or(0);
     Tabs::new(titles)
         .select(selected)
         .highlight_style(Style::new().reversed())
         .padding("", "")
-        .divider(" │ ")
+        .divider(divider)
 }
 
 /// A queue's line of facts: paused or active, its rates and consumers, and (when
@@ -848,6 +855,24 @@ const PROGRESS: Column = Column {
     width: Constraint::Min(8),
     cell: |t, _| t.progress.clone().unwrap_or_else(|| "-".into()),
 };
+const ASKS: Column = Column {
+    title: "ASKS",
+    width: Constraint::Min(12),
+    cell: |t, _| {
+        t.suspension
+            .as_ref()
+            .map_or("-".into(), |s| s.reason.clone())
+    },
+};
+const TIMES_OUT: Column = Column {
+    title: "TIMES OUT",
+    width: Constraint::Length(9),
+    cell: |t, now| {
+        t.suspension
+            .as_ref()
+            .map_or("-".into(), |s| until(now, s.timeout_at_ms))
+    },
+};
 const QUEUE: Column = Column {
     title: "QUEUE",
     width: Constraint::Length(10),
@@ -875,6 +900,8 @@ fn screen_columns(app: &App) -> Vec<Column> {
             TaskColumn::Died => DIED,
             TaskColumn::Reason => REASON,
             TaskColumn::Error => ERROR,
+            TaskColumn::Asks => ASKS,
+            TaskColumn::TimesOut => TIMES_OUT,
         })
         .collect()
 }

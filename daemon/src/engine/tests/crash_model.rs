@@ -196,8 +196,8 @@ impl Model {
         }
     }
 
-    fn counts(&self) -> [u64; 6] {
-        let mut c = [0u64; 6];
+    fn counts(&self) -> [u64; 7] {
+        let mut c = [0u64; 7];
         for t in &self.tasks {
             let slot = match t.state {
                 M::Scheduled { .. } => 0,

@@ -168,5 +168,5 @@ fn bad_groups_and_weights_are_refused_and_change_nothing() {
         }],
     }));
     assert_eq!(code, ErrorCode::BadRequest);
-    assert_eq!(h.counts("q"), [0; 6]);
+    assert_eq!(h.counts("q"), [0; 7]);
 }

@@ -388,7 +388,7 @@ fn bad_limits_and_bad_uses_are_refused_and_change_nothing() {
         ),
         ErrorCode::BadRequest
     );
-    assert_eq!(h.counts("q"), [0; 6]);
+    assert_eq!(h.counts("q"), [0; 7]);
 }
 
 fn throttled(h: &mut Harness, id: &str, epoch: u64, wait: u64, limit: Option<&str>) -> Reply {

@@ -264,7 +264,9 @@ impl Harness {
         }
     }
 
-    fn counts(&mut self, queue: &str) -> [u64; 6] {
+    /// A queue's tasks per state: scheduled, ready, leased, done, dead, cancelled,
+    /// suspended.
+    fn counts(&mut self, queue: &str) -> [u64; 7] {
         match self.call(EngineRequest::QueueDescribe(ops::QueueDescribe(
             QueueName {
                 queue: queue.into(),
@@ -272,7 +274,15 @@ impl Harness {
         ))) {
             Ok(Reply::Queue(r)) => {
                 let c = r.queue.counts;
-                [c.scheduled, c.ready, c.leased, c.done, c.dead, c.cancelled]
+                [
+                    c.scheduled,
+                    c.ready,
+                    c.leased,
+                    c.done,
+                    c.dead,
+                    c.cancelled,
+                    c.suspended,
+                ]
             }
             other => panic!("describe: {other:?}"),
         }
@@ -384,11 +394,11 @@ fn enqueue_claim_ack_is_done_with_result_and_retention_removes_it() {
     assert_eq!(t.payload.get(), r#"{"order":42}"#);
     let events: Vec<_> = t.history.iter().map(|e| e.event.as_str()).collect();
     assert_eq!(events, ["enqueued", "leased", "done"]);
-    assert_eq!(h.counts("jobs"), [0, 0, 0, 1, 0, 0]);
+    assert_eq!(h.counts("jobs"), [0, 0, 0, 1, 0, 0, 0]);
     h.advance(59_999);
-    assert_eq!(h.counts("jobs"), [0, 0, 0, 1, 0, 0]);
+    assert_eq!(h.counts("jobs"), [0, 0, 0, 1, 0, 0, 0]);
     h.advance(1);
-    assert_eq!(h.counts("jobs"), [0, 0, 0, 0, 0, 0]);
+    assert_eq!(h.counts("jobs"), [0, 0, 0, 0, 0, 0, 0]);
     assert_eq!(
         h.code(EngineRequest::TaskGet(TaskGet { task: id })),
         ErrorCode::NotFound
@@ -453,7 +463,7 @@ fn nack_uses_backoff_then_max_attempts_sends_to_dead() {
     assert_eq!((t.state, t.deliveries, t.failures), (TaskState::Dead, 3, 3));
     assert_eq!(t.dead_reason.as_deref(), Some("max_attempts"));
     assert_eq!(t.last_error.as_deref(), Some("boom"));
-    assert_eq!(h.counts("jobs"), [0, 0, 0, 0, 1, 0]);
+    assert_eq!(h.counts("jobs"), [0, 0, 0, 0, 1, 0, 0]);
 }
 
 #[test]
@@ -692,7 +702,7 @@ fn discard_removes_dead_tasks_and_refuses_live_ones_whole() {
         h.code(EngineRequest::TaskGet(TaskGet { task: dead })),
         ErrorCode::NotFound
     );
-    assert_eq!(h.counts("jobs"), [0, 1, 0, 0, 0, 0]);
+    assert_eq!(h.counts("jobs"), [0, 1, 0, 0, 0, 0, 0]);
 }
 
 #[test]
@@ -735,7 +745,7 @@ fn cancel_ready_scheduled_and_leased() {
         TaskState::Cancelled
     );
     assert!(h.claim("jobs").is_empty());
-    assert_eq!(h.counts("jobs"), [0, 0, 0, 0, 0, 3]);
+    assert_eq!(h.counts("jobs"), [0, 0, 0, 0, 0, 3, 0]);
     // Done tasks cannot be cancelled.
     let done = h.enqueue("jobs", "4");
     let (_, e) = h.claim_one("jobs");
@@ -828,7 +838,7 @@ fn idempotency_keys_return_the_first_task() {
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(h.counts("jobs"), [0, 1, 0, 0, 0, 0]);
+    assert_eq!(h.counts("jobs"), [0, 1, 0, 0, 0, 0, 0]);
 }
 
 #[test]
@@ -1062,7 +1072,7 @@ fn purge_and_delete_remove_tasks() {
         Reply::Count(c) => assert_eq!(c.count, 3),
         other => panic!("{other:?}"),
     }
-    assert_eq!(h.counts("jobs"), [0, 0, 1, 0, 0, 0]);
+    assert_eq!(h.counts("jobs"), [0, 0, 1, 0, 0, 0, 0]);
     match h
         .call(EngineRequest::QueueDelete(ops::QueueDelete(QueueName {
             queue: "jobs".into(),
@@ -1159,7 +1169,7 @@ fn bad_requests_are_refused_with_their_codes_and_change_nothing() {
     assert_eq!(h.code(claim(0, 0)), ErrorCode::BadRequest);
     assert_eq!(h.code(claim(1001, 0)), ErrorCode::BadRequest);
     assert_eq!(h.code(claim(1, 300_001)), ErrorCode::BadRequest);
-    assert_eq!(h.counts("jobs"), [0, 0, 0, 0, 0, 0]);
+    assert_eq!(h.counts("jobs"), [0, 0, 0, 0, 0, 0, 0]);
 }
 
 #[test]
@@ -1328,9 +1338,9 @@ fn a_retention_change_applies_to_tasks_already_finished() {
     }))
     .unwrap();
     h.advance(3999);
-    assert_eq!(h.counts("jobs"), [0, 0, 0, 1, 0, 0]);
+    assert_eq!(h.counts("jobs"), [0, 0, 0, 1, 0, 0, 0]);
     h.advance(1);
-    assert_eq!(h.counts("jobs"), [0, 0, 0, 0, 0, 0]);
+    assert_eq!(h.counts("jobs"), [0, 0, 0, 0, 0, 0, 0]);
 }
 
 #[test]
@@ -1413,7 +1423,7 @@ fn a_claim_reply_stops_growing_past_its_byte_budget() {
     }
     // 900 KiB each: the third crosses 2 MiB, so the reply stops there.
     assert_eq!(h.claim_as("big", 5, "m").len(), 3);
-    assert_eq!(h.counts("big"), [0, 2, 3, 0, 0, 0]);
+    assert_eq!(h.counts("big"), [0, 2, 3, 0, 0, 0, 0]);
 }
 
 fn open(member: &str, capacity: u32, reclaim: bool, resume: bool) -> EngineRequest {
@@ -2239,6 +2249,7 @@ mod liveness;
 mod member_names;
 mod model;
 mod quotas;
+mod suspend;
 mod watch;
 
 #[test]
@@ -2255,7 +2266,7 @@ fn the_disk_alarm_refuses_enqueues_only_and_lifts() {
         tasks: vec![NewTask::new(raw("3"))],
     });
     assert_eq!(h.code(enqueue), ErrorCode::DiskFull);
-    assert_eq!(h.counts("jobs"), [0, 1, 1, 0, 0, 0]);
+    assert_eq!(h.counts("jobs"), [0, 1, 1, 0, 0, 0, 0]);
     // Agents and operators go on: renew, ack, claim, cancel.
     h.call(renew(&a, epoch)).unwrap();
     h.call(ack(&a, epoch)).unwrap();
@@ -2291,7 +2302,7 @@ fn a_large_purge_proceeds_in_slices_while_other_requests_are_served() {
     assert!(h.reply_for(purge).is_none());
     assert_eq!(
         h.counts("jobs"),
-        [0, (total - 1 - BULK_SLICE) as u64, 1, 0, 0, 0]
+        [0, (total - 1 - BULK_SLICE) as u64, 1, 0, 0, 0, 0]
     );
     // Meanwhile: a renewal is served in its own round, and a task is leased before its
     // slice comes: it is not purged.
@@ -2305,7 +2316,7 @@ fn a_large_purge_proceeds_in_slices_while_other_requests_are_served() {
         Ok(Reply::Count(c)) => assert_eq!(c.count, (total - 2) as u64),
         other => panic!("purge: {other:?}"),
     }
-    assert_eq!(h.counts("jobs"), [0, 0, 2, 0, 0, 0]);
+    assert_eq!(h.counts("jobs"), [0, 0, 2, 0, 0, 0, 0]);
     assert_eq!(h.state(&late[0].0).0, TaskState::Leased);
 
     // A deletion: the queue is gone at once for requests naming it, and removed with
@@ -2353,7 +2364,7 @@ fn a_restart_indexes_a_store_of_several_scan_batches_and_refuses_a_record_that_d
         }
     }
     h.restart(0);
-    assert_eq!(h.counts("q"), [0, n as u64, 0, 0, 0, 0]);
+    assert_eq!(h.counts("q"), [0, n as u64, 0, 0, 0, 0, 0]);
     assert_eq!(h.claim_one("q").0, ids[0], "the oldest first, as before");
     // A record past the first batches that does not decode: start-up stops, naming it.
     let spoiled: ulid::Ulid = ids[crate::store::SCAN_BATCH + 3].parse().unwrap();

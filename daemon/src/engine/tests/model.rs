@@ -1,17 +1,18 @@
 //! The dispatch rules against a reference model, by property-based testing.
 //!
 //! Random enqueues (priorities, keys, required labels, delays), claims by members with
-//! random labels, acks, nacks, lapses and operators' updates (a new priority, run now),
-//! with time driven by the test. The model is
+//! random labels, acks, nacks, lapses, operators' updates (a new priority, run now),
+//! suspends (some with a timeout that resumes), resumes with any token ever issued
+//! (stale ones included) and cancels of suspended tasks, with time driven by the test. The model is
 //! the rules of PROTOCOL.md §4.12 written as plainly as possible (a scan of every task); the
 //! engine must hand out exactly the task the model picks, and agree on every count.
 
 use proptest::prelude::*;
 
 use muster_protocol::ErrorCode;
-use muster_protocol::model::{NewTask, QueuePatch, TaskState};
+use muster_protocol::model::{NewTask, OnTimeout, QueuePatch, TaskState};
 use muster_protocol::ops::EngineRequest;
-use muster_protocol::ops::{Ack, Claim, Enqueue, Nack, TaskUpdate};
+use muster_protocol::ops::{Ack, Cancel, Claim, Enqueue, Nack, Resume, Suspend, TaskUpdate};
 
 use super::{Harness, raw};
 use crate::engine::Reply;
@@ -46,7 +47,22 @@ enum Step {
         priority: Option<u8>,
         run_now: bool,
     },
+    Suspend {
+        pick: usize,
+        timeout: bool,
+    },
+    Resume {
+        pick: usize,
+    },
+    Cancel {
+        pick: usize,
+    },
 }
+
+/// How long a suspension with a timeout waits in the model; its timeout resumes.
+const SUSPEND_MS: u64 = 900;
+/// The timeout of the others: past any run.
+const SUSPEND_LONG_MS: u64 = 3_600_000;
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
@@ -63,6 +79,9 @@ fn step() -> impl Strategy<Value = Step> {
                 run_now: run_now || priority.is_none(),
                 priority,
             }),
+        2 => (any::<usize>(), any::<bool>()).prop_map(|(pick, timeout)| Step::Suspend { pick, timeout }),
+        2 => any::<usize>().prop_map(|pick| Step::Resume { pick }),
+        1 => any::<usize>().prop_map(|pick| Step::Cancel { pick }),
     ]
 }
 
@@ -82,6 +101,9 @@ enum M {
     Leased(u64, u64),
     Done,
     Dead,
+    /// Until the wall time its timeout resumes it, under the epoch it was suspended at.
+    Suspended(u64, u64),
+    Cancelled,
 }
 
 #[derive(Debug)]
@@ -99,11 +121,16 @@ struct ModelTask {
 struct Model {
     now: u64,
     tasks: Vec<ModelTask>,
+    /// Every resume token issued: the task, the epoch it names, the token.
+    tokens: Vec<(usize, u64, String)>,
 }
 
 impl Model {
     fn in_line(s: M) -> bool {
-        matches!(s, M::Scheduled(_) | M::Ready | M::Leased(..))
+        matches!(
+            s,
+            M::Scheduled(_) | M::Ready | M::Leased(..) | M::Suspended(..)
+        )
     }
 
     /// The task a claimer with `labels` gets: the best ready task it may take.
@@ -145,6 +172,7 @@ impl Model {
             match self.tasks[i].state {
                 M::Scheduled(at) if at <= self.now => self.tasks[i].state = M::Ready,
                 M::Leased(deadline, _) if deadline <= self.now => self.fail(i, 0),
+                M::Suspended(at, _) if at <= self.now => self.tasks[i].state = M::Ready,
                 _ => {}
             }
         }
@@ -156,8 +184,8 @@ impl Model {
             .collect()
     }
 
-    fn counts(&self) -> [u64; 6] {
-        let mut c = [0u64; 6];
+    fn counts(&self) -> [u64; 7] {
+        let mut c = [0u64; 7];
         for t in &self.tasks {
             let slot = match t.state {
                 M::Scheduled(_) => 0,
@@ -165,6 +193,8 @@ impl Model {
                 M::Leased(..) => 2,
                 M::Done => 3,
                 M::Dead => 4,
+                M::Cancelled => 5,
+                M::Suspended(..) => 6,
             };
             c[slot] += 1;
         }
@@ -276,6 +306,68 @@ fn run(steps: &[Step], key_concurrency: u32) {
                 h.advance(ms);
                 m.advance(ms);
             }
+            Step::Suspend { pick, timeout } => {
+                let held = m.leased();
+                if held.is_empty() {
+                    continue;
+                }
+                let i = held[pick % held.len()];
+                let M::Leased(_, epoch) = m.tasks[i].state else {
+                    unreachable!()
+                };
+                let wait = if timeout { SUSPEND_MS } else { SUSPEND_LONG_MS };
+                let reply = h.call(EngineRequest::Suspend(Suspend {
+                    task: m.tasks[i].id.clone(),
+                    epoch,
+                    reason: format!("step {n}"),
+                    timeout_ms: Some(wait),
+                    on_timeout: Some(OnTimeout::Resume),
+                }));
+                let token = match reply {
+                    Ok(Reply::Suspend(r)) => r.resume_token.expect("a token"),
+                    other => panic!("step {n}: suspend: {other:?}"),
+                };
+                m.tasks[i].state = M::Suspended(m.now + wait, epoch);
+                m.tokens.push((i, epoch, token));
+            }
+            Step::Resume { pick } => {
+                if m.tokens.is_empty() {
+                    continue;
+                }
+                let (i, epoch, token) = m.tokens[pick % m.tokens.len()].clone();
+                let reply = h.call(EngineRequest::Resume(Resume {
+                    token: Some(token),
+                    task: None,
+                    data: None,
+                }));
+                // A token resumes its own suspension, once; any other use is stale.
+                if matches!(m.tasks[i].state, M::Suspended(_, e) if e == epoch) {
+                    match reply {
+                        Ok(Reply::Resume(r)) => assert_eq!(r.state, TaskState::Ready, "step {n}"),
+                        other => panic!("step {n}: resume: {other:?}"),
+                    }
+                    m.tasks[i].state = M::Ready;
+                } else {
+                    match reply {
+                        Err(e) => assert_eq!(e.code, ErrorCode::StaleToken, "step {n}"),
+                        other => panic!("step {n}: a stale resume: {other:?}"),
+                    }
+                }
+            }
+            Step::Cancel { pick } => {
+                let suspended: Vec<usize> = (0..m.tasks.len())
+                    .filter(|&i| matches!(m.tasks[i].state, M::Suspended(..)))
+                    .collect();
+                if suspended.is_empty() {
+                    continue;
+                }
+                let i = suspended[pick % suspended.len()];
+                h.call(EngineRequest::Cancel(Cancel {
+                    task: m.tasks[i].id.clone(),
+                }))
+                .unwrap();
+                m.tasks[i].state = M::Cancelled;
+            }
             Step::Update {
                 pick,
                 priority,
@@ -328,6 +420,8 @@ fn run(steps: &[Step], key_concurrency: u32) {
             M::Leased(..) => TaskState::Leased,
             M::Done => TaskState::Done,
             M::Dead => TaskState::Dead,
+            M::Suspended(..) => TaskState::Suspended,
+            M::Cancelled => TaskState::Cancelled,
         };
         assert_eq!(got.state, state, "task {}", t.id);
     }
