@@ -525,6 +525,55 @@ impl Client {
         .await
     }
 
+    /// Suspends a leased task instead of settling it (see [`crate::worker::Task::suspend`]
+    /// for an agent's way): the lease ends without a failure and the task waits, as
+    /// `suspended`, for a resume with the reply's `resume_token` or its timeout.
+    pub async fn suspend(
+        &self,
+        task: &str,
+        epoch: u64,
+        suspension: crate::worker::Suspension,
+    ) -> Result<ops::SuspendReply, Error> {
+        self.call(&ops::Suspend {
+            task: task.into(),
+            epoch,
+            reason: suspension.reason,
+            timeout_ms: suspension.timeout.map(|t| t.as_millis() as u64),
+            on_timeout: suspension.on_timeout,
+        })
+        .await
+    }
+
+    /// Resumes the suspension a `resume_token` names, handing `data` to the task's next
+    /// holder. A token resumes once: a spent one, an earlier suspension's, or one of a
+    /// task no longer suspended gets `stale_token`.
+    pub async fn resume(
+        &self,
+        token: &str,
+        data: Option<RawJson>,
+    ) -> Result<ops::ResumeReply, Error> {
+        self.call(&ops::Resume {
+            token: Some(token.into()),
+            task: None,
+            data,
+        })
+        .await
+    }
+
+    /// Resumes suspended task `task` by its id (an approver's or an admin's way).
+    pub async fn resume_task(
+        &self,
+        task: &str,
+        data: Option<RawJson>,
+    ) -> Result<ops::ResumeReply, Error> {
+        self.call(&ops::Resume {
+            token: None,
+            task: Some(task.into()),
+            data,
+        })
+        .await
+    }
+
     /// Creates limit `name` or replaces its settings.
     pub async fn limit_set(&self, name: &str, spec: LimitSpec) -> Result<LimitInfo, Error> {
         let req = ops::LimitSet {

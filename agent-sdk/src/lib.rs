@@ -39,11 +39,11 @@ pub use context::ConnectArgs;
 pub use error::Error;
 pub use muster_protocol as protocol;
 pub use muster_protocol::model::{
-    Backoff, Delivery, EnqueuedTask, NewTask, QueueInfo, QueueOptions, QueuePatch, TaskInfo,
-    TaskState, TaskSummary,
+    Backoff, Delivery, EnqueuedTask, NewTask, OnTimeout, QueueInfo, QueueOptions, QueuePatch,
+    Resumed, TaskInfo, TaskState, TaskSummary,
 };
 pub use muster_protocol::{ErrorCode, Push, RawJson};
-pub use worker::{Outcome, Task, Worker, WorkerConfig, WorkerHandle};
+pub use worker::{Outcome, Suspension, Task, Worker, WorkerConfig, WorkerHandle};
 
 /// Serializes a value into raw JSON for a payload, result or progress.
 pub fn json<T: serde::Serialize + ?Sized>(value: &T) -> Result<RawJson, Error> {

@@ -45,15 +45,15 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use muster_protocol::limits::MAX_RESUME_HELD;
-use muster_protocol::model::Delivery;
-use muster_protocol::ops::{LeaseRef, SessionOpen, SettleReply, Unsubscribe};
+use muster_protocol::model::{Delivery, OnTimeout, Resumed};
+use muster_protocol::ops::{LeaseRef, SessionOpen, SettleReply, SuspendReply, Unsubscribe};
 use muster_protocol::{ErrorCode, Push, RawJson};
 
 use crate::{Client, ConnectOptions, Error};
@@ -164,6 +164,39 @@ pub enum Outcome {
     /// failure (the handler was stopped by a drain or a cancel). A cancelled task
     /// released ends `cancelled`.
     Release,
+    /// Suspended by [`Task::suspend`]: nothing left to settle. Returned without a
+    /// successful suspend, the task is released instead.
+    Suspended,
+}
+
+/// What [`Task::suspend`] asks for: why (shown to people), how long it may wait, and
+/// what its timeout does.
+#[derive(Debug, Clone)]
+pub struct Suspension {
+    /// What the task waits for, shown to people.
+    pub reason: String,
+    /// How long it may wait; the daemon's default (7 days) if `None`.
+    pub timeout: Option<Duration>,
+    /// What the timeout does; `fail` if `None`.
+    pub on_timeout: Option<OnTimeout>,
+}
+
+impl Suspension {
+    /// A suspension for `reason`, with the daemon's default timeout and `fail`.
+    pub fn new(reason: impl Into<String>) -> Suspension {
+        Suspension {
+            reason: reason.into(),
+            timeout: None,
+            on_timeout: None,
+        }
+    }
+
+    /// Waits at most `timeout`, then does `on_timeout`.
+    pub fn timeout(mut self, timeout: Duration, on_timeout: OnTimeout) -> Suspension {
+        self.timeout = Some(timeout);
+        self.on_timeout = Some(on_timeout);
+        self
+    }
 }
 
 /// A task in a handler's hands.
@@ -173,6 +206,8 @@ pub struct Task {
     draining: CancellationToken,
     progress: Arc<Progress>,
     deadline: Arc<Mutex<Instant>>,
+    /// The worker's loop, which sends a suspend for the task.
+    events: mpsc::UnboundedSender<Event>,
 }
 
 /// A task's latest checkpoint and whether the daemon has it yet.
@@ -196,6 +231,34 @@ impl Task {
     /// The payload.
     pub fn payload(&self) -> &RawJson {
         &self.delivery.payload
+    }
+
+    /// How the task's last suspension ended, if it was suspended and resumed: the
+    /// resume's data and who sent it, or `timed_out`.
+    pub fn resumed(&self) -> Option<&Resumed> {
+        self.delivery.resumed.as_ref()
+    }
+
+    /// Suspends the task instead of settling it: its lease ends (the worker's slot is
+    /// free, no attempt is spent, the checkpoint is kept) and it waits until someone
+    /// resumes it with the reply's `resume_token` (or an approver by its id), or its
+    /// timeout acts. Hand the token to whoever decides, then return
+    /// [`Outcome::Suspended`]. Fails, leaving the lease held, when the worker is not
+    /// connected or the daemon refuses (e.g. `lease_lost`).
+    pub async fn suspend(&self, suspension: Suspension) -> Result<SuspendReply, Error> {
+        let (reply, answer) = oneshot::channel();
+        let ask = Event::Suspend(
+            self.delivery.id.clone(),
+            self.delivery.epoch,
+            suspension,
+            reply,
+        );
+        if self.events.send(ask).is_err() {
+            return Err(Error::Closed("the worker has stopped".into()));
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(Error::Closed("the worker has stopped".into())))
     }
 
     /// The delivery number, 1 on the first.
@@ -326,6 +389,9 @@ struct Held {
     timed_out: Arc<AtomicBool>,
     /// Cancelled once the handler's future has ended.
     done: CancellationToken,
+    /// A suspend of it is in flight: no renewal goes out meanwhile (one sent after the
+    /// suspend would be refused and stop the handler that is about to get its token).
+    suspending: bool,
 }
 
 /// A handler whose lease is gone, told to stop and not yet ended.
@@ -353,7 +419,14 @@ enum Event {
     Settled(Settle, Result<SettleReply, Error>),
     /// The local deadline of a lease passed with no renewal confirmed.
     Expired(String, u64),
+    /// A handler asks to suspend its task ([`Task::suspend`]).
+    Suspend(String, u64, Suspension, SuspendAnswer),
+    /// A suspend's result, for the loop and then the handler.
+    Suspended(String, u64, Result<SuspendReply, Error>, SuspendAnswer),
 }
+
+/// Where a suspend's result goes: the handler that asked.
+type SuspendAnswer = oneshot::Sender<Result<SuspendReply, Error>>;
 
 impl Worker {
     /// A worker that will connect with `options`.
@@ -562,6 +635,12 @@ where
             Event::Renewed(id, epoch, sent, result) => self.renewed(id, epoch, sent, result),
             Event::Settled(settle, result) => self.settled(settle, result),
             Event::Expired(id, epoch) => self.expired(&id, epoch),
+            Event::Suspend(.., answer) => {
+                let _ = answer.send(Err(Error::Closed("not connected to musterd".into())));
+            }
+            Event::Suspended(id, epoch, result, answer) => {
+                self.suspended(&id, epoch, result, answer);
+            }
         }
     }
 
@@ -772,6 +851,12 @@ where
             Event::Renewed(id, epoch, sent, result) => self.renewed(id, epoch, sent, result),
             Event::Settled(settle, result) => self.settled(settle, result),
             Event::Expired(id, epoch) => self.expired(&id, epoch),
+            Event::Suspend(id, epoch, suspension, answer) => {
+                self.suspend(client, id, epoch, suspension, answer);
+            }
+            Event::Suspended(id, epoch, result, answer) => {
+                self.suspended(&id, epoch, result, answer);
+            }
         }
         if self.leader_moved {
             return ControlFlow::Break(Ok(false));
@@ -826,6 +911,11 @@ where
             Outcome::Nack { .. } if held.stop_by.is_some() || held.timed_out.load(SeqCst) => {
                 Outcome::Release
             }
+            // Still held: its suspend failed or was never asked.
+            Outcome::Suspended => {
+                warn!(task = %id, epoch, "handler returned Suspended but the task is not suspended; releasing it");
+                Outcome::Release
+            }
             other => other,
         };
         Some(Settle {
@@ -864,6 +954,7 @@ where
             draining: self.shutdown.clone(),
             progress: Arc::clone(&progress),
             deadline: Arc::clone(&deadline),
+            events: self.events.0.clone(),
         };
         // The same task again (a new epoch): its old handler is void; the new one starts
         // once the old one has ended, so one agent never runs a task twice at once.
@@ -897,6 +988,7 @@ where
                 deadline,
                 timed_out,
                 done,
+                suspending: false,
             },
         );
     }
@@ -987,7 +1079,7 @@ where
         for (id, held) in &mut self.held {
             let progress_due =
                 held.progress.unsent.load(SeqCst) && now >= held.renewed + PROGRESS_INTERVAL;
-            if held.renewing || (held.renew_at > now && !progress_due) {
+            if held.renewing || held.suspending || (held.renew_at > now && !progress_due) {
                 continue;
             }
             held.renewing = true;
@@ -1104,9 +1196,93 @@ where
                         .throttled(id, epoch, retry_after_ms, limit.clone())
                         .await
                 }
+                Outcome::Suspended => unreachable!("a suspended task is not settled"),
             };
             let _ = events.send(Event::Settled(settle, result));
         });
+    }
+
+    /// Sends a handler's suspend of its task, unless the task is no longer held under
+    /// that epoch (then the handler hears `lease_lost`).
+    fn suspend(
+        &mut self,
+        client: &Client,
+        id: String,
+        epoch: u64,
+        suspension: Suspension,
+        answer: SuspendAnswer,
+    ) {
+        let Some(held) = self
+            .held
+            .get_mut(&id)
+            .filter(|h| h.epoch == epoch && !h.suspending)
+        else {
+            let lost = muster_protocol::ErrorBody::new(
+                ErrorCode::LeaseLost,
+                format!(
+                    "task {id} epoch {epoch} is not held by this worker, or is being suspended"
+                ),
+            );
+            let _ = answer.send(Err(Error::Server(lost)));
+            return;
+        };
+        held.suspending = true;
+        let (client, events) = (client.clone(), self.events.0.clone());
+        let progress = unsent_progress(&held.progress);
+        self.tasks.spawn(async move {
+            // The last checkpoint goes first: the task resumes from it.
+            if let Some(progress) = progress
+                && let Err(e) = client.renew(&id, epoch, None, Some(progress)).await
+            {
+                debug!(task = %id, error = %e, "storing the checkpoint before a suspend");
+            }
+            let req = muster_protocol::ops::Suspend {
+                task: id.clone(),
+                epoch,
+                reason: suspension.reason,
+                timeout_ms: suspension.timeout.map(|t| t.as_millis() as u64),
+                on_timeout: suspension.on_timeout,
+            };
+            let result = client.call(&req).await;
+            let _ = events.send(Event::Suspended(id, epoch, result, answer));
+        });
+    }
+
+    /// A suspend answered: a suspended task is no longer held (its handler gets the
+    /// grace period to hand its token on and return); a failed one is held as before.
+    fn suspended(
+        &mut self,
+        id: &str,
+        epoch: u64,
+        result: Result<SuspendReply, Error>,
+        answer: SuspendAnswer,
+    ) {
+        if let Some(held) = self.held.get_mut(id).filter(|h| h.epoch == epoch) {
+            held.suspending = false;
+            match &result {
+                Ok(reply) => {
+                    info!(task = %id, epoch, state = %reply.state, "suspended");
+                    let held = self.held.remove(id).expect("held above");
+                    let abort_at = Instant::now() + self.config.grace + STOP_LINGER;
+                    // Its lease is gone: the deadline watchdog must not stop the
+                    // handler before it has handed the token on.
+                    *lock(&held.deadline) = abort_at;
+                    self.stopping.insert(
+                        id.to_owned(),
+                        Stopping {
+                            handler: held.handler,
+                            done: held.done,
+                            abort_at,
+                        },
+                    );
+                }
+                Err(Error::Server(e)) if leader_moved(&e.code) => self.leader_moved = true,
+                Err(e) => {
+                    warn!(task = %id, epoch, error = %e, "suspend failed; the task stays held")
+                }
+            }
+        }
+        let _ = answer.send(result);
     }
 
     fn settled(&mut self, settle: Settle, result: Result<SettleReply, Error>) {

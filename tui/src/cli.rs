@@ -125,6 +125,40 @@ pub enum Command {
         #[arg(long)]
         limit: Option<String>,
     },
+    /// Suspend a leased task instead of settling it: its lease ends without a failure
+    /// and it waits, as `suspended`, for a resume (prints the resume token) or its
+    /// timeout.
+    Suspend {
+        /// The claim.
+        claim: ClaimString,
+        /// What it waits for, shown to whoever resumes it.
+        #[arg(long)]
+        reason: String,
+        /// How long it may wait [default: 7d].
+        #[arg(long, value_parser = duration)]
+        timeout: Option<Duration>,
+        /// What the timeout does.
+        #[arg(long, value_enum, default_value_t = TimeoutAction::Fail)]
+        on_timeout: TimeoutAction,
+    },
+    /// Resume a suspended task: by the token its suspend printed, or (approve and admin
+    /// tokens) by its id with `--task`. It is ready again at its place, and its next
+    /// holder sees `--with`'s JSON as the resume's data.
+    Resume {
+        /// The resume token.
+        #[arg(
+            value_name = "TOKEN",
+            required_unless_present = "task",
+            conflicts_with = "task"
+        )]
+        resume_token: Option<String>,
+        /// Resume this suspended task by its id instead of a token.
+        #[arg(long)]
+        task: Option<String>,
+        /// JSON its next holder sees as the resume's data (an approval, an answer).
+        #[arg(long, value_name = "JSON")]
+        with: Option<String>,
+    },
     /// Send a leased task to dead.
     DeadLetter {
         /// The claim.
@@ -419,7 +453,7 @@ pub enum TokenCommand {
         /// The principal's name in the config entry.
         #[arg(long, default_value = "new-token")]
         name: String,
-        /// The roles in the config entry (produce, consume, admin).
+        /// The roles in the config entry (produce, consume, approve, admin).
         #[arg(long, value_delimiter = ',', default_value = "consume")]
         roles: Vec<TokenRole>,
     },
@@ -432,8 +466,31 @@ pub enum TokenRole {
     Produce,
     /// Member sessions, claim, renew, settle.
     Consume,
+    /// Resume (by token or task id) and cancel suspended tasks, read tasks.
+    Approve,
     /// Everything.
     Admin,
+}
+
+/// What a suspension's timeout does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TimeoutAction {
+    /// Ready again; its next holder sees `timed_out`.
+    Resume,
+    /// Dead (reason `suspend_timed_out`), for a redrive or discard.
+    Fail,
+    /// Cancelled.
+    Cancel,
+}
+
+impl From<TimeoutAction> for muster_sdk::OnTimeout {
+    fn from(a: TimeoutAction) -> Self {
+        match a {
+            TimeoutAction::Resume => muster_sdk::OnTimeout::Resume,
+            TimeoutAction::Fail => muster_sdk::OnTimeout::Fail,
+            TimeoutAction::Cancel => muster_sdk::OnTimeout::Cancel,
+        }
+    }
 }
 
 /// Member subcommands.

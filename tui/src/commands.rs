@@ -113,6 +113,41 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
                 .await?;
             out.item(|| reply.state.to_string(), &reply)
         }
+        Command::Suspend {
+            claim,
+            reason,
+            timeout,
+            on_timeout,
+        } => {
+            let suspension = muster_sdk::Suspension {
+                reason,
+                timeout,
+                on_timeout: Some(on_timeout.into()),
+            };
+            let reply = client.suspend(&claim.id, claim.epoch, suspension).await?;
+            out.item(
+                || {
+                    reply
+                        .resume_token
+                        .clone()
+                        .unwrap_or_else(|| reply.state.to_string())
+                },
+                &reply,
+            )
+        }
+        Command::Resume {
+            resume_token,
+            task,
+            with,
+        } => {
+            let data = with.map(|d| json_arg("--with", &d)).transpose()?;
+            let reply = match (resume_token, task) {
+                (Some(token), None) => client.resume(&token, data).await?,
+                (None, Some(task)) => client.resume_task(&task, data).await?,
+                _ => unreachable!("clap takes a token or --task, not both"),
+            };
+            out.item(|| format!("{}\t{}", reply.task, reply.state), &reply)
+        }
         Command::DeadLetter { claim, error } => {
             let reply = client.dead_letter(&claim.id, claim.epoch, &error).await?;
             out.item(|| reply.state.to_string(), &reply)
@@ -510,6 +545,7 @@ fn new_token(out: &Output, name: &str, roles: &[TokenRole]) -> anyhow::Result<()
         .map(|r| {
             let name = match r {
                 TokenRole::Produce => "produce",
+                TokenRole::Approve => "approve",
                 TokenRole::Consume => "consume",
                 TokenRole::Admin => "admin",
             };

@@ -468,6 +468,30 @@ fn task_text(t: &TaskInfo) -> String {
         format!("cancel_requested\t{}", t.cancel_requested),
         format!("last_error\t{}", opt(&t.last_error)),
         format!("dead_reason\t{}", opt(&t.dead_reason)),
+        format!(
+            "suspended\t{}",
+            t.suspension.as_ref().map_or("-".into(), |s| format!(
+                "reason=\"{}\" since={} times_out={} on_timeout={} member={} epoch={}",
+                safe(&s.reason),
+                time(s.since_ms),
+                time(s.timeout_at_ms),
+                s.on_timeout.as_str(),
+                if s.member.is_empty() { "-" } else { &s.member },
+                s.epoch
+            ))
+        ),
+        format!(
+            "resumed\t{}",
+            t.resumed.as_ref().map_or("-".into(), |r| format!(
+                "by={} at={} timed_out={} data={}",
+                if r.by.is_empty() { "-" } else { &r.by },
+                time(r.at_ms),
+                r.timed_out,
+                r.data
+                    .as_ref()
+                    .map_or("-".into(), |d| safe_json(d.get()).into_owned())
+            ))
+        ),
         format!("payload\t{}", safe_json(t.payload.get())),
         format!("progress\t{}", raw(&t.progress)),
         format!("result\t{}", raw(&t.result)),

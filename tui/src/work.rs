@@ -11,6 +11,19 @@
 //! | [`EXIT_THROTTLED`] (75, `EX_TEMPFAIL`) | throttled: handed back with no failure, its limits held; stdout may say `{"retry_after_ms": N, "limit": "NAME"}` |
 //! | anything else, or killed by a signal | nack with the exit status and the stderr tail |
 //! | anything but 0 or 65 after the runner stopped it | release: no failure counted |
+//! | 0 with a suspend request in `MUSTER_SUSPEND_FILE` | suspend (below) |
+//!
+//! **Suspending.** A program that must wait (for a person, a webhook, a long external
+//! job) writes `{"reason": "…", "timeout_ms": N, "on_timeout": "resume"|"fail"|"cancel"}`
+//! (only `reason` is required) into the file named by `MUSTER_SUSPEND_FILE`, beside its
+//! progress file and read under the same rules, and exits 0. The runner suspends the
+//! task instead of acking it (its lease and slot are free, no attempt is spent) and
+//! logs the resume token (`outcome=suspended`, `resume_token`); an approver can resume
+//! by task id too (`muster resume --task ID`, the console). The run after the resume
+//! gets how it ended in `MUSTER_RESUMED` (`{"data": …, "by": "…", "at_ms": N,
+//! "timed_out": false}`; empty when the task was not resumed). A suspend file that does
+//! not parse nacks the task with the reason; a suspend the daemon does not take (the
+//! connection is down) releases it, so the program runs again and asks again.
 //!
 //! **Supervision.** Each program runs in a process group of its own. Stopping it (a
 //! cancel, a lost or revoked lease, a lease that may lapse, a drain, shutdown) is
@@ -84,6 +97,18 @@ struct ThrottledBy {
     retry_after_ms: Option<u64>,
     limit: Option<String>,
 }
+
+/// What a program writes into `MUSTER_SUSPEND_FILE` to suspend its task.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SuspendFile {
+    reason: String,
+    timeout_ms: Option<u64>,
+    on_timeout: Option<muster_sdk::OnTimeout>,
+}
+
+/// Largest suspend file read: a reason and two small fields.
+const MAX_SUSPEND_FILE_BYTES: u64 = 4096;
 
 /// How often the progress file is checked.
 const PROGRESS_POLL: Duration = Duration::from_millis(250);
@@ -351,6 +376,8 @@ async fn run_task(runner: &Runner, task: &Task) -> Outcome {
         Outcome::Throttled { retry_after, limit } => {
             info!(task = %claim.id, epoch = claim.epoch, %status, duration_ms, outcome = "throttled", retry_after_ms = retry_after.map(|d| d.as_millis() as u64), limit = %safe(limit.as_deref().unwrap_or("-")), "task ended")
         }
+        // Logged where it was suspended, with its token.
+        Outcome::Suspended => {}
     }
     outcome
 }
@@ -364,7 +391,11 @@ async fn execute(
     let progress_file = runner
         .progress_dir
         .join(format!("{}-{}.json", claim.id, claim.epoch));
-    let child = match program_command(runner, task, claim, &progress_file).spawn() {
+    let suspend_file = runner
+        .progress_dir
+        .join(format!("{}-{}.suspend.json", claim.id, claim.epoch));
+    let files = (progress_file.as_path(), suspend_file.as_path());
+    let child = match program_command(runner, task, claim, files).spawn() {
         Ok(child) => child,
         Err(e) => return Ok((runner_failure(runner, task, &e).await, "-".into())),
     };
@@ -393,13 +424,52 @@ async fn execute(
     program.kill_group();
     report_progress(task, &progress_file, runner.progress_owner, &mut seen);
     let _ = std::fs::remove_file(&progress_file);
+    let suspend = read_program_file(&suspend_file, runner.progress_owner, MAX_SUSPEND_FILE_BYTES);
+    let _ = std::fs::remove_file(&suspend_file);
     // A background process of the program may hold the pipes open: read what is there
     // for a moment, then give up on the rest rather than hang the task.
     feed.abort();
     let out = finish_reader(stdout).await;
     let err_tail = String::from_utf8_lossy(&finish_reader(stderr).await).into_owned();
-    let outcome = exit_outcome(&status, stopped.is_some(), &out, &err_tail)?;
+    let outcome = match (status.code(), suspend) {
+        (Some(0), Some(request)) if stopped.is_none() => suspend_task(task, claim, &request).await,
+        _ => exit_outcome(&status, stopped.is_some(), &out, &err_tail)?,
+    };
     Ok((outcome, status.to_string()))
+}
+
+/// Suspends the task as the program's suspend file asks; logs the resume token.
+async fn suspend_task(task: &Task, claim: &ClaimString, request: &str) -> Outcome {
+    let file: SuspendFile = match serde_json::from_str(request) {
+        Ok(file) => file,
+        Err(e) => {
+            let error = format!("muster work: the suspend file is not a suspend request: {e}");
+            warn!(task = %claim.id, epoch = claim.epoch, outcome = "nack", error = %safe(&error), "task ended");
+            return Outcome::Nack { delay: None, error };
+        }
+    };
+    let suspension = muster_sdk::Suspension {
+        reason: file.reason,
+        timeout: file.timeout_ms.map(Duration::from_millis),
+        on_timeout: file.on_timeout,
+    };
+    match task.suspend(suspension).await {
+        Ok(reply) => {
+            let token = reply.resume_token.as_deref().unwrap_or("-");
+            info!(task = %claim.id, epoch = claim.epoch, outcome = "suspended", state = %reply.state, resume_token = %token, timeout_at_ms = reply.timeout_at_ms, "task ended");
+            Outcome::Suspended
+        }
+        // Refused for what it asked (a bad reason or timeout): the program's fault.
+        Err(muster_sdk::Error::Server(e)) if e.code != muster_sdk::ErrorCode::LeaseLost => {
+            let error = format!("muster work: suspend refused: {e}");
+            warn!(task = %claim.id, epoch = claim.epoch, outcome = "nack", error = %safe(&error), "task ended");
+            Outcome::Nack { delay: None, error }
+        }
+        Err(e) => {
+            warn!(task = %claim.id, epoch = claim.epoch, outcome = "release", error = %e, "suspend not taken; releasing the task");
+            Outcome::Release
+        }
+    }
 }
 
 /// The program's command for one delivery: COMMAND's arguments, the task in
@@ -409,12 +479,16 @@ fn program_command(
     runner: &Runner,
     task: &Task,
     claim: &ClaimString,
-    progress_file: &Path,
+    (progress_file, suspend_file): (&Path, &Path),
 ) -> Command {
     let d = task.delivery();
     let last_progress = task
         .progress()
         .map(|p| p.get().to_owned())
+        .unwrap_or_default();
+    let resumed = task
+        .resumed()
+        .map(|r| serde_json::to_string(r).expect("a resume serializes"))
         .unwrap_or_default();
     let mut command = Command::new(&runner.program);
     command.args(&runner.spec.command[1..]);
@@ -433,6 +507,8 @@ fn program_command(
         .env("MUSTER_RECLAIMED", d.reclaimed.to_string())
         .env("MUSTER_PROGRESS", &last_progress)
         .env("MUSTER_PROGRESS_FILE", progress_file)
+        .env("MUSTER_SUSPEND_FILE", suspend_file)
+        .env("MUSTER_RESUMED", resumed)
         .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -810,30 +886,47 @@ fn report_progress(
     owner: u32,
     seen: &mut Option<(std::time::SystemTime, u64)>,
 ) {
-    let Ok(mut file) = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path)
-    else {
+    let Some((mut file, meta)) = open_program_file(path, owner) else {
         return;
     };
-    let Ok(meta) = file.metadata() else { return };
-    if !meta.is_file() || meta.uid() != owner {
-        return;
-    }
     let stamp = (meta.modified().unwrap_or(std::time::UNIX_EPOCH), meta.len());
     if *seen == Some(stamp) {
         return;
     }
     *seen = Some(stamp);
-    let mut text = String::new();
-    let limit = MAX_PROGRESS_BYTES as u64 + 1;
-    if (&mut file).take(limit).read_to_string(&mut text).is_err() || text.len() as u64 >= limit {
+    let Some(text) = read_limited(&mut file, MAX_PROGRESS_BYTES as u64) else {
         return;
-    }
+    };
     if let Ok(raw) = muster_sdk::raw_json(text.trim()) {
         task.set_progress(raw);
     }
+}
+
+/// A file the program wrote, opened only if it is a regular file owned by `owner` (the
+/// program's user), without following a link and without blocking (a FIFO cannot stall
+/// the runner).
+fn open_program_file(path: &Path, owner: u32) -> Option<(std::fs::File, std::fs::Metadata)> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    (meta.is_file() && meta.uid() == owner).then_some((file, meta))
+}
+
+/// At most `limit` bytes of text from `file`; `None` if it holds more, or is not text.
+fn read_limited(file: &mut std::fs::File, limit: u64) -> Option<String> {
+    let mut text = String::new();
+    let read = file.take(limit + 1).read_to_string(&mut text);
+    (read.is_ok() && text.len() as u64 <= limit).then_some(text)
+}
+
+/// A whole file the program wrote (see [`open_program_file`]), if it holds at most
+/// `limit` bytes of text.
+fn read_program_file(path: &Path, owner: u32, limit: u64) -> Option<String> {
+    let (mut file, _) = open_program_file(path, owner)?;
+    read_limited(&mut file, limit)
 }
 
 /// Which end of a stream [`read_bounded`] keeps.

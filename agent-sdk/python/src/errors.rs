@@ -138,8 +138,15 @@ create_exception!(
     "outcome_unknown: the cluster's leader lost its leadership before the request was agreed on: it may or may not have taken effect; retry it idempotently."
 );
 
+create_exception!(
+    muster,
+    StaleToken,
+    ServerError,
+    "stale_token: the resume token does not name the task's current suspension: it was spent, it is an earlier suspension's, or the task is no longer suspended."
+);
+
 /// Each code's exception class, for the module to export and to label with its `code`.
-pub fn by_code(py: Python<'_>) -> [(ErrorCode, Bound<'_, pyo3::types::PyType>); 15] {
+pub fn by_code(py: Python<'_>) -> [(ErrorCode, Bound<'_, pyo3::types::PyType>); 16] {
     [
         (ErrorCode::BadRequest, BadRequest::type_object(py)),
         (ErrorCode::UnknownOp, UnknownOp::type_object(py)),
@@ -156,6 +163,7 @@ pub fn by_code(py: Python<'_>) -> [(ErrorCode, Bound<'_, pyo3::types::PyType>); 
         (ErrorCode::DiskFull, DiskFull::type_object(py)),
         (ErrorCode::NotLeader, NotLeader::type_object(py)),
         (ErrorCode::OutcomeUnknown, OutcomeUnknown::type_object(py)),
+        (ErrorCode::StaleToken, StaleToken::type_object(py)),
     ]
 }
 
@@ -192,6 +200,7 @@ pub fn to_py(error: muster_sdk::Error) -> PyErr {
             ErrorCode::DiskFull => DiskFull::new_err(text),
             ErrorCode::NotLeader => NotLeader::new_err(text),
             ErrorCode::OutcomeUnknown => OutcomeUnknown::new_err(text),
+            ErrorCode::StaleToken => StaleToken::new_err(text),
             _ => ServerError::new_err(text),
         },
         muster_sdk::Error::Connect(_) | muster_sdk::Error::Config(_) => ConnectError::new_err(text),

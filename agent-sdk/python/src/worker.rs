@@ -21,12 +21,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use muster_protocol::limits::{MAX_DELAY, MAX_ERROR_BYTES, MAX_PROGRESS_BYTES, MAX_RESULT_BYTES};
-use muster_sdk::{Outcome, WorkerConfig, WorkerHandle};
+use muster_sdk::{OnTimeout, Outcome, WorkerConfig, WorkerHandle};
 use pyo3::prelude::*;
 use tokio::sync::oneshot;
 use tracing::warn;
 
-use crate::bridge::{Inbox, Loop};
+use crate::bridge::{Inbox, Loop, Reply};
 use crate::client::{options, raw};
 use crate::errors::invalid;
 
@@ -210,6 +210,51 @@ impl Task {
     #[getter]
     fn progress(&self) -> Option<String> {
         self.task.progress().map(|p| p.get().to_owned())
+    }
+
+    /// How the task's last suspension ended, as JSON text (`data`, `by`, `at_ms`,
+    /// `timed_out`), if it was resumed.
+    #[getter]
+    fn resumed(&self) -> Option<String> {
+        self.task
+            .resumed()
+            .map(|r| serde_json::to_string(r).expect("a resume serializes"))
+    }
+
+    /// Suspends the task (its lease ends, no attempt spent): resolves with the reply
+    /// (`state`, `resume_token`, `timeout_at_ms`) as a one-element list of JSON objects,
+    /// and makes `Outcome::Suspended` the handler's outcome. Refused before sending
+    /// when `on_timeout` is not `resume`, `fail` or `cancel`.
+    #[pyo3(signature = (done, reason, timeout_ms, on_timeout))]
+    fn suspend<'py>(
+        slf: &Bound<'py, Self>,
+        py: Python<'py>,
+        done: &Bound<'py, Loop>,
+        reason: String,
+        timeout_ms: Option<u64>,
+        on_timeout: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let on_timeout = on_timeout
+            .map(|o| {
+                OnTimeout::parse(&o).ok_or_else(|| {
+                    invalid(format!("on_timeout {o:?} is not resume, fail or cancel"))
+                })
+            })
+            .transpose()?;
+        let suspension = muster_sdk::Suspension {
+            reason,
+            timeout: timeout_ms.map(Duration::from_millis),
+            on_timeout,
+        };
+        let this = slf.clone().unbind();
+        let task = Arc::clone(&slf.get().task);
+        done.get().spawn(py, async move {
+            let reply = task.suspend(suspension).await?;
+            // Suspended: nothing is left to settle, whatever the handler does next.
+            this.get().settle(Outcome::Suspended);
+            let text = serde_json::to_string(&reply).expect("a reply serializes");
+            Ok(Reply::Json(vec![text]))
+        })
     }
 
     /// True once the task should stop.

@@ -22,6 +22,9 @@
 //! - `scripting`: `task find`, header lines, JSON errors, closed pipes, confirmations,
 //!   contexts, completions and the man page.
 //! - `security`: tokens and roles, member ownership, bad input, floods.
+//! - `suspend`: suspended tasks: an agent that asks a person and is resumed through
+//!   the CLI across a kill -9, `muster work`'s suspend file, the CLI's suspend with a
+//!   timeout that resumes.
 //! - `spec`: the daemon as PROTOCOL.md describes it (subscriptions, waits, `null`,
 //!   paging, member records, `max_runtime_ms` across restarts and queue updates).
 //! - `checker`: the Jepsen-style checker under kill -9 and simulated power loss.
@@ -74,5 +77,6 @@ mod private;
 mod scripting;
 mod security;
 mod spec;
+mod suspend;
 mod tui;
 mod work_attacks;

@@ -38,12 +38,15 @@ from .records import (
     LimitUse,
     MemberDescription,
     MemberInfo,
+    OnTimeout,
     QueueInfo,
     Rate,
     RenewResult,
+    ResumeResult,
     ServerStats,
     SettleResult,
     SnapshotResult,
+    Suspended,
     TaskInfo,
     TaskPage,
     TaskState,
@@ -735,6 +738,47 @@ class Client:
         }
         (reply,) = await self._send("throttled", fields)
         return SettleResult._from(reply)
+
+    async def suspend(
+        self,
+        claim: ClaimRef,
+        reason: str,
+        *,
+        timeout: Optional[Duration] = None,
+        on_timeout: Optional[OnTimeout] = None,
+    ) -> Suspended:
+        """Suspends a leased task instead of settling it (an agent's way is
+        :meth:`Task.suspend <muster.Task.suspend>`): its lease ends with no failure
+        counted and it waits, ``suspended``, until a :meth:`resume` with the returned
+        ``resume_token`` (valid once) or its ``timeout`` (1 ms to 365 days; 7 days if
+        ``None``), which does ``on_timeout`` (``"fail"`` if ``None``; PROTOCOL.md
+        §5.47)."""
+        task, epoch = claim_of(claim)
+        fields = {
+            "task": task,
+            "epoch": epoch,
+            "reason": reason,
+            "timeout_ms": ms(timeout, "timeout"),
+            "on_timeout": on_timeout,
+        }
+        (reply,) = await self._send("suspend", fields)
+        return Suspended._from(reply)
+
+    async def resume(self, token: str, data: Any = None) -> ResumeResult:
+        """Resumes the suspension ``token`` names: the task is ready again at its place
+        and its next holder sees ``data`` (JSON-serialisable, at most 64 KiB of JSON).
+        Raises :class:`~muster.StaleToken` for a token that was spent, is an earlier
+        suspension's, or names a task no longer suspended (PROTOCOL.md §5.48)."""
+        fields = {"token": token, "data": None if data is None else json_value(data, "data")}
+        (reply,) = await self._send("resume", fields)
+        return ResumeResult._from(reply)
+
+    async def resume_task(self, task: str, data: Any = None) -> ResumeResult:
+        """Resumes suspended task ``task`` by its id: for approve and admin tokens.
+        Raises :class:`~muster.InvalidState` if it is not suspended."""
+        fields = {"task": task, "data": None if data is None else json_value(data, "data")}
+        (reply,) = await self._send("resume", fields)
+        return ResumeResult._from(reply)
 
     async def dead_letter(self, claim: ClaimRef, error: str) -> SettleResult:
         """Sends a leased task to dead at once, with an error."""

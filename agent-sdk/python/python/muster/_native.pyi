@@ -35,6 +35,7 @@ __all__ = [
     "DiskFull",
     "NotLeader",
     "OutcomeUnknown",
+    "StaleToken",
     "MAX_BATCH",
     "MAX_PAGE",
 ]
@@ -114,6 +115,10 @@ class NotLeader(ServerError):
 class OutcomeUnknown(ServerError):
     """outcome_unknown: the cluster's leader lost its leadership before the request was
     agreed on: it may or may not have taken effect; retry it idempotently."""
+
+class StaleToken(ServerError):
+    """stale_token: the resume token does not name the task's current suspension: it was
+    spent, it is an earlier suspension's, or the task is no longer suspended."""
 
 @final
 class Loop:
@@ -249,6 +254,14 @@ class Task:
     @property
     def progress(self) -> Optional[str]:
         """The latest checkpoint as JSON text."""
+    @property
+    def resumed(self) -> Optional[str]:
+        """How the last suspension ended, as JSON text, if it was resumed."""
+    def suspend(
+        self, done: Loop, reason: str, timeout_ms: Optional[int], on_timeout: Optional[str]
+    ) -> Awaitable[List[Dict[str, Any]]]:
+        """Suspends the task; resolves with the reply as a one-element list; raises
+        ``InvalidInput`` for an ``on_timeout`` other than resume, fail or cancel."""
     @property
     def is_cancelled(self) -> bool:
         """True once the task should stop."""

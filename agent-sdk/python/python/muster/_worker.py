@@ -17,6 +17,7 @@ from typing import Any, Awaitable, Callable, List, Optional, Sequence, Union
 
 from . import _loop, _native
 from ._convert import Duration, json_text, ms, ms_required
+from .records import OnTimeout, Resumed, Suspended
 
 _log = logging.getLogger("muster")
 
@@ -200,6 +201,35 @@ class Task:
         refused by the daemon: the worker logs it, and the task's lease lapses.
         """
         self._native.throttled(ms(retry_after, "retry_after"), limit)
+
+    @property
+    def resumed(self) -> Optional[Resumed]:
+        """How the task's last suspension ended, if it was suspended and resumed: the
+        resume's ``data`` and who sent it, or ``timed_out``."""
+        text = self._native.resumed
+        return None if text is None else Resumed._from(json.loads(text))
+
+    async def suspend(
+        self,
+        reason: str,
+        *,
+        timeout: Optional[Duration] = None,
+        on_timeout: Optional[OnTimeout] = None,
+    ) -> Suspended:
+        """Suspends the task instead of settling it: its lease ends (the worker's slot
+        is free, no attempt is spent, the checkpoint is kept) and it waits until someone
+        resumes it with the returned ``resume_token`` (or an approver by its id), or its
+        ``timeout`` (seconds or :class:`~datetime.timedelta`; 7 days if ``None``) does
+        ``on_timeout`` (``"resume"``, ``"fail"`` or ``"cancel"``; ``"fail"`` if
+        ``None``). Hand the token to whoever decides, then return: once suspended, what
+        the handler returns or raises is ignored. The next holder sees
+        :attr:`resumed`. Raises :class:`~muster.LeaseLost` if the lease is gone, and
+        :class:`~muster.ConnectionLost` if the worker is not connected (the lease is
+        still held then)."""
+        (reply,) = await self._native.suspend(
+            _loop.current(), reason, ms(timeout, "timeout"), on_timeout
+        )
+        return Suspended._from(reply)
 
     @property
     def lease_deadline(self) -> float:

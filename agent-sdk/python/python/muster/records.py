@@ -11,8 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Literal, Optional
 
-TaskState = Literal["scheduled", "ready", "leased", "done", "dead", "cancelled"]
-"""A task's state: ``scheduled``, ``ready``, ``leased``, ``done``, ``dead`` or ``cancelled``."""
+TaskState = Literal["scheduled", "ready", "leased", "suspended", "done", "dead", "cancelled"]
+"""A task's state: ``scheduled``, ``ready``, ``leased``, ``suspended``, ``done``, ``dead`` or
+``cancelled``."""
+
+OnTimeout = Literal["resume", "fail", "cancel"]
+"""What a suspension's timeout does: ``resume`` (ready, ``timed_out``), ``fail`` (dead,
+reason ``suspend_timed_out``) or ``cancel``."""
 
 MemberState = Literal["connected", "unreachable", "gone"]
 """Whether the daemon hears from a member: ``connected``, ``unreachable`` or ``gone``."""
@@ -94,6 +99,8 @@ class QueueInfo:
     done: int
     dead: int
     cancelled: int
+    suspended: int
+    """Tasks suspended until a resume or their timeout."""
     held_back: int
     """Ready tasks waiting behind an earlier task of their key."""
     unclaimable: int
@@ -121,6 +128,7 @@ class QueueInfo:
             done=d["done"],
             dead=d["dead"],
             cancelled=d["cancelled"],
+            suspended=d.get("suspended", 0),
             held_back=d.get("held_back", 0),
             unclaimable=d.get("unclaimable", 0),
             waiting_on_limits=d.get("waiting_on_limits", 0),
@@ -165,6 +173,71 @@ class TimelineEvent:
 
 
 @dataclass(frozen=True)
+class Suspension:
+    """A suspended task's suspension, as people see it (PROTOCOL.md §4.9): never its token."""
+
+    reason: str
+    member: str
+    """The member that suspended it (``""`` for an anonymous claim)."""
+    epoch: int
+    """The epoch of the lease it was suspended under, which its resume token names."""
+    since_ms: int
+    timeout_at_ms: int
+    on_timeout: OnTimeout
+
+    @staticmethod
+    def _from(d: Optional[_Dict]) -> Optional[Suspension]:
+        if d is None:
+            return None
+        return Suspension(
+            d["reason"], d["member"], d["epoch"], d["since_ms"], d["timeout_at_ms"], d["on_timeout"]
+        )
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """How a task's last suspension ended: the resume's ``data`` and who sent it
+    (``by``: the token's name, ``""`` without tokens), or ``timed_out``."""
+
+    data: Any
+    by: str
+    at_ms: int
+    timed_out: bool
+
+    @staticmethod
+    def _from(d: Optional[_Dict]) -> Optional[Resumed]:
+        if d is None:
+            return None
+        return Resumed(d.get("data"), d["by"], d["at_ms"], d["timed_out"])
+
+
+@dataclass(frozen=True)
+class Suspended:
+    """What a suspend answers: ``suspended`` with the one-time ``resume_token`` and when
+    the timeout acts, or ``cancelled`` (a cancel was pending; no token)."""
+
+    state: TaskState
+    resume_token: Optional[str]
+    timeout_at_ms: Optional[int]
+
+    @staticmethod
+    def _from(d: _Dict) -> Suspended:
+        return Suspended(d["state"], d.get("resume_token"), d.get("timeout_at_ms"))
+
+
+@dataclass(frozen=True)
+class ResumeResult:
+    """The task a resume made ready, and its state (``ready``)."""
+
+    task: str
+    state: TaskState
+
+    @staticmethod
+    def _from(d: _Dict) -> ResumeResult:
+        return ResumeResult(d["task"], d["state"])
+
+
+@dataclass(frozen=True)
 class TaskInfo:
     """A whole task, as ``task_get`` and ``wait`` return it (PROTOCOL.md §4.9)."""
 
@@ -189,6 +262,10 @@ class TaskInfo:
     result: Any
     last_error: Optional[str]
     dead_reason: Optional[str]
+    suspension: Optional[Suspension]
+    """While suspended: why, since when, and what its timeout does."""
+    resumed: Optional[Resumed]
+    """How its last suspension ended, until its next suspension."""
     created_ms: int
     updated_ms: int
     history: List[TimelineEvent]
@@ -215,6 +292,8 @@ class TaskInfo:
             result=d.get("result"),
             last_error=d.get("last_error"),
             dead_reason=d.get("dead_reason"),
+            suspension=Suspension._from(d.get("suspension")),
+            resumed=Resumed._from(d.get("resumed")),
             created_ms=d["created_ms"],
             updated_ms=d["updated_ms"],
             history=[TimelineEvent._from(e) for e in d.get("history", [])],
@@ -349,6 +428,8 @@ class TaskSummary:
     lease: Optional[LeaseInfo]
     last_error: Optional[str]
     dead_reason: Optional[str]
+    suspension: Optional[Suspension]
+    """While suspended: why, since when, and what its timeout does."""
     created_ms: int
     updated_ms: int
     progress: Optional[str]
@@ -369,6 +450,7 @@ class TaskSummary:
             lease=LeaseInfo._from(d.get("lease")),
             last_error=d.get("last_error"),
             dead_reason=d.get("dead_reason"),
+            suspension=Suspension._from(d.get("suspension")),
             created_ms=d["created_ms"],
             updated_ms=d["updated_ms"],
             progress=d.get("progress"),

@@ -44,11 +44,14 @@ from .records import (
     LimitInfo,
     MemberDescription,
     MemberInfo,
+    OnTimeout,
     QueueInfo,
     RenewResult,
+    ResumeResult,
     ServerStats,
     SettleResult,
     SnapshotResult,
+    Suspended,
     TaskInfo,
     TaskPage,
     TaskState,
@@ -398,6 +401,27 @@ class Client:
         return self._run(
             self._client.throttled(claim, retry_after=retry_after, limit=limit, error=error)
         )
+
+    def suspend(
+        self,
+        claim: _client.ClaimRef,
+        reason: str,
+        *,
+        timeout: Optional[Duration] = None,
+        on_timeout: Optional[OnTimeout] = None,
+    ) -> Suspended:
+        """Blocking :meth:`muster.Client.suspend`."""
+        return self._run(
+            self._client.suspend(claim, reason, timeout=timeout, on_timeout=on_timeout)
+        )
+
+    def resume(self, token: str, data: Any = None) -> ResumeResult:
+        """Blocking :meth:`muster.Client.resume`."""
+        return self._run(self._client.resume(token, data))
+
+    def resume_task(self, task: str, data: Any = None) -> ResumeResult:
+        """Blocking :meth:`muster.Client.resume_task`."""
+        return self._run(self._client.resume_task(task, data))
 
     def dead_letter(self, claim: _client.ClaimRef, error: str) -> SettleResult:
         """Blocking :meth:`muster.Client.dead_letter`."""

@@ -1,0 +1,276 @@
+//! Suspended tasks against a real daemon: an SDK agent that asks a person and is
+//! resumed through the CLI across a kill -9, `muster work`'s suspend file and the
+//! resume data in the next run's environment, and the CLI's suspend with a timeout that
+//! resumes.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use muster_sdk::protocol::model::OnTimeout;
+use muster_sdk::{NewTask, Outcome, QueuePatch, Suspension, TaskState, Worker, WorkerConfig};
+use muster_tests::{Daemon, until};
+use tokio::sync::mpsc;
+
+fn task(payload: serde_json::Value) -> NewTask {
+    NewTask::new(muster_sdk::json(&payload).expect("json"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_asks_a_person_frees_its_slot_and_resumes_with_the_answer_across_a_kill_9() {
+    let mut d = Daemon::start();
+    let client = d.client().await;
+    client
+        .queue_create("coding", QueuePatch::default())
+        .await
+        .unwrap();
+    let merge = client
+        .enqueue("coding", task(serde_json::json!({"pr": 42})))
+        .await
+        .unwrap()
+        .id;
+    let other = client
+        .enqueue("coding", task(serde_json::json!({"pr": 43})))
+        .await
+        .unwrap()
+        .id;
+    // One agent of capacity one: the second task runs only once the first is
+    // suspended and holds no slot.
+    let mut config = WorkerConfig::new("coder", ["coding"]);
+    config.capacity = 1;
+    let worker = Worker::new(d.options(), config);
+    let handle = worker.handle();
+    let (tokens, mut token_rx) = mpsc::unbounded_channel::<String>();
+    let answers: Arc<Mutex<Vec<(String, Option<String>)>>> = Arc::default();
+    let seen = Arc::clone(&answers);
+    let run = tokio::spawn(worker.run(move |task| {
+        let (tokens, seen) = (tokens.clone(), Arc::clone(&seen));
+        async move {
+            let pr = task.payload().get().to_owned();
+            if pr.contains("42") && task.resumed().is_none() {
+                let reply = task
+                    .suspend(Suspension::new("may I merge PR 42?"))
+                    .await
+                    .expect("suspend");
+                tokens.send(reply.resume_token.expect("a token")).unwrap();
+                return Outcome::Suspended;
+            }
+            let data = task
+                .resumed()
+                .and_then(|r| r.data.as_ref().map(|d| d.get().to_owned()));
+            seen.lock().unwrap().push((task.id().to_owned(), data));
+            Outcome::Ack(None)
+        }
+    }));
+    let token = tokio::time::timeout(Duration::from_secs(10), token_rx.recv())
+        .await
+        .expect("the agent suspended in time")
+        .expect("a token");
+    until(Duration::from_secs(10), "the other task done", || async {
+        client.task_get(&other).await.unwrap().state == TaskState::Done
+    })
+    .await;
+    let t = client.task_get(&merge).await.unwrap();
+    assert_eq!(
+        (t.state, t.deliveries, t.failures),
+        (TaskState::Suspended, 1, 0)
+    );
+    let info = t.suspension.expect("its suspension");
+    assert_eq!(
+        (info.reason.as_str(), info.member.as_str()),
+        ("may I merge PR 42?", "coder")
+    );
+    let listed = d.ok(&["queue", "describe", "coding"]);
+    assert!(listed.contains("suspended\t1"), "{listed}");
+
+    // The daemon dies and comes back: the suspension and its token survive.
+    d.kill9();
+    d.restart();
+    let out = d.cli(&["resume", &token, "--with", r#"{"approved":true}"#]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        d.log()
+    );
+    let resumed = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(resumed, format!("{merge}\tready\n"));
+    // A token resumes once.
+    let again = d.cli(&["resume", &token]);
+    assert_eq!(again.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains("stale_token"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    let client = d.client().await;
+    until(Duration::from_secs(20), "the resumed task done", || async {
+        client.task_get(&merge).await.unwrap().state == TaskState::Done
+    })
+    .await;
+    let seen = answers.lock().unwrap().clone();
+    assert!(
+        seen.contains(&(merge.clone(), Some(r#"{"approved":true}"#.into()))),
+        "{seen:?}"
+    );
+    let t = client.task_get(&merge).await.unwrap();
+    assert_eq!((t.deliveries, t.failures), (2, 0));
+    let resumed = t.resumed.expect("how it was resumed");
+    assert!(!resumed.timed_out);
+    handle.shutdown();
+    tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .expect("the worker stopped")
+        .unwrap()
+        .unwrap();
+}
+
+/// A process group the test started, killed (SIGKILL to the group) when the test ends,
+/// whether it passed or not.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", self.0.id())])
+                .status();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_muster_work_program_suspends_with_a_file_and_its_next_run_reads_the_resume() {
+    use std::os::unix::process::CommandExt;
+    let d = Daemon::start();
+    let client = d.client().await;
+    client
+        .queue_create("review", QueuePatch::default())
+        .await
+        .unwrap();
+    let id = client
+        .enqueue("review", task(serde_json::json!({"doc": "q3"})))
+        .await
+        .unwrap()
+        .id;
+    // First run: ask and exit. Second run: print what the resume said, as the result.
+    let script = r#"if [ -z "$MUSTER_RESUMED" ]; then
+  printf '{"reason":"approve the q3 summary?","timeout_ms":600000,"on_timeout":"cancel"}' > "$MUSTER_SUSPEND_FILE"
+else
+  printf '%s' "$MUSTER_RESUMED"
+fi"#;
+    let log_dir = tempfile::tempdir().unwrap();
+    let log_path = log_dir.path().join("work.log");
+    let mut work = Killed(
+        std::process::Command::new(muster_tests::muster_bin())
+            .args([
+                "work", "review", "--member", "reviewer", "--grace", "1s", "--",
+            ])
+            .args(["sh", "-c", script])
+            .env("MUSTER_ADDR", &d.addr)
+            .env("MUSTER_DATA", d.data())
+            .env_remove("MUSTER_LOG")
+            .process_group(0)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let read_log = || std::fs::read_to_string(&log_path).unwrap();
+    until(Duration::from_secs(15), "the task suspended", || async {
+        client.task_get(&id).await.unwrap().state == TaskState::Suspended
+    })
+    .await;
+    let t = client.task_get(&id).await.unwrap();
+    let info = t.suspension.expect("suspended");
+    assert_eq!(
+        (info.reason.as_str(), info.on_timeout, t.failures),
+        ("approve the q3 summary?", OnTimeout::Cancel, 0)
+    );
+    // The runner logged the token, for whoever decides.
+    until(Duration::from_secs(5), "the token logged", || async {
+        read_log().lines().any(|l| {
+            l.contains(r#"outcome="suspended""#) && l.contains(&format!("resume_token={id}.1."))
+        })
+    })
+    .await;
+    // An approver resumes by id.
+    assert_eq!(
+        d.ok(&["resume", "--task", &id, "--with", r#"{"ok":1}"#]),
+        format!("{id}\tready\n")
+    );
+    until(Duration::from_secs(15), "the resumed run done", || async {
+        client.task_get(&id).await.unwrap().state == TaskState::Done
+    })
+    .await;
+    let result: serde_json::Value =
+        serde_json::from_str(client.task_get(&id).await.unwrap().result.unwrap().get()).unwrap();
+    assert_eq!(
+        (
+            &result["data"],
+            result["timed_out"].as_bool(),
+            result["by"].as_str()
+        ),
+        (&serde_json::json!({"ok": 1}), Some(false), Some("local")),
+        "{}",
+        read_log()
+    );
+    muster_tests::signal_pid(work.0.id(), "-TERM");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let code = loop {
+        if let Some(status) = work.0.try_wait().unwrap() {
+            break status.code();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "muster work did not exit"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(code, Some(0), "{}", read_log());
+}
+
+#[test]
+fn the_cli_suspends_a_claim_and_its_timeout_resumes_it() {
+    let d = Daemon::start();
+    d.ok(&["queue", "create", "jobs"]);
+    let id = d.ok(&["enqueue", "jobs", "{}"]).trim().to_owned();
+    let claimed = d.ok(&["claim", "jobs"]);
+    let claim = format!("{id}.1");
+    assert!(claimed.starts_with(&claim), "{claimed}");
+    let bad = d.cli(&["suspend", &claim, "--reason", "wait", "--timeout", "400d"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("bad_request"));
+    let token = d.ok(&[
+        "suspend",
+        &claim,
+        "--reason",
+        "waiting for the nightly export",
+        "--timeout",
+        "1s",
+        "--on-timeout",
+        "resume",
+    ]);
+    assert!(token.starts_with(&format!("{id}.1.")), "{token}");
+    let shown = d.ok(&["task", "get", &id]);
+    assert!(shown.contains("state\tsuspended"), "{shown}");
+    assert!(
+        shown.contains("suspended\treason=\"waiting for the nightly export\""),
+        "{shown}"
+    );
+    // The lease is gone: an ack of the claim is refused.
+    let ack = d.cli(&["ack", &claim]);
+    assert!(String::from_utf8_lossy(&ack.stderr).contains("lease_lost"));
+    let mut waited = 0;
+    let line = loop {
+        let line = d.ok(&["claim", "jobs", "--wait", "5s"]);
+        if !line.is_empty() || waited >= 3 {
+            break line;
+        }
+        waited += 1;
+    };
+    assert!(line.starts_with(&format!("{id}.2\t2\t")), "{line}");
+    let shown = d.ok(&["task", "get", &id]);
+    assert!(shown.contains("resumed\tby=- at="), "{shown}");
+    assert!(shown.contains("timed_out=true data=-"), "{shown}");
+}
