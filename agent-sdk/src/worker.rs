@@ -236,7 +236,7 @@ impl Task {
     /// How the task's last suspension ended, if it was suspended and resumed: the
     /// resume's data and who sent it, or `timed_out`.
     pub fn resumed(&self) -> Option<&Resumed> {
-        self.delivery.resumed.as_ref()
+        self.delivery.resumed.as_deref()
     }
 
     /// Suspends the task instead of settling it: its lease ends (the worker's slot is

@@ -489,10 +489,10 @@ pub struct Delivery {
     pub progress: Option<RawJson>,
     /// True if this is a re-delivery of a task the member held before it restarted.
     pub reclaimed: bool,
-    /// How the task's last suspension ended, if it was suspended and resumed since its
-    /// enqueue or its last redrive: the resume's data, or its timeout.
+    /// How the task's last suspension ended, if it was suspended and resumed (or timed
+    /// out into ready): the resume's data, or its timeout. Boxed: most tasks never were.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resumed: Option<Resumed>,
+    pub resumed: Option<Box<Resumed>>,
 }
 
 /// What a suspension's timeout does when no resume came first.
@@ -635,12 +635,13 @@ pub struct TaskInfo {
     pub last_error: Option<String>,
     /// Why it is dead: `max_attempts`, `dead_lettered` or `suspend_timed_out`.
     pub dead_reason: Option<String>,
-    /// While suspended: why, since when, and what its timeout does.
+    /// While suspended: why, since when, and what its timeout does (boxed: most tasks
+    /// are not suspended).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub suspension: Option<SuspensionInfo>,
-    /// How its last suspension ended, until its next suspension or redrive.
+    pub suspension: Option<Box<SuspensionInfo>>,
+    /// How its last suspension ended, until its next suspension.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resumed: Option<Resumed>,
+    pub resumed: Option<Box<Resumed>>,
     /// When it was enqueued.
     pub created_ms: u64,
     /// When it last changed state.
@@ -674,9 +675,10 @@ pub struct TaskSummary {
     pub last_error: Option<String>,
     /// Why it is dead.
     pub dead_reason: Option<String>,
-    /// While suspended: why, since when, and what its timeout does.
+    /// While suspended: why, since when, and what its timeout does (boxed: most tasks
+    /// are not suspended).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub suspension: Option<SuspensionInfo>,
+    pub suspension: Option<Box<SuspensionInfo>>,
     /// When it was enqueued.
     pub created_ms: u64,
     /// When it last changed state.

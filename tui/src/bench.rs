@@ -15,6 +15,7 @@
 //!   daemon's CPU use, and its resident memory with them connected (in all and per
 //!   member).
 //! - `limited`, `fair`, `limit-cost`: flow control ([`flow`]).
+//! - `suspend`: suspend, resume and the next lease, sequentially ([`wait`]).
 //!
 //! Every run first times the machine's CPU (`cpu_probe_ms`: a fixed piece of
 //! single-threaded work) and measures the disk it runs on: `FSYNC_SAMPLES` 4 KiB writes each
@@ -45,6 +46,7 @@ use serde::Serialize;
 use crate::cli::{BenchArgs, BenchPhase};
 
 mod flow;
+mod wait;
 
 /// Payload bytes of every benchmark task.
 const PAYLOAD_BYTES: usize = 256;
@@ -330,6 +332,10 @@ struct Run {
     latency_disk_p999_ms: Option<f64>,
     latency_disk_max_ms: Option<f64>,
     roundtrip_mean_ms: Option<f64>,
+    suspend_p50_ms: Option<f64>,
+    suspend_p99_ms: Option<f64>,
+    resume_to_lease_p50_ms: Option<f64>,
+    resume_to_lease_p99_ms: Option<f64>,
     startup_s: Option<f64>,
     startup_rss_mib: Option<f64>,
     members_cpu_percent: Option<f64>,
@@ -389,6 +395,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
         if want(BenchPhase::Roundtrip) {
             roundtrip(&args, &options, &mut run).await?;
+        }
+        if want(BenchPhase::Suspend) {
+            wait::suspend(&args, &options, &mut run).await?;
         }
         if want(BenchPhase::Members) {
             members(&args, &options, daemon.pid(), &mut run).await?;
@@ -699,9 +708,29 @@ async fn roundtrip(
     producer
         .queue_create("roundtrip", QueuePatch::default())
         .await?;
+    let (worker, mut pushes) = one_at_a_time(options, "bench/roundtrip", "roundtrip").await?;
+    let started = Instant::now();
+    for _ in 0..args.roundtrips {
+        producer
+            .enqueue("roundtrip", NewTask::new(payload(0)?))
+            .await?;
+        let delivery = next_delivery(&mut pushes).await?;
+        worker.ack(&delivery.id, delivery.epoch, None).await?;
+    }
+    run.roundtrip_mean_ms = Some(started.elapsed().as_secs_f64() * 1000.0 / args.roundtrips as f64);
+    Ok(())
+}
+
+/// A worker taking one task at a time: `member`'s session of capacity 1, subscribed to
+/// `queue`, and the pushes it gets.
+async fn one_at_a_time(
+    options: &ConnectOptions,
+    member: &str,
+    queue: &str,
+) -> anyhow::Result<(Client, tokio::sync::mpsc::UnboundedReceiver<Push>)> {
     let worker = Client::connect(options.clone()).await?;
     let open = SessionOpen {
-        member: "bench/roundtrip".into(),
+        member: member.into(),
         labels: Vec::new(),
         capacity: 1,
         reclaim: false,
@@ -709,26 +738,22 @@ async fn roundtrip(
         held: None,
         liveness_ms: None,
     };
-    let (_, mut pushes) = worker.open_session(&open).await?;
-    worker
-        .subscribe(&open.member, &["roundtrip".to_owned()])
-        .await?;
-    let started = Instant::now();
-    for _ in 0..args.roundtrips {
-        producer
-            .enqueue("roundtrip", NewTask::new(payload(0)?))
-            .await?;
-        let delivery = loop {
-            match pushes.recv().await {
-                Some(Push::Deliver(d)) => break d,
-                Some(_) => {}
-                None => bail!("the worker's session ended"),
-            }
-        };
-        worker.ack(&delivery.id, delivery.epoch, None).await?;
+    let (_, pushes) = worker.open_session(&open).await?;
+    worker.subscribe(member, &[queue.to_owned()]).await?;
+    Ok((worker, pushes))
+}
+
+/// The next task pushed to a worker's session.
+async fn next_delivery(
+    pushes: &mut tokio::sync::mpsc::UnboundedReceiver<Push>,
+) -> anyhow::Result<muster_protocol::model::Delivery> {
+    loop {
+        match pushes.recv().await {
+            Some(Push::Deliver(d)) => return Ok(d),
+            Some(_) => {}
+            None => bail!("the worker's session ended"),
+        }
     }
-    run.roundtrip_mean_ms = Some(started.elapsed().as_secs_f64() * 1000.0 / args.roundtrips as f64);
-    Ok(())
 }
 
 async fn startup(args: &BenchArgs, musterd: &Path, run: &mut Run) -> anyhow::Result<()> {
@@ -980,6 +1005,14 @@ fn print_table(runs: &[Run]) -> anyhow::Result<()> {
         }),
         ("disk fdatasync meanwhile max ms", |r| r.latency_disk_max_ms),
         ("round trip mean ms", |r| r.roundtrip_mean_ms),
+        ("suspend: reply p50 ms", |r| r.suspend_p50_ms),
+        ("suspend: reply p99 ms", |r| r.suspend_p99_ms),
+        ("suspend: resume to next lease p50 ms", |r| {
+            r.resume_to_lease_p50_ms
+        }),
+        ("suspend: resume to next lease p99 ms", |r| {
+            r.resume_to_lease_p99_ms
+        }),
         ("startup to serving s", |r| r.startup_s),
         ("startup RSS MiB", |r| r.startup_rss_mib),
         ("members: daemon CPU %", |r| r.members_cpu_percent),

@@ -383,6 +383,8 @@ pub enum BenchPhase {
     Latency,
     /// Strictly sequential enqueue, push, ack.
     Roundtrip,
+    /// Strictly sequential push, suspend, resume, push again, ack (`--roundtrips`).
+    Suspend,
     /// A restart with `--stored` tasks in the store.
     Startup,
     /// `--members` members renewing a lease every second.
@@ -874,7 +876,7 @@ pub enum TaskCommand {
     List {
         /// The queue.
         queue: String,
-        /// scheduled, ready, leased, done, dead or cancelled.
+        /// scheduled, ready, leased, suspended, done, dead or cancelled.
         #[arg(long, default_value = "ready")]
         state: String,
         /// Most tasks to list.
@@ -908,7 +910,8 @@ pub enum TaskCommand {
 pub struct FindArgs {
     /// The queue (default: every queue).
     pub queue: Option<String>,
-    /// Only tasks in this state: scheduled, ready, leased, done, dead or cancelled.
+    /// Only tasks in this state: scheduled, ready, leased, suspended, done, dead or
+    /// cancelled.
     #[arg(long)]
     pub state: Option<String>,
     /// Only tasks whose id starts with this.

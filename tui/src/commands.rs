@@ -697,11 +697,12 @@ async fn queue(client: &Client, out: &Output, cmd: QueueCommand) -> anyhow::Resu
                     || {
                         let c = &q.counts;
                         format!(
-                            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
                             q.name,
                             c.ready,
                             c.scheduled,
                             c.leased,
+                            c.suspended,
                             c.done,
                             c.dead,
                             c.cancelled,
@@ -1141,7 +1142,7 @@ async fn find(client: &Client, out: &Output, args: FindArgs) -> anyhow::Result<(
 
 fn parse_state(state: &str) -> anyhow::Result<TaskState> {
     TaskState::parse(state).with_context(|| {
-        format!("invalid state {state:?}: want scheduled, ready, leased, done, dead or cancelled")
+        format!("invalid state {state:?}: want scheduled, ready, leased, suspended, done, dead or cancelled")
     })
 }
 
@@ -1168,11 +1169,12 @@ async fn stats(client: &Client, out: &Output, queue: Option<&str>) -> anyhow::Re
             || {
                 let (c, t) = (&q.counts, &q.totals);
                 format!(
-                    "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
                     q.name,
                     c.ready,
                     c.scheduled,
                     c.leased,
+                    c.suspended,
                     c.done,
                     c.dead,
                     c.cancelled,

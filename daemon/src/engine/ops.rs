@@ -268,7 +268,7 @@ pub(super) fn summary(id: Ulid, rec: &TaskRecord) -> TaskSummary {
         lease: lease_info(rec),
         last_error: rec.last_error.clone(),
         dead_reason: rec.dead_reason.clone(),
-        suspension: rec.suspension.as_ref().map(|s| s.info.clone()),
+        suspension: rec.suspension.as_ref().map(|s| Box::new(s.info.clone())),
         created_ms: rec.created_ms,
         updated_ms: rec.updated_ms,
         progress: rec.progress.as_ref().map(|p| {
@@ -377,7 +377,7 @@ fn delivery(
         lease_ms,
         progress: rec.progress.clone(),
         reclaimed: grant == Grant::Reclaimed,
-        resumed: rec.resumed.clone(),
+        resumed: rec.resumed.clone().map(Box::new),
     }
 }
 
@@ -1521,8 +1521,8 @@ impl<W: Waiter> Engine<W> {
             result: rec.result,
             last_error: rec.last_error,
             dead_reason: rec.dead_reason,
-            suspension: rec.suspension.map(|s| s.info),
-            resumed: rec.resumed,
+            suspension: rec.suspension.map(|s| Box::new(s.info)),
+            resumed: rec.resumed.map(Box::new),
             created_ms: rec.created_ms,
             updated_ms: rec.updated_ms,
             history: rec.history,

@@ -96,6 +96,10 @@ fn every_phase_gives_every_figure_in_the_json_and_the_table() {
         "latency_disk_p999_ms",
         "latency_disk_max_ms",
         "roundtrip_mean_ms",
+        "suspend_p50_ms",
+        "suspend_p99_ms",
+        "resume_to_lease_p50_ms",
+        "resume_to_lease_p99_ms",
         "startup_s",
         "startup_rss_mib",
         "members_rss_mib",
@@ -166,6 +170,10 @@ fn every_phase_gives_every_figure_in_the_json_and_the_table() {
         "disk fdatasync meanwhile p99.9 ms",
         "disk fdatasync meanwhile max ms",
         "round trip mean ms",
+        "suspend: reply p50 ms",
+        "suspend: reply p99 ms",
+        "suspend: resume to next lease p50 ms",
+        "suspend: resume to next lease p99 ms",
         "startup to serving s",
         "startup RSS MiB",
         "members: daemon CPU %",
@@ -238,6 +246,7 @@ fn only_the_phases_asked_for_run() {
         "latency_p50_ms",
         "startup_s",
         "members_cpu_percent",
+        "suspend_p50_ms",
     ] {
         assert!(run[k].is_null(), "{k} in {run}");
     }

@@ -226,6 +226,7 @@ fn stats_show_counts_totals_and_group_commit() {
             "READY",
             "SCHEDULED",
             "LEASED",
+            "SUSPENDED",
             "DONE",
             "DEAD",
             "CANCELLED",
@@ -241,11 +242,11 @@ fn stats_show_counts_totals_and_group_commit() {
     );
     let row = &lines[1];
     assert_eq!(
-        row[..9],
-        ["jobs", "1", "0", "0", "1", "0", "0", "0", "0"],
+        row[..10],
+        ["jobs", "1", "0", "0", "0", "1", "0", "0", "0", "0"],
         "{one}"
     );
-    assert_eq!(row[10..], ["2", "1", "0", "0", "false"], "{one}");
+    assert_eq!(row[11..], ["2", "1", "0", "0", "false"], "{one}");
     let all = d.ok(&["stats", "--no-headers"]);
     let mut parts = all.split("\n\n");
     assert_eq!(parts.next().map(|t| t.lines().count()), Some(1), "{all}");

@@ -4,7 +4,8 @@
 //! enqueue -` prints exactly the ids a killed leader stored; the checker
 //! under kills and partitions finds nothing lost, doubled or split; a node added after
 //! the log was compacted catches up from a snapshot and serves everything; a node that
-//! cannot catch up is never made a voter.
+//! cannot catch up is never made a voter; suspensions, their tokens and timeouts
+//! outlive the leader's death.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -280,6 +281,103 @@ async fn killing_the_leader_keeps_every_acknowledged_task_and_lease() {
     // The old leader rejoins and catches up.
     cluster.restart(old.node).await;
     cluster.wait_caught_up(old.node).await;
+}
+
+/// Suspensions are replicated with their tokens' digests and timeouts: after the
+/// leader's kill -9, the new leader resumes a suspension by its token (once), refuses
+/// an earlier suspension's token, and times out another on schedule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspensions_their_tokens_and_timeouts_outlive_the_leaders_death() {
+    use muster_sdk::protocol::model::OnTimeout;
+    let mut cluster = Cluster::start(NODES).await;
+    let client = cluster.client().await;
+    client
+        .queue_create("ask", QueuePatch::default())
+        .await
+        .expect("queue_create");
+    let asked = client.enqueue("ask", task(0)).await.expect("enqueue").id;
+    let timing = client.enqueue("ask", task(1)).await.expect("enqueue").id;
+    let mut tokens = Vec::new();
+    // `asked` is suspended twice (its first token is then an earlier suspension's).
+    for round in 0..2 {
+        let got = client
+            .claim(&Claim::new(["ask"]).max(2))
+            .await
+            .expect("claim");
+        for d in got {
+            let suspension = if d.id == timing {
+                muster_sdk::Suspension::new("until the export")
+                    .timeout(Duration::from_secs(4), OnTimeout::Resume)
+            } else {
+                muster_sdk::Suspension::new("may I merge?")
+            };
+            let reply = client
+                .suspend(&d.id, d.epoch, suspension)
+                .await
+                .expect("suspend");
+            if d.id == asked {
+                tokens.push(reply.resume_token.expect("a token"));
+                if round == 0 {
+                    client
+                        .resume(tokens.last().unwrap(), None)
+                        .await
+                        .expect("resume");
+                }
+            }
+        }
+    }
+    let suspended_at = Instant::now();
+    let old = cluster.leader().await;
+    cluster.kill9(old.node);
+    let new = cluster.leader().await;
+    assert_ne!(new.node, old.node);
+    drop(client);
+    let client = cluster.client().await;
+    let t = client.task_get(&asked).await.expect("task_get");
+    assert_eq!(
+        (t.state, t.deliveries, t.failures),
+        (TaskState::Suspended, 2, 0)
+    );
+    let stale = client
+        .resume(&tokens[0], None)
+        .await
+        .expect_err("an earlier suspension's token");
+    assert_eq!(stale.code(), Some(ErrorCode::StaleToken), "{stale}");
+    let data = muster_sdk::raw_json(r#"{"approved":true}"#).unwrap();
+    let resumed = client
+        .resume(&tokens[1], Some(data))
+        .await
+        .expect("resume on the new leader");
+    assert_eq!(resumed.state, TaskState::Ready);
+    let again = client.resume(&tokens[1], None).await.expect_err("twice");
+    assert_eq!(again.code(), Some(ErrorCode::StaleToken), "{again}");
+    // The other times out on the new leader, no sooner than it was told.
+    until(
+        Duration::from_secs(20),
+        "the timeout resumed it",
+        || async { client.task_get(&timing).await.expect("task_get").state == TaskState::Ready },
+    )
+    .await;
+    assert!(
+        suspended_at.elapsed() >= Duration::from_secs(3),
+        "timed out early"
+    );
+    let mut seen = BTreeMap::new();
+    for d in client
+        .claim(&Claim::new(["ask"]).max(2))
+        .await
+        .expect("claim")
+    {
+        let r = d.resumed.expect("resumed");
+        seen.insert(d.id, (r.timed_out, r.data.map(|d| d.get().to_owned())));
+    }
+    assert_eq!(
+        seen,
+        BTreeMap::from([
+            (asked, (false, Some(r#"{"approved":true}"#.to_owned()))),
+            (timing, (true, None)),
+        ])
+    );
 }
 
 /// The lease of the tasks agents hold across the leader's death: longer than finding

@@ -68,7 +68,7 @@ fn a_lapsed_lease_comes_back_then_dies_and_redrive_revives_it() {
     );
     assert_eq!(
         d.ok(&["queue", "list"]),
-        "NAME\tREADY\tSCHEDULED\tLEASED\tDONE\tDEAD\tCANCELLED\tPAUSED\nslow\t0\t0\t0\t0\t0\t0\tfalse\n"
+        "NAME\tREADY\tSCHEDULED\tLEASED\tSUSPENDED\tDONE\tDEAD\tCANCELLED\tPAUSED\nslow\t0\t0\t0\t0\t0\t0\t0\tfalse\n"
     );
 }
 

@@ -119,7 +119,7 @@ fn lists_have_a_header_line_unless_turned_off_and_json_has_none() {
     let id = d.ok(&["enqueue", "jobs", "1"]).trim().to_owned();
     assert_eq!(
         d.ok(&["queue", "list"]),
-        "NAME\tREADY\tSCHEDULED\tLEASED\tDONE\tDEAD\tCANCELLED\tPAUSED\njobs\t1\t0\t0\t0\t0\t0\tfalse\n"
+        "NAME\tREADY\tSCHEDULED\tLEASED\tSUSPENDED\tDONE\tDEAD\tCANCELLED\tPAUSED\njobs\t1\t0\t0\t0\t0\t0\t0\tfalse\n"
     );
     assert_eq!(
         d.ok(&["task", "list", "jobs"]),

@@ -251,6 +251,15 @@ async fn attempt(c: &Client, op: &str, queue: &str, task: &str, member: &str) ->
         "limit_delete" => code(c.limit_delete("nothing").await),
         // Not leased: an allowed throttle is `lease_lost`.
         "throttled" => code(c.throttled(task, 1, None, None).await),
+        // Not leased: an allowed suspend is `lease_lost`.
+        "suspend" => code(c.suspend(task, 1, muster_sdk::Suspension::new("why")).await),
+        // Not suspended: an allowed resume is `stale_token` (a token) or
+        // `invalid_state` (by id).
+        "resume" => code(
+            c.resume(&format!("{task}.1.{}", "0".repeat(32)), None)
+                .await,
+        ),
+        "resume_by_id" => code(c.resume_task(task, None).await),
         // A single daemon answers an admin with invalid_state: not refused.
         "cluster_status" => code(c.cluster_status().await),
         "cluster_add" => code(
@@ -312,6 +321,9 @@ const OPS: &[&str] = &[
     "limit_list",
     "limit_delete",
     "throttled",
+    "suspend",
+    "resume",
+    "resume_by_id",
     "cluster_status",
     "cluster_add",
     "cluster_remove",
@@ -322,6 +334,7 @@ fn wire_op(cell: &str) -> &str {
     let op = cell
         .strip_suffix("_without_session")
         .or_else(|| cell.strip_suffix("_all_queues"))
+        .or_else(|| cell.strip_suffix("_by_id"))
         .unwrap_or(cell);
     if op.starts_with("watch_") {
         "watch"
@@ -421,6 +434,8 @@ fn allowed(role: &str, op: &str, own: bool) -> bool {
                 | "unsubscribe_without_session"
                 | "session_open"
                 | "throttled"
+                | "suspend"
+                | "resume"
                 | "limit_get"
                 | "limit_list"
                 | "watch_limits"

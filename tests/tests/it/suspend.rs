@@ -11,6 +11,9 @@ use muster_sdk::{NewTask, Outcome, QueuePatch, Suspension, TaskState, Worker, Wo
 use muster_tests::{Daemon, until};
 use tokio::sync::mpsc;
 
+/// A task the agent ran after a resume, and the resume's data as JSON text.
+type Answer = (String, Option<String>);
+
 fn task(payload: serde_json::Value) -> NewTask {
     NewTask::new(muster_sdk::json(&payload).expect("json"))
 }
@@ -40,7 +43,7 @@ async fn an_agent_asks_a_person_frees_its_slot_and_resumes_with_the_answer_acros
     let worker = Worker::new(d.options(), config);
     let handle = worker.handle();
     let (tokens, mut token_rx) = mpsc::unbounded_channel::<String>();
-    let answers: Arc<Mutex<Vec<(String, Option<String>)>>> = Arc::default();
+    let answers: Arc<Mutex<Vec<Answer>>> = Arc::default();
     let seen = Arc::clone(&answers);
     let run = tokio::spawn(worker.run(move |task| {
         let (tokens, seen) = (tokens.clone(), Arc::clone(&seen));
@@ -101,6 +104,20 @@ async fn an_agent_asks_a_person_frees_its_slot_and_resumes_with_the_answer_acros
     assert!(err.contains("stale_token"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 
+    // The resume is audited: the principal and the task, never the token's secret.
+    let secret = token.rsplit('.').next().unwrap().to_owned();
+    let log = d.log();
+    let audited: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("operator action") && l.contains(r#""op":"resume""#))
+        .collect();
+    assert_eq!(audited.len(), 1, "{log}");
+    assert!(
+        audited[0].contains(&format!(r#""target":"{merge}""#)),
+        "{}",
+        audited[0]
+    );
+    assert!(!log.contains(&secret), "the log holds the token's secret");
     let client = d.client().await;
     until(Duration::from_secs(20), "the resumed task done", || async {
         client.task_get(&merge).await.unwrap().state == TaskState::Done

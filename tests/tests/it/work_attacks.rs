@@ -17,7 +17,7 @@ use muster_sdk::{Client, NewTask, QueuePatch, TaskInfo, TaskState};
 use muster_tests::{Daemon, Proc, muster_bin, until};
 
 /// What `muster work` deliberately gives its program (README, "the program gets").
-const PROGRAM_VARS: [&str; 8] = [
+const PROGRAM_VARS: [&str; 10] = [
     "MUSTER_ATTEMPT",
     "MUSTER_CLAIM",
     "MUSTER_FAILURES",
@@ -25,6 +25,8 @@ const PROGRAM_VARS: [&str; 8] = [
     "MUSTER_PROGRESS_FILE",
     "MUSTER_QUEUE",
     "MUSTER_RECLAIMED",
+    "MUSTER_RESUMED",
+    "MUSTER_SUSPEND_FILE",
     "MUSTER_TASK_ID",
 ];
 

@@ -70,6 +70,14 @@ pub enum Verb {
     Undrain(String),
     /// Change a queue's options as edited.
     UpdateQueue(QueueChange),
+    /// Resume a suspended task by its id (approve it), with the data written in the
+    /// editor (checked to be JSON), if any.
+    ResumeTask {
+        /// The task.
+        id: String,
+        /// What its next holder sees as the resume's data.
+        data: Option<String>,
+    },
 }
 
 /// A queue's options as the operator edited them: only what differs from the options
@@ -101,7 +109,16 @@ pub enum Draft {
         /// Its options then.
         options: QueueOptions,
     },
+    /// The data a suspended task is resumed with (approved).
+    Resume {
+        /// The task.
+        id: String,
+    },
 }
+
+/// What the editor starts with for a resume's data: an approval; emptied, the task is
+/// resumed with no data.
+pub const APPROVAL: &str = "{\"approved\": true}\n";
 
 /// What the editor starts with for a new task's payload.
 pub const NEW_PAYLOAD: &str = "{}\n";
@@ -112,6 +129,7 @@ impl Draft {
         match self {
             Draft::Requeue(r) => r.payload.clone(),
             Draft::Enqueue { .. } => NEW_PAYLOAD.to_owned(),
+            Draft::Resume { .. } => APPROVAL.to_owned(),
             Draft::Options { options, .. } => {
                 let mut text =
                     serde_json::to_string_pretty(options).expect("queue options serialize to JSON");
@@ -161,6 +179,10 @@ impl Verb {
                 }
             }
             Verb::Cancel(id) => format!("Cancel task {id}?"),
+            Verb::ResumeTask { id, data } => match data {
+                Some(data) => format!("Resume task {id} with {data}?"),
+                None => format!("Resume task {id} with no data?"),
+            },
             Verb::Revoke(id) => format!("Revoke the lease of task {id}?"),
             Verb::Pause(q) => format!("Pause queue {q}?"),
             Verb::Resume(q) => format!("Resume queue {q}?"),

@@ -105,6 +105,37 @@ fn field_lines(t: &TaskInfo, now: u64) -> Vec<Line<'static>> {
     if let Some(at) = t.not_before_ms {
         lines.push(field("due", until(now, at)));
     }
+    if let Some(s) = &t.suspension {
+        lines.push(field("asks", s.reason.clone()).fg(Color::Yellow));
+        lines.push(field(
+            "waiting",
+            format!(
+                "{}, by {} (epoch {}); times out {} ({})",
+                ago(now, s.since_ms),
+                holder(&s.member),
+                s.epoch,
+                until(now, s.timeout_at_ms),
+                s.on_timeout.as_str()
+            ),
+        ));
+    }
+    if let Some(r) = &t.resumed {
+        let how = if r.timed_out {
+            "timed out".to_owned()
+        } else if r.by.is_empty() {
+            "resumed".to_owned()
+        } else {
+            format!("resumed by {}", r.by)
+        };
+        let data = r
+            .data
+            .as_ref()
+            .map_or(String::new(), |d| format!(": {}", d.get()));
+        lines.push(field(
+            "resumed",
+            format!("{how} {} ago{data}", ago(now, r.at_ms)),
+        ));
+    }
     if !t.limits.is_empty() || t.group.is_some() {
         lines.push(field(
             "limits",

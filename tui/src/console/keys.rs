@@ -259,6 +259,7 @@ impl App {
                 None
             }
             KeyCode::Char('e') if !self.readonly => return self.edit().into_iter().collect(),
+            KeyCode::Char('A') if !self.readonly => return self.approve().into_iter().collect(),
             KeyCode::Char('a') if !self.readonly => {
                 return self.draft_for_queue(false).into_iter().collect();
             }
@@ -653,6 +654,9 @@ impl App {
             Some(WatchUpdate::Task { task }) if task.state == TaskState::Scheduled => {
                 vec![("c", "cancel"), ("+ -", "priority"), ("N", "run now")]
             }
+            Some(WatchUpdate::Task { task }) if task.state == TaskState::Suspended => {
+                SUSPENDED_VERB_KEYS.to_vec()
+            }
             Some(WatchUpdate::Task { task }) if is_live(task.state) => {
                 vec![("c", "cancel"), ("+ -", "priority")]
             }
@@ -660,6 +664,9 @@ impl App {
         }
     }
 }
+
+/// The verb keys of suspended tasks: approve (resume with data) or reject (cancel).
+const SUSPENDED_VERB_KEYS: [(&str, &str); 2] = [("A", "approve"), ("c", "reject")];
 
 /// The verb keys of a list of dead tasks.
 const DEAD_VERB_KEYS: [(&str, &str); 3] = [("r", "redrive"), ("x", "discard"), ("space", "mark")];
@@ -670,7 +677,9 @@ fn queue_verb_keys(state: TaskState) -> Vec<(&'static str, &'static str)> {
     if state == TaskState::Dead {
         keys.extend(DEAD_VERB_KEYS);
     }
-    if is_live(state) {
+    if state == TaskState::Suspended {
+        keys.extend(SUSPENDED_VERB_KEYS);
+    } else if is_live(state) {
         keys.push(("c", "cancel"));
     }
     if state == TaskState::Leased {

@@ -546,6 +546,11 @@ async fn run_verb(client: &Client, verb: Verb) -> Result<String, Error> {
     Ok(match verb {
         Verb::Dead(action, t) => dead(client, action, t).await?,
         Verb::Cancel(id) => cancel(client, &id).await?,
+        Verb::ResumeTask { id, data } => {
+            let data = data.map(|d| muster_sdk::raw_json(&d)).transpose()?;
+            let r = client.resume_task(&id, data).await?;
+            format!("resumed task {id}: now {}", r.state.as_str())
+        }
         Verb::Revoke(id) => {
             let r = client.lease_revoke(&id).await?;
             format!("revoked the lease of {id}: now {}", r.state.as_str())

@@ -145,13 +145,15 @@ fn task(n: u32, queue: &str, state: TaskState) -> TaskSummary {
         }),
         last_error: (state == TaskState::Dead).then(|| "CUDA out of memory\ntraceback…".into()),
         dead_reason: (state == TaskState::Dead).then(|| "max_attempts".into()),
-        suspension: (state == TaskState::Suspended).then(|| SuspensionInfo {
-            reason: format!("may I merge PR {n}?"),
-            member: format!("coder-{n}"),
-            epoch: 3,
-            since_ms: NOW - 42 * SEC,
-            timeout_at_ms: NOW + 3600 * SEC,
-            on_timeout: OnTimeout::Fail,
+        suspension: (state == TaskState::Suspended).then(|| {
+            Box::new(SuspensionInfo {
+                reason: format!("may I merge PR {n}?"),
+                member: format!("coder-{n}"),
+                epoch: 3,
+                since_ms: NOW - 42 * SEC,
+                timeout_at_ms: NOW + 3600 * SEC,
+                on_timeout: OnTimeout::Fail,
+            })
         }),
         created_ms: NOW - 600 * SEC,
         updated_ms: NOW - 42 * SEC,
@@ -2927,4 +2929,71 @@ fn l_opens_the_limits_from_any_screen_and_esc_goes_back() {
     let mut ro = started(true);
     watched(&press(&mut ro, KeyCode::Char('L')), limits_view(None));
     watched(&press(&mut ro, KeyCode::Esc), queues_view());
+}
+
+#[test]
+fn the_suspended_tab_shows_what_each_task_asks_and_approves_with_data_or_rejects() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 3, TaskState::Suspended, 1..3);
+    insta::assert_snapshot!("queue_suspended_tab", screen(&app, 80, 24).backend());
+    let text = text(&app);
+    assert!(text.contains("may I merge PR 1?"), "{text}");
+    // `A` opens the editor with an approval; what is written is the resume's data.
+    let draft = match press(&mut app, KeyCode::Char('A')).as_slice() {
+        [Effect::Edit(d @ Draft::Resume { .. })] => d.clone(),
+        other => panic!("expected an edit, got {other:?}"),
+    };
+    assert_eq!(draft, Draft::Resume { id: id(1) });
+    assert_eq!(draft.text(), "{\"approved\": true}\n");
+    app.on_edited(draft.clone(), Ok("{\"approved\": tru".into()));
+    assert_eq!(app.mode, Mode::Normal);
+    assert!(
+        matches!(&app.message, Some((Level::Error, m)) if m.starts_with("the data is not JSON")),
+        "{:?}",
+        app.message
+    );
+    app.on_edited(
+        draft.clone(),
+        Ok("{\"approved\": true, \"note\": \"ok\"}\n".into()),
+    );
+    let verb = Verb::ResumeTask {
+        id: id(1),
+        data: Some("{\"approved\": true, \"note\": \"ok\"}".into()),
+    };
+    assert_eq!(app.mode, Mode::Confirm(verb.clone()));
+    assert_eq!(
+        verb.question(),
+        format!(
+            "Resume task {} with {{\"approved\": true, \"note\": \"ok\"}}?",
+            id(1)
+        )
+    );
+    assert_eq!(press(&mut app, KeyCode::Char('y')), vec![Effect::Run(verb)]);
+    // Emptied, it resumes with no data.
+    app.on_edited(draft, Ok("  \n".into()));
+    assert_eq!(
+        app.mode,
+        Mode::Confirm(Verb::ResumeTask {
+            id: id(1),
+            data: None
+        })
+    );
+    press(&mut app, KeyCode::Esc);
+    // `c` rejects: a cancel, confirmed.
+    press(&mut app, KeyCode::Char('c'));
+    assert_eq!(app.mode, Mode::Confirm(Verb::Cancel(id(1))));
+}
+
+#[test]
+fn a_ready_task_is_not_approved_and_the_footer_says_why() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 0, TaskState::Ready, 1..3);
+    assert_eq!(press(&mut app, KeyCode::Char('A')), vec![]);
+    assert_eq!(
+        app.message,
+        Some((
+            Level::Error,
+            "only a suspended task is approved (resumed)".to_owned()
+        ))
+    );
 }

@@ -98,7 +98,8 @@ impl App {
     /// Cancel the task `id`, if it is in a `state` that can be cancelled.
     fn cancel(&mut self, state: TaskState, id: String) -> Option<Verb> {
         if !is_live(state) {
-            return self.refuse("only ready, scheduled and leased tasks can be cancelled");
+            return self
+                .refuse("only ready, scheduled, leased and suspended tasks can be cancelled");
         }
         Some(Verb::Cancel(id))
     }
@@ -264,6 +265,26 @@ impl App {
         }))
     }
 
+    /// `A` on a suspended task (shown, or selected in a list): write the data it is
+    /// resumed with, to approve it.
+    pub(super) fn approve(&mut self) -> Option<Effect> {
+        let (id, state) = match (&self.data, &self.page().screen) {
+            (Some(WatchUpdate::Task { task }), Screen::Task { .. }) => {
+                (task.id.clone(), task.state)
+            }
+            (_, Screen::Queue { .. } | Screen::Found { .. } | Screen::Member { .. }) => {
+                let t = self.selected_task()?;
+                (t.id, t.state)
+            }
+            _ => return None,
+        };
+        if state != TaskState::Suspended {
+            self.refuse("only a suspended task is approved (resumed)");
+            return None;
+        }
+        Some(Effect::Edit(Draft::Resume { id }))
+    }
+
     /// `e` on a dead task's screen: edit its payload, to enqueue it again.
     pub(super) fn edit(&mut self) -> Option<Effect> {
         let Some(WatchUpdate::Task { task }) = &self.data else {
@@ -309,6 +330,18 @@ impl App {
                     payload: payload.to_owned(),
                 });
             }
+            Draft::Resume { id } => {
+                let data = text.trim();
+                if !data.is_empty()
+                    && let Err(e) = serde_json::from_str::<serde_json::Value>(data)
+                {
+                    return self.say(Err(format!("the data is not JSON ({e}): nothing done")));
+                }
+                self.mode = Mode::Confirm(Verb::ResumeTask {
+                    id,
+                    data: (!data.is_empty()).then(|| data.to_owned()),
+                });
+            }
             Draft::Options { queue, options } => {
                 let edited = match serde_json::from_str::<QueuePatch>(&text) {
                     Ok(edited) => edited,
@@ -346,12 +379,10 @@ impl App {
     }
 }
 
-/// Whether a task in `state` can still be cancelled: it waits or is leased.
+/// Whether a task in `state` can still be cancelled: it waits, is leased or suspended
+/// (a suspended task cancelled is rejected).
 pub(super) fn is_live(state: TaskState) -> bool {
-    matches!(
-        state,
-        TaskState::Ready | TaskState::Scheduled | TaskState::Leased
-    )
+    !state.is_finished()
 }
 
 /// The dead-task verb of a key: `r` redrives, `x` discards.

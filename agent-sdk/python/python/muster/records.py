@@ -559,6 +559,8 @@ class Claim:
     lease_ms: int
     progress: Any
     reclaimed: bool
+    resumed: Optional[Resumed]
+    """How the task's last suspension ended, if it was resumed (or timed out into ready)."""
 
     def __str__(self) -> str:
         """The claim string ``ID.EPOCH``."""
@@ -579,6 +581,7 @@ class Claim:
             lease_ms=d["lease_ms"],
             progress=d.get("progress"),
             reclaimed=d["reclaimed"],
+            resumed=Resumed._from(d.get("resumed")),
         )
 
 
