@@ -80,7 +80,7 @@ def test_a_handler_asks_frees_its_slot_and_runs_again_with_the_answer(daemon: Da
                 "leased",
                 "done",
             ]
-            assert refused == ["on_timeout \"later\" is not resume, fail or cancel"]
+            assert refused == ['on_timeout "later" is not resume, fail or cancel']
             worker.shutdown()
             await asyncio.wait_for(running, 30)
 
