@@ -247,12 +247,12 @@ impl Task {
     /// connected or the daemon refuses (e.g. `lease_lost`).
     pub async fn suspend(&self, suspension: Suspension) -> Result<SuspendReply, Error> {
         let (reply, answer) = oneshot::channel();
-        let ask = Event::Suspend(
-            self.delivery.id.clone(),
-            self.delivery.epoch,
+        let ask = Event::Suspend(SuspendAsk {
+            id: self.delivery.id.clone(),
+            epoch: self.delivery.epoch,
             suspension,
-            reply,
-        );
+            answer: reply,
+        });
         if self.events.send(ask).is_err() {
             return Err(Error::Closed("the worker has stopped".into()));
         }
@@ -389,9 +389,14 @@ struct Held {
     timed_out: Arc<AtomicBool>,
     /// Cancelled once the handler's future has ended.
     done: CancellationToken,
-    /// A suspend of it is in flight: no renewal goes out meanwhile (one sent after the
-    /// suspend would be refused and stop the handler that is about to get its token).
+    /// A suspend of it is in flight (or waits for a connection): no renewal goes out
+    /// meanwhile (one sent after the suspend would be refused and stop the handler that
+    /// is about to get its token), and nothing settles or releases it until it is
+    /// answered.
     suspending: bool,
+    /// What its handler returned while its suspend was in flight: settled if the
+    /// suspend fails, dropped if it succeeds.
+    deferred: Option<Outcome>,
 }
 
 /// A handler whose lease is gone, told to stop and not yet ended.
@@ -420,13 +425,25 @@ enum Event {
     /// The local deadline of a lease passed with no renewal confirmed.
     Expired(String, u64),
     /// A handler asks to suspend its task ([`Task::suspend`]).
-    Suspend(String, u64, Suspension, SuspendAnswer),
+    Suspend(SuspendAsk),
     /// A suspend's result, for the loop and then the handler.
-    Suspended(String, u64, Result<SuspendReply, Error>, SuspendAnswer),
+    Suspended(SuspendAsk, Result<SuspendReply, Error>),
 }
+
+/// How far past its abort time a suspended task's deadline is moved: its watchdog
+/// sleeps through the grace period the handler has to hand its token on.
+const SUSPENDED_WATCH: Duration = Duration::from_secs(3600);
 
 /// Where a suspend's result goes: the handler that asked.
 type SuspendAnswer = oneshot::Sender<Result<SuspendReply, Error>>;
+
+/// A suspend to send: the task, its epoch, what it asks, and who waits for the answer.
+struct SuspendAsk {
+    id: String,
+    epoch: u64,
+    suspension: Suspension,
+    answer: SuspendAnswer,
+}
 
 impl Worker {
     /// A worker that will connect with `options`.
@@ -464,6 +481,7 @@ impl Worker {
             handler: Arc::new(handler),
             held: HashMap::new(),
             unsettled: Vec::new(),
+            unsuspended: Vec::new(),
             settling: HashSet::new(),
             draining: None,
             opened: false,
@@ -487,6 +505,9 @@ struct Run<H> {
     held: HashMap<String, Held>,
     /// Settles that failed for want of a connection, to retry after reconnecting.
     unsettled: Vec<Settle>,
+    /// Suspends asked while disconnected, or lost with their connection: sent again
+    /// (a repeat is answered with a new token) on the next connection.
+    unsuspended: Vec<SuspendAsk>,
     /// Settles in flight: the task and epoch of each.
     settling: HashSet<(String, u64)>,
     /// Set once stopping: when the grace period ends.
@@ -568,7 +589,11 @@ where
     fn finished(&self) -> bool {
         match self.draining {
             Some(deadline) => {
-                (self.held.is_empty() && self.unsettled.is_empty() && self.settling.is_empty())
+                // A suspended task's handler may still be handing its token on.
+                (self.held.is_empty()
+                    && self.unsettled.is_empty()
+                    && self.settling.is_empty()
+                    && self.stopping.is_empty())
                     || Instant::now() >= deadline + STOP_LINGER + SETTLE_LINGER
             }
             None => false,
@@ -635,12 +660,9 @@ where
             Event::Renewed(id, epoch, sent, result) => self.renewed(id, epoch, sent, result),
             Event::Settled(settle, result) => self.settled(settle, result),
             Event::Expired(id, epoch) => self.expired(&id, epoch),
-            Event::Suspend(.., answer) => {
-                let _ = answer.send(Err(Error::Closed("not connected to musterd".into())));
-            }
-            Event::Suspended(id, epoch, result, answer) => {
-                self.suspended(&id, epoch, result, answer);
-            }
+            // Sent once connected again (the lease is still held meanwhile).
+            Event::Suspend(ask) => self.ask_suspend(None, ask),
+            Event::Suspended(ask, result) => self.suspended(ask, result),
         }
     }
 
@@ -851,12 +873,8 @@ where
             Event::Renewed(id, epoch, sent, result) => self.renewed(id, epoch, sent, result),
             Event::Settled(settle, result) => self.settled(settle, result),
             Event::Expired(id, epoch) => self.expired(&id, epoch),
-            Event::Suspend(id, epoch, suspension, answer) => {
-                self.suspend(client, id, epoch, suspension, answer);
-            }
-            Event::Suspended(id, epoch, result, answer) => {
-                self.suspended(&id, epoch, result, answer);
-            }
+            Event::Suspend(ask) => self.ask_suspend(Some(client), ask),
+            Event::Suspended(ask, result) => self.suspended(ask, result),
         }
         if self.leader_moved {
             return ControlFlow::Break(Ok(false));
@@ -869,9 +887,12 @@ where
     async fn on_tick(&mut self, client: &Client) -> Served {
         self.reap();
         self.drain_on(client).await;
-        // Settles that failed on an earlier connection go out on this one.
+        // Settles and suspends that failed on an earlier connection go out on this one.
         for settle in std::mem::take(&mut self.unsettled) {
             self.settle(client, settle);
+        }
+        for ask in std::mem::take(&mut self.unsuspended) {
+            self.send_suspend(client, ask);
         }
         self.renew_due(client);
         // A queue waited for: subscribe again (never while draining).
@@ -902,6 +923,10 @@ where
     fn finish(&mut self, id: String, epoch: u64, outcome: Outcome) -> Option<Settle> {
         if self.held.get(&id).is_none_or(|h| h.epoch != epoch) {
             self.stopping.remove(&id);
+            return None;
+        }
+        if let Some(held) = self.held.get_mut(&id).filter(|h| h.suspending) {
+            held.deferred = Some(outcome);
             return None;
         }
         let held = self.held.remove(&id)?;
@@ -989,6 +1014,7 @@ where
                 timed_out,
                 done,
                 suspending: false,
+                deferred: None,
             },
         );
     }
@@ -1065,7 +1091,12 @@ where
     /// A lease's local deadline passed with no renewal confirmed: it may have lapsed at
     /// the daemon, so its handler must not run on.
     fn expired(&mut self, id: &str, epoch: u64) {
-        if self.held.get(id).is_some_and(|h| h.epoch == epoch)
+        // A suspend in flight decides: it ends the lease, or it fails and the held
+        // entry is dealt with then.
+        if self
+            .held
+            .get(id)
+            .is_some_and(|h| h.epoch == epoch && !h.suspending)
             && let Some(h) = self.held.remove(id)
         {
             warn!(task = %id, epoch, "lease may have lapsed (no renewal confirmed in time); handler aborted");
@@ -1202,87 +1233,116 @@ where
         });
     }
 
-    /// Sends a handler's suspend of its task, unless the task is no longer held under
-    /// that epoch (then the handler hears `lease_lost`).
-    fn suspend(
-        &mut self,
-        client: &Client,
-        id: String,
-        epoch: u64,
-        suspension: Suspension,
-        answer: SuspendAnswer,
-    ) {
+    /// Takes a handler's suspend of its task: sent now when connected, else on the next
+    /// connection. Refused (`lease_lost`) when the task is not held under that epoch or
+    /// is being suspended already.
+    fn ask_suspend(&mut self, client: Option<&Client>, ask: SuspendAsk) {
         let Some(held) = self
             .held
-            .get_mut(&id)
-            .filter(|h| h.epoch == epoch && !h.suspending)
+            .get_mut(&ask.id)
+            .filter(|h| h.epoch == ask.epoch && !h.suspending)
         else {
             let lost = muster_protocol::ErrorBody::new(
                 ErrorCode::LeaseLost,
                 format!(
-                    "task {id} epoch {epoch} is not held by this worker, or is being suspended"
+                    "task {} epoch {} is not held by this worker, or is being suspended",
+                    ask.id, ask.epoch
                 ),
             );
-            let _ = answer.send(Err(Error::Server(lost)));
+            let _ = ask.answer.send(Err(Error::Server(lost)));
             return;
         };
         held.suspending = true;
+        match client {
+            Some(client) => self.send_suspend(client, ask),
+            None => self.unsuspended.push(ask),
+        }
+    }
+
+    /// Sends a suspend (its task's last checkpoint first: the task resumes from it).
+    fn send_suspend(&mut self, client: &Client, ask: SuspendAsk) {
+        let progress = self
+            .held
+            .get(&ask.id)
+            .and_then(|h| unsent_progress(&h.progress));
         let (client, events) = (client.clone(), self.events.0.clone());
-        let progress = unsent_progress(&held.progress);
         self.tasks.spawn(async move {
-            // The last checkpoint goes first: the task resumes from it.
+            let (id, epoch) = (ask.id.as_str(), ask.epoch);
             if let Some(progress) = progress
-                && let Err(e) = client.renew(&id, epoch, None, Some(progress)).await
+                && let Err(e) = client.renew(id, epoch, None, Some(progress)).await
             {
                 debug!(task = %id, error = %e, "storing the checkpoint before a suspend");
             }
             let req = muster_protocol::ops::Suspend {
-                task: id.clone(),
+                task: id.to_owned(),
                 epoch,
-                reason: suspension.reason,
-                timeout_ms: suspension.timeout.map(|t| t.as_millis() as u64),
-                on_timeout: suspension.on_timeout,
+                reason: ask.suspension.reason.clone(),
+                timeout_ms: ask.suspension.timeout.map(|t| t.as_millis() as u64),
+                on_timeout: ask.suspension.on_timeout,
             };
             let result = client.call(&req).await;
-            let _ = events.send(Event::Suspended(id, epoch, result, answer));
+            let _ = events.send(Event::Suspended(ask, result));
         });
     }
 
-    /// A suspend answered: a suspended task is no longer held (its handler gets the
-    /// grace period to hand its token on and return); a failed one is held as before.
-    fn suspended(
-        &mut self,
-        id: &str,
-        epoch: u64,
-        result: Result<SuspendReply, Error>,
-        answer: SuspendAnswer,
-    ) {
-        if let Some(held) = self.held.get_mut(id).filter(|h| h.epoch == epoch) {
+    /// A suspend answered. Suspended: the task is no longer held, its handler gets the
+    /// grace period to hand its token on and return. Lost with the connection (or the
+    /// leader): asked again on the next connection, where a repeat gets a new token.
+    /// Refused: the task is held as before, or settled as its handler said meanwhile.
+    fn suspended(&mut self, ask: SuspendAsk, result: Result<SuspendReply, Error>) {
+        let (id, epoch) = (ask.id.clone(), ask.epoch);
+        let lost = match &result {
+            Err(Error::Closed(_) | Error::Connect(_)) => true,
+            Err(Error::Server(e)) if leader_moved(&e.code) => {
+                self.leader_moved = true;
+                true
+            }
+            _ => false,
+        };
+        if lost && self.held.get(&id).is_some_and(|h| h.epoch == epoch) {
+            debug!(task = %id, epoch, "suspend lost with its connection; asking again");
+            self.unsuspended.push(ask);
+            return;
+        }
+        if let Some(held) = self.held.get_mut(&id).filter(|h| h.epoch == epoch) {
             held.suspending = false;
             match &result {
                 Ok(reply) => {
                     info!(task = %id, epoch, state = %reply.state, "suspended");
-                    let held = self.held.remove(id).expect("held above");
-                    let abort_at = Instant::now() + self.config.grace + STOP_LINGER;
-                    // Its lease is gone: the deadline watchdog must not stop the
-                    // handler before it has handed the token on.
-                    *lock(&held.deadline) = abort_at;
-                    self.stopping.insert(
-                        id.to_owned(),
-                        Stopping {
-                            handler: held.handler,
-                            done: held.done,
-                            abort_at,
-                        },
-                    );
+                    let held = self.held.remove(&id).expect("held above");
+                    if held.deferred.is_none() {
+                        self.stop_later(&id, held);
+                    }
                 }
-                Err(Error::Server(e)) if leader_moved(&e.code) => self.leader_moved = true,
                 Err(e) => {
-                    warn!(task = %id, epoch, error = %e, "suspend failed; the task stays held")
+                    warn!(task = %id, epoch, error = %e, "suspend failed; the task stays held");
+                    if let Some(outcome) = held.deferred.take()
+                        && let Some(settle) = self.finish(id.clone(), epoch, outcome)
+                    {
+                        self.unsettled.push(settle);
+                    }
                 }
             }
         }
-        let _ = answer.send(result);
+        if let Err(Ok(reply)) = ask.answer.send(result) {
+            // The handler is gone (aborted): say where the task is, for an approver.
+            warn!(task = %id, epoch, state = %reply.state, "suspended, but its handler is gone with the resume token: resume it by its id");
+        }
+    }
+
+    /// A suspended task's handler: its lease is gone, so the deadline watchdog must not
+    /// stop it; it gets the grace period to hand its token on, then is aborted.
+    fn stop_later(&mut self, id: &str, held: Held) {
+        let abort_at = Instant::now() + self.config.grace + STOP_LINGER;
+        *lock(&held.deadline) = abort_at + SUSPENDED_WATCH;
+        self.stopping.insert(
+            id.to_owned(),
+            Stopping {
+                handler: held.handler,
+                done: held.done,
+                abort_at,
+            },
+        );
     }
 
     fn settled(&mut self, settle: Settle, result: Result<SettleReply, Error>) {
@@ -1375,7 +1435,7 @@ where
         let overdue: Vec<String> = self
             .held
             .iter()
-            .filter(|(_, h)| h.stop_by.is_some_and(|by| now >= by))
+            .filter(|(_, h)| !h.suspending && h.stop_by.is_some_and(|by| now >= by))
             .map(|(id, _)| id.clone())
             .collect();
         for id in overdue {

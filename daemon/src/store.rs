@@ -231,7 +231,7 @@ pub struct TaskRecord {
     pub dead_reason: Option<String>,
     /// Its suspension, exactly while suspended.
     pub suspension: Option<SuspensionRecord>,
-    /// How its last suspension ended, until its next suspension or redrive.
+    /// How its last suspension ended, until its next suspension.
     pub resumed: Option<muster_protocol::model::Resumed>,
     /// When it was enqueued.
     pub created_ms: u64,

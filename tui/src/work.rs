@@ -21,9 +21,13 @@
 //! logs the resume token (`outcome=suspended`, `resume_token`); an approver can resume
 //! by task id too (`muster resume --task ID`, the console). The run after the resume
 //! gets how it ended in `MUSTER_RESUMED` (`{"data": …, "by": "…", "at_ms": N,
-//! "timed_out": false}`; empty when the task was not resumed). A suspend file that does
-//! not parse nacks the task with the reason; a suspend the daemon does not take (the
-//! connection is down) releases it, so the program runs again and asks again.
+//! "timed_out": false}`, on every run until the next suspension; empty when the task was
+//! never resumed). A suspend file that cannot be read or does not parse, or a request
+//! the daemon refuses for what it asks, nacks the task with the reason; a suspend the
+//! daemon does not take otherwise (the lease was lost, the daemon is stopping) releases
+//! it, so the program runs again and asks again. A lost connection does neither: the
+//! worker asks again on the next one. A program that asks and exits 0 while the runner
+//! stops it (a drain) is suspended all the same.
 //!
 //! **Supervision.** Each program runs in a process group of its own. Stopping it (a
 //! cancel, a lost or revoked lease, a lease that may lapse, a drain, shutdown) is
@@ -424,15 +428,31 @@ async fn execute(
     program.kill_group();
     report_progress(task, &progress_file, runner.progress_owner, &mut seen);
     let _ = std::fs::remove_file(&progress_file);
-    let suspend = read_program_file(&suspend_file, runner.progress_owner, MAX_SUSPEND_FILE_BYTES);
+    // A file there that cannot be read (not the program's regular file, or too long)
+    // is a suspend asked for and refused, not an ack.
+    let suspend = std::fs::symlink_metadata(&suspend_file).is_ok().then(|| {
+        read_program_file(&suspend_file, runner.progress_owner, MAX_SUSPEND_FILE_BYTES)
+            .ok_or_else(|| {
+                format!(
+                    "muster work: the suspend file is not a regular file of the program's user of at most {MAX_SUSPEND_FILE_BYTES} bytes"
+                )
+            })
+    });
     let _ = std::fs::remove_file(&suspend_file);
     // A background process of the program may hold the pipes open: read what is there
     // for a moment, then give up on the rest rather than hang the task.
     feed.abort();
     let out = finish_reader(stdout).await;
     let err_tail = String::from_utf8_lossy(&finish_reader(stderr).await).into_owned();
+    // A program that asked to suspend and exited 0 is suspended even when the runner
+    // was stopping it (a drain): its lease is still held, and an ack would skip what
+    // it waits for.
     let outcome = match (status.code(), suspend) {
-        (Some(0), Some(request)) if stopped.is_none() => suspend_task(task, claim, &request).await,
+        (Some(0), Some(Ok(request))) => suspend_task(task, claim, &request).await,
+        (Some(0), Some(Err(error))) => {
+            warn!(task = %claim.id, epoch = claim.epoch, outcome = "nack", error = %error, "task ended");
+            Outcome::Nack { delay: None, error }
+        }
         _ => exit_outcome(&status, stopped.is_some(), &out, &err_tail)?,
     };
     Ok((outcome, status.to_string()))
@@ -460,7 +480,12 @@ async fn suspend_task(task: &Task, claim: &ClaimString, request: &str) -> Outcom
             Outcome::Suspended
         }
         // Refused for what it asked (a bad reason or timeout): the program's fault.
-        Err(muster_sdk::Error::Server(e)) if e.code != muster_sdk::ErrorCode::LeaseLost => {
+        Err(muster_sdk::Error::Server(e))
+            if matches!(
+                e.code,
+                muster_sdk::ErrorCode::BadRequest | muster_sdk::ErrorCode::TooLarge
+            ) =>
+        {
             let error = format!("muster work: suspend refused: {e}");
             warn!(task = %claim.id, epoch = claim.epoch, outcome = "nack", error = %safe(&error), "task ended");
             Outcome::Nack { delay: None, error }

@@ -13,8 +13,8 @@
 //! | `task_get` | produce, consume or approve | the task's queue |
 //! | `wait` | produce | every task's queue |
 //! | `cancel` | produce; approve for a suspended task | the task's queue |
-//! | `task_list`, `redrive`, `discard` | admin | the queue |
-//! | `task_find` | admin | the queue; without one, searches only covered queues |
+//! | `task_list`, `redrive`, `discard` | admin (approve too: `task_list` of `suspended` tasks) | the queue |
+//! | `task_find` | admin (approve too: with state `suspended`) | the queue; without one, searches only covered queues |
 //! | `session_open` | consume | the member must be free or the principal's and match its member patterns; every queue the member holds leases in |
 //! | `session_update`, `unsubscribe` | consume | (the session is the connection's own) |
 //! | `subscribe` | consume | every queue |
@@ -26,7 +26,7 @@
 //! | `cluster_status` | admin | |
 //! | `cluster_add`, `cluster_remove` | admin | every queue |
 //! | `admin_snapshot` | admin, of every queue | |
-//! | `watch` | admin | the view's queue or task; queue and dead screens show only covered queues; member screens: admin of every queue |
+//! | `watch` | admin (approve too: a queue's `suspended` tasks, a suspended task) | the view's queue or task; queue and dead screens show only covered queues; member screens: admin of every queue |
 //! | `unwatch` | admin | |
 //!
 //! Admin holds every role. A member name belongs to the principal that first used it
@@ -148,6 +148,7 @@ const PRODUCE: &[Role] = &[Role::Produce];
 const CONSUME: &[Role] = &[Role::Consume];
 const READ: &[Role] = &[Role::Produce, Role::Consume, Role::Approve];
 const APPROVE: &[Role] = &[Role::Approve];
+const ADMIN_OR_APPROVE: &[Role] = &[Role::Admin, Role::Approve];
 const RESUME_BY_TOKEN: &[Role] = &[Role::Approve, Role::Consume];
 /// Any role: what reading the limits needs (`limit_get`, `limit_list`, their watch).
 const ANY_ROLE: &[Role] = &[Role::Produce, Role::Consume, Role::Approve, Role::Admin];
@@ -225,8 +226,23 @@ impl<W: Waiter> Engine<W> {
                         _ => Err(e),
                     })
             }
-            EngineRequest::TaskList(r) => p.check(ADMIN, Some(&r.queue)),
-            EngineRequest::TaskFind(r) => p.check(ADMIN, r.queue.as_deref()),
+            // Approvers list and search the tasks waiting for them.
+            EngineRequest::TaskList(r) => p.check(
+                if r.state == TaskState::Suspended {
+                    ADMIN_OR_APPROVE
+                } else {
+                    ADMIN
+                },
+                Some(&r.queue),
+            ),
+            EngineRequest::TaskFind(r) => p.check(
+                if r.state == Some(TaskState::Suspended) {
+                    ADMIN_OR_APPROVE
+                } else {
+                    ADMIN
+                },
+                r.queue.as_deref(),
+            ),
             EngineRequest::Redrive(r) => p.check(ADMIN, Some(&r.0.queue)),
             EngineRequest::Discard(r) => p.check(ADMIN, Some(&r.0.queue)),
             EngineRequest::SessionOpen(r) => self.session_open_allowed(r, p),
@@ -287,8 +303,19 @@ impl<W: Waiter> Engine<W> {
     /// screens of members; the limits, as `limit_list`, any role.
     fn watch_allowed(&self, view: &View, p: &Principal) -> Result<(), ErrorBody> {
         match view {
+            View::Tasks {
+                queue,
+                state: TaskState::Suspended,
+                ..
+            } => p.check(ADMIN_OR_APPROVE, Some(queue)),
             View::Tasks { queue, .. } => p.check(ADMIN, Some(queue)),
-            View::Task { task } => self.task_allowed(task, ADMIN, p),
+            View::Task { task } => {
+                self.task_allowed(task, ADMIN, p)
+                    .or_else(|e| match self.task_state(task) {
+                        Some(TaskState::Suspended) => self.task_allowed(task, APPROVE, p),
+                        _ => Err(e),
+                    })
+            }
             View::Queues { .. } | View::Dead { .. } => p.check(ADMIN, None),
             View::Member { .. } | View::Members { .. } => every_queue_admin(p),
             View::Limits { .. } => p.check(ANY_ROLE, None),
@@ -359,7 +386,7 @@ impl<W: Waiter> Engine<W> {
     }
 
     /// `forbidden` if the member name belongs to another principal.
-    fn member_free_or_own(&self, member: &str, p: &Principal) -> Result<(), ErrorBody> {
+    pub(super) fn member_free_or_own(&self, member: &str, p: &Principal) -> Result<(), ErrorBody> {
         match self.members.owners.owner(member) {
             Some(owner) if owner != p.name && p.binds_members() => Err(ErrorBody::new(
                 ErrorCode::Forbidden,

@@ -429,7 +429,9 @@ impl<W: Waiter> Engine<W> {
             EngineRequest::Release(r) => self.release(r, now).map(Reply::Settle),
             EngineRequest::Throttled(r) => self.throttled(r, now).map(Reply::Settle),
             EngineRequest::DeadLetter(r) => self.dead_letter(r, now).map(Reply::Settle),
-            EngineRequest::Suspend(r) => self.suspend(r, now).map(Reply::Suspend),
+            EngineRequest::Suspend(r) => {
+                self.suspend(r, waiter.principal(), now).map(Reply::Suspend)
+            }
             EngineRequest::Resume(r) => self.resume(r, waiter.principal(), now).map(Reply::Resume),
             EngineRequest::TaskGet(r) => self.task_get(r).map(Reply::Task),
             EngineRequest::TaskList(r) => self.task_list(r).map(Reply::TaskList),
@@ -1893,7 +1895,7 @@ fn json_len(value: &Option<muster_protocol::RawJson>) -> u64 {
 pub const MAX_RESULT_BYTES_UNDER_ALARM: usize = 1024;
 
 /// What an ack's result of `bytes` bytes is stored as while the disk alarm is on.
-fn truncated_result(bytes: usize) -> muster_protocol::RawJson {
+pub(super) fn truncated_result(bytes: usize) -> muster_protocol::RawJson {
     muster_protocol::ops::raw(&format!(
         r#"{{"muster_truncated":{{"reason":"disk_alarm","bytes":{bytes}}}}}"#
     ))

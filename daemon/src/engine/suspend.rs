@@ -7,6 +7,11 @@
 //! and 128 random bits in hex. The record keeps the secret's SHA-256 only, so neither
 //! the store nor a snapshot nor a replica holds a token. A token resumes its suspension
 //! once: the resume ends the suspension, and any later use finds none that it names.
+//!
+//! A `suspend` repeated by its holder (the same task and epoch, the task suspended under
+//! that epoch: a reply lost with its connection) is answered again with a new token,
+//! which replaces the one the lost reply carried: so a suspend can be retried like a
+//! settle, and the token that works is the one the holder has.
 
 use ring::rand::SecureRandom;
 use ulid::Ulid;
@@ -19,7 +24,7 @@ use muster_protocol::limits::{
 use muster_protocol::model::{OnTimeout, Resumed, SuspensionInfo, TaskState};
 use muster_protocol::ops::{Resume, ResumeReply, Suspend, SuspendReply};
 
-use super::ops::{bad, granted_ms, parse_id};
+use super::ops::{MAX_RESULT_BYTES_UNDER_ALARM, bad, granted_ms, parse_id, truncated_result};
 use super::telemetry::{self, LeaseEnd};
 use super::{Engine, Now, OpResult, Waiter, client, push_event};
 use crate::auth::{Principal, digest};
@@ -81,7 +86,12 @@ fn new_token(id: Ulid, epoch: u64) -> (String, [u8; 32]) {
 }
 
 impl<W: Waiter> Engine<W> {
-    pub(super) fn suspend(&mut self, r: Suspend, now: Now) -> OpResult<SuspendReply> {
+    pub(super) fn suspend(
+        &mut self,
+        r: Suspend,
+        principal: Option<&Principal>,
+        now: Now,
+    ) -> OpResult<SuspendReply> {
         if r.reason.trim().is_empty() {
             return Err(bad(
                 "a suspension needs a reason, for the people who resume it",
@@ -105,13 +115,16 @@ impl<W: Waiter> Engine<W> {
                 MAX_SUSPEND_TIMEOUT.as_millis()
             )));
         }
+        if let Some(reply) = self.suspended_again(&r, principal)? {
+            return Ok(reply);
+        }
         let (id, mut rec) = self.held(&r.task, r.epoch)?;
-        telemetry::lease_ended(
-            &rec.queue,
-            LeaseEnd::Suspended,
-            granted_ms(&rec),
-            now.wall_ms,
-        );
+        let end = if rec.cancel_requested {
+            LeaseEnd::Cancelled
+        } else {
+            LeaseEnd::Suspended
+        };
+        telemetry::lease_ended(&rec.queue, end, granted_ms(&rec), now.wall_ms);
         let lease = rec.lease.take().expect("a held task has a lease");
         push_event(
             &mut rec,
@@ -133,6 +146,8 @@ impl<W: Waiter> Engine<W> {
         let timeout_at_ms = now.wall_ms.saturating_add(timeout_ms);
         rec.state = TaskState::Suspended;
         rec.updated_ms = now.wall_ms;
+        let was = resumed_bytes(&rec.resumed);
+        self.budget.recount(&mut rec, was, 0);
         rec.resumed = None;
         rec.suspension = Some(SuspensionRecord {
             info: SuspensionInfo {
@@ -155,6 +170,49 @@ impl<W: Waiter> Engine<W> {
             resume_token: Some(token),
             timeout_at_ms: Some(timeout_at_ms),
         })
+    }
+
+    /// A holder's repeat of the suspend that suspended its task under `r.epoch`: a new
+    /// token replaces the old one (whose reply was lost), nothing else changes. `None`
+    /// when the task is not suspended under that epoch (then it is a suspend to make).
+    fn suspended_again(
+        &mut self,
+        r: &Suspend,
+        principal: Option<&Principal>,
+    ) -> OpResult<Option<SuspendReply>> {
+        let id = parse_id(&r.task)?;
+        let suspended = self
+            .index
+            .tasks
+            .get(&id)
+            .is_some_and(|m| m.state == TaskState::Suspended && m.epoch == r.epoch);
+        if !suspended {
+            return Ok(None);
+        }
+        let mut rec = self.record(id)?;
+        let suspension = rec
+            .suspension
+            .as_mut()
+            .unwrap_or_else(|| panic!("task {id}: suspended without a suspension"));
+        if suspension.info.epoch != r.epoch {
+            return Ok(None);
+        }
+        // Only the holder's principal may replace the token (the member name it held
+        // the lease under is bound to it).
+        if let Some(p) = principal
+            && !suspension.info.member.is_empty()
+        {
+            self.member_free_or_own(&suspension.info.member, p)?;
+        }
+        let (token, digest) = new_token(id, r.epoch);
+        suspension.token_digest = digest;
+        let timeout_at_ms = suspension.info.timeout_at_ms;
+        self.write(id, &rec);
+        Ok(Some(SuspendReply {
+            state: TaskState::Suspended,
+            resume_token: Some(token),
+            timeout_at_ms: Some(timeout_at_ms),
+        }))
     }
 
     pub(super) fn resume(
@@ -199,7 +257,16 @@ impl<W: Waiter> Engine<W> {
             }
         };
         let by = principal.map_or_else(String::new, |p| p.name.clone());
-        self.wake(id, &mut rec, now, Some(by), r.data);
+        let data = match r.data {
+            // A person's answer still gets through; the disk does not fill with it.
+            Some(data)
+                if self.budget.disk_alarm && data.get().len() > MAX_RESULT_BYTES_UNDER_ALARM =>
+            {
+                Some(truncated_result(data.get().len()))
+            }
+            data => data,
+        };
+        self.wake(id, &mut rec, now, Some(by), data);
         Ok(ResumeReply {
             task: id.to_string(),
             state: rec.state,
@@ -221,6 +288,11 @@ impl<W: Waiter> Engine<W> {
             .take()
             .unwrap_or_else(|| panic!("task {id}: only a suspended task wakes"));
         let timed_out = by.is_none();
+        // The resume's data is stored with the task: it counts against the quota of
+        // whoever enqueued it, as a result does.
+        let was = resumed_bytes(&rec.resumed);
+        let new = data.as_ref().map_or(0, |d| d.get().len() as u64);
+        self.budget.recount(rec, was, new);
         rec.resumed = Some(Resumed {
             data,
             by: by.unwrap_or_default(),
@@ -291,6 +363,14 @@ impl<W: Waiter> Engine<W> {
         }
         Ok(())
     }
+}
+
+/// Bytes of a resume's data kept with its task (counted in its stored bytes).
+fn resumed_bytes(resumed: &Option<Resumed>) -> u64 {
+    resumed
+        .as_ref()
+        .and_then(|r| r.data.as_ref())
+        .map_or(0, |d| d.get().len() as u64)
 }
 
 /// `stale_token` unless `token` names `rec`'s current suspension and holds its secret.

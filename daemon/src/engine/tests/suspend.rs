@@ -370,3 +370,108 @@ fn approvers_resume_and_reject_in_their_queues_and_producers_do_not_resume() {
         .unwrap();
     assert_eq!(h.task(&id).state, TaskState::Cancelled);
 }
+
+#[test]
+fn a_suspend_repeated_by_its_holder_replaces_the_token_and_changes_nothing_else() {
+    let mut h = Harness::new();
+    h.create("q", QueuePatch::default());
+    let id = h.enqueue("q", "1");
+    let (_, epoch) = h.claim_one("q");
+    let first = h.call(suspend_req(
+        &id,
+        epoch,
+        Some(60_000),
+        Some(OnTimeout::Cancel),
+    ));
+    let Ok(Reply::Suspend(first)) = first else {
+        panic!("suspend: {first:?}")
+    };
+    let before = h.task(&id);
+    h.advance(1_000);
+    // The reply was lost: the holder asks again, under the same epoch.
+    let again = match h.call(suspend_req(&id, epoch, None, None)) {
+        Ok(Reply::Suspend(r)) => r,
+        other => panic!("suspend again: {other:?}"),
+    };
+    assert_eq!(
+        (again.state, again.timeout_at_ms),
+        (TaskState::Suspended, first.timeout_at_ms)
+    );
+    let (old, new) = (first.resume_token.unwrap(), again.resume_token.unwrap());
+    assert_ne!(old, new);
+    let after = h.task(&id);
+    assert_eq!(
+        after.suspension, before.suspension,
+        "the suspension is as it was"
+    );
+    assert_eq!(
+        after.history.len(),
+        before.history.len(),
+        "no event for a repeat"
+    );
+    assert_eq!(h.code(by_token(&old, None)), ErrorCode::StaleToken);
+    h.call(by_token(&new, None)).unwrap();
+    // Once resumed, a repeat is a suspend of a task no longer held: lease_lost.
+    assert_eq!(
+        h.code(suspend_req(&id, epoch, None, None)),
+        ErrorCode::LeaseLost
+    );
+}
+
+/// Two consumers of one queue, each with its member names.
+const CONSUMERS: &str = r#"
+[[tokens]]
+name = "holder"
+token = "holder-token-0123456789ab"
+roles = ["consume"]
+
+[[tokens]]
+name = "other"
+token = "other-token-01234567890ab"
+roles = ["consume"]
+
+[[tokens]]
+name = "approver"
+token = "approver-token-0123456789"
+roles = ["approve"]
+"#;
+
+#[test]
+fn only_the_holders_principal_replaces_a_token_and_approvers_list_what_waits_for_them() {
+    let holder = principal(CONSUMERS, "holder-token-0123456789ab");
+    let other = principal(CONSUMERS, "other-token-01234567890ab");
+    let approver = principal(CONSUMERS, "approver-token-0123456789");
+    let mut h = Harness::new();
+    h.create("q", QueuePatch::default());
+    let id = h.enqueue("q", "1");
+    h.principal = Some(holder);
+    let (_, epoch) = {
+        let got = h.claim_as("q", 1, "holder-1");
+        (got[0].0.clone(), got[0].1)
+    };
+    suspend(&mut h, &id, epoch);
+    h.principal = Some(other);
+    assert_eq!(
+        h.code(suspend_req(&id, epoch, None, None)),
+        ErrorCode::Forbidden
+    );
+    h.principal = Some(approver);
+    let list = |state| {
+        EngineRequest::TaskList(muster_protocol::ops::TaskList {
+            queue: "q".into(),
+            state,
+            after: None,
+            limit: None,
+        })
+    };
+    match h.call(list(TaskState::Suspended)) {
+        Ok(Reply::TaskList(r)) => {
+            let ids: Vec<&str> = r.tasks.iter().map(|t| t.id.as_str()).collect();
+            assert_eq!(ids, [id.as_str()]);
+            let s = r.tasks[0].suspension.as_ref().expect("its suspension");
+            assert_eq!(s.reason, "may I merge PR 42?");
+        }
+        other => panic!("task_list: {other:?}"),
+    }
+    assert_eq!(h.code(list(TaskState::Ready)), ErrorCode::Forbidden);
+}
