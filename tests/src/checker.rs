@@ -10,7 +10,10 @@
 //!
 //! It does not check dispatch order, priorities or keys: only the queue's promises
 //! (nothing acknowledged is lost, nothing is handed to two holders at once, every task
-//! ends done).
+//! ends done). Some holdings end in a suspend, which the agent then resumes with its
+//! token (across restarts and failovers: a suspend asked again gets a new token, a
+//! resume whose reply was lost may find its token spent): a suspended task whose token
+//! was lost would never be done, and the drain would find it lost.
 //!
 //! [`run`] is the single daemon under kill -9 and power loss; [`run_against`] runs the
 //! same clients and scoring against any daemon or cluster with any nemesis (see
@@ -281,6 +284,8 @@ enum Settle {
     Ack,
     Nack,
     Release,
+    /// Suspended (the lease ends there), then resumed by the same agent.
+    Suspend,
     /// Dropped on purpose: the lease must lapse before anyone else gets the task.
     Abandon,
 }
@@ -500,8 +505,9 @@ async fn work(mut rng: StdRng, target: Target, stop: Arc<AtomicBool>, log: Share
                 deadline_ms: d.lease_expires_ms,
                 settle: match rng.random_range(0..100) {
                     0..85 => Settle::Ack,
-                    85..92 => Settle::Nack,
-                    92..97 => Settle::Release,
+                    85..90 => Settle::Nack,
+                    90..94 => Settle::Suspend,
+                    94..97 => Settle::Release,
                     _ => Settle::Abandon,
                 },
                 settle_sent_ms: None,
@@ -538,23 +544,36 @@ async fn settle(conn: &mut Conn, h: &mut Holding) {
             continue;
         };
         h.settle_sent_ms.get_or_insert_with(wall_ms);
+        let settled = |r: Option<Result<muster_sdk::protocol::ops::SettleReply, Error>>| {
+            r.map(|r| r.map(|_| None))
+        };
         let answer = match h.settle {
-            Settle::Ack => bounded(conn, client.ack(&h.task, h.epoch, None)).await,
-            Settle::Nack => {
+            Settle::Ack => settled(bounded(conn, client.ack(&h.task, h.epoch, None)).await),
+            Settle::Nack => settled(
                 bounded(
                     conn,
                     client.nack(&h.task, h.epoch, Some(0), Some("checker".into())),
                 )
-                .await
-            }
-            Settle::Release => bounded(conn, client.release(&h.task, h.epoch)).await,
+                .await,
+            ),
+            Settle::Release => settled(bounded(conn, client.release(&h.task, h.epoch)).await),
+            // A repeat of a suspend whose reply was lost gets a new token.
+            Settle::Suspend => bounded(
+                conn,
+                client.suspend(&h.task, h.epoch, muster_sdk::Suspension::new("checker")),
+            )
+            .await
+            .map(|r| r.map(|s| s.resume_token)),
             Settle::Abandon => unreachable!("abandoned holdings are not settled"),
         };
         match answer {
             None => continue,
-            Some(Ok(_)) => {
+            Some(Ok(token)) => {
                 h.settle_acknowledged = true;
                 h.settled_by = conn.served();
+                if let Some(token) = token {
+                    resume(conn, &h.task, &token).await;
+                }
                 return;
             }
             Some(Err(e)) if e.code() == Some(ErrorCode::LeaseLost) => return,
@@ -565,6 +584,26 @@ async fn settle(conn: &mut Conn, h: &mut Holding) {
         "settle of {}.{} not answered within {SETTLE_DEADLINE:?}",
         h.task, h.epoch
     );
+}
+
+/// Resumes a task the agent suspended, with its token, until the daemon answers (across
+/// restarts, on new connections): a `stale_token` after a lost reply is the earlier
+/// resume having taken effect.
+async fn resume(conn: &mut Conn, task: &str, token: &str) {
+    let deadline = Instant::now() + SETTLE_DEADLINE;
+    let mut sent = false;
+    while Instant::now() < deadline {
+        let Some(client) = conn.get().await else {
+            continue;
+        };
+        match bounded(conn, client.resume(token, None)).await {
+            None => sent = true,
+            Some(Ok(_)) => return,
+            Some(Err(e)) if sent && e.code() == Some(ErrorCode::StaleToken) => return,
+            Some(Err(e)) => panic!("resume of {task} refused: {e}"),
+        }
+    }
+    panic!("resume of {task} not answered within {SETTLE_DEADLINE:?}");
 }
 
 fn lock(log: &Shared) -> std::sync::MutexGuard<'_, History> {
