@@ -1207,11 +1207,8 @@ where
             let (id, epoch) = (settle.id.as_str(), settle.epoch);
             // A checkpoint taken while stopping is stored before the task goes back, so
             // the next holder resumes from it.
-            if let Some(progress) = settle.progress.clone()
-                && !matches!(settle.outcome, Outcome::Ack(_))
-                && let Err(e) = client.renew(id, epoch, None, Some(progress)).await
-            {
-                debug!(task = %id, error = %e, "storing the last checkpoint");
+            if !matches!(settle.outcome, Outcome::Ack(_)) {
+                store_checkpoint(&client, id, epoch, settle.progress.clone()).await;
             }
             let result = match &settle.outcome {
                 Outcome::Ack(result) => client.ack(id, epoch, result.clone()).await,
@@ -1268,11 +1265,7 @@ where
         let (client, events) = (client.clone(), self.events.0.clone());
         self.tasks.spawn(async move {
             let (id, epoch) = (ask.id.as_str(), ask.epoch);
-            if let Some(progress) = progress
-                && let Err(e) = client.renew(id, epoch, None, Some(progress)).await
-            {
-                debug!(task = %id, error = %e, "storing the checkpoint before a suspend");
-            }
+            store_checkpoint(&client, id, epoch, progress).await;
             let req = muster_protocol::ops::Suspend {
                 task: id.to_owned(),
                 epoch,
@@ -1495,6 +1488,17 @@ fn first_deadline(delivery: &Delivery, sent: Option<Instant>) -> Instant {
 /// Cancels a handler when its lease's local deadline (which renewals move) is near,
 /// aborts it when the deadline passes and reports the lease expired. Ends with the
 /// handler. It acts on its own, whatever the worker's loop is doing (reconnecting, say).
+/// Stores a task's last checkpoint (with a renewal) before its lease ends, so that its
+/// next holder resumes from it; a failure is only logged (the settle that follows says
+/// what became of the lease).
+async fn store_checkpoint(client: &Client, id: &str, epoch: u64, progress: Option<RawJson>) {
+    if let Some(progress) = progress
+        && let Err(e) = client.renew(id, epoch, None, Some(progress)).await
+    {
+        debug!(task = %id, error = %e, "storing the last checkpoint");
+    }
+}
+
 async fn watch_deadline(
     (id, epoch): (String, u64),
     (deadline, timed_out): (Arc<Mutex<Instant>>, Arc<AtomicBool>),

@@ -124,13 +124,18 @@ pub struct Proc {
 }
 
 impl Proc {
-    fn spawn(mut cmd: Command) -> Proc {
+    fn spawn(cmd: Command) -> Proc {
+        Proc::spawn_to(cmd, Stdio::inherit())
+    }
+
+    /// [`Proc::spawn`] with its stderr going to `stderr`.
+    fn spawn_to(mut cmd: Command, stderr: Stdio) -> Proc {
         use std::os::unix::process::CommandExt;
         let mut child = cmd
             .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("starting a process");
         let stdout = child.stdout.take().expect("stdout");
@@ -523,6 +528,20 @@ impl Daemon {
             .env("MUSTER_DATA", self.data.path())
             .envs(env.iter().copied());
         Proc::spawn(cmd)
+    }
+
+    /// [`Daemon::spawn_cli`] with its log (stderr, at its own default level) written to
+    /// the file `log`, for the test to read as it goes.
+    pub fn spawn_cli_logged(&self, args: &[&str], log: &Path) -> Proc {
+        let mut cmd = Command::new(muster_bin());
+        cmd.args(args)
+            .env("MUSTER_ADDR", &self.addr)
+            .env("MUSTER_DATA", self.data.path())
+            .env_remove("MUSTER_LOG");
+        Proc::spawn_to(
+            cmd,
+            Stdio::from(std::fs::File::create(log).expect("creating the log")),
+        )
     }
 
     /// Starts the SDK's example agent: member, queue, capacity.

@@ -275,10 +275,7 @@ fn state_index(state: TaskState) -> usize {
 /// Whether a task in `state` has its place in its queue's dispatch index (its key's
 /// line, its label class): every unfinished state.
 fn in_line(state: TaskState) -> bool {
-    matches!(
-        state,
-        TaskState::Ready | TaskState::Scheduled | TaskState::Leased | TaskState::Suspended
-    )
+    !state.is_finished()
 }
 
 /// What the engine keeps in memory of each task: enough to dispatch and time it,

@@ -194,9 +194,12 @@ impl<W: Waiter> Engine<W> {
             .suspension
             .as_mut()
             .unwrap_or_else(|| panic!("task {id}: suspended without a suspension"));
-        if suspension.info.epoch != r.epoch {
-            return Ok(None);
-        }
+        // A suspended task's epoch is its deliveries, and its last lease's: the one
+        // it was suspended under.
+        assert_eq!(
+            suspension.info.epoch, r.epoch,
+            "task {id}: suspended under the epoch its index entry holds"
+        );
         // Only the holder's principal may replace the token (the member name it held
         // the lease under is bound to it).
         if let Some(p) = principal

@@ -140,24 +140,8 @@ async fn an_agent_asks_a_person_frees_its_slot_and_resumes_with_the_answer_acros
         .unwrap();
 }
 
-/// A process group the test started, killed (SIGKILL to the group) when the test ends,
-/// whether it passed or not.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        if self.0.try_wait().ok().flatten().is_none() {
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", "--", &format!("-{}", self.0.id())])
-                .status();
-            let _ = self.0.wait();
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_muster_work_program_suspends_with_a_file_and_its_next_run_reads_the_resume() {
-    use std::os::unix::process::CommandExt;
     let d = Daemon::start();
     let client = d.client().await;
     client
@@ -177,21 +161,12 @@ else
 fi"#;
     let log_dir = tempfile::tempdir().unwrap();
     let log_path = log_dir.path().join("work.log");
-    let mut work = Killed(
-        std::process::Command::new(muster_tests::muster_bin())
-            .args([
-                "work", "review", "--member", "reviewer", "--grace", "1s", "--",
-            ])
-            .args(["sh", "-c", script])
-            .env("MUSTER_ADDR", &d.addr)
-            .env("MUSTER_DATA", d.data())
-            .env_remove("MUSTER_LOG")
-            .process_group(0)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&log_path).unwrap())
-            .spawn()
-            .unwrap(),
+    // Its log is read as it goes; dropped, its process group is killed.
+    let mut work = d.spawn_cli_logged(
+        &[
+            "work", "review", "--member", "reviewer", "--grace", "1s", "--", "sh", "-c", script,
+        ],
+        &log_path,
     );
     let read_log = || std::fs::read_to_string(&log_path).unwrap();
     until(Duration::from_secs(15), "the task suspended", || async {
@@ -232,18 +207,8 @@ fi"#;
         "{}",
         read_log()
     );
-    muster_tests::signal_pid(work.0.id(), "-TERM");
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let code = loop {
-        if let Some(status) = work.0.try_wait().unwrap() {
-            break status.code();
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "muster work did not exit"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    work.signal("-TERM");
+    let code = tokio::task::block_in_place(|| work.wait(Duration::from_secs(20)));
     assert_eq!(code, Some(0), "{}", read_log());
 }
 

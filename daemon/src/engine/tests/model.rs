@@ -178,10 +178,16 @@ impl Model {
         }
     }
 
-    fn leased(&self) -> Vec<usize> {
-        (0..self.tasks.len())
+    /// The `pick`-th leased task (modulo their number) and its lease's epoch, if any.
+    fn pick_leased(&self, pick: usize) -> Option<(usize, u64)> {
+        let held: Vec<usize> = (0..self.tasks.len())
             .filter(|&i| matches!(self.tasks[i].state, M::Leased(..)))
-            .collect()
+            .collect();
+        let i = *held.get(pick % held.len().max(1))?;
+        let M::Leased(_, epoch) = self.tasks[i].state else {
+            unreachable!("task {i} was picked as leased")
+        };
+        Some((i, epoch))
     }
 
     fn counts(&self) -> [u64; 7] {
@@ -267,13 +273,8 @@ fn run(steps: &[Step], key_concurrency: u32) {
                 }
             }
             Step::Ack { pick } => {
-                let held = m.leased();
-                if held.is_empty() {
+                let Some((i, epoch)) = m.pick_leased(pick) else {
                     continue;
-                }
-                let i = held[pick % held.len()];
-                let M::Leased(_, epoch) = m.tasks[i].state else {
-                    unreachable!()
                 };
                 h.call(EngineRequest::Ack(Ack {
                     task: m.tasks[i].id.clone(),
@@ -284,13 +285,8 @@ fn run(steps: &[Step], key_concurrency: u32) {
                 m.tasks[i].state = M::Done;
             }
             Step::Nack { pick, delay } => {
-                let held = m.leased();
-                if held.is_empty() {
+                let Some((i, epoch)) = m.pick_leased(pick) else {
                     continue;
-                }
-                let i = held[pick % held.len()];
-                let M::Leased(_, epoch) = m.tasks[i].state else {
-                    unreachable!()
                 };
                 let delay_ms = if delay { 700 } else { 0 };
                 let req = Nack {
@@ -307,13 +303,8 @@ fn run(steps: &[Step], key_concurrency: u32) {
                 m.advance(ms);
             }
             Step::Suspend { pick, timeout } => {
-                let held = m.leased();
-                if held.is_empty() {
+                let Some((i, epoch)) = m.pick_leased(pick) else {
                     continue;
-                }
-                let i = held[pick % held.len()];
-                let M::Leased(_, epoch) = m.tasks[i].state else {
-                    unreachable!()
                 };
                 let wait = if timeout { SUSPEND_MS } else { SUSPEND_LONG_MS };
                 let reply = h.call(EngineRequest::Suspend(Suspend {
