@@ -188,6 +188,18 @@ pub struct SuspensionRecord {
     pub token_digest: [u8; 32],
 }
 
+/// A child task's link to the task that spawned it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParentLink {
+    /// The parent's id.
+    pub id: Ulid,
+    /// The child's key among its parent's children.
+    pub child_key: String,
+    /// Spawns between it and the first task of its family that is no child (1 for a
+    /// child of such a task).
+    pub depth: u8,
+}
+
 /// What a task's record holds besides its payload, result and progress (its fields,
 /// timeline, last error and index entries), as its stored-bytes quota counts it.
 pub const TASK_RECORD_BYTES: u64 = 1024;
@@ -233,6 +245,8 @@ pub struct TaskRecord {
     pub suspension: Option<SuspensionRecord>,
     /// How its last suspension ended, until its next suspension.
     pub resumed: Option<muster_protocol::model::Resumed>,
+    /// The task that spawned it, if it is a child.
+    pub parent: Option<ParentLink>,
     /// When it was enqueued.
     pub created_ms: u64,
     /// When it last changed.
@@ -272,6 +286,8 @@ pub struct TaskIndex {
     pub not_before_ms: Option<u64>,
     /// When a suspended task's timeout acts.
     pub timeout_at_ms: Option<u64>,
+    /// The task that spawned it and its key among that task's children, if a child.
+    pub parent: Option<(Ulid, String)>,
     /// Leases granted so far.
     pub deliveries: u64,
     /// The current lease, while leased.
@@ -305,6 +321,8 @@ pub struct IndexView<'a> {
     pub not_before_ms: Option<u64>,
     /// When a suspended task's timeout acts.
     pub timeout_at_ms: Option<u64>,
+    /// The task that spawned it and its key among that task's children, if a child.
+    pub parent: Option<(Ulid, &'a str)>,
     /// Leases granted so far.
     pub deliveries: u64,
     /// The current lease, while leased.
@@ -358,6 +376,7 @@ impl TaskRecord {
             dead_reason: None,
             suspension: None,
             resumed: None,
+            parent: None,
             created_ms: now_ms,
             updated_ms: now_ms,
             finished_ms: None,
@@ -379,6 +398,7 @@ impl TaskRecord {
             group: self.group.as_deref(),
             not_before_ms: self.not_before_ms,
             timeout_at_ms: self.suspension.as_ref().map(|s| s.info.timeout_at_ms),
+            parent: self.parent.as_ref().map(|p| (p.id, p.child_key.as_str())),
             deliveries: self.deliveries,
             lease: self.lease.as_ref(),
             finished_ms: self.finished_ms,
@@ -399,7 +419,9 @@ impl TaskIndex {
             group: self.group.as_deref(),
             not_before_ms: self.not_before_ms,
             timeout_at_ms: self.timeout_at_ms,
+            parent: self.parent.as_ref().map(|(id, key)| (*id, key.as_str())),
             deliveries: self.deliveries,
+
             lease: self.lease.as_ref(),
             finished_ms: self.finished_ms,
         }
@@ -1219,7 +1241,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             format!(
-                "store: {} has format 99, written by a newer musterd; this one reads formats 1 to 4",
+                "store: {} has format 99, written by a newer musterd; this one reads formats 1 to 5",
                 dir.path().display()
             )
         );

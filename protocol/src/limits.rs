@@ -111,7 +111,26 @@ pub const MAX_RESUME_DATA_BYTES: usize = 64 * 1024;
 /// Longest resume token, in bytes (a longer one cannot be the daemon's).
 pub const MAX_RESUME_TOKEN_BYTES: usize = 128;
 
+/// Most children one task may spawn, over all its `spawn`s (the children still stored).
+pub const MAX_CHILDREN: usize = 1000;
+
+/// Most children one `spawn` carries.
+pub const MAX_SPAWN: usize = MAX_CHILDREN;
+
+/// Deepest a family goes: a task this many spawns below a task that is no child may
+/// not spawn.
+pub const MAX_DEPTH: u8 = 8;
+
+/// Most bytes of a child's result and error that its waiting parent's next holder gets
+/// with the child's outcome; a larger one is left out (`omitted`) and fetched by id.
+pub const MAX_CHILD_OUTCOME_BYTES: usize = 4 * 1024;
+
+/// Most bytes of results and errors all of a parent's child outcomes carry; past it,
+/// the rest are left out (`omitted`).
+pub const MAX_CHILD_OUTCOMES_BYTES: usize = 64 * 1024;
+
 /// Most limits the daemon holds.
+
 pub const MAX_LIMITS: usize = 1_000;
 
 /// Most limits one task may draw on.

@@ -493,6 +493,9 @@ pub struct Delivery {
     /// out into ready): the resume's data, or its timeout. Boxed: most tasks never were.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed: Option<Box<Resumed>>,
+    /// The task that spawned this one, if it is a child.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 /// What a suspension's timeout does when no resume came first.
@@ -541,6 +544,10 @@ pub struct SuspensionInfo {
     pub timeout_at_ms: u64,
     /// What its timeout does.
     pub on_timeout: OnTimeout,
+    /// True when it waits for its children (a `spawn` with `wait`): it is ready again
+    /// once every one has finished.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub children: bool,
 }
 
 /// How a task's last suspension ended, shown to its next holder.
@@ -555,6 +562,54 @@ pub struct Resumed {
     pub at_ms: u64,
     /// True when the suspension's timeout resumed it (no one did).
     pub timed_out: bool,
+    /// For a task that waited for its children: each one as it ended (or stood, when a
+    /// resume or the timeout came first), in the order they were spawned.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<ChildOutcome>,
+}
+
+/// A child task as its waiting parent's next holder sees it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChildOutcome {
+    /// The child's id.
+    pub id: String,
+    /// Its key among its parent's children.
+    pub child_key: String,
+    /// Its queue.
+    pub queue: String,
+    /// Its state when its parent woke: done, dead or cancelled once all have finished.
+    pub state: TaskState,
+    /// Its result, when done and small enough to carry here
+    /// ([`crate::limits::MAX_CHILD_OUTCOME_BYTES`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<RawJson>,
+    /// Its last error, when it has one and it fits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// True when its result or error was left out to keep the parent small: fetch the
+    /// child by its id.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub omitted: bool,
+}
+
+/// A child task as its parent's task view lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildSummary {
+    /// The child's id.
+    pub id: String,
+    /// Its key among its parent's children.
+    pub child_key: String,
+    /// Its queue.
+    pub queue: String,
+    /// Its state.
+    pub state: TaskState,
+    /// How many children it has itself.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub children: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The lease of a leased task.
@@ -642,6 +697,16 @@ pub struct TaskInfo {
     /// How its last suspension ended, until its next suspension.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed: Option<Box<Resumed>>,
+    /// The task that spawned it, if it is a child.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// Its key among its parent's children, if it is a child.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_key: Option<String>,
+    /// The children it spawned that are still stored, in the order they were spawned
+    /// (at most [`crate::limits::MAX_CHILDREN`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<ChildSummary>,
     /// When it was enqueued.
     pub created_ms: u64,
     /// When it last changed state.

@@ -390,6 +390,78 @@ pub struct SuspendReply {
     pub timeout_at_ms: Option<u64>,
 }
 
+/// Enqueues children of a leased task, fenced by its lease (`task`, `epoch`), and with
+/// `wait` suspends the task until every child has finished, in the same atomic change.
+/// A child whose `child_key` the task spawned before is not enqueued again: its id is
+/// answered (`duplicate`), so a reclaimed task that spawns again spawns nothing twice.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Spawn {
+    /// The parent's id.
+    pub task: String,
+    /// Its lease epoch.
+    pub epoch: u64,
+    /// The children, 0 to [`crate::limits::MAX_SPAWN`].
+    pub children: Vec<NewChild>,
+    /// Suspend the parent until every child (of this and earlier spawns) has finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<SpawnWait>,
+}
+
+/// One child of a [`Spawn`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NewChild {
+    /// Its key among the parent's children: a spawn of a key spawned before answers
+    /// that child.
+    pub child_key: String,
+    /// Its queue (any queue, the parent's or another).
+    pub queue: String,
+    /// The task, as an enqueue's (without an idempotency key: the child key is one).
+    pub task: NewTask,
+}
+
+/// How a [`Spawn`]'s parent waits for its children.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SpawnWait {
+    /// What it waits for, shown to people; "waiting for N children" if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// How long it may wait, as a suspend's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// What the timeout does; `fail` if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_timeout: Option<OnTimeout>,
+}
+
+/// Reply to [`Spawn`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SpawnReply {
+    /// One per child asked for, in order.
+    pub children: Vec<SpawnedChild>,
+    /// The parent's state: `leased` without `wait`; with it `suspended`, or `ready`
+    /// when every child had finished already, or `cancelled` if a cancel was asked.
+    pub state: TaskState,
+    /// With `wait`, the token that resumes the parent early (as a suspend's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_token: Option<String>,
+    /// With `wait`, when its timeout acts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_at_ms: Option<u64>,
+}
+
+/// A child a [`Spawn`] enqueued, or found spawned before.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SpawnedChild {
+    /// Its key among the parent's children.
+    pub child_key: String,
+    /// Its id.
+    pub id: String,
+    /// True when the parent had spawned it before.
+    pub duplicate: bool,
+    /// Its state.
+    pub state: TaskState,
+}
+
 /// Makes a suspended task ready again at its place, handing `data` to its next holder.
 /// Names the suspension by its `token`, or (admins and approvers) the task by `task`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -1440,6 +1512,8 @@ ops! {
     DeadLetter(DeadLetter) = "dead_letter" -> SettleReply;
     Suspend(Suspend) = "suspend" -> SuspendReply;
     Resume(Resume) = "resume" -> ResumeReply;
+    Spawn(Spawn) = "spawn" -> SpawnReply;
+
     TaskGet(TaskGet) = "task_get" -> TaskReply;
     TaskList(TaskList) = "task_list" -> TaskListReply;
     TaskFind(Box<TaskFind>) = "task_find" -> TaskFindReply;

@@ -1343,6 +1343,7 @@ mod tests {
             dead_reason: None,
             suspension: None,
             resumed: None,
+            parent: None,
             created_ms: 1,
             updated_ms: 1,
             finished_ms: None,

@@ -8,6 +8,7 @@
 //! | `enqueue` | produce | the queue |
 //! | `claim` | consume | every queue; a named member must be free or the principal's, and match its member patterns |
 //! | `ack`, `nack`, `renew`, `release`, `throttled`, `dead_letter`, `suspend` | consume | the task's queue; the lease's member must be the principal's |
+//! | `spawn` | consume, and produce | consume: the parent's queue, the lease's member the principal's; produce: every child's queue |
 //! | `resume` with a token | approve or consume | the task's queue |
 //! | `resume` by task id | approve | the task's queue |
 //! | `task_get` | produce, consume or approve | the task's queue |
@@ -204,6 +205,13 @@ impl<W: Waiter> Engine<W> {
             EngineRequest::Throttled(r) => self.settle_allowed(&r.task, p),
             EngineRequest::DeadLetter(r) => self.settle_allowed(&r.task, p),
             EngineRequest::Suspend(r) => self.settle_allowed(&r.task, p),
+            // A holder spawns into the queues it may produce to.
+            EngineRequest::Spawn(r) => {
+                self.settle_allowed(&r.task, p)?;
+                r.children
+                    .iter()
+                    .try_for_each(|c| p.check(PRODUCE, Some(&c.queue)))
+            }
             EngineRequest::Resume(r) => {
                 let roles = if r.token.is_some() {
                     RESUME_BY_TOKEN

@@ -19,6 +19,7 @@ pub use authz::{
 mod bulk;
 pub mod dispatch;
 mod fair;
+mod family;
 mod find;
 mod sharded;
 
@@ -189,6 +190,8 @@ pub enum Reply {
     Suspend(muster_protocol::ops::SuspendReply),
     /// Resume.
     Resume(muster_protocol::ops::ResumeReply),
+    /// Spawn.
+    Spawn(muster_protocol::ops::SpawnReply),
 }
 
 /// Why an op failed: the client's fault (reply with the error) or the store's (stop).
@@ -510,6 +513,8 @@ struct Index {
     leases: BTreeSet<(u64, Ulid)>,
     /// Finished tasks by the wall time retention removes them.
     expiry: BTreeSet<(u64, Ulid)>,
+    /// Parents and children, and the fan-ins and cascades left to do.
+    family: family::Families,
 }
 
 /// Records kept in memory so that renewals, settles and first deliveries read no
@@ -917,6 +922,7 @@ impl<W: Waiter> Engine<W> {
                 suspended: BTreeSet::new(),
                 leases: BTreeSet::new(),
                 expiry: BTreeSet::new(),
+                family: family::Families::default(),
             },
             caches: Caches::default(),
             members: Members::new(owners),
@@ -930,6 +936,7 @@ impl<W: Waiter> Engine<W> {
         engine.load_queues()?;
         engine.load_limits(now)?;
         engine.load_tasks(now)?;
+        engine.restore_families()?;
         engine.commit()?;
         debug_assert!(
             engine.index.tasks.keys().all(|id| *id <= engine.last_id),
@@ -1056,7 +1063,8 @@ impl<W: Waiter> Engine<W> {
         let result = match self.dispatch(req, waiter, now) {
             Ok(()) => {
                 tracing::debug!("applied");
-                self.commit()
+                self.commit()?;
+                self.settle_families(now)
             }
             Err((waiter, Failure::Client(e))) => {
                 tracing::debug!(code = e.code.as_str(), error = %e.message, "refused");
@@ -1173,6 +1181,8 @@ impl<W: Waiter> Engine<W> {
             self.caches.leased.len(),
             self.index.limits.count(),
             self.index.limited.len(),
+            self.index.family.len().0,
+            self.index.family.len().1,
         ];
         for q in self.index.queues.values() {
             d.extend(q.by_state.iter().map(BTreeSet::len));
@@ -1193,6 +1203,8 @@ impl<W: Waiter> Engine<W> {
         self.expire_finished(now)?;
         self.expire_member_names(now);
         self.bulk_slice(now)?;
+        self.commit()?;
+        self.settle_families(now)?;
         self.admit_waiting_on_limits();
         self.forget_ended_throttles();
         let ready = std::mem::take(&mut self.waiting.ready_changed);
@@ -1250,8 +1262,10 @@ impl<W: Waiter> Engine<W> {
             self.next_watch().map(mono),
             (!self.members.sessions.is_empty()).then(|| mono(self.members.liveness_sweep_at)),
             self.members.owners.next_sweep().map(mono),
-            // The next slice of a bulk job: at once, after whatever else is waiting.
+            // The next slice of a bulk job or cascade: at once, after whatever else is
+            // waiting.
             self.bulk_pending().then_some(0),
+            self.index.family.pending().then_some(0),
         ]
         .into_iter()
         .flatten()
@@ -1598,6 +1612,7 @@ impl<W: Waiter> Engine<W> {
         self.index.tasks.remove(&id);
         self.index.limited.remove(&id);
         self.index.grouped.remove(&id);
+        self.index.family.removed(id);
         self.caches.forget(id);
         self.members.avoid.remove(&id);
         // A wait on this task can end now: it reports it as removed.
@@ -1684,6 +1699,7 @@ impl<W: Waiter> Engine<W> {
         if meta.state.is_finished() {
             self.waiting.finished_changed = true;
         }
+        self.index.family.indexed(id, rec.parent, meta.state);
         self.index.tasks.insert(id, meta);
     }
 
@@ -1769,6 +1785,7 @@ impl<W: Waiter> Engine<W> {
             .tasks
             .get(&id)
             .unwrap_or_else(|| panic!("task {id} unindexed but not indexed"));
+        self.index.family.unindexed(id, meta.state);
         let queue = self
             .index
             .queues

@@ -378,6 +378,7 @@ fn delivery(
         progress: rec.progress.clone(),
         reclaimed: grant == Grant::Reclaimed,
         resumed: rec.resumed.clone().map(Box::new),
+        parent: rec.parent.as_ref().map(|p| p.id.to_string()),
     }
 }
 
@@ -433,6 +434,7 @@ impl<W: Waiter> Engine<W> {
                 self.suspend(r, waiter.principal(), now).map(Reply::Suspend)
             }
             EngineRequest::Resume(r) => self.resume(r, waiter.principal(), now).map(Reply::Resume),
+            EngineRequest::Spawn(r) => self.spawn(r, waiter.principal(), now).map(Reply::Spawn),
             EngineRequest::TaskGet(r) => self.task_get(r).map(Reply::Task),
             EngineRequest::TaskList(r) => self.task_list(r).map(Reply::TaskList),
             EngineRequest::TaskFind(r) => {
@@ -759,19 +761,8 @@ impl<W: Waiter> Engine<W> {
         principal: Option<&Principal>,
         now: Now,
     ) -> OpResult<EnqueueReply> {
-        self.index.queue(&r.queue)?;
-        if self.budget.disk_alarm {
-            return Err(client(
-                ErrorCode::DiskFull,
-                "the disk alarm is on: the data directory's free space is below its threshold; \
-                 enqueues are refused until space comes back (claims, settles and repairs go on)",
-            ));
-        }
-        check_new_tasks(&r.tasks, now)?;
-        self.check_task_limits(&r.tasks)?;
-        self.check_label_classes(&r, principal)?;
         let owner = principal.map(|p| p.name.as_str());
-        self.check_quotas(&r, owner)?;
+        self.check_enqueue(&r, principal, owner, 0, now)?;
         let mut out = Vec::with_capacity(r.tasks.len());
         // This batch's idempotency keys so far, so a key repeated within it is one task.
         let mut keyed: Vec<(&str, Ulid)> = Vec::new();
@@ -780,7 +771,7 @@ impl<W: Waiter> Engine<W> {
                 out.push(existing);
                 continue;
             }
-            let (id, state) = self.store_new(&r.queue, t, owner, now);
+            let (id, state) = self.store_new(&r.queue, t, owner, None, now);
             if let Some(key) = t.idempotency_key.as_deref() {
                 keyed.push((key, id));
             }
@@ -807,6 +798,31 @@ impl<W: Waiter> Engine<W> {
             "an enqueue never takes its principal past its stored-bytes quota"
         );
         Ok(EnqueueReply { tasks: out })
+    }
+
+    /// Refuses tasks an enqueue may not store (`earlier` bytes of the same request
+    /// counted already against `owner`'s quota): the queue, the disk alarm, every
+    /// task's fields and limits, label sets and quotas.
+    pub(super) fn check_enqueue(
+        &mut self,
+        r: &Enqueue,
+        principal: Option<&Principal>,
+        owner: Option<&str>,
+        earlier: u64,
+        now: Now,
+    ) -> OpResult<()> {
+        self.index.queue(&r.queue)?;
+        if self.budget.disk_alarm {
+            return Err(client(
+                ErrorCode::DiskFull,
+                "the disk alarm is on: the data directory's free space is below its threshold; \
+                 enqueues are refused until space comes back (claims, settles and repairs go on)",
+            ));
+        }
+        check_new_tasks(&r.tasks, now)?;
+        self.check_task_limits(&r.tasks)?;
+        self.check_label_classes(r, principal)?;
+        self.check_quotas(r, owner, earlier)
     }
 
     /// The task already stored under `t`'s idempotency key in `queue` (or earlier in this
@@ -840,13 +856,14 @@ impl<W: Waiter> Engine<W> {
             }))
     }
 
-    /// Stores a new task (its record, payload and idempotency key) and counts it:
-    /// its id and first state.
-    fn store_new(
+    /// Stores a new task (its record, payload and idempotency key; its parent when it
+    /// is a child) and counts it: its id and first state.
+    pub(super) fn store_new(
         &mut self,
         queue: &str,
         t: &NewTask,
         owner: Option<&str>,
+        parent: Option<crate::store::ParentLink>,
         now: Now,
     ) -> (Ulid, TaskState) {
         let id = self.next_id(now);
@@ -856,6 +873,7 @@ impl<W: Waiter> Engine<W> {
             .max()
             .filter(|&nb| nb > now.wall_ms);
         let mut rec = TaskRecord::new(queue, t, not_before, owner, now.wall_ms);
+        rec.parent = parent;
         assert!(
             matches!(rec.state, TaskState::Ready | TaskState::Scheduled),
             "task {id}: a new task starts ready or scheduled, not {}",
@@ -1525,6 +1543,9 @@ impl<W: Waiter> Engine<W> {
             dead_reason: rec.dead_reason,
             suspension: rec.suspension.map(|s| Box::new(s.info)),
             resumed: rec.resumed.map(Box::new),
+            children: self.child_summaries(id)?,
+            parent: rec.parent.as_ref().map(|p| p.id.to_string()),
+            child_key: rec.parent.map(|p| p.child_key),
             created_ms: rec.created_ms,
             updated_ms: rec.updated_ms,
             history: rec.history,
@@ -1741,22 +1762,41 @@ impl<W: Waiter> Engine<W> {
 
     fn cancel(&mut self, r: Cancel, now: Now) -> OpResult<CancelReply> {
         let id = parse_id(&r.task)?;
-        let mut rec = self.record(id)?;
+        let rec = self.record(id)?;
+        if matches!(rec.state, TaskState::Done | TaskState::Dead) {
+            return Err(client(
+                ErrorCode::InvalidState,
+                format!("task {id} is {} and cannot be cancelled", rec.state),
+            ));
+        }
+        Ok(self.cancel_task(id, rec, now, None))
+    }
+
+    /// Cancels an unfinished task (asks its holder to, when leased; a cancelled one
+    /// stays as it is), noting `why` in its timeline; its unfinished children follow
+    /// ([`Families`](super::family::Families)).
+    pub(super) fn cancel_task(
+        &mut self,
+        id: Ulid,
+        mut rec: TaskRecord,
+        now: Now,
+        why: Option<&str>,
+    ) -> CancelReply {
         match rec.state {
             TaskState::Ready | TaskState::Scheduled | TaskState::Suspended => {
-                push_event(&mut rec, now, "cancelled", None, None, None);
+                push_event(&mut rec, now, "cancelled", None, None, why);
                 self.finish(&mut rec, TaskState::Cancelled, now);
                 self.save(id, &rec, None);
-                Ok(CancelReply {
+                CancelReply {
                     state: TaskState::Cancelled,
                     cancel_requested: false,
-                })
+                }
             }
             TaskState::Leased => {
                 if !rec.cancel_requested {
                     rec.cancel_requested = true;
                     rec.updated_ms = now.wall_ms;
-                    push_event(&mut rec, now, "cancel_requested", None, None, None);
+                    push_event(&mut rec, now, "cancel_requested", None, None, why);
                     let meta = &self.index.tasks[&id];
                     let (clock, member) = (meta.clock(), meta.member().cloned());
                     self.save(id, &rec, clock);
@@ -1773,20 +1813,20 @@ impl<W: Waiter> Engine<W> {
                         };
                         self.push_to(&member, muster_protocol::Push::Cancel(lease));
                     }
+                    self.index.family.cascade_from(id);
                 }
-                Ok(CancelReply {
+                CancelReply {
                     state: TaskState::Leased,
                     cancel_requested: true,
-                })
+                }
             }
-            TaskState::Cancelled => Ok(CancelReply {
+            TaskState::Cancelled => CancelReply {
                 state: TaskState::Cancelled,
                 cancel_requested: false,
-            }),
-            TaskState::Done | TaskState::Dead => Err(client(
-                ErrorCode::InvalidState,
-                format!("task {id} is {} and cannot be cancelled", rec.state),
-            )),
+            },
+            TaskState::Done | TaskState::Dead => {
+                unreachable!("task {id}: a finished task is not cancelled")
+            }
         }
     }
 

@@ -20,7 +20,12 @@ impl<W: Waiter> Engine<W> {
 
     /// `limit` if the batch would take its queue past its task quota, or `owner` past
     /// its stored-bytes quota.
-    pub(super) fn check_quotas(&self, r: &Enqueue, owner: Option<&str>) -> OpResult<()> {
+    pub(super) fn check_quotas(
+        &self,
+        r: &Enqueue,
+        owner: Option<&str>,
+        earlier: u64,
+    ) -> OpResult<()> {
         let queue = self.index.queue(&r.queue)?;
         let held: u64 = queue.by_state.iter().map(|s| s.len() as u64).sum();
         let max_tasks = self.budget.quotas.max_tasks_per_queue;
@@ -38,7 +43,7 @@ impl<W: Waiter> Engine<W> {
         let Some(owner) = owner else {
             return Ok(());
         };
-        let stored = self.budget.stored_bytes.get(owner).copied().unwrap_or(0);
+        let stored = self.budget.stored_bytes.get(owner).copied().unwrap_or(0) + earlier;
         let adding: u64 = r
             .tasks
             .iter()

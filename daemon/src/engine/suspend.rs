@@ -85,6 +85,58 @@ fn new_token(id: Ulid, epoch: u64) -> (String, [u8; 32]) {
     (format!("{id}.{epoch}.{secret}"), digest)
 }
 
+/// A suspension asked for, checked.
+pub(super) struct Asked {
+    reason: String,
+    timeout_ms: u64,
+    on_timeout: OnTimeout,
+}
+
+/// Checks what a suspension asks: a reason within its limit, a timeout within range
+/// ([`DEFAULT_SUSPEND_TIMEOUT`] when none).
+pub(super) fn check_suspension(
+    reason: String,
+    timeout_ms: Option<u64>,
+    on_timeout: Option<OnTimeout>,
+) -> OpResult<Asked> {
+    if reason.trim().is_empty() {
+        return Err(bad(
+            "a suspension needs a reason, for the people who resume it",
+        ));
+    }
+    if reason.len() > MAX_SUSPEND_REASON_BYTES {
+        return Err(client(
+            ErrorCode::TooLarge,
+            format!(
+                "reason is {} bytes; the limit is {MAX_SUSPEND_REASON_BYTES}",
+                reason.len()
+            ),
+        ));
+    }
+    let timeout_ms = timeout_ms.unwrap_or(DEFAULT_SUSPEND_TIMEOUT.as_millis() as u64);
+    if timeout_ms == 0 || timeout_ms > MAX_SUSPEND_TIMEOUT.as_millis() as u64 {
+        return Err(bad(format!(
+            "timeout_ms {timeout_ms} is outside 1..={}",
+            MAX_SUSPEND_TIMEOUT.as_millis()
+        )));
+    }
+    Ok(Asked {
+        reason,
+        timeout_ms,
+        on_timeout: on_timeout.unwrap_or_default(),
+    })
+}
+
+/// What ends a suspension.
+pub(super) enum Waker {
+    /// A resume, by someone (the principal's name, or ""), with data.
+    Resume(String, Option<muster_protocol::RawJson>),
+    /// Its timeout, which resumes.
+    TimedOut,
+    /// Its children, every one finished.
+    Children,
+}
+
 impl<W: Waiter> Engine<W> {
     pub(super) fn suspend(
         &mut self,
@@ -92,33 +144,25 @@ impl<W: Waiter> Engine<W> {
         principal: Option<&Principal>,
         now: Now,
     ) -> OpResult<SuspendReply> {
-        if r.reason.trim().is_empty() {
-            return Err(bad(
-                "a suspension needs a reason, for the people who resume it",
-            ));
-        }
-        if r.reason.len() > MAX_SUSPEND_REASON_BYTES {
-            return Err(client(
-                ErrorCode::TooLarge,
-                format!(
-                    "reason is {} bytes; the limit is {MAX_SUSPEND_REASON_BYTES}",
-                    r.reason.len()
-                ),
-            ));
-        }
-        let timeout_ms = r
-            .timeout_ms
-            .unwrap_or(DEFAULT_SUSPEND_TIMEOUT.as_millis() as u64);
-        if timeout_ms == 0 || timeout_ms > MAX_SUSPEND_TIMEOUT.as_millis() as u64 {
-            return Err(bad(format!(
-                "timeout_ms {timeout_ms} is outside 1..={}",
-                MAX_SUSPEND_TIMEOUT.as_millis()
-            )));
-        }
+        let asked = check_suspension(r.reason.clone(), r.timeout_ms, r.on_timeout)?;
         if let Some(reply) = self.suspended_again(&r, principal)? {
             return Ok(reply);
         }
-        let (id, mut rec) = self.held(&r.task, r.epoch)?;
+        let (id, rec) = self.held(&r.task, r.epoch)?;
+        Ok(self.suspend_held(id, rec, r.epoch, asked, false, now))
+    }
+
+    /// Suspends task `id`, held under `epoch` (its record `rec`), as `asked`; waiting
+    /// for its `children` when that is what it waits for.
+    pub(super) fn suspend_held(
+        &mut self,
+        id: Ulid,
+        mut rec: TaskRecord,
+        epoch: u64,
+        asked: Asked,
+        children: bool,
+        now: Now,
+    ) -> SuspendReply {
         let end = if rec.cancel_requested {
             LeaseEnd::Cancelled
         } else {
@@ -131,19 +175,19 @@ impl<W: Waiter> Engine<W> {
             now,
             "suspended",
             Some(&lease.member),
-            Some(r.epoch),
+            Some(epoch),
             None,
         );
         if self.cancel_if_requested(&mut rec, now, None, None) {
             self.save(id, &rec, None);
-            return Ok(SuspendReply {
+            return SuspendReply {
                 state: TaskState::Cancelled,
                 resume_token: None,
                 timeout_at_ms: None,
-            });
+            };
         }
-        let (token, token_digest) = new_token(id, r.epoch);
-        let timeout_at_ms = now.wall_ms.saturating_add(timeout_ms);
+        let (token, token_digest) = new_token(id, epoch);
+        let timeout_at_ms = now.wall_ms.saturating_add(asked.timeout_ms);
         rec.state = TaskState::Suspended;
         rec.updated_ms = now.wall_ms;
         let was = resumed_bytes(&rec.resumed);
@@ -151,12 +195,13 @@ impl<W: Waiter> Engine<W> {
         rec.resumed = None;
         rec.suspension = Some(SuspensionRecord {
             info: SuspensionInfo {
-                reason: r.reason,
+                reason: asked.reason,
                 member: lease.member,
-                epoch: r.epoch,
+                epoch,
                 since_ms: now.wall_ms,
                 timeout_at_ms,
-                on_timeout: r.on_timeout.unwrap_or_default(),
+                on_timeout: asked.on_timeout,
+                children,
             },
             token_digest,
         });
@@ -165,17 +210,17 @@ impl<W: Waiter> Engine<W> {
             self.index.tasks[&id].held.is_none(),
             "task {id}: a suspended task holds no lease"
         );
-        Ok(SuspendReply {
+        SuspendReply {
             state: TaskState::Suspended,
             resume_token: Some(token),
             timeout_at_ms: Some(timeout_at_ms),
-        })
+        }
     }
 
     /// A holder's repeat of the suspend that suspended its task under `r.epoch`: a new
     /// token replaces the old one (whose reply was lost), nothing else changes. `None`
     /// when the task is not suspended under that epoch (then it is a suspend to make).
-    fn suspended_again(
+    pub(super) fn suspended_again(
         &mut self,
         r: &Suspend,
         principal: Option<&Principal>,
@@ -269,28 +314,38 @@ impl<W: Waiter> Engine<W> {
             }
             data => data,
         };
-        self.wake(id, &mut rec, now, Some(by), data);
+        self.wake(id, &mut rec, now, Waker::Resume(by, data))?;
         Ok(ResumeReply {
             task: id.to_string(),
             state: rec.state,
         })
     }
 
-    /// Ends a suspension with a resume (`by` someone, with `data`) or its timeout that
-    /// resumes (`by` none): the task is ready at its place, its next holder sees how.
-    fn wake(
+    /// Ends a suspension with a resume, its timeout that resumes, or its children's
+    /// end: the task is ready at its place, its next holder sees how (and, when it
+    /// waited for its children, how each one ended or stands).
+    pub(super) fn wake(
         &mut self,
         id: Ulid,
         rec: &mut TaskRecord,
         now: Now,
-        by: Option<String>,
-        data: Option<muster_protocol::RawJson>,
-    ) {
+        waker: Waker,
+    ) -> Result<(), StoreError> {
         let suspension = rec
             .suspension
             .take()
             .unwrap_or_else(|| panic!("task {id}: only a suspended task wakes"));
-        let timed_out = by.is_none();
+        let children = if suspension.info.children {
+            self.child_outcomes(id)?
+        } else {
+            Vec::new()
+        };
+        let timed_out = matches!(waker, Waker::TimedOut);
+        let (event, by, data) = match waker {
+            Waker::Resume(by, data) => ("resumed", by, data),
+            Waker::TimedOut => ("suspend_timed_out", String::new(), None),
+            Waker::Children => ("children_finished", String::new(), None),
+        };
         // The resume's data is stored with the task: it counts against the quota of
         // whoever enqueued it, as a result does.
         let was = resumed_bytes(&rec.resumed);
@@ -298,20 +353,17 @@ impl<W: Waiter> Engine<W> {
         self.budget.recount(rec, was, new);
         rec.resumed = Some(Resumed {
             data,
-            by: by.unwrap_or_default(),
+            by,
             at_ms: now.wall_ms,
             timed_out,
+            children,
         });
         rec.state = TaskState::Ready;
         rec.updated_ms = now.wall_ms;
-        let event = if timed_out {
-            "suspend_timed_out"
-        } else {
-            "resumed"
-        };
         push_event(rec, now, event, None, Some(suspension.info.epoch), None);
         telemetry::resumed(&rec.queue);
         self.save(id, rec, None);
+        Ok(())
     }
 
     /// Ends every suspension whose timeout passed, as its `on_timeout` says.
@@ -332,7 +384,7 @@ impl<W: Waiter> Engine<W> {
             let (epoch, on_timeout) = (suspension.info.epoch, suspension.info.on_timeout);
             let waited = now.wall_ms.saturating_sub(suspension.info.since_ms);
             match on_timeout {
-                OnTimeout::Resume => self.wake(id, &mut rec, now, None, None),
+                OnTimeout::Resume => self.wake(id, &mut rec, now, Waker::TimedOut)?,
                 OnTimeout::Fail => {
                     let error = format!("suspension timed out after {waited} ms");
                     push_event(

@@ -29,6 +29,12 @@
 //!   last suspension ended); task states gain `suspended` (at the end of
 //!   [`StoredState`]). Format 2 and 3 records are read as they are (never suspended)
 //!   and written in format 4 when they next change.
+//! - 5: task records gain their family ([`TaskFamily`], after what waiting needs: a
+//!   child's parent and key, which the start-up index reads) and what waiting for
+//!   children needs ([`TaskFanIn`]: whether the suspension waits for them, and the
+//!   children's outcomes its parent woke with). Format 2 to 4 records are read as they
+//!   are (no family, never waiting for children) and written in format 5 when they next
+//!   change.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -37,16 +43,17 @@ use serde::{Deserialize, Serialize};
 
 use muster_protocol::RawJson;
 use muster_protocol::model::{
-    Backoff, LimitSpec, OnTimeout, QueueOptions, Rate, Resumed, SuspensionInfo, TaskState,
-    TimelineEvent,
+    Backoff, ChildOutcome, LimitSpec, OnTimeout, QueueOptions, Rate, Resumed, SuspensionInfo,
+    TaskState, TimelineEvent,
 };
 
 use super::{
-    LeaseRecord, LimitRecord, QueueRecord, SuspensionRecord, TaskIndex, TaskLimit, TaskRecord,
+    LeaseRecord, LimitRecord, ParentLink, QueueRecord, SuspensionRecord, TaskIndex, TaskLimit,
+    TaskRecord,
 };
 
 /// The format this build writes, and the newest it reads.
-pub const FORMAT: u32 = 4;
+pub const FORMAT: u32 = 5;
 
 /// The oldest format this build reads (older ones would be migrated on open).
 pub const OLDEST_FORMAT: u32 = 1;
@@ -168,6 +175,7 @@ impl TryFrom<StoredTask1> for TaskRecord {
             dead_reason: s.dead_reason,
             suspension: None,
             resumed: None,
+            parent: None,
             created_ms: s.created_ms,
             updated_ms: s.updated_ms,
             finished_ms: s.finished_ms,
@@ -291,6 +299,89 @@ struct TaskWait<'a> {
     resumed: Option<StoredResumed<'a>>,
 }
 
+/// A format 5 task record: a format 4 record's parts, its family and what waiting for
+/// children needs before the body.
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredTask5<'a> {
+    #[serde(borrow)]
+    head: TaskHead<'a>,
+    #[serde(borrow)]
+    flow: TaskFlow<'a>,
+    #[serde(borrow)]
+    wait: TaskWait<'a>,
+    #[serde(borrow)]
+    family: TaskFamily<'a>,
+    #[serde(borrow)]
+    fan_in: TaskFanIn<'a>,
+    #[serde(borrow)]
+    body: TaskBody<'a>,
+}
+
+/// What a format 5 task record adds after what waiting needs: a child's parent, which
+/// the start-up index reads.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct TaskFamily<'a> {
+    #[serde(borrow)]
+    parent: Option<StoredParent<'a>>,
+}
+
+/// A child's link to its parent on disk (the parent's id as its 128 bits).
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredParent<'a> {
+    id: u128,
+    depth: u8,
+    child_key: Cow<'a, str>,
+}
+
+/// What a format 5 task record adds after its family: whether its suspension waits
+/// for its children, and the outcomes of the children it last woke with.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct TaskFanIn<'a> {
+    waits: bool,
+    #[serde(borrow)]
+    outcomes: Vec<StoredOutcome<'a>>,
+}
+
+/// A child's outcome on disk.
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredOutcome<'a> {
+    id: u128,
+    state: StoredState,
+    omitted: bool,
+    child_key: Cow<'a, str>,
+    queue: Cow<'a, str>,
+    result: Option<Cow<'a, str>>,
+    error: Option<Cow<'a, str>>,
+}
+
+impl<'a> StoredOutcome<'a> {
+    fn new(o: &'a ChildOutcome) -> Self {
+        StoredOutcome {
+            id: ulid::Ulid::from_string(&o.id)
+                .expect("a child outcome names a task by its id")
+                .0,
+            state: o.state.into(),
+            omitted: o.omitted,
+            child_key: Cow::Borrowed(&o.child_key),
+            queue: Cow::Borrowed(&o.queue),
+            result: o.result.as_deref().map(|r| Cow::Borrowed(r.get())),
+            error: o.error.as_deref().map(Cow::Borrowed),
+        }
+    }
+
+    fn outcome(self) -> Result<ChildOutcome, String> {
+        Ok(ChildOutcome {
+            id: ulid::Ulid(self.id).to_string(),
+            child_key: self.child_key.into_owned(),
+            queue: self.queue.into_owned(),
+            state: self.state.into(),
+            result: self.result.map(raw_json).transpose()?,
+            error: self.error.map(Cow::into_owned),
+            omitted: self.omitted,
+        })
+    }
+}
+
 /// A suspension on disk; `on_timeout` by position (0 resume, 1 fail, 2 cancel).
 #[derive(Debug, Serialize, Deserialize)]
 struct StoredSuspension<'a> {
@@ -331,7 +422,7 @@ impl<'a> StoredSuspension<'a> {
         }
     }
 
-    fn record(self) -> Result<SuspensionRecord, String> {
+    fn record(self, children: bool) -> Result<SuspensionRecord, String> {
         let on_timeout = *ON_TIMEOUT
             .get(usize::from(self.on_timeout))
             .ok_or_else(|| format!("on_timeout {} is not a muster value", self.on_timeout))?;
@@ -343,6 +434,7 @@ impl<'a> StoredSuspension<'a> {
                 since_ms: self.since_ms,
                 timeout_at_ms: self.timeout_at_ms,
                 on_timeout,
+                children,
             },
             token_digest: self.token_digest,
         })
@@ -359,12 +451,13 @@ impl<'a> StoredResumed<'a> {
         }
     }
 
-    fn resumed(self) -> Result<Resumed, String> {
+    fn resumed(self, children: Vec<ChildOutcome>) -> Result<Resumed, String> {
         Ok(Resumed {
             data: self.data.map(raw_json).transpose()?,
             by: self.by.into_owned(),
             at_ms: self.at_ms,
             timed_out: self.timed_out,
+            children,
         })
     }
 }
@@ -383,7 +476,7 @@ pub(super) fn encode_task(r: &TaskRecord) -> Vec<u8> {
     fn borrowed(s: &Option<String>) -> Option<Cow<'_, str>> {
         s.as_deref().map(Cow::Borrowed)
     }
-    let stored = StoredTask4 {
+    let stored = StoredTask5 {
         head: TaskHead {
             v: FORMAT,
             queue: Cow::Borrowed(&r.queue),
@@ -405,6 +498,22 @@ pub(super) fn encode_task(r: &TaskRecord) -> Vec<u8> {
         wait: TaskWait {
             suspension: r.suspension.as_ref().map(StoredSuspension::new),
             resumed: r.resumed.as_ref().map(StoredResumed::new),
+        },
+        family: TaskFamily {
+            parent: r.parent.as_ref().map(|p| StoredParent {
+                id: p.id.0,
+                depth: p.depth,
+                child_key: Cow::Borrowed(&p.child_key),
+            }),
+        },
+        fan_in: TaskFanIn {
+            waits: r.suspension.as_ref().is_some_and(|s| s.info.children),
+            outcomes: r
+                .resumed
+                .iter()
+                .flat_map(|r| &r.children)
+                .map(StoredOutcome::new)
+                .collect(),
         },
         body: TaskBody {
             idempotency_key: borrowed(&r.idempotency_key),
@@ -440,27 +549,66 @@ pub(super) fn decode_task(bytes: &[u8]) -> Result<TaskRecord, String> {
         let stored: StoredTask1 = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
         return stored.try_into();
     }
-    let (head, flow, wait, body) = match binary_version(bytes)? {
+    let (head, flow, wait, family, fan_in, body) = match binary_version(bytes)? {
         2 => {
             let StoredTask2 { head, body } =
                 postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
-            (head, TaskFlow::default(), TaskWait::default(), body)
+            let (flow, wait) = (TaskFlow::default(), TaskWait::default());
+            (
+                head,
+                flow,
+                wait,
+                TaskFamily::default(),
+                TaskFanIn::default(),
+                body,
+            )
         }
         3 => {
             let StoredTask3 { head, flow, body } =
                 postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
-            (head, flow, TaskWait::default(), body)
+            let wait = TaskWait::default();
+            (
+                head,
+                flow,
+                wait,
+                TaskFamily::default(),
+                TaskFanIn::default(),
+                body,
+            )
         }
-        _ => {
+        4 => {
             let StoredTask4 {
                 head,
                 flow,
                 wait,
                 body,
             } = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
-            (head, flow, wait, body)
+            (
+                head,
+                flow,
+                wait,
+                TaskFamily::default(),
+                TaskFanIn::default(),
+                body,
+            )
+        }
+        _ => {
+            let StoredTask5 {
+                head,
+                flow,
+                wait,
+                family,
+                fan_in,
+                body,
+            } = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+            (head, flow, wait, family, fan_in, body)
         }
     };
+    let outcomes = fan_in
+        .outcomes
+        .into_iter()
+        .map(StoredOutcome::outcome)
+        .collect::<Result<Vec<_>, _>>()?;
     let owned = |s: Option<Cow<'_, str>>| s.map(Cow::into_owned);
     Ok(TaskRecord {
         queue: head.queue.into_owned(),
@@ -480,8 +628,16 @@ pub(super) fn decode_task(bytes: &[u8]) -> Result<TaskRecord, String> {
         result: body.result.map(raw_json).transpose()?,
         last_error: owned(body.last_error),
         dead_reason: owned(body.dead_reason),
-        suspension: wait.suspension.map(StoredSuspension::record).transpose()?,
-        resumed: wait.resumed.map(StoredResumed::resumed).transpose()?,
+        suspension: wait
+            .suspension
+            .map(|s| s.record(fan_in.waits))
+            .transpose()?,
+        resumed: wait.resumed.map(|r| r.resumed(outcomes)).transpose()?,
+        parent: family.parent.map(|p| ParentLink {
+            id: ulid::Ulid(p.id),
+            child_key: p.child_key.into_owned(),
+            depth: p.depth,
+        }),
         created_ms: body.created_ms,
         updated_ms: body.updated_ms,
         finished_ms: head.finished_ms,
@@ -493,28 +649,39 @@ pub(super) fn decode_task(bytes: &[u8]) -> Result<TaskRecord, String> {
 
 /// What the start-up index needs of a task record of any format, decoding no more.
 pub(super) fn decode_index(bytes: &[u8]) -> Result<TaskIndex, String> {
-    let (head, flow, timeout_at_ms) = if bytes.first() == Some(&JSON_RECORD) {
+    let (head, flow, timeout_at_ms, parent) = if bytes.first() == Some(&JSON_RECORD) {
         let head: TaskHead<'_> = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
         check_json_version(head.v)?;
-        (head, TaskFlow::default(), None)
+        (head, TaskFlow::default(), None, None)
     } else {
         let v = binary_version(bytes)?;
         let (head, rest): (TaskHead<'_>, _) =
             postcard::take_from_bytes(bytes).map_err(|e| e.to_string())?;
         if v == 2 {
-            (head, TaskFlow::default(), None)
+            (head, TaskFlow::default(), None, None)
         } else {
             let (flow, rest): (TaskFlow<'_>, _) =
                 postcard::take_from_bytes(rest).map_err(|e| e.to_string())?;
-            let timeout_at_ms = if v == 3 {
-                None
-            } else {
-                // The suspension comes first in the wait part; its timeout first in it.
-                let (suspension, _rest): (Option<StoredSuspension<'_>>, _) =
-                    postcard::take_from_bytes(rest).map_err(|e| e.to_string())?;
-                suspension.map(|s| s.timeout_at_ms)
+            let (timeout_at_ms, parent) = match v {
+                3 => (None, None),
+                4 => {
+                    // The suspension comes first in the wait part; its timeout first in it.
+                    let (suspension, _rest): (Option<StoredSuspension<'_>>, _) =
+                        postcard::take_from_bytes(rest).map_err(|e| e.to_string())?;
+                    (suspension.map(|s| s.timeout_at_ms), None)
+                }
+                _ => {
+                    let (wait, rest): (TaskWait<'_>, _) =
+                        postcard::take_from_bytes(rest).map_err(|e| e.to_string())?;
+                    let (family, _rest): (TaskFamily<'_>, _) =
+                        postcard::take_from_bytes(rest).map_err(|e| e.to_string())?;
+                    let parent = family
+                        .parent
+                        .map(|p| (ulid::Ulid(p.id), p.child_key.into_owned()));
+                    (wait.suspension.map(|s| s.timeout_at_ms), parent)
+                }
             };
-            (head, flow, timeout_at_ms)
+            (head, flow, timeout_at_ms, parent)
         }
     };
     Ok(TaskIndex {
@@ -527,6 +694,7 @@ pub(super) fn decode_index(bytes: &[u8]) -> Result<TaskIndex, String> {
         group: flow.group.map(Cow::into_owned),
         not_before_ms: head.not_before_ms,
         timeout_at_ms,
+        parent,
         deliveries: head.deliveries,
         lease: head.lease.map(Cow::into_owned),
         finished_ms: head.finished_ms,
@@ -761,6 +929,7 @@ mod tests {
                     since_ms: 1_764_000_000_650,
                     timeout_at_ms: 1_764_000_600_650,
                     on_timeout: OnTimeout::Cancel,
+                    children: true,
                 },
                 token_digest: [7; 32],
             }),
@@ -769,6 +938,31 @@ mod tests {
                 by: "alice".into(),
                 at_ms: 1_764_000_000_640,
                 timed_out: false,
+                children: vec![
+                    ChildOutcome {
+                        id: "01KBX0Q7R3ZJ9W5V2M8N4P6T1A".into(),
+                        child_key: "doc-1".into(),
+                        queue: "summarise".into(),
+                        state: TaskState::Done,
+                        result: Some(raw(r#"{"words":120}"#)),
+                        error: None,
+                        omitted: false,
+                    },
+                    ChildOutcome {
+                        id: "01KBX0Q7R3ZJ9W5V2M8N4P6T1B".into(),
+                        child_key: "doc-2".into(),
+                        queue: "summarise".into(),
+                        state: TaskState::Dead,
+                        result: None,
+                        error: Some("too long".into()),
+                        omitted: true,
+                    },
+                ],
+            }),
+            parent: Some(ParentLink {
+                id: ulid::Ulid::from_string("01KBX0Q7R3ZJ9W5V2M8N4P6T1C").unwrap(),
+                child_key: "part-7".into(),
+                depth: 3,
             }),
             created_ms: 1_764_000_000_000,
             updated_ms: 1_764_000_000_600,
@@ -811,6 +1005,7 @@ mod tests {
             dead_reason: None,
             suspension: None,
             resumed: None,
+            parent: None,
             created_ms: 1_764_000_000_000,
             updated_ms: 1_764_000_000_000,
             finished_ms: None,
@@ -844,7 +1039,7 @@ mod tests {
     fn a_task_record_reads_back_field_for_field_and_its_index_alone() {
         for rec in [full(), bare()] {
             let bytes = encode_task(&rec);
-            assert_eq!(bytes[0], 4, "a format 4 record begins with its version");
+            assert_eq!(bytes[0], 5, "a format 5 record begins with its version");
             let back = decode_task(&bytes).unwrap();
             assert_eq!(format!("{back:?}"), format!("{rec:?}"));
             let i = decode_index(&bytes).unwrap();
@@ -868,6 +1063,10 @@ mod tests {
                 i.timeout_at_ms,
                 rec.suspension.as_ref().map(|s| s.info.timeout_at_ms)
             );
+            assert_eq!(
+                i.parent,
+                rec.parent.as_ref().map(|p| (p.id, p.child_key.clone()))
+            );
         }
     }
 
@@ -881,6 +1080,7 @@ mod tests {
             group: None,
             suspension: None,
             resumed: None,
+            parent: None,
             ..full()
         };
         assert_eq!(format!("{rec:?}"), format!("{full:?}"));
@@ -890,36 +1090,39 @@ mod tests {
             ("q-é", 2, 256)
         );
         let binary = encode_task(&rec);
-        assert_eq!((json.len(), binary.len()), (706, 202));
+        assert_eq!((json.len(), binary.len()), (706, 205));
     }
 
     #[test]
-    fn format_2_and_3_records_read_as_the_same_task_never_suspended() {
+    fn format_2_to_4_records_read_as_the_same_task_never_suspended_and_no_child() {
         let rec = TaskRecord {
             limits: Vec::new(),
             group: None,
             suspension: None,
             resumed: None,
+            parent: None,
             ..full()
         };
-        // Format 3 is format 4 without the wait part (after the limits and group), and
-        // format 2 is format 3 without the limits and group between head and body.
-        let v4 = encode_task(&rec);
-        let (_, rest): (TaskHead<'_>, &[u8]) = postcard::take_from_bytes(&v4).unwrap();
-        let head_len = v4.len() - rest.len();
+        // Format 4 is format 5 without the family and fan-in parts (after the wait
+        // part), format 3 is format 4 without the wait part (after the limits and
+        // group), and format 2 is format 3 without the limits and group.
+        let v5 = encode_task(&rec);
+        let (_, rest): (TaskHead<'_>, &[u8]) = postcard::take_from_bytes(&v5).unwrap();
+        let head_len = v5.len() - rest.len();
         assert_eq!(
-            rest[..4],
-            [0, 0, 0, 0],
-            "no limits, no group, no suspension, not resumed: an empty sequence, three Nones"
+            rest[..7],
+            [0; 7],
+            "no limits, no group, no suspension, not resumed, no parent, not waiting, \
+             no outcomes: empty sequences, Nones and false"
         );
-        let mut v3 = v4[..head_len].to_vec();
-        v3[0] = 3;
-        v3.extend_from_slice(&rest[..2]);
-        v3.extend_from_slice(&rest[4..]);
-        let mut v2 = v4[..head_len].to_vec();
-        v2[0] = 2;
-        v2.extend_from_slice(&rest[4..]);
-        for old in [v2, v3] {
+        let old = |v: u8, parts: &[u8]| {
+            let mut old = v5[..head_len].to_vec();
+            old[0] = v;
+            old.extend_from_slice(parts);
+            old.extend_from_slice(&rest[7..]);
+            old
+        };
+        for old in [old(2, &[]), old(3, &rest[..2]), old(4, &rest[..4])] {
             assert_eq!(
                 format!("{:?}", decode_task(&old).unwrap()),
                 format!("{rec:?}")
@@ -934,8 +1137,9 @@ mod tests {
                 ),
                 ("q-é", 0, None, 256)
             );
-            // Written again, it is format 4.
-            assert_eq!(encode_task(&decode_task(&old).unwrap()), v4);
+            assert_eq!(index.parent, None);
+            // Written again, it is format 5.
+            assert_eq!(encode_task(&decode_task(&old).unwrap()), v5);
         }
     }
 
@@ -957,14 +1161,14 @@ mod tests {
         let json = serde_json::to_string(&rec).unwrap();
         assert_eq!(
             json,
-            r#"{"v":4,"rate":{"count":500,"per_ms":60000},"burst":50,"concurrency":4,"per_key":true,"created_ms":1764000000000,"updated_ms":1764000000500}"#
+            r#"{"v":5,"rate":{"count":500,"per_ms":60000},"burst":50,"concurrency":4,"per_key":true,"created_ms":1764000000000,"updated_ms":1764000000500}"#
         );
         assert_eq!(serde_json::from_str::<LimitRecord>(&json).unwrap(), rec);
-        let newer = json.replacen(r#""v":4"#, r#""v":5"#, 1);
+        let newer = json.replacen(r#""v":5"#, r#""v":6"#, 1);
         let err = serde_json::from_str::<LimitRecord>(&newer).unwrap_err();
         assert!(
             err.to_string()
-                .contains("record format 5 was written by a newer musterd"),
+                .contains("record format 6 was written by a newer musterd"),
             "{err}"
         );
     }
@@ -979,14 +1183,14 @@ mod tests {
                 "cut at {cut}"
             );
         }
-        bytes[0] = 5;
+        bytes[0] = 6;
         for err in [
             decode_task(&bytes).unwrap_err(),
             decode_index(&bytes).unwrap_err(),
         ] {
             assert_eq!(
                 err,
-                "record format 5 was written by a newer musterd; this one reads formats 1 to 4"
+                "record format 6 was written by a newer musterd; this one reads formats 1 to 5"
             );
         }
         bytes[0] = 1;
@@ -1003,20 +1207,20 @@ mod tests {
 
     #[test]
     fn a_queue_record_of_a_newer_format_is_refused_with_a_message_saying_so() {
-        let newer = r#"{"v":5,"options":{"lease_ms":1,"max_attempts":1,"retry_backoff":{"base_ms":1,"factor":1.0,"cap_ms":1,"jitter":0.0},"key_concurrency":1,"retention_ms":1,"max_runtime_ms":null,"paused":false},"created_ms":1}"#;
+        let newer = r#"{"v":6,"options":{"lease_ms":1,"max_attempts":1,"retry_backoff":{"base_ms":1,"factor":1.0,"cap_ms":1,"jitter":0.0},"key_concurrency":1,"retention_ms":1,"max_runtime_ms":null,"paused":false},"created_ms":1}"#;
         let err = serde_json::from_str::<QueueRecord>(newer).unwrap_err();
         assert!(
             err.to_string()
-                .contains("record format 5 was written by a newer musterd"),
+                .contains("record format 6 was written by a newer musterd"),
             "{err}"
         );
-        let old = newer.replacen(r#""v":5"#, r#""v":1"#, 1);
+        let old = newer.replacen(r#""v":6"#, r#""v":1"#, 1);
         let rec: QueueRecord = serde_json::from_str(&old).unwrap();
         let again = serde_json::to_string(&rec).unwrap();
         assert_eq!(
             again,
-            old.replacen(r#""v":1"#, r#""v":4"#, 1),
-            "a format 1 queue record is written back as format 4, otherwise byte for byte"
+            old.replacen(r#""v":1"#, r#""v":5"#, 1),
+            "a format 1 queue record is written back as format 5, otherwise byte for byte"
         );
     }
 }

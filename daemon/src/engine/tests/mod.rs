@@ -2242,6 +2242,7 @@ fn a_reclaim_reaching_max_attempts_names_the_member_in_its_dead_lettered_event()
 mod bounds;
 mod crash_model;
 mod fair;
+mod family;
 mod find;
 mod limits;
 mod limits_model;
