@@ -130,7 +130,6 @@ pub const MAX_CHILD_OUTCOME_BYTES: usize = 4 * 1024;
 pub const MAX_CHILD_OUTCOMES_BYTES: usize = 64 * 1024;
 
 /// Most limits the daemon holds.
-
 pub const MAX_LIMITS: usize = 1_000;
 
 /// Most limits one task may draw on.

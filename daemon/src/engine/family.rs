@@ -311,6 +311,10 @@ impl<W: Waiter> Engine<W> {
         let Some(wait) = wait else {
             let clock = self.index.tasks[&id].clock();
             self.save(id, &rec, clock);
+            if rec.cancel_requested {
+                // Spawned under a cancel: they follow their parent.
+                self.index.family.cascade_from(id);
+            }
             return Ok(SpawnReply {
                 children,
                 state: TaskState::Leased,
