@@ -544,6 +544,25 @@ impl Client {
         .await
     }
 
+    /// Spawns children of a leased task (see [`crate::worker::Task::spawn`] and
+    /// [`crate::worker::Task::spawn_and_wait`] for an agent's way), with `wait`
+    /// suspending it until they have all finished.
+    pub async fn spawn(
+        &self,
+        task: &str,
+        epoch: u64,
+        children: Vec<ops::NewChild>,
+        wait: Option<ops::SpawnWait>,
+    ) -> Result<ops::SpawnReply, Error> {
+        self.call(&ops::Spawn {
+            task: task.into(),
+            epoch,
+            children,
+            wait,
+        })
+        .await
+    }
+
     /// Resumes the suspension a `resume_token` names, handing `data` to the task's next
     /// holder. A token resumes once: a spent one, an earlier suspension's, or one of a
     /// task no longer suspended gets `stale_token`.

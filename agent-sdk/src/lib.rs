@@ -39,9 +39,10 @@ pub use context::ConnectArgs;
 pub use error::Error;
 pub use muster_protocol as protocol;
 pub use muster_protocol::model::{
-    Backoff, Delivery, EnqueuedTask, NewTask, OnTimeout, QueueInfo, QueueOptions, QueuePatch,
-    Resumed, TaskInfo, TaskState, TaskSummary,
+    Backoff, ChildOutcome, Delivery, EnqueuedTask, NewTask, OnTimeout, QueueInfo, QueueOptions,
+    QueuePatch, Resumed, TaskInfo, TaskState, TaskSummary,
 };
+pub use muster_protocol::ops::{NewChild, SpawnReply, SpawnedChild};
 pub use muster_protocol::{ErrorCode, Push, RawJson};
 pub use worker::{Outcome, Suspension, Task, Worker, WorkerConfig, WorkerHandle};
 

@@ -52,8 +52,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use muster_protocol::limits::MAX_RESUME_HELD;
+use muster_protocol::model::ChildOutcome;
 use muster_protocol::model::{Delivery, OnTimeout, Resumed};
-use muster_protocol::ops::{LeaseRef, SessionOpen, SettleReply, SuspendReply, Unsubscribe};
+use muster_protocol::ops::{
+    LeaseRef, NewChild, SessionOpen, SettleReply, Spawn, SpawnReply, SpawnWait, SpawnedChild,
+    SuspendReply, Unsubscribe,
+};
 use muster_protocol::{ErrorCode, Push, RawJson};
 
 use crate::{Client, ConnectOptions, Error};
@@ -246,11 +250,73 @@ impl Task {
     /// [`Outcome::Suspended`]. Fails, leaving the lease held, when the worker is not
     /// connected or the daemon refuses (e.g. `lease_lost`).
     pub async fn suspend(&self, suspension: Suspension) -> Result<SuspendReply, Error> {
+        let reply = self.ask_suspend(suspension, None).await?;
+        Ok(SuspendReply {
+            state: reply.state,
+            resume_token: reply.resume_token,
+            timeout_at_ms: reply.timeout_at_ms,
+        })
+    }
+
+    /// Spawns children of the task and suspends it until every child (of this and
+    /// earlier spawns) has finished, in one change: its lease ends as with
+    /// [`Task::suspend`] (`suspension.reason` is shown to people; its timeout bounds
+    /// the wait), and its next holder finds each child's outcome in
+    /// [`Task::children`]. Return [`Outcome::Suspended`] once it answers. A child key
+    /// spawned before (by an earlier holder, say) is not spawned again. A suspend lost
+    /// with its connection is asked again on the next.
+    pub async fn spawn_and_wait(
+        &self,
+        children: Vec<NewChild>,
+        suspension: Suspension,
+    ) -> Result<SpawnReply, Error> {
+        self.ask_suspend(suspension, Some(children)).await
+    }
+
+    /// Spawns children of the task, keeping its lease: each is a task of its own (in
+    /// any queue) that names this one as its parent, enqueued once per child key (a
+    /// key spawned before answers that child, `duplicate`). Cancelling this task
+    /// cancels them. Fails when the worker is not connected (spawn again: keys make it
+    /// safe) or the daemon refuses (e.g. `lease_lost`, `limit`).
+    pub async fn spawn(&self, children: Vec<NewChild>) -> Result<Vec<SpawnedChild>, Error> {
+        let (reply, answer) = oneshot::channel();
+        let ask = Event::Spawn(SpawnAsk {
+            id: self.delivery.id.clone(),
+            epoch: self.delivery.epoch,
+            children,
+            answer: reply,
+        });
+        if self.events.send(ask).is_err() {
+            return Err(Error::Closed("the worker has stopped".into()));
+        }
+        let reply = answer
+            .await
+            .unwrap_or_else(|_| Err(Error::Closed("the worker has stopped".into())))?;
+        Ok(reply.children)
+    }
+
+    /// The outcome of each child the task waited for ([`Task::spawn_and_wait`]), as
+    /// its wait ended: empty if it did not wait for children.
+    pub fn children(&self) -> &[ChildOutcome] {
+        self.resumed().map_or(&[], |r| &r.children)
+    }
+
+    /// The task that spawned this one, if it is a child.
+    pub fn parent(&self) -> Option<&str> {
+        self.delivery.parent.as_deref()
+    }
+
+    async fn ask_suspend(
+        &self,
+        suspension: Suspension,
+        children: Option<Vec<NewChild>>,
+    ) -> Result<SpawnReply, Error> {
         let (reply, answer) = oneshot::channel();
         let ask = Event::Suspend(SuspendAsk {
             id: self.delivery.id.clone(),
             epoch: self.delivery.epoch,
             suspension,
+            children,
             answer: reply,
         });
         if self.events.send(ask).is_err() {
@@ -424,24 +490,36 @@ enum Event {
     Settled(Settle, Result<SettleReply, Error>),
     /// The local deadline of a lease passed with no renewal confirmed.
     Expired(String, u64),
-    /// A handler asks to suspend its task ([`Task::suspend`]).
+    /// A handler asks to suspend its task ([`Task::suspend`], [`Task::spawn_and_wait`]).
     Suspend(SuspendAsk),
     /// A suspend's result, for the loop and then the handler.
-    Suspended(SuspendAsk, Result<SuspendReply, Error>),
+    Suspended(SuspendAsk, Result<SpawnReply, Error>),
+    /// A handler spawns children, keeping its lease ([`Task::spawn`]).
+    Spawn(SpawnAsk),
 }
 
 /// How far past its abort time a suspended task's deadline is moved: its watchdog
 /// sleeps through the grace period the handler has to hand its token on.
 const SUSPENDED_WATCH: Duration = Duration::from_secs(3600);
 
-/// Where a suspend's result goes: the handler that asked.
-type SuspendAnswer = oneshot::Sender<Result<SuspendReply, Error>>;
+/// Where a suspend's or a spawn's result goes: the handler that asked.
+type SuspendAnswer = oneshot::Sender<Result<SpawnReply, Error>>;
 
-/// A suspend to send: the task, its epoch, what it asks, and who waits for the answer.
+/// A suspend to send: the task, its epoch, what it asks (with the children it spawns
+/// when it waits for them), and who waits for the answer.
 struct SuspendAsk {
     id: String,
     epoch: u64,
     suspension: Suspension,
+    children: Option<Vec<NewChild>>,
+    answer: SuspendAnswer,
+}
+
+/// A spawn to send, the lease kept.
+struct SpawnAsk {
+    id: String,
+    epoch: u64,
+    children: Vec<NewChild>,
     answer: SuspendAnswer,
 }
 
@@ -663,6 +741,7 @@ where
             // Sent once connected again (the lease is still held meanwhile).
             Event::Suspend(ask) => self.ask_suspend(None, ask),
             Event::Suspended(ask, result) => self.suspended(ask, result),
+            Event::Spawn(ask) => self.send_spawn(None, ask),
         }
     }
 
@@ -875,6 +954,7 @@ where
             Event::Expired(id, epoch) => self.expired(&id, epoch),
             Event::Suspend(ask) => self.ask_suspend(Some(client), ask),
             Event::Suspended(ask, result) => self.suspended(ask, result),
+            Event::Spawn(ask) => self.send_spawn(Some(client), ask),
         }
         if self.leader_moved {
             return ControlFlow::Break(Ok(false));
@@ -1266,15 +1346,75 @@ where
         self.tasks.spawn(async move {
             let (id, epoch) = (ask.id.as_str(), ask.epoch);
             store_checkpoint(&client, id, epoch, progress).await;
-            let req = muster_protocol::ops::Suspend {
-                task: id.to_owned(),
-                epoch,
-                reason: ask.suspension.reason.clone(),
-                timeout_ms: ask.suspension.timeout.map(|t| t.as_millis() as u64),
-                on_timeout: ask.suspension.on_timeout,
+            let timeout_ms = ask.suspension.timeout.map(|t| t.as_millis() as u64);
+            let result = match &ask.children {
+                None => {
+                    let req = muster_protocol::ops::Suspend {
+                        task: id.to_owned(),
+                        epoch,
+                        reason: ask.suspension.reason.clone(),
+                        timeout_ms,
+                        on_timeout: ask.suspension.on_timeout,
+                    };
+                    client.call(&req).await.map(|r| SpawnReply {
+                        children: Vec::new(),
+                        state: r.state,
+                        resume_token: r.resume_token,
+                        timeout_at_ms: r.timeout_at_ms,
+                    })
+                }
+                Some(children) => {
+                    let req = Spawn {
+                        task: id.to_owned(),
+                        epoch,
+                        children: children.clone(),
+                        wait: Some(SpawnWait {
+                            reason: Some(ask.suspension.reason.clone()),
+                            timeout_ms,
+                            on_timeout: ask.suspension.on_timeout,
+                        }),
+                    };
+                    client.call(&req).await
+                }
             };
-            let result = client.call(&req).await;
             let _ = events.send(Event::Suspended(ask, result));
+        });
+    }
+
+    /// Sends a spawn that keeps the lease, answering its handler directly: refused
+    /// (`lease_lost`) when the task is not held under that epoch or is being
+    /// suspended, and `closed` while disconnected (a spawn is safe to ask again).
+    fn send_spawn(&mut self, client: Option<&Client>, ask: SpawnAsk) {
+        let held = self
+            .held
+            .get(&ask.id)
+            .is_some_and(|h| h.epoch == ask.epoch && !h.suspending);
+        let refusal = match client {
+            _ if !held => Some(Error::Server(muster_protocol::ErrorBody::new(
+                ErrorCode::LeaseLost,
+                format!(
+                    "task {} epoch {} is not held by this worker, or is being suspended",
+                    ask.id, ask.epoch
+                ),
+            ))),
+            None => Some(Error::Closed(
+                "the worker is not connected; spawn again".into(),
+            )),
+            Some(_) => None,
+        };
+        if let Some(e) = refusal {
+            let _ = ask.answer.send(Err(e));
+            return;
+        }
+        let client = client.expect("connected").clone();
+        self.tasks.spawn(async move {
+            let req = Spawn {
+                task: ask.id,
+                epoch: ask.epoch,
+                children: ask.children,
+                wait: None,
+            };
+            let _ = ask.answer.send(client.call(&req).await);
         });
     }
 
@@ -1282,7 +1422,7 @@ where
     /// grace period to hand its token on and return. Lost with the connection (or the
     /// leader): asked again on the next connection, where a repeat gets a new token.
     /// Refused: the task is held as before, or settled as its handler said meanwhile.
-    fn suspended(&mut self, ask: SuspendAsk, result: Result<SuspendReply, Error>) {
+    fn suspended(&mut self, ask: SuspendAsk, result: Result<SpawnReply, Error>) {
         let (id, epoch) = (ask.id.clone(), ask.epoch);
         let lost = match &result {
             Err(Error::Closed(_) | Error::Connect(_)) => true,

@@ -419,6 +419,17 @@ pub struct NewChild {
     pub task: NewTask,
 }
 
+impl NewChild {
+    /// Child `child_key` in `queue` with this payload and no other options.
+    pub fn new(child_key: impl Into<String>, queue: impl Into<String>, payload: RawJson) -> Self {
+        NewChild {
+            child_key: child_key.into(),
+            queue: queue.into(),
+            task: NewTask::new(payload),
+        }
+    }
+}
+
 /// How a [`Spawn`]'s parent waits for its children.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SpawnWait {

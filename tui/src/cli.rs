@@ -141,6 +141,34 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = TimeoutAction::Fail)]
         on_timeout: TimeoutAction,
     },
+    /// Spawn children of a leased task (each once per child key: a key spawned before
+    /// answers that child), keeping the lease, or with `--wait` suspending the task
+    /// until every child has finished (prints each child, then the resume token).
+    Spawn {
+        /// The claim.
+        claim: ClaimString,
+        /// A child: its key among the task's children, its queue and its payload.
+        #[arg(
+            long = "child",
+            num_args = 3,
+            value_names = ["KEY", "QUEUE", "JSON"],
+            action = clap::ArgAction::Append
+        )]
+        children: Vec<String>,
+        /// Suspend the task until every child has finished.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: what it waits for, shown to people [default: waiting for its
+        /// children].
+        #[arg(long, requires = "wait")]
+        reason: Option<String>,
+        /// With --wait: how long it may wait [default: 7d].
+        #[arg(long, value_parser = duration, requires = "wait")]
+        timeout: Option<Duration>,
+        /// With --wait: what the timeout does.
+        #[arg(long, value_enum, default_value_t = TimeoutAction::Fail)]
+        on_timeout: TimeoutAction,
+    },
     /// Resume a suspended task: by the token its suspend printed, or (approve and admin
     /// tokens) by its id with `--task`. It is ready again at its place, and its next
     /// holder sees `--with`'s JSON as the resume's data.

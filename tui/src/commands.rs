@@ -135,6 +135,46 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
                 &reply,
             )
         }
+        Command::Spawn {
+            claim,
+            children,
+            wait,
+            reason,
+            timeout,
+            on_timeout,
+        } => {
+            let children = children
+                .chunks(3)
+                .map(|c| {
+                    let payload = json_arg("--child", &c[2])?;
+                    Ok(muster_sdk::NewChild::new(&c[0], &c[1], payload))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let wait = wait.then(|| muster_sdk::protocol::ops::SpawnWait {
+                reason,
+                timeout_ms: timeout.map(|t| t.as_millis() as u64),
+                on_timeout: Some(on_timeout.into()),
+            });
+            let reply = client.spawn(&claim.id, claim.epoch, children, wait).await?;
+            out.item(
+                || {
+                    let mut lines: Vec<String> = reply
+                        .children
+                        .iter()
+                        .map(|c| {
+                            let new = if c.duplicate { "duplicate" } else { "new" };
+                            format!("child\t{}\t{}\t{}\t{new}", c.child_key, c.id, c.state)
+                        })
+                        .collect();
+                    lines.push(format!("state\t{}", reply.state));
+                    if let Some(token) = &reply.resume_token {
+                        lines.push(format!("resume_token\t{token}"));
+                    }
+                    lines.join("\n")
+                },
+                &reply,
+            )
+        }
         Command::Resume {
             resume_token,
             task,

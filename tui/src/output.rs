@@ -500,6 +500,43 @@ fn task_text(t: &TaskInfo) -> String {
         format!("created\t{}", time(t.created_ms)),
         format!("updated\t{}", time(t.updated_ms)),
     ];
+    lines.push(format!(
+        "parent\t{}",
+        t.parent.as_ref().map_or("-".into(), |p| format!(
+            "{p} child_key={}",
+            safe(t.child_key.as_deref().unwrap_or("-"))
+        ))
+    ));
+    lines.push(format!(
+        "children\t{}",
+        match t.children.len() {
+            0 => "-".into(),
+            n => format!("{n} ({})", crate::console::detail::children_counts(t)),
+        }
+    ));
+    for c in &t.children {
+        lines.push(format!(
+            "child\t{}\t{}\t{}\t{}\tchildren={}",
+            safe(&c.child_key),
+            c.state,
+            c.id,
+            c.queue,
+            c.children
+        ));
+    }
+    for c in t.resumed.iter().flat_map(|r| &r.children) {
+        let mut line = format!("outcome\t{}\t{}\t{}", safe(&c.child_key), c.state, c.id);
+        if let Some(r) = &c.result {
+            line.push_str(&format!(" result={}", safe_json(r.get())));
+        }
+        if let Some(e) = &c.error {
+            line.push_str(&format!(" error=\"{}\"", safe(e)));
+        }
+        if c.omitted {
+            line.push_str(" omitted=true");
+        }
+        lines.push(line);
+    }
     for e in &t.history {
         let mut line = format!("event\t{}\t{}", time(e.at_ms), e.event);
         if let Some(m) = &e.member {

@@ -29,6 +29,13 @@
 //! worker asks again on the next one. A program that asks and exits 0 while the runner
 //! stops it (a drain) is suspended all the same.
 //!
+//! **Children.** A program that fans out adds `"children": [{"child_key": "…",
+//! "queue": "…", "task": {"payload": …}}, …]` to its suspend request: the runner
+//! spawns them and suspends the task until every one has finished (one change; a child
+//! key spawned by an earlier run is not spawned again). The run after they finish gets
+//! each child's id, state and result or error in `MUSTER_RESUMED`'s `children`. A
+//! child's own run finds its parent's id in `MUSTER_PARENT`.
+//!
 //! **Supervision.** Each program runs in a process group of its own. Stopping it (a
 //! cancel, a lost or revoked lease, a lease that may lapse, a drain, shutdown) is
 //! always SIGTERM to the group, then SIGKILL after `--grace` (sooner if the lease
@@ -102,17 +109,20 @@ struct ThrottledBy {
     limit: Option<String>,
 }
 
-/// What a program writes into `MUSTER_SUSPEND_FILE` to suspend its task.
+/// What a program writes into `MUSTER_SUSPEND_FILE` to suspend its task (and, with
+/// `children`, to spawn them and wait for them).
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SuspendFile {
     reason: String,
     timeout_ms: Option<u64>,
     on_timeout: Option<muster_sdk::OnTimeout>,
+    children: Option<Vec<muster_sdk::NewChild>>,
 }
 
-/// Largest suspend file read: a reason and two small fields.
-const MAX_SUSPEND_FILE_BYTES: u64 = 4096;
+/// Largest suspend file read: a reason, two small fields, and the children a program
+/// may spawn (the payloads of a full spawn of small children).
+const MAX_SUSPEND_FILE_BYTES: u64 = 1 << 20;
 
 /// How often the progress file is checked.
 const PROGRESS_POLL: Duration = Duration::from_millis(250);
@@ -473,7 +483,18 @@ async fn suspend_task(task: &Task, claim: &ClaimString, request: &str) -> Outcom
         timeout: file.timeout_ms.map(Duration::from_millis),
         on_timeout: file.on_timeout,
     };
-    match task.suspend(suspension).await {
+    let reply = match file.children {
+        Some(children) => task.spawn_and_wait(children, suspension).await.map(|r| {
+            info!(task = %claim.id, epoch = claim.epoch, children = r.children.len(), "spawned");
+            muster_sdk::protocol::ops::SuspendReply {
+                state: r.state,
+                resume_token: r.resume_token,
+                timeout_at_ms: r.timeout_at_ms,
+            }
+        }),
+        None => task.suspend(suspension).await,
+    };
+    match reply {
         Ok(reply) => {
             let token = reply.resume_token.as_deref().unwrap_or("-");
             info!(task = %claim.id, epoch = claim.epoch, outcome = "suspended", state = %reply.state, resume_token = %token, timeout_at_ms = reply.timeout_at_ms, "task ended");
@@ -483,7 +504,11 @@ async fn suspend_task(task: &Task, claim: &ClaimString, request: &str) -> Outcom
         Err(muster_sdk::Error::Server(e))
             if matches!(
                 e.code,
-                muster_sdk::ErrorCode::BadRequest | muster_sdk::ErrorCode::TooLarge
+                muster_sdk::ErrorCode::BadRequest
+                    | muster_sdk::ErrorCode::TooLarge
+                    | muster_sdk::ErrorCode::NotFound
+                    | muster_sdk::ErrorCode::Limit
+                    | muster_sdk::ErrorCode::Forbidden
             ) =>
         {
             let error = format!("muster work: suspend refused: {e}");
@@ -534,6 +559,7 @@ fn program_command(
         .env("MUSTER_PROGRESS_FILE", progress_file)
         .env("MUSTER_SUSPEND_FILE", suspend_file)
         .env("MUSTER_RESUMED", resumed)
+        .env("MUSTER_PARENT", d.parent.as_deref().unwrap_or(""))
         .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

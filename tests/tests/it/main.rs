@@ -54,6 +54,7 @@ mod agent_chaos;
 mod agents;
 mod bench;
 mod checker;
+mod children;
 mod cli;
 mod cluster;
 mod connect;

@@ -29,6 +29,25 @@ pub fn task_lines(t: &TaskInfo, now: u64, absolute: bool) -> Vec<Line<'static>> 
         lines.push(field("last error", first).fg(Color::Red));
         lines.extend(error.map(|l| Line::raw(format!("  {l}")).fg(Color::Red)));
     }
+    if !t.children.is_empty() {
+        lines.push(Line::from(Span::styled(
+            format!("children ({})", children_counts(t)),
+            Style::new().bold(),
+        )));
+        lines.extend(t.children.iter().map(|c| {
+            let grandchildren = match c.children {
+                0 => String::new(),
+                n => format!("  +{n} children"),
+            };
+            Line::raw(format!(
+                "  {:<16} {:<10} {}  {}{grandchildren}",
+                c.child_key,
+                c.state.as_str(),
+                c.id,
+                c.queue
+            ))
+        }));
+    }
     lines.push(Line::from(Span::styled("timeline", Style::new().bold())));
     lines.extend((0..t.history.len()).map(|i| Line::raw(timeline_text(t, i, now, absolute))));
     for (name, json) in [
@@ -46,6 +65,18 @@ pub fn task_lines(t: &TaskInfo, now: u64, absolute: bool) -> Vec<Line<'static>> 
         }
     }
     lines
+}
+
+/// How many of a task's children are in each state, e.g. `3 done, 1 leased`.
+pub fn children_counts(t: &TaskInfo) -> String {
+    TaskState::ALL
+        .iter()
+        .filter_map(|s| {
+            let n = t.children.iter().filter(|c| c.state == *s).count();
+            (n > 0).then(|| format!("{n} {}", s.as_str()))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A line of the task screen's fields: the name in bold, in a column of its own.
@@ -105,6 +136,15 @@ fn field_lines(t: &TaskInfo, now: u64) -> Vec<Line<'static>> {
     if let Some(at) = t.not_before_ms {
         lines.push(field("due", until(now, at)));
     }
+    if let Some(parent) = &t.parent {
+        lines.push(field(
+            "parent",
+            format!(
+                "{parent} (child key {})",
+                t.child_key.as_deref().unwrap_or("-")
+            ),
+        ));
+    }
     if let Some(s) = &t.suspension {
         lines.push(field("asks", s.reason.clone()).fg(Color::Yellow));
         lines.push(field(
@@ -122,6 +162,8 @@ fn field_lines(t: &TaskInfo, now: u64) -> Vec<Line<'static>> {
     if let Some(r) = &t.resumed {
         let how = if r.timed_out {
             "timed out".to_owned()
+        } else if !r.children.is_empty() && r.by.is_empty() {
+            format!("its {} children finished", r.children.len())
         } else if r.by.is_empty() {
             "resumed".to_owned()
         } else {

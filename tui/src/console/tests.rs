@@ -7,9 +7,9 @@ use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
 use muster_protocol::model::{
-    LeaseInfo, LimitInfo, LimitKeyInfo, LimitSpec, MemberInfo, MemberState, OnTimeout, QueueInfo,
-    QueueOptions, QueuePatch, QueueTotals, Rate, StateCounts, SuspensionInfo, TaskInfo, TaskState,
-    TaskSummary, TimelineEvent,
+    ChildSummary, LeaseInfo, LimitInfo, LimitKeyInfo, LimitSpec, MemberInfo, MemberState,
+    OnTimeout, QueueInfo, QueueOptions, QueuePatch, QueueTotals, Rate, StateCounts, SuspensionInfo,
+    TaskInfo, TaskState, TaskSummary, TimelineEvent,
 };
 use muster_protocol::ops::{
     ClusterHello, ClusterMember, ClusterStatusReply, FindCursor, ServerStatsReply, TaskFind,
@@ -153,6 +153,7 @@ fn task(n: u32, queue: &str, state: TaskState) -> TaskSummary {
                 since_ms: NOW - 42 * SEC,
                 timeout_at_ms: NOW + 3600 * SEC,
                 on_timeout: OnTimeout::Fail,
+                children: false,
             })
         }),
         created_ms: NOW - 600 * SEC,
@@ -424,6 +425,24 @@ fn task_info() -> TaskInfo {
         dead_reason: None,
         suspension: None,
         resumed: None,
+        parent: Some(id(9)),
+        child_key: Some("report-q3".into()),
+        children: vec![
+            ChildSummary {
+                id: id(10),
+                child_key: "page-1".into(),
+                queue: "ocr".into(),
+                state: TaskState::Done,
+                children: 0,
+            },
+            ChildSummary {
+                id: id(11),
+                child_key: "page-2".into(),
+                queue: "ocr".into(),
+                state: TaskState::Leased,
+                children: 2,
+            },
+        ],
         created_ms: NOW - 900 * SEC,
         updated_ms: NOW - 60 * SEC,
         history: vec![
