@@ -253,6 +253,21 @@ async fn attempt(c: &Client, op: &str, queue: &str, task: &str, member: &str) ->
         "throttled" => code(c.throttled(task, 1, None, None).await),
         // Not leased: an allowed suspend is `lease_lost`.
         "suspend" => code(c.suspend(task, 1, muster_sdk::Suspension::new("why")).await),
+        // Not leased: an allowed spawn (consume on the task's queue and produce on the
+        // child's: only admins here) is `lease_lost`.
+        "spawn" => code(
+            c.spawn(
+                task,
+                1,
+                vec![muster_sdk::NewChild::new(
+                    "k",
+                    queue,
+                    muster_sdk::json(&1).expect("json"),
+                )],
+                None,
+            )
+            .await,
+        ),
         // Not suspended: an allowed resume is `stale_token` (a token) or
         // `invalid_state` (by id).
         "resume" => code(
@@ -322,6 +337,7 @@ const OPS: &[&str] = &[
     "limit_delete",
     "throttled",
     "suspend",
+    "spawn",
     "resume",
     "resume_by_id",
     "cluster_status",

@@ -17,10 +17,11 @@ use muster_sdk::{Client, NewTask, QueuePatch, TaskInfo, TaskState};
 use muster_tests::{Daemon, Proc, muster_bin, until};
 
 /// What `muster work` deliberately gives its program (README, "the program gets").
-const PROGRAM_VARS: [&str; 10] = [
+const PROGRAM_VARS: [&str; 11] = [
     "MUSTER_ATTEMPT",
     "MUSTER_CLAIM",
     "MUSTER_FAILURES",
+    "MUSTER_PARENT",
     "MUSTER_PROGRESS",
     "MUSTER_PROGRESS_FILE",
     "MUSTER_QUEUE",
