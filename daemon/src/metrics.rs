@@ -15,7 +15,8 @@
 //! | `muster_enqueued_total`, `muster_leased_total` (not reclaims) | counters | |
 //! | `muster_acked_total`, `muster_nacked_total`, `muster_released_total`, `muster_throttled_total`, `muster_lapsed_total`, `muster_revoked_total`, `muster_reclaimed_total` | counters: leases ended so | |
 //! | `muster_suspended_total` | counter: leases ended by a suspend | |
-//! | `muster_resumed_total` | counter: suspended tasks made ready (by a resume, or a timeout that resumes) | |
+//! | `muster_resumed_total` | counter: suspended tasks made ready (by a resume, a timeout that resumes, or the end of the children a parent waited for) | |
+//! | `muster_spawned_total` | counter: children spawned into the queue (each also counts in `muster_enqueued_total`) | |
 //! | `muster_dead_lettered_total` | counter | `reason`: max_attempts, dead_lettered (by its holder), suspend_timed_out |
 //! | `muster_cancelled_total` | counter: tasks ended cancelled | |
 //! | `muster_redriven_total`, `muster_discarded_total`, `muster_purged_total` | counters: operators' repairs | |
@@ -350,7 +351,11 @@ fn describe() {
     );
     describe_counter!(
         "muster_resumed_total",
-        "Suspended tasks made ready by a resume or a timeout that resumes."
+        "Suspended tasks made ready by a resume, a timeout that resumes, or their children's end."
+    );
+    describe_counter!(
+        "muster_spawned_total",
+        "Children spawned into the queue (each also counted as enqueued)."
     );
     describe_gauge!("muster_limit_held", "Leases held that draw on the limit.");
     describe_gauge!(

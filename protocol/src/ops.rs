@@ -403,7 +403,11 @@ pub struct Spawn {
     /// The children, 0 to [`crate::limits::MAX_SPAWN`].
     pub children: Vec<NewChild>,
     /// Suspend the parent until every child (of this and earlier spawns) has finished.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::nulls::refused"
+    )]
     pub wait: Option<SpawnWait>,
 }
 

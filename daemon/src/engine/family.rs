@@ -286,6 +286,7 @@ impl<W: Waiter> Engine<W> {
                 depth,
             };
             let (cid, state) = self.store_new(&c.queue, &c.task, owner, Some(link), now);
+            super::telemetry::spawned(&c.queue);
             *o = Some(SpawnedChild {
                 child_key: c.child_key.clone(),
                 id: cid.to_string(),

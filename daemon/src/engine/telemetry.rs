@@ -100,7 +100,7 @@ pub const DEAD_BY_AGENT: &str = "dead_lettered";
 pub const DEAD_SUSPEND_TIMED_OUT: &str = "suspend_timed_out";
 
 /// Counters per queue without a further label.
-const QUEUE_COUNTERS: [&str; 15] = [
+const QUEUE_COUNTERS: [&str; 16] = [
     "muster_enqueued_total",
     "muster_leased_total",
     "muster_acked_total",
@@ -116,6 +116,7 @@ const QUEUE_COUNTERS: [&str; 15] = [
     "muster_discarded_total",
     "muster_suspended_total",
     "muster_resumed_total",
+    "muster_spawned_total",
 ];
 
 /// Most members with series of their own (`muster_member_leases`,
@@ -186,6 +187,11 @@ pub fn cancelled(queue: &str) {
 /// A suspended task made ready again (by a resume, or its timeout).
 pub fn resumed(queue: &str) {
     counter!("muster_resumed_total", "queue" => queue.to_owned()).increment(1);
+}
+
+/// Children spawned into `queue` (not those a spawn found spawned before).
+pub fn spawned(queue: &str) {
+    counter!("muster_spawned_total", "queue" => queue.to_owned()).increment(1);
 }
 
 /// Tasks an operator redrove, discarded or purged (`what` is one of the counters).
