@@ -13,7 +13,11 @@
 //! ends done). Some holdings end in a suspend, which the agent then resumes with its
 //! token (across restarts and failovers: a suspend asked again gets a new token, a
 //! resume whose reply was lost may find its token spent): a suspended task whose token
-//! was lost would never be done, and the drain would find it lost.
+//! was lost would never be done, and the drain would find it lost. Some spawn two
+//! children and wait for them (across the same faults: a spawn asked again spawns
+//! nothing twice); each child is logged as an attempt of its own, acknowledged with the
+//! spawn's reply, so a child lost, spawned twice or never run, or a parent never woken,
+//! shows as lost, duplicated or not done.
 //!
 //! [`run`] is the single daemon under kill -9 and power loss; [`run_against`] runs the
 //! same clients and scoring against any daemon or cluster with any nemesis (see
@@ -37,6 +41,10 @@ use crate::cluster::{Served, connect_leader};
 
 /// The queue the checker uses.
 const QUEUE: &str = "checker";
+
+/// The producer number of children: a spawned task's payload names `CHILD_BASE` plus its
+/// parent's producer, and twice its parent's number (plus 0 or 1).
+const CHILD_BASE: u64 = 1 << 20;
 
 /// The queue's lease (and every claim's). Long enough that agents, which settle within
 /// a few hundred milliseconds, only lose a lease when they abandon a task on purpose.
@@ -162,8 +170,10 @@ pub struct Report {
     pub faults: usize,
     /// Enqueues attempted.
     pub attempted: usize,
-    /// Enqueues acknowledged by the daemon.
+    /// Enqueues acknowledged by the daemon (children's spawns included).
     pub acknowledged: usize,
+    /// Of those, children acknowledged by a spawn.
+    pub children: usize,
     /// Enqueues whose reply never came (the connection was lost or timed out).
     pub indeterminate: usize,
     /// Distinct tasks agents received.
@@ -232,7 +242,7 @@ impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "seed={} faults={} attempted={} acknowledged={} indeterminate={} delivered={} \
+            "seed={} faults={} attempted={} acknowledged={} children={} indeterminate={} delivered={} \
              deliveries={} settles_acknowledged={} lost={} unexpected={} concurrent_holders={} \
              recovered={} done_more_than_once={} delivered_after_ack={} duplicated={} \
              remaining={} done={}",
@@ -240,6 +250,7 @@ impl std::fmt::Display for Report {
             self.faults,
             self.attempted,
             self.acknowledged,
+            self.children,
             self.indeterminate,
             self.delivered,
             self.deliveries,
@@ -286,6 +297,8 @@ enum Settle {
     Release,
     /// Suspended (the lease ends there), then resumed by the same agent.
     Suspend,
+    /// Two children spawned, and the task waits for them (the lease ends there).
+    Spawn,
     /// Dropped on purpose: the lease must lapse before anyone else gets the task.
     Abandon,
 }
@@ -506,7 +519,13 @@ async fn work(mut rng: StdRng, target: Target, stop: Arc<AtomicBool>, log: Share
                 settle: match rng.random_range(0..100) {
                     0..85 => Settle::Ack,
                     85..90 => Settle::Nack,
-                    90..94 => Settle::Suspend,
+                    90..92 => Settle::Suspend,
+                    // Children of children would nest without end: only producers'
+                    // tasks spawn.
+                    92..94 if key_of(d.payload.get()).is_some_and(|(p, _)| p < CHILD_BASE) => {
+                        Settle::Spawn
+                    }
+                    92..94 => Settle::Suspend,
                     94..97 => Settle::Release,
                     _ => Settle::Abandon,
                 },
@@ -526,7 +545,7 @@ async fn work(mut rng: StdRng, target: Target, stop: Arc<AtomicBool>, log: Share
             {
                 h.deadline_ms = h.deadline_ms.max(r.lease_expires_ms);
             }
-            settle(&mut conn, &mut h).await;
+            settle(&mut conn, &mut h, &log).await;
             lock(&log).holdings.push(h);
         }
     }
@@ -534,7 +553,7 @@ async fn work(mut rng: StdRng, target: Target, stop: Arc<AtomicBool>, log: Share
 
 /// Sends the holding's settle until the daemon answers it (across restarts, on new
 /// connections), for at most [`SETTLE_DEADLINE`].
-async fn settle(conn: &mut Conn, h: &mut Holding) {
+async fn settle(conn: &mut Conn, h: &mut Holding, log: &Shared) {
     if h.settle == Settle::Abandon {
         return;
     }
@@ -564,6 +583,52 @@ async fn settle(conn: &mut Conn, h: &mut Holding) {
             )
             .await
             .map(|r| r.map(|s| s.resume_token)),
+            // A repeat of a spawn whose reply was lost finds its children spawned.
+            Settle::Spawn => {
+                let (p, n) = h.key.expect("only producers' tasks spawn");
+                let keys = [(CHILD_BASE + p, 2 * n), (CHILD_BASE + p, 2 * n + 1)];
+                let children = keys
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (p, n))| {
+                        let payload = muster_sdk::json(&serde_json::json!({"p": p, "n": n}))
+                            .expect("payload is JSON");
+                        muster_sdk::NewChild::new(format!("c{i}"), QUEUE, payload)
+                    })
+                    .collect();
+                {
+                    let mut log = lock(log);
+                    for k in keys {
+                        log.attempts.entry(k).or_default();
+                    }
+                }
+                let wait = Some(muster_sdk::protocol::ops::SpawnWait::default());
+                let reply = bounded(conn, client.spawn(&h.task, h.epoch, children, wait)).await;
+                let mut log = lock(log);
+                for k in keys {
+                    let attempt = log.attempts.get_mut(&k).expect("logged above");
+                    attempt.indeterminate |= reply.is_none();
+                }
+                if let Some(Ok(spawned)) = &reply {
+                    assert_eq!(spawned.children.len(), 2, "{spawned:?}");
+                    for (k, child) in keys.iter().zip(&spawned.children) {
+                        let attempt = log.attempts.get_mut(k).expect("logged above");
+                        assert!(
+                            attempt.acked_id.as_ref().is_none_or(|id| *id == child.id),
+                            "child {k:?} of {} spawned as {:?} and {}",
+                            h.task,
+                            attempt.acked_id,
+                            child.id
+                        );
+                        if attempt.acked_id.is_none() {
+                            attempt.acked_id = Some(child.id.clone());
+                            attempt.acked_by = conn.served();
+                            attempt.acked_ms = wall_ms();
+                        }
+                    }
+                }
+                reply.map(|r| r.map(|_| None))
+            }
             Settle::Abandon => unreachable!("abandoned holdings are not settled"),
         };
         match answer {
@@ -941,6 +1006,7 @@ fn analyse(history: &History, done: &HashSet<String>) -> Report {
         .filter_map(|(k, a)| a.acked_id.as_deref().map(|id| (id, *k)))
         .collect();
     r.acknowledged = acked_ids.len();
+    r.children = acked_ids.values().filter(|(p, _)| *p >= CHILD_BASE).count();
     r.indeterminate = history
         .attempts
         .values()

@@ -336,6 +336,10 @@ struct Run {
     suspend_p99_ms: Option<f64>,
     resume_to_lease_p50_ms: Option<f64>,
     resume_to_lease_p99_ms: Option<f64>,
+    fanout_spawn_ms: Option<f64>,
+    fanout_children_per_s: Option<f64>,
+    fanout_total_ms: Option<f64>,
+    fanin_ms: Option<f64>,
     startup_s: Option<f64>,
     startup_rss_mib: Option<f64>,
     members_cpu_percent: Option<f64>,
@@ -398,6 +402,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
         if want(BenchPhase::Suspend) {
             wait::suspend(&args, &options, &mut run).await?;
+        }
+        if want(BenchPhase::Fanout) {
+            wait::fanout(&args, &options, &mut run).await?;
         }
         if want(BenchPhase::Members) {
             members(&args, &options, daemon.pid(), &mut run).await?;
@@ -1012,6 +1019,14 @@ fn print_table(runs: &[Run]) -> anyhow::Result<()> {
         }),
         ("suspend: resume to next lease p99 ms", |r| {
             r.resume_to_lease_p99_ms
+        }),
+        ("fanout: spawn reply ms", |r| r.fanout_spawn_ms),
+        ("fanout: children run/s", |r| r.fanout_children_per_s),
+        ("fanout: spawn to parent's next lease ms", |r| {
+            r.fanout_total_ms
+        }),
+        ("fanout: last child's ack to parent's next lease ms", |r| {
+            r.fanin_ms
         }),
         ("startup to serving s", |r| r.startup_s),
         ("startup RSS MiB", |r| r.startup_rss_mib),

@@ -359,6 +359,9 @@ pub struct BenchArgs {
     /// Sequential round trips.
     #[arg(long, default_value_t = 5000, value_parser = at_least_one)]
     pub roundtrips: usize,
+    /// Children the `fanout` phase's parent spawns (1 to 1,000: a parent's most).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub children: u32,
     /// Tasks stored for the startup phase.
     #[arg(long, default_value_t = 1_000_000, value_parser = at_least_one)]
     pub stored: usize,
@@ -413,6 +416,9 @@ pub enum BenchPhase {
     Roundtrip,
     /// Strictly sequential push, suspend, resume, push again, ack (`--roundtrips`).
     Suspend,
+    /// One parent spawns `--children` children and waits; `--workers` drain them; the
+    /// parent is delivered again (`--runs` times).
+    Fanout,
     /// A restart with `--stored` tasks in the store.
     Startup,
     /// `--members` members renewing a lease every second.

@@ -336,6 +336,9 @@ impl<W: Waiter> Engine<W> {
             .take()
             .unwrap_or_else(|| panic!("task {id}: only a suspended task wakes"));
         let children = if suspension.info.children {
+            // The children's records as stored: whatever this request or timer changed
+            // before is committed first.
+            self.commit()?;
             self.child_outcomes(id)?
         } else {
             Vec::new()

@@ -2,7 +2,7 @@
 //! nemesis kill -9s and restarts the daemon ten times at random 1–5 s intervals (and,
 //! for power loss, tears the tail of its journal each time); nothing acknowledged is
 //! lost, nothing is held by two agents at once, nothing is done twice, and the queue
-//! drains. `MUSTER_CHECKER_SEED` replays a seed, `MUSTER_CHECKER_SECONDS` runs long.
+//! drains, children spawned and waited for included. `MUSTER_CHECKER_SEED` replays a seed, `MUSTER_CHECKER_SECONDS` runs long.
 
 use muster_tests::checker::{self, Config, Nemesis};
 
@@ -10,6 +10,7 @@ fn assert_clean(report: &checker::Report) {
     assert!(report.is_clean(), "the checker found violations: {report}");
     assert!(report.faults >= 10, "too few faults: {report}");
     assert!(report.acknowledged > 0, "nothing acknowledged: {report}");
+    assert!(report.children > 0, "no child spawned: {report}");
     assert_eq!(report.done as usize, report.acknowledged + report.recovered);
 }
 

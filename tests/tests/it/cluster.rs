@@ -649,6 +649,7 @@ async fn a_cluster_under_faults_loses_nothing() {
         assert_eq!(report.faults, config.faults, "{report}");
     }
     assert!(report.acknowledged > 0, "nothing acknowledged: {report}");
+    assert!(report.children > 0, "no child spawned: {report}");
     assert_eq!(
         report.done as usize,
         report.acknowledged + report.recovered,
