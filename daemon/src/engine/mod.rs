@@ -936,8 +936,10 @@ impl<W: Waiter> Engine<W> {
         engine.load_queues()?;
         engine.load_limits(now)?;
         engine.load_tasks(now)?;
-        engine.restore_families()?;
         engine.commit()?;
+        // A wake or cascade a crash cut short is finished before anything is served.
+        engine.restore_families()?;
+        engine.settle_families(now)?;
         debug_assert!(
             engine.index.tasks.keys().all(|id| *id <= engine.last_id),
             "ids handed out from now on grow past every stored one"

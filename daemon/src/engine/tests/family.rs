@@ -456,3 +456,85 @@ fn spawns_past_a_limit_or_malformed_are_refused_and_change_nothing() {
         ErrorCode::Limit
     );
 }
+
+#[test]
+fn a_crash_between_a_childs_end_and_its_parents_wake_is_finished_at_start() {
+    let mut h = harness();
+    let parent = h.enqueue("plan", "{}");
+    let (_, epoch) = h.claim_one("plan");
+    let kids = ids(&spawn(&mut h, &parent, epoch, &["a"], true));
+    // What a crash between a round's two commits leaves: the child's end stored, its
+    // parent's wake not.
+    let child: ulid::Ulid = kids[0].parse().unwrap();
+    let wall_ms = h.now.wall_ms;
+    {
+        let store = h.engine().store();
+        let mut rec = store.task(child).unwrap().unwrap();
+        rec.state = TaskState::Done;
+        rec.finished_ms = Some(wall_ms);
+        let mut batch = store.batch();
+        batch.put_task(child, &rec);
+        batch.commit().unwrap();
+    }
+    h.restart(1_000);
+    // The first round after the start wakes it.
+    let t = h.task(&parent);
+    assert_eq!(t.state, TaskState::Ready);
+    let resumed = t.resumed.expect("woken by its children");
+    assert_eq!(
+        resumed
+            .children
+            .iter()
+            .map(|c| (c.id.as_str(), c.state))
+            .collect::<Vec<_>>(),
+        [(kids[0].as_str(), TaskState::Done)]
+    );
+}
+
+#[test]
+fn a_cascade_past_one_round_goes_on_in_the_next_and_after_a_restart() {
+    let mut h = harness();
+    let root = h.enqueue("plan", "{}");
+    let (_, epoch) = h.claim_one("plan");
+    // Two generations: more descendants than one round cancels.
+    let many: Vec<String> = (0..MAX_CHILDREN).map(|i| format!("k{i}")).collect();
+    let keys: Vec<&str> = many.iter().map(String::as_str).collect();
+    let kids = ids(&spawn(&mut h, &root, epoch, &keys, false));
+    let got = h.claim_as("work", 1, "w");
+    assert_eq!(got[0].0, kids[0]);
+    let grand = ids(&spawn(&mut h, &kids[0], got[0].1, &["g1", "g2"], false));
+    let unfinished = |h: &mut Harness| {
+        let counts = h.counts("work");
+        counts[0] + counts[1] + counts[6]
+    };
+    assert_eq!(unfinished(&mut h), (MAX_CHILDREN - 1 + 2) as u64);
+    // The cancel's request cancels CASCADE_BATCH (its children) and no more: the
+    // grandchildren are left for the next round, which a restart comes before.
+    let tag = super::Tag {
+        seq: u64::MAX,
+        conn: 0,
+        principal: None,
+    };
+    let now = h.now;
+    h.engine()
+        .handle(
+            EngineRequest::Cancel(Cancel { task: root.clone() }),
+            tag,
+            now,
+        )
+        .unwrap();
+    let _ = h.engine().take_outbox().count();
+    for g in &grand {
+        assert_eq!(
+            h.engine().index.tasks[&g.parse().unwrap()].state,
+            TaskState::Ready
+        );
+    }
+    h.restart(1_000);
+    assert_eq!(unfinished(&mut h), 0);
+    for g in &grand {
+        assert_eq!(h.state(g).0, TaskState::Cancelled);
+    }
+    assert!(h.task(&kids[0]).cancel_requested);
+    assert!(h.task(&root).cancel_requested);
+}
