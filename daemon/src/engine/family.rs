@@ -188,7 +188,8 @@ impl Families {
         }
     }
 
-    /// How many entries the index holds: for the refused-request digest.
+    /// How many entries the index holds: for the refused-request digest (debug builds).
+    #[cfg(debug_assertions)]
     pub(super) fn len(&self) -> (usize, usize) {
         (self.parent_of.len(), self.children.len())
     }
