@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use muster_protocol::limits::{MAX_DELAY, MAX_ERROR_BYTES, MAX_PROGRESS_BYTES, MAX_RESULT_BYTES};
-use muster_sdk::{OnTimeout, Outcome, WorkerConfig, WorkerHandle};
+use muster_sdk::{NewChild, OnTimeout, Outcome, WorkerConfig, WorkerHandle};
 use pyo3::prelude::*;
 use tokio::sync::oneshot;
 use tracing::warn;
@@ -213,7 +213,7 @@ impl Task {
     }
 
     /// How the task's last suspension ended, as JSON text (`data`, `by`, `at_ms`,
-    /// `timed_out`), if it was resumed.
+    /// `timed_out`, and `children` for a wait for its children), if it was resumed.
     #[getter]
     fn resumed(&self) -> Option<String> {
         self.task
@@ -234,18 +234,7 @@ impl Task {
         timeout_ms: Option<u64>,
         on_timeout: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let on_timeout = on_timeout
-            .map(|o| {
-                OnTimeout::parse(&o).ok_or_else(|| {
-                    invalid(format!("on_timeout {o:?} is not resume, fail or cancel"))
-                })
-            })
-            .transpose()?;
-        let suspension = muster_sdk::Suspension {
-            reason,
-            timeout: timeout_ms.map(Duration::from_millis),
-            on_timeout,
-        };
+        let suspension = suspension(reason, timeout_ms, on_timeout)?;
         let this = slf.clone().unbind();
         let task = Arc::clone(&slf.get().task);
         done.get().spawn(py, async move {
@@ -255,6 +244,62 @@ impl Task {
             let text = serde_json::to_string(&reply).expect("a reply serializes");
             Ok(Reply::Json(vec![text]))
         })
+    }
+
+    /// Spawns children of the task, keeping its lease: resolves with each child's
+    /// reply (`child_key`, `id`, `duplicate`, `state`) as a list of JSON objects, in
+    /// the order given. `children` are `dict`s of a spawn's child fields (`child_key`,
+    /// `queue`, `task`), written as `crate::json` writes a request's fields; one that
+    /// is not a child is refused before anything is sent.
+    fn spawn<'py>(
+        &self,
+        py: Python<'py>,
+        done: &Bound<'py, Loop>,
+        children: Vec<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let children = new_children(&children)?;
+        let task = Arc::clone(&self.task);
+        done.get().spawn(py, async move {
+            let spawned = task.spawn(children).await?;
+            let texts = spawned
+                .iter()
+                .map(|c| serde_json::to_string(c).expect("a spawned child serializes"))
+                .collect();
+            Ok(Reply::Json(texts))
+        })
+    }
+
+    /// Spawns children (as [`Task::spawn`] takes them) and suspends the task until
+    /// every child has finished: resolves with the reply (`children`, `state`,
+    /// `resume_token`, `timeout_at_ms`) as a one-element list of JSON objects, and
+    /// makes `Outcome::Suspended` the handler's outcome, as [`Task::suspend`] does.
+    #[pyo3(signature = (done, children, reason, timeout_ms, on_timeout))]
+    fn spawn_and_wait<'py>(
+        slf: &Bound<'py, Self>,
+        py: Python<'py>,
+        done: &Bound<'py, Loop>,
+        children: Vec<Bound<'py, PyAny>>,
+        reason: String,
+        timeout_ms: Option<u64>,
+        on_timeout: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let children = new_children(&children)?;
+        let suspension = suspension(reason, timeout_ms, on_timeout)?;
+        let this = slf.clone().unbind();
+        let task = Arc::clone(&slf.get().task);
+        done.get().spawn(py, async move {
+            let reply = task.spawn_and_wait(children, suspension).await?;
+            // Waiting (or woken, or cancelled): nothing is left to settle.
+            this.get().settle(Outcome::Suspended);
+            let text = serde_json::to_string(&reply).expect("a reply serializes");
+            Ok(Reply::Json(vec![text]))
+        })
+    }
+
+    /// The task that spawned this one, if it is a child.
+    #[getter]
+    fn parent(&self) -> Option<String> {
+        self.task.parent().map(str::to_owned)
     }
 
     /// True once the task should stop.
@@ -503,6 +548,39 @@ impl Drop for CancelOnDrop {
             self.cancel();
         }
     }
+}
+
+/// A suspension as the SDK takes it; refused when `on_timeout` is not `resume`, `fail`
+/// or `cancel`.
+fn suspension(
+    reason: String,
+    timeout_ms: Option<u64>,
+    on_timeout: Option<String>,
+) -> PyResult<muster_sdk::Suspension> {
+    let on_timeout = on_timeout
+        .map(|o| {
+            OnTimeout::parse(&o)
+                .ok_or_else(|| invalid(format!("on_timeout {o:?} is not resume, fail or cancel")))
+        })
+        .transpose()?;
+    Ok(muster_sdk::Suspension {
+        reason,
+        timeout: timeout_ms.map(Duration::from_millis),
+        on_timeout,
+    })
+}
+
+/// A spawn's children from the `dict`s of their fields, each read as the daemon reads
+/// one; refused (nothing sent) when one is not a child.
+fn new_children(children: &[Bound<'_, PyAny>]) -> PyResult<Vec<NewChild>> {
+    children
+        .iter()
+        .enumerate()
+        .map(|(i, fields)| {
+            let text = crate::json::request(fields)?;
+            serde_json::from_str(&text).map_err(|e| invalid(format!("child {i}: {e}")))
+        })
+        .collect()
 }
 
 /// `text` cut to at most `limit` bytes on a character boundary.

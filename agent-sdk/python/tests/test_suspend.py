@@ -4,6 +4,7 @@ with an answer, a token that resumes once, and a timeout that fails the task."""
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any, Dict, List, Tuple
 
 import muster
@@ -19,24 +20,26 @@ def start(
 
 
 def test_a_handler_asks_frees_its_slot_and_runs_again_with_the_answer(daemon: Daemon) -> None:
-    tokens: asyncio.Queue[str] = asyncio.Queue()
-    answers: Dict[str, Any] = {}
-    refused: List[str] = []
-
-    async def handle(task: muster.Task) -> Any:
-        if task.payload == "merge" and task.resumed is None:
-            try:
-                await task.suspend("may I merge?", on_timeout="later")  # type: ignore[arg-type]
-            except muster.InvalidInput as e:
-                refused.append(str(e))
-            asked = await task.suspend("may I merge?", timeout=3600, on_timeout="cancel")
-            assert asked.state == "suspended" and asked.resume_token is not None
-            await tokens.put(asked.resume_token)
-            return "ignored: the suspend came first"
-        answers[task.id] = task.resumed
-        return {"merged": task.resumed is not None}
-
     async def body() -> None:
+        # Made inside the test's loop: before Python 3.10 a queue or an event binds to
+        # the event loop current when it is made.
+        tokens: asyncio.Queue[str] = asyncio.Queue()
+        answers: Dict[str, Any] = {}
+        refused: List[str] = []
+
+        async def handle(task: muster.Task) -> Any:
+            if task.payload == "merge" and task.resumed is None:
+                try:
+                    await task.suspend("may I merge?", on_timeout="later")  # type: ignore[arg-type]
+                except muster.InvalidInput as e:
+                    refused.append(str(e))
+                asked = await task.suspend("may I merge?", timeout=3600, on_timeout="cancel")
+                assert asked.state == "suspended" and asked.resume_token is not None
+                await tokens.put(asked.resume_token)
+                return "ignored: the suspend came first"
+            answers[task.id] = task.resumed
+            return {"merged": task.resumed is not None}
+
         async with await muster.Client.connect(**daemon.connect) as client:
             await client.queue_create("jobs")
             merge, other = await client.enqueue_many(
@@ -101,12 +104,12 @@ def test_a_suspension_that_times_out_fails_its_task_and_an_approver_resumes_by_i
             assert suspended.state == "suspended"
             await client.suspend(second, "waiting for a person")
             (dead,) = (await client.wait(late, 20)).finished
-            assert (dead.state, dead.dead_reason, dead.failures, dead.last_error) == (
-                "dead",
-                "suspend_timed_out",
-                0,
-                "suspension timed out after 300 ms",
-            )
+            assert (dead.state, dead.dead_reason, dead.failures) == ("dead", "suspend_timed_out", 0)
+            # How long it waited by the daemon's wall clock: the timeout, or a few ms more
+            # when its timer fired late (a loaded machine).
+            waited = re.fullmatch(r"suspension timed out after (\d+) ms", dead.last_error or "")
+            assert waited is not None, dead.last_error
+            assert 300 <= int(waited.group(1)) < 20_000
             assert (await client.resume_task(kept, [1, 2])).state == "ready"
             try:
                 await client.resume_task(kept)

@@ -31,7 +31,7 @@ import logging
 import threading
 
 from . import _native
-from ._client import ClaimRef, Client, LimitRef, NewTask, RateRef
+from ._client import Child, ClaimRef, Client, LimitRef, NewTask, RateRef
 from ._convert import Duration
 from ._native import (
     AlreadyExists,
@@ -61,6 +61,8 @@ from ._worker import DeadLetter, Handler, Retry, Task, Throttled, Worker
 from .records import (
     Backoff,
     CancelResult,
+    ChildOutcome,
+    ChildSummary,
     Claim,
     ClusterMember,
     ClusterRole,
@@ -86,6 +88,8 @@ from .records import (
     ServerStats,
     SettleResult,
     SnapshotResult,
+    Spawned,
+    SpawnedChild,
     Suspended,
     Suspension,
     TaskInfo,
@@ -105,6 +109,9 @@ __all__ = [
     "Backoff",
     "BadRequest",
     "CancelResult",
+    "Child",
+    "ChildOutcome",
+    "ChildSummary",
     "Claim",
     "ClaimRef",
     "Client",
@@ -155,6 +162,8 @@ __all__ = [
     "SettleResult",
     "ShuttingDown",
     "SnapshotResult",
+    "Spawned",
+    "SpawnedChild",
     "StaleToken",
     "Suspended",
     "Suspension",

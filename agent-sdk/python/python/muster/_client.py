@@ -46,6 +46,7 @@ from .records import (
     ServerStats,
     SettleResult,
     SnapshotResult,
+    Spawned,
     Suspended,
     TaskInfo,
     TaskPage,
@@ -113,6 +114,62 @@ class NewTask:
         )
 
 
+@dataclass(frozen=True)
+class Child:
+    """One child task to spawn with :meth:`Task.spawn <muster.Task.spawn>`,
+    :meth:`Task.spawn_and_wait <muster.Task.spawn_and_wait>` or :meth:`Client.spawn`
+    (PROTOCOL.md §4.17).
+
+    ``child_key`` names it among its parent's children (a short name, each given once
+    per spawn): a spawn of a key the parent spawned before enqueues nothing and answers
+    that child (``duplicate``), so a handler that runs again (reclaimed, retried) may
+    spawn the same children again. ``queue`` is any existing queue, the parent's or
+    another. The rest are a task's options as :class:`NewTask` takes them, without an
+    ``idempotency_key``: the child key is one.
+    """
+
+    child_key: str
+    queue: str
+    payload: Any
+    priority: Optional[int] = None
+    """0..9, higher first."""
+    key: Optional[str] = None
+    """Tasks of one key go in enqueue order, at most the queue's ``key_concurrency`` at once."""
+    delay: Optional[Duration] = None
+    """Not handed out before this long from now."""
+    at: Optional[Union[datetime, float]] = None
+    """Not handed out before this instant (the later of ``delay`` and ``at`` wins)."""
+    requires: Sequence[str] = field(default_factory=tuple)
+    """Labels a member must carry to get the task."""
+    limits: Sequence[LimitRef] = field(default_factory=tuple)
+    """The limits it draws on (at most 4, each named once)."""
+    group: Optional[str] = None
+    """Its group, for a queue with ``fair`` on."""
+
+    def _fields(self) -> Dict[str, Any]:
+        task = _task_fields(
+            self.payload,
+            self.priority,
+            self.key,
+            self.delay,
+            self.at,
+            self.requires,
+            self.limits,
+            self.group,
+        )
+        return {"child_key": self.child_key, "queue": self.queue, "task": task}
+
+
+def _children(children: Sequence[Child]) -> List[Dict[str, Any]]:
+    """The fields of a spawn's children, each checked to be a :class:`Child`."""
+    fields: List[Dict[str, Any]] = []
+    for child in _listed(children, "children"):
+        if not isinstance(child, Child):
+            raise _native.InvalidInput(f"a child to spawn is a muster.Child, not {child!r}")
+        fields.append(child._fields())
+    return fields
+
+
 def _task(
     payload: Any,
     priority: Optional[int],
@@ -125,6 +182,22 @@ def _task(
     group: Optional[str],
 ) -> Dict[str, Any]:
     """A task's fields for ``enqueue``, with a fresh idempotency key if none is given."""
+    fields = _task_fields(payload, priority, key, delay, at, requires, limits, group)
+    fields["idempotency_key"] = _fresh_key() if idempotency_key is None else idempotency_key
+    return fields
+
+
+def _task_fields(
+    payload: Any,
+    priority: Optional[int],
+    key: Optional[str],
+    delay: Optional[Duration],
+    at: Optional[Union[datetime, float]],
+    requires: Sequence[str],
+    limits: Sequence[LimitRef],
+    group: Optional[str],
+) -> Dict[str, Any]:
+    """A task's fields but its idempotency key (a child's, or ``_task``'s start)."""
     delay_ms = None if delay is None else ms(delay, "delay")
     not_before_ms = None if at is None else instant_ms(at)
     return {
@@ -134,7 +207,6 @@ def _task(
         "delay_ms": delay_ms,
         "not_before_ms": not_before_ms,
         "requires": list(requires) if requires else None,
-        "idempotency_key": _fresh_key() if idempotency_key is None else idempotency_key,
         "limits": [_limit_use(u) for u in _listed(limits, "limits")] or None,
         "group": group,
     }
@@ -251,7 +323,7 @@ def _node_id(node: int) -> int:
 _Reply = Dict[str, Any]
 """A reply frame's object: the op's fields (PROTOCOL.md §5), with ``id`` and ``ok``."""
 
-_TASK_STATES = ("scheduled", "ready", "leased", "done", "dead", "cancelled")
+_TASK_STATES = ("scheduled", "ready", "leased", "suspended", "done", "dead", "cancelled")
 
 
 class Client:
@@ -547,8 +619,8 @@ class Client:
         oldest first; pass the page's ``next`` as ``after`` for the next page."""
         if state not in _TASK_STATES:
             raise _native.InvalidInput(
-                f"{json.dumps(state)} is not a task state (scheduled, ready, leased, done,"
-                " dead, cancelled)"
+                f"{json.dumps(state)} is not a task state (scheduled, ready, leased,"
+                " suspended, done, dead, cancelled)"
             )
         fields = {"queue": queue, "state": state, "after": after, "limit": limit}
         return TaskPage._from(await self._call("task_list", fields))
@@ -763,6 +835,50 @@ class Client:
         }
         (reply,) = await self._send("suspend", fields)
         return Suspended._from(reply)
+
+    async def spawn(
+        self,
+        claim: ClaimRef,
+        children: Sequence[Child],
+        *,
+        wait: bool = False,
+        reason: Optional[str] = None,
+        timeout: Optional[Duration] = None,
+        on_timeout: Optional[OnTimeout] = None,
+    ) -> Spawned:
+        """Spawns children of a leased task (an agent's way is :meth:`Task.spawn
+        <muster.Task.spawn>` and :meth:`Task.spawn_and_wait
+        <muster.Task.spawn_and_wait>`), in one atomic change: each is a task of its own
+        that names the claimed one as its ``parent``, enqueued once per ``child_key`` (a
+        key spawned before answers that child, ``duplicate``); cancelling the parent
+        cancels its unfinished children (PROTOCOL.md §5.49).
+
+        Without ``wait`` the lease is kept (``state`` ``leased``). With ``wait`` the
+        task is suspended until every child it spawned (now or before) has finished,
+        as :meth:`suspend` suspends it (``reason``, shown to people, "waiting for its
+        children" if ``None``; ``timeout`` and ``on_timeout`` as there): then it is
+        ready again and its next holder finds each child's outcome in
+        ``resumed.children``; ``state`` is ``suspended`` with a ``resume_token`` that
+        ends the wait early, or ``ready`` when every child had finished already.
+        ``children`` may be empty only with ``wait``. A refused spawn (e.g.
+        :class:`~muster.BadRequest` for a bad child key, :class:`~muster.NotFound` for a
+        queue that does not exist, :class:`~muster.LimitExceeded` past 1000 children of
+        one task or 8 spawns deep) stores nothing.
+        """
+        task, epoch = claim_of(claim)
+        if not wait and (reason, timeout, on_timeout) != (None, None, None):
+            raise _native.InvalidInput(
+                "reason, timeout and on_timeout are a wait's: give them with wait=True"
+            )
+        fields: Dict[str, Any] = {"task": task, "epoch": epoch, "children": _children(children)}
+        if wait:
+            fields["wait"] = {
+                "reason": reason,
+                "timeout_ms": ms(timeout, "timeout"),
+                "on_timeout": on_timeout,
+            }
+        (reply,) = await self._send("spawn", fields)
+        return Spawned._from(reply)
 
     async def resume(self, token: str, data: Any = None) -> ResumeResult:
         """Resumes the suspension ``token`` names: the task is ready again at its place

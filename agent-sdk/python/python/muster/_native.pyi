@@ -262,6 +262,22 @@ class Task:
     ) -> Awaitable[List[Dict[str, Any]]]:
         """Suspends the task; resolves with the reply as a one-element list; raises
         ``InvalidInput`` for an ``on_timeout`` other than resume, fail or cancel."""
+    def spawn(self, done: Loop, children: List[Dict[str, Any]]) -> Awaitable[List[Dict[str, Any]]]:
+        """Spawns children (each a ``dict`` of its fields) keeping the lease; resolves
+        with each spawned child; raises ``InvalidInput`` for a ``dict`` that is not one."""
+    def spawn_and_wait(
+        self,
+        done: Loop,
+        children: List[Dict[str, Any]],
+        reason: str,
+        timeout_ms: Optional[int],
+        on_timeout: Optional[str],
+    ) -> Awaitable[List[Dict[str, Any]]]:
+        """Spawns children and suspends the task until they have finished; resolves with
+        the reply as a one-element list."""
+    @property
+    def parent(self) -> Optional[str]:
+        """The task that spawned this one, if it is a child."""
     @property
     def is_cancelled(self) -> bool:
         """True once the task should stop."""

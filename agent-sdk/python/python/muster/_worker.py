@@ -16,8 +16,9 @@ import traceback
 from typing import Any, Awaitable, Callable, List, Optional, Sequence, Union
 
 from . import _loop, _native
+from ._client import Child, _children
 from ._convert import Duration, json_text, ms, ms_required
-from .records import OnTimeout, Resumed, Suspended
+from .records import ChildOutcome, OnTimeout, Resumed, Spawned, SpawnedChild, Suspended
 
 _log = logging.getLogger("muster")
 
@@ -83,12 +84,13 @@ class Task:
     synchronous handler cannot be interrupted: it should check :attr:`is_cancelled`.
     """
 
-    __slots__ = ("_native", "_payload")
+    __slots__ = ("_native", "_payload", "_resumed")
 
     def __init__(self, native: _native.Task) -> None:
         """Wraps the worker's native task; handlers are given one."""
         self._native = native
         self._payload: Any = _UNSET
+        self._resumed: Any = _UNSET
 
     def __repr__(self) -> str:
         return f"<muster.Task {self.id}.{self.epoch} attempt={self.attempt}>"
@@ -205,9 +207,76 @@ class Task:
     @property
     def resumed(self) -> Optional[Resumed]:
         """How the task's last suspension ended, if it was suspended and resumed: the
-        resume's ``data`` and who sent it, or ``timed_out``."""
-        text = self._native.resumed
-        return None if text is None else Resumed._from(json.loads(text))
+        resume's ``data`` and who sent it, or ``timed_out``, and after a wait for its
+        children their outcomes (:attr:`children`)."""
+        if self._resumed is _UNSET:
+            text = self._native.resumed
+            self._resumed = None if text is None else Resumed._from(json.loads(text))
+        resumed: Optional[Resumed] = self._resumed
+        return resumed
+
+    @property
+    def children(self) -> List[ChildOutcome]:
+        """The outcome of each child the task waited for (:meth:`spawn_and_wait`), as
+        its wait ended, in the order they were spawned: ``state`` (``done``, ``dead``
+        or ``cancelled`` once all have finished), ``result``, ``error``, and
+        ``omitted`` when those were left out for size (read the child by its ``id``).
+        Empty if the task did not wait for children."""
+        resumed = self.resumed
+        return [] if resumed is None else resumed.children
+
+    @property
+    def parent(self) -> Optional[str]:
+        """The id of the task that spawned this one, if it is a child."""
+        return self._native.parent
+
+    async def spawn(self, children: Sequence[Child]) -> List[SpawnedChild]:
+        """Spawns children of the task, keeping its lease: each :class:`~muster.Child`
+        becomes a task of its own (in its ``queue``, any existing one) that names this
+        one as its :attr:`parent`, all in one atomic change. A ``child_key`` this task
+        spawned before (in this run or an earlier one) enqueues nothing and answers that
+        child, ``duplicate``: spawning again after a retry or a reclaim is safe.
+        Cancelling this task cancels its unfinished children. Returns each child, in
+        order, with its id and state.
+
+        Raises what the daemon refuses with, storing nothing: :class:`~muster.BadRequest`
+        (a bad or repeated child key), :class:`~muster.NotFound` (a queue that does not
+        exist), :class:`~muster.LimitExceeded` (past 1000 children of one task, or 8
+        spawns deep), :class:`~muster.LeaseLost`; :class:`~muster.ConnectionLost` if
+        the worker is not connected (spawn again); :class:`~muster.InvalidInput`
+        before sending for an item that is not a :class:`~muster.Child`.
+        """
+        fields = _children(children)
+        replies = await self._native.spawn(_loop.current(), fields)
+        return [SpawnedChild._from(c) for c in replies]
+
+    async def spawn_and_wait(
+        self,
+        children: Sequence[Child],
+        reason: str,
+        *,
+        timeout: Optional[Duration] = None,
+        on_timeout: Optional[OnTimeout] = None,
+    ) -> Spawned:
+        """Spawns children as :meth:`spawn` does and suspends the task until every
+        child it spawned (now or before) has finished, in one change: its lease ends as
+        with :meth:`suspend` (the worker's slot is free, no attempt is spent; ``reason``
+        is shown to people, ``timeout`` and ``on_timeout`` bound the wait as there). Once
+        it succeeds the handler's outcome is the suspension, whatever it returns or
+        raises: return. When every child has finished the task is ready again, and its
+        next holder finds their outcomes in :attr:`children`.
+
+        The reply's ``state`` is ``suspended`` (with a ``resume_token`` that ends the
+        wait early), ``ready`` when every child had finished already (the next run comes
+        at once), or ``cancelled``. ``children`` may be empty: then it waits for those
+        spawned before. A refused spawn raises as :meth:`spawn` does, and the lease is
+        still held: the handler's outcome is what it returns then.
+        """
+        fields = _children(children)
+        (reply,) = await self._native.spawn_and_wait(
+            _loop.current(), fields, reason, ms(timeout, "timeout"), on_timeout
+        )
+        return Spawned._from(reply)
 
     async def suspend(
         self,

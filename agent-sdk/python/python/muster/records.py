@@ -184,31 +184,95 @@ class Suspension:
     since_ms: int
     timeout_at_ms: int
     on_timeout: OnTimeout
+    children: bool
+    """True when it waits for its children (a spawn with ``wait``): it is ready again
+    once every one has finished."""
 
     @staticmethod
     def _from(d: Optional[_Dict]) -> Optional[Suspension]:
         if d is None:
             return None
         return Suspension(
-            d["reason"], d["member"], d["epoch"], d["since_ms"], d["timeout_at_ms"], d["on_timeout"]
+            d["reason"],
+            d["member"],
+            d["epoch"],
+            d["since_ms"],
+            d["timeout_at_ms"],
+            d["on_timeout"],
+            d.get("children", False),
         )
+
+
+@dataclass(frozen=True)
+class ChildOutcome:
+    """A child task as its waiting parent's next holder sees it (in
+    :attr:`Resumed.children`, :attr:`muster.Task.children`): its state when the wait
+    ended (``done``, ``dead`` or ``cancelled`` once all have finished), its ``result``
+    when done and its ``error`` when it has one. ``omitted`` is true when the result or
+    error was left out to keep the parent small (over 4 KiB, or past 64 KiB for all
+    the children): read the child by its ``id``."""
+
+    id: str
+    child_key: str
+    queue: str
+    state: TaskState
+    result: Any
+    error: Optional[str]
+    omitted: bool
+
+    @staticmethod
+    def _from(d: _Dict) -> ChildOutcome:
+        return ChildOutcome(
+            id=d["id"],
+            child_key=d["child_key"],
+            queue=d["queue"],
+            state=d["state"],
+            result=d.get("result"),
+            error=d.get("error"),
+            omitted=d.get("omitted", False),
+        )
+
+
+@dataclass(frozen=True)
+class ChildSummary:
+    """A child task as its parent's :class:`TaskInfo` lists it: its id, key, queue,
+    state, and how many children it has itself."""
+
+    id: str
+    child_key: str
+    queue: str
+    state: TaskState
+    children: int
+
+    @staticmethod
+    def _from(d: _Dict) -> ChildSummary:
+        return ChildSummary(d["id"], d["child_key"], d["queue"], d["state"], d.get("children", 0))
 
 
 @dataclass(frozen=True)
 class Resumed:
     """How a task's last suspension ended: the resume's ``data`` and who sent it
-    (``by``: the token's name, ``""`` without tokens), or ``timed_out``."""
+    (``by``: the token's name, ``""`` without tokens), or ``timed_out``; for a task that
+    waited for its children, each child's outcome (``children``, in the order they were
+    spawned; ``by`` is ``""`` when their end woke it)."""
 
     data: Any
     by: str
     at_ms: int
     timed_out: bool
+    children: List[ChildOutcome]
 
     @staticmethod
     def _from(d: Optional[_Dict]) -> Optional[Resumed]:
         if d is None:
             return None
-        return Resumed(d.get("data"), d["by"], d["at_ms"], d["timed_out"])
+        return Resumed(
+            d.get("data"),
+            d["by"],
+            d["at_ms"],
+            d["timed_out"],
+            [ChildOutcome._from(c) for c in d.get("children", [])],
+        )
 
 
 @dataclass(frozen=True)
@@ -223,6 +287,43 @@ class Suspended:
     @staticmethod
     def _from(d: _Dict) -> Suspended:
         return Suspended(d["state"], d.get("resume_token"), d.get("timeout_at_ms"))
+
+
+@dataclass(frozen=True)
+class SpawnedChild:
+    """A child a spawn enqueued, or found spawned before under its ``child_key``
+    (``duplicate``), with its id and state."""
+
+    child_key: str
+    id: str
+    duplicate: bool
+    state: TaskState
+
+    @staticmethod
+    def _from(d: _Dict) -> SpawnedChild:
+        return SpawnedChild(d["child_key"], d["id"], d["duplicate"], d["state"])
+
+
+@dataclass(frozen=True)
+class Spawned:
+    """What a spawn answers: each child asked for, in order, and the parent's state:
+    ``leased`` without a wait; with one ``suspended`` (with a ``resume_token`` that ends
+    the wait early, and when its timeout acts), ``ready`` when every child had
+    finished already, or ``cancelled`` if a cancel was pending."""
+
+    children: List[SpawnedChild]
+    state: TaskState
+    resume_token: Optional[str]
+    timeout_at_ms: Optional[int]
+
+    @staticmethod
+    def _from(d: _Dict) -> Spawned:
+        return Spawned(
+            [SpawnedChild._from(c) for c in d["children"]],
+            d["state"],
+            d.get("resume_token"),
+            d.get("timeout_at_ms"),
+        )
 
 
 @dataclass(frozen=True)
@@ -266,6 +367,12 @@ class TaskInfo:
     """While suspended: why, since when, and what its timeout does."""
     resumed: Optional[Resumed]
     """How its last suspension ended, until its next suspension."""
+    parent: Optional[str]
+    """The task that spawned it, if it is a child."""
+    child_key: Optional[str]
+    """Its key among its parent's children, if it is a child."""
+    children: List[ChildSummary]
+    """The children it spawned that are still stored, in the order they were spawned."""
     created_ms: int
     updated_ms: int
     history: List[TimelineEvent]
@@ -294,6 +401,9 @@ class TaskInfo:
             dead_reason=d.get("dead_reason"),
             suspension=Suspension._from(d.get("suspension")),
             resumed=Resumed._from(d.get("resumed")),
+            parent=d.get("parent"),
+            child_key=d.get("child_key"),
+            children=[ChildSummary._from(c) for c in d.get("children", [])],
             created_ms=d["created_ms"],
             updated_ms=d["updated_ms"],
             history=[TimelineEvent._from(e) for e in d.get("history", [])],
@@ -560,7 +670,10 @@ class Claim:
     progress: Any
     reclaimed: bool
     resumed: Optional[Resumed]
-    """How the task's last suspension ended, if it was resumed (or timed out into ready)."""
+    """How the task's last suspension ended, if it was resumed (or timed out into ready,
+    or its children finished: ``resumed.children``)."""
+    parent: Optional[str]
+    """The task that spawned this one, if it is a child."""
 
     def __str__(self) -> str:
         """The claim string ``ID.EPOCH``."""
@@ -582,6 +695,7 @@ class Claim:
             progress=d.get("progress"),
             reclaimed=d["reclaimed"],
             resumed=Resumed._from(d.get("resumed")),
+            parent=d.get("parent"),
         )
 
 

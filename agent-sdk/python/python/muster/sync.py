@@ -51,6 +51,7 @@ from .records import (
     ServerStats,
     SettleResult,
     SnapshotResult,
+    Spawned,
     Suspended,
     TaskInfo,
     TaskPage,
@@ -413,6 +414,23 @@ class Client:
         """Blocking :meth:`muster.Client.suspend`."""
         return self._run(
             self._client.suspend(claim, reason, timeout=timeout, on_timeout=on_timeout)
+        )
+
+    def spawn(
+        self,
+        claim: _client.ClaimRef,
+        children: Sequence[_client.Child],
+        *,
+        wait: bool = False,
+        reason: Optional[str] = None,
+        timeout: Optional[Duration] = None,
+        on_timeout: Optional[OnTimeout] = None,
+    ) -> Spawned:
+        """Blocking :meth:`muster.Client.spawn`."""
+        return self._run(
+            self._client.spawn(
+                claim, children, wait=wait, reason=reason, timeout=timeout, on_timeout=on_timeout
+            )
         )
 
     def resume(self, token: str, data: Any = None) -> ResumeResult:
