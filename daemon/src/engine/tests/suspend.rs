@@ -475,3 +475,34 @@ fn only_the_holders_principal_replaces_a_token_and_approvers_list_what_waits_for
     }
     assert_eq!(h.code(list(TaskState::Ready)), ErrorCode::Forbidden);
 }
+
+#[test]
+fn resume_data_counts_against_the_enqueuers_quota_and_is_cut_under_the_disk_alarm() {
+    let producer = principal(ROLES, "producer-token-0123456789");
+    let mut h = Harness::new();
+    h.create("q", QueuePatch::default());
+    h.principal = Some(producer);
+    let id = h.enqueue("q", "1");
+    h.principal = None;
+    let stored = |h: &mut Harness| h.engine().budget.stored_bytes["producer"];
+    let base = 1 + crate::store::TASK_RECORD_BYTES;
+    assert_eq!(stored(&mut h), base);
+    // Under the disk alarm, a person's answer still gets through, as a marker of its
+    // size, and counts as that.
+    let (_, e) = h.claim_one("q");
+    let token = suspend(&mut h, &id, e).resume_token.unwrap();
+    let big = format!("\"{}\"", "x".repeat(10_000));
+    h.engine().set_disk_alarm(true);
+    h.call(by_token(&token, Some(&big))).unwrap();
+    h.engine().set_disk_alarm(false);
+    let marker = r#"{"muster_truncated":{"reason":"disk_alarm","bytes":10002}}"#;
+    let t = h.task(&id);
+    assert_eq!(t.resumed.unwrap().data.unwrap().get(), marker);
+    assert_eq!(stored(&mut h), base + marker.len() as u64);
+    // The next resume's data replaces it in the count; the next suspension drops it.
+    let (_, e) = h.claim_one("q");
+    let token = suspend(&mut h, &id, e).resume_token.unwrap();
+    assert_eq!(stored(&mut h), base);
+    h.call(by_token(&token, Some(&big))).unwrap();
+    assert_eq!(stored(&mut h), base + big.len() as u64);
+}
