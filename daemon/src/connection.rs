@@ -14,7 +14,9 @@ use tracing::{debug, warn};
 
 use muster_protocol::batch::WriteBatch;
 use muster_protocol::frame::{self, FrameError, FrameReader};
-use muster_protocol::limits::{MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES, MAX_PROGRESS_BYTES};
+use muster_protocol::limits::{
+    MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES, MAX_PROGRESS_BYTES, MAX_RESUMED_BYTES,
+};
 use muster_protocol::ops::{EdgeRequest, EngineRequest, ErrFrame, OkFrame, Route, decode_request};
 use muster_protocol::{ErrorBody, ErrorCode, Push, Request};
 
@@ -617,11 +619,13 @@ pub fn kib(bytes: usize) -> usize {
 /// budget until the reply is written.
 fn reply_bound(req: &Request) -> usize {
     match req {
-        // One delivery: its payload, its progress checkpoint and the fields around them.
+        // One delivery: its payload, its progress checkpoint, how its last suspension
+        // ended (children's outcomes included) and the fields around them.
         Request::Claim(c) => (c.max.unwrap_or(1) as usize)
-            .saturating_mul(MAX_PAYLOAD_BYTES + MAX_PROGRESS_BYTES + 4096)
+            .saturating_mul(MAX_PAYLOAD_BYTES + MAX_PROGRESS_BYTES + MAX_RESUMED_BYTES + 4096)
             .min(MAX_FRAME_BYTES),
         Request::TaskGet(_)
+        | Request::Spawn(_)
         | Request::TaskList(_)
         | Request::Wait(_)
         | Request::QueueList(_)

@@ -129,6 +129,18 @@ pub const MAX_CHILD_OUTCOME_BYTES: usize = 4 * 1024;
 /// the rest are left out (`omitted`).
 pub const MAX_CHILD_OUTCOMES_BYTES: usize = 64 * 1024;
 
+/// Bytes counted for the fields around a child outcome's strings (its id, key, queue,
+/// result and error are counted as they are): what [`crate::model::Resumed::bytes`] adds
+/// per child.
+pub const CHILD_OUTCOME_OVERHEAD_BYTES: usize = 96;
+
+/// The most bytes a `resumed` can count ([`crate::model::Resumed::bytes`]): its data,
+/// and every child outcome's strings and overhead with the results and errors they
+/// carry. A delivery's reply budget counts this for each delivery.
+pub const MAX_RESUMED_BYTES: usize = MAX_RESUME_DATA_BYTES
+    + MAX_CHILD_OUTCOMES_BYTES
+    + MAX_CHILDREN * (26 + 2 * MAX_NAME_BYTES + CHILD_OUTCOME_OVERHEAD_BYTES);
+
 /// Most limits the daemon holds.
 pub const MAX_LIMITS: usize = 1_000;
 

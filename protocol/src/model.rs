@@ -568,6 +568,29 @@ pub struct Resumed {
     pub children: Vec<ChildOutcome>,
 }
 
+impl Resumed {
+    /// The bytes it carries, as a delivery's size and the stored-bytes quota count
+    /// them: its data, and for each child outcome its strings, its result and error,
+    /// and [`crate::limits::CHILD_OUTCOME_OVERHEAD_BYTES`]. At most
+    /// [`crate::limits::MAX_RESUMED_BYTES`].
+    pub fn bytes(&self) -> usize {
+        let data = self.data.as_ref().map_or(0, |d| d.get().len());
+        let children: usize = self
+            .children
+            .iter()
+            .map(|c| {
+                c.id.len()
+                    + c.child_key.len()
+                    + c.queue.len()
+                    + c.result.as_ref().map_or(0, |r| r.get().len())
+                    + c.error.as_ref().map_or(0, String::len)
+                    + crate::limits::CHILD_OUTCOME_OVERHEAD_BYTES
+            })
+            .sum();
+        data + children
+    }
+}
+
 /// A child task as its waiting parent's next holder sees it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ChildOutcome {

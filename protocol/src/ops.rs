@@ -437,7 +437,7 @@ impl NewChild {
 /// How a [`Spawn`]'s parent waits for its children.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SpawnWait {
-    /// What it waits for, shown to people; "waiting for N children" if absent.
+    /// What it waits for, shown to people; "waiting for its children" if absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// How long it may wait, as a suspend's.

@@ -142,12 +142,16 @@ pub enum Command {
         on_timeout: TimeoutAction,
     },
     /// Spawn children of a leased task (each once per child key: a key spawned before
-    /// answers that child), keeping the lease, or with `--wait` suspending the task
-    /// until every child has finished (prints each child, then the resume token).
+    /// answers that child), keeping the lease; with `--wait` the lease ends and the task
+    /// waits until every child has finished (ready at once if they all have), and its
+    /// next holder sees each child's outcome. Prints a line per child (key, id, state,
+    /// new or duplicate), then the task's state and, while it waits, its resume token.
+    /// At most 1,000 children per task and 8 spawns deep.
     Spawn {
         /// The claim.
         claim: ClaimString,
-        /// A child: its key among the task's children, its queue and its payload.
+        /// A child: its key among the task's children, its queue and its payload (repeat
+        /// for more children).
         #[arg(
             long = "child",
             num_args = 3,

@@ -33,8 +33,10 @@
 //! "queue": "…", "task": {"payload": …}}, …]` to its suspend request: the runner
 //! spawns them and suspends the task until every one has finished (one change; a child
 //! key spawned by an earlier run is not spawned again). The run after they finish gets
-//! each child's id, state and result or error in `MUSTER_RESUMED`'s `children`. A
-//! child's own run finds its parent's id in `MUSTER_PARENT`.
+//! each child's id, state and result or error in `MUSTER_RESUMED`'s `children`, and
+//! always whole in the file `MUSTER_RESUMED_FILE` names (an environment string is
+//! limited by the kernel: past [`MAX_RESUMED_ENV_BYTES`], `MUSTER_RESUMED` leaves the
+//! children out). A child's own run finds its parent's id in `MUSTER_PARENT`.
 //!
 //! **Supervision.** Each program runs in a process group of its own. Stopping it (a
 //! cancel, a lost or revoked lease, a lease that may lapse, a drain, shutdown) is
@@ -123,6 +125,11 @@ struct SuspendFile {
 /// Largest suspend file read: a reason, two small fields, and the children a program
 /// may spawn (the payloads of a full spawn of small children).
 const MAX_SUSPEND_FILE_BYTES: u64 = 1 << 20;
+
+/// Longest `MUSTER_RESUMED` handed over whole (Linux refuses a single environment
+/// string over 128 KiB); a longer resume leaves its children's outcomes out of it, and
+/// `MUSTER_RESUMED_FILE` has it whole.
+const MAX_RESUMED_ENV_BYTES: usize = 96 * 1024;
 
 /// How often the progress file is checked.
 const PROGRESS_POLL: Duration = Duration::from_millis(250);
@@ -408,8 +415,29 @@ async fn execute(
     let suspend_file = runner
         .progress_dir
         .join(format!("{}-{}.suspend.json", claim.id, claim.epoch));
-    let files = (progress_file.as_path(), suspend_file.as_path());
-    let child = match program_command(runner, task, claim, files).spawn() {
+    let resumed_file = runner
+        .progress_dir
+        .join(format!("{}-{}.resumed.json", claim.id, claim.epoch));
+    let resumed = task
+        .resumed()
+        .map(|r| serde_json::to_string(r).expect("a resume serializes"));
+    if let Some(json) = &resumed {
+        // Readable by the program's user (its directory is private to that user).
+        std::fs::write(&resumed_file, json)
+            .and_then(|()| {
+                std::fs::set_permissions(&resumed_file, std::fs::Permissions::from_mode(0o644))
+            })
+            .with_context(|| format!("writing {}", resumed_file.display()))?;
+    }
+    let files = ProgramFiles {
+        progress: &progress_file,
+        suspend: &suspend_file,
+        resumed: resumed
+            .as_ref()
+            .map(|json| (json.as_str(), resumed_file.as_path())),
+    };
+    let spawned = program_command(runner, task, claim, &files).spawn();
+    let child = match spawned {
         Ok(child) => child,
         Err(e) => return Ok((runner_failure(runner, task, &e).await, "-".into())),
     };
@@ -438,6 +466,7 @@ async fn execute(
     program.kill_group();
     report_progress(task, &progress_file, runner.progress_owner, &mut seen);
     let _ = std::fs::remove_file(&progress_file);
+    let _ = std::fs::remove_file(&resumed_file);
     // A file there that cannot be read (not the program's regular file, or too long)
     // is a suspend asked for and refused, not an ack.
     let suspend = std::fs::symlink_metadata(&suspend_file).is_ok().then(|| {
@@ -522,6 +551,32 @@ async fn suspend_task(task: &Task, claim: &ClaimString, request: &str) -> Outcom
     }
 }
 
+/// The files a program's run is handed: where it writes progress and a suspend
+/// request, and how its last suspension ended (as JSON, and the file holding it).
+struct ProgramFiles<'a> {
+    progress: &'a Path,
+    suspend: &'a Path,
+    resumed: Option<(&'a str, &'a Path)>,
+}
+
+/// `MUSTER_RESUMED`: the resume whole, or without its children's outcomes when that
+/// would pass [`MAX_RESUMED_ENV_BYTES`].
+fn resumed_env(resumed: &muster_sdk::Resumed, json: &str) -> String {
+    if json.len() <= MAX_RESUMED_ENV_BYTES {
+        return json.to_owned();
+    }
+    let brief = muster_sdk::Resumed {
+        children: Vec::new(),
+        ..resumed.clone()
+    };
+    let brief = serde_json::to_string(&brief).expect("a resume serializes");
+    assert!(
+        brief.len() <= MAX_RESUMED_ENV_BYTES,
+        "a resume without its children fits the environment (its data is at most 64 KiB)"
+    );
+    brief
+}
+
 /// The program's command for one delivery: COMMAND's arguments, the task in
 /// `MUSTER_*` variables (and none of the runner's own), a process group of its own,
 /// piped stdin, stdout and stderr, and `--user`'s identity if given.
@@ -529,17 +584,17 @@ fn program_command(
     runner: &Runner,
     task: &Task,
     claim: &ClaimString,
-    (progress_file, suspend_file): (&Path, &Path),
+    files: &ProgramFiles<'_>,
 ) -> Command {
     let d = task.delivery();
     let last_progress = task
         .progress()
         .map(|p| p.get().to_owned())
         .unwrap_or_default();
-    let resumed = task
-        .resumed()
-        .map(|r| serde_json::to_string(r).expect("a resume serializes"))
-        .unwrap_or_default();
+    let (resumed, resumed_file) = match (task.resumed(), files.resumed) {
+        (Some(r), Some((json, file))) => (resumed_env(r, json), file.as_os_str()),
+        _ => (String::new(), std::ffi::OsStr::new("")),
+    };
     let mut command = Command::new(&runner.program);
     command.args(&runner.spec.command[1..]);
     // The runner's own client settings (a token above all) are not the program's.
@@ -556,9 +611,10 @@ fn program_command(
         .env("MUSTER_FAILURES", d.failures.to_string())
         .env("MUSTER_RECLAIMED", d.reclaimed.to_string())
         .env("MUSTER_PROGRESS", &last_progress)
-        .env("MUSTER_PROGRESS_FILE", progress_file)
-        .env("MUSTER_SUSPEND_FILE", suspend_file)
+        .env("MUSTER_PROGRESS_FILE", files.progress)
+        .env("MUSTER_SUSPEND_FILE", files.suspend)
         .env("MUSTER_RESUMED", resumed)
+        .env("MUSTER_RESUMED_FILE", resumed_file)
         .env("MUSTER_PARENT", d.parent.as_deref().unwrap_or(""))
         .process_group(0)
         .stdin(Stdio::piped())
@@ -1021,6 +1077,36 @@ async fn read_bounded(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resume_too_long_for_the_environment_leaves_its_children_out_of_it() {
+        let child = |i: usize| muster_sdk::ChildOutcome {
+            id: format!("01KBX0Q7R3ZJ9W5V2M8N4P{i:04}"),
+            child_key: format!("page-{i}"),
+            queue: "ocr".into(),
+            state: muster_sdk::TaskState::Done,
+            result: Some(muster_sdk::raw_json(&format!("\"{}\"", "w".repeat(60))).unwrap()),
+            error: None,
+            omitted: false,
+        };
+        let resumed = |n: usize| muster_sdk::Resumed {
+            data: None,
+            by: String::new(),
+            at_ms: 1,
+            timed_out: false,
+            children: (0..n).map(child).collect(),
+        };
+        let small = resumed(3);
+        let json = serde_json::to_string(&small).unwrap();
+        assert_eq!(resumed_env(&small, &json), json);
+        let big = resumed(1000);
+        let json = serde_json::to_string(&big).unwrap();
+        assert!(json.len() > MAX_RESUMED_ENV_BYTES, "{}", json.len());
+        assert_eq!(
+            resumed_env(&big, &json),
+            r#"{"by":"","at_ms":1,"timed_out":false}"#
+        );
+    }
 
     #[test]
     fn stdout_becomes_json_or_a_string() {

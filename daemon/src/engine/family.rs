@@ -333,8 +333,8 @@ impl<W: Waiter> Engine<W> {
         };
         if suspended.state == TaskState::Suspended && self.index.family.unfinished(id) == 0 {
             // Every child has finished already: the wait ends as it begins (once what
-            // it read is committed; a crash in between leaves a waiting parent with no
-            // unfinished child, which the start-up wakes).
+            // it read is committed; a crash in between leaves a task waiting for no
+            // unfinished child, which the start-up wakes: `restore_families`).
             self.commit()?;
             let mut rec = self.record(id)?;
             self.wake(id, &mut rec, now, Waker::Children)?;
@@ -357,12 +357,18 @@ impl<W: Waiter> Engine<W> {
         if r.wait.is_none() {
             return Ok(None);
         }
-        let waiting = self
+        let suspended = self
             .index
             .tasks
             .get(&parent)
             .is_some_and(|m| m.state == TaskState::Suspended && m.epoch == r.epoch);
-        if !waiting {
+        // Suspended under that epoch by a spawn with `wait`, not by a plain suspend.
+        if !suspended
+            || !self
+                .record(parent)?
+                .suspension
+                .is_some_and(|s| s.info.children)
+        {
             return Ok(None);
         }
         let children = r
@@ -508,9 +514,16 @@ impl<W: Waiter> Engine<W> {
             .collect()
     }
 
-    /// At start-up: every parent is looked at again (a cascade or a wake a crash cut
-    /// short goes on).
+    /// At start-up: every parent, and every suspended task, is looked at again (a
+    /// cascade or a wake a crash cut short goes on: also the wake of a parent whose
+    /// children are all gone, or that waited for none).
     pub(super) fn restore_families(&mut self) -> Result<(), StoreError> {
+        let suspended: Vec<Ulid> = self.index.suspended.iter().map(|(_, id)| *id).collect();
+        for id in suspended {
+            if self.index.family.unfinished(id) == 0 {
+                self.index.family.fan_in.insert(id);
+            }
+        }
         for parent in self.index.family.parents() {
             let Some(meta) = self.index.tasks.get(&parent) else {
                 continue;

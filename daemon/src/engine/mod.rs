@@ -88,8 +88,13 @@ impl Default for Quotas {
     }
 }
 
-/// Most retention removals done per round, so a large expiry never stalls dispatch.
+/// Most retention removals (or postponements) done per round, so a large expiry never
+/// stalls dispatch.
 const RETENTION_BATCH: usize = 512;
+
+/// How much later retention looks again at a finished parent kept because a child of
+/// it is unfinished.
+const RETENTION_RECHECK_MS: u64 = 5_000;
 
 /// How often member sessions are checked for silence past their liveness timeout (the
 /// `unreachable` state shows up to this much late; pushes check liveness exactly).
@@ -1919,6 +1924,26 @@ impl<W: Waiter> Engine<W> {
             if at > now.wall_ms || removed == RETENTION_BATCH {
                 break;
             }
+            removed += 1;
+            if self.index.family.unfinished(id) > 0 {
+                // A parent is kept while a child of it is unfinished: its children name
+                // it, and a cancelled one's cascade goes on from it (also after a
+                // restart). Looked at again a little later.
+                let later = now.wall_ms + RETENTION_RECHECK_MS;
+                let meta = self
+                    .index
+                    .tasks
+                    .get_mut(&id)
+                    .expect("an expiring task is indexed");
+                assert_eq!(meta.at_ms, at, "task {id}: expires when its index says");
+                meta.at_ms = later;
+                assert!(
+                    self.index.expiry.remove(&(at, id)),
+                    "task {id}: expiry indexed"
+                );
+                self.index.expiry.insert((later, id));
+                continue;
+            }
             let rec = self.record(id).map_err(store_only)?;
             assert!(
                 matches!(rec.state, TaskState::Done | TaskState::Cancelled),
@@ -1930,7 +1955,6 @@ impl<W: Waiter> Engine<W> {
                 "task {id}: removed by retention after it finished"
             );
             self.remove(id, &rec);
-            removed += 1;
         }
         self.commit()
     }

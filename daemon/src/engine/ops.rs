@@ -1072,7 +1072,8 @@ impl<W: Waiter> Engine<W> {
                     Some(id) => {
                         let delivery = self.grant(id, spec, now)?;
                         bytes += delivery.payload.get().len()
-                            + delivery.progress.as_ref().map_or(0, |p| p.get().len());
+                            + delivery.progress.as_ref().map_or(0, |p| p.get().len())
+                            + delivery.resumed.as_ref().map_or(0, |r| r.bytes());
                         out.push(delivery);
                     }
                     None => exhausted[qi] = true,

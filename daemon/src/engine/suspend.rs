@@ -349,18 +349,18 @@ impl<W: Waiter> Engine<W> {
             Waker::TimedOut => ("suspend_timed_out", String::new(), None),
             Waker::Children => ("children_finished", String::new(), None),
         };
-        // The resume's data is stored with the task: it counts against the quota of
-        // whoever enqueued it, as a result does.
-        let was = resumed_bytes(&rec.resumed);
-        let new = data.as_ref().map_or(0, |d| d.get().len() as u64);
-        self.budget.recount(rec, was, new);
-        rec.resumed = Some(Resumed {
+        let resumed = Some(Resumed {
             data,
             by,
             at_ms: now.wall_ms,
             timed_out,
             children,
         });
+        // The resume's data and the children's outcomes are stored with the task: they
+        // count against the quota of whoever enqueued it, as a result does.
+        let was = resumed_bytes(&rec.resumed);
+        self.budget.recount(rec, was, resumed_bytes(&resumed));
+        rec.resumed = resumed;
         rec.state = TaskState::Ready;
         rec.updated_ms = now.wall_ms;
         push_event(rec, now, event, None, Some(suspension.info.epoch), None);
@@ -423,12 +423,10 @@ impl<W: Waiter> Engine<W> {
     }
 }
 
-/// Bytes of a resume's data kept with its task (counted in its stored bytes).
+/// Bytes of how its last suspension ended kept with its task (a resume's data, the
+/// children's outcomes), counted in its stored bytes.
 fn resumed_bytes(resumed: &Option<Resumed>) -> u64 {
-    resumed
-        .as_ref()
-        .and_then(|r| r.data.as_ref())
-        .map_or(0, |d| d.get().len() as u64)
+    resumed.as_ref().map_or(0, |r| r.bytes() as u64)
 }
 
 /// `stale_token` unless `token` names `rec`'s current suspension and holds its secret.

@@ -512,7 +512,7 @@ fn every_op_is_routed_to_the_handshake_the_edge_or_the_engine_by_name() {
     // One frame with every field some op requires; each op reads the fields it knows.
     let frame = |op: &str| {
         format!(
-            r#"{{"id":1,"op":"{op}","version":1,"node":2,"queue":"q","tasks":[],"task":"t","epoch":1,"token":"x","member":"m","addr":"a:1","cluster_addr":"a:2","dir":"d","tag":1,"name":"n","view":{{"screen":"queues"}},"capacity":1,"state":"ready","error":"e","reason":"r","queues":["q"],"options":{{}}}}"#
+            r#"{{"id":1,"op":"{op}","version":1,"node":2,"queue":"q","tasks":[],"task":"t","epoch":1,"token":"x","member":"m","addr":"a:1","cluster_addr":"a:2","dir":"d","tag":1,"name":"n","view":{{"screen":"queues"}},"capacity":1,"state":"ready","error":"e","reason":"r","queues":["q"],"children":[],"options":{{}}}}"#
         )
     };
     let mut routed = Vec::new();
@@ -553,7 +553,7 @@ fn every_op_is_routed_to_the_handshake_the_edge_or_the_engine_by_name() {
         .filter(|op| !["hello", "server_stats"].contains(op) && !op.starts_with("cluster_"))
         .collect();
     assert_eq!(by("engine"), engine);
-    assert_eq!(engine.len(), 43);
+    assert_eq!(engine.len(), 44);
 }
 
 #[test]

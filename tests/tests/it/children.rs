@@ -222,13 +222,14 @@ async fn a_muster_work_program_spawns_children_from_its_suspend_file_and_reads_t
         .id;
     // The parent's first run asks for two children in its own queue (one runner of
     // capacity one runs them: the waiting parent holds no slot); its next run prints
-    // what they said. A child prints its parent.
+    // what they said, from the file that always holds the resume whole. A child
+    // prints its parent.
     let script = r#"if [ -n "$MUSTER_PARENT" ]; then
   printf '"%s"' "$MUSTER_PARENT"
 elif [ -z "$MUSTER_RESUMED" ]; then
   printf '{"reason":"two leaves","children":[{"child_key":"l1","queue":"fan","task":{"payload":1}},{"child_key":"l2","queue":"fan","task":{"payload":2}}]}' > "$MUSTER_SUSPEND_FILE"
-else
-  printf '%s' "$MUSTER_RESUMED"
+elif [ -n "$MUSTER_RESUMED" ]; then
+  cat "$MUSTER_RESUMED_FILE"
 fi"#;
     let log_dir = tempfile::tempdir().unwrap();
     let log_path = log_dir.path().join("work.log");

@@ -17,7 +17,7 @@ use muster_sdk::{Client, NewTask, QueuePatch, TaskInfo, TaskState};
 use muster_tests::{Daemon, Proc, muster_bin, until};
 
 /// What `muster work` deliberately gives its program (README, "the program gets").
-const PROGRAM_VARS: [&str; 11] = [
+const PROGRAM_VARS: [&str; 12] = [
     "MUSTER_ATTEMPT",
     "MUSTER_CLAIM",
     "MUSTER_FAILURES",
@@ -27,6 +27,7 @@ const PROGRAM_VARS: [&str; 11] = [
     "MUSTER_QUEUE",
     "MUSTER_RECLAIMED",
     "MUSTER_RESUMED",
+    "MUSTER_RESUMED_FILE",
     "MUSTER_SUSPEND_FILE",
     "MUSTER_TASK_ID",
 ];

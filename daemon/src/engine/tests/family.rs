@@ -538,3 +538,107 @@ fn a_cascade_past_one_round_goes_on_in_the_next_and_after_a_restart() {
     assert!(h.task(&kids[0]).cancel_requested);
     assert!(h.task(&root).cancel_requested);
 }
+
+#[test]
+fn a_parent_waiting_for_children_that_are_all_gone_wakes_at_start() {
+    let mut h = harness();
+    let parent = h.enqueue("plan", "{}");
+    let (_, epoch) = h.claim_one("plan");
+    let kids = ids(&spawn(&mut h, &parent, epoch, &["a"], true));
+    // What a crash leaves after a queue_delete's slice removed the only child and
+    // before its parent's wake was committed.
+    let child: ulid::Ulid = kids[0].parse().unwrap();
+    {
+        let store = h.engine().store();
+        let mut batch = store.batch();
+        batch.remove_task(child, "work", None);
+        batch.commit().unwrap();
+    }
+    h.restart(1_000);
+    let t = h.task(&parent);
+    assert_eq!(t.state, TaskState::Ready);
+    assert!(t.resumed.unwrap().children.is_empty());
+    assert!(t.children.is_empty());
+}
+
+#[test]
+fn a_finished_parent_outlives_its_retention_while_a_child_is_unfinished() {
+    let mut h = Harness::new();
+    let brief = QueuePatch {
+        retention_ms: Some(1_000),
+        ..QueuePatch::default()
+    };
+    h.create("plan", brief.clone());
+    h.create("work", brief);
+    let parent = h.enqueue("plan", "{}");
+    let (_, epoch) = h.claim_one("plan");
+    let kids = ids(&spawn(&mut h, &parent, epoch, &["a"], false));
+    h.call(ack(&parent, epoch)).unwrap();
+    h.advance(30_000);
+    assert_eq!(h.state(&parent).0, TaskState::Done, "kept for its child");
+    let (_, ce) = h.claim_one("work");
+    h.call(ack(&kids[0], ce)).unwrap();
+    // The child goes after its own retention, then the parent at its next look.
+    h.advance(1_000);
+    h.advance(5_000);
+    assert_eq!(
+        h.code(EngineRequest::TaskGet(muster_protocol::ops::TaskGet {
+            task: parent.clone()
+        })),
+        ErrorCode::NotFound
+    );
+    assert_eq!(
+        h.code(EngineRequest::TaskGet(muster_protocol::ops::TaskGet {
+            task: kids[0].clone()
+        })),
+        ErrorCode::NotFound
+    );
+}
+
+#[test]
+fn a_spawn_and_wait_never_repeats_a_plain_suspension() {
+    let mut h = harness();
+    let parent = h.enqueue("plan", "{}");
+    let (_, epoch) = h.claim_one("plan");
+    h.call(EngineRequest::Suspend(muster_protocol::ops::Suspend {
+        task: parent.clone(),
+        epoch,
+        reason: "a person".into(),
+        timeout_ms: None,
+        on_timeout: None,
+    }))
+    .unwrap();
+    assert_eq!(
+        h.code(spawn_req(&parent, epoch, &[], Some(SpawnWait::default()))),
+        ErrorCode::LeaseLost
+    );
+    assert!(!h.task(&parent).suspension.unwrap().children);
+}
+
+#[test]
+fn childrens_outcomes_count_against_the_parents_enqueuer() {
+    let producer = super::principal(
+        r#"
+[[tokens]]
+name = "planner"
+token = "planner-token-0123456789ab"
+roles = ["admin"]
+"#,
+        "planner-token-0123456789ab",
+    );
+    let mut h = harness();
+    h.principal = Some(producer);
+    let parent = h.enqueue("plan", "1");
+    let (_, epoch) = h.claim_one("plan");
+    let kids = ids(&spawn(&mut h, &parent, epoch, &["a"], true));
+    let (_, ce) = h.claim_one("work");
+    let before = h.engine().budget.stored_bytes["planner"];
+    h.call(ack_with(&kids[0], ce, "12345")).unwrap();
+    let outcome = kids[0].len() + "a".len() + "work".len() + "12345".len();
+    let counted = outcome + muster_protocol::limits::CHILD_OUTCOME_OVERHEAD_BYTES;
+    // The child's result (5 bytes) and the parent's outcomes.
+    assert_eq!(
+        h.engine().budget.stored_bytes["planner"],
+        before + 5 + counted as u64
+    );
+}
