@@ -1,7 +1,7 @@
 //! Suspended tasks against a real daemon: an SDK agent that asks a person and is
 //! resumed through the CLI across a kill -9, `muster work`'s suspend file and the
 //! resume data in the next run's environment, and the CLI's suspend with a timeout that
-//! resumes.
+//! resumes, and a worker whose suspend reply is lost with its connection.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -255,4 +255,110 @@ fn the_cli_suspends_a_claim_and_its_timeout_resumes_it() {
     let shown = d.ok(&["task", "get", &id]);
     assert!(shown.contains("resumed\tby=- at="), "{shown}");
     assert!(shown.contains("timed_out=true data=-"), "{shown}");
+}
+
+/// A worker's suspend reaches the daemon but its reply is lost with the connection: the
+/// worker gives the silent connection up, asks again on its next one (the repeat gets
+/// a new token, the lost one is replaced), and hands the token that works to its
+/// handler; the task was suspended once and resumes with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspend_whose_reply_is_lost_is_asked_again_and_its_handler_gets_a_token_that_works() {
+    use muster_sdk::protocol::model::MemberState;
+    use muster_tests::relay::{Direction, Relay};
+    let d = Daemon::start();
+    let client = d.client().await;
+    client
+        .queue_create("gate", QueuePatch::default())
+        .await
+        .unwrap();
+    let relay = Relay::start(d.addr.parse().expect("daemon address"))
+        .await
+        .expect("relay");
+    let mut options = d.options();
+    options.addr = relay.addr().to_string();
+    let (ready_tx, mut ready) = mpsc::unbounded_channel::<()>();
+    let (go_tx, go) = tokio::sync::watch::channel(false);
+    let (tokens, mut token_rx) = mpsc::unbounded_channel::<Result<String, String>>();
+    let (done_tx, mut done) = mpsc::unbounded_channel::<Option<String>>();
+    let worker = Worker::new(options, WorkerConfig::new("gatekeeper", ["gate"]));
+    let handle = worker.handle();
+    let run = tokio::spawn(worker.run(move |task| {
+        let (ready_tx, tokens, done_tx) = (ready_tx.clone(), tokens.clone(), done_tx.clone());
+        let mut go = go.clone();
+        async move {
+            if let Some(r) = task.resumed() {
+                let _ = done_tx.send(r.data.as_ref().map(|d| d.get().to_owned()));
+                return Outcome::Ack(None);
+            }
+            let _ = ready_tx.send(());
+            let _ = go.wait_for(|go| *go).await;
+            match task.suspend(Suspension::new("may I?")).await {
+                Ok(reply) => {
+                    let _ = tokens.send(Ok(reply.resume_token.expect("a token")));
+                    Outcome::Suspended
+                }
+                Err(e) => {
+                    let _ = tokens.send(Err(e.to_string()));
+                    Outcome::Release
+                }
+            }
+        }
+    }));
+    let id = client
+        .enqueue("gate", task(serde_json::json!({"pr": 7})))
+        .await
+        .unwrap()
+        .id;
+    tokio::time::timeout(Duration::from_secs(10), ready.recv())
+        .await
+        .expect("the handler started")
+        .expect("a handler");
+    // Nothing from the daemon reaches the worker: the suspend's reply is lost.
+    relay.cut(Direction::Back);
+    go_tx.send(true).unwrap();
+    until(Duration::from_secs(10), "the task suspended", || async {
+        client.task_get(&id).await.unwrap().state == TaskState::Suspended
+    })
+    .await;
+    // The worker gives the silent connection up (its call goes unanswered); then
+    // packets flow again, to its next connection.
+    until(
+        Duration::from_secs(45),
+        "the old connection closed",
+        // Gone, or forgotten: a member with no lease is dropped with its connection.
+        || async {
+            client
+                .member_describe("gatekeeper")
+                .await
+                .map_or(true, |d| d.member.state == MemberState::Gone)
+        },
+    )
+    .await;
+    relay.heal();
+    let token = tokio::time::timeout(Duration::from_secs(20), token_rx.recv())
+        .await
+        .expect("the handler got an answer")
+        .expect("a handler")
+        .expect("the suspend asked again succeeds");
+    let t = client.task_get(&id).await.unwrap();
+    let suspends = t.history.iter().filter(|e| e.event == "suspended").count();
+    assert_eq!(
+        (t.state, t.deliveries, t.failures, suspends),
+        (TaskState::Suspended, 1, 0, 1)
+    );
+    client
+        .resume(&token, Some(muster_sdk::json(&"yes").unwrap()))
+        .await
+        .expect("the handler's token resumes");
+    let data = tokio::time::timeout(Duration::from_secs(20), done.recv())
+        .await
+        .expect("the task ran again")
+        .expect("a handler");
+    assert_eq!(data.as_deref(), Some("\"yes\""));
+    handle.shutdown();
+    tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .expect("the worker stopped")
+        .unwrap()
+        .unwrap();
 }
