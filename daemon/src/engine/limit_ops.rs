@@ -324,7 +324,23 @@ impl<W: Waiter> Engine<W> {
     /// round.
     pub(super) fn admit_waiting_on_limits(&mut self) {
         self.index.limits.due();
-        for bucket in self.index.limits.take_grown() {
+        // An admission can give room back in a bucket already looked at (a task
+        // admitted by one line displaces a task admitted behind it, whose charges in
+        // its other lines come back): those buckets are grown again, and looked at
+        // again, until no admission changes anything or the passes run out (the rest
+        // waits for the next round).
+        for _ in 0..MAX_ADMISSION_PASSES {
+            let grown = self.index.limits.take_grown();
+            if grown.is_empty() {
+                return;
+            }
+            self.admit_grown(grown);
+        }
+    }
+
+    /// One pass of [`Self::admit_waiting_on_limits`] over the buckets `grown`.
+    fn admit_grown(&mut self, grown: std::collections::BTreeSet<BucketId>) {
+        for bucket in grown {
             for queue in self.index.limits.waiting_queues(&bucket) {
                 let q = self
                     .index
@@ -356,6 +372,11 @@ impl<W: Waiter> Engine<W> {
         }
     }
 }
+
+/// Most passes one admission makes over the buckets whose room grew (each pass
+/// looks again at those the previous one gave room back in); a pass that admits
+/// nothing ends it.
+const MAX_ADMISSION_PASSES: usize = 16;
 
 /// The two passes of [`Engine::regate`].
 #[derive(Clone, Copy)]
