@@ -568,6 +568,17 @@ pub struct Resumed {
     pub children: Vec<ChildOutcome>,
 }
 
+impl Delivery {
+    /// The bytes a reply carrying it counts against
+    /// [`crate::limits::MAX_CLAIM_REPLY_BYTES`]: its payload, its progress checkpoint
+    /// and how its last suspension ended ([`Resumed::bytes`]).
+    pub fn bytes(&self) -> usize {
+        self.payload.get().len()
+            + self.progress.as_ref().map_or(0, |p| p.get().len())
+            + self.resumed.as_ref().map_or(0, |r| r.bytes())
+    }
+}
+
 impl Resumed {
     /// The bytes it carries, as a delivery's size and the stored-bytes quota count
     /// them: its data, and for each child outcome its strings, its result and error,

@@ -28,7 +28,7 @@ use muster_protocol::limits::{
 };
 use muster_protocol::model::{ChildOutcome, ChildSummary, NewTask, TaskState};
 use muster_protocol::names;
-use muster_protocol::ops::{Enqueue, Spawn, SpawnReply, SpawnedChild, Suspend};
+use muster_protocol::ops::{Enqueue, Spawn, SpawnReply, SpawnedChild};
 
 use super::ops::bad;
 use super::sharded::IdMap;
@@ -392,14 +392,7 @@ impl<W: Waiter> Engine<W> {
                 })
             })
             .collect::<OpResult<Vec<_>>>()?;
-        let again = Suspend {
-            task: r.task.clone(),
-            epoch: r.epoch,
-            reason: String::new(),
-            timeout_ms: None,
-            on_timeout: None,
-        };
-        let Some(suspended) = self.suspended_again(&again, principal)? else {
+        let Some(suspended) = self.suspended_again(&r.task, r.epoch, principal)? else {
             return Ok(None);
         };
         Ok(Some(SpawnReply {
@@ -493,23 +486,24 @@ impl<W: Waiter> Engine<W> {
     }
 
     /// Each stored child of `parent`, for its task view.
-    pub(super) fn child_summaries(&self, parent: Ulid) -> OpResult<Vec<ChildSummary>> {
-        self.index
-            .family
+    pub(super) fn child_summaries(&self, parent: Ulid) -> Vec<ChildSummary> {
+        let family = &self.index.family;
+        family
             .children_of(parent)
             .into_iter()
             .map(|id| {
-                let (key, queue) = match self.index.family.parent_of.get(&id) {
-                    Some((_, key)) => (key.to_string(), self.index.tasks[&id].queue.to_string()),
-                    None => panic!("task {id}: a child without its parent link"),
-                };
-                Ok(ChildSummary {
+                let (_, key) = family
+                    .parent_of
+                    .get(&id)
+                    .unwrap_or_else(|| panic!("task {id}: a child without its parent link"));
+                let meta = &self.index.tasks[&id];
+                ChildSummary {
                     id: id.to_string(),
-                    child_key: key,
-                    queue,
-                    state: self.index.tasks[&id].state,
-                    children: self.index.family.count(id) as u32,
-                })
+                    child_key: key.to_string(),
+                    queue: meta.queue.to_string(),
+                    state: meta.state,
+                    children: family.count(id) as u32,
+                }
             })
             .collect()
     }

@@ -473,9 +473,7 @@ impl<W: Waiter> Engine<W> {
                     delivered += 1;
                     // The reply carries what fits; the rest follows as pushes on the
                     // session's stream, so a reply never outgrows its frame.
-                    reply_bytes += delivery.payload.get().len()
-                        + delivery.progress.as_ref().map_or(0, |p| p.get().len())
-                        + delivery.resumed.as_ref().map_or(0, |r| r.bytes());
+                    reply_bytes += delivery.bytes();
                     if reply_bytes <= MAX_CLAIM_REPLY_BYTES || reply.reclaimed.is_empty() {
                         reply.reclaimed.push(delivery);
                     } else {

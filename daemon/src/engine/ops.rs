@@ -1071,9 +1071,7 @@ impl<W: Waiter> Engine<W> {
                 match self.pick(&spec.queues[qi], spec, now) {
                     Some(id) => {
                         let delivery = self.grant(id, spec, now)?;
-                        bytes += delivery.payload.get().len()
-                            + delivery.progress.as_ref().map_or(0, |p| p.get().len())
-                            + delivery.resumed.as_ref().map_or(0, |r| r.bytes());
+                        bytes += delivery.bytes();
                         out.push(delivery);
                     }
                     None => exhausted[qi] = true,
@@ -1544,7 +1542,7 @@ impl<W: Waiter> Engine<W> {
             dead_reason: rec.dead_reason,
             suspension: rec.suspension.map(|s| Box::new(s.info)),
             resumed: rec.resumed.map(Box::new),
-            children: self.child_summaries(id)?,
+            children: self.child_summaries(id),
             parent: rec.parent.as_ref().map(|p| p.id.to_string()),
             child_key: rec.parent.map(|p| p.child_key),
             created_ms: rec.created_ms,

@@ -145,7 +145,7 @@ impl<W: Waiter> Engine<W> {
         now: Now,
     ) -> OpResult<SuspendReply> {
         let asked = check_suspension(r.reason.clone(), r.timeout_ms, r.on_timeout)?;
-        if let Some(reply) = self.suspended_again(&r, principal)? {
+        if let Some(reply) = self.suspended_again(&r.task, r.epoch, principal)? {
             return Ok(reply);
         }
         let (id, rec) = self.held(&r.task, r.epoch)?;
@@ -222,15 +222,16 @@ impl<W: Waiter> Engine<W> {
     /// when the task is not suspended under that epoch (then it is a suspend to make).
     pub(super) fn suspended_again(
         &mut self,
-        r: &Suspend,
+        task: &str,
+        epoch: u64,
         principal: Option<&Principal>,
     ) -> OpResult<Option<SuspendReply>> {
-        let id = parse_id(&r.task)?;
+        let id = parse_id(task)?;
         let suspended = self
             .index
             .tasks
             .get(&id)
-            .is_some_and(|m| m.state == TaskState::Suspended && m.epoch == r.epoch);
+            .is_some_and(|m| m.state == TaskState::Suspended && m.epoch == epoch);
         if !suspended {
             return Ok(None);
         }
@@ -242,7 +243,7 @@ impl<W: Waiter> Engine<W> {
         // A suspended task's epoch is its deliveries, and its last lease's: the one
         // it was suspended under.
         assert_eq!(
-            suspension.info.epoch, r.epoch,
+            suspension.info.epoch, epoch,
             "task {id}: suspended under the epoch its index entry holds"
         );
         // Only the holder's principal may replace the token (the member name it held
@@ -252,7 +253,7 @@ impl<W: Waiter> Engine<W> {
         {
             self.member_free_or_own(&suspension.info.member, p)?;
         }
-        let (token, digest) = new_token(id, r.epoch);
+        let (token, digest) = new_token(id, epoch);
         suspension.token_digest = digest;
         let timeout_at_ms = suspension.info.timeout_at_ms;
         self.write(id, &rec);
