@@ -294,7 +294,7 @@ impl Backend {
     async fn client(&self) -> Client {
         match self {
             Backend::Daemon(d) => d.client().await,
-            Backend::Cluster(c) => c.client().await,
+            Backend::Cluster(c) => c.client_with(c.direct_options()).await,
         }
     }
 
@@ -302,7 +302,7 @@ impl Backend {
     fn options(&self) -> muster_sdk::ConnectOptions {
         match self {
             Backend::Daemon(d) => d.options(),
-            Backend::Cluster(c) => c.options(),
+            Backend::Cluster(c) => c.direct_options(),
         }
     }
 
@@ -313,7 +313,7 @@ impl Backend {
             Backend::Cluster(c) => c
                 .node_ids()
                 .into_iter()
-                .map(|id| c.client_addr(id))
+                .map(|id| c.listen_addr(id))
                 .collect(),
         };
         addrs
@@ -390,7 +390,9 @@ async fn fault_leaders(
             end_ms: wall_ms(),
         });
     }
-    cluster.heal_all();
+    for node in cluster.node_ids() {
+        cluster.heal_node(node);
+    }
     let leader = cluster.leader().await;
     println!(
         "agent_chaos: cluster healed; node {} leads in term {}",
@@ -1189,7 +1191,16 @@ pub async fn run(config: Config) -> Report {
     );
     let run_started = Instant::now();
     let backend = if config.cluster {
-        Backend::Cluster(Cluster::start_relayed(CLUSTER_NODES).await)
+        let cluster = Cluster::start_relayed(CLUSTER_NODES).await;
+        // A node names the leader by its advertised address, the relay in front of
+        // the leader's client port; an agent cut off from its own relays could reach
+        // the leader through that one, and a partition would not cut it off. Those
+        // relays are blackholed for the whole run, so an agent reaches a node only
+        // through its own relays (and a hint is a dead end it gives up on).
+        for id in cluster.node_ids() {
+            cluster.cut_clients(id);
+        }
+        Backend::Cluster(cluster)
     } else {
         Backend::Daemon(Daemon::start())
     };

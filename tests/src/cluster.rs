@@ -483,6 +483,18 @@ impl Cluster {
         self.options_for(self.addrs())
     }
 
+    /// Connect options for the whole cluster through every node's real client address
+    /// (the port it binds), not the relays it advertises.
+    pub fn direct_options(&self) -> ConnectOptions {
+        let addrs: Vec<String> = self.nodes.iter().map(|n| n.listen.to_string()).collect();
+        self.options_for(addrs.join(","))
+    }
+
+    /// The client port the node binds (behind its advertised relay when relayed).
+    pub fn listen_addr(&self, id: NodeId) -> String {
+        self.node(id).listen.to_string()
+    }
+
     /// Connect options for exactly one node, through its client address.
     pub fn node_options(&self, id: NodeId) -> ConnectOptions {
         self.options_for(self.client_addr(id))
@@ -500,14 +512,19 @@ impl Cluster {
     /// An SDK client connected through the address list, retried for up to
     /// [`CLIENT_TIMEOUT`] (e.g. while a new leader is elected).
     pub async fn client(&self) -> Client {
+        self.client_with(self.options()).await
+    }
+
+    /// [`Cluster::client`] through `options`' addresses.
+    pub async fn client_with(&self, options: ConnectOptions) -> Client {
         let deadline = Instant::now() + CLIENT_TIMEOUT;
         loop {
-            match Client::connect(self.options()).await {
+            match Client::connect(options.clone()).await {
                 Ok(client) => return client,
                 Err(e) => assert!(
                     Instant::now() < deadline,
                     "no connection through {} within {CLIENT_TIMEOUT:?}: {e}",
-                    self.addrs()
+                    options.addr
                 ),
             }
             tokio::time::sleep(POLL_PAUSE).await;
