@@ -626,6 +626,7 @@ fn reply_bound(req: &Request) -> usize {
             .min(MAX_FRAME_BYTES),
         Request::TaskGet(_)
         | Request::Spawn(_)
+        | Request::Follow(_)
         | Request::TaskList(_)
         | Request::Wait(_)
         | Request::QueueList(_)
@@ -637,12 +638,13 @@ fn reply_bound(req: &Request) -> usize {
     }
 }
 
-/// True for requests that may park in the engine (a claim or wait that may wait):
+/// True for requests that may park in the engine (a claim, wait or follow that may wait):
 /// refused when the reply budget is spent, rather than holding up the connection.
 fn may_park(req: &Request) -> bool {
     match req {
         Request::Claim(c) => c.wait_ms.unwrap_or(0) > 0,
         Request::Wait(w) => w.timeout_ms.unwrap_or(0) > 0,
+        Request::Follow(f) => f.timeout_ms.unwrap_or(0) > 0,
         _ => false,
     }
 }

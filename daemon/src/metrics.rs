@@ -17,6 +17,8 @@
 //! | `muster_suspended_total` | counter: leases ended by a suspend | |
 //! | `muster_resumed_total` | counter: suspended tasks made ready (by a resume, a timeout that resumes, or the end of the children a parent waited for) | |
 //! | `muster_spawned_total` | counter: children spawned into the queue (each also counts in `muster_enqueued_total`) | |
+//! | `muster_output_chunks_total`, `muster_output_bytes_total` | counters: output stored by emits | |
+//! | `muster_output_dropped_total` | counter: output chunks dropped (oldest first) to keep tasks within their output limit | |
 //! | `muster_dead_lettered_total` | counter | `reason`: max_attempts, dead_lettered (by its holder), suspend_timed_out |
 //! | `muster_cancelled_total` | counter: tasks ended cancelled | |
 //! | `muster_redriven_total`, `muster_discarded_total`, `muster_purged_total` | counters: operators' repairs | |
@@ -356,6 +358,18 @@ fn describe() {
     describe_counter!(
         "muster_spawned_total",
         "Children spawned into the queue (each also counted as enqueued)."
+    );
+    describe_counter!(
+        "muster_output_chunks_total",
+        "Output chunks stored by emits of the queue's tasks."
+    );
+    describe_counter!(
+        "muster_output_bytes_total",
+        "Bytes of output chunks stored by emits of the queue's tasks."
+    );
+    describe_counter!(
+        "muster_output_dropped_total",
+        "Output chunks dropped, oldest first, to keep tasks within their output limit."
     );
     describe_gauge!("muster_limit_held", "Leases held that draw on the limit.");
     describe_gauge!(

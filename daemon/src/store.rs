@@ -1,7 +1,7 @@
 //! The durable record: the only module that touches fjall, but for the raft log
 //! keyspaces of a cluster node (`cluster::storage`).
 //!
-//! One fjall `Database` with seven keyspaces, all written through [`Batch`]es so each
+//! One fjall `Database` with eight keyspaces, all written through [`Batch`]es so each
 //! request's changes land atomically:
 //!
 //! | keyspace   | key                          | value                           |
@@ -14,6 +14,8 @@
 //! | `limits`   | limit name                   | [`LimitRecord`] as JSON         |
 //! | `limits`   | limit name, 0x00, key        | a throttle's end, wall ms, decimal |
 //! | `meta`     | `format`                     | the store's format, decimal     |
+//! | `output`   | 0x00, task id                | [`OutputMeta`], 32 bytes         |
+//! | `output`   | 0x01, task id, first number (8 bytes big-endian) | one emit's chunks: count and bytes (4 bytes big-endian each), wall ms (8), a JSON array of chunks |
 //!
 //! Records are written through the store's own types (`format`), each carrying its
 //! format version; the store's format is checked when it is opened: a store of a newer
@@ -445,11 +447,13 @@ pub enum Space {
     Idem,
     /// `limits`.
     Limits,
+    /// `output`.
+    Output,
 }
 
 impl Space {
     /// Every keyspace of the engine's state, in the order a copy writes them.
-    pub const ALL: [Space; 7] = [
+    pub const ALL: [Space; 8] = [
         Space::Meta,
         Space::Owners,
         Space::Queues,
@@ -457,6 +461,7 @@ impl Space {
         Space::Tasks,
         Space::Payloads,
         Space::Idem,
+        Space::Output,
     ];
 }
 
@@ -549,6 +554,7 @@ struct Keyspaces {
     payloads: Keyspace,
     idem: Keyspace,
     limits: Keyspace,
+    output: Keyspace,
 }
 
 impl Keyspaces {
@@ -561,6 +567,7 @@ impl Keyspaces {
             Space::Payloads => &self.payloads,
             Space::Idem => &self.idem,
             Space::Limits => &self.limits,
+            Space::Output => &self.output,
         }
     }
 }
@@ -601,6 +608,7 @@ impl Store {
             payloads: db.keyspace("payloads", opts)?,
             idem: db.keyspace("idem", opts)?,
             limits: db.keyspace("limits", opts)?,
+            output: db.keyspace("output", opts)?,
         };
         let store = Store {
             db,
@@ -927,6 +935,249 @@ impl Store {
     }
 }
 
+/// What a task's output holds, as stored with it (the meta key of the `output`
+/// keyspace). Invariant: its pages number the chunks `first..next` with no gap, at
+/// most [`muster_protocol::limits::MAX_OUTPUT_EMITS`] pages and
+/// [`muster_protocol::limits::MAX_OUTPUT_BYTES`] bytes of chunks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutputMeta {
+    /// The number of the oldest chunk kept (the first of the oldest page).
+    pub first: u64,
+    /// The number the next chunk gets.
+    pub next: u64,
+    /// Bytes of the chunks kept ([`muster_protocol::model::Chunk::bytes`]).
+    pub bytes: u64,
+    /// Pages kept (one per emit).
+    pub pages: u64,
+}
+
+impl OutputMeta {
+    fn encode(&self) -> [u8; 32] {
+        let mut b = [0u8; 32];
+        for (i, v) in [self.first, self.next, self.bytes, self.pages]
+            .into_iter()
+            .enumerate()
+        {
+            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_be_bytes());
+        }
+        b
+    }
+
+    fn decode(id: Ulid, b: &[u8]) -> Result<OutputMeta, StoreError> {
+        let words: [u8; 32] = b.try_into().map_err(|_| StoreError::Corrupt {
+            what: format!("output meta of task {id}"),
+            detail: format!("{} bytes instead of 32", b.len()),
+        })?;
+        let word =
+            |i: usize| u64::from_be_bytes(words[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        let meta = OutputMeta {
+            first: word(0),
+            next: word(1),
+            bytes: word(2),
+            pages: word(3),
+        };
+        if meta.first > meta.next || (meta.pages == 0) != (meta.first == meta.next) {
+            return Err(StoreError::Corrupt {
+                what: format!("output meta of task {id}"),
+                detail: format!("{meta:?} is not a run of pages"),
+            });
+        }
+        Ok(meta)
+    }
+}
+
+/// One emit's chunks as stored: how many, their bytes, when, and the chunks.
+#[derive(Debug)]
+pub struct OutputPage {
+    /// Chunks in it.
+    pub count: u32,
+    /// Bytes of its chunks ([`muster_protocol::model::Chunk::bytes`]).
+    pub bytes: u32,
+    /// When it was stored (wall ms).
+    pub at_ms: u64,
+    /// The chunks, a JSON array.
+    pub chunks: Vec<u8>,
+}
+
+impl OutputPage {
+    /// The stored form of `chunks` (`bytes` of them), stored at `at_ms`.
+    pub fn encode(chunks: &[muster_protocol::model::Chunk], bytes: u32, at_ms: u64) -> Vec<u8> {
+        let json = serde_json::to_vec(chunks).expect("chunks hold strings and raw JSON");
+        let mut page = Vec::with_capacity(16 + json.len());
+        page.extend_from_slice(&(chunks.len() as u32).to_be_bytes());
+        page.extend_from_slice(&bytes.to_be_bytes());
+        page.extend_from_slice(&at_ms.to_be_bytes());
+        page.extend_from_slice(&json);
+        page
+    }
+
+    fn decode(id: Ulid, first: u64, b: &[u8]) -> Result<OutputPage, StoreError> {
+        let corrupt = |detail: &str| StoreError::Corrupt {
+            what: format!("output of task {id} from chunk {first}"),
+            detail: detail.to_owned(),
+        };
+        if b.len() < 16 {
+            return Err(corrupt("shorter than its header"));
+        }
+        Ok(OutputPage {
+            count: u32::from_be_bytes(b[0..4].try_into().expect("4 bytes")),
+            bytes: u32::from_be_bytes(b[4..8].try_into().expect("4 bytes")),
+            at_ms: u64::from_be_bytes(b[8..16].try_into().expect("8 bytes")),
+            chunks: b[16..].to_vec(),
+        })
+    }
+
+    /// Its chunks.
+    pub fn chunks(
+        &self,
+        id: Ulid,
+        first: u64,
+    ) -> Result<Vec<muster_protocol::model::Chunk>, StoreError> {
+        let chunks: Vec<muster_protocol::model::Chunk> = serde_json::from_slice(&self.chunks)
+            .map_err(|e| StoreError::Corrupt {
+                what: format!("output of task {id} from chunk {first}"),
+                detail: e.to_string(),
+            })?;
+        if chunks.len() != self.count as usize {
+            return Err(StoreError::Corrupt {
+                what: format!("output of task {id} from chunk {first}"),
+                detail: format!("{} chunks, its header says {}", chunks.len(), self.count),
+            });
+        }
+        Ok(chunks)
+    }
+}
+
+fn output_meta_key(id: Ulid) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    k[1..].copy_from_slice(&id.to_bytes());
+    k
+}
+
+fn output_page_key(id: Ulid, first: u64) -> [u8; 25] {
+    let mut k = [0u8; 25];
+    k[0] = 1;
+    k[1..17].copy_from_slice(&id.to_bytes());
+    k[17..].copy_from_slice(&first.to_be_bytes());
+    k
+}
+
+impl Store {
+    /// Every task's output meta (start-up).
+    pub fn load_output_metas(&self) -> Result<Vec<(Ulid, OutputMeta)>, StoreError> {
+        self.assert_nothing_held();
+        let mut metas = Vec::new();
+        for guard in self.ks.output.prefix([0u8]) {
+            let (k, v) = guard.into_inner()?;
+            let id = id_from_key(&k[1..])?;
+            metas.push((id, OutputMeta::decode(id, &v)?));
+        }
+        Ok(metas)
+    }
+
+    /// Task `id`'s pages whose first chunk is at least `from`, in order, until
+    /// `enough` says so (it sees each page's first number and page, and says whether
+    /// to stop after it). Reads what a cluster node holds back for its round too.
+    pub fn output_pages(
+        &self,
+        id: Ulid,
+        from: u64,
+        mut enough: impl FnMut(u64, &OutputPage) -> bool,
+    ) -> Result<(), StoreError> {
+        let start = output_page_key(id, from);
+        let end = output_page_key(id, u64::MAX);
+        let held = self.held_range(Space::Output, &start, &end);
+        let mut stored = self.ks.output.range(start..=end);
+        let mut next_stored = || -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+            Ok(match stored.next() {
+                Some(guard) => {
+                    let (k, v) = guard.into_inner()?;
+                    Some((k.to_vec(), v.to_vec()))
+                }
+                None => None,
+            })
+        };
+        let mut held = held.into_iter().peekable();
+        let mut s = next_stored()?;
+        loop {
+            // The smaller key of the two; the held one wins a tie.
+            let take_held = match (&s, held.peek()) {
+                (None, None) => return Ok(()),
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some((sk, _)), Some((hk, _))) => hk <= sk,
+            };
+            let (key, value) = if take_held {
+                let (hk, hv) = held.next().expect("peeked");
+                if s.as_ref().is_some_and(|(sk, _)| *sk == hk) {
+                    s = next_stored()?;
+                }
+                match hv {
+                    Some(v) => (hk, v),
+                    None => continue,
+                }
+            } else {
+                let taken = s.take().expect("matched");
+                s = next_stored()?;
+                taken
+            };
+            let first =
+                u64::from_be_bytes(key[17..25].try_into().map_err(|_| StoreError::Corrupt {
+                    what: format!("output key of task {id}"),
+                    detail: format!("{} bytes instead of 25", key.len()),
+                })?);
+            let page = OutputPage::decode(id, first, &value)?;
+            if enough(first, &page) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The first number of task `id`'s page that holds chunk `n` (the last page
+    /// starting at or before it), if any.
+    pub fn output_page_of(&self, id: Ulid, n: u64) -> Result<Option<u64>, StoreError> {
+        let start = output_page_key(id, 0);
+        let end = output_page_key(id, n);
+        let held = self.held_range(Space::Output, &start, &end);
+        let held_last = held
+            .iter()
+            .rev()
+            .find(|(_, v)| v.is_some())
+            .map(|(k, _)| k.clone());
+        let mut stored_last = None;
+        for guard in self.ks.output.range(start..=end).rev() {
+            let k = guard.key()?;
+            // A page the held round removes is no candidate.
+            if held.get(&*k).is_some_and(Option::is_none) {
+                continue;
+            }
+            stored_last = Some(k.to_vec());
+            break;
+        }
+        let last = held_last.max(stored_last);
+        Ok(last.map(|k| u64::from_be_bytes(k[17..25].try_into().expect("a page key"))))
+    }
+
+    /// The held changes of `space` with keys in `start..=end`, in key order (none on
+    /// a single daemon).
+    fn held_range(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+    ) -> std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+        let Some(held) = &self.held else {
+            return std::collections::BTreeMap::new();
+        };
+        let held = held.lock().expect("the held round's lock");
+        held.latest
+            .iter()
+            .filter(|((s, k), _)| *s == space && k.as_slice() >= start && k.as_slice() <= end)
+            .map(|((_, k), v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
 /// Entries copied per batch when a snapshot is written: bounds the batch's memory.
 pub(crate) const SNAPSHOT_BATCH: usize = 4096;
 
@@ -1010,7 +1261,12 @@ impl StoreView {
             match space {
                 Space::Queues => counts.queues = entries,
                 Space::Tasks => counts.tasks = entries,
-                Space::Meta | Space::Owners | Space::Limits | Space::Payloads | Space::Idem => {}
+                Space::Meta
+                | Space::Owners
+                | Space::Limits
+                | Space::Payloads
+                | Space::Idem
+                | Space::Output => {}
             }
         }
         copy.persist(Persist::All)?;
@@ -1132,6 +1388,31 @@ impl Batch {
         }
     }
 
+    /// Writes one emit's chunks (a page, [`OutputPage::encode`]) of task `id`, the first
+    /// numbered `first`.
+    pub fn put_output_page(&mut self, id: Ulid, first: u64, page: Vec<u8>) {
+        self.insert(Space::Output, output_page_key(id, first).to_vec(), page);
+    }
+
+    /// Removes the page of task `id` whose first chunk is numbered `first`.
+    pub fn remove_output_page(&mut self, id: Ulid, first: u64) {
+        self.remove(Space::Output, output_page_key(id, first).to_vec());
+    }
+
+    /// Writes what task `id`'s output holds.
+    pub fn put_output_meta(&mut self, id: Ulid, meta: &OutputMeta) {
+        self.insert(
+            Space::Output,
+            output_meta_key(id).to_vec(),
+            meta.encode().to_vec(),
+        );
+    }
+
+    /// Removes task `id`'s output meta (its pages are all removed).
+    pub fn remove_output_meta(&mut self, id: Ulid) {
+        self.remove(Space::Output, output_meta_key(id).to_vec());
+    }
+
     /// Whether the batch holds no change.
     pub fn is_empty(&self) -> bool {
         match &self.writes {
@@ -1241,7 +1522,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             format!(
-                "store: {} has format 99, written by a newer musterd; this one reads formats 1 to 5",
+                "store: {} has format 99, written by a newer musterd; this one reads formats 1 to 6",
                 dir.path().display()
             )
         );

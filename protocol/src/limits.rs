@@ -264,3 +264,34 @@ mod tests {
         assert_eq!(text, "a");
     }
 }
+
+/// Largest chunk of task output (`emit`): its text, or its JSON's bytes.
+pub const MAX_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Most chunks one `emit` carries.
+pub const MAX_EMIT_CHUNKS: usize = 1000;
+
+/// Most bytes of chunks one `emit` carries (their texts and JSON).
+pub const MAX_EMIT_BYTES: usize = 256 * 1024;
+
+/// Most bytes of output a task keeps: an `emit` past it drops the task's oldest
+/// emits (whole) to make room, and a follower is told how many chunks it missed.
+pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+
+/// Most emits a task keeps (each emit's chunks are stored together): past it the
+/// oldest emit is dropped as past [`MAX_OUTPUT_BYTES`].
+pub const MAX_OUTPUT_EMITS: usize = 1024;
+
+/// Bytes of output per second a task may emit, on average: each emit's bytes are
+/// taken from a bucket of [`OUTPUT_BURST_BYTES`] that refills at this rate. An emit
+/// that empties the bucket is stored, and its reply asks the holder to wait
+/// (`wait_ms`) until the bucket is full enough again; an emit sent while the bucket is
+/// empty is refused with `limit`.
+pub const OUTPUT_RATE_BYTES: u64 = 256 * 1024;
+
+/// The burst an emitter may send at once before [`OUTPUT_RATE_BYTES`] holds it back.
+pub const OUTPUT_BURST_BYTES: u64 = 1024 * 1024;
+
+/// Most bytes of chunks one `follow` reply carries, as JSON (at least one chunk,
+/// whatever its size).
+pub const MAX_FOLLOW_BYTES: usize = 256 * 1024;

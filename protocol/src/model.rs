@@ -496,6 +496,77 @@ pub struct Delivery {
     /// The task that spawned this one, if it is a child.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
+    /// The number the task's next output chunk gets: the `at` of this holder's first
+    /// `emit` (0, absent, when the task has no output yet).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub output: u64,
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
+/// One chunk of a task's output, as a holder emits it: exactly one of `text` and
+/// `json`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Chunk {
+    /// Text (up to [`crate::limits::MAX_CHUNK_BYTES`] bytes of UTF-8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// A JSON value (up to [`crate::limits::MAX_CHUNK_BYTES`] bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json: Option<RawJson>,
+}
+
+impl Chunk {
+    /// A text chunk.
+    pub fn text(text: impl Into<String>) -> Chunk {
+        Chunk {
+            text: Some(text.into()),
+            json: None,
+        }
+    }
+
+    /// A JSON chunk.
+    pub fn json(json: RawJson) -> Chunk {
+        Chunk {
+            text: None,
+            json: Some(json),
+        }
+    }
+
+    /// The bytes it carries (its text's, or its JSON's), as the output limits count them.
+    pub fn bytes(&self) -> usize {
+        self.text.as_ref().map_or(0, String::len) + self.json.as_ref().map_or(0, |j| j.get().len())
+    }
+}
+
+/// One chunk of a task's output as a follower sees it: its number and when it was
+/// stored, then exactly one of `text` and `json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OutputChunk {
+    /// Its number: 0 for the task's first chunk, one more for each chunk after it.
+    pub n: u64,
+    /// When the daemon stored it (wall ms).
+    pub at_ms: u64,
+    /// Its text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Its JSON value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json: Option<RawJson>,
+}
+
+/// What a task's output holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputSummary {
+    /// The number of the oldest chunk kept; chunks before it were dropped to keep the
+    /// task's output within [`crate::limits::MAX_OUTPUT_BYTES`].
+    pub first: u64,
+    /// The number the next chunk gets (chunks emitted so far).
+    pub next: u64,
+    /// Bytes of the chunks kept.
+    pub bytes: u64,
 }
 
 /// What a suspension's timeout does when no resume came first.
@@ -741,6 +812,9 @@ pub struct TaskInfo {
     /// (at most [`crate::limits::MAX_CHILDREN`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<ChildSummary>,
+    /// Its output, if it emitted any (`follow` reads it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<OutputSummary>,
     /// When it was enqueued.
     pub created_ms: u64,
     /// When it last changed state.

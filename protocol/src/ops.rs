@@ -517,6 +517,80 @@ pub struct Renew {
     pub progress: Option<RawJson>,
 }
 
+/// Appends output to a held task: chunks a follower sees live and anyone reads later,
+/// numbered in order from 0, kept until the task is removed (within
+/// [`crate::limits::MAX_OUTPUT_BYTES`]). Fenced by the lease epoch, like a renewal.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Emit {
+    /// The task's id.
+    pub task: String,
+    /// The lease epoch.
+    pub epoch: u64,
+    /// The number the first chunk is to get: the delivery's `output`, then each
+    /// reply's `next`. Chunks numbered before the task's next number were stored by an
+    /// earlier try of this emit (its reply lost) and are not stored again.
+    pub at: u64,
+    /// The chunks, 1 to [`crate::limits::MAX_EMIT_CHUNKS`].
+    pub chunks: Vec<crate::model::Chunk>,
+}
+
+/// Reply to [`Emit`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EmitReply {
+    /// The number the next chunk gets: the next emit's `at`.
+    pub next: u64,
+    /// Chunks of this emit found stored already (a repeat after a lost reply).
+    #[serde(default)]
+    pub repeated: u64,
+    /// Wait this long before the next emit: the task's output rate
+    /// ([`crate::limits::OUTPUT_RATE_BYTES`]) is spent until then.
+    #[serde(default)]
+    pub wait_ms: u64,
+    /// An operator or producer asked to cancel the task: stop and settle it.
+    pub cancel_requested: bool,
+}
+
+/// Reads a task's output from chunk `from`: what is kept there at once, else (with a
+/// timeout) the next chunks as they are stored, or the task's end.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Follow {
+    /// The task's id.
+    pub task: String,
+    /// The first chunk wanted (0 for all): the previous reply's `next`.
+    #[serde(default)]
+    pub from: u64,
+    /// Longest wait for a chunk when none is stored from `from` and the task is not
+    /// finished; 0 or absent answers at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+impl Follow {
+    /// Whether the reply may be held back for output to come.
+    pub fn waits(&self) -> bool {
+        self.timeout_ms.unwrap_or(0) > 0
+    }
+}
+
+/// Reply to [`Follow`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FollowReply {
+    /// Chunks from `from` on, in order with no gap, at most
+    /// [`crate::limits::MAX_FOLLOW_BYTES`] of them (at least one when any is kept).
+    pub chunks: Vec<crate::model::OutputChunk>,
+    /// Chunks from `from` that are no longer kept (dropped to keep the task within its
+    /// output limit): `chunks` start after them.
+    #[serde(default)]
+    pub dropped: u64,
+    /// The `from` of the next follow: one past the last chunk sent.
+    pub next: u64,
+    /// The task's state when answered.
+    pub state: TaskState,
+    /// The task is finished (done, dead or cancelled) and every chunk it emitted was
+    /// sent: there is no more to follow.
+    pub end: bool,
+}
+
 /// Reply to [`Renew`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RenewReply {
@@ -1528,6 +1602,8 @@ ops! {
     Suspend(Suspend) = "suspend" -> SuspendReply;
     Resume(Resume) = "resume" -> ResumeReply;
     Spawn(Spawn) = "spawn" -> SpawnReply;
+    Emit(Emit) = "emit" -> EmitReply;
+    Follow(Follow) = "follow" -> FollowReply, waits if Follow::waits;
 
     TaskGet(TaskGet) = "task_get" -> TaskReply;
     TaskList(TaskList) = "task_list" -> TaskListReply;

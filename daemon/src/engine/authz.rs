@@ -9,6 +9,8 @@
 //! | `claim` | consume | every queue; a named member must be free or the principal's, and match its member patterns |
 //! | `ack`, `nack`, `renew`, `release`, `throttled`, `dead_letter`, `suspend` | consume | the task's queue; the lease's member must be the principal's |
 //! | `spawn` | consume, and produce | consume: the parent's queue, the lease's member the principal's; produce: every child's queue |
+//! | `emit` | consume | the task's queue; the lease's member must be the principal's |
+//! | `follow` | produce, consume or approve | the task's queue |
 //! | `resume` with a token | approve or consume | the task's queue |
 //! | `resume` by task id | approve | the task's queue |
 //! | `task_get` | produce, consume or approve | the task's queue |
@@ -205,6 +207,8 @@ impl<W: Waiter> Engine<W> {
             EngineRequest::Throttled(r) => self.settle_allowed(&r.task, p),
             EngineRequest::DeadLetter(r) => self.settle_allowed(&r.task, p),
             EngineRequest::Suspend(r) => self.settle_allowed(&r.task, p),
+            EngineRequest::Emit(r) => self.settle_allowed(&r.task, p),
+            EngineRequest::Follow(r) => self.task_allowed(&r.task, READ, p),
             // A holder spawns into the queues it may produce to.
             EngineRequest::Spawn(r) => {
                 self.settle_allowed(&r.task, p)?;

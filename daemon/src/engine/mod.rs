@@ -29,6 +29,7 @@ pub mod limits;
 mod listing;
 mod members;
 mod ops;
+mod output;
 mod quotas;
 mod suspend;
 pub mod telemetry;
@@ -197,6 +198,10 @@ pub enum Reply {
     Resume(muster_protocol::ops::ResumeReply),
     /// Spawn.
     Spawn(muster_protocol::ops::SpawnReply),
+    /// Emit.
+    Emit(muster_protocol::ops::EmitReply),
+    /// Follow.
+    Follow(muster_protocol::ops::FollowReply),
 }
 
 /// Why an op failed: the client's fault (reply with the error) or the store's (stop).
@@ -489,6 +494,8 @@ pub struct Engine<W: Waiter> {
     budget: Budget,
     /// Bulk operations under way, a slice per round (see [`bulk`]).
     bulk: bulk::BulkJobs<W>,
+    /// Tasks' output, its follows and its sweep (see [`output`]).
+    output: output::Output<W>,
     /// Work [`Engine::check_carried`] may do before it next runs (debug builds).
     #[cfg(debug_assertions)]
     check_credit: usize,
@@ -935,12 +942,14 @@ impl<W: Waiter> Engine<W> {
             outbox: Outbox::new(),
             budget: Budget::default(),
             bulk: bulk::BulkJobs::new(),
+            output: output::Output::new(),
             #[cfg(debug_assertions)]
             check_credit: 0,
         };
         engine.load_queues()?;
         engine.load_limits(now)?;
         engine.load_tasks(now)?;
+        engine.load_output()?;
         engine.commit()?;
         // A wake or cascade a crash cut short is finished before anything is served.
         engine.restore_families()?;
@@ -1117,6 +1126,7 @@ impl<W: Waiter> Engine<W> {
         if self.check_credit >= items {
             self.check_credit = 0;
             self.check_carried();
+            self.check_output();
         }
     }
 
@@ -1210,6 +1220,7 @@ impl<W: Waiter> Engine<W> {
         self.expire_finished(now)?;
         self.expire_member_names(now);
         self.bulk_slice(now)?;
+        self.sweep_output(now)?;
         self.commit()?;
         self.settle_families(now)?;
         self.admit_waiting_on_limits();
@@ -1217,6 +1228,7 @@ impl<W: Waiter> Engine<W> {
         let ready = std::mem::take(&mut self.waiting.ready_changed);
         self.serve_claims(&ready, now)?;
         self.serve_pushes(&ready, now)?;
+        self.serve_follows(now)?;
         self.serve_waits(now)?;
         self.commit()?;
         debug_assert!(
@@ -1267,6 +1279,9 @@ impl<W: Waiter> Engine<W> {
                 .map(|w| mono(w.deadline))
                 .min(),
             self.next_watch().map(mono),
+            self.output.next_timer().0.map(mono),
+            // Removed tasks' output left to delete: at once, after the rest.
+            self.output.next_timer().1.then_some(0),
             (!self.members.sessions.is_empty()).then(|| mono(self.members.liveness_sweep_at)),
             self.members.owners.next_sweep().map(mono),
             // The next slice of a bulk job or cascade: at once, after whatever else is
@@ -1620,6 +1635,7 @@ impl<W: Waiter> Engine<W> {
         self.index.limited.remove(&id);
         self.index.grouped.remove(&id);
         self.index.family.removed(id);
+        self.output.removed(id);
         self.caches.forget(id);
         self.members.avoid.remove(&id);
         // A wait on this task can end now: it reports it as removed.

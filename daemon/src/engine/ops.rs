@@ -379,6 +379,7 @@ fn delivery(
         reclaimed: grant == Grant::Reclaimed,
         resumed: rec.resumed.clone().map(Box::new),
         parent: rec.parent.as_ref().map(|p| p.id.to_string()),
+        output: 0,
     }
 }
 
@@ -435,6 +436,8 @@ impl<W: Waiter> Engine<W> {
             }
             EngineRequest::Resume(r) => self.resume(r, waiter.principal(), now).map(Reply::Resume),
             EngineRequest::Spawn(r) => self.spawn(r, waiter.principal(), now).map(Reply::Spawn),
+            EngineRequest::Emit(r) => self.emit(r, now).map(Reply::Emit),
+            EngineRequest::Follow(r) => return self.follow(r, waiter, now),
             EngineRequest::TaskGet(r) => self.task_get(r).map(Reply::Task),
             EngineRequest::TaskList(r) => self.task_list(r).map(Reply::TaskList),
             EngineRequest::TaskFind(r) => {
@@ -1192,7 +1195,9 @@ impl<W: Waiter> Engine<W> {
             "task {id}: the member its lease names holds it"
         );
         let lease_ms = deadline - now.mono_ms;
-        Ok(delivery(id, &rec, payload, epoch, expires, lease_ms, grant))
+        let mut d = delivery(id, &rec, payload, epoch, expires, lease_ms, grant);
+        d.output = self.output.next(id);
+        Ok(d)
     }
 
     /// When a lease granted now runs out on the monotonic clock: after `lease_ms` (the
@@ -1543,6 +1548,7 @@ impl<W: Waiter> Engine<W> {
             suspension: rec.suspension.map(|s| Box::new(s.info)),
             resumed: rec.resumed.map(Box::new),
             children: self.child_summaries(id),
+            output: self.output.summary(id),
             parent: rec.parent.as_ref().map(|p| p.id.to_string()),
             child_key: rec.parent.map(|p| p.child_key),
             created_ms: rec.created_ms,

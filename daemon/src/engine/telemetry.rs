@@ -100,7 +100,7 @@ pub const DEAD_BY_AGENT: &str = "dead_lettered";
 pub const DEAD_SUSPEND_TIMED_OUT: &str = "suspend_timed_out";
 
 /// Counters per queue without a further label.
-const QUEUE_COUNTERS: [&str; 16] = [
+const QUEUE_COUNTERS: [&str; 19] = [
     "muster_enqueued_total",
     "muster_leased_total",
     "muster_acked_total",
@@ -117,6 +117,9 @@ const QUEUE_COUNTERS: [&str; 16] = [
     "muster_suspended_total",
     "muster_resumed_total",
     "muster_spawned_total",
+    "muster_output_chunks_total",
+    "muster_output_bytes_total",
+    "muster_output_dropped_total",
 ];
 
 /// Most members with series of their own (`muster_member_leases`,
@@ -192,6 +195,16 @@ pub fn resumed(queue: &str) {
 /// Children spawned into `queue` (not those a spawn found spawned before).
 pub fn spawned(queue: &str) {
     counter!("muster_spawned_total", "queue" => queue.to_owned()).increment(1);
+}
+
+/// An emit stored `chunks` chunks of `bytes` bytes in `queue`, dropping `dropped`
+/// older chunks to keep within its task's output limit.
+pub fn emitted(queue: &str, chunks: u64, bytes: u64, dropped: u64) {
+    counter!("muster_output_chunks_total", "queue" => queue.to_owned()).increment(chunks);
+    counter!("muster_output_bytes_total", "queue" => queue.to_owned()).increment(bytes);
+    if dropped > 0 {
+        counter!("muster_output_dropped_total", "queue" => queue.to_owned()).increment(dropped);
+    }
 }
 
 /// Tasks an operator redrove, discarded or purged (`what` is one of the counters).

@@ -35,6 +35,8 @@
 //!   children's outcomes its parent woke with). Format 2 to 4 records are read as they
 //!   are (no family, never waiting for children) and written in format 5 when they next
 //!   change.
+//! - 6: the `output` keyspace (task output, its own records); task records are as in
+//!   format 5 (a format 6 record reads as one).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -53,7 +55,7 @@ use super::{
 };
 
 /// The format this build writes, and the newest it reads.
-pub const FORMAT: u32 = 5;
+pub const FORMAT: u32 = 6;
 
 /// The oldest format this build reads (older ones would be migrated on open).
 pub const OLDEST_FORMAT: u32 = 1;
@@ -1103,12 +1105,12 @@ mod tests {
             parent: None,
             ..full()
         };
-        // Format 4 is format 5 without the family and fan-in parts (after the wait
+        // Format 4 is format 6 (and 5) without the family and fan-in parts (after the wait
         // part), format 3 is format 4 without the wait part (after the limits and
         // group), and format 2 is format 3 without the limits and group.
-        let v5 = encode_task(&rec);
-        let (_, rest): (TaskHead<'_>, &[u8]) = postcard::take_from_bytes(&v5).unwrap();
-        let head_len = v5.len() - rest.len();
+        let current = encode_task(&rec);
+        let (_, rest): (TaskHead<'_>, &[u8]) = postcard::take_from_bytes(&current).unwrap();
+        let head_len = current.len() - rest.len();
         assert_eq!(
             rest[..7],
             [0; 7],
@@ -1116,13 +1118,19 @@ mod tests {
              no outcomes: empty sequences, Nones and false"
         );
         let old = |v: u8, parts: &[u8]| {
-            let mut old = v5[..head_len].to_vec();
+            let mut old = current[..head_len].to_vec();
             old[0] = v;
             old.extend_from_slice(parts);
             old.extend_from_slice(&rest[7..]);
             old
         };
-        for old in [old(2, &[]), old(3, &rest[..2]), old(4, &rest[..4])] {
+        // Format 5 is format 6 with another version number.
+        for old in [
+            old(2, &[]),
+            old(3, &rest[..2]),
+            old(4, &rest[..4]),
+            old(5, &rest[..7]),
+        ] {
             assert_eq!(
                 format!("{:?}", decode_task(&old).unwrap()),
                 format!("{rec:?}")
@@ -1138,8 +1146,8 @@ mod tests {
                 ("q-é", 0, None, 256)
             );
             assert_eq!(index.parent, None);
-            // Written again, it is format 5.
-            assert_eq!(encode_task(&decode_task(&old).unwrap()), v5);
+            // Written again, it is of the current format.
+            assert_eq!(encode_task(&decode_task(&old).unwrap()), current);
         }
     }
 

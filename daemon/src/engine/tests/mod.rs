@@ -2249,6 +2249,7 @@ mod limits_model;
 mod liveness;
 mod member_names;
 mod model;
+mod output;
 mod quotas;
 mod suspend;
 mod watch;
