@@ -563,6 +563,43 @@ impl Client {
         .await
     }
 
+    /// Appends chunks to a leased task's output, the first numbered `at` (the
+    /// delivery's `output`, then each reply's `next`): a repeat of chunks stored before
+    /// stores nothing twice. [`crate::worker::Task::emit`] is an agent's way.
+    pub async fn emit(
+        &self,
+        task: &str,
+        epoch: u64,
+        at: u64,
+        chunks: Vec<muster_protocol::model::Chunk>,
+    ) -> Result<ops::EmitReply, Error> {
+        self.call(&ops::Emit {
+            task: task.into(),
+            epoch,
+            at,
+            chunks,
+        })
+        .await
+    }
+
+    /// Reads a task's output from chunk `from`: what is kept there at once, else
+    /// waits up to `timeout` for the next chunks or the task's end. Ask again from the
+    /// reply's `next` until its `end`, on this connection or a new one: no chunk is
+    /// missed or sent twice.
+    pub async fn follow(
+        &self,
+        task: &str,
+        from: u64,
+        timeout: std::time::Duration,
+    ) -> Result<ops::FollowReply, Error> {
+        self.call(&ops::Follow {
+            task: task.into(),
+            from,
+            timeout_ms: Some(timeout.as_millis() as u64),
+        })
+        .await
+    }
+
     /// Resumes the suspension a `resume_token` names, handing `data` to the task's next
     /// holder. A token resumes once: a spent one, an earlier suspension's, or one of a
     /// task no longer suspended gets `stale_token`.

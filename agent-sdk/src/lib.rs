@@ -31,6 +31,7 @@ pub mod connect;
 pub mod context;
 pub mod error;
 mod leader;
+pub mod output;
 pub mod worker;
 
 pub use client::{Client, PendingReply, PreparedRaw, RawReply};
@@ -39,12 +40,12 @@ pub use context::ConnectArgs;
 pub use error::Error;
 pub use muster_protocol as protocol;
 pub use muster_protocol::model::{
-    Backoff, ChildOutcome, Delivery, EnqueuedTask, NewTask, OnTimeout, QueueInfo, QueueOptions,
-    QueuePatch, Resumed, TaskInfo, TaskState, TaskSummary,
+    Backoff, ChildOutcome, Chunk, Delivery, EnqueuedTask, NewTask, OnTimeout, OutputChunk,
+    QueueInfo, QueueOptions, QueuePatch, Resumed, TaskInfo, TaskState, TaskSummary,
 };
-pub use muster_protocol::ops::{NewChild, SpawnReply, SpawnedChild};
+pub use muster_protocol::ops::{EmitReply, FollowReply, NewChild, SpawnReply, SpawnedChild};
 pub use muster_protocol::{ErrorCode, Push, RawJson};
-pub use worker::{Outcome, Suspension, Task, Worker, WorkerConfig, WorkerHandle};
+pub use worker::{Outcome, Suspension, Task, TaskOutput, Worker, WorkerConfig, WorkerHandle};
 
 /// Serializes a value into raw JSON for a payload, result or progress.
 pub fn json<T: serde::Serialize + ?Sized>(value: &T) -> Result<RawJson, Error> {

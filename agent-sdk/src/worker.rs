@@ -53,7 +53,7 @@ use tracing::{debug, info, warn};
 
 use muster_protocol::limits::MAX_RESUME_HELD;
 use muster_protocol::model::ChildOutcome;
-use muster_protocol::model::{Delivery, OnTimeout, Resumed};
+use muster_protocol::model::{Chunk, Delivery, OnTimeout, Resumed};
 use muster_protocol::ops::{
     LeaseRef, NewChild, SessionOpen, SettleReply, Spawn, SpawnReply, SpawnWait, SpawnedChild,
     SuspendReply, Unsubscribe,
@@ -212,6 +212,8 @@ pub struct Task {
     deadline: Arc<Mutex<Instant>>,
     /// The worker's loop, which sends a suspend for the task.
     events: mpsc::UnboundedSender<Event>,
+    /// Its live output.
+    output: crate::output::Output,
 }
 
 /// A task's latest checkpoint and whether the daemon has it yet.
@@ -306,6 +308,34 @@ impl Task {
         self.delivery.parent.as_deref()
     }
 
+    /// Appends a chunk to the task's live output, which anyone may follow
+    /// ([`crate::Client::follow`], `muster tail -f`): buffered here and sent in
+    /// batches, numbered in order, each stored once whatever the connection does. Waits
+    /// while [`crate::output::OUTPUT_BUFFER_BYTES`] are buffered (the daemon holds a
+    /// task to [`muster_protocol::limits::OUTPUT_RATE_BYTES`] per second). The worker
+    /// sends what is buffered before it settles the task. Fails for a malformed chunk
+    /// (more than [`muster_protocol::limits::MAX_CHUNK_BYTES`]), or once the lease is
+    /// lost.
+    pub async fn emit(&self, chunk: Chunk) -> Result<(), Error> {
+        self.output.emit(chunk).await
+    }
+
+    /// [`Task::emit`] of a text chunk.
+    pub async fn emit_text(&self, text: impl Into<String>) -> Result<(), Error> {
+        self.output.emit(Chunk::text(text)).await
+    }
+
+    /// Waits until the daemon has every chunk emitted so far.
+    pub async fn flush_output(&self) -> Result<(), Error> {
+        self.output.flush().await
+    }
+
+    /// A handle on the task's output that can be moved elsewhere (a reader of a child
+    /// process's stdout): [`Task::emit`] from it.
+    pub fn output(&self) -> TaskOutput {
+        TaskOutput(self.output.clone())
+    }
+
     async fn ask_suspend(
         &self,
         suspension: Suspension,
@@ -377,6 +407,22 @@ impl Task {
     /// the lease (a child process) should be stopped by it.
     pub fn lease_deadline(&self) -> std::time::Instant {
         lock(&self.deadline).into_std()
+    }
+}
+
+/// A task's live output, apart from the task ([`Task::output`]).
+#[derive(Clone)]
+pub struct TaskOutput(crate::output::Output);
+
+impl TaskOutput {
+    /// [`Task::emit`].
+    pub async fn emit(&self, chunk: Chunk) -> Result<(), Error> {
+        self.0.emit(chunk).await
+    }
+
+    /// [`Task::emit_text`].
+    pub async fn emit_text(&self, text: impl Into<String>) -> Result<(), Error> {
+        self.0.emit(Chunk::text(text)).await
     }
 }
 
@@ -496,6 +542,8 @@ enum Event {
     Suspended(SuspendAsk, Result<SpawnReply, Error>),
     /// A handler spawns children, keeping its lease ([`Task::spawn`]).
     Spawn(SpawnAsk),
+    /// A task's output flusher sends an emit ([`Task::emit`]).
+    Emit(crate::output::EmitAsk),
 }
 
 /// How far past its abort time a suspended task's deadline is moved: its watchdog
@@ -742,6 +790,12 @@ where
             Event::Suspend(ask) => self.ask_suspend(None, ask),
             Event::Suspended(ask, result) => self.suspended(ask, result),
             Event::Spawn(ask) => self.send_spawn(None, ask),
+            // The flusher sends it again once connected.
+            Event::Emit(ask) => {
+                let _ = ask
+                    .answer
+                    .send(Err(Error::Closed("the worker is not connected".into())));
+            }
         }
     }
 
@@ -955,6 +1009,12 @@ where
             Event::Suspend(ask) => self.ask_suspend(Some(client), ask),
             Event::Suspended(ask, result) => self.suspended(ask, result),
             Event::Spawn(ask) => self.send_spawn(Some(client), ask),
+            Event::Emit(ask) => {
+                let client = client.clone();
+                self.tasks.spawn(async move {
+                    let _ = ask.answer.send(client.call(&ask.req).await);
+                });
+            }
         }
         if self.leader_moved {
             return ControlFlow::Break(Ok(false));
@@ -1053,6 +1113,10 @@ where
         let timed_out = Arc::new(AtomicBool::new(false));
         let renew_at = renew_at(delivery.lease_expires_ms);
         info!(task = %id, epoch, attempt = delivery.attempt, reclaimed = delivery.reclaimed, "task started");
+        let events = self.events.0.clone();
+        let output = crate::output::Output::start(id.clone(), epoch, delivery.output, move |ask| {
+            events.send(Event::Emit(ask)).is_ok()
+        });
         let task = Task {
             delivery,
             cancel: cancel.clone(),
@@ -1060,6 +1124,7 @@ where
             progress: Arc::clone(&progress),
             deadline: Arc::clone(&deadline),
             events: self.events.0.clone(),
+            output,
         };
         // The same task again (a new epoch): its old handler is void; the new one starts
         // once the old one has ended, so one agent never runs a task twice at once.
@@ -1121,6 +1186,7 @@ where
                 }
             }
         });
+        let output = task.output.clone();
         let handler_fut = (self.handler)(task);
         // The handler's own task (its handle is the watcher's, its abort handle kept
         // in `held`): a panic in it becomes a nack rather than the worker's end.
@@ -1128,7 +1194,12 @@ where
             if let Some(before) = before {
                 before.await;
             }
-            handler_fut.await
+            let outcome = handler_fut.await;
+            // Its output before its settle: a follower sees it all, then the end.
+            if let Err(e) = output.flush().await {
+                warn!(error = %e, "the task's output was not all sent");
+            }
+            outcome
         });
         let handler = work.abort_handle();
         let events = self.events.0.clone();

@@ -1048,6 +1048,9 @@ impl OutputPage {
     }
 }
 
+/// A key and its value.
+type Entry = (Vec<u8>, Vec<u8>);
+
 fn output_meta_key(id: Ulid) -> [u8; 17] {
     let mut k = [0u8; 17];
     k[1..].copy_from_slice(&id.to_bytes());
@@ -1088,7 +1091,7 @@ impl Store {
         let end = output_page_key(id, u64::MAX);
         let held = self.held_range(Space::Output, &start, &end);
         let mut stored = self.ks.output.range(start..=end);
-        let mut next_stored = || -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+        let mut next_stored = || -> Result<Option<Entry>, StoreError> {
             Ok(match stored.next() {
                 Some(guard) => {
                     let (k, v) = guard.into_inner()?;

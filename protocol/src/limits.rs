@@ -250,21 +250,6 @@ pub fn cut_to(text: &mut String, max_bytes: usize) -> bool {
     true
 }
 
-#[cfg(test)]
-mod tests {
-    use super::cut_to;
-
-    #[test]
-    fn cuts_on_a_character_boundary() {
-        let mut short = "abc".to_owned();
-        assert!(!cut_to(&mut short, 3));
-        assert_eq!(short, "abc");
-        let mut text = "aé".to_owned(); // 3 bytes; byte 2 is inside the é
-        assert!(cut_to(&mut text, 2));
-        assert_eq!(text, "a");
-    }
-}
-
 /// Largest chunk of task output (`emit`): its text, or its JSON's bytes.
 pub const MAX_CHUNK_BYTES: usize = 64 * 1024;
 
@@ -295,3 +280,18 @@ pub const OUTPUT_BURST_BYTES: u64 = 1024 * 1024;
 /// Most bytes of chunks one `follow` reply carries, as JSON (at least one chunk,
 /// whatever its size).
 pub const MAX_FOLLOW_BYTES: usize = 256 * 1024;
+
+#[cfg(test)]
+mod tests {
+    use super::cut_to;
+
+    #[test]
+    fn cuts_on_a_character_boundary() {
+        let mut short = "abc".to_owned();
+        assert!(!cut_to(&mut short, 3));
+        assert_eq!(short, "abc");
+        let mut text = "aé".to_owned(); // 3 bytes; byte 2 is inside the é
+        assert!(cut_to(&mut text, 2));
+        assert_eq!(text, "a");
+    }
+}

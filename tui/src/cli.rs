@@ -211,6 +211,22 @@ pub enum Command {
         #[arg(long, value_parser = duration, default_value = "60s")]
         timeout: Duration,
     },
+    /// Print a task's output: text chunks as they were emitted, JSON chunks one per
+    /// line (`--json`: every chunk as a JSON line with its number and time). With
+    /// `-f`, keep following: new chunks as they are stored, until the task finishes;
+    /// across a lost connection, a restart or a failover it goes on from its last
+    /// chunk, with no gap and no duplicate. Chunks dropped to keep the task within its
+    /// output limit are reported on stderr.
+    Tail {
+        /// Task id.
+        id: String,
+        /// Follow until the task finishes.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// The first chunk to print (0 is the task's first).
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+    },
     /// Cancel a task: at once if waiting, at its settle if leased.
     Cancel {
         /// Task id.
@@ -512,6 +528,15 @@ pub enum TokenRole {
     Admin,
 }
 
+/// What `muster work` makes of a program's stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StdoutUse {
+    /// The task's result.
+    Result,
+    /// The task's live output.
+    Stream,
+}
+
 /// What a suspension's timeout does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TimeoutAction {
@@ -653,6 +678,11 @@ pub struct WorkArgs {
     /// and CAP_DAC_OVERRIDE).
     #[arg(long, value_name = "USER")]
     pub user: Option<String>,
+    /// What the program's stdout is: the task's result (acked on exit 0), or the
+    /// task's live output (`stream`: each read a text chunk, followed with `muster tail
+    /// -f`; the ack carries no result).
+    #[arg(long, value_enum, default_value_t = StdoutUse::Result)]
+    pub output: StdoutUse,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,

@@ -40,6 +40,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 command: args.command,
                 grace: args.grace,
                 user: args.user,
+                output: args.output,
             };
             return work::run(options(&cli.global)?, config, spec).await;
         }
@@ -51,6 +52,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             return console::run(options, addr, readonly).await;
         }
         Command::Guard { dir } => return work::guard(&dir),
+        Command::Tail { id, follow, from } => {
+            return tail(options(&cli.global)?, &out, &id, follow, from).await;
+        }
         Command::Admin(AdminCommand::Token(TokenCommand::New { name, roles })) => {
             return new_token(&out, &name, &roles);
         }
@@ -219,6 +223,7 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
         | Command::Tui { .. }
         | Command::Admin(AdminCommand::Token(_))
         | Command::Guard { .. }
+        | Command::Tail { .. }
         | Command::Context(_)
         | Command::Completions { .. }
         | Command::Man { .. } => {
@@ -347,6 +352,89 @@ async fn task(client: &Client, out: &Output, cmd: TaskCommand) -> anyhow::Result
 
 /// `muster wait`: prints each task that finished within `timeout` (removed ones on
 /// stderr), and fails naming those that did not.
+/// How long `muster tail -f` tries to connect again after losing its connection
+/// before it gives up.
+const TAIL_RECONNECT: Duration = Duration::from_secs(60);
+
+/// How long one follow waits on the daemon before asking again.
+const TAIL_POLL: Duration = Duration::from_secs(30);
+
+/// `muster tail`: prints a task's output from chunk `from`; with `follow`, until the
+/// task finishes, connecting again (from the next chunk) when the connection is lost.
+async fn tail(
+    options: ConnectOptions,
+    out: &Output,
+    id: &str,
+    follow: bool,
+    from: u64,
+) -> anyhow::Result<()> {
+    let mut client = Client::connect(options.clone()).await?;
+    let mut next = from;
+    let mut lost_at: Option<std::time::Instant> = None;
+    loop {
+        let wait = if follow { TAIL_POLL } else { Duration::ZERO };
+        let reply = match client.follow(id, next, wait).await {
+            Ok(reply) => reply,
+            Err(e) if follow && is_lost(&e) => {
+                let since = *lost_at.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() >= TAIL_RECONNECT {
+                    bail!(
+                        "following task {id}: {e} (for {} s)",
+                        TAIL_RECONNECT.as_secs()
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if let Ok(c) = Client::connect(options.clone()).await {
+                    client = c;
+                }
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        lost_at = None;
+        if reply.dropped > 0 {
+            eprintln!(
+                "muster: chunks {next} to {} of task {id} were dropped to keep its output within its limit",
+                next + reply.dropped - 1
+            );
+        }
+        let mut stdout = std::io::stdout().lock();
+        for c in &reply.chunks {
+            if out.is_json() {
+                serde_json::to_writer(&mut stdout, c)?;
+                stdout.write_all(b"\n")?;
+            } else if let Some(text) = &c.text {
+                stdout.write_all(text.as_bytes())?;
+            } else if let Some(json) = &c.json {
+                stdout.write_all(json.get().as_bytes())?;
+                stdout.write_all(b"\n")?;
+            }
+        }
+        stdout.flush()?;
+        next = reply.next;
+        if reply.end || (!follow && reply.chunks.is_empty()) {
+            break;
+        }
+    }
+    client.close().await;
+    Ok(())
+}
+
+/// Whether an error is the connection's (or the leader's) and asking again elsewhere
+/// may mend it.
+fn is_lost(e: &muster_sdk::Error) -> bool {
+    match e {
+        muster_sdk::Error::Server(body) => matches!(
+            body.code,
+            muster_sdk::ErrorCode::NotLeader
+                | muster_sdk::ErrorCode::OutcomeUnknown
+                | muster_sdk::ErrorCode::ShuttingDown
+        ),
+        muster_sdk::Error::Closed(_) | muster_sdk::Error::Connect(_) => true,
+        _ => false,
+    }
+}
+
 async fn wait(
     client: &Client,
     out: &Output,

@@ -497,6 +497,13 @@ fn task_text(t: &TaskInfo) -> String {
         format!("payload\t{}", safe_json(t.payload.get())),
         format!("progress\t{}", raw(&t.progress)),
         format!("result\t{}", raw(&t.result)),
+        format!(
+            "output\t{}",
+            t.output.map_or("-".into(), |o| format!(
+                "{} chunks ({} dropped), {} bytes kept",
+                o.next, o.first, o.bytes
+            ))
+        ),
         format!("created\t{}", time(t.created_ms)),
         format!("updated\t{}", time(t.updated_ms)),
     ];

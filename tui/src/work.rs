@@ -153,6 +153,8 @@ pub struct WorkSpec {
     /// The user the program runs as (`--user`: a name or a numeric uid); the runner's
     /// own if absent.
     pub user: Option<String>,
+    /// What its stdout is: the result, or the task's live output.
+    pub output: crate::cli::StdoutUse,
 }
 
 /// The user `--user` names, as the program runs.
@@ -449,11 +451,13 @@ async fn execute(
         // A program that does not read its stdin is not an error.
         let _ = stdin.write_all(&payload).await;
     });
-    let stdout = tokio::spawn(read_bounded(
-        program.child.stdout.take().context("child stdout")?,
-        MAX_RESULT_BYTES + 1,
-        Keep::Head,
-    ));
+    let child_stdout = program.child.stdout.take().context("child stdout")?;
+    let stdout = match runner.spec.output {
+        crate::cli::StdoutUse::Result => {
+            tokio::spawn(read_bounded(child_stdout, MAX_RESULT_BYTES + 1, Keep::Head))
+        }
+        crate::cli::StdoutUse::Stream => tokio::spawn(stream_output(child_stdout, task.output())),
+    };
     let stderr = tokio::spawn(read_bounded(
         program.child.stderr.take().context("child stderr")?,
         STDERR_TAIL,
@@ -492,7 +496,13 @@ async fn execute(
             warn!(task = %claim.id, epoch = claim.epoch, outcome = "nack", error = %error, "task ended");
             Outcome::Nack { delay: None, error }
         }
-        _ => exit_outcome(&status, stopped.is_some(), &out, &err_tail)?,
+        _ => match exit_outcome(&status, stopped.is_some(), &out, &err_tail)? {
+            // Its stdout was its output, not its result.
+            Outcome::Ack(_) if runner.spec.output == crate::cli::StdoutUse::Stream => {
+                Outcome::Ack(None)
+            }
+            outcome => outcome,
+        },
     };
     Ok((outcome, status.to_string()))
 }
@@ -1034,6 +1044,54 @@ fn read_limited(file: &mut std::fs::File, limit: u64) -> Option<String> {
 fn read_program_file(path: &Path, owner: u32, limit: u64) -> Option<String> {
     let (mut file, _) = open_program_file(path, owner)?;
     read_limited(&mut file, limit)
+}
+
+/// Emits a stream as the task's output, a text chunk per read (a character cut by a
+/// read waits for the next; bytes that are not UTF-8 become U+FFFD). Returns nothing:
+/// a streaming program's ack carries no result.
+async fn stream_output(
+    mut r: impl AsyncRead + Unpin,
+    output: muster_sdk::TaskOutput,
+) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut held = Vec::new();
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            if !held.is_empty() {
+                let _ = output
+                    .emit_text(String::from_utf8_lossy(&held).into_owned())
+                    .await;
+            }
+            return Ok(Vec::new());
+        }
+        held.extend_from_slice(&buf[..n]);
+        let text = match std::str::from_utf8(&held) {
+            Ok(text) => {
+                let text = text.to_owned();
+                held.clear();
+                text
+            }
+            // A character cut at the end: the rest comes with the next read.
+            Err(e) if e.error_len().is_none() => {
+                let valid = e.valid_up_to();
+                let text = String::from_utf8_lossy(&held[..valid]).into_owned();
+                held.drain(..valid);
+                text
+            }
+            Err(_) => {
+                let text = String::from_utf8_lossy(&held).into_owned();
+                held.clear();
+                text
+            }
+        };
+        if !text.is_empty() && output.emit_text(text).await.is_err() {
+            // Output stopped (the lease is gone): drain the pipe, emit no more.
+            let mut sink = tokio::io::sink();
+            tokio::io::copy(&mut r, &mut sink).await?;
+            return Ok(Vec::new());
+        }
+    }
 }
 
 /// Which end of a stream [`read_bounded`] keeps.

@@ -74,6 +74,7 @@ mod logs;
 mod maintenance;
 mod metrics;
 mod operate;
+mod output;
 mod private;
 mod scripting;
 mod security;

@@ -443,6 +443,7 @@ fn task_info() -> TaskInfo {
                 children: 2,
             },
         ],
+        output: None,
         created_ms: NOW - 900 * SEC,
         updated_ms: NOW - 60 * SEC,
         history: vec![

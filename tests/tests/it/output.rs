@@ -1,0 +1,137 @@
+//! Live output against a real daemon: an SDK agent's chunks followed by `muster tail
+//! -f` across a kill -9 of the daemon (no gap, no duplicate), and `muster work
+//! --output stream` turning a program's stdout into its task's output.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use muster_sdk::{NewTask, Outcome, QueuePatch, TaskState, Worker, WorkerConfig};
+use muster_tests::{Daemon, until};
+
+/// Lines the agent emits before and after the daemon's kill.
+const BEFORE: usize = 200;
+const AFTER: usize = 200;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_sees_a_stream_whole_across_a_kill_9_of_the_daemon() {
+    let mut d = Daemon::start();
+    let client = d.client().await;
+    client
+        .queue_create("talk", QueuePatch::default())
+        .await
+        .unwrap();
+    let id = client
+        .enqueue("talk", NewTask::new(muster_sdk::raw_json("{}").unwrap()))
+        .await
+        .unwrap()
+        .id;
+    client.close().await;
+    // The follower starts before any output: it waits for the first chunk.
+    let tail = d.spawn_cli(&["tail", "-f", &id]);
+    let go_on = Arc::new(tokio::sync::Notify::new());
+    let worker = Worker::new(d.options(), WorkerConfig::new("talker", ["talk"]));
+    let handle = worker.handle();
+    let resume = Arc::clone(&go_on);
+    let run = tokio::spawn(worker.run(move |task| {
+        let resume = Arc::clone(&resume);
+        async move {
+            for i in 0..BEFORE {
+                task.emit_text(format!("line {i}\n")).await.unwrap();
+            }
+            task.flush_output().await.unwrap();
+            resume.notified().await;
+            for i in BEFORE..BEFORE + AFTER {
+                task.emit_text(format!("line {i}\n")).await.unwrap();
+                if i % 50 == 0 {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+            Outcome::Ack(None)
+        }
+    }));
+    let seen = tail.lines_matching(BEFORE, Duration::from_secs(20), |_| true);
+    assert_eq!(seen.last().map(String::as_str), Some("line 199"));
+    // kill -9 with a follower and an emitter connected; both go on after the restart.
+    d.kill9();
+    d.restart();
+    go_on.notify_one();
+    let rest = tail.lines_matching(AFTER, Duration::from_secs(60), |_| true);
+    let mut tail = tail;
+    assert_eq!(
+        tail.wait(Duration::from_secs(30)),
+        Some(0),
+        "the follow ends with the task"
+    );
+    let all: Vec<String> = seen.into_iter().chain(rest).collect();
+    let want: Vec<String> = (0..BEFORE + AFTER).map(|i| format!("line {i}")).collect();
+    assert_eq!(all, want, "every line once, in order");
+
+    let client = d.client().await;
+    until(Duration::from_secs(10), "the task done", || async {
+        client.task_get(&id).await.unwrap().state == TaskState::Done
+    })
+    .await;
+    let t = client.task_get(&id).await.unwrap();
+    let out = t.output.expect("an output summary");
+    assert_eq!((out.first, out.next), (0, (BEFORE + AFTER) as u64));
+    // Read again afterwards: all of it, from a number, and as JSON lines.
+    let whole = d.ok(&["tail", &id]);
+    assert_eq!(
+        whole,
+        want.iter().map(|l| format!("{l}\n")).collect::<String>()
+    );
+    assert_eq!(
+        d.ok(&["tail", &id, "--from", "397"]),
+        "line 397\nline 398\nline 399\n"
+    );
+    let json = d.ok(&["--json", "tail", &id, "--from", "399"]);
+    let chunk: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(
+        (chunk["n"].as_u64(), chunk["text"].as_str()),
+        (Some(399), Some("line 399\n"))
+    );
+    let refused = d.cli(&["tail", &id, "--from", "401"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&refused.stderr).trim(),
+        format!("muster: bad_request: follow from chunk 401: task {id} has emitted 400 chunks")
+    );
+    handle.shutdown();
+    tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .expect("the worker stopped")
+        .unwrap()
+        .unwrap();
+}
+
+#[test]
+fn muster_work_streams_a_programs_stdout_as_its_tasks_output() {
+    let d = Daemon::start();
+    d.ok(&["queue", "create", "q"]);
+    let id = d.ok(&["enqueue", "q", "{}"]).trim().to_owned();
+    let mut agent = d.spawn_cli(&[
+        "work",
+        "q",
+        "--member",
+        "streamer",
+        "--output",
+        "stream",
+        "--",
+        "sh",
+        "-c",
+        "for i in 1 2 3; do echo \"step $i\"; done; printf 'd\\303'; sleep 0.3; printf '\\251one\\n'",
+    ]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let shown = d.ok(&["task", "get", &id]);
+        if shown.contains("state\tdone") {
+            assert!(shown.contains("\nresult\t-\n"), "{shown}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not done: {shown}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A character cut between two writes arrives whole.
+    assert_eq!(d.ok(&["tail", &id]), "step 1\nstep 2\nstep 3\ndéone\n");
+    agent.kill9();
+}
