@@ -277,6 +277,10 @@ pub const OUTPUT_RATE_BYTES: u64 = 256 * 1024;
 /// The burst an emitter may send at once before [`OUTPUT_RATE_BYTES`] holds it back.
 pub const OUTPUT_BURST_BYTES: u64 = 1024 * 1024;
 
+/// Most bytes of a task's last output chunks a watched task screen carries (as JSON;
+/// at least its last chunk).
+pub const WATCH_OUTPUT_BYTES: usize = 8 * 1024;
+
 /// Most bytes of chunks one `follow` reply carries, as JSON (at least one chunk,
 /// whatever its size).
 pub const MAX_FOLLOW_BYTES: usize = 256 * 1024;

@@ -1215,6 +1215,9 @@ pub enum View {
 /// internally: a task's payload is kept verbatim, which an internally tagged enum cannot.)
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "screen", content = "data", rename_all = "snake_case")]
+// A task screen (its task and output tail) is the largest; one screen is built and
+// sent at most once a second per watch, so boxing it would save nothing that counts.
+#[allow(clippy::large_enum_variant)]
 pub enum WatchUpdate {
     /// A page of queues.
     Queues {
@@ -1247,6 +1250,10 @@ pub enum WatchUpdate {
     Task {
         /// The task.
         task: TaskInfo,
+        /// The last chunks of its output, oldest first (at most
+        /// [`crate::limits::WATCH_OUTPUT_BYTES`] of them); left out if none.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        output: Vec<crate::model::OutputChunk>,
     },
     /// One member and its leases.
     Member {

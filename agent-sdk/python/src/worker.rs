@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use muster_protocol::limits::{MAX_DELAY, MAX_ERROR_BYTES, MAX_PROGRESS_BYTES, MAX_RESULT_BYTES};
-use muster_sdk::{NewChild, OnTimeout, Outcome, WorkerConfig, WorkerHandle};
+use muster_sdk::{Chunk, NewChild, OnTimeout, Outcome, WorkerConfig, WorkerHandle};
 use pyo3::prelude::*;
 use tokio::sync::oneshot;
 use tracing::warn;
@@ -296,6 +296,60 @@ impl Task {
         })
     }
 
+    /// The number this run's first output chunk gets: the delivery's `output` (how
+    /// many chunks earlier runs of the task emitted).
+    #[getter]
+    fn output(&self) -> u64 {
+        self.task.delivery().output
+    }
+
+    /// Appends one chunk to the task's output (`muster_sdk::Task::emit`): `text`, or
+    /// `json` (JSON text), exactly one. Resolves once the chunk is buffered (it waits
+    /// while the task's buffer is full). Refused with `InvalidInput` for a chunk that is
+    /// neither or both, JSON text that is not JSON or is `null`, or one over
+    /// `MAX_CHUNK_BYTES`; `ConnectionLost` once the task's output has stopped (its
+    /// lease lost, an emit refused for good, the worker stopped).
+    #[pyo3(signature = (done, text, json))]
+    fn emit<'py>(
+        &self,
+        py: Python<'py>,
+        done: &Bound<'py, Loop>,
+        text: Option<String>,
+        json: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let chunk = chunk(text, json)?;
+        let task = Arc::clone(&self.task);
+        done.get().spawn(py, async move { task.emit(chunk).await })
+    }
+
+    /// [`Task::emit`] for a thread that is not an event loop's (a synchronous
+    /// handler's): blocks until the chunk is buffered, without the GIL.
+    #[pyo3(signature = (text, json))]
+    fn emit_blocking(
+        &self,
+        py: Python<'_>,
+        text: Option<String>,
+        json: Option<String>,
+    ) -> PyResult<()> {
+        let chunk = chunk(text, json)?;
+        let runtime = crate::bridge::runtime()?;
+        let task = Arc::clone(&self.task);
+        py.detach(|| runtime.block_on(task.emit(chunk)))
+            .map_err(crate::errors::to_py)
+    }
+
+    /// Resolves once the daemon has every chunk emitted so far; `ConnectionLost` if the
+    /// task's output stopped before.
+    fn flush_output<'py>(
+        &self,
+        py: Python<'py>,
+        done: &Bound<'py, Loop>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let task = Arc::clone(&self.task);
+        done.get()
+            .spawn(py, async move { task.flush_output().await })
+    }
+
     /// The task that spawned this one, if it is a child.
     #[getter]
     fn parent(&self) -> Option<String> {
@@ -568,6 +622,25 @@ fn suspension(
         timeout: timeout_ms.map(Duration::from_millis),
         on_timeout,
     })
+}
+
+/// An output chunk of `text` or `json` (JSON text), exactly one; refused when it is
+/// neither or both, or its JSON is not JSON or is `null` (which the protocol reads as
+/// absent: the emit would be refused, and the task's output stop).
+fn chunk(text: Option<String>, json: Option<String>) -> PyResult<Chunk> {
+    match (text, json) {
+        (Some(text), None) => Ok(Chunk::text(text)),
+        (None, Some(json)) => {
+            let json = raw(json)?;
+            if json.get().trim() == "null" {
+                return Err(invalid(
+                    "a JSON chunk is not null (the protocol reads null as no chunk)",
+                ));
+            }
+            Ok(Chunk::json(json))
+        }
+        _ => Err(invalid("a chunk holds exactly one of text and json")),
+    }
 }
 
 /// A spawn's children from the `dict`s of their fields, each read as the daemon reads

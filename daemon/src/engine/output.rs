@@ -38,6 +38,9 @@ use crate::store::{OutputMeta, OutputPage, StoreError};
 /// Most pages of removed tasks' output deleted per round; the rest in the next rounds.
 pub(super) const OUTPUT_SWEEP_BATCH: usize = 4096;
 
+/// Most pages a watched task screen's output tail is read from.
+const TAIL_PAGES: usize = 64;
+
 /// How often the rate buckets of tasks that stopped emitting are forgotten.
 const BUCKET_PRUNE_MS: u64 = 1_000;
 
@@ -386,6 +389,80 @@ impl<W: Waiter> Engine<W> {
             state,
             end: state.is_finished() && next == meta.next,
         })
+    }
+
+    /// The last chunks of task `id`'s output, oldest first: at most `max_bytes` as
+    /// JSON (at least the last chunk), from at most [`TAIL_PAGES`] pages.
+    pub(super) fn output_tail(
+        &self,
+        id: Ulid,
+        max_bytes: usize,
+    ) -> Result<Vec<OutputChunk>, StoreError> {
+        let Some(meta) = self.output.metas.get(&id).copied() else {
+            return Ok(Vec::new());
+        };
+        if meta.first == meta.next {
+            return Ok(Vec::new());
+        }
+        let page_of = |n: u64| -> Result<u64, StoreError> {
+            Ok(self.store.output_page_of(id, n)?.unwrap_or_else(|| {
+                panic!("task {id}: output {meta:?} has no page holding chunk {n}")
+            }))
+        };
+        let page_bytes = |first: u64| -> Result<u64, StoreError> {
+            let mut bytes = 0;
+            self.store.output_pages(id, first, |_, page| {
+                bytes = u64::from(page.bytes);
+                true
+            })?;
+            Ok(bytes)
+        };
+        // Back from the last page until the pages hold enough.
+        let mut start = page_of(meta.next - 1)?;
+        let mut bytes = page_bytes(start)?;
+        let mut pages = 1;
+        while (bytes as usize) < max_bytes && start > meta.first && pages < TAIL_PAGES {
+            start = page_of(start - 1)?;
+            bytes += page_bytes(start)?;
+            pages += 1;
+        }
+        let mut chunks = self.answer_follow_all(id, start)?;
+        let mut kept = 0;
+        let mut from = chunks.len();
+        while from > 0 {
+            let len = json_len(&chunks[from - 1]);
+            if from < chunks.len() && kept + len > max_bytes {
+                break;
+            }
+            kept += len;
+            from -= 1;
+        }
+        Ok(chunks.split_off(from))
+    }
+
+    /// Every chunk of task `id` from `start` (the first of a page) to its end.
+    fn answer_follow_all(&self, id: Ulid, start: u64) -> Result<Vec<OutputChunk>, StoreError> {
+        let mut chunks = Vec::new();
+        let mut failed = None;
+        self.store.output_pages(id, start, |first, page| {
+            match page.chunks(id, first) {
+                Ok(decoded) => chunks.extend((first..).zip(decoded).map(|(n, c)| OutputChunk {
+                    n,
+                    at_ms: page.at_ms,
+                    text: c.text,
+                    json: c.json,
+                })),
+                Err(e) => {
+                    failed = Some(e);
+                    return true;
+                }
+            }
+            false
+        })?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(chunks),
+        }
     }
 
     /// Answers parked follows whose task's output grew, whose task finished or was

@@ -222,9 +222,13 @@ impl<W: Waiter> Engine<W> {
             View::Dead { after: a, limit } => {
                 self.dead_screen(a.as_deref(), rows(*limit)?, principal)
             }
-            View::Task { task } => Ok(WatchUpdate::Task {
-                task: self.task_info(parse_id(task)?)?,
-            }),
+            View::Task { task } => {
+                let id = parse_id(task)?;
+                Ok(WatchUpdate::Task {
+                    task: self.task_info(id)?,
+                    output: self.output_tail(id, muster_protocol::limits::WATCH_OUTPUT_BYTES)?,
+                })
+            }
             View::Member { member } => self.member_screen(member),
             View::Members { after: a, limit } => self.members_screen(a.as_ref(), rows(*limit)?),
             View::Limits { after: a, limit } => {

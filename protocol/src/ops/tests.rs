@@ -208,7 +208,7 @@ fn a_watched_task_keeps_its_payload_verbatim() {
     let body = r#"{"id":1,"ok":true,"tag":2,"update":{"screen":"task","data":{"task":{"id":"01J","queue":"q","state":"ready","payload":{"b":1,"a":[2]},"priority":0,"key":null,"requires":[],"not_before_ms":null,"idempotency_key":null,"deliveries":0,"failures":0,"lease":null,"cancel_requested":false,"progress":null,"result":null,"last_error":null,"dead_reason":null,"created_ms":1,"updated_ms":1,"history":[]}}}}"#;
     let reply: WatchReply = serde_json::from_str(body).unwrap();
     match reply.update {
-        WatchUpdate::Task { task } => assert_eq!(task.payload.get(), r#"{"b":1,"a":[2]}"#),
+        WatchUpdate::Task { task, .. } => assert_eq!(task.payload.get(), r#"{"b":1,"a":[2]}"#),
         other => panic!("{other:?}"),
     }
 }

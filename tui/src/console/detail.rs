@@ -6,7 +6,7 @@
 use ratatui::style::{Color, Style, Stylize};
 use ratatui::text::{Line, Span};
 
-use muster_protocol::model::{LimitKey, LimitUse, TaskInfo, TaskState};
+use muster_protocol::model::{LimitKey, LimitUse, OutputChunk, TaskInfo, TaskState};
 
 /// Items joined by commas, or `-` for none.
 pub fn list_or_dash(items: &[String]) -> String {
@@ -17,10 +17,19 @@ pub fn list_or_dash(items: &[String]) -> String {
     }
 }
 
+/// Lines of a task's output the task screen shows at most: its last ones.
+pub const OUTPUT_LINES: usize = 12;
+
 /// The lines of the task screen, at `now`: its fields, its last error in full, its
+/// children, its output's last lines (`output`, the last chunks the daemon sent), its
 /// timeline (times of day if `absolute`, else ages), then its progress, payload and
 /// result.
-pub fn task_lines(t: &TaskInfo, now: u64, absolute: bool) -> Vec<Line<'static>> {
+pub fn task_lines(
+    t: &TaskInfo,
+    output: &[OutputChunk],
+    now: u64,
+    absolute: bool,
+) -> Vec<Line<'static>> {
     let mut lines = field_lines(t, now);
     if let Some(e) = &t.last_error {
         // The whole error: its first line beside the name, the rest (a traceback) below.
@@ -48,6 +57,20 @@ pub fn task_lines(t: &TaskInfo, now: u64, absolute: bool) -> Vec<Line<'static>> 
             ))
         }));
     }
+    if let Some(o) = t.output {
+        lines.push(Line::from(Span::styled(
+            format!(
+                "output ({} chunks, {} dropped; muster tail -f {} follows it)",
+                o.next, o.first, t.id
+            ),
+            Style::new().bold(),
+        )));
+        lines.extend(
+            output_text(output)
+                .into_iter()
+                .map(|l| Line::raw(format!("  {l}"))),
+        );
+    }
     lines.push(Line::from(Span::styled("timeline", Style::new().bold())));
     lines.extend((0..t.history.len()).map(|i| Line::raw(timeline_text(t, i, now, absolute))));
     for (name, json) in [
@@ -65,6 +88,30 @@ pub fn task_lines(t: &TaskInfo, now: u64, absolute: bool) -> Vec<Line<'static>> 
         }
     }
     lines
+}
+
+/// The last [`OUTPUT_LINES`] lines of output chunks: texts as written, JSON chunks a
+/// line each, every line made safe to show (control characters escaped: the output is
+/// the agent's, and must not drive the terminal).
+pub fn output_text(chunks: &[OutputChunk]) -> Vec<String> {
+    let mut text = String::new();
+    for c in chunks {
+        if let Some(t) = &c.text {
+            text.push_str(t);
+        } else if let Some(j) = &c.json {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(j.get());
+            text.push('\n');
+        }
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let from = lines.len().saturating_sub(OUTPUT_LINES);
+    lines[from..]
+        .iter()
+        .map(|l| crate::output::safe(l).into_owned())
+        .collect()
 }
 
 /// How many of a task's children are in each state, e.g. `3 done, 1 leased`.

@@ -385,11 +385,11 @@ impl App {
     /// shown task's payload.
     fn copy(&mut self, payload: bool) -> Option<Effect> {
         let (text, what) = match (&self.data, payload) {
-            (Some(WatchUpdate::Task { task }), true) => (
+            (Some(WatchUpdate::Task { task, .. }), true) => (
                 task.payload.get().to_owned(),
                 format!("the payload of {}", task.id),
             ),
-            (Some(WatchUpdate::Task { task }), false) => (task.id.clone(), task.id.clone()),
+            (Some(WatchUpdate::Task { task, .. }), false) => (task.id.clone(), task.id.clone()),
             (_, false) => match self.selected_row()? {
                 Row::Node(n) => (n.addr.clone(), format!("the address of node {}", n.node)),
                 row => {
@@ -418,8 +418,8 @@ impl App {
     }
 
     fn step(&mut self, by: isize) -> Option<Effect> {
-        if let Some(WatchUpdate::Task { task }) = &self.data {
-            let last = super::detail::task_lines(task, self.now_ms, self.absolute_times)
+        if let Some(WatchUpdate::Task { task, output }) = &self.data {
+            let last = super::detail::task_lines(task, output, self.now_ms, self.absolute_times)
                 .len()
                 .saturating_sub(1);
             let page = self.page_mut();
@@ -641,23 +641,23 @@ impl App {
     /// The verb keys of the task screen: those of the shown task's state.
     fn task_verb_keys(&self) -> Vec<(&'static str, &'static str)> {
         match &self.data {
-            Some(WatchUpdate::Task { task }) if task.state == TaskState::Dead => {
+            Some(WatchUpdate::Task { task, .. }) if task.state == TaskState::Dead => {
                 vec![
                     ("r", "redrive"),
                     ("x", "discard"),
                     ("e", "edit and requeue"),
                 ]
             }
-            Some(WatchUpdate::Task { task }) if task.state == TaskState::Leased => {
+            Some(WatchUpdate::Task { task, .. }) if task.state == TaskState::Leased => {
                 vec![("c", "cancel"), ("v", "revoke lease")]
             }
-            Some(WatchUpdate::Task { task }) if task.state == TaskState::Scheduled => {
+            Some(WatchUpdate::Task { task, .. }) if task.state == TaskState::Scheduled => {
                 vec![("c", "cancel"), ("+ -", "priority"), ("N", "run now")]
             }
-            Some(WatchUpdate::Task { task }) if task.state == TaskState::Suspended => {
+            Some(WatchUpdate::Task { task, .. }) if task.state == TaskState::Suspended => {
                 SUSPENDED_VERB_KEYS.to_vec()
             }
-            Some(WatchUpdate::Task { task }) if is_live(task.state) => {
+            Some(WatchUpdate::Task { task, .. }) if is_live(task.state) => {
                 vec![("c", "cancel"), ("+ -", "priority")]
             }
             _ => Vec::new(),

@@ -456,11 +456,59 @@ fn task_info() -> TaskInfo {
 }
 
 #[test]
+fn task_screen_shows_the_last_lines_of_its_output_made_safe() {
+    let mut app = started(false);
+    on_queue_tab(&mut app, 2, TaskState::Leased, 1..3);
+    let tag = watched(&press(&mut app, KeyCode::Enter), View::Task { task: id(1) });
+    let mut t = task_info();
+    t.children.clear();
+    t.output = Some(muster_protocol::model::OutputSummary {
+        first: 3,
+        next: 20,
+        bytes: 300,
+    });
+    let text = |n: u64, s: &str| muster_protocol::model::OutputChunk {
+        n,
+        at_ms: NOW,
+        text: Some(s.into()),
+        json: None,
+    };
+    let mut output: Vec<_> = (5..18).map(|n| text(n, &format!("step {n}\n"))).collect();
+    // A cut line goes on in the next chunk; an escape is shown, not obeyed.
+    output.push(text(18, "thinking \u{1b}]52;c;cGF3bmVk\u{7}"));
+    output.push(muster_protocol::model::OutputChunk {
+        n: 19,
+        at_ms: NOW,
+        text: None,
+        json: Some(serde_json::value::RawValue::from_string(r#"{"tokens":412}"#.into()).unwrap()),
+    });
+    let lines = detail::output_text(&output);
+    assert_eq!(lines.len(), detail::OUTPUT_LINES);
+    assert_eq!(lines[0], "step 8");
+    assert_eq!(
+        lines[10..],
+        [
+            "thinking \\u{1b}]52;c;cGF3bmVk\\u{7}".to_owned(),
+            r#"{"tokens":412}"#.to_owned()
+        ]
+    );
+    deliver(&mut app, tag, WatchUpdate::Task { task: t, output });
+    insta::assert_snapshot!("task_output", screen(&app, 100, 40).backend());
+}
+
+#[test]
 fn task_screen_shows_lease_progress_payload_and_timeline() {
     let mut app = started(false);
     on_queue_tab(&mut app, 2, TaskState::Leased, 1..3);
     let tag = watched(&press(&mut app, KeyCode::Enter), View::Task { task: id(1) });
-    deliver(&mut app, tag, WatchUpdate::Task { task: task_info() });
+    deliver(
+        &mut app,
+        tag,
+        WatchUpdate::Task {
+            task: task_info(),
+            output: Vec::new(),
+        },
+    );
     insta::assert_snapshot!("task", screen(&app, 80, 24).backend());
     assert_eq!(press(&mut app, KeyCode::Char('r')), vec![]);
     assert_eq!(
@@ -767,8 +815,15 @@ fn the_task_screen_scrolls_within_its_lines() {
         &chars(&mut app, &format!(":task {}\n", id(1))),
         View::Task { task: id(1) },
     );
-    deliver(&mut app, tag, WatchUpdate::Task { task: task_info() });
-    let lines = detail::task_lines(&task_info(), NOW, false).len();
+    deliver(
+        &mut app,
+        tag,
+        WatchUpdate::Task {
+            task: task_info(),
+            output: Vec::new(),
+        },
+    );
+    let lines = detail::task_lines(&task_info(), &[], NOW, false).len();
     for _ in 0..500 {
         press(&mut app, KeyCode::Char('j'));
     }
@@ -796,7 +851,14 @@ fn a_task_discarded_from_its_own_screen_goes_back_saying_so() {
     dead.state = TaskState::Dead;
     dead.lease = None;
     dead.dead_reason = Some("max_attempts".into());
-    deliver(&mut app, tag, WatchUpdate::Task { task: dead });
+    deliver(
+        &mut app,
+        tag,
+        WatchUpdate::Task {
+            task: dead,
+            output: Vec::new(),
+        },
+    );
     assert_eq!(app.keys()[..2], [("r", "redrive"), ("x", "discard")]);
     press(&mut app, KeyCode::Char('x'));
     match press(&mut app, KeyCode::Char('y')).as_slice() {
@@ -1379,7 +1441,14 @@ fn e_edits_a_dead_tasks_payload_and_requeues_it_after_a_confirm() {
     let mut dead = task_info();
     dead.state = TaskState::Dead;
     dead.lease = None;
-    deliver(&mut app, tag, WatchUpdate::Task { task: dead.clone() });
+    deliver(
+        &mut app,
+        tag,
+        WatchUpdate::Task {
+            task: dead.clone(),
+            output: Vec::new(),
+        },
+    );
     let requeue = match press(&mut app, KeyCode::Char('e')).as_slice() {
         [Effect::Edit(Draft::Requeue(r))] => r.clone(),
         other => panic!("expected an edit, got {other:?}"),
@@ -1438,7 +1507,14 @@ fn the_timeline_shows_each_attempts_length_and_times_of_day_on_t() {
     let mut app = started(false);
     on_queue_tab(&mut app, 2, TaskState::Leased, 1..3);
     let tag = watched(&press(&mut app, KeyCode::Enter), View::Task { task: id(1) });
-    deliver(&mut app, tag, WatchUpdate::Task { task: task_info() });
+    deliver(
+        &mut app,
+        tag,
+        WatchUpdate::Task {
+            task: task_info(),
+            output: Vec::new(),
+        },
+    );
     let ages = text(&app);
     assert!(ages.contains("gpu-3 #2 running 1m"), "{ages}");
     press(&mut app, KeyCode::Char('t'));
@@ -1906,7 +1982,14 @@ fn plus_minus_and_capital_n_change_priority_and_run_now_after_a_confirm() {
     t.state = TaskState::Scheduled;
     t.lease = None;
     t.priority = 9;
-    deliver(&mut app, tag, WatchUpdate::Task { task: t });
+    deliver(
+        &mut app,
+        tag,
+        WatchUpdate::Task {
+            task: t,
+            output: Vec::new(),
+        },
+    );
     press(&mut app, KeyCode::Char('+'));
     assert_eq!(
         app.message,

@@ -222,14 +222,16 @@ impl App {
     /// state and priority.
     fn waiting_task(&self) -> Option<(String, TaskState, u8)> {
         match &self.data {
-            Some(WatchUpdate::Task { task }) => Some((task.id.clone(), task.state, task.priority)),
+            Some(WatchUpdate::Task { task, .. }) => {
+                Some((task.id.clone(), task.state, task.priority))
+            }
             _ => self.selected_task().map(|t| (t.id, t.state, t.priority)),
         }
     }
 
     fn shown_state(&self) -> Option<(TaskState, String)> {
         match &self.data {
-            Some(WatchUpdate::Task { task }) => Some((task.state, task.id.clone())),
+            Some(WatchUpdate::Task { task, .. }) => Some((task.state, task.id.clone())),
             _ => None,
         }
     }
@@ -237,7 +239,7 @@ impl App {
     /// The shown task's queue and id, if it is in `state`.
     fn shown_task(&mut self, state: TaskState) -> Option<(String, String)> {
         match &self.data {
-            Some(WatchUpdate::Task { task }) if task.state == state => {
+            Some(WatchUpdate::Task { task, .. }) if task.state == state => {
                 Some((task.queue.clone(), task.id.clone()))
             }
             Some(WatchUpdate::Task { .. }) => {
@@ -269,7 +271,7 @@ impl App {
     /// resumed with, to approve it.
     pub(super) fn approve(&mut self) -> Option<Effect> {
         let (id, state) = match (&self.data, &self.page().screen) {
-            (Some(WatchUpdate::Task { task }), Screen::Task { .. }) => {
+            (Some(WatchUpdate::Task { task, .. }), Screen::Task { .. }) => {
                 (task.id.clone(), task.state)
             }
             (_, Screen::Queue { .. } | Screen::Found { .. } | Screen::Member { .. }) => {
@@ -287,7 +289,7 @@ impl App {
 
     /// `e` on a dead task's screen: edit its payload, to enqueue it again.
     pub(super) fn edit(&mut self) -> Option<Effect> {
-        let Some(WatchUpdate::Task { task }) = &self.data else {
+        let Some(WatchUpdate::Task { task, .. }) = &self.data else {
             if matches!(self.page().screen, Screen::Task { .. }) {
                 self.refuse("the task has not arrived yet; try again in a moment");
             }

@@ -31,7 +31,7 @@ import logging
 import threading
 
 from . import _native
-from ._client import Child, ClaimRef, Client, LimitRef, NewTask, RateRef
+from ._client import Child, Chunk, ClaimRef, Client, LimitRef, NewTask, RateRef
 from ._convert import Duration
 from ._native import (
     AlreadyExists,
@@ -68,8 +68,10 @@ from .records import (
     ClusterRole,
     ClusterStatus,
     CountResult,
+    EmitResult,
     FindCursor,
     FindResult,
+    FollowResult,
     LeaseInfo,
     LimitInfo,
     LimitKeyInfo,
@@ -78,6 +80,8 @@ from .records import (
     MemberInfo,
     MemberState,
     OnTimeout,
+    OutputChunk,
+    OutputSummary,
     QueueInfo,
     QueueOptions,
     QueueTotals,
@@ -112,6 +116,7 @@ __all__ = [
     "Child",
     "ChildOutcome",
     "ChildSummary",
+    "Chunk",
     "Claim",
     "ClaimRef",
     "Client",
@@ -123,9 +128,11 @@ __all__ = [
     "CountResult",
     "DeadLetter",
     "DiskFull",
+    "EmitResult",
     "Duration",
     "FindCursor",
     "FindResult",
+    "FollowResult",
     "Forbidden",
     "Handler",
     "InvalidInput",
@@ -146,6 +153,8 @@ __all__ = [
     "NotLeader",
     "OnTimeout",
     "OutcomeUnknown",
+    "OutputChunk",
+    "OutputSummary",
     "ProtocolError",
     "QueueInfo",
     "QueueOptions",

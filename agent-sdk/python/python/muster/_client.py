@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import (
     Any,
+    AsyncIterator,
     Awaitable,
     Dict,
     Iterable,
@@ -32,13 +33,16 @@ from .records import (
     Claim,
     ClusterStatus,
     CountResult,
+    EmitResult,
     FindCursor,
     FindResult,
+    FollowResult,
     LimitInfo,
     LimitUse,
     MemberDescription,
     MemberInfo,
     OnTimeout,
+    OutputChunk,
     QueueInfo,
     Rate,
     RenewResult,
@@ -158,6 +162,42 @@ class Child:
             self.group,
         )
         return {"child_key": self.child_key, "queue": self.queue, "task": task}
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One chunk of output to emit with :meth:`Client.emit` (PROTOCOL.md §4.18): its
+    ``text``, or a ``json`` value (any JSON-serialisable object but ``None``, or
+    ``bytes`` of UTF-8 JSON text), exactly one; each at most 64 KiB. ``Client.emit``
+    takes a ``str`` as a text chunk. (An agent's way is :meth:`Task.emit
+    <muster.Task.emit>` and :meth:`Task.emit_json <muster.Task.emit_json>`.)"""
+
+    text: Optional[str] = None
+    json: Any = None
+
+    def _fields(self) -> Dict[str, Any]:
+        if (self.text is None) == (self.json is None):
+            raise _native.InvalidInput(
+                f"a chunk holds exactly one of text and json (not None), not {self!r}"
+            )
+        if self.text is not None:
+            if not isinstance(self.text, str):
+                raise _native.InvalidInput(f"a chunk's text is a str, not {self.text!r}")
+            return {"text": self.text}
+        return {"json": json_value(self.json, "the chunk's json")}
+
+
+def _chunks(chunks: Sequence[Union[str, Chunk]]) -> List[Dict[str, Any]]:
+    """The fields of an emit's chunks: a ``str`` is a text chunk."""
+    fields: List[Dict[str, Any]] = []
+    for chunk in _listed(chunks, "chunks"):
+        if isinstance(chunk, str):
+            fields.append({"text": chunk})
+        elif isinstance(chunk, Chunk):
+            fields.append(chunk._fields())
+        else:
+            raise _native.InvalidInput(f"a chunk to emit is a str or a muster.Chunk, not {chunk!r}")
+    return fields
 
 
 def _children(children: Sequence[Child]) -> List[Dict[str, Any]]:
@@ -879,6 +919,91 @@ class Client:
             }
         (reply,) = await self._send("spawn", fields)
         return Spawned._from(reply)
+
+    async def emit(
+        self, claim: ClaimRef, at: int, chunks: Sequence[Union[str, Chunk]]
+    ) -> EmitResult:
+        """Appends chunks to a leased task's live output (an agent's way is
+        :meth:`Task.emit <muster.Task.emit>`, which buffers, batches, numbers and
+        repeats for you; PROTOCOL.md §5.50). Each chunk is a ``str`` (a text chunk) or
+        a :class:`Chunk`; 1 to 1000 of them, each at most 64 KiB, together at most
+        256 KiB. ``at`` is the number the first chunk is to get: the claim's
+        ``output``, then each reply's ``next``. Chunks numbered before the task's next
+        number were stored by an earlier try of this emit (its reply lost) and are not
+        stored again (``repeated`` counts them), so an emit may be sent again as it
+        was. Wait the reply's ``wait_ms`` before the next emit. An emit does not renew
+        the lease.
+
+        Raises :class:`~muster.LeaseLost` if the claim is no longer the task's lease,
+        :class:`~muster.TooLarge` for a chunk or an emit over its size,
+        :class:`~muster.BadRequest` for an ``at`` past the task's next number or too
+        many chunks, :class:`~muster.LimitExceeded` when sent before a ``wait_ms`` was
+        over, :class:`~muster.DiskFull` while the daemon's disk alarm is on; and
+        :class:`~muster.InvalidInput`, before sending, for an item that is neither a
+        ``str`` nor a :class:`Chunk`, or a chunk that does not hold exactly one of its
+        fields."""
+        task, epoch = claim_of(claim)
+        fields = {"task": task, "epoch": epoch, "at": at, "chunks": _chunks(chunks)}
+        (reply,) = await self._send("emit", fields)
+        return EmitResult._from(reply)
+
+    async def follow(
+        self, task: str, from_: int = 0, *, timeout: Optional[Duration] = None
+    ) -> FollowResult:
+        """Reads task ``task``'s live output from chunk ``from_`` (PROTOCOL.md §5.51):
+        what is kept from there at once (at most 256 KiB of it; at least one chunk when
+        any is kept), else, when the task is not finished, waits up to ``timeout``
+        (``None`` or 0: not at all; at most 300 s) for the next chunks or the task's
+        end; a timeout answers with no chunks. Ask again from the result's ``next``
+        until its ``end``: no chunk is missed or read twice, on this connection or a
+        new one (after a lost one). ``dropped`` counts the chunks from ``from_`` no
+        longer kept (a task keeps at most 1 MiB). :meth:`follow_stream` does the
+        asking again.
+
+        Raises :class:`~muster.NotFound` for no such task (or one removed while
+        followed), :class:`~muster.BadRequest` for a ``from_`` past the task's output
+        or a ``timeout`` over 300 s."""
+        fields = {"task": task, "from": from_, "timeout_ms": ms(timeout, "timeout")}
+        return FollowResult._from(await self._call("follow", fields))
+
+    def follow_stream(
+        self, task: str, from_: int = 0, *, poll: Duration = 30.0
+    ) -> AsyncIterator[OutputChunk]:
+        """Every chunk of task ``task``'s live output from chunk ``from_``, as it is
+        stored, until the task is finished and its last chunk was read::
+
+            async for chunk in client.follow_stream(task_id):
+                print(chunk.text if chunk.text is not None else chunk.json)
+
+        It is :meth:`follow` asked again from each result's ``next``, each waiting up
+        to ``poll`` (1 ms to 300 s) for more. Chunks dropped before they were read (a
+        task keeps at most 1 MiB of output) are skipped: a gap in the chunks' ``n``
+        shows them. A follow of a task never finished (a suspended or a ``dead`` one
+        that may be redriven) goes on until the caller stops iterating.
+
+        It does not reconnect: a lost connection raises :class:`~muster.ConnectionLost`
+        (and a cluster leader that stops leading :class:`~muster.NotLeader` or
+        :class:`~muster.OutcomeUnknown`), as :meth:`follow` raises. Connect again and
+        follow from the last chunk's ``n + 1`` (``from_`` if none came): nothing is
+        missed or read twice. Raises :class:`~muster.InvalidInput` now for a ``poll``
+        out of range, and what :meth:`follow` raises as it is iterated.
+        """
+        poll_ms = ms_required(poll, "poll")
+        if not 1 <= poll_ms <= 300_000:
+            raise _native.InvalidInput(f"poll is 1 ms to 300 s, not {poll!r}")
+        return self._follow_stream(task, from_, poll_ms / 1000)
+
+    async def _follow_stream(
+        self, task: str, from_: int, poll: float
+    ) -> AsyncIterator[OutputChunk]:
+        """:meth:`follow_stream`'s generator."""
+        while True:
+            result = await self.follow(task, from_, timeout=poll)
+            for chunk in result.chunks:
+                yield chunk
+            if result.end:
+                return
+            from_ = result.next
 
     async def resume(self, token: str, data: Any = None) -> ResumeResult:
         """Resumes the suspension ``token`` names: the task is ready again at its place

@@ -276,6 +276,18 @@ class Task:
         """Spawns children and suspends the task until they have finished; resolves with
         the reply as a one-element list."""
     @property
+    def output(self) -> int:
+        """The number this run's first output chunk gets (the delivery's ``output``)."""
+    def emit(self, done: Loop, text: Optional[str], json: Optional[str]) -> Awaitable[None]:
+        """Appends a chunk, ``text`` or ``json`` (JSON text, not ``null``), exactly one, to
+        the task's output; resolves once it is buffered. Raises ``InvalidInput`` for a
+        malformed chunk or one over 64 KiB, ``ConnectionLost`` once output stopped."""
+    def emit_blocking(self, text: Optional[str], json: Optional[str]) -> None:
+        """``emit``, blocking the calling thread (not an event loop's) without the GIL."""
+    def flush_output(self, done: Loop) -> Awaitable[None]:
+        """Resolves once the daemon has every chunk emitted so far; ``ConnectionLost``
+        if output stopped before."""
+    @property
     def parent(self) -> Optional[str]:
         """The task that spawned this one, if it is a child."""
     @property

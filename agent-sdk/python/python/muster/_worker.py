@@ -301,6 +301,64 @@ class Task:
         return Suspended._from(reply)
 
     @property
+    def output_start(self) -> int:
+        """The number this run's first output chunk gets: how many chunks earlier runs
+        of the task emitted (0 on its first, or if none did). Its chunks are numbered
+        on from there, in the order emitted."""
+        return self._native.output
+
+    async def emit(self, text: str) -> None:
+        """Appends a text chunk (at most 64 KiB of UTF-8) to the task's live output,
+        which anyone allowed to read the task may follow (:meth:`Client.follow
+        <muster.Client.follow>`, ``muster tail -f``; PROTOCOL.md §4.18).
+
+        Chunks are buffered here and sent in order by the worker, in Rust, as many in
+        each emit as have gathered, each stored once whatever the connection does;
+        the worker sends what is buffered before it settles the task, so a follower
+        sees every chunk, then the end. Returns once the chunk is buffered: it waits
+        only while 1 MiB is (the daemon holds a task to 256 KiB/s on average, after a
+        1 MiB burst); :meth:`flush_output` waits until the daemon has it. A task keeps
+        its last 1 MiB (and 1,024 emits) of output: older chunks are dropped.
+
+        Raises :class:`~muster.InvalidInput` for ``text`` that is not a ``str`` or is
+        over 64 KiB; :class:`~muster.ConnectionLost` (its message ``output stopped:``
+        and why) once the task's output has stopped: its lease was lost (e.g.
+        ``lease_lost``), the daemon refused an emit for good (``disk_full``), or the
+        worker stopped. Nothing emitted after that is stored; the handler should
+        stop (it is usually being cancelled already).
+        """
+        await self._native.emit(_loop.current(), _text(text), None)
+
+    async def emit_json(self, value: Any) -> None:
+        """Appends a JSON chunk to the task's live output, as :meth:`emit` appends a
+        text chunk: any JSON-serialisable object but ``None`` (the protocol reads a
+        ``null`` chunk as none), or ``bytes`` of UTF-8 JSON text (sent as it is), at
+        most 64 KiB of JSON. A follower reads it decoded, as the chunk's ``json``.
+        Raises :class:`~muster.InvalidInput` for a value that is not JSON-serialisable,
+        is ``None`` or is over 64 KiB, and what :meth:`emit` raises."""
+        await self._native.emit(_loop.current(), None, _json_chunk(value))
+
+    async def flush_output(self) -> None:
+        """Waits until the daemon has stored every chunk emitted so far (the worker
+        does this before it settles the task in any case). Raises
+        :class:`~muster.ConnectionLost` (``output stopped: ...``) if the task's output
+        stopped before (see :meth:`emit`)."""
+        await self._native.flush_output(_loop.current())
+
+    def emit_blocking(self, text: str) -> None:
+        """:meth:`emit` for synchronous handlers (run in a thread): blocks until the
+        chunk is buffered. Not from an event loop's thread (:class:`RuntimeError`):
+        await :meth:`emit` there."""
+        _refuse_inside_a_loop("emit_blocking")
+        self._native.emit_blocking(_text(text), None)
+
+    def emit_json_blocking(self, value: Any) -> None:
+        """:meth:`emit_json` for synchronous handlers (run in a thread), as
+        :meth:`emit_blocking` is :meth:`emit`'s."""
+        _refuse_inside_a_loop("emit_json_blocking")
+        self._native.emit_blocking(None, _json_chunk(value))
+
+    @property
     def lease_deadline(self) -> float:
         """When, on the :func:`time.monotonic` clock, the worker stops this handler unless
         a renewal moves it: work that must not outlive the lease (a child process) should
@@ -309,6 +367,32 @@ class Task:
 
 
 _UNSET = object()
+
+
+def _text(text: str) -> str:
+    """A text chunk, checked to be a ``str``."""
+    if not isinstance(text, str):
+        raise _native.InvalidInput(
+            f"a text chunk is a str, not {type(text).__name__}: emit_json sends a JSON value"
+        )
+    return text
+
+
+def _json_chunk(value: Any) -> str:
+    """The JSON text of a JSON chunk, checked not to be ``null``."""
+    if value is None:
+        raise _native.InvalidInput("a JSON chunk is not None (the protocol reads null as none)")
+    return json_text(value, "the JSON chunk")
+
+
+def _refuse_inside_a_loop(what: str) -> None:
+    """Raises :class:`RuntimeError` on a thread running an event loop, which a blocking
+    call would stall."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(f"Task.{what} blocks: inside a running event loop, await its coroutine")
 
 
 class Worker:

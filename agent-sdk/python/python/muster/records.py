@@ -339,6 +339,83 @@ class ResumeResult:
 
 
 @dataclass(frozen=True)
+class OutputSummary:
+    """What a task's live output holds (PROTOCOL.md §4.18): chunks ``first`` to
+    ``next - 1`` are kept (those before ``first`` were dropped, oldest first, to keep
+    the task within 1 MiB and 1,024 emits), ``bytes`` their size."""
+
+    first: int
+    """The number of the oldest chunk kept."""
+    next: int
+    """The number the next chunk gets: how many chunks the task emitted."""
+    bytes: int
+    """Bytes of the chunks kept (their text's, or their JSON text's)."""
+
+    @staticmethod
+    def _from(d: Optional[_Dict]) -> Optional[OutputSummary]:
+        return None if d is None else OutputSummary(d["first"], d["next"], d["bytes"])
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    """One chunk of a task's live output, as a follower reads it: its number ``n``
+    (from 0, one more for each chunk after it), when the daemon stored it, and its
+    ``text``, or (``text`` is ``None``) its ``json`` value, decoded."""
+
+    n: int
+    at_ms: int
+    text: Optional[str]
+    json: Any
+
+    @staticmethod
+    def _from(d: _Dict) -> OutputChunk:
+        return OutputChunk(d["n"], d["at_ms"], d.get("text"), d.get("json"))
+
+
+@dataclass(frozen=True)
+class FollowResult:
+    """One read of a task's output (PROTOCOL.md §5.51): ``chunks`` in order with no
+    gap, after ``dropped`` chunks from the number asked for that are no longer kept;
+    ``next``, the number to ask from next; the task's ``state``; and ``end``, true once
+    the task is finished and every chunk it emitted was sent (nothing more to follow)."""
+
+    chunks: List[OutputChunk]
+    dropped: int
+    next: int
+    state: TaskState
+    end: bool
+
+    @staticmethod
+    def _from(d: _Dict) -> FollowResult:
+        return FollowResult(
+            [OutputChunk._from(c) for c in d["chunks"]],
+            d.get("dropped", 0),
+            d["next"],
+            d["state"],
+            d["end"],
+        )
+
+
+@dataclass(frozen=True)
+class EmitResult:
+    """What an emit answers (PROTOCOL.md §5.50): ``next``, the number the next chunk
+    gets (the next emit's ``at``); ``repeated``, chunks of this emit stored before (by
+    an earlier try whose reply was lost); ``wait_ms``, how long to wait before the next
+    emit (the task's output rate is spent until then); and whether a cancel is pending."""
+
+    next: int
+    repeated: int
+    wait_ms: int
+    cancel_requested: bool
+
+    @staticmethod
+    def _from(d: _Dict) -> EmitResult:
+        return EmitResult(
+            d["next"], d.get("repeated", 0), d.get("wait_ms", 0), d["cancel_requested"]
+        )
+
+
+@dataclass(frozen=True)
 class TaskInfo:
     """A whole task, as ``task_get`` and ``wait`` return it (PROTOCOL.md §4.9)."""
 
@@ -373,6 +450,9 @@ class TaskInfo:
     """Its key among its parent's children, if it is a child."""
     children: List[ChildSummary]
     """The children it spawned that are still stored, in the order they were spawned."""
+    output: Optional[OutputSummary]
+    """What its live output holds (chunks kept, the next number); ``None`` if it never
+    emitted any."""
     created_ms: int
     updated_ms: int
     history: List[TimelineEvent]
@@ -404,6 +484,7 @@ class TaskInfo:
             parent=d.get("parent"),
             child_key=d.get("child_key"),
             children=[ChildSummary._from(c) for c in d.get("children", [])],
+            output=OutputSummary._from(d.get("output")),
             created_ms=d["created_ms"],
             updated_ms=d["updated_ms"],
             history=[TimelineEvent._from(e) for e in d.get("history", [])],
@@ -674,6 +755,9 @@ class Claim:
     or its children finished: ``resumed.children``)."""
     parent: Optional[str]
     """The task that spawned this one, if it is a child."""
+    output: int
+    """The number the task's next output chunk gets: the ``at`` of this holder's first
+    :meth:`~muster.Client.emit` (0 when the task has no output yet)."""
 
     def __str__(self) -> str:
         """The claim string ``ID.EPOCH``."""
@@ -696,6 +780,7 @@ class Claim:
             reclaimed=d["reclaimed"],
             resumed=Resumed._from(d.get("resumed")),
             parent=d.get("parent"),
+            output=d.get("output", 0),
         )
 
 

@@ -384,3 +384,40 @@ fn output_left_by_a_crash_during_its_sweep_is_swept_at_the_next_start() {
         .unwrap();
     assert_eq!(pages, 0);
 }
+
+#[test]
+fn a_watched_task_screen_carries_the_last_chunks_of_its_output() {
+    use muster_protocol::limits::WATCH_OUTPUT_BYTES;
+    use muster_protocol::ops::{View, Watch, WatchUpdate};
+    let mut h = Harness::new();
+    h.create("q", QueuePatch::default());
+    let id = h.enqueue("q", "{}");
+    let (_, epoch) = h.claim_one("q");
+    let watch = |h: &mut Harness| match h.call_on(
+        9,
+        EngineRequest::Watch(Watch {
+            view: View::Task { task: id.clone() },
+            tag: 1,
+        }),
+    ) {
+        Ok(Reply::Watch(r)) => match r.update {
+            WatchUpdate::Task { output, .. } => output,
+            other => panic!("{other:?}"),
+        },
+        other => panic!("watch: {other:?}"),
+    };
+    assert!(watch(&mut h).is_empty(), "no output yet");
+    // Emits of 2 KiB chunks, of 1 KiB chunks, and a small one: the screen gets the
+    // last chunks that fit 8 KiB, over the pages they are in.
+    let mut at = emit(&mut h, &id, epoch, 0, vec![big('a', 2048); 3]).next;
+    at = emit(&mut h, &id, epoch, at, vec![big('b', 1024); 4]).next;
+    emit(&mut h, &id, epoch, at, texts(&["end"]));
+    let tail = watch(&mut h);
+    let ns: Vec<u64> = tail.iter().map(|c| c.n).collect();
+    // As JSON a chunk is its text and some 40 bytes: one 2 KiB chunk, the four of
+    // 1 KiB and the last fit, a second 2 KiB one would not.
+    assert_eq!(ns, [2, 3, 4, 5, 6, 7]);
+    let bytes: usize = tail.iter().map(crate::engine::listing::json_len).sum();
+    assert!(bytes <= WATCH_OUTPUT_BYTES, "{bytes}");
+    assert_eq!(tail.last().and_then(|c| c.text.as_deref()), Some("end"));
+}

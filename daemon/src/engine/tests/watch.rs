@@ -237,7 +237,7 @@ fn members_and_task_screens_and_bad_views() {
     h.create("q", QueuePatch::default());
     let id = h.enqueue("q", r#"{"prompt":"hi"}"#);
     match watch(&mut h, View::Task { task: id.clone() }) {
-        WatchUpdate::Task { task } => {
+        WatchUpdate::Task { task, .. } => {
             assert_eq!(task.payload.get(), r#"{"prompt":"hi"}"#);
             assert_eq!(task.history.len(), 1);
         }
@@ -425,7 +425,7 @@ fn rows_carry_the_last_error_cut_and_the_task_screen_carries_it_whole() {
         other => panic!("{other:?}"),
     }
     match watch(&mut h, View::Task { task: id }) {
-        WatchUpdate::Task { task } => assert_eq!(task.last_error, Some(long)),
+        WatchUpdate::Task { task, .. } => assert_eq!(task.last_error, Some(long)),
         other => panic!("{other:?}"),
     }
 }
