@@ -5,21 +5,24 @@
 //! suspends (some with a timeout that resumes), resumes with any token ever issued
 //! (stale ones included), spawns of children (some waiting for them, some spawning keys
 //! spawned before) and cancels of any task (cascading to its unfinished descendants),
-//! with time driven by the test. The model is the rules of PROTOCOL.md §4.12 and §4.17
+//! emits of output (some repeating chunks sent before, some by a holder whose lease
+//! moved on) and follows from any number, with time driven by the test. The model is the rules of PROTOCOL.md §4.12 and §4.17
 //! written as plainly as possible (a scan of every task); the engine must hand out
 //! exactly the task the model picks, and agree on every count. No resume applies twice
 //! or to a later suspension, no waiting parent is ready while a child is unfinished,
-//! and no suspend or spawn spends an attempt (failures and deliveries are compared per
-//! task).
+//! and no suspend, spawn or emit spends an attempt (failures and deliveries are compared
+//! per task); each task's output is exactly the chunks its holders emitted, each once, in
+//! order, and a follow ends exactly when the task has finished.
 
 use proptest::prelude::*;
 
 use muster_protocol::ErrorCode;
 use muster_protocol::limits::MAX_DEPTH;
-use muster_protocol::model::{NewTask, OnTimeout, QueuePatch, TaskState};
+use muster_protocol::model::{Chunk, NewTask, OnTimeout, QueuePatch, TaskState};
 use muster_protocol::ops::EngineRequest;
 use muster_protocol::ops::{
-    Ack, Cancel, Claim, Enqueue, Nack, NewChild, Resume, Spawn, SpawnWait, Suspend, TaskUpdate,
+    Ack, Cancel, Claim, Emit, Enqueue, Follow, Nack, NewChild, Resume, Spawn, SpawnWait, Suspend,
+    TaskUpdate,
 };
 
 use super::{Harness, raw};
@@ -72,6 +75,17 @@ enum Step {
         timeout: bool,
         fresh: bool,
     },
+    /// An emit of `count` chunks to any task: its holder's (repeating the last `back`
+    /// chunks it sent, as after a lost reply), or a stale one's (under its last epoch).
+    Emit {
+        pick: usize,
+        count: usize,
+        back: usize,
+    },
+    Follow {
+        pick: usize,
+        from: usize,
+    },
 }
 
 /// Children's priority: the highest enqueues use.
@@ -121,6 +135,9 @@ fn step() -> impl Strategy<Value = Step> {
         2 => (any::<usize>(), any::<bool>()).prop_map(|(pick, timeout)| Step::Suspend { pick, timeout }),
         2 => any::<usize>().prop_map(|pick| Step::Resume { pick }),
         1 => any::<usize>().prop_map(|pick| Step::Cancel { pick }),
+        2 => (any::<usize>(), 1usize..4, 0usize..3)
+            .prop_map(|(pick, count, back)| Step::Emit { pick, count, back }),
+        1 => (any::<usize>(), any::<usize>()).prop_map(|(pick, from)| Step::Follow { pick, from }),
         3 => (any::<usize>(), 0usize..3, any::<bool>(), proptest::bool::weighted(0.2), any::<bool>())
             .prop_map(|(pick, count, wait, timeout, fresh)| Step::Spawn {
                 pick,
@@ -172,6 +189,8 @@ struct ModelTask {
     children: Vec<(String, usize)>,
     /// Its suspension waits for its children.
     waits: bool,
+    /// Every chunk of output its holders emitted, in order.
+    output: Vec<String>,
 }
 
 impl ModelTask {
@@ -189,6 +208,7 @@ impl ModelTask {
             depth: 0,
             children: Vec::new(),
             waits: false,
+            output: Vec::new(),
         }
     }
 }
@@ -575,7 +595,6 @@ fn run(steps: &[Step], key_concurrency: u32) {
                         assert_eq!(reply.unwrap_err().code, ErrorCode::Limit, "step {n}");
                         break 'step;
                     }
-                    eprintln!("SPAWN");
                     let reply = match reply {
                         Ok(Reply::Spawn(r)) => r,
                         other => panic!("step {n}: spawn: {other:?}"),
@@ -622,13 +641,80 @@ fn run(steps: &[Step], key_concurrency: u32) {
                             assert_eq!(reply.state, TaskState::Suspended, "step {n}");
                             m.tasks[i].state = M::Suspended(m.now + timeout_ms, epoch);
                             m.tasks[i].waits = true;
-                            eprintln!("WAITING");
                             let token = reply.resume_token.expect("a token");
                             m.tokens.push((i, epoch, token));
                         }
                     } else {
                         assert_eq!(reply.state, TaskState::Leased, "step {n}");
                     }
+                }
+                Step::Emit { pick, count, back } => {
+                    if m.tasks.is_empty() {
+                        break 'step;
+                    }
+                    let i = pick % m.tasks.len();
+                    let t = &m.tasks[i];
+                    let held = match t.state {
+                        M::Leased(_, epoch) => Some(epoch),
+                        _ => None,
+                    };
+                    let before = t.output.len();
+                    let at = before - back.min(before);
+                    // A repeat sends the chunks it sent before, then new ones.
+                    let chunks: Vec<String> = (at..at + count)
+                        .map(|k| t.output.get(k).cloned().unwrap_or(format!("{n}.{k}")))
+                        .collect();
+                    let reply = h.call(EngineRequest::Emit(Emit {
+                        task: t.id.clone(),
+                        epoch: held.unwrap_or(t.deliveries),
+                        at: at as u64,
+                        chunks: chunks.iter().map(Chunk::text).collect(),
+                    }));
+                    if held.is_none() {
+                        assert_eq!(reply.unwrap_err().code, ErrorCode::LeaseLost, "step {n}");
+                        break 'step;
+                    }
+                    let r = match reply {
+                        Ok(Reply::Emit(r)) => r,
+                        other => panic!("step {n}: emit: {other:?}"),
+                    };
+                    let repeated = (before - at).min(count);
+                    m.tasks[i].output.extend(chunks[repeated..].iter().cloned());
+                    assert_eq!(
+                        (r.next, r.repeated),
+                        (m.tasks[i].output.len() as u64, repeated as u64),
+                        "step {n}"
+                    );
+                }
+                Step::Follow { pick, from } => {
+                    if m.tasks.is_empty() {
+                        break 'step;
+                    }
+                    let t = &m.tasks[pick % m.tasks.len()];
+                    let from = from % (t.output.len() + 1);
+                    let r = match h.call(EngineRequest::Follow(Follow {
+                        task: t.id.clone(),
+                        from: from as u64,
+                        timeout_ms: None,
+                    })) {
+                        Ok(Reply::Follow(r)) => r,
+                        other => panic!("step {n}: follow: {other:?}"),
+                    };
+                    let got: Vec<(u64, String)> = r
+                        .chunks
+                        .iter()
+                        .map(|c| (c.n, c.text.clone().unwrap_or_default()))
+                        .collect();
+                    let want: Vec<(u64, String)> = (from..)
+                        .zip(&t.output[from..])
+                        .map(|(k, c)| (k as u64, c.clone()))
+                        .collect();
+                    assert_eq!(got, want, "step {n}: follow from {from}");
+                    assert_eq!(
+                        (r.next, r.dropped, r.end),
+                        (t.output.len() as u64, 0, Model::finished(t.state)),
+                        "step {n}"
+                    );
                 }
                 Step::Update {
                     pick,
@@ -689,6 +775,12 @@ fn run(steps: &[Step], key_concurrency: u32) {
             M::Cancelled => TaskState::Cancelled,
         };
         assert_eq!(got.state, state, "task {}", t.id);
+        assert_eq!(
+            got.output.map_or(0, |o| o.next),
+            t.output.len() as u64,
+            "task {}: its output",
+            t.id
+        );
         if state == TaskState::Leased {
             assert_eq!(got.cancel_requested, t.cancel_requested, "task {}", t.id);
         }
