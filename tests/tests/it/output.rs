@@ -1,11 +1,13 @@
-//! Live output against a real daemon: an SDK agent's chunks followed by `muster tail
-//! -f` across a kill -9 of the daemon (no gap, no duplicate), and `muster work
-//! --output stream` turning a program's stdout into its task's output.
+//! Live output against real daemons: an SDK agent's chunks followed by `muster tail
+//! -f` across a kill -9 of the daemon, and of a cluster's leader (no gap, no
+//! duplicate), and `muster work --output stream` turning a program's stdout into its
+//! task's output.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use muster_sdk::{NewTask, Outcome, QueuePatch, TaskState, Worker, WorkerConfig};
+use muster_tests::cluster::Cluster;
 use muster_tests::{Daemon, until};
 
 /// Lines the agent emits before and after the daemon's kill.
@@ -134,4 +136,63 @@ fn muster_work_streams_a_programs_stdout_as_its_tasks_output() {
     // A character cut between two writes arrives whole.
     assert_eq!(d.ok(&["tail", &id]), "step 1\nstep 2\nstep 3\ndéone\n");
     agent.kill9();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followed_stream_goes_on_whole_across_the_leaders_kill_9() {
+    let mut cluster = Cluster::start(3).await;
+    let client = cluster.client().await;
+    client
+        .queue_create("talk", QueuePatch::default())
+        .await
+        .unwrap();
+    let id = client
+        .enqueue("talk", NewTask::new(muster_sdk::raw_json("{}").unwrap()))
+        .await
+        .unwrap()
+        .id;
+    drop(client);
+    let tail = cluster.spawn_cli(&["tail", "-f", &id]);
+    let go_on = Arc::new(tokio::sync::Notify::new());
+    let worker = Worker::new(cluster.options(), WorkerConfig::new("talker", ["talk"]));
+    let handle = worker.handle();
+    let resume = Arc::clone(&go_on);
+    let run = tokio::spawn(worker.run(move |task| {
+        let resume = Arc::clone(&resume);
+        async move {
+            for i in 0..BEFORE {
+                task.emit_text(format!("line {i}\n")).await.unwrap();
+            }
+            task.flush_output().await.unwrap();
+            resume.notified().await;
+            // Emits go on while the new leader is found: they wait in the buffer and
+            // are sent (again, if a reply was lost) once it is.
+            for i in BEFORE..BEFORE + AFTER {
+                task.emit_text(format!("line {i}\n")).await.unwrap();
+            }
+            Outcome::Ack(None)
+        }
+    }));
+    let seen = tail.lines_matching(BEFORE, Duration::from_secs(30), |_| true);
+    let old = cluster.leader().await;
+    cluster.kill9(old.node);
+    go_on.notify_one();
+    let rest = tail.lines_matching(AFTER, Duration::from_secs(60), |_| true);
+    let mut tail = tail;
+    assert_eq!(tail.wait(Duration::from_secs(30)), Some(0));
+    let all: Vec<String> = seen.into_iter().chain(rest).collect();
+    let want: Vec<String> = (0..BEFORE + AFTER).map(|i| format!("line {i}")).collect();
+    assert_eq!(all, want, "every line once, in order");
+    let new = cluster.leader().await;
+    assert_ne!(new.node, old.node);
+    let client = cluster.client().await;
+    let t = client.task_get(&id).await.unwrap();
+    assert_eq!(t.state, TaskState::Done);
+    assert_eq!(t.output.map(|o| o.next), Some((BEFORE + AFTER) as u64));
+    handle.shutdown();
+    tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .expect("the worker stopped")
+        .unwrap()
+        .unwrap();
 }
