@@ -251,6 +251,13 @@ async fn attempt(c: &Client, op: &str, queue: &str, task: &str, member: &str) ->
         "limit_delete" => code(c.limit_delete("nothing").await),
         // Not leased: an allowed throttle is `lease_lost`.
         "throttled" => code(c.throttled(task, 1, None, None).await),
+        // Not leased: an allowed emit is `lease_lost`.
+        "emit" => code(
+            c.emit(task, 1, 0, vec![muster_sdk::Chunk::text("hi")])
+                .await,
+        ),
+        // No output: an allowed follow answers at once with nothing.
+        "follow" => code(c.follow(task, 0, Duration::ZERO).await),
         // Not leased: an allowed suspend is `lease_lost`.
         "suspend" => code(c.suspend(task, 1, muster_sdk::Suspension::new("why")).await),
         // Not leased: an allowed spawn (consume on the task's queue and produce on the
@@ -338,6 +345,8 @@ const OPS: &[&str] = &[
     "throttled",
     "suspend",
     "spawn",
+    "emit",
+    "follow",
     "resume",
     "resume_by_id",
     "cluster_status",
@@ -427,6 +436,7 @@ fn allowed(role: &str, op: &str, own: bool) -> bool {
                 | "queue_describe"
                 | "enqueue"
                 | "task_get"
+                | "follow"
                 | "wait"
                 | "cancel"
                 | "limit_get"
@@ -445,6 +455,8 @@ fn allowed(role: &str, op: &str, own: bool) -> bool {
                 | "release"
                 | "dead_letter"
                 | "task_get"
+                | "follow"
+                | "emit"
                 | "subscribe_without_session"
                 | "session_update_without_session"
                 | "unsubscribe_without_session"
