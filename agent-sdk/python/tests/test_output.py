@@ -213,8 +213,9 @@ def test_malformed_and_too_large_chunks_are_refused_before_they_are_sent(daemon:
                 (0, largest, None),
                 (1, None, {"k": [1, 2]}),
             ]
+            # The JSON text as sent, but the whitespace around it: {"k": [1, 2]}.
             summary = await client.task_get(task_id)
-            assert summary.output == muster.OutputSummary(0, 2, 65_536 + 15)
+            assert summary.output == muster.OutputSummary(0, 2, 65_536 + 13)
             await stop(worker, running)
 
     run(body())
@@ -318,6 +319,29 @@ def test_a_pulled_task_emits_through_the_client(daemon: Daemon) -> None:
     run(body())
 
 
+def test_a_follower_is_told_of_the_chunks_dropped_past_the_output_limit(daemon: Daemon) -> None:
+    async def body() -> None:
+        async with await muster.Client.connect(**daemon.connect) as client:
+            await client.queue_create("talk")
+            task_id = await client.enqueue("talk", None)
+            (claim,) = await client.claim("talk", member="puller")
+            # Five emits of four 64 KiB chunks: 1.25 MiB, past the 1 MiB a task keeps.
+            at = 0
+            for e in range(5):
+                chunks = [f"{e}{n}".ljust(65_536, ".") for n in range(4)]
+                reply = await client.emit(claim, at, chunks)
+                at = reply.next
+            assert (at, reply.wait_ms > 0) == (20, True)
+            await client.ack(claim)
+            info = await client.task_get(task_id)
+            assert info.output == muster.OutputSummary(first=4, next=20, bytes=16 * 65_536)
+            read = await client.follow(task_id, 2)
+            assert (read.dropped, read.chunks[0].n, read.chunks[0].text[:2]) == (2, 4, "10")
+            assert [c.n async for c in client.follow_stream(task_id)] == list(range(4, 20))
+
+    run(body())
+
+
 def test_a_sync_handler_emits_from_its_thread_and_the_sync_client_follows(
     daemon: Daemon,
 ) -> None:
@@ -346,17 +370,16 @@ def test_a_sync_handler_emits_from_its_thread_and_the_sync_client_follows(
         client.queue_create("talk")
         task_id = client.enqueue("talk", None)
         worker = muster.sync.Worker("py/sync", "talk", **daemon.connect)
-        runner = threading.Thread(target=worker.run, args=(handle,), kwargs={"handle_signals": False})
+        runner = threading.Thread(
+            target=worker.run, args=(handle,), kwargs={"handle_signals": False}
+        )
         runner.start()
         chunks = list(client.follow_stream(task_id, poll=5))
         worker.shutdown()
         runner.join(30)
-        assert [(c.n, c.text, c.json) for c in chunks] == [
-            (i, line(i), None) for i in range(5)
-        ] + [(5, None, [1, "two"])]
-        assert client.follow(task_id, 5) == muster.FollowResult(
-            [chunks[5]], 0, 6, "done", True
-        )
+        want = [(i, line(i), None) for i in range(5)] + [(5, None, [1, "two"])]
+        assert [(c.n, c.text, c.json) for c in chunks] == want
+        assert client.follow(task_id, 5) == muster.FollowResult([chunks[5]], 0, 6, "done", True)
         assert client.task_get(task_id).output == muster.OutputSummary(0, 6, 35 + 9)
         # Leaving a stream before its end closes it.
         stream = client.follow_stream(task_id)

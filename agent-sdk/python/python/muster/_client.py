@@ -978,8 +978,9 @@ class Client:
         It is :meth:`follow` asked again from each result's ``next``, each waiting up
         to ``poll`` (1 ms to 300 s) for more. Chunks dropped before they were read (a
         task keeps at most 1 MiB of output) are skipped: a gap in the chunks' ``n``
-        shows them. A follow of a task never finished (a suspended or a ``dead`` one
-        that may be redriven) goes on until the caller stops iterating.
+        shows them. The stream of a task that does not finish (a suspended one, say)
+        goes on until the caller stops iterating; a ``dead`` task's ends (a redrive may
+        let it emit again: follow it anew from the last chunk's ``n + 1``).
 
         It does not reconnect: a lost connection raises :class:`~muster.ConnectionLost`
         (and a cluster leader that stops leading :class:`~muster.NotLeader` or
