@@ -84,6 +84,14 @@ impl Output {
                 "a chunk holds exactly one of text and json".into(),
             ));
         }
+        // On the wire `"json": null` is no JSON at all: the daemon would refuse it.
+        if chunk
+            .json
+            .as_ref()
+            .is_some_and(|j| j.get().trim() == "null")
+        {
+            return Err(Error::InvalidInput("a JSON chunk cannot be null".into()));
+        }
         let bytes = chunk.bytes();
         if bytes > MAX_CHUNK_BYTES {
             return Err(Error::InvalidInput(format!(

@@ -513,7 +513,8 @@ pub struct Chunk {
     /// Text (up to [`crate::limits::MAX_CHUNK_BYTES`] bytes of UTF-8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
-    /// A JSON value (up to [`crate::limits::MAX_CHUNK_BYTES`] bytes).
+    /// A JSON value (up to [`crate::limits::MAX_CHUNK_BYTES`] bytes), not `null`: on
+    /// the wire `"json": null` reads as no JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub json: Option<RawJson>,
 }

@@ -16,6 +16,8 @@
 //!   member).
 //! - `limited`, `fair`, `limit-cost`: flow control ([`flow`]).
 //! - `suspend`: suspend, resume and the next lease, sequentially ([`wait`]).
+//! - `fanout`: a parent spawns children and waits for them ([`wait`]).
+//! - `output`: tasks emitting live output with a follower each ([`output`]).
 //!
 //! Every run first times the machine's CPU (`cpu_probe_ms`: a fixed piece of
 //! single-threaded work) and measures the disk it runs on: `FSYNC_SAMPLES` 4 KiB writes each
@@ -46,6 +48,7 @@ use serde::Serialize;
 use crate::cli::{BenchArgs, BenchPhase};
 
 mod flow;
+mod output;
 mod wait;
 
 /// Payload bytes of every benchmark task.
@@ -340,6 +343,11 @@ struct Run {
     fanout_children_per_s: Option<f64>,
     fanout_total_ms: Option<f64>,
     fanin_ms: Option<f64>,
+    output_chunks_per_s: Option<f64>,
+    output_delay_p50_ms: Option<f64>,
+    output_delay_p99_ms: Option<f64>,
+    output_cpu_us_per_chunk: Option<f64>,
+    output_disk_bytes_per_chunk: Option<f64>,
     startup_s: Option<f64>,
     startup_rss_mib: Option<f64>,
     members_cpu_percent: Option<f64>,
@@ -405,6 +413,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
         if want(BenchPhase::Fanout) {
             wait::fanout(&args, &options, &mut run).await?;
+        }
+        if want(BenchPhase::Output) {
+            output::output(&args, &options, daemon.pid(), &mut run).await?;
         }
         if want(BenchPhase::Members) {
             members(&args, &options, daemon.pid(), &mut run).await?;
@@ -1027,6 +1038,15 @@ fn print_table(runs: &[Run]) -> anyhow::Result<()> {
         }),
         ("fanout: last child's ack to parent's next lease ms", |r| {
             r.fanin_ms
+        }),
+        ("output: chunks followed/s", |r| r.output_chunks_per_s),
+        ("output: follower delay p50 ms", |r| r.output_delay_p50_ms),
+        ("output: follower delay p99 ms", |r| r.output_delay_p99_ms),
+        ("output: daemon CPU us / chunk", |r| {
+            r.output_cpu_us_per_chunk
+        }),
+        ("output: daemon disk bytes / chunk", |r| {
+            r.output_disk_bytes_per_chunk
         }),
         ("startup to serving s", |r| r.startup_s),
         ("startup RSS MiB", |r| r.startup_rss_mib),

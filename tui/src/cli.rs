@@ -382,6 +382,12 @@ pub struct BenchArgs {
     /// Children the `fanout` phase's parent spawns (1 to 1,000: a parent's most).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub children: u32,
+    /// Tasks emitting output in the `output` phase (each followed live).
+    #[arg(long, default_value_t = 100, value_parser = at_least_one)]
+    pub emitters: usize,
+    /// Chunks each emitter emits a second in the `output` phase.
+    #[arg(long, default_value_t = 1000.0, value_parser = bench_rate)]
+    pub chunk_rate: f64,
     /// Tasks stored for the startup phase.
     #[arg(long, default_value_t = 1_000_000, value_parser = at_least_one)]
     pub stored: usize,
@@ -439,6 +445,9 @@ pub enum BenchPhase {
     /// One parent spawns `--children` children and waits; `--workers` drain them; the
     /// parent is delivered again (`--runs` times).
     Fanout,
+    /// `--emitters` tasks each emitting `--chunk-rate` chunks a second for `--seconds`,
+    /// each followed live.
+    Output,
     /// A restart with `--stored` tasks in the store.
     Startup,
     /// `--members` members renewing a lease every second.

@@ -37,6 +37,14 @@ async fn a_follower_sees_a_stream_whole_across_a_kill_9_of_the_daemon() {
     let run = tokio::spawn(worker.run(move |task| {
         let resume = Arc::clone(&resume);
         async move {
+            // A JSON null is no JSON on the wire: refused here, output goes on.
+            let null = muster_sdk::Chunk::json(muster_sdk::raw_json("null").unwrap());
+            match task.emit(null).await {
+                Err(muster_sdk::Error::InvalidInput(e)) => {
+                    assert_eq!(e, "a JSON chunk cannot be null")
+                }
+                other => panic!("a null chunk: {other:?}"),
+            }
             for i in 0..BEFORE {
                 task.emit_text(format!("line {i}\n")).await.unwrap();
             }
