@@ -6,12 +6,16 @@
 //!
 //! | exit | settle |
 //! |------|--------|
-//! | 0 | ack; stdout is the result (JSON if it parses, else a JSON string) |
+//! | 0 | ack; stdout is the result (JSON if it parses, else a JSON string); with `--output stream` no result (stdout was the task's live output) |
 //! | [`EXIT_DEAD_LETTER`] (65, `EX_DATAERR`) | dead-letter with the stderr tail |
 //! | [`EXIT_THROTTLED`] (75, `EX_TEMPFAIL`) | throttled: handed back with no failure, its limits held; stdout may say `{"retry_after_ms": N, "limit": "NAME"}` |
 //! | anything else, or killed by a signal | nack with the exit status and the stderr tail |
 //! | anything but 0 or 65 after the runner stopped it | release: no failure counted |
 //! | 0 with a suspend request in `MUSTER_SUSPEND_FILE` | suspend (below) |
+//!
+//! **Streaming.** With `--output stream` the program's stdout is the task's live output
+//! ([`stream_output`]): each read a text chunk (a character cut by a read waits for the
+//! next), emitted as it comes, followed with `muster tail -f` and the console.
 //!
 //! **Suspending.** A program that must wait (for a person, a webhook, a long external
 //! job) writes `{"reason": "…", "timeout_ms": N, "on_timeout": "resume"|"fail"|"cancel"}`
