@@ -15,7 +15,8 @@ use tracing::{debug, warn};
 use muster_protocol::batch::WriteBatch;
 use muster_protocol::frame::{self, FrameError, FrameReader};
 use muster_protocol::limits::{
-    MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES, MAX_PROGRESS_BYTES, MAX_RESUMED_BYTES,
+    MAX_FOLLOW_REPLY_BYTES, MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES, MAX_PROGRESS_BYTES,
+    MAX_RESUMED_BYTES,
 };
 use muster_protocol::ops::{EdgeRequest, EngineRequest, ErrFrame, OkFrame, Route, decode_request};
 use muster_protocol::{ErrorBody, ErrorCode, Push, Request};
@@ -626,7 +627,6 @@ fn reply_bound(req: &Request) -> usize {
             .min(MAX_FRAME_BYTES),
         Request::TaskGet(_)
         | Request::Spawn(_)
-        | Request::Follow(_)
         | Request::TaskList(_)
         | Request::Wait(_)
         | Request::QueueList(_)
@@ -634,6 +634,9 @@ fn reply_bound(req: &Request) -> usize {
         | Request::MemberDescribe(_)
         | Request::SessionOpen(_)
         | Request::Watch(_) => MAX_FRAME_BYTES,
+        // Bounded by what a follow may send, so that one connection can follow
+        // dozens of tasks at once within its reply budget.
+        Request::Follow(_) => MAX_FOLLOW_REPLY_BYTES,
         _ => SMALL_REPLY_BYTES,
     }
 }

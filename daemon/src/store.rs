@@ -522,6 +522,7 @@ impl HeldRound {
             "a round is applied only after it was taken, before the next one is made"
         );
         held.latest.clear();
+        held.output.clear();
     }
 
     /// Forgets every held change: the round will not be applied (the leadership was
@@ -544,6 +545,8 @@ struct Held {
     /// The latest value of every key changed since the last applied round: reads see
     /// the engine's own writes before the cluster has agreed on them.
     latest: HashMap<(Space, Vec<u8>), Option<Vec<u8>>>,
+    /// The same for the `output` keyspace, in key order: its reads are ranges.
+    output: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>,
 }
 
 struct Keyspaces {
@@ -640,7 +643,7 @@ impl Store {
         if let Some(held) = &self.held {
             let held = held.lock().expect("the held round's lock");
             assert!(
-                held.changes.is_empty() && held.latest.is_empty(),
+                held.changes.is_empty() && held.latest.is_empty() && held.output.is_empty(),
                 "an engine is built over a store with changes held back"
             );
         }
@@ -986,12 +989,12 @@ impl OutputMeta {
     }
 }
 
-/// One emit's chunks as stored: how many, their bytes, when, and the chunks.
+/// One emit's chunks as stored: how many, the page's bytes, when, and the chunks.
 #[derive(Debug)]
 pub struct OutputPage {
     /// Chunks in it.
     pub count: u32,
-    /// Bytes of its chunks ([`muster_protocol::model::Chunk::bytes`]).
+    /// Bytes of the whole page as stored (what the task's output limit counts).
     pub bytes: u32,
     /// When it was stored (wall ms).
     pub at_ms: u64,
@@ -1000,14 +1003,18 @@ pub struct OutputPage {
 }
 
 impl OutputPage {
-    /// The stored form of `chunks` (`bytes` of them), stored at `at_ms`.
-    pub fn encode(chunks: &[muster_protocol::model::Chunk], bytes: u32, at_ms: u64) -> Vec<u8> {
-        let json = serde_json::to_vec(chunks).expect("chunks hold strings and raw JSON");
-        let mut page = Vec::with_capacity(16 + json.len());
-        page.extend_from_slice(&(chunks.len() as u32).to_be_bytes());
-        page.extend_from_slice(&bytes.to_be_bytes());
-        page.extend_from_slice(&at_ms.to_be_bytes());
-        page.extend_from_slice(&json);
+    /// The stored form of `chunks`, stored at `at_ms`: [`OUTPUT_PAGE_HEADER_BYTES`]
+    /// and their JSON array.
+    ///
+    /// [`OUTPUT_PAGE_HEADER_BYTES`]: muster_protocol::limits::OUTPUT_PAGE_HEADER_BYTES
+    pub fn encode(chunks: &[muster_protocol::model::Chunk], at_ms: u64) -> Vec<u8> {
+        const HEADER: usize = muster_protocol::limits::OUTPUT_PAGE_HEADER_BYTES;
+        let mut page = vec![0u8; HEADER];
+        serde_json::to_writer(&mut page, chunks).expect("chunks hold strings and raw JSON");
+        let bytes = u32::try_from(page.len()).unwrap_or(u32::MAX);
+        page[0..4].copy_from_slice(&(chunks.len() as u32).to_be_bytes());
+        page[4..8].copy_from_slice(&bytes.to_be_bytes());
+        page[8..16].copy_from_slice(&at_ms.to_be_bytes());
         page
     }
 
@@ -1089,7 +1096,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let start = output_page_key(id, from);
         let end = output_page_key(id, u64::MAX);
-        let held = self.held_range(Space::Output, &start, &end);
+        let held = self.held_range(&start, &end);
         let mut stored = self.ks.output.range(start..=end);
         let mut next_stored = || -> Result<Option<Entry>, StoreError> {
             Ok(match stored.next() {
@@ -1141,7 +1148,7 @@ impl Store {
     pub fn output_page_of(&self, id: Ulid, n: u64) -> Result<Option<u64>, StoreError> {
         let start = output_page_key(id, 0);
         let end = output_page_key(id, n);
-        let held = self.held_range(Space::Output, &start, &end);
+        let held = self.held_range(&start, &end);
         let held_last = held
             .iter()
             .rev()
@@ -1161,11 +1168,10 @@ impl Store {
         Ok(last.map(|k| u64::from_be_bytes(k[17..25].try_into().expect("a page key"))))
     }
 
-    /// The held changes of `space` with keys in `start..=end`, in key order (none on
-    /// a single daemon).
+    /// The held changes of the `output` keyspace with keys in `start..=end`, in key
+    /// order (none on a single daemon).
     fn held_range(
         &self,
-        space: Space,
         start: &[u8],
         end: &[u8],
     ) -> std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> {
@@ -1173,11 +1179,44 @@ impl Store {
             return std::collections::BTreeMap::new();
         };
         let held = held.lock().expect("the held round's lock");
-        held.latest
-            .iter()
-            .filter(|((s, k), _)| *s == space && k.as_slice() >= start && k.as_slice() <= end)
-            .map(|((_, k), v)| (k.clone(), v.clone()))
+        held.output
+            .range::<[u8], _>((
+                std::ops::Bound::Included(start),
+                std::ops::Bound::Included(end),
+            ))
+            .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
+    }
+
+    /// The first numbers of task `id`'s pages, in order, at most `limit` of them: their
+    /// keys only, no page copied.
+    pub fn output_page_firsts(&self, id: Ulid, limit: usize) -> Result<Vec<u64>, StoreError> {
+        let start = output_page_key(id, 0);
+        let end = output_page_key(id, u64::MAX);
+        let held = self.held_range(&start, &end);
+        let mut keys: std::collections::BTreeSet<Vec<u8>> = held
+            .iter()
+            .filter(|(_, v)| v.is_some())
+            .map(|(k, _)| k.clone())
+            .collect();
+        // The first `limit` stored keys the held round leaves as they are: the first
+        // `limit` of all are among them and the held ones.
+        let mut stored = 0;
+        for guard in self.ks.output.range(start..=end) {
+            if stored >= limit {
+                break;
+            }
+            let k = guard.key()?;
+            if !held.contains_key(&*k) {
+                keys.insert(k.to_vec());
+                stored += 1;
+            }
+        }
+        Ok(keys
+            .into_iter()
+            .take(limit)
+            .map(|k| u64::from_be_bytes(k[17..25].try_into().expect("a page key")))
+            .collect())
     }
 }
 
@@ -1437,6 +1476,9 @@ impl Batch {
                 let mut held = held.lock().expect("the held round's lock");
                 for change in changes {
                     held.bytes += change.bytes();
+                    if change.space == Space::Output {
+                        held.output.insert(change.key.clone(), change.value.clone());
+                    }
                     held.latest
                         .insert((change.space, change.key.clone()), change.value.clone());
                     held.changes.push(change);

@@ -256,19 +256,25 @@ pub const MAX_CHUNK_BYTES: usize = 64 * 1024;
 /// Most chunks one `emit` carries.
 pub const MAX_EMIT_CHUNKS: usize = 1000;
 
-/// Most bytes of chunks one `emit` carries (their texts and JSON).
-pub const MAX_EMIT_BYTES: usize = 256 * 1024;
+/// Most bytes one `emit` stores: its chunks as JSON (`{"text":"…"}` with its escapes,
+/// `{"json":…}`, a comma between them) and [`OUTPUT_PAGE_HEADER_BYTES`]. Any one chunk
+/// of at most [`MAX_CHUNK_BYTES`] fits (escaped, a text is at most six times its bytes).
+pub const MAX_EMIT_BYTES: usize = 512 * 1024;
 
-/// Most bytes of output a task keeps: an `emit` past it drops the task's oldest
-/// emits (whole) to make room, and a follower is told how many chunks it missed.
+/// Bytes an emit's chunks are stored with besides their JSON (the page's header).
+pub const OUTPUT_PAGE_HEADER_BYTES: usize = 16;
+
+/// Most bytes of output a task keeps, as stored (the emits' [`MAX_EMIT_BYTES`]
+/// measure): an `emit` past it drops the task's oldest emits (whole) to make room, and
+/// a follower is told how many chunks it missed.
 pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 
 /// Most emits a task keeps (each emit's chunks are stored together): past it the
 /// oldest emit is dropped as past [`MAX_OUTPUT_BYTES`].
 pub const MAX_OUTPUT_EMITS: usize = 1024;
 
-/// Bytes of output per second a task may emit, on average: each emit's bytes are
-/// taken from a bucket of [`OUTPUT_BURST_BYTES`] that refills at this rate. An emit
+/// Bytes of output per second a task may emit, on average: each emit's bytes as stored
+/// are taken from a bucket of [`OUTPUT_BURST_BYTES`] that refills at this rate. An emit
 /// that empties the bucket is stored, and its reply asks the holder to wait
 /// (`wait_ms`) until the bucket is full enough again; an emit sent while the bucket is
 /// empty is refused with `limit`.
@@ -277,6 +283,13 @@ pub const OUTPUT_RATE_BYTES: u64 = 256 * 1024;
 /// The burst an emitter may send at once before [`OUTPUT_RATE_BYTES`] holds it back.
 pub const OUTPUT_BURST_BYTES: u64 = 1024 * 1024;
 
+// Any chunk fits an emit (escaped to six times its bytes, with its field's name), and
+// any emit fits a task's output once the oldest emits made room.
+const _: () = assert!(
+    OUTPUT_PAGE_HEADER_BYTES + 2 + 6 * MAX_CHUNK_BYTES + 16 <= MAX_EMIT_BYTES
+        && MAX_EMIT_BYTES <= MAX_OUTPUT_BYTES
+);
+
 /// Most bytes of a task's last output chunks a watched task screen carries (as JSON;
 /// at least its last chunk).
 pub const WATCH_OUTPUT_BYTES: usize = 8 * 1024;
@@ -284,6 +297,19 @@ pub const WATCH_OUTPUT_BYTES: usize = 8 * 1024;
 /// Most bytes of chunks one `follow` reply carries, as JSON (at least one chunk,
 /// whatever its size).
 pub const MAX_FOLLOW_BYTES: usize = 256 * 1024;
+
+/// The most bytes a `follow` reply can take, what it reserves of its connection's
+/// reply budget: its chunks ([`MAX_FOLLOW_BYTES`], or one chunk alone past it, whose
+/// text JSON escapes to at most six times its bytes) and the reply's other fields.
+pub const MAX_FOLLOW_REPLY_BYTES: usize = {
+    let one_chunk = 6 * MAX_CHUNK_BYTES + 256;
+    let chunks = if one_chunk > MAX_FOLLOW_BYTES {
+        one_chunk
+    } else {
+        MAX_FOLLOW_BYTES
+    };
+    chunks + 1024
+};
 
 #[cfg(test)]
 mod tests {

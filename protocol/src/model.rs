@@ -536,9 +536,17 @@ impl Chunk {
         }
     }
 
-    /// The bytes it carries (its text's, or its JSON's), as the output limits count them.
+    /// The bytes it carries (its text's, or its JSON's), as
+    /// [`crate::limits::MAX_CHUNK_BYTES`] counts them.
     pub fn bytes(&self) -> usize {
         self.text.as_ref().map_or(0, String::len) + self.json.as_ref().map_or(0, |j| j.get().len())
+    }
+
+    /// The bytes it takes in an emit as stored, as [`crate::limits::MAX_EMIT_BYTES`],
+    /// the task's output limit and its rate count them: its JSON and a comma. An emit
+    /// of chunks takes [`crate::limits::OUTPUT_PAGE_HEADER_BYTES`] and 1 more.
+    pub fn stored_bytes(&self) -> usize {
+        serde_json::to_vec(self).map_or(0, |v| v.len()) + 1
     }
 }
 

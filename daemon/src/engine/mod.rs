@@ -1201,6 +1201,7 @@ impl<W: Waiter> Engine<W> {
             self.index.family.len().0,
             self.index.family.len().1,
         ];
+        d.extend(self.output.digest());
         for q in self.index.queues.values() {
             d.extend(q.by_state.iter().map(BTreeSet::len));
             d.push(q.dispatch.held_back() as usize);

@@ -81,6 +81,18 @@ impl<W> Output<W> {
         }
     }
 
+    /// Sizes of the output state, for the engine's digest (debug builds check that a
+    /// refused request changes nothing).
+    pub(super) fn digest(&self) -> [usize; 5] {
+        [
+            self.metas.len(),
+            self.buckets.len(),
+            self.follows.len(),
+            self.changed.len(),
+            self.sweep.len(),
+        ]
+    }
+
     /// The number task `id`'s next chunk gets.
     pub(super) fn next(&self, id: Ulid) -> u64 {
         self.metas.get(&id).map_or(0, |m| m.next)
@@ -112,16 +124,15 @@ impl<W> Output<W> {
     }
 }
 
-/// Checks an emit's chunks: their count, that each is text or JSON, and their sizes.
-/// Returns their bytes.
-fn check_chunks(chunks: &[Chunk]) -> OpResult<usize> {
+/// Checks an emit's chunks: their count, that each is text or JSON, and each one's
+/// size. Returns their page as stored (which [`MAX_EMIT_BYTES`] bounds).
+fn check_chunks(chunks: &[Chunk], at_ms: u64) -> OpResult<Vec<u8>> {
     if chunks.is_empty() || chunks.len() > MAX_EMIT_CHUNKS {
         return Err(bad(format!(
             "an emit carries 1 to {MAX_EMIT_CHUNKS} chunks, not {}",
             chunks.len()
         )));
     }
-    let mut total = 0;
     for (i, c) in chunks.iter().enumerate() {
         if c.text.is_some() == c.json.is_some() {
             return Err(bad(format!(
@@ -135,15 +146,18 @@ fn check_chunks(chunks: &[Chunk]) -> OpResult<usize> {
                 format!("chunk {i} holds {bytes} bytes, more than {MAX_CHUNK_BYTES}"),
             ));
         }
-        total += bytes;
     }
-    if total > MAX_EMIT_BYTES {
+    let page = OutputPage::encode(chunks, at_ms);
+    if page.len() > MAX_EMIT_BYTES {
         return Err(client(
             ErrorCode::TooLarge,
-            format!("an emit of {total} bytes exceeds {MAX_EMIT_BYTES}"),
+            format!(
+                "an emit of {} bytes as stored exceeds {MAX_EMIT_BYTES}",
+                page.len()
+            ),
         ));
     }
-    Ok(total)
+    Ok(page)
 }
 
 /// Milliseconds until a bucket at `tokens` is no longer in debt.
@@ -169,7 +183,7 @@ impl<W: Waiter> Engine<W> {
 
     /// `emit`: appends chunks to a held task's output.
     pub(super) fn emit(&mut self, r: Emit, now: Now) -> OpResult<EmitReply> {
-        check_chunks(&r.chunks)?;
+        let whole = check_chunks(&r.chunks, now.wall_ms)?;
         let (id, rec) = self.held(&r.task, r.epoch)?;
         let mut meta = self.output.metas.get(&id).copied().unwrap_or_default();
         if r.at > meta.next {
@@ -216,7 +230,13 @@ impl<W: Waiter> Engine<W> {
                 "the disk alarm is on: output is not stored until space comes back",
             ));
         }
-        let bytes: usize = new.iter().map(Chunk::bytes).sum();
+        // Its page as stored: what the limits and the rate count.
+        let page = if repeated == 0 {
+            whole
+        } else {
+            OutputPage::encode(new, now.wall_ms)
+        };
+        let bytes = page.len();
         // Room: the oldest pages go, whole.
         let mut dropped = 0;
         while meta.pages > 0
@@ -248,12 +268,7 @@ impl<W: Waiter> Engine<W> {
             (meta.pages == 0) == (meta.first == meta.next) && meta.first <= meta.next,
             "task {id}: output meta {meta:?} is a run of pages"
         );
-        let page_bytes = u32::try_from(bytes).expect("an emit's bytes fit a u32");
-        self.pending.put_output_page(
-            id,
-            meta.next,
-            OutputPage::encode(new, page_bytes, now.wall_ms),
-        );
+        self.pending.put_output_page(id, meta.next, page);
         meta.next += new.len() as u64;
         meta.bytes += bytes as u64;
         meta.pages += 1;
@@ -267,6 +282,13 @@ impl<W: Waiter> Engine<W> {
         let tokens = tokens - bytes as i64;
         self.output.buckets.insert(id, (tokens, now.mono_ms));
         telemetry::emitted(&rec.queue, new.len() as u64, bytes as u64, dropped);
+        debug_assert_eq!(
+            new.iter().map(Chunk::stored_bytes).sum::<usize>()
+                + muster_protocol::limits::OUTPUT_PAGE_HEADER_BYTES
+                + 1,
+            bytes,
+            "task {id}: an emit's page is the size the SDKs count"
+        );
         Ok(EmitReply {
             next: meta.next,
             repeated: repeated as u64,
@@ -382,13 +404,18 @@ impl<W: Waiter> Engine<W> {
             next <= meta.next,
             "task {id}: no chunk past its output's end"
         );
-        Ok(FollowReply {
+        let reply = FollowReply {
             chunks,
             dropped,
             next,
             state,
             end: state.is_finished() && next == meta.next,
-        })
+        };
+        debug_assert!(
+            json_len(&reply) < muster_protocol::limits::MAX_FOLLOW_REPLY_BYTES,
+            "task {id}: a follow's reply within what it reserved"
+        );
+        Ok(reply)
     }
 
     /// The last chunks of task `id`'s output, oldest first: at most `max_bytes` as
@@ -514,11 +541,7 @@ impl<W: Waiter> Engine<W> {
                 !self.index.tasks.contains_key(&id),
                 "task {id}: output swept only once the task is removed"
             );
-            let mut pages = Vec::new();
-            self.store.output_pages(id, 0, |first, _| {
-                pages.push(first);
-                pages.len() > budget
-            })?;
+            let mut pages = self.store.output_page_firsts(id, budget + 1)?;
             let done = pages.len() <= budget;
             pages.truncate(budget);
             budget -= pages.len();

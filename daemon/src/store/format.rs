@@ -1041,7 +1041,7 @@ mod tests {
     fn a_task_record_reads_back_field_for_field_and_its_index_alone() {
         for rec in [full(), bare()] {
             let bytes = encode_task(&rec);
-            assert_eq!(bytes[0], 5, "a format 5 record begins with its version");
+            assert_eq!(bytes[0], 6, "a format 6 record begins with its version");
             let back = decode_task(&bytes).unwrap();
             assert_eq!(format!("{back:?}"), format!("{rec:?}"));
             let i = decode_index(&bytes).unwrap();
@@ -1169,14 +1169,14 @@ mod tests {
         let json = serde_json::to_string(&rec).unwrap();
         assert_eq!(
             json,
-            r#"{"v":5,"rate":{"count":500,"per_ms":60000},"burst":50,"concurrency":4,"per_key":true,"created_ms":1764000000000,"updated_ms":1764000000500}"#
+            r#"{"v":6,"rate":{"count":500,"per_ms":60000},"burst":50,"concurrency":4,"per_key":true,"created_ms":1764000000000,"updated_ms":1764000000500}"#
         );
         assert_eq!(serde_json::from_str::<LimitRecord>(&json).unwrap(), rec);
-        let newer = json.replacen(r#""v":5"#, r#""v":6"#, 1);
+        let newer = json.replacen(r#""v":6"#, r#""v":7"#, 1);
         let err = serde_json::from_str::<LimitRecord>(&newer).unwrap_err();
         assert!(
             err.to_string()
-                .contains("record format 6 was written by a newer musterd"),
+                .contains("record format 7 was written by a newer musterd"),
             "{err}"
         );
     }
@@ -1191,14 +1191,14 @@ mod tests {
                 "cut at {cut}"
             );
         }
-        bytes[0] = 6;
+        bytes[0] = 7;
         for err in [
             decode_task(&bytes).unwrap_err(),
             decode_index(&bytes).unwrap_err(),
         ] {
             assert_eq!(
                 err,
-                "record format 6 was written by a newer musterd; this one reads formats 1 to 5"
+                "record format 7 was written by a newer musterd; this one reads formats 1 to 6"
             );
         }
         bytes[0] = 1;
@@ -1215,20 +1215,20 @@ mod tests {
 
     #[test]
     fn a_queue_record_of_a_newer_format_is_refused_with_a_message_saying_so() {
-        let newer = r#"{"v":6,"options":{"lease_ms":1,"max_attempts":1,"retry_backoff":{"base_ms":1,"factor":1.0,"cap_ms":1,"jitter":0.0},"key_concurrency":1,"retention_ms":1,"max_runtime_ms":null,"paused":false},"created_ms":1}"#;
+        let newer = r#"{"v":7,"options":{"lease_ms":1,"max_attempts":1,"retry_backoff":{"base_ms":1,"factor":1.0,"cap_ms":1,"jitter":0.0},"key_concurrency":1,"retention_ms":1,"max_runtime_ms":null,"paused":false},"created_ms":1}"#;
         let err = serde_json::from_str::<QueueRecord>(newer).unwrap_err();
         assert!(
             err.to_string()
-                .contains("record format 6 was written by a newer musterd"),
+                .contains("record format 7 was written by a newer musterd"),
             "{err}"
         );
-        let old = newer.replacen(r#""v":6"#, r#""v":1"#, 1);
+        let old = newer.replacen(r#""v":7"#, r#""v":1"#, 1);
         let rec: QueueRecord = serde_json::from_str(&old).unwrap();
         let again = serde_json::to_string(&rec).unwrap();
         assert_eq!(
             again,
-            old.replacen(r#""v":1"#, r#""v":5"#, 1),
-            "a format 1 queue record is written back as format 5, otherwise byte for byte"
+            old.replacen(r#""v":1"#, r#""v":6"#, 1),
+            "a format 1 queue record is written back as format 6, otherwise byte for byte"
         );
     }
 }

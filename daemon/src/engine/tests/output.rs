@@ -114,7 +114,9 @@ fn chunks_are_numbered_in_order_and_a_repeated_emit_stores_nothing_twice() {
         [(3, r#"{"tokens":12}"#.to_owned())]
     );
     let out = h.task(&id).output.expect("an output summary");
-    assert_eq!((out.first, out.next, out.bytes), (0, 4, 8 + 3 + 4 + 13));
+    // Two emits stored, each a 16-byte header and its JSON array:
+    // [{"text":"thinking"},{"text":"..."}] and [{"text":"done"},{"json":{"tokens":12}}].
+    assert_eq!((out.first, out.next, out.bytes), (0, 4, (16 + 36) + (16 + 40)));
     // A follow past the end is refused.
     let e = h.call(follow_req(&id, 5, None)).unwrap_err();
     assert_eq!(e.code, ErrorCode::BadRequest);
@@ -156,9 +158,10 @@ fn malformed_emits_are_refused_and_change_nothing() {
             "chunk 1 holds 65537 bytes, more than 65536",
         ),
         (
-            (0..5).map(|_| big('x', MAX_CHUNK_BYTES)).collect(),
+            // Nine chunks of 60 KiB: each {"text":"…"} and a comma, the header, "[".
+            (0..9).map(|_| big('x', 60 * 1024)).collect(),
             ErrorCode::TooLarge,
-            "an emit of 327680 bytes exceeds 262144",
+            "an emit of 553085 bytes as stored exceeds 524288",
         ),
     ] {
         let e = h.call(emit_req(&id, epoch, 0, chunks)).unwrap_err();
@@ -257,7 +260,9 @@ fn output_past_its_limits_drops_the_oldest_emits_and_a_follower_is_told_how_many
         h.advance(1_000);
     }
     let out = h.task(&id).output.unwrap();
-    assert_eq!((out.first, out.next, out.bytes), (4, 20, 16 * 60 * 1024));
+    // Four emits kept, each stored as its header, "[" and four {"text":"…"}, commas.
+    let page = 16 + 1 + 4 * (60 * 1024 + 12);
+    assert_eq!((out.first, out.next, out.bytes), (4, 20, 4 * page));
     let f = follow(&mut h, &id, 0);
     assert_eq!(f.dropped, 4);
     assert_eq!(f.chunks[0].n, 4);
@@ -284,7 +289,16 @@ fn a_fast_emitter_is_told_to_wait_and_refused_until_it_has() {
     h.create("q", QueuePatch::default());
     let id = h.enqueue("q", "{}");
     let (_, epoch) = h.claim_one("q");
-    let quarter = || vec![big('x', 64 * 1024); 4];
+    // Chunks whose emit is stored in exactly 256 KiB: a second's worth of the rate.
+    let quarter = || {
+        let mut chunks = vec![big('x', 65_520); 3];
+        chunks.push(big('x', 65_519));
+        assert_eq!(
+            16 + 1 + chunks.iter().map(Chunk::stored_bytes).sum::<usize>(),
+            256 * 1024
+        );
+        chunks
+    };
     // The burst, 1 MiB, goes at once; the emit that empties it further must wait.
     let mut at = 0;
     for _ in 0..4 {
@@ -358,7 +372,7 @@ fn output_left_by_a_crash_during_its_sweep_is_swept_at_the_next_start() {
     batch.put_output_page(
         gone,
         5,
-        crate::store::OutputPage::encode(&texts(&["left"]), 4, 1),
+        crate::store::OutputPage::encode(&texts(&["left"]), 1),
     );
     batch.put_output_meta(
         gone,
