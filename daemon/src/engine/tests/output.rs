@@ -116,7 +116,10 @@ fn chunks_are_numbered_in_order_and_a_repeated_emit_stores_nothing_twice() {
     let out = h.task(&id).output.expect("an output summary");
     // Two emits stored, each a 16-byte header and its JSON array:
     // [{"text":"thinking"},{"text":"..."}] and [{"text":"done"},{"json":{"tokens":12}}].
-    assert_eq!((out.first, out.next, out.bytes), (0, 4, (16 + 36) + (16 + 40)));
+    assert_eq!(
+        (out.first, out.next, out.bytes),
+        (0, 4, (16 + 36) + (16 + 40))
+    );
     // A follow past the end is refused.
     let e = h.call(follow_req(&id, 5, None)).unwrap_err();
     assert_eq!(e.code, ErrorCode::BadRequest);
