@@ -13,10 +13,12 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use muster_protocol::ErrorCode;
-use muster_protocol::limits::{MAX_CHUNK_BYTES, MAX_EMIT_BYTES, MAX_EMIT_CHUNKS};
+use muster_protocol::limits::{
+    MAX_CHUNK_BYTES, MAX_EMIT_BYTES, MAX_EMIT_CHUNKS, OUTPUT_PAGE_HEADER_BYTES,
+};
 use muster_protocol::model::Chunk;
 use muster_protocol::ops::{Emit, EmitReply};
 
@@ -25,8 +27,15 @@ use crate::error::Error;
 /// Most bytes of chunks a task's buffer holds before [`Output::emit`] waits.
 pub const OUTPUT_BUFFER_BYTES: usize = 1024 * 1024;
 
-/// Pause before an emit the connection lost is sent again.
+/// Pause before an emit the connection lost (or the rate refused) is sent again.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// Pause before an emit the disk alarm refused is sent again.
+const DISK_PAUSE: Duration = Duration::from_secs(1);
+
+/// What one emit's chunks may take as stored ([`Chunk::stored_bytes`] each), past the
+/// page's header and its opening bracket.
+const BATCH_BYTES: usize = MAX_EMIT_BYTES - OUTPUT_PAGE_HEADER_BYTES - 1;
 
 /// An emit for the worker's loop to send on its connection, and who waits for the
 /// answer.
@@ -149,23 +158,27 @@ async fn flush(
 ) {
     let mut sent = 0u64;
     while let Some(first) = rx.recv().await {
+        // The buffer's room is counted in the chunks' own bytes, an emit's size in
+        // what they take as stored.
+        let (mut room, mut stored) = (first.bytes(), first.stored_bytes());
         let mut batch = vec![first];
-        let mut bytes = batch[0].bytes();
         while batch.len() < MAX_EMIT_CHUNKS {
             let Ok(next) = rx.try_recv() else { break };
-            if bytes + next.bytes() > MAX_EMIT_BYTES {
+            let next_stored = next.stored_bytes();
+            if stored + next_stored > BATCH_BYTES {
                 // It starts the next emit.
                 let reply = send_batch(&mut f, &send, std::mem::take(&mut batch)).await;
-                if !settle(&mut f, &mut sent, bytes, reply).await {
+                if !settle(&mut f, &mut sent, room, reply).await {
                     return;
                 }
-                bytes = 0;
+                (room, stored) = (0, 0);
             }
-            bytes += next.bytes();
+            room += next.bytes();
+            stored += next_stored;
             batch.push(next);
         }
         let reply = send_batch(&mut f, &send, batch).await;
-        if !settle(&mut f, &mut sent, bytes, reply).await {
+        if !settle(&mut f, &mut sent, room, reply).await {
             return;
         }
     }
@@ -192,19 +205,29 @@ async fn send_batch(
         }
         match reply.await {
             Ok(Ok(r)) => return Ok((count, r)),
-            Ok(Err(Error::Server(e))) if e.code == ErrorCode::Limit => {
-                tokio::time::sleep(RETRY_PAUSE).await;
-            }
+            // Sent too soon for the rate, or lost with the connection or the leader (a
+            // repeat is stored once): again.
             Ok(Err(Error::Server(e)))
-                if !matches!(
+                if matches!(
                     e.code,
-                    ErrorCode::NotLeader | ErrorCode::OutcomeUnknown | ErrorCode::ShuttingDown
+                    ErrorCode::Limit
+                        | ErrorCode::NotLeader
+                        | ErrorCode::OutcomeUnknown
+                        | ErrorCode::ShuttingDown
                 ) =>
             {
-                return Err(Error::Server(e));
+                tokio::time::sleep(RETRY_PAUSE).await;
             }
-            // Lost with the connection, or the worker not connected: again.
-            Ok(Err(_)) => tokio::time::sleep(RETRY_PAUSE).await,
+            // The disk alarm passes: the chunks wait for it.
+            Ok(Err(Error::Server(e))) if e.code == ErrorCode::DiskFull => {
+                tokio::time::sleep(DISK_PAUSE).await;
+            }
+            Ok(Err(e @ (Error::Closed(_) | Error::Connect(_)))) => {
+                debug!(error = %e, "an emit goes again");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            // Refused for what it is (`lease_lost`, a malformed chunk): output stops.
+            Ok(Err(e)) => return Err(e),
             Err(_) => return Err(Error::Closed("the worker has stopped".into())),
         }
     }

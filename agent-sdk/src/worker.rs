@@ -341,6 +341,10 @@ impl Task {
         suspension: Suspension,
         children: Option<Vec<NewChild>>,
     ) -> Result<SpawnReply, Error> {
+        // Its output first: once suspended, the lease that may emit is gone.
+        if let Err(e) = self.output.flush().await {
+            warn!(task = %self.delivery.id, error = %e, "the task's output was not all sent");
+        }
         let (reply, answer) = oneshot::channel();
         let ask = Event::Suspend(SuspendAsk {
             id: self.delivery.id.clone(),
@@ -1187,6 +1191,7 @@ where
             }
         });
         let output = task.output.clone();
+        let after_panic = task.output.clone();
         let handler_fut = (self.handler)(task);
         // The handler's own task (its handle is the watcher's, its abort handle kept
         // in `held`): a panic in it becomes a nack rather than the worker's end.
@@ -1209,10 +1214,16 @@ where
             let outcome = match result {
                 Ok(outcome) => outcome,
                 Err(e) if e.is_cancelled() => return,
-                Err(e) => Outcome::Nack {
-                    delay: None,
-                    error: format!("handler panicked: {e}"),
-                },
+                Err(e) => {
+                    // What it emitted before it panicked says why: sent before the nack.
+                    if let Err(e) = after_panic.flush().await {
+                        warn!(error = %e, "the task's output was not all sent");
+                    }
+                    Outcome::Nack {
+                        delay: None,
+                        error: format!("handler panicked: {e}"),
+                    }
+                }
             };
             let _ = events.send(Event::Done(id, epoch, outcome));
         });

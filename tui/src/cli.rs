@@ -215,8 +215,9 @@ pub enum Command {
     /// line (`--json`: every chunk as a JSON line with its number and time). With
     /// `-f`, keep following: new chunks as they are stored, until the task finishes;
     /// across a lost connection, a restart or a failover it goes on from its last
-    /// chunk, with no gap and no duplicate. Chunks dropped to keep the task within its
-    /// output limit are reported on stderr.
+    /// chunk, with no gap and no duplicate (it gives up after 60 s without the daemon).
+    /// Chunks dropped to keep the task within its output limit are reported on stderr.
+    /// Exits 1 if the task is removed (retention, purge) before its end was read.
     Tail {
         /// Task id.
         id: String,

@@ -368,7 +368,17 @@ async fn tail(
     follow: bool,
     from: u64,
 ) -> anyhow::Result<()> {
-    let mut client = Client::connect(options.clone()).await?;
+    let started = std::time::Instant::now();
+    let mut client = loop {
+        match Client::connect(options.clone()).await {
+            Ok(c) => break c,
+            // Following begins once the daemon is there, as it goes on once it is back.
+            Err(e) if follow && is_lost(&e) && started.elapsed() < TAIL_RECONNECT => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
     let mut next = from;
     let mut lost_at: Option<std::time::Instant> = None;
     loop {

@@ -456,11 +456,12 @@ async fn execute(
         let _ = stdin.write_all(&payload).await;
     });
     let child_stdout = program.child.stdout.take().context("child stdout")?;
-    let stdout = match runner.spec.output {
-        crate::cli::StdoutUse::Result => {
-            tokio::spawn(read_bounded(child_stdout, MAX_RESULT_BYTES + 1, Keep::Head))
-        }
-        crate::cli::StdoutUse::Stream => tokio::spawn(stream_output(child_stdout, task.output())),
+    let (ended, ended_rx) = tokio::sync::watch::channel(false);
+    let streaming = runner.spec.output == crate::cli::StdoutUse::Stream;
+    let stdout = if streaming {
+        tokio::spawn(stream_output(child_stdout, task.output(), ended_rx))
+    } else {
+        tokio::spawn(read_bounded(child_stdout, MAX_RESULT_BYTES + 1, Keep::Head))
     };
     let stderr = tokio::spawn(read_bounded(
         program.child.stderr.take().context("child stderr")?,
@@ -489,7 +490,15 @@ async fn execute(
     // A background process of the program may hold the pipes open: read what is there
     // for a moment, then give up on the rest rather than hang the task.
     feed.abort();
-    let out = finish_reader(stdout).await;
+    let _ = ended.send(true);
+    let out = if streaming {
+        // Bounded: its reads stop a moment after the pipe goes quiet, and its emits
+        // wait for room at most until the lease's end (then the handler is aborted).
+        let _ = stdout.await;
+        Vec::new()
+    } else {
+        finish_reader(stdout).await
+    };
     let err_tail = String::from_utf8_lossy(&finish_reader(stderr).await).into_owned();
     // A program that asked to suspend and exited 0 is suspended even when the runner
     // was stopping it (a drain): its lease is still held, and an ack would skip what
@@ -1051,16 +1060,35 @@ fn read_program_file(path: &Path, owner: u32, limit: u64) -> Option<String> {
 }
 
 /// Emits a stream as the task's output, a text chunk per read (a character cut by a
-/// read waits for the next; bytes that are not UTF-8 become U+FFFD). Returns nothing:
-/// a streaming program's ack carries no result.
+/// read waits for the next; bytes that are not UTF-8 become U+FFFD), waiting for room
+/// in the task's output buffer rather than dropping any. Returns nothing: a streaming
+/// program's ack carries no result.
 async fn stream_output(
     mut r: impl AsyncRead + Unpin,
     output: muster_sdk::TaskOutput,
+    mut ended: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<Vec<u8>> {
     let mut buf = vec![0u8; 16 * 1024];
     let mut held = Vec::new();
+    // The runner only ever says the program ended (or is gone: the same).
+    let mut over = *ended.borrow();
     loop {
-        let n = r.read(&mut buf).await?;
+        // Once the program has ended, a background process of it may hold the pipe
+        // open: what comes within [`OUTPUT_LINGER`] of each read is read, then no more.
+        let n = if over {
+            match tokio::time::timeout(OUTPUT_LINGER, r.read(&mut buf)).await {
+                Ok(n) => n?,
+                Err(_) => 0,
+            }
+        } else {
+            tokio::select! {
+                n = r.read(&mut buf) => n?,
+                _ = ended.changed() => {
+                    over = true;
+                    continue;
+                }
+            }
+        };
         if n == 0 {
             if !held.is_empty() {
                 let _ = output
@@ -1090,9 +1118,8 @@ async fn stream_output(
             }
         };
         if !text.is_empty() && output.emit_text(text).await.is_err() {
-            // Output stopped (the lease is gone): drain the pipe, emit no more.
-            let mut sink = tokio::io::sink();
-            tokio::io::copy(&mut r, &mut sink).await?;
+            // Output stopped (the lease is gone): the rest is not read, and the
+            // program's next write fails, as the task is no longer its to run.
             return Ok(Vec::new());
         }
     }

@@ -204,3 +204,83 @@ async fn a_followed_stream_goes_on_whole_across_the_leaders_kill_9() {
         .unwrap()
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspend_sends_the_output_emitted_before_it() {
+    let d = Daemon::start();
+    let client = d.client().await;
+    client
+        .queue_create("ask", QueuePatch::default())
+        .await
+        .unwrap();
+    let id = client
+        .enqueue("ask", NewTask::new(muster_sdk::raw_json("{}").unwrap()))
+        .await
+        .unwrap()
+        .id;
+    let worker = Worker::new(d.options(), WorkerConfig::new("asker", ["ask"]));
+    let handle = worker.handle();
+    let run = tokio::spawn(worker.run(|task| async move {
+        for i in 0..50 {
+            task.emit_text(format!("thought {i}\n")).await.unwrap();
+        }
+        // At once: the chunks still buffered go before the suspend ends the lease.
+        task.suspend(muster_sdk::Suspension::new("may I?"))
+            .await
+            .unwrap();
+        Outcome::Suspended
+    }));
+    until(Duration::from_secs(10), "the task suspended", || async {
+        client.task_get(&id).await.unwrap().state == TaskState::Suspended
+    })
+    .await;
+    let t = client.task_get(&id).await.unwrap();
+    assert_eq!(t.output.map(|o| (o.first, o.next)), Some((0, 50)));
+    handle.shutdown();
+    tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .expect("the worker stopped")
+        .unwrap()
+        .unwrap();
+}
+
+#[test]
+fn muster_work_streams_a_burst_past_the_limit_to_its_end() {
+    let d = Daemon::start();
+    d.ok(&["queue", "create", "q"]);
+    let id = d.ok(&["enqueue", "q", "{}"]).trim().to_owned();
+    // 1.5 MB at once, then exit: past the burst the rate holds the runner back, and
+    // the end still arrives (the oldest is dropped past 1 MiB kept).
+    let mut agent = d.spawn_cli(&[
+        "work",
+        "q",
+        "--member",
+        "bursty",
+        "--output",
+        "stream",
+        "--",
+        "sh",
+        "-c",
+        "head -c 1500000 /dev/zero | tr '\\0' x; echo END",
+    ]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !d.ok(&["task", "get", &id]).contains("state\tdone") {
+        assert!(std::time::Instant::now() < deadline, "not done");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = d.cli(&["tail", &id]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(out.stdout.ends_with(b"xxxEND\n"), "the end arrived");
+    assert!(
+        out.stdout.len() < 1024 * 1024,
+        "{} bytes kept",
+        out.stdout.len()
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with(&format!("muster: chunks 0 to "))
+            && stderr.contains(&format!(" of task {id} were dropped")),
+        "{stderr}"
+    );
+    agent.kill9();
+}
