@@ -278,7 +278,7 @@ fn muster_work_streams_a_burst_past_the_limit_to_its_end() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.starts_with(&format!("muster: chunks 0 to "))
+        stderr.starts_with("muster: chunks 0 to ")
             && stderr.contains(&format!(" of task {id} were dropped")),
         "{stderr}"
     );
