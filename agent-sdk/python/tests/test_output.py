@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
 import muster
 import muster.sync
@@ -22,8 +22,43 @@ TOKENS = {"tokens": 412, "done": True}
 """The streaming handler's JSON chunk."""
 
 
+PAGE = 16 + 1
+"""Bytes an emit takes as stored besides its chunks: its page's 16-byte header and a
+bracket."""
+
+MAX_OUTPUT = 1024 * 1024
+"""Bytes of output a task keeps, as stored (its pages')."""
+
+
 def line(i: int) -> str:
     return f"line {i}\n"
+
+
+def text_stored(text: str) -> int:
+    """Bytes a text chunk takes in its emit as stored: its JSON as the daemon writes it
+    (``{"text":"…"}``, compact, ``"``, ``\\`` and control characters escaped, not
+    non-ASCII) and a comma."""
+    return len(json.dumps({"text": text}, separators=(",", ":"), ensure_ascii=False).encode()) + 1
+
+
+def json_stored(raw: bytes) -> int:
+    """Bytes a JSON chunk takes in its emit as stored: ``{"json":…}`` around its JSON
+    text as sent, and a comma."""
+    return len(b'{"json":' + raw + b"}") + 1
+
+
+def assert_output(
+    summary: Optional[muster.OutputSummary], first: int, next: int, sizes: List[int]
+) -> None:
+    """That a task's output summary holds chunks ``first`` to ``next - 1``, whose stored
+    sizes are ``sizes``, in some number of emits: a worker sends as many chunks in each
+    as have gathered, so they may be stored in 1 to ``len(sizes)`` pages, each taking
+    ``PAGE`` bytes besides its chunks."""
+    assert summary is not None
+    assert (summary.first, summary.next) == (first, next)
+    pages = (summary.bytes - sum(sizes)) // PAGE
+    assert summary.bytes == sum(sizes) + PAGE * pages, (summary.bytes, sizes)
+    assert 1 <= pages <= len(sizes), (summary.bytes, sizes)
 
 
 def start(
@@ -77,12 +112,13 @@ def test_a_follower_sees_every_chunk_a_handler_emits_in_order_then_the_end(
             assert (done.state, done.result) == ("done", "said")
 
             # Read again afterwards: the task's output summary, then all of it at once.
-            size = sum(len(line(i)) for i in range(LINES)) + len(
-                json.dumps(TOKENS, separators=(",", ":"))
-            )
-            assert size == 790 + 26
+            # As stored, a line is {"text":"line i\n"} (its newline escaped) and a comma,
+            # 13 bytes more than its text; the JSON chunk {"json":…} and a comma, 10 more.
+            sizes = [text_stored(line(i)) for i in range(LINES)]
+            sizes.append(json_stored(json.dumps(TOKENS, separators=(",", ":")).encode()))
+            assert sum(sizes) == 790 + 13 * LINES + 26 + 10
             info = await client.task_get(task_id)
-            assert info.output == muster.OutputSummary(first=0, next=LINES + 1, bytes=size)
+            assert_output(info.output, 0, LINES + 1, sizes)
             whole = await client.follow(task_id)
             assert (whole.chunks, whole.dropped, whole.next, whole.state, whole.end) == (
                 chunks,
@@ -141,7 +177,9 @@ def test_a_run_after_a_retry_numbers_its_chunks_on_from_the_first_runs(daemon: D
                 (n, f"run {n // 3 + 1} chunk {n % 3}") for n in range(6)
             ]
             assert read.end
-            assert (await client.task_get(task_id)).output == muster.OutputSummary(0, 6, 6 * 13)
+            sizes = [text_stored(f"run {n // 3 + 1} chunk {n % 3}") for n in range(6)]
+            assert sizes == [13 + 12] * 6
+            assert_output((await client.task_get(task_id)).output, 0, 6, sizes)
             await stop(worker, running)
 
     run(body())
@@ -214,8 +252,9 @@ def test_malformed_and_too_large_chunks_are_refused_before_they_are_sent(daemon:
                 (1, None, {"k": [1, 2]}),
             ]
             # The JSON text as sent, but the whitespace around it: {"k": [1, 2]}.
-            summary = await client.task_get(task_id)
-            assert summary.output == muster.OutputSummary(0, 2, 65_536 + 13)
+            sizes = [text_stored(largest), json_stored(b'{"k": [1, 2]}')]
+            assert sizes == [65_536 + 12, 13 + 10]
+            assert_output((await client.task_get(task_id)).output, 0, 2, sizes)
             await stop(worker, running)
 
     run(body())
@@ -325,19 +364,32 @@ def test_a_follower_is_told_of_the_chunks_dropped_past_the_output_limit(daemon: 
             await client.queue_create("talk")
             task_id = await client.enqueue("talk", None)
             (claim,) = await client.claim("talk", member="puller")
-            # Five emits of four 64 KiB chunks: 1.25 MiB, past the 1 MiB a task keeps.
-            at = 0
+            # Five emits of four 64 KiB chunks. Each emit is one page as stored: its
+            # header and bracket, then four {"text":"…"} (nothing to escape) and commas,
+            # 17 + 4 × (65,536 + 12) bytes. A task keeps 1 MiB as stored: a fourth page
+            # is past it, so the fourth and fifth emits each drop the oldest page whole,
+            # and the last 3 emits' chunks are kept (8 to 19).
+            page = PAGE + 4 * text_stored("x" * 65_536)
+            assert page == 262_209
+            kept = MAX_OUTPUT // page
+            assert kept == 3
+            at, wait_ms = 0, 0
             for e in range(5):
+                # The rate counts pages as stored too: the fourth empties the 1 MiB
+                # bucket, and its reply says how long to wait.
+                await asyncio.sleep(wait_ms / 1000)
                 chunks = [f"{e}{n}".ljust(65_536, ".") for n in range(4)]
                 reply = await client.emit(claim, at, chunks)
-                at = reply.next
-            assert (at, reply.wait_ms > 0) == (20, True)
+                at, wait_ms = reply.next, reply.wait_ms
+            assert (at, wait_ms > 0) == (20, True)
             await client.ack(claim)
+            first = 4 * (5 - kept)
             info = await client.task_get(task_id)
-            assert info.output == muster.OutputSummary(first=4, next=20, bytes=16 * 65_536)
+            assert info.output == muster.OutputSummary(first=first, next=20, bytes=kept * page)
+            assert first == 8
             read = await client.follow(task_id, 2)
-            assert (read.dropped, read.chunks[0].n, read.chunks[0].text[:2]) == (2, 4, "10")
-            assert [c.n async for c in client.follow_stream(task_id)] == list(range(4, 20))
+            assert (read.dropped, read.chunks[0].n, read.chunks[0].text[:2]) == (first - 2, 8, "20")
+            assert [c.n async for c in client.follow_stream(task_id)] == list(range(first, 20))
 
     run(body())
 
@@ -380,7 +432,9 @@ def test_a_sync_handler_emits_from_its_thread_and_the_sync_client_follows(
         want = [(i, line(i), None) for i in range(5)] + [(5, None, [1, "two"])]
         assert [(c.n, c.text, c.json) for c in chunks] == want
         assert client.follow(task_id, 5) == muster.FollowResult([chunks[5]], 0, 6, "done", True)
-        assert client.task_get(task_id).output == muster.OutputSummary(0, 6, 35 + 9)
+        sizes = [text_stored(line(i)) for i in range(5)] + [json_stored(b'[1,"two"]')]
+        assert sum(sizes) == 35 + 13 * 5 + 9 + 10
+        assert_output(client.task_get(task_id).output, 0, 6, sizes)
         # Leaving a stream before its end closes it.
         stream = client.follow_stream(task_id)
         assert next(stream).n == 0

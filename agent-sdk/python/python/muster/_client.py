@@ -927,12 +927,13 @@ class Client:
         :meth:`Task.emit <muster.Task.emit>`, which buffers, batches, numbers and
         repeats for you; PROTOCOL.md §5.50). Each chunk is a ``str`` (a text chunk) or
         a :class:`Chunk`; 1 to 1000 of them, each at most 64 KiB, together at most
-        256 KiB. ``at`` is the number the first chunk is to get: the claim's
-        ``output``, then each reply's ``next``. Chunks numbered before the task's next
-        number were stored by an earlier try of this emit (its reply lost) and are not
-        stored again (``repeated`` counts them), so an emit may be sent again as it
-        was. Wait the reply's ``wait_ms`` before the next emit. An emit does not renew
-        the lease.
+        512 KiB as stored (each chunk's JSON, ``{"text":"…"}`` escaped or
+        ``{"json":…}``, and a comma, plus 17 bytes: any one chunk fits). ``at`` is
+        the number the first chunk is to get: the claim's ``output``, then each
+        reply's ``next``. Chunks numbered before the task's next number were stored by
+        an earlier try of this emit (its reply lost) and are not stored again
+        (``repeated`` counts them), so an emit may be sent again as it was. Wait the
+        reply's ``wait_ms`` before the next emit. An emit does not renew the lease.
 
         Raises :class:`~muster.LeaseLost` if the claim is no longer the task's lease,
         :class:`~muster.TooLarge` for a chunk or an emit over its size,
@@ -957,8 +958,8 @@ class Client:
         end; a timeout answers with no chunks. Ask again from the result's ``next``
         until its ``end``: no chunk is missed or read twice, on this connection or a
         new one (after a lost one). ``dropped`` counts the chunks from ``from_`` no
-        longer kept (a task keeps at most 1 MiB). :meth:`follow_stream` does the
-        asking again.
+        longer kept (a task keeps at most 1 MiB as stored). :meth:`follow_stream` does
+        the asking again.
 
         Raises :class:`~muster.NotFound` for no such task (or one removed while
         followed), :class:`~muster.BadRequest` for a ``from_`` past the task's output
@@ -977,7 +978,7 @@ class Client:
 
         It is :meth:`follow` asked again from each result's ``next``, each waiting up
         to ``poll`` (1 ms to 300 s) for more. Chunks dropped before they were read (a
-        task keeps at most 1 MiB of output) are skipped: a gap in the chunks' ``n``
+        task keeps at most 1 MiB of output as stored) are skipped: a gap in the chunks' ``n``
         shows them. The stream of a task that does not finish (a suspended one, say)
         goes on until the caller stops iterating; a ``dead`` task's ends (a redrive may
         let it emit again: follow it anew from the last chunk's ``n + 1``).

@@ -316,9 +316,11 @@ class Task:
         each emit as have gathered, each stored once whatever the connection does;
         the worker sends what is buffered before it settles the task, so a follower
         sees every chunk, then the end. Returns once the chunk is buffered: it waits
-        only while 1 MiB is (the daemon holds a task to 256 KiB/s on average, after a
-        1 MiB burst); :meth:`flush_output` waits until the daemon has it. A task keeps
-        its last 1 MiB (and 1,024 emits) of output: older chunks are dropped.
+        only while 1 MiB of chunks is (the daemon holds a task to 256 KiB/s as stored
+        on average, after a 1 MiB burst); :meth:`flush_output` waits until the daemon
+        has it. A task keeps its last 1 MiB (and 1,024 emits) of output as stored (each
+        emit's chunks as JSON, a comma each, and 17 bytes): older chunks are
+        dropped.
 
         Raises :class:`~muster.InvalidInput` for ``text`` that is not a ``str`` or is
         over 64 KiB; :class:`~muster.ConnectionLost` (its message ``output stopped:``

@@ -342,14 +342,16 @@ class ResumeResult:
 class OutputSummary:
     """What a task's live output holds (PROTOCOL.md §4.18): chunks ``first`` to
     ``next - 1`` are kept (those before ``first`` were dropped, oldest first, to keep
-    the task within 1 MiB and 1,024 emits), ``bytes`` their size."""
+    the task within 1 MiB as stored and 1,024 emits), ``bytes`` their size as stored."""
 
     first: int
     """The number of the oldest chunk kept."""
     next: int
     """The number the next chunk gets: how many chunks the task emitted."""
     bytes: int
-    """Bytes of the chunks kept (their text's, or their JSON text's)."""
+    """Bytes of the output kept, as stored: for each emit kept, 17 bytes and, for
+    each of its chunks, its JSON (``{"text":"…"}`` with its escapes, or
+    ``{"json":…}`` with the JSON text as sent) and a comma."""
 
     @staticmethod
     def _from(d: Optional[_Dict]) -> Optional[OutputSummary]:
