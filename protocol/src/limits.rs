@@ -290,6 +290,10 @@ const _: () = assert!(
         && MAX_EMIT_BYTES <= MAX_OUTPUT_BYTES
 );
 
+/// Most descendants a watched task screen lists in its family tree (depth first; the
+/// rest are left out, and the screen says so).
+pub const MAX_TREE_NODES: usize = 256;
+
 /// Most bytes of a task's last output chunks a watched task screen carries (as JSON;
 /// at least its last chunk).
 pub const WATCH_OUTPUT_BYTES: usize = 8 * 1024;

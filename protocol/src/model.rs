@@ -726,6 +726,16 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+/// A descendant of a task in its family tree, as the watched task screen lists them:
+/// depth first, each child after its parent, in the order spawned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeNode {
+    /// Spawns below the task (1 for its children, 2 for theirs, …).
+    pub depth: u8,
+    /// The descendant.
+    pub child: ChildSummary,
+}
+
 /// The lease of a leased task.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseInfo {

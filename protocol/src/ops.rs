@@ -1254,6 +1254,13 @@ pub enum WatchUpdate {
         /// [`crate::limits::WATCH_OUTPUT_BYTES`] of them); left out if none.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         output: Vec<crate::model::OutputChunk>,
+        /// Its stored descendants, depth first (at most
+        /// [`crate::limits::MAX_TREE_NODES`]); left out if it has no children.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tree: Vec<crate::model::TreeNode>,
+        /// True when descendants were left out of `tree` for its size.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        tree_truncated: bool,
     },
     /// One member and its leases.
     Member {

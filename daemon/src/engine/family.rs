@@ -25,8 +25,9 @@ use ulid::Ulid;
 use muster_protocol::ErrorCode;
 use muster_protocol::limits::{
     MAX_CHILD_OUTCOME_BYTES, MAX_CHILD_OUTCOMES_BYTES, MAX_CHILDREN, MAX_DEPTH, MAX_SPAWN,
+    MAX_TREE_NODES,
 };
-use muster_protocol::model::{ChildOutcome, ChildSummary, NewTask, TaskState};
+use muster_protocol::model::{ChildOutcome, ChildSummary, NewTask, TaskState, TreeNode};
 use muster_protocol::names;
 use muster_protocol::ops::{Enqueue, Spawn, SpawnReply, SpawnedChild};
 
@@ -487,25 +488,63 @@ impl<W: Waiter> Engine<W> {
 
     /// Each stored child of `parent`, for its task view.
     pub(super) fn child_summaries(&self, parent: Ulid) -> Vec<ChildSummary> {
-        let family = &self.index.family;
-        family
+        self.index
+            .family
             .children_of(parent)
             .into_iter()
-            .map(|id| {
-                let (_, key) = family
-                    .parent_of
-                    .get(&id)
-                    .unwrap_or_else(|| panic!("task {id}: a child without its parent link"));
-                let meta = &self.index.tasks[&id];
-                ChildSummary {
-                    id: id.to_string(),
-                    child_key: key.to_string(),
-                    queue: meta.queue.to_string(),
-                    state: meta.state,
-                    children: family.count(id) as u32,
-                }
-            })
+            .map(|id| self.child_summary(id))
             .collect()
+    }
+
+    /// A stored child as its parent's view lists it.
+    fn child_summary(&self, id: Ulid) -> ChildSummary {
+        let family = &self.index.family;
+        let (_, key) = family
+            .parent_of
+            .get(&id)
+            .unwrap_or_else(|| panic!("task {id}: a child without its parent link"));
+        let meta = &self.index.tasks[&id];
+        ChildSummary {
+            id: id.to_string(),
+            child_key: key.to_string(),
+            queue: meta.queue.to_string(),
+            state: meta.state,
+            children: family.count(id) as u32,
+        }
+    }
+
+    /// Task `id`'s stored descendants, depth first in the order spawned, at most
+    /// [`MAX_TREE_NODES`], from the family index alone; and whether some were left out.
+    pub(super) fn family_tree(&self, id: Ulid) -> (Vec<TreeNode>, bool) {
+        let family = &self.index.family;
+        let mut nodes = Vec::new();
+        let mut stack: Vec<(Ulid, u8)> = family
+            .children_of(id)
+            .into_iter()
+            .rev()
+            .map(|c| (c, 1))
+            .collect();
+        while let Some((child, depth)) = stack.pop() {
+            if nodes.len() == MAX_TREE_NODES {
+                return (nodes, true);
+            }
+            nodes.push(TreeNode {
+                depth,
+                child: self.child_summary(child),
+            });
+            stack.extend(
+                family
+                    .children_of(child)
+                    .into_iter()
+                    .rev()
+                    .map(|g| (g, depth + 1)),
+            );
+        }
+        debug_assert!(
+            nodes.iter().all(|n| n.depth >= 1 && n.depth <= MAX_DEPTH),
+            "task {id}: its tree within the spawn depth"
+        );
+        (nodes, false)
     }
 
     /// At start-up: every parent, and every suspended task, is looked at again (a

@@ -224,9 +224,12 @@ impl<W: Waiter> Engine<W> {
             }
             View::Task { task } => {
                 let id = parse_id(task)?;
+                let (tree, tree_truncated) = self.family_tree(id);
                 Ok(WatchUpdate::Task {
                     task: self.task_info(id)?,
                     output: self.output_tail(id, muster_protocol::limits::WATCH_OUTPUT_BYTES)?,
+                    tree,
+                    tree_truncated,
                 })
             }
             View::Member { member } => self.member_screen(member),

@@ -512,7 +512,7 @@ fn every_op_is_routed_to_the_handshake_the_edge_or_the_engine_by_name() {
     // One frame with every field some op requires; each op reads the fields it knows.
     let frame = |op: &str| {
         format!(
-            r#"{{"id":1,"op":"{op}","version":1,"node":2,"queue":"q","tasks":[],"task":"t","epoch":1,"token":"x","member":"m","addr":"a:1","cluster_addr":"a:2","dir":"d","tag":1,"name":"n","view":{{"screen":"queues"}},"capacity":1,"state":"ready","error":"e","reason":"r","queues":["q"],"children":[],"options":{{}}}}"#
+            r#"{{"id":1,"op":"{op}","version":1,"node":2,"queue":"q","tasks":[],"task":"t","epoch":1,"token":"x","member":"m","addr":"a:1","cluster_addr":"a:2","dir":"d","tag":1,"name":"n","view":{{"screen":"queues"}},"capacity":1,"state":"ready","error":"e","reason":"r","queues":["q"],"children":[],"at":0,"chunks":[],"options":{{}}}}"#
         )
     };
     let mut routed = Vec::new();
@@ -553,7 +553,7 @@ fn every_op_is_routed_to_the_handshake_the_edge_or_the_engine_by_name() {
         .filter(|op| !["hello", "server_stats"].contains(op) && !op.starts_with("cluster_"))
         .collect();
     assert_eq!(by("engine"), engine);
-    assert_eq!(engine.len(), 44);
+    assert_eq!(engine.len(), 46);
 }
 
 #[test]
@@ -580,4 +580,46 @@ fn a_request_nested_too_deep_is_refused_with_its_id_so_its_client_hears_of_it() 
     // One level less is a request like any other.
     let fits = frame.replacen("[1]", "1", 1);
     assert_eq!(decode_request(fits.as_bytes()).unwrap().0, 9);
+}
+
+#[test]
+fn an_emit_and_a_follow_read_and_answer_as_protocol_md_shows() {
+    let (_, req) = decode_request(
+        br#"{"id":50,"op":"emit","task":"01JHMPFNMW1HEAD8X4A1JH69RE","epoch":1,"at":0,"chunks":[{"text":"Reading\n"},{"json":{"tokens":412}},{"json":null}]}"#,
+    )
+    .unwrap();
+    let Request::Emit(emit) = req else {
+        panic!("{req:?}")
+    };
+    assert_eq!((emit.epoch, emit.at, emit.chunks.len()), (1, 0, 3));
+    assert_eq!(emit.chunks[0].text.as_deref(), Some("Reading\n"));
+    assert_eq!(
+        emit.chunks[1].json.as_ref().map(|j| j.get()),
+        Some(r#"{"tokens":412}"#)
+    );
+    // A JSON null reads as no JSON: the daemon refuses such a chunk.
+    assert!(emit.chunks[2].text.is_none() && emit.chunks[2].json.is_none());
+    // As stored: `{"text":"Reading\n"}` with its escape, and a comma.
+    assert_eq!(emit.chunks[0].stored_bytes(), 21);
+    let (_, req) = decode_request(
+        br#"{"id":51,"op":"follow","task":"01JHMPFNMW1HEAD8X4A1JH69RE","from":2,"timeout_ms":30000}"#,
+    )
+    .unwrap();
+    assert!(req.may_wait());
+    let reply = FollowReply {
+        chunks: vec![crate::model::OutputChunk {
+            n: 2,
+            at_ms: 7,
+            text: Some("hi".into()),
+            json: None,
+        }],
+        dropped: 0,
+        next: 3,
+        state: crate::model::TaskState::Leased,
+        end: false,
+    };
+    assert_eq!(
+        serde_json::to_string(&reply).unwrap(),
+        r#"{"chunks":[{"n":2,"at_ms":7,"text":"hi"}],"dropped":0,"next":3,"state":"leased","end":false}"#
+    );
 }

@@ -6,7 +6,9 @@
 use ratatui::style::{Color, Style, Stylize};
 use ratatui::text::{Line, Span};
 
-use muster_protocol::model::{LimitKey, LimitUse, OutputChunk, TaskInfo, TaskState};
+use muster_protocol::model::{
+    ChildSummary, LimitKey, LimitUse, OutputChunk, TaskInfo, TaskState, TreeNode,
+};
 
 /// Items joined by commas, or `-` for none.
 pub fn list_or_dash(items: &[String]) -> String {
@@ -20,16 +22,33 @@ pub fn list_or_dash(items: &[String]) -> String {
 /// Lines of a task's output the task screen shows at most: its last ones.
 pub const OUTPUT_LINES: usize = 12;
 
+/// What the watched task screen shows besides the task: its output's last chunks and
+/// its family tree (depth first; `truncated` when the daemon left some out).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TaskExtras<'a> {
+    /// The last chunks of its output.
+    pub output: &'a [OutputChunk],
+    /// Its descendants.
+    pub tree: &'a [TreeNode],
+    /// Descendants were left out of `tree`.
+    pub truncated: bool,
+}
+
 /// The lines of the task screen, at `now`: its fields, its last error in full, its
-/// children, its output's last lines (`output`, the last chunks the daemon sent), its
-/// timeline (times of day if `absolute`, else ages), then its progress, payload and
+/// children (its whole family tree when the daemon sent it), its output's last lines,
+/// its timeline (times of day if `absolute`, else ages), then its progress, payload and
 /// result.
 pub fn task_lines(
     t: &TaskInfo,
-    output: &[OutputChunk],
+    extras: TaskExtras<'_>,
     now: u64,
     absolute: bool,
 ) -> Vec<Line<'static>> {
+    let TaskExtras {
+        output,
+        tree,
+        truncated,
+    } = extras;
     let mut lines = field_lines(t, now);
     if let Some(e) = &t.last_error {
         // The whole error: its first line beside the name, the rest (a traceback) below.
@@ -43,19 +62,37 @@ pub fn task_lines(
             format!("children ({})", children_counts(t)),
             Style::new().bold(),
         )));
-        lines.extend(t.children.iter().map(|c| {
+        let child_line = |depth: u8, c: &ChildSummary, below: bool| {
+            // Its own children are listed below it in a tree, else counted.
             let grandchildren = match c.children {
                 0 => String::new(),
+                _ if below => String::new(),
                 n => format!("  +{n} children"),
             };
+            let indent = "  ".repeat(usize::from(depth));
             Line::raw(format!(
-                "  {:<16} {:<10} {}  {}{grandchildren}",
-                c.child_key,
+                "{indent}{:<16} {:<10} {}  {}{grandchildren}",
+                crate::output::safe(&c.child_key),
                 c.state.as_str(),
                 c.id,
                 c.queue
             ))
-        }));
+        };
+        if tree.is_empty() {
+            lines.extend(t.children.iter().map(|c| child_line(1, c, false)));
+        } else {
+            // A node's children follow it unless the tree was cut before them.
+            lines.extend(tree.iter().enumerate().map(|(i, n)| {
+                let below = tree.get(i + 1).is_some_and(|next| next.depth > n.depth);
+                child_line(n.depth, &n.child, below)
+            }));
+            if truncated {
+                lines.push(Line::raw(format!(
+                    "  … more descendants than the {} shown",
+                    tree.len()
+                )));
+            }
+        }
     }
     if let Some(o) = t.output {
         lines.push(Line::from(Span::styled(

@@ -418,8 +418,19 @@ impl App {
     }
 
     fn step(&mut self, by: isize) -> Option<Effect> {
-        if let Some(WatchUpdate::Task { task, output }) = &self.data {
-            let last = super::detail::task_lines(task, output, self.now_ms, self.absolute_times)
+        if let Some(WatchUpdate::Task {
+            task,
+            output,
+            tree,
+            tree_truncated,
+        }) = &self.data
+        {
+            let extras = super::detail::TaskExtras {
+                output,
+                tree,
+                truncated: *tree_truncated,
+            };
+            let last = super::detail::task_lines(task, extras, self.now_ms, self.absolute_times)
                 .len()
                 .saturating_sub(1);
             let page = self.page_mut();

@@ -492,8 +492,53 @@ fn task_screen_shows_the_last_lines_of_its_output_made_safe() {
             r#"{"tokens":412}"#.to_owned()
         ]
     );
-    deliver(&mut app, tag, WatchUpdate::Task { task: t, output });
+    deliver(
+        &mut app,
+        tag,
+        WatchUpdate::Task {
+            task: t,
+            output,
+            tree: Vec::new(),
+            tree_truncated: false,
+        },
+    );
     insta::assert_snapshot!("task_output", screen(&app, 100, 40).backend());
+}
+
+#[test]
+fn task_screen_shows_its_family_tree_and_says_when_it_was_cut() {
+    use muster_protocol::model::{ChildSummary, TreeNode};
+    let mut app = started(false);
+    on_queue_tab(&mut app, 2, TaskState::Leased, 1..3);
+    let tag = watched(&press(&mut app, KeyCode::Enter), View::Task { task: id(1) });
+    let node = |depth: u8, n: u32, key: &str, state: TaskState, children: u32| TreeNode {
+        depth,
+        child: ChildSummary {
+            id: id(n),
+            child_key: key.into(),
+            queue: "ocr".into(),
+            state,
+            children,
+        },
+    };
+    // page-2's children follow it; page-2b's one child was cut off with the tree.
+    let tree = vec![
+        node(1, 10, "page-1", TaskState::Done, 0),
+        node(1, 11, "page-2", TaskState::Leased, 2),
+        node(2, 12, "page-2a", TaskState::Done, 0),
+        node(2, 13, "page-2b", TaskState::Suspended, 1),
+    ];
+    deliver(
+        &mut app,
+        tag,
+        WatchUpdate::Task {
+            task: task_info(),
+            output: Vec::new(),
+            tree,
+            tree_truncated: true,
+        },
+    );
+    insta::assert_snapshot!("task_tree", screen(&app, 100, 22).backend());
 }
 
 #[test]
@@ -507,6 +552,8 @@ fn task_screen_shows_lease_progress_payload_and_timeline() {
         WatchUpdate::Task {
             task: task_info(),
             output: Vec::new(),
+            tree: Vec::new(),
+            tree_truncated: false,
         },
     );
     insta::assert_snapshot!("task", screen(&app, 80, 24).backend());
@@ -821,9 +868,11 @@ fn the_task_screen_scrolls_within_its_lines() {
         WatchUpdate::Task {
             task: task_info(),
             output: Vec::new(),
+            tree: Vec::new(),
+            tree_truncated: false,
         },
     );
-    let lines = detail::task_lines(&task_info(), &[], NOW, false).len();
+    let lines = detail::task_lines(&task_info(), detail::TaskExtras::default(), NOW, false).len();
     for _ in 0..500 {
         press(&mut app, KeyCode::Char('j'));
     }
@@ -857,6 +906,8 @@ fn a_task_discarded_from_its_own_screen_goes_back_saying_so() {
         WatchUpdate::Task {
             task: dead,
             output: Vec::new(),
+            tree: Vec::new(),
+            tree_truncated: false,
         },
     );
     assert_eq!(app.keys()[..2], [("r", "redrive"), ("x", "discard")]);
@@ -1447,6 +1498,8 @@ fn e_edits_a_dead_tasks_payload_and_requeues_it_after_a_confirm() {
         WatchUpdate::Task {
             task: dead.clone(),
             output: Vec::new(),
+            tree: Vec::new(),
+            tree_truncated: false,
         },
     );
     let requeue = match press(&mut app, KeyCode::Char('e')).as_slice() {
@@ -1513,6 +1566,8 @@ fn the_timeline_shows_each_attempts_length_and_times_of_day_on_t() {
         WatchUpdate::Task {
             task: task_info(),
             output: Vec::new(),
+            tree: Vec::new(),
+            tree_truncated: false,
         },
     );
     let ages = text(&app);
@@ -1988,6 +2043,8 @@ fn plus_minus_and_capital_n_change_priority_and_run_now_after_a_confirm() {
         WatchUpdate::Task {
             task: t,
             output: Vec::new(),
+            tree: Vec::new(),
+            tree_truncated: false,
         },
     );
     press(&mut app, KeyCode::Char('+'));

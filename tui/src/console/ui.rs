@@ -371,7 +371,19 @@ fn render_screen(app: &App, data: &WatchUpdate, frame: &mut Frame, area: Rect) {
             render_queue(app, queue, *state, block, frame, area)
         }
         WatchUpdate::Dead { total, .. } => render_dead(app, *total, block, frame, area),
-        WatchUpdate::Task { task, output } => render_task(app, task, output, block, frame, area),
+        WatchUpdate::Task {
+            task,
+            output,
+            tree,
+            tree_truncated,
+        } => {
+            let extras = super::detail::TaskExtras {
+                output,
+                tree,
+                truncated: *tree_truncated,
+            };
+            render_task(app, task, extras, block, frame, area)
+        }
         WatchUpdate::Member { member, .. } => render_member(app, member, block, frame, area),
         WatchUpdate::Members { connected, .. } => {
             render_members(app, *connected, block, frame, area)
@@ -1208,12 +1220,12 @@ fn render_limit_keys(app: &App, l: &LimitInfo, frame: &mut Frame, area: Rect) {
 fn render_task(
     app: &App,
     t: &TaskInfo,
-    output: &[muster_protocol::model::OutputChunk],
+    extras: super::detail::TaskExtras<'_>,
     block: Block<'_>,
     frame: &mut Frame,
     area: Rect,
 ) {
-    let lines = task_lines(t, output, app.now_ms, app.absolute_times);
+    let lines = task_lines(t, extras, app.now_ms, app.absolute_times);
     let scroll = app.page().selected.min(lines.len().saturating_sub(1));
     frame.render_widget(
         Paragraph::new(Text::from(lines))

@@ -642,3 +642,56 @@ roles = ["admin"]
         before + 5 + counted as u64
     );
 }
+
+#[test]
+fn a_watched_task_screen_carries_its_family_tree_depth_first() {
+    use muster_protocol::ops::{View, Watch, WatchUpdate};
+    let mut h = harness();
+    let root = h.enqueue("plan", "{}");
+    let (_, epoch) = h.claim_one("plan");
+    let kids = ids(&spawn(&mut h, &root, epoch, &["a", "b"], false));
+    // "a" spawns a grandchild; "b" none.
+    let (first, ce) = h.claim_one("work");
+    assert_eq!(first, kids[0]);
+    let grand = ids(&spawn(&mut h, &kids[0], ce, &["a1"], false));
+    let tree = match h.call_on(
+        9,
+        EngineRequest::Watch(Watch {
+            view: View::Task { task: root.clone() },
+            tag: 1,
+        }),
+    ) {
+        Ok(Reply::Watch(r)) => match r.update {
+            WatchUpdate::Task {
+                tree,
+                tree_truncated,
+                ..
+            } => {
+                assert!(!tree_truncated);
+                tree
+            }
+            other => panic!("{other:?}"),
+        },
+        other => panic!("watch: {other:?}"),
+    };
+    let shown: Vec<(u8, &str, &str, TaskState, u32)> = tree
+        .iter()
+        .map(|n| {
+            (
+                n.depth,
+                n.child.child_key.as_str(),
+                n.child.id.as_str(),
+                n.child.state,
+                n.child.children,
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (1, "a", kids[0].as_str(), TaskState::Leased, 1),
+            (2, "a1", grand[0].as_str(), TaskState::Ready, 0),
+            (1, "b", kids[1].as_str(), TaskState::Ready, 0),
+        ]
+    );
+}
