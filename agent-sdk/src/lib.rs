@@ -30,6 +30,7 @@ pub mod client;
 pub mod connect;
 pub mod context;
 pub mod error;
+pub mod follow;
 mod leader;
 pub mod output;
 pub mod worker;
@@ -38,6 +39,7 @@ pub use client::{Client, PendingReply, PreparedRaw, RawReply};
 pub use connect::{ConnectOptions, Trust};
 pub use context::ConnectArgs;
 pub use error::Error;
+pub use follow::Follower;
 pub use muster_protocol as protocol;
 pub use muster_protocol::model::{
     Backoff, ChildOutcome, Chunk, Delivery, EnqueuedTask, NewTask, OnTimeout, OutputChunk,

@@ -352,13 +352,6 @@ async fn task(client: &Client, out: &Output, cmd: TaskCommand) -> anyhow::Result
 
 /// `muster wait`: prints each task that finished within `timeout` (removed ones on
 /// stderr), and fails naming those that did not.
-/// How long `muster tail -f` tries to connect again after losing its connection
-/// before it gives up.
-const TAIL_RECONNECT: Duration = Duration::from_secs(60);
-
-/// How long one follow waits on the daemon before asking again.
-const TAIL_POLL: Duration = Duration::from_secs(30);
-
 /// `muster tail`: prints a task's output from chunk `from`; with `follow`, until the
 /// task finishes, connecting again (from the next chunk) when the connection is lost.
 async fn tail(
@@ -368,40 +361,24 @@ async fn tail(
     follow: bool,
     from: u64,
 ) -> anyhow::Result<()> {
-    let started = std::time::Instant::now();
-    let mut client = loop {
-        match Client::connect(options.clone()).await {
-            Ok(c) => break c,
-            // Following begins once the daemon is there, as it goes on once it is back.
-            Err(e) if follow && is_lost(&e) && started.elapsed() < TAIL_RECONNECT => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
+    // Following: the SDK's follower, which connects again whenever it must. Without
+    // `-f`: what is there, read on one connection.
+    let mut follower = follow.then(|| muster_sdk::Follower::new(options.clone(), id, from));
+    let client = match follow {
+        true => None,
+        false => Some(Client::connect(options.clone()).await?),
     };
     let mut next = from;
-    let mut lost_at: Option<std::time::Instant> = None;
     loop {
-        let wait = if follow { TAIL_POLL } else { Duration::ZERO };
-        let reply = match client.follow(id, next, wait).await {
-            Ok(reply) => reply,
-            Err(e) if follow && is_lost(&e) => {
-                let since = *lost_at.get_or_insert_with(std::time::Instant::now);
-                if since.elapsed() >= TAIL_RECONNECT {
-                    bail!(
-                        "following task {id}: {e} (for {} s)",
-                        TAIL_RECONNECT.as_secs()
-                    );
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                if let Ok(c) = Client::connect(options.clone()).await {
-                    client = c;
-                }
-                continue;
-            }
-            Err(e) => return Err(e.into()),
+        let reply = match (&mut follower, &client) {
+            (Some(f), _) => match f.next().await {
+                Ok(Some(reply)) => reply,
+                Ok(None) => break,
+                Err(e) => bail!("following task {id}: {e}"),
+            },
+            (None, Some(c)) => c.follow(id, next, Duration::ZERO).await?,
+            (None, None) => unreachable!("a follower or a client"),
         };
-        lost_at = None;
         if reply.dropped > 0 {
             eprintln!(
                 "muster: chunks {next} to {} of task {id} were dropped to keep its output within its limit",
@@ -422,27 +399,17 @@ async fn tail(
         }
         stdout.flush()?;
         next = reply.next;
-        if reply.end || (!follow && reply.chunks.is_empty()) {
+        if reply.end || (follower.is_none() && reply.chunks.is_empty()) {
             break;
         }
     }
-    client.close().await;
-    Ok(())
-}
-
-/// Whether an error is the connection's (or the leader's) and asking again elsewhere
-/// may mend it.
-fn is_lost(e: &muster_sdk::Error) -> bool {
-    match e {
-        muster_sdk::Error::Server(body) => matches!(
-            body.code,
-            muster_sdk::ErrorCode::NotLeader
-                | muster_sdk::ErrorCode::OutcomeUnknown
-                | muster_sdk::ErrorCode::ShuttingDown
-        ),
-        muster_sdk::Error::Closed(_) | muster_sdk::Error::Connect(_) => true,
-        _ => false,
+    if let Some(f) = follower {
+        f.close().await;
     }
+    if let Some(c) = client {
+        c.close().await;
+    }
+    Ok(())
 }
 
 async fn wait(

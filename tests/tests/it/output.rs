@@ -28,8 +28,20 @@ async fn a_follower_sees_a_stream_whole_across_a_kill_9_of_the_daemon() {
         .unwrap()
         .id;
     client.close().await;
-    // The follower starts before any output: it waits for the first chunk.
+    // The followers start before any output: they wait for the first chunk. One is
+    // `muster tail -f`, one the SDK's follower in this process.
     let tail = d.spawn_cli(&["tail", "-f", &id]);
+    let mut follower = muster_sdk::Follower::new(d.options(), &id, 0);
+    let sdk_follower = tokio::spawn(async move {
+        let mut text = String::new();
+        while let Some(reply) = follower.next().await.expect("following") {
+            assert_eq!(reply.dropped, 0);
+            for c in reply.chunks {
+                text.push_str(c.text.as_deref().expect("text chunks"));
+            }
+        }
+        (text, follower.position())
+    });
     let go_on = Arc::new(tokio::sync::Notify::new());
     let worker = Worker::new(d.options(), WorkerConfig::new("talker", ["talk"]));
     let handle = worker.handle();
@@ -75,6 +87,16 @@ async fn a_follower_sees_a_stream_whole_across_a_kill_9_of_the_daemon() {
     let all: Vec<String> = seen.into_iter().chain(rest).collect();
     let want: Vec<String> = (0..BEFORE + AFTER).map(|i| format!("line {i}")).collect();
     assert_eq!(all, want, "every line once, in order");
+    let (text, position) = tokio::time::timeout(Duration::from_secs(30), sdk_follower)
+        .await
+        .expect("the SDK's follower ended with the task")
+        .unwrap();
+    assert_eq!(
+        text,
+        want.iter().map(|l| format!("{l}\n")).collect::<String>(),
+        "the SDK's follower too"
+    );
+    assert_eq!(position, (BEFORE + AFTER) as u64);
 
     let client = d.client().await;
     until(Duration::from_secs(10), "the task done", || async {
