@@ -357,42 +357,16 @@ impl<W: Waiter> Engine<W> {
         let start = from.max(meta.first);
         let mut chunks: Vec<OutputChunk> = Vec::new();
         if start < meta.next {
-            let page = self.store.output_page_of(id, start)?.unwrap_or_else(|| {
-                panic!("task {id}: output {meta:?} has no page holding chunk {start}")
-            });
+            // As sent: escapes and the number count; at least one chunk.
             let mut bytes = 0;
-            let mut failed = None;
-            self.store.output_pages(id, page, |first, page| {
-                let decoded = match page.chunks(id, first) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        failed = Some(e);
-                        return true;
-                    }
-                };
-                for (n, c) in (first..).zip(decoded) {
-                    if n < start {
-                        continue;
-                    }
-                    let chunk = OutputChunk {
-                        n,
-                        at_ms: page.at_ms,
-                        text: c.text,
-                        json: c.json,
-                    };
-                    // As sent: escapes and the number count.
-                    let len = json_len(&chunk);
-                    if !chunks.is_empty() && bytes + len > MAX_FOLLOW_BYTES {
-                        return true;
-                    }
+            chunks = self.read_output(id, start, |chunk| {
+                let len = json_len(chunk);
+                let fits = bytes == 0 || bytes + len <= MAX_FOLLOW_BYTES;
+                if fits {
                     bytes += len;
-                    chunks.push(chunk);
                 }
-                false
+                fits
             })?;
-            if let Some(e) = failed {
-                return Err(e);
-            }
             assert!(
                 chunks.first().is_some_and(|c| c.n == start)
                     && chunks.windows(2).all(|w| w[1].n == w[0].n + 1),
@@ -453,7 +427,7 @@ impl<W: Waiter> Engine<W> {
             bytes += page_bytes(start)?;
             pages += 1;
         }
-        let mut chunks = self.answer_follow_all(id, start)?;
+        let mut chunks = self.read_output(id, start, |_| true)?;
         let mut kept = 0;
         let mut from = chunks.len();
         while from > 0 {
@@ -467,29 +441,46 @@ impl<W: Waiter> Engine<W> {
         Ok(chunks.split_off(from))
     }
 
-    /// Every chunk of task `id` from `start` (the first of a page) to its end.
-    fn answer_follow_all(&self, id: Ulid, start: u64) -> Result<Vec<OutputChunk>, StoreError> {
+    /// Task `id`'s chunks from `start` (a number within its output) on, in order, as
+    /// long as `take` takes them (it sees each and says whether it is wanted).
+    fn read_output(
+        &self,
+        id: Ulid,
+        start: u64,
+        mut take: impl FnMut(&OutputChunk) -> bool,
+    ) -> Result<Vec<OutputChunk>, StoreError> {
+        let page = self
+            .store
+            .output_page_of(id, start)?
+            .unwrap_or_else(|| panic!("task {id}: its output has no page holding chunk {start}"));
         let mut chunks = Vec::new();
         let mut failed = None;
-        self.store.output_pages(id, start, |first, page| {
-            match page.chunks(id, first) {
-                Ok(decoded) => chunks.extend((first..).zip(decoded).map(|(n, c)| OutputChunk {
-                    n,
-                    at_ms: page.at_ms,
-                    text: c.text,
-                    json: c.json,
-                })),
+        self.store.output_pages(id, page, |first, page| {
+            let decoded = match page.chunks(id, first) {
+                Ok(c) => c,
                 Err(e) => {
                     failed = Some(e);
                     return true;
                 }
+            };
+            for (n, c) in (first..).zip(decoded) {
+                if n < start {
+                    continue;
+                }
+                let chunk = OutputChunk {
+                    n,
+                    at_ms: page.at_ms,
+                    text: c.text,
+                    json: c.json,
+                };
+                if !take(&chunk) {
+                    return true;
+                }
+                chunks.push(chunk);
             }
             false
         })?;
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(chunks),
-        }
+        failed.map_or(Ok(chunks), Err)
     }
 
     /// Answers parked follows whose task's output grew, whose task finished or was

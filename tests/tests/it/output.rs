@@ -128,44 +128,17 @@ async fn a_follower_sees_a_stream_whole_across_a_kill_9_of_the_daemon() {
         String::from_utf8_lossy(&refused.stderr).trim(),
         format!("muster: bad_request: follow from chunk 401: task {id} has emitted 400 chunks")
     );
-    handle.shutdown();
-    tokio::time::timeout(Duration::from_secs(20), run)
-        .await
-        .expect("the worker stopped")
-        .unwrap()
-        .unwrap();
+    stop(handle, run).await;
 }
 
 #[test]
 fn muster_work_streams_a_programs_stdout_as_its_tasks_output() {
-    let d = Daemon::start();
-    d.ok(&["queue", "create", "q"]);
-    let id = d.ok(&["enqueue", "q", "{}"]).trim().to_owned();
-    let mut agent = d.spawn_cli(&[
-        "work",
-        "q",
-        "--member",
-        "streamer",
-        "--output",
-        "stream",
-        "--",
-        "sh",
-        "-c",
+    let (d, id, shown) = streamed(
         "for i in 1 2 3; do echo \"step $i\"; done; printf 'd\\303'; sleep 0.3; printf '\\251one\\n'",
-    ]);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let shown = d.ok(&["task", "get", &id]);
-        if shown.contains("state\tdone") {
-            assert!(shown.contains("\nresult\t-\n"), "{shown}");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "not done: {shown}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    );
+    assert!(shown.contains("\nresult\t-\n"), "{shown}");
     // A character cut between two writes arrives whole.
     assert_eq!(d.ok(&["tail", &id]), "step 1\nstep 2\nstep 3\ndéone\n");
-    agent.kill9();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -219,12 +192,7 @@ async fn a_followed_stream_goes_on_whole_across_the_leaders_kill_9() {
     let t = client.task_get(&id).await.unwrap();
     assert_eq!(t.state, TaskState::Done);
     assert_eq!(t.output.map(|o| o.next), Some((BEFORE + AFTER) as u64));
-    handle.shutdown();
-    tokio::time::timeout(Duration::from_secs(20), run)
-        .await
-        .expect("the worker stopped")
-        .unwrap()
-        .unwrap();
+    stop(handle, run).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -258,38 +226,14 @@ async fn a_suspend_sends_the_output_emitted_before_it() {
     .await;
     let t = client.task_get(&id).await.unwrap();
     assert_eq!(t.output.map(|o| (o.first, o.next)), Some((0, 50)));
-    handle.shutdown();
-    tokio::time::timeout(Duration::from_secs(20), run)
-        .await
-        .expect("the worker stopped")
-        .unwrap()
-        .unwrap();
+    stop(handle, run).await;
 }
 
 #[test]
 fn muster_work_streams_a_burst_past_the_limit_to_its_end() {
-    let d = Daemon::start();
-    d.ok(&["queue", "create", "q"]);
-    let id = d.ok(&["enqueue", "q", "{}"]).trim().to_owned();
     // 1.5 MB at once, then exit: past the burst the rate holds the runner back, and
     // the end still arrives (the oldest is dropped past 1 MiB kept).
-    let mut agent = d.spawn_cli(&[
-        "work",
-        "q",
-        "--member",
-        "bursty",
-        "--output",
-        "stream",
-        "--",
-        "sh",
-        "-c",
-        "head -c 1500000 /dev/zero | tr '\\0' x; echo END",
-    ]);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !d.ok(&["task", "get", &id]).contains("state\tdone") {
-        assert!(std::time::Instant::now() < deadline, "not done");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let (d, id, _) = streamed("head -c 1500000 /dev/zero | tr '\\0' x; echo END");
     let out = d.cli(&["tail", &id]);
     assert_eq!(out.status.code(), Some(0));
     assert!(out.stdout.ends_with(b"xxxEND\n"), "the end arrived");
@@ -304,5 +248,39 @@ fn muster_work_streams_a_burst_past_the_limit_to_its_end() {
             && stderr.contains(&format!(" of task {id} were dropped")),
         "{stderr}"
     );
+}
+
+/// Stops a worker a test started, and waits for it to end cleanly.
+async fn stop<E: std::fmt::Debug>(
+    handle: muster_sdk::WorkerHandle,
+    run: tokio::task::JoinHandle<Result<(), E>>,
+) {
+    handle.shutdown();
+    tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .expect("the worker stopped")
+        .expect("the worker's task")
+        .expect("the worker ended cleanly");
+}
+
+/// Runs `script` under `muster work --output stream` on one task until the task is
+/// done: the daemon, the task's id and its `task get` text then.
+fn streamed(script: &str) -> (Daemon, String, String) {
+    let d = Daemon::start();
+    d.ok(&["queue", "create", "q"]);
+    let id = d.ok(&["enqueue", "q", "{}"]).trim().to_owned();
+    let mut agent = d.spawn_cli(&[
+        "work", "q", "--member", "streamer", "--output", "stream", "--", "sh", "-c", script,
+    ]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let shown = loop {
+        let shown = d.ok(&["task", "get", &id]);
+        if shown.contains("state\tdone") {
+            break shown;
+        }
+        assert!(std::time::Instant::now() < deadline, "not done: {shown}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
     agent.kill9();
+    (d, id, shown)
 }

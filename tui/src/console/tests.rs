@@ -386,6 +386,16 @@ fn daemon_errors_show_in_the_footer() {
     insta::assert_snapshot!("error_footer", screen(&app, 80, 24).backend());
 }
 
+/// The watched screen of `task`, with no output and no tree beyond its children.
+fn task_screen(task: TaskInfo) -> WatchUpdate {
+    WatchUpdate::Task {
+        task,
+        output: Vec::new(),
+        tree: Vec::new(),
+        tree_truncated: false,
+    }
+}
+
 fn task_info() -> TaskInfo {
     let event =
         |at: u64, event: &str, member: Option<&str>, epoch: Option<u64>, error: Option<&str>| {
@@ -546,16 +556,7 @@ fn task_screen_shows_lease_progress_payload_and_timeline() {
     let mut app = started(false);
     on_queue_tab(&mut app, 2, TaskState::Leased, 1..3);
     let tag = watched(&press(&mut app, KeyCode::Enter), View::Task { task: id(1) });
-    deliver(
-        &mut app,
-        tag,
-        WatchUpdate::Task {
-            task: task_info(),
-            output: Vec::new(),
-            tree: Vec::new(),
-            tree_truncated: false,
-        },
-    );
+    deliver(&mut app, tag, task_screen(task_info()));
     insta::assert_snapshot!("task", screen(&app, 80, 24).backend());
     assert_eq!(press(&mut app, KeyCode::Char('r')), vec![]);
     assert_eq!(
@@ -862,16 +863,7 @@ fn the_task_screen_scrolls_within_its_lines() {
         &chars(&mut app, &format!(":task {}\n", id(1))),
         View::Task { task: id(1) },
     );
-    deliver(
-        &mut app,
-        tag,
-        WatchUpdate::Task {
-            task: task_info(),
-            output: Vec::new(),
-            tree: Vec::new(),
-            tree_truncated: false,
-        },
-    );
+    deliver(&mut app, tag, task_screen(task_info()));
     let lines = detail::task_lines(&task_info(), detail::TaskExtras::default(), NOW, false).len();
     for _ in 0..500 {
         press(&mut app, KeyCode::Char('j'));
@@ -900,16 +892,7 @@ fn a_task_discarded_from_its_own_screen_goes_back_saying_so() {
     dead.state = TaskState::Dead;
     dead.lease = None;
     dead.dead_reason = Some("max_attempts".into());
-    deliver(
-        &mut app,
-        tag,
-        WatchUpdate::Task {
-            task: dead,
-            output: Vec::new(),
-            tree: Vec::new(),
-            tree_truncated: false,
-        },
-    );
+    deliver(&mut app, tag, task_screen(dead));
     assert_eq!(app.keys()[..2], [("r", "redrive"), ("x", "discard")]);
     press(&mut app, KeyCode::Char('x'));
     match press(&mut app, KeyCode::Char('y')).as_slice() {
@@ -1492,16 +1475,7 @@ fn e_edits_a_dead_tasks_payload_and_requeues_it_after_a_confirm() {
     let mut dead = task_info();
     dead.state = TaskState::Dead;
     dead.lease = None;
-    deliver(
-        &mut app,
-        tag,
-        WatchUpdate::Task {
-            task: dead.clone(),
-            output: Vec::new(),
-            tree: Vec::new(),
-            tree_truncated: false,
-        },
-    );
+    deliver(&mut app, tag, task_screen(dead.clone()));
     let requeue = match press(&mut app, KeyCode::Char('e')).as_slice() {
         [Effect::Edit(Draft::Requeue(r))] => r.clone(),
         other => panic!("expected an edit, got {other:?}"),
@@ -1560,16 +1534,7 @@ fn the_timeline_shows_each_attempts_length_and_times_of_day_on_t() {
     let mut app = started(false);
     on_queue_tab(&mut app, 2, TaskState::Leased, 1..3);
     let tag = watched(&press(&mut app, KeyCode::Enter), View::Task { task: id(1) });
-    deliver(
-        &mut app,
-        tag,
-        WatchUpdate::Task {
-            task: task_info(),
-            output: Vec::new(),
-            tree: Vec::new(),
-            tree_truncated: false,
-        },
-    );
+    deliver(&mut app, tag, task_screen(task_info()));
     let ages = text(&app);
     assert!(ages.contains("gpu-3 #2 running 1m"), "{ages}");
     press(&mut app, KeyCode::Char('t'));
@@ -2037,16 +2002,7 @@ fn plus_minus_and_capital_n_change_priority_and_run_now_after_a_confirm() {
     t.state = TaskState::Scheduled;
     t.lease = None;
     t.priority = 9;
-    deliver(
-        &mut app,
-        tag,
-        WatchUpdate::Task {
-            task: t,
-            output: Vec::new(),
-            tree: Vec::new(),
-            tree_truncated: false,
-        },
-    );
+    deliver(&mut app, tag, task_screen(t));
     press(&mut app, KeyCode::Char('+'));
     assert_eq!(
         app.message,
