@@ -438,3 +438,25 @@ fn a_watched_task_screen_carries_the_last_chunks_of_its_output() {
     assert!(bytes <= WATCH_OUTPUT_BYTES, "{bytes}");
     assert_eq!(tail.last().and_then(|c| c.text.as_deref()), Some("end"));
 }
+
+#[test]
+fn the_disk_alarm_refuses_emits_and_serves_follows() {
+    let mut h = Harness::new();
+    h.create("q", QueuePatch::default());
+    let id = h.enqueue("q", "{}");
+    let (_, epoch) = h.claim_one("q");
+    emit(&mut h, &id, epoch, 0, texts(&["before"]));
+    h.engine().set_disk_alarm(true);
+    let e = h
+        .call(emit_req(&id, epoch, 1, texts(&["during"])))
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::DiskFull, "{e:?}");
+    // A repeat of what is stored is answered: it stores nothing.
+    assert_eq!(emit(&mut h, &id, epoch, 0, texts(&["before"])).repeated, 1);
+    assert_eq!(
+        numbered(&follow(&mut h, &id, 0)),
+        [(0, "before".to_owned())]
+    );
+    h.engine().set_disk_alarm(false);
+    assert_eq!(emit(&mut h, &id, epoch, 1, texts(&["after"])).next, 2);
+}
