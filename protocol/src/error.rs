@@ -48,7 +48,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// The snake_case wire name.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             ErrorCode::BadRequest => "bad_request",
             ErrorCode::UnknownOp => "unknown_op",

@@ -1,0 +1,1 @@
+//! `Follower`: a task's output followed to its end (see `muster_sdk::Follower`).
