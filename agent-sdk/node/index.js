@@ -119,7 +119,159 @@ function convertErrors(cls) {
   }
 }
 
-const exported = { ...errors }
+// ---- what a handler throws --------------------------------------------------------
+
+/** Throw from a handler to nack the task: retried after `delayMs` (the queue's backoff if left out). */
+class Retry extends Error {
+  constructor(message, { delayMs } = {}) {
+    super(message)
+    this.name = 'Retry'
+    this.delayMs = delayMs
+  }
+}
+/** Throw from a handler to send the task to dead at once with `message` as its error (no retry). */
+class DeadLetter extends Error {
+  constructor(message) {
+    super(message)
+    this.name = 'DeadLetter'
+  }
+}
+/** Throw from a handler when a provider said to slow down: the task goes back as `task.throttled` gives it back. */
+class Throttled extends Error {
+  constructor({ retryAfterMs, limit } = {}) {
+    super(`throttled (limit ${limit ?? 'every one'}, retry after ${retryAfterMs ?? 1000} ms)`)
+    this.name = 'Throttled'
+    this.retryAfterMs = retryAfterMs
+    this.limit = limit
+  }
+}
+
+// ---- the worker --------------------------------------------------------------------
+
+const { Worker, Task, Follower } = native
+
+/** Calls `stop` on SIGTERM or SIGINT until the returned function is called. */
+function onSignals(stop) {
+  const handler = () => {
+    stop()
+  }
+  process.on('SIGTERM', handler)
+  process.on('SIGINT', handler)
+  return () => {
+    process.off('SIGTERM', handler)
+    process.off('SIGINT', handler)
+  }
+}
+
+/** An error's text as a task's error: its stack's first line (`Name: message`). */
+function errorText(error) {
+  if (error instanceof Error) return `${error.name}: ${error.message}`
+  return String(error)
+}
+
+/** Runs `handler` on `task` and settles the task by its outcome (see `Worker#run`). */
+async function runOne(handler, task) {
+  let result
+  try {
+    result = await handler(task)
+  } catch (e) {
+    if (task.settled) return
+    try {
+      if (e instanceof Retry) task.nack(errorText(e), e.delayMs)
+      else if (e instanceof DeadLetter) task.deadLetter(e.message)
+      else if (e instanceof Throttled) task.throttled(e.retryAfterMs, e.limit)
+      else if (task.isCancelled) task.release()
+      else task.nack(errorText(e))
+    } catch (bad) {
+      task.nack(`the handler's outcome could not be sent: ${errorText(bad)}`)
+    }
+    return
+  }
+  if (task.settled) return
+  try {
+    task.ack(result === undefined ? null : result)
+  } catch (bad) {
+    task.nack(`the handler's result could not be sent: ${errorText(bad)}`)
+  }
+}
+
+Object.defineProperty(Worker.prototype, 'run', {
+  configurable: true,
+  writable: true,
+  value: async function run(handler, { signals = true } = {}) {
+    if (typeof handler !== 'function') throw new InvalidInput('run(handler): the handler is a function', 'invalid_input')
+    const off = signals ? onSignals(() => this.shutdown()) : () => {}
+    try {
+      for (;;) {
+        const task = await this.nextTask()
+        if (task === null) return
+        // Not awaited: the worker hands over at most `capacity` tasks at once.
+        runOne(handler, task)
+      }
+    } finally {
+      off()
+    }
+  },
+})
+
+Object.defineProperty(Worker.prototype, Symbol.asyncIterator, {
+  configurable: true,
+  writable: true,
+  value: async function* tasks() {
+    const off = onSignals(() => this.shutdown())
+    let ended = false
+    try {
+      for (;;) {
+        const task = await this.nextTask()
+        if (task === null) {
+          ended = true
+          return
+        }
+        yield task
+      }
+    } finally {
+      off()
+      // Leaving the loop early (break, throw) drains the worker: the tasks handed over
+      // still get the grace period to be settled.
+      if (!ended) this.shutdown()
+    }
+  },
+})
+
+const signals = new WeakMap()
+Object.defineProperty(Task.prototype, 'signal', {
+  configurable: true,
+  enumerable: true,
+  get() {
+    let controller = signals.get(this)
+    if (!controller) {
+      controller = new AbortController()
+      signals.set(this, controller)
+      this.cancelled().then((stop) => {
+        if (stop) controller.abort(new DOMException(`task ${this.id} must stop (cancelled, lease lost or worker stopping)`, 'AbortError'))
+      })
+    }
+    return controller.signal
+  },
+})
+
+Object.defineProperty(Follower.prototype, Symbol.asyncIterator, {
+  configurable: true,
+  writable: true,
+  value: async function* chunks() {
+    try {
+      for (;;) {
+        const batch = await this.next()
+        if (batch === null) return
+        yield* batch.chunks
+      }
+    } finally {
+      await this.close()
+    }
+  },
+})
+
+const exported = { ...errors, Retry, DeadLetter, Throttled }
 for (const [name, value] of Object.entries(native)) {
   // A class has methods on its prototype; a function's prototype holds only `constructor`.
   if (typeof value === 'function' && value.prototype && Object.getOwnPropertyNames(value.prototype).length > 1) {
@@ -129,6 +281,25 @@ for (const [name, value] of Object.entries(native)) {
     exported[name] = converting(name, value)
   } else {
     exported[name] = value
+  }
+}
+// The classes JavaScript constructs, their constructors' errors converted too.
+exported.Worker = class Worker extends native.Worker {
+  constructor(options) {
+    try {
+      super(options)
+    } catch (e) {
+      throw convert(e)
+    }
+  }
+}
+exported.Follower = class Follower extends native.Follower {
+  constructor(task, options) {
+    try {
+      super(task, options)
+    } catch (e) {
+      throw convert(e)
+    }
   }
 }
 // `Client.connect(options)` and `Client.connectNode(options)`: the addon's functions, as

@@ -1,1 +1,87 @@
-//! `Follower`: a task's output followed to its end (see `muster_sdk::Follower`).
+//! `Follower`: a task's output followed to its end (`muster_sdk::Follower`): one
+//! `follow` after another from the last chunk's number, on a connection of its own made
+//! again (to the leader, on a cluster) whenever one is lost, so a reconnect, a daemon
+//! restart or a failover costs no chunk and repeats none. `index.js` makes it an async
+//! iterator of chunks.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use napi::Result;
+use napi_derive::napi;
+
+use crate::client::settle;
+use crate::errors::to_js;
+use crate::records::{ConnectOptions, FollowResult};
+
+/// Where to follow from, and the daemon.
+#[napi(object)]
+#[derive(Debug, Clone, Default)]
+pub struct FollowOptions {
+    /// The number of the first chunk wanted (0, all that is kept, if left out).
+    pub from: Option<i64>,
+    /// Where the daemon is and how to trust it, as `Client.connect` takes them.
+    pub connect: Option<ConnectOptions>,
+}
+
+/// A task's output from a chunk number to the task's end: each `next()` is the next
+/// batch, in order, with no gap and no duplicate, across lost connections, restarts and
+/// failovers (it tries to connect again for up to 60 s). `for await (const chunk of
+/// follower)` reads it chunk by chunk.
+#[napi]
+pub struct Follower {
+    follower: tokio::sync::Mutex<Option<muster_sdk::Follower>>,
+    /// The number of the next chunk it hands out.
+    position: AtomicU64,
+}
+
+#[napi]
+impl Follower {
+    /// A follower of `task`'s output; it connects at its first `next()`.
+    #[napi(constructor)]
+    pub fn new(task: String, options: Option<FollowOptions>) -> Result<Follower> {
+        let options = options.unwrap_or_default();
+        let from = options.from.unwrap_or(0);
+        let from = u64::try_from(from)
+            .map_err(|_| crate::errors::invalid(format!("from is {from}, below 0")))?;
+        let follower = muster_sdk::Follower::new(settle(options.connect)?, task, from);
+        Ok(Follower {
+            follower: tokio::sync::Mutex::new(Some(follower)),
+            position: AtomicU64::new(from),
+        })
+    }
+
+    /// The next batch (waiting for chunks while the task runs), or `null` once the
+    /// task's end was handed out (or the follower closed). Any error but a lost
+    /// connection (the task removed, say) rejects and ends it.
+    #[napi]
+    pub async fn next(&self) -> Result<Option<FollowResult>> {
+        let mut guard = self.follower.lock().await;
+        let Some(follower) = guard.as_mut() else {
+            return Ok(None);
+        };
+        let Some(reply) = follower.next().await.map_err(to_js)? else {
+            return Ok(None);
+        };
+        self.position.store(follower.position(), Ordering::Relaxed);
+        serde_json::to_value(&reply)
+            .and_then(serde_json::from_value)
+            .map(Some)
+            .map_err(|e| crate::errors::coded(crate::errors::PROTOCOL_ERROR, e))
+    }
+
+    /// The number of the next chunk it will hand out.
+    #[napi(getter)]
+    pub fn position(&self) -> i64 {
+        i64::try_from(self.position.load(Ordering::Relaxed)).unwrap_or(i64::MAX)
+    }
+
+    /// Closes its connection; `next()` resolves `null` from then on.
+    #[napi]
+    pub async fn close(&self) -> Result<()> {
+        let follower = self.follower.lock().await.take();
+        if let Some(follower) = follower {
+            follower.close().await;
+        }
+        Ok(())
+    }
+}
