@@ -198,9 +198,13 @@ async function runOne(handler, task) {
 Object.defineProperty(Worker.prototype, 'run', {
   configurable: true,
   writable: true,
-  value: async function run(handler, { signals = true } = {}) {
+  value: async function run(handler, { signals = true, signal } = {}) {
     if (typeof handler !== 'function') throw new InvalidInput('run(handler): the handler is a function', 'invalid_input')
     const off = signals ? onSignals(() => this.shutdown()) : () => {}
+    // An AbortSignal given drains the worker when it aborts, as shutdown() does.
+    const stop = () => this.shutdown()
+    if (signal?.aborted) stop()
+    signal?.addEventListener('abort', stop, { once: true })
     try {
       for (;;) {
         const task = await this.nextTask()
@@ -210,6 +214,7 @@ Object.defineProperty(Worker.prototype, 'run', {
       }
     } finally {
       off()
+      signal?.removeEventListener('abort', stop)
     }
   },
 })
@@ -299,6 +304,12 @@ exported.Follower = class Follower extends native.Follower {
       super(task, options)
     } catch (e) {
       throw convert(e)
+    }
+    // An AbortSignal given closes the follower when it aborts: the iteration ends.
+    const signal = options?.signal
+    if (signal) {
+      if (signal.aborted) this.close()
+      else signal.addEventListener('abort', () => this.close(), { once: true })
     }
   }
 }

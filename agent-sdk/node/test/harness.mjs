@@ -89,8 +89,9 @@ export function tempDir(prefix = 'muster-node-') {
 
 /** A running `musterd` with its data directory. */
 export class Daemon {
-  constructor(data, args = []) {
-    this.bins = binDir()
+  /** `bins`: the directory of the binaries (a release one for benchmarks). */
+  constructor(data, args = [], bins = binDir()) {
+    this.bins = bins
     this.data = data
     this.args = args
     this.addr = null

@@ -2,8 +2,9 @@
 
     python bench/bench.py --runs 5 --tasks 50000
 
-Needs a release ``musterd``, the release Rust baseline (``bench/rust_baseline.rs``) and
-this package built in release mode in the running interpreter (BENCHMARKS.md has the
+Needs a release ``musterd``, the release Rust baseline
+(``agent-sdk/examples/sdk_baseline.rs``, shared with the Node SDK's benchmark) and this
+package built in release mode in the running interpreter (BENCHMARKS.md has the
 commands). Each figure is measured on a fresh daemon with its own temporary data
 directory (fsync before every reply), Rust and Python taking turns within each run:
 
@@ -193,7 +194,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--tasks", type=int, default=50_000)
     parser.add_argument("--musterd", type=Path, default=TARGET / "release" / "musterd")
     parser.add_argument(
-        "--baseline", type=Path, default=TARGET / "release" / "examples" / "rust_baseline"
+        "--baseline", type=Path, default=TARGET / "release" / "examples" / "sdk_baseline"
     )
     parser.add_argument("--out", type=Path, default=Path("pybench.json"))
     args = parser.parse_args(argv)

@@ -1,9 +1,10 @@
-//! The Rust side of `bench/bench.py`: the same producer and worker shapes on
-//! `muster-sdk` directly, so the Python figures have a baseline from the same machine and
-//! the same run.
+//! The Rust side of the Python and Node SDKs' benchmarks (`agent-sdk/python/bench/bench.py`,
+//! `agent-sdk/node/bench/bench.mjs`): the same producer and worker shapes on `muster-sdk`
+//! directly, so their figures have a baseline from the same machine and the same run.
 //!
 //! ```sh
-//! rust_baseline PHASE ADDR DATA_DIR TASKS
+//! cargo build --release -p muster-sdk --example sdk_baseline
+//! sdk_baseline PHASE ADDR DATA_DIR TASKS
 //! ```
 //! Phases (queue `bench`, which must exist):
 //! - `enqueue`: one client, one task per request, [`WINDOW`] requests in flight;
@@ -36,7 +37,7 @@ const POLL: Duration = Duration::from_millis(5);
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [phase, addr, data, tasks] = args.as_slice() else {
-        return Err("usage: rust_baseline PHASE ADDR DATA_DIR TASKS".into());
+        return Err("usage: sdk_baseline PHASE ADDR DATA_DIR TASKS".into());
     };
     let tasks: usize = tasks.parse()?;
     let options = ConnectOptions {
