@@ -33,4 +33,4 @@ pub const MAX_BATCH: u32 = muster_protocol::limits::MAX_BATCH as u32;
 
 /// The most items one page of a listing holds.
 #[napi_derive::napi]
-pub const MAX_PAGE: u32 = muster_protocol::limits::MAX_PAGE as u32;
+pub const MAX_PAGE: u32 = muster_protocol::limits::MAX_PAGE;

@@ -7,6 +7,15 @@
 //! wire. JSON values (payloads, results, checkpoints) are plain JavaScript values; times
 //! are milliseconds since the Unix epoch (`...Ms`), durations milliseconds; counts are
 //! numbers (exact up to 2^53).
+//!
+//! A request's integers are `i64` whatever the wire's type: napi-rs reads a negative
+//! number into a `u32` wrapped around (-1 becomes 4,294,967,295) and one past a `u8`'s
+//! range as an error of no muster class, while an `i64` goes on the wire as it was
+//! given and the request's decoding (`muster_sdk::Client::prepare_raw`) refuses it out
+//! of the wire type's range (`InvalidInput`, nothing sent). Replies keep the wire's
+//! `u8` and `u32`.
+
+use std::collections::BTreeMap;
 
 use napi_derive::napi;
 use serde::{Deserialize, Serialize};
@@ -57,9 +66,9 @@ pub struct LimitUse {
 #[napi(object)]
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct EnqueueOptions {
-    /// 0 (lowest) to 9; the queue's default if left out.
+    /// 0 (lowest) to 9, higher handed out first; 0 if left out.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub priority: Option<u8>,
+    pub priority: Option<i64>,
     /// A key (e.g. a repository) whose tasks run one at a time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
@@ -89,9 +98,9 @@ pub struct EnqueueOptions {
 pub struct NewTask {
     /// The payload, any JSON value.
     pub payload: Value,
-    /// 0 (lowest) to 9; the queue's default if left out.
+    /// 0 (lowest) to 9, higher handed out first; 0 if left out.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub priority: Option<u8>,
+    pub priority: Option<i64>,
     /// A key whose tasks run one at a time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
@@ -399,7 +408,9 @@ impl NewChild {
     pub fn to_wire(&self) -> napi::Result<Value> {
         let mut task = match serde_json::to_value(self.options.clone().unwrap_or_default()) {
             Ok(Value::Object(map)) => map,
-            Ok(_) | Err(_) => return Err(crate::errors::invalid("a child's options are not fields")),
+            Ok(_) | Err(_) => {
+                return Err(crate::errors::invalid("a child's options are not fields"));
+            }
         };
         task.insert("payload".into(), self.payload.clone());
         Ok(serde_json::json!({
@@ -485,4 +496,765 @@ pub struct FollowResult {
     pub state: String,
     /// The task is finished and every chunk it emitted was sent.
     pub end: bool,
+}
+
+// ---- queues -------------------------------------------------------------------------
+
+/// Exponential retry backoff (PROTOCOL.md §4.1): the delay after the n-th failure is
+/// `min(baseMs * factor^(n-1), capMs)`, spread by ± `jitter` of itself. In a request all
+/// four fields are given.
+#[napi(object)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Backoff {
+    /// The delay after the first failure (1,000 by default).
+    pub base_ms: i64,
+    /// The growth per further failure, at least 1.0 (2.0 by default).
+    pub factor: f64,
+    /// The longest delay, at most 365 days (300,000 by default).
+    pub cap_ms: i64,
+    /// The random spread as a fraction of the delay, 0.0 to 1.0 (0.2 by default: ±20 %).
+    pub jitter: f64,
+}
+
+/// A queue's options, as replies show them (PROTOCOL.md §4.2).
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct QueueOptions {
+    /// The lease a claim without its own gets, and a renewal's default (30,000 by default).
+    pub lease_ms: i64,
+    /// A task goes `dead` when its failures reach this; 0 means unlimited (5 by default).
+    pub max_attempts: u32,
+    /// The delay of a nack that names none.
+    pub retry_backoff: Backoff,
+    /// The most tasks of one key leased at once (1 by default).
+    pub key_concurrency: u32,
+    /// How long `done` and `cancelled` tasks are kept (a day by default).
+    pub retention_ms: i64,
+    /// If set, no delivery's lease runs past its grant time plus this, however often
+    /// renewed.
+    #[serde(default)]
+    pub max_runtime_ms: Option<i64>,
+    /// A paused queue accepts enqueues but hands nothing out.
+    pub paused: bool,
+    /// Fair dispatch between task groups (PROTOCOL.md §4.15) instead of enqueue order.
+    #[serde(default)]
+    pub fair: bool,
+    /// Each named group's weight in fair dispatch; a group not named weighs 1.
+    #[serde(default)]
+    pub group_weights: BTreeMap<String, u32>,
+}
+
+/// Options to set on a queue (`queueCreate`, `queueUpdate`; PROTOCOL.md §4.3): each
+/// left out keeps its value (its default at creation). The patch is checked whole and
+/// applied all or nothing.
+#[napi(object)]
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct QueuePatch {
+    /// The lease a claim without its own gets, 100 to 86,400,000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<i64>,
+    /// Failures after which a task goes `dead`; 0 means unlimited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<i64>,
+    /// The delay of a nack that names none (all four fields).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_backoff: Option<Backoff>,
+    /// The most tasks of one key leased at once, 1 to 1,000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_concurrency: Option<i64>,
+    /// How long finished tasks are kept, 0 to 365 days.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention_ms: Option<i64>,
+    /// The longest a delivery's lease may run from its grant, 100 to 86,400,000; 0
+    /// removes the bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_runtime_ms: Option<i64>,
+    /// Paused: enqueues are accepted, nothing is handed out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+    /// Fair dispatch between task groups.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fair: Option<bool>,
+    /// Group weights (1 to 1,000) merged into the queue's: a weight of 1 takes a
+    /// group's entry out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_weights: Option<BTreeMap<String, i64>>,
+}
+
+/// What happened on a queue since the daemon started.
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct QueueTotals {
+    /// Tasks enqueued (duplicates not counted).
+    pub enqueued: i64,
+    /// Tasks acked.
+    pub acked: i64,
+    /// Nacks.
+    pub nacked: i64,
+    /// Leases that lapsed.
+    pub lapsed: i64,
+}
+
+/// A queue with its counts (PROTOCOL.md §4.4).
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct QueueInfo {
+    /// The queue's name.
+    pub name: String,
+    /// Its options.
+    pub options: QueueOptions,
+    /// Tasks `scheduled`.
+    pub scheduled: i64,
+    /// Tasks `ready`.
+    pub ready: i64,
+    /// Tasks `leased`.
+    pub leased: i64,
+    /// Tasks `suspended`.
+    #[serde(default)]
+    pub suspended: i64,
+    /// Tasks `done`.
+    pub done: i64,
+    /// Tasks `dead`.
+    pub dead: i64,
+    /// Tasks `cancelled`.
+    pub cancelled: i64,
+    /// Ready tasks waiting for their key: an earlier task of the key is leased,
+    /// suspended or scheduled for a retry.
+    pub held_back: i64,
+    /// Ready tasks (not held back) whose `requires` no connected member's labels cover.
+    pub unclaimable: i64,
+    /// Ready tasks waiting for room in a limit they draw on.
+    #[serde(default)]
+    pub waiting_on_limits: i64,
+    /// The label sets unclaimable tasks require: the 16 holding the most tasks, sorted.
+    pub unclaimable_requires: Vec<Vec<String>>,
+    /// How many label sets unclaimable tasks require in all.
+    #[serde(default)]
+    pub unclaimable_sets: i64,
+    /// Who can take its tasks now: connected members subscribed to it (not draining)
+    /// and claims parked on it.
+    #[serde(default)]
+    pub consumers: i64,
+    /// What happened on it since the daemon started.
+    pub totals: QueueTotals,
+    /// When the oldest ready task was enqueued, if a task is ready.
+    #[serde(default)]
+    pub oldest_ready_ms: Option<i64>,
+    /// When the queue was created.
+    pub created_ms: i64,
+}
+
+// ---- tasks --------------------------------------------------------------------------
+
+/// A task in a listing (`list`, `find`, `update`, `memberDescribe`; PROTOCOL.md
+/// §4.10): a `TaskInfo` without its payload, result, history and a few more.
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct TaskSummary {
+    /// The task's id.
+    pub id: String,
+    /// Its queue.
+    pub queue: String,
+    /// Its state.
+    pub state: String,
+    /// Its priority.
+    pub priority: u8,
+    /// Its key, if any.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// Leases granted so far.
+    pub deliveries: i64,
+    /// Failures since enqueue or the last redrive.
+    pub failures: i64,
+    /// When a scheduled task becomes ready.
+    #[serde(default)]
+    pub not_before_ms: Option<i64>,
+    /// The current lease, while leased.
+    #[serde(default)]
+    pub lease: Option<LeaseInfo>,
+    /// The last error.
+    #[serde(default)]
+    pub last_error: Option<String>,
+    /// Why it is dead.
+    #[serde(default)]
+    pub dead_reason: Option<String>,
+    /// While suspended: why, since when, and what its timeout does.
+    #[serde(default)]
+    pub suspension: Option<SuspensionInfo>,
+    /// When it was enqueued.
+    pub created_ms: i64,
+    /// When it last changed state.
+    pub updated_ms: i64,
+    /// The JSON text of its last progress checkpoint, cut to 256 bytes with `…`
+    /// appended when longer (it is then no longer JSON); absent if it has none.
+    #[serde(default)]
+    pub progress: Option<String>,
+}
+
+/// A page of a queue's tasks in one state, oldest first.
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct TaskPage {
+    /// The tasks.
+    pub tasks: Vec<TaskSummary>,
+    /// Pass it as `after` for the next page; absent on the last page. A page may end
+    /// short of its limit (to fit a frame) and still have a next one.
+    #[serde(default)]
+    pub next: Option<String>,
+}
+
+/// Which page of a listing.
+#[napi(object)]
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PageOptions {
+    /// Start after this (the previous page's `next`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// The most items, 1 to `MAX_PAGE` (100 if left out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i64>,
+}
+
+/// A payload field a search compares: the value at a dotted path of object keys and
+/// array indexes (`order.lines.0.sku`) equals `value` (numbers by value: 1 equals 1.0).
+#[napi(object)]
+#[derive(Debug, Clone, Serialize)]
+pub struct FieldMatch {
+    /// Object keys and array indexes separated by dots.
+    pub path: String,
+    /// The value the field must equal.
+    pub value: Value,
+}
+
+/// Where a search stopped: the last task it examined and that task's queue.
+#[napi(object)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FindCursor {
+    /// The queue the search was in.
+    pub queue: String,
+    /// The last id examined there.
+    pub id: String,
+}
+
+/// What `find` searches for (PROTOCOL.md §5.35): every filter given must match.
+#[napi(object)]
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FindOptions {
+    /// The queue to search; every queue the token covers if left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// Only tasks in this state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Only tasks whose id starts with this (1 to 26 characters, any case).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id_prefix: Option<String>,
+    /// Only tasks with this key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Only tasks with this idempotency key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// Only tasks that require this label.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Only tasks whose last error contains this (ASCII case-insensitive).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Only tasks whose payload's JSON text, as stored, contains this (case-sensitive).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
+    /// Only tasks whose payload has this value at this path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<FieldMatch>,
+    /// Newest first (queues in reverse name order, ids descending).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub newest_first: Option<bool>,
+    /// Continue from here: the previous result's `next`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after: Option<FindCursor>,
+    /// The most matches, 1 to `MAX_PAGE` (100 if left out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i64>,
+}
+
+/// What one step of a search found. One step does a bounded amount of work: it may
+/// hold fewer matches than asked for, even none, and still have a `next`.
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct FindResult {
+    /// The matches, in search order.
+    pub tasks: Vec<TaskSummary>,
+    /// Where to continue (pass it as `after`); absent once every candidate was
+    /// examined.
+    #[serde(default)]
+    pub next: Option<FindCursor>,
+    /// What this step examined.
+    pub scanned: i64,
+}
+
+/// A change to a task that waits (`ready` or `scheduled`): at least one of them.
+#[napi(object)]
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TaskUpdate {
+    /// Its new priority, 0 to 9.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
+    /// A scheduled task becomes ready now (a ready one stays as it is).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_now: Option<bool>,
+}
+
+/// What a cancel did.
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct CancelResult {
+    /// `cancelled`, or `leased` while its holder is asked to stop.
+    pub state: String,
+    /// True when the task is leased and its holder was asked to stop: it ends
+    /// `cancelled` at its holder's settle.
+    pub cancel_requested: bool,
+}
+
+/// Which dead tasks of a queue `redrive` and `discard` act on: `ids`, or `all`.
+#[napi(object)]
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DeadSelection {
+    /// These dead tasks (1 to 1,000 ids); ignored with `all`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ids: Option<Vec<String>>,
+    /// Every dead task of the queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub all: Option<bool>,
+    /// Change nothing: count (and list) what would be affected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<bool>,
+}
+
+/// How many tasks an operation affected (or, for a dry run, would affect).
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct CountResult {
+    /// How many.
+    pub count: i64,
+    /// For a dry run, their ids in id order (at most 1,000); empty otherwise.
+    #[serde(default)]
+    pub ids: Vec<String>,
+}
+
+// ---- limits -------------------------------------------------------------------------
+
+/// A limit's rate: `count` tokens every `perMs` milliseconds, added a little at a time.
+#[napi(object)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rate {
+    /// Tokens per period, 1 to 1,000,000,000.
+    pub count: i64,
+    /// The period, 1 to 86,400,000 ms.
+    pub per_ms: i64,
+}
+
+/// A limit's settings (PROTOCOL.md §4.14): a token bucket (`rate`, `burst`), a cap on
+/// leases held at once (`concurrency`), or both.
+#[napi(object)]
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LimitSpec {
+    /// Tokens added to the bucket over time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<Rate>,
+    /// The most tokens the bucket holds (1 to 1,000,000,000; the rate's count if left
+    /// out). Only with a rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub burst: Option<i64>,
+    /// The most leases held at once, 1 to 1,000,000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<i64>,
+    /// Every key tasks name for it has its own bucket and count (false if left out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_key: Option<bool>,
+}
+
+/// One key of a limit in use.
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct LimitKeyInfo {
+    /// The key (`""` for the keyless bucket).
+    pub key: String,
+    /// Whole tokens in its bucket now; absent for a limit without a rate.
+    #[serde(default)]
+    pub tokens: Option<i64>,
+    /// Leases held on it.
+    pub held: i64,
+    /// Ready tasks waiting for its room.
+    pub waiting: i64,
+    /// When its bucket is full again, if it is not.
+    #[serde(default)]
+    pub full_ms: Option<i64>,
+    /// Until when it hands nothing out, while a holder's throttle lasts.
+    #[serde(default)]
+    pub throttled_until_ms: Option<i64>,
+}
+
+/// A limit: its settings and its state now.
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct LimitInfo {
+    /// The limit's name.
+    pub name: String,
+    /// Its rate, if it has one.
+    #[serde(default)]
+    pub rate: Option<Rate>,
+    /// Its burst (filled in: the rate's count if none was set); absent without a rate.
+    #[serde(default)]
+    pub burst: Option<i64>,
+    /// Its cap on leases held at once, if any.
+    #[serde(default)]
+    pub concurrency: Option<u32>,
+    /// Every key has its own bucket and count.
+    #[serde(default)]
+    pub per_key: bool,
+    /// Leases held that draw on it.
+    pub held: i64,
+    /// Ready tasks waiting for its room.
+    pub waiting: i64,
+    /// Leases granted that drew on it since the daemon started.
+    pub granted: i64,
+    /// Throttles its holders reported since the daemon started.
+    pub throttled: i64,
+    /// Its keys in use (a bucket below full, leases held, tasks waiting, a throttle).
+    pub keys_in_use: i64,
+    /// The busiest keys in use, most leases held then most waiting first, at most 10.
+    pub keys: Vec<LimitKeyInfo>,
+    /// When it was created.
+    pub created_ms: i64,
+    /// When its settings last changed.
+    pub updated_ms: i64,
+}
+
+// ---- pull-mode consuming ------------------------------------------------------------
+
+/// How a `claim` leases.
+#[napi(object)]
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ClaimOptions {
+    /// The most tasks to lease, 1 to 1,000 (1 if left out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max: Option<i64>,
+    /// How long to wait for a first task, at most 300,000 (0 if left out: at once).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<i64>,
+    /// The lease to grant, 100 to 86,400,000 (each task's queue's if left out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<i64>,
+    /// The member the leases belong to (anonymous if left out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+    /// The claimer's labels, matched against the tasks' `requires`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Vec<String>>,
+}
+
+/// A task leased by `claim` (a delivery, PROTOCOL.md §4.7): renew and settle it with
+/// this object, or `{ id, epoch }`, or the claim string `ID.EPOCH`.
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct Claim {
+    /// The task's id.
+    pub id: String,
+    /// The lease's epoch: every renew and settle names it.
+    pub epoch: i64,
+    /// The task's queue.
+    pub queue: String,
+    /// Its payload.
+    pub payload: Value,
+    /// The delivery's number, 1 on the first.
+    pub attempt: i64,
+    /// Failures so far.
+    pub failures: i64,
+    /// Its priority.
+    pub priority: u8,
+    /// Its key, if any.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// When the lease lapses unless renewed (the daemon's clock).
+    pub lease_expires_ms: i64,
+    /// The lease's length from when the daemon granted it.
+    pub lease_ms: i64,
+    /// The last progress checkpoint an earlier holder stored, if any.
+    #[serde(default)]
+    pub progress: Option<Value>,
+    /// True only for a task handed back to the member that held it before it
+    /// restarted (never from `claim`).
+    #[serde(default)]
+    pub reclaimed: bool,
+    /// How its last suspension ended, if it was suspended and resumed (or timed out
+    /// into `ready`).
+    #[serde(default)]
+    pub resumed: Option<Resumed>,
+    /// The task that spawned it, if it is a child.
+    #[serde(default)]
+    pub parent: Option<String>,
+    /// The number its next output chunk gets: the `at` of this holder's first `emit`.
+    #[serde(default)]
+    pub output: i64,
+}
+
+/// A lease to renew or settle: the task's id and the lease's epoch (a `Claim` is one).
+#[napi(object)]
+#[derive(Debug, Clone)]
+pub struct ClaimRef {
+    /// The task's id.
+    pub id: String,
+    /// The lease's epoch.
+    pub epoch: i64,
+}
+
+/// How a `renew` renews.
+#[napi(object)]
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RenewOptions {
+    /// The new lease from now, 100 to 86,400,000 (the queue's lease if left out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub extend_ms: Option<i64>,
+    /// A progress checkpoint to store (any JSON value, at most 64 KiB as JSON).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Value>,
+}
+
+/// What a `renew` answered.
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct RenewResult {
+    /// The new deadline (the daemon's clock).
+    pub lease_expires_ms: i64,
+    /// The lease's length from when the daemon renewed it.
+    pub lease_ms: i64,
+    /// A cancel was asked: stop and settle the task.
+    pub cancel_requested: bool,
+}
+
+/// How a `nack` hands a task back.
+#[napi(object)]
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NackOptions {
+    /// Retry after this long (0: ready at once); the queue's backoff if left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<i64>,
+    /// What went wrong (at most 8 KiB; `nacked` if left out): the task's `lastError`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// How a `throttled` hands a task back.
+#[napi(object)]
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ThrottleOptions {
+    /// How long the limit (or, for a task that draws on none, the task) waits, 1 ms to
+    /// 365 days (1,000 if left out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<i64>,
+    /// The limit the provider throttled, one the task draws on (every one it draws on
+    /// if left out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    /// What the provider said (at most 8 KiB), for the task's timeline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A settled task's state.
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct SettleResult {
+    /// Its state now.
+    pub state: String,
+    /// When a `scheduled` task becomes ready.
+    #[serde(default)]
+    pub not_before_ms: Option<i64>,
+}
+
+/// How a `spawn` spawns: keeping the lease, or (`wait`) suspending the parent until
+/// every child has finished.
+#[napi(object)]
+#[derive(Debug, Clone, Default)]
+pub struct SpawnOptions {
+    /// Suspend the parent until every child it spawned (now or before) has finished.
+    pub wait: Option<bool>,
+    /// With `wait`: what it waits for, shown to people ("waiting for its children" if
+    /// left out).
+    pub reason: Option<String>,
+    /// With `wait`: how long it may wait, 1 ms to 365 days (7 days if left out).
+    pub timeout_ms: Option<i64>,
+    /// With `wait`: what the timeout does, `resume`, `fail` (if left out) or `cancel`.
+    pub on_timeout: Option<String>,
+}
+
+/// What an `emit` answered.
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct EmitResult {
+    /// The number the next chunk gets: the next emit's `at`.
+    pub next: i64,
+    /// Chunks of this emit stored before (by an earlier try whose reply was lost).
+    #[serde(default)]
+    pub repeated: i64,
+    /// Wait this long before the next emit (the task's output rate is spent until then).
+    #[serde(default)]
+    pub wait_ms: i64,
+    /// A cancel was asked: stop and settle the task.
+    pub cancel_requested: bool,
+}
+
+/// What a resume did.
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct ResumeResult {
+    /// The task's id.
+    pub task: String,
+    /// Its state now: `ready`.
+    pub state: String,
+}
+
+// ---- members and the daemon ---------------------------------------------------------
+
+/// A member: a name leases are held under (PROTOCOL.md §4.13).
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct MemberInfo {
+    /// Its name.
+    pub name: String,
+    /// Its labels, from its session (none if it never had one).
+    pub labels: Vec<String>,
+    /// The most leases pushed to it at once, from its session (0 if it never had one).
+    pub capacity: u32,
+    /// Leases it holds now.
+    pub leased: i64,
+    /// `state` is `connected`.
+    pub connected: bool,
+    /// `connected`, `unreachable` (its session is silent past its liveness timeout) or
+    /// `gone` (no session).
+    pub state: String,
+    /// Its session's liveness timeout; 0 without a session.
+    pub liveness_ms: i64,
+    /// Drained: it keeps what it holds and gets nothing new.
+    pub draining: bool,
+    /// The queues its session subscribed to.
+    pub subscribed: Vec<String>,
+    /// When the daemon last heard from its session, if it ever had one.
+    #[serde(default)]
+    pub last_seen_ms: Option<i64>,
+}
+
+/// One member and the tasks it holds.
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct MemberDescription {
+    /// The member.
+    pub member: MemberInfo,
+    /// Its leased tasks in id order, as many as fit a reply.
+    pub leases: Vec<TaskSummary>,
+    /// How many it holds in all.
+    #[serde(default)]
+    pub leases_total: i64,
+}
+
+/// What `adminSnapshot` wrote.
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct SnapshotResult {
+    /// The absolute path written, on the daemon's host.
+    pub dir: String,
+    /// Tasks in the copy.
+    pub tasks: i64,
+    /// Queues in the copy.
+    pub queues: i64,
+}
+
+/// The daemon's own counters.
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct ServerStats {
+    /// Dispatcher rounds that made changes durable (one fsync each with `sync`
+    /// durability).
+    pub syncs: i64,
+    /// Requests applied in those rounds: `syncedRequests / syncs` is the group-commit
+    /// batch factor.
+    pub synced_requests: i64,
+    /// `sync` (a reply leaves after fdatasync) or `buffered` (after the journal was
+    /// handed to the OS).
+    pub durability: String,
+    /// The disk alarm is on: enqueues, spawns and emits are refused (`DiskFull`).
+    #[serde(default)]
+    pub disk_alarm: bool,
+    /// Since the daemon started.
+    #[serde(default)]
+    pub uptime_ms: i64,
+    /// Member sessions connected and reachable, counted at most a second ago.
+    #[serde(default)]
+    pub members_connected: i64,
+    /// Microseconds the latest persist took (0 before the first).
+    #[serde(default)]
+    pub fsync_last_us: i64,
+    /// Microseconds of every persist added up.
+    #[serde(default)]
+    pub fsync_total_us: i64,
+}
+
+/// One node of a cluster's membership.
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct ClusterMember {
+    /// The node's id.
+    pub node: i64,
+    /// The address clients reach it at, `HOST:PORT`.
+    pub addr: String,
+    /// The address the other nodes reach it at, `HOST:PORT`.
+    pub cluster_addr: String,
+    /// It votes (false: a learner).
+    pub voter: bool,
+    /// The last log index the leader knows it holds; absent when the answering node
+    /// is not the leader or does not know.
+    #[serde(default)]
+    pub matched: Option<i64>,
+}
+
+/// A cluster as the node that answered sees it.
+#[napi(object)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct ClusterStatus {
+    /// The cluster's id.
+    pub cluster_id: String,
+    /// The answering node.
+    pub node: i64,
+    /// Its role: `leader`, `follower`, `candidate`, `learner` or `shutdown`.
+    pub role: String,
+    /// The term it is in.
+    pub term: i64,
+    /// The node it believes leads; absent during an election.
+    #[serde(default)]
+    pub leader: Option<i64>,
+    /// The last entry of its log; absent while its log is empty.
+    #[serde(default)]
+    pub last_log_index: Option<i64>,
+    /// The last entry it applied; absent before the first.
+    #[serde(default)]
+    pub last_applied: Option<i64>,
+    /// The last entry its latest snapshot covers; absent before the first snapshot.
+    #[serde(default)]
+    pub snapshot_index: Option<i64>,
+    /// Every voter and learner, by node id.
+    pub members: Vec<ClusterMember>,
+}
+
+/// How `clusterAdd` adds a node.
+#[napi(object)]
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ClusterAddOptions {
+    /// Keep it a learner (it copies the log but does not vote).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub learner: Option<bool>,
+    /// The longest wait for it to catch up before it is made a voter, 1 to 3,600,000
+    /// (60,000 if left out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub catch_up_ms: Option<i64>,
 }
