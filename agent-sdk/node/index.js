@@ -207,10 +207,10 @@ Object.defineProperty(Worker.prototype, 'run', {
     signal?.addEventListener('abort', stop, { once: true })
     try {
       for (;;) {
-        const task = await this.nextTask()
-        if (task === null) return
+        const tasks = await this.nextTasks()
+        if (tasks === null) return
         // Not awaited: the worker hands over at most `capacity` tasks at once.
-        runOne(handler, task)
+        for (const task of tasks) runOne(handler, task)
       }
     } finally {
       off()
@@ -227,12 +227,12 @@ Object.defineProperty(Worker.prototype, Symbol.asyncIterator, {
     let ended = false
     try {
       for (;;) {
-        const task = await this.nextTask()
-        if (task === null) {
+        const tasks = await this.nextTasks()
+        if (tasks === null) {
           ended = true
           return
         }
-        yield task
+        yield* tasks
       }
     } finally {
       off()
@@ -313,6 +313,71 @@ exported.Follower = class Follower extends native.Follower {
     }
   }
 }
+// `enqueue` calls made in one turn of the event loop go out together through
+// `enqueueEach` (src/pipeline.rs): each still its own request, answered or refused on
+// its own, with one promise hand-off for the lot instead of one each.
+const MAX_ENQUEUE_EACH = 1024
+const gathering = new WeakMap()
+const enqueueOne = native.Client.prototype.enqueue
+function flushEnqueues(client) {
+  const calls = gathering.get(client)
+  gathering.delete(client)
+  for (let start = 0; start < calls.length; start += MAX_ENQUEUE_EACH) {
+    const part = calls.slice(start, start + MAX_ENQUEUE_EACH)
+    let sent
+    try {
+      sent = client.enqueueEach(part.map((c) => c.call))
+    } catch {
+      // An argument of the wrong type in one of them: each goes on its own, so only
+      // that one is refused.
+      for (const c of part) {
+        try {
+          enqueueOne.call(client, c.call.queue, JSON.parse(c.call.payloadJson), c.call.options).then(c.resolve, c.reject)
+        } catch (e) {
+          c.reject(e)
+        }
+      }
+      continue
+    }
+    sent.then(
+      (outcomes) => {
+        outcomes.forEach((outcome, i) => {
+          if (outcome.task !== undefined) part[i].resolve(outcome.task)
+          else part[i].reject(convert(new Error(outcome.error)))
+        })
+      },
+      (e) => {
+        for (const c of part) c.reject(e)
+      },
+    )
+  }
+}
+Object.defineProperty(native.Client.prototype, 'enqueue', {
+  configurable: true,
+  writable: true,
+  enumerable: true,
+  value: function enqueue(queue, payload, options) {
+    let calls = gathering.get(this)
+    if (!calls) {
+      calls = []
+      gathering.set(this, calls)
+      queueMicrotask(() => flushEnqueues(this))
+    }
+    // The payload goes as JSON text: V8 writes it far faster than the addon could
+    // read it property by property.
+    let payloadJson
+    try {
+      payloadJson = JSON.stringify(payload)
+    } catch (e) {
+      return Promise.reject(new InvalidInput(`the payload is not JSON-serialisable: ${e.message}`, 'invalid_input'))
+    }
+    if (payloadJson === undefined) {
+      return Promise.reject(new InvalidInput(`the payload is not JSON-serialisable: ${typeof payload}`, 'invalid_input'))
+    }
+    return new Promise((resolve, reject) => calls.push({ call: { queue, payloadJson, options: options ?? undefined }, resolve, reject }))
+  },
+})
+
 // `Client.connect(options)` and `Client.connectNode(options)`: the addon's functions, as
 // statics (napi-rs's own statics cannot be wrapped: they are not configurable).
 native.Client.connect = exported.connect

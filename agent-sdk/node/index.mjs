@@ -2,7 +2,17 @@
 import muster from './index.js'
 
 export const {
+  __napiBindingTarget,
   Client,
+  connect,
+  connectNode,
+  errorCodes,
+  Worker,
+  Task,
+  Follower,
+  Retry,
+  DeadLetter,
+  Throttled,
   MAX_BATCH,
   MAX_PAGE,
   MusterError,

@@ -4,13 +4,19 @@
 // MUSTER_NODE_DEBUG=1 (the repository's tests, which share the workspace's target
 // directory through CARGO_TARGET_DIR).
 import { spawnSync } from 'node:child_process'
-import { dirname } from 'node:path'
+import { existsSync } from 'node:fs'
+import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
+const dir = dirname(dirname(fileURLToPath(import.meta.url)))
+// The package's own CLI (`npm ci` here), else the one npm put on the PATH of its
+// install script (a project that installed this package).
+const local = join(dir, 'node_modules', '.bin', 'napi')
+const napi = existsSync(local) ? local : 'napi'
 const args = ['build', '--platform', '--js', 'binding.js', '--dts', 'binding.d.ts']
 if (process.env.MUSTER_NODE_DEBUG !== '1') args.push('--release')
-const run = spawnSync('napi', args, {
-  cwd: dirname(dirname(fileURLToPath(import.meta.url))),
+const run = spawnSync(napi, args, {
+  cwd: dir,
   stdio: 'inherit',
 })
 if (run.error) {

@@ -19,11 +19,13 @@
 //! - [`records`]: the records requests take and replies give.
 //! - [`worker`]: `Worker` (a member session handing tasks to JavaScript) and `Task`.
 //! - [`follow`]: `Follower`, a task's output to its end across reconnects.
+//! - [`pipeline`]: `enqueueEach`, the enqueues of one turn of the event loop in one call.
 //! - [`errors`]: how a failure reaches JavaScript (`index.js` makes it a typed error).
 
 pub mod client;
 pub mod errors;
 pub mod follow;
+pub mod pipeline;
 pub mod records;
 pub mod worker;
 

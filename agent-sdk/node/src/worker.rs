@@ -5,7 +5,7 @@
 //! it waits for JavaScript, so a busy event loop cannot delay a renewal.
 //!
 //! The worker's handler for a task ([`run_handler`]) sends a [`Task`] to the worker's
-//! channel, which `Worker#nextTask()` reads (`index.js` builds `run(handler)` and
+//! channel, which `Worker#nextTasks()` reads (`index.js` builds `run(handler)` and
 //! `for await (const task of worker)` on it), and waits for the outcome JavaScript
 //! gives through the task's settle methods (`ack`, `nack`, `deadLetter`, `throttled`,
 //! `release`, or a successful `suspend` / `spawnAndWait`). A task JavaScript drops
@@ -63,7 +63,7 @@ pub struct Worker {
     /// Taken when the worker starts.
     worker: Mutex<Option<muster_sdk::Worker>>,
     handle: WorkerHandle,
-    /// The tasks handed over, read by `nextTask`.
+    /// The tasks handed over, read by `nextTasks`.
     tasks: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Task>>>,
     /// The sending end, taken by the handler when the worker starts.
     sender: Mutex<Option<mpsc::UnboundedSender<Task>>>,
@@ -108,29 +108,35 @@ impl Worker {
 
     /// Starts a graceful shutdown: take nothing new, let handlers finish within the
     /// grace period, cancel the rest (their `signal` aborts), release what is left with
-    /// its latest checkpoint, and close the session. `nextTask` then resolves `null`.
+    /// its latest checkpoint, and close the session. `nextTasks` then resolves `null`.
     #[napi]
     pub fn shutdown(&self) {
         self.handle.shutdown();
     }
 
-    /// The next task to handle, starting the worker on the first call; `null` once the
-    /// worker has stopped and every task it took was handed over. Rejects with why the
-    /// worker stopped when it failed: `Replaced` (another process took the member name
-    /// over) or the daemon's refusal of the session (`BadRequest` for a bad name,
-    /// `Forbidden` for a queue the token may not consume). A queue that does not exist
-    /// yet is waited for (logged once), not a failure.
+    /// The next tasks to handle (every one handed over since the last call, at least
+    /// one), starting the worker on the first call; `null` once the worker has stopped
+    /// and every task it took was handed over. Rejects with why the worker stopped when
+    /// it failed: `Replaced` (another process took the member name over) or the
+    /// daemon's refusal of the session (`BadRequest` for a bad name, `Forbidden` for a
+    /// queue the token may not consume). A queue that does not exist yet is waited for
+    /// (logged once), not a failure. `run` and `for await` are built on it.
     #[napi]
-    pub async fn next_task(&self) -> Result<Option<Task>> {
+    pub async fn next_tasks(&self) -> Result<Option<Vec<Task>>> {
         self.start();
-        let next = self.tasks.lock().await.recv().await;
-        if next.is_some() {
-            return Ok(next);
+        let mut tasks = self.tasks.lock().await;
+        let Some(first) = tasks.recv().await else {
+            return match lock(&self.ended).take() {
+                Some(Err(e)) => Err(to_js(e)),
+                Some(Ok(())) | None => Ok(None),
+            };
+        };
+        // The rest already handed over go with it: one promise for a burst of tasks.
+        let mut batch = vec![first];
+        while let Ok(task) = tasks.try_recv() {
+            batch.push(task);
         }
-        match lock(&self.ended).take() {
-            Some(Err(e)) => Err(to_js(e)),
-            Some(Ok(())) | None => Ok(None),
-        }
+        Ok(Some(batch))
     }
 }
 
@@ -144,13 +150,15 @@ impl Worker {
             .take()
             .expect("the sender is taken with the worker");
         let ended = Arc::clone(&self.ended);
+        // Held until the run's end is recorded: the channel ends only after that, so a
+        // `nextTasks` that sees it end always finds how the run ended.
+        let last = sender.clone();
         napi::bindgen_prelude::spawn(async move {
             let result = worker
                 .run(move |task| run_handler(sender.clone(), task))
                 .await;
-            // The handler (and with it the last sender) is dropped by now: `nextTask`
-            // sees the channel end after its last task, then reads this.
             *lock(&ended) = Some(result);
+            drop(last);
         });
     }
 }

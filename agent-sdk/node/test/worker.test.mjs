@@ -109,7 +109,7 @@ test('for await hands tasks over one by one; the loop settles them and leaving i
     ['done', 3, 0],
   ])
   // The break drained it: the iteration is over for good.
-  assert.equal(await worker.nextTask(), null)
+  assert.equal(await worker.nextTasks(), null)
 })
 
 test('a cancel aborts task.signal within 100 ms and the task ends cancelled without a failure', async (t) => {
