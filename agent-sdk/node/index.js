@@ -317,6 +317,7 @@ exported.Follower = class Follower extends native.Follower {
 // `enqueueEach` (src/pipeline.rs): each still its own request, answered or refused on
 // its own, with one promise hand-off for the lot instead of one each.
 const MAX_ENQUEUE_EACH = 1024
+const textDecoder = new TextDecoder('utf-8', { fatal: true })
 const gathering = new WeakMap()
 const enqueueOne = native.Client.prototype.enqueue
 function flushEnqueues(client) {
@@ -364,10 +365,11 @@ Object.defineProperty(native.Client.prototype, 'enqueue', {
       queueMicrotask(() => flushEnqueues(this))
     }
     // The payload goes as JSON text: V8 writes it far faster than the addon could
-    // read it property by property.
+    // read it property by property. Bytes (a Buffer or Uint8Array) are JSON text
+    // already, UTF-8, sent as they are (never an opaque blob: the protocol carries JSON).
     let payloadJson
     try {
-      payloadJson = JSON.stringify(payload)
+      payloadJson = payload instanceof Uint8Array ? textDecoder.decode(payload) : JSON.stringify(payload)
     } catch (e) {
       return Promise.reject(new InvalidInput(`the payload is not JSON-serialisable: ${e.message}`, 'invalid_input'))
     }

@@ -30,6 +30,9 @@ use crate::worker::SuspendOptions;
 /// what was given, else the `MUSTER_*` variables, else the context in use, else the
 /// local daemon. Reads the contexts file: a bad one is a `connect_error`.
 pub fn settle(options: Option<ConnectOptions>) -> Result<SdkOptions> {
+    // Every client, worker and follower comes through here: the SDK's logs are on from
+    // the first.
+    crate::logging::install();
     let given = options.unwrap_or_default();
     let given = ConnectArgs {
         context: given.context,
@@ -281,9 +284,7 @@ impl Client {
         queue: String,
         selection: Option<DeadSelection>,
     ) -> Result<CountResult> {
-        let mut request = fields(&selection.unwrap_or_default())?;
-        request.insert("queue".into(), queue.into());
-        self.call("redrive", request.into()).await
+        self.dead("redrive", queue, selection).await
     }
 
     /// Removes dead tasks of `queue` (the selection's `ids`, or `all`), as `redrive`
@@ -294,9 +295,7 @@ impl Client {
         queue: String,
         selection: Option<DeadSelection>,
     ) -> Result<CountResult> {
-        let mut request = fields(&selection.unwrap_or_default())?;
-        request.insert("queue".into(), queue.into());
-        self.call("discard", request.into()).await
+        self.dead("discard", queue, selection).await
     }
 
     // ---- limits ---------------------------------------------------------------------
@@ -649,6 +648,18 @@ impl Client {
 }
 
 impl Client {
+    /// `redrive` or `discard` (`op`) of `queue`'s dead tasks the selection names.
+    async fn dead(
+        &self,
+        op: &str,
+        queue: String,
+        selection: Option<DeadSelection>,
+    ) -> Result<CountResult> {
+        let mut request = fields(&selection.unwrap_or_default())?;
+        request.insert("queue".into(), queue.into());
+        self.call(op, request.into()).await
+    }
+
     /// Sends `op` with `fields` (those `null` left out: absent) and reads its reply.
     async fn call<R: DeserializeOwned>(&self, op: &str, fields: Value) -> Result<R> {
         let fields = without_nulls(fields);

@@ -21,10 +21,12 @@
 //! - [`follow`]: `Follower`, a task's output to its end across reconnects.
 //! - [`pipeline`]: `enqueueEach`, the enqueues of one turn of the event loop in one call.
 //! - [`errors`]: how a failure reaches JavaScript (`index.js` makes it a typed error).
+//! - [`logging`]: the SDK's warnings on stderr (`MUSTER_LOG`).
 
 pub mod client;
 pub mod errors;
 pub mod follow;
+pub mod logging;
 pub mod pipeline;
 pub mod records;
 pub mod worker;

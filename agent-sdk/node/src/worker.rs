@@ -230,6 +230,13 @@ impl Task {
         json_value(self.task.payload())
     }
 
+    /// The payload as the JSON text it was enqueued as (key order, spacing and number
+    /// spelling kept).
+    #[napi(getter)]
+    pub fn payload_json(&self) -> String {
+        self.task.payload().get().to_owned()
+    }
+
     /// The latest checkpoint (`setProgress`, or an earlier holder's), if any.
     #[napi(getter)]
     pub fn progress(&self) -> Result<Option<Value>> {

@@ -13,6 +13,17 @@ import { PACKAGE, REPO, daemon, eventually, programs } from './harness.mjs'
 const AGENT = join(PACKAGE, 'examples/agent.mjs')
 const PRODUCER = join(PACKAGE, 'examples/producer.mjs')
 
+/** A daemon with queue `jobs` holding one long job (400 tokens of 50 ms), a client and a program starter. */
+async function longJob(t) {
+  const d = await daemon(t)
+  assert.equal(d.cli('queue', 'create', 'jobs').status, 0)
+  const start = programs(t)
+  const client = await Client.connect(d.connect)
+  t.after(() => client.close())
+  const { id } = await client.enqueue('jobs', { prompt: 'long', tokens: 400, token_ms: 50 })
+  return { d, start, client, id }
+}
+
 test('the READMEs print the examples exactly as they are run', () => {
   for (const readme of [join(PACKAGE, 'README.md'), join(REPO, 'README.md')]) {
     const text = readFileSync(readme, 'utf8')
@@ -51,12 +62,7 @@ test('a producer and two agents: every job done once', async (t) => {
 })
 
 test('kill -9 and a restart under the same member name gets the task back at once, from its checkpoint', async (t) => {
-  const d = await daemon(t)
-  assert.equal(d.cli('queue', 'create', 'jobs').status, 0)
-  const start = programs(t)
-  const client = await Client.connect(d.connect)
-  t.after(() => client.close())
-  const { id } = await client.enqueue('jobs', { prompt: 'long', tokens: 400, token_ms: 50 })
+  const { d, start, client, id } = await longJob(t)
   const first = start([AGENT, 'node/gpu-1', 'jobs'], d.env())
   await first.line((l) => l === `start ${id} attempt=1 reclaimed=false progress=null`)
   await eventually('a checkpoint of 3 tokens', async () => ((await client.get(id)).progress?.tokens?.length ?? 0) >= 3)
@@ -73,12 +79,7 @@ test('kill -9 and a restart under the same member name gets the task back at onc
 })
 
 test('SIGTERM drains an agent: its unfinished task is released without a failure and it exits 0', async (t) => {
-  const d = await daemon(t)
-  assert.equal(d.cli('queue', 'create', 'jobs').status, 0)
-  const start = programs(t)
-  const client = await Client.connect(d.connect)
-  t.after(() => client.close())
-  const { id } = await client.enqueue('jobs', { prompt: 'long', tokens: 400, token_ms: 50 })
+  const { d, start, client, id } = await longJob(t)
   const agent = start([AGENT, 'node/drained', 'jobs'], { ...d.env(), MUSTER_GRACE_MS: '300' })
   await agent.line((l) => l.startsWith(`start ${id} `))
   agent.signal('SIGTERM')

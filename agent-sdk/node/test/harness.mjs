@@ -197,8 +197,16 @@ export async function eventually(what, predicate, timeoutMs = 20_000) {
 /** A Node program started by a test in a process group of its own, with its stdout lines. */
 export class Program {
   constructor(args, env) {
-    this.proc = spawn(process.execPath, args, { env, stdio: ['ignore', 'pipe', 'inherit'], detached: true })
+    // Run from the package, so `import '@muster/sdk'` resolves to it (self-reference).
+    this.proc = spawn(process.execPath, args, { env, cwd: PACKAGE, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
     this.lines = []
+    /** Everything the program wrote to stderr so far. */
+    this.stderr = ''
+    this.proc.stderr.setEncoding('utf8')
+    this.proc.stderr.on('data', (text) => {
+      this.stderr += text
+      process.stderr.write(text)
+    })
     this.waiters = []
     this.exited = new Promise((done) => this.proc.once('exit', (code, signal) => done({ code, signal })))
     createInterface({ input: this.proc.stdout }).on('line', (line) => {

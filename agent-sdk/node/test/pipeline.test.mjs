@@ -50,6 +50,15 @@ test('a payload is sent as JSON.stringify writes it; one that cannot be is refus
   assert.ok(nothing.reason instanceof InvalidInput && nothing.reason.message === 'the payload is not JSON-serialisable: undefined')
   assert.ok(fn.reason instanceof InvalidInput && fn.reason.message === 'the payload is not JSON-serialisable: function')
   assert.equal((await client.get(plain.value.id)).payload, 'plain')
+  // Bytes are JSON text, sent as they are; bytes that are not UTF-8 JSON are refused.
+  const [bytes, notJson, notUtf8] = await Promise.allSettled([
+    client.enqueue('jobs', Buffer.from('{"z": 1,\n "a": [1.50]}')),
+    client.enqueue('jobs', Buffer.from('not json')),
+    client.enqueue('jobs', new Uint8Array([0x22, 0xff, 0x22])),
+  ])
+  assert.deepEqual((await client.get(bytes.value.id)).payload, { z: 1, a: [1.5] })
+  assert.ok(notJson.reason instanceof InvalidInput && /^the payload is not one JSON value: /.test(notJson.reason.message), String(notJson.reason))
+  assert.ok(notUtf8.reason instanceof InvalidInput && /^the payload is not JSON-serialisable: /.test(notUtf8.reason.message), String(notUtf8.reason))
   // JSON text in hand goes as it is; text that is not one JSON value is refused.
   const outcomes = await client.enqueueEach([
     { queue: 'jobs', payloadJson: '{"b":2,  "a":1}' },
@@ -61,5 +70,5 @@ test('a payload is sent as JSON.stringify writes it; one that cannot be is refus
   assert.match(outcomes[1].error, /^\[invalid_input\] the payload is not one JSON value: /)
   assert.equal(outcomes[2].error, '[invalid_input] an enqueue holds exactly one of payload and payloadJson')
   assert.deepEqual((await client.get(outcomes[3].task.id)).payload, [1, 2])
-  assert.equal((await client.queueDescribe('jobs')).ready, 4)
+  assert.equal((await client.queueDescribe('jobs')).ready, 5)
 })

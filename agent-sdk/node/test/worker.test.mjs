@@ -6,7 +6,7 @@ import { test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 
 import { Client, DeadLetter, InvalidInput, Replaced, Retry, Throttled, Worker } from '../index.mjs'
-import { daemon, eventually } from './harness.mjs'
+import { daemon, eventually, programs } from './harness.mjs'
 
 /** A worker on queue `jobs` running `handler` (signals left alone: the test runner's). */
 function start(t, d, handler, options = {}) {
@@ -95,6 +95,7 @@ test('for await hands tasks over one by one; the loop settles them and leaving i
   const seen = []
   for await (const task of worker) {
     seen.push(task.payload)
+    assert.equal(task.payloadJson, String(task.payload))
     assert.equal(task.settled, false)
     task.ack({ n: task.payload })
     assert.equal(task.settled, true)
@@ -253,4 +254,30 @@ test('a daemon killed and restarted under a running handler loses nothing', asyn
   assert.deepEqual([finished[0].state, finished[0].result, finished[0].failures], ['done', { attempt: 1 }, 0])
   worker.shutdown()
   await running
+})
+
+test("the SDK's warnings reach stderr: a worker started before its queue says once that it waits, then serves it", async (t) => {
+  const d = await daemon(t)
+  const start = programs(t)
+  const agent = start(
+    [
+      '--input-type=module',
+      '-e',
+      `import { Worker } from '@muster/sdk'
+       const worker = new Worker({ member: 'node/early', queues: ['later'] })
+       await worker.run(async (task) => { console.log('ran ' + task.payload); worker.shutdown() })
+       console.log('stopped')`,
+    ],
+    { ...d.env(), MUSTER_LOG: 'warn' },
+  )
+  await eventually('the warning', () => agent.stderr.includes('the queue does not exist; waiting for it to be created'))
+  assert.match(agent.stderr, /WARN muster_sdk::worker: the queue does not exist; waiting for it to be created queue=later/)
+  assert.equal(d.cli('queue', 'create', 'later').status, 0)
+  const client = await Client.connect(d.connect)
+  t.after(() => client.close())
+  await client.enqueue('later', 'now')
+  await agent.line((l) => l === 'stopped', 60_000)
+  assert.ok(agent.lines.includes('ran now'))
+  assert.deepEqual(await agent.wait(30_000), { code: 0, signal: null })
+  assert.equal(agent.stderr.split('the queue does not exist').length - 1, 1, 'said once')
 })
