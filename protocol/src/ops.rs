@@ -1758,12 +1758,23 @@ fn leading_id_and_op(body: &[u8]) -> Option<(u64, &str)> {
     }
     let op = std::str::from_utf8(&rest[..end]).ok()?;
     let after = &rest[end + 1..];
-    let hides_a_second = |needle: &[u8]| memchr::memmem::find(after, needle).is_some();
-    if hides_a_second(b"\"id\"") || hides_a_second(b"\"op\"") || hides_a_second(b"\\u") {
+    if HIDDEN.iter().any(|finder| finder.find(after).is_some()) {
         return None;
     }
     Some((id, op))
 }
+
+/// What may not follow a request's leading id and op for [`leading_id_and_op`] to read
+/// them: a second `"id"` or `"op"` key, or a `\u` escape (which could spell one). Built
+/// once: a finder made per request showed in clients' profiles.
+static HIDDEN: std::sync::LazyLock<[memchr::memmem::Finder<'static>; 3]> =
+    std::sync::LazyLock::new(|| {
+        [
+            memchr::memmem::Finder::new(b"\"id\""),
+            memchr::memmem::Finder::new(b"\"op\""),
+            memchr::memmem::Finder::new(b"\\u"),
+        ]
+    });
 
 /// A request as a client writes it: its id and op next to the request's own fields.
 #[derive(Serialize)]
