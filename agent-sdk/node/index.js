@@ -195,11 +195,19 @@ async function runOne(handler, task) {
   }
 }
 
+// A worker runs once: `run` or one `for await`, not both, not twice.
+const started = new WeakSet()
+function once(worker) {
+  if (started.has(worker)) throw new InvalidInput('this worker has run already: make a new one', 'invalid_input')
+  started.add(worker)
+}
+
 Object.defineProperty(Worker.prototype, 'run', {
   configurable: true,
   writable: true,
   value: async function run(handler, { signals = true, signal } = {}) {
     if (typeof handler !== 'function') throw new InvalidInput('run(handler): the handler is a function', 'invalid_input')
+    once(this)
     const off = signals ? onSignals(() => this.shutdown()) : () => {}
     // An AbortSignal given drains the worker when it aborts, as shutdown() does.
     const stop = () => this.shutdown()
@@ -223,6 +231,7 @@ Object.defineProperty(Worker.prototype, Symbol.asyncIterator, {
   configurable: true,
   writable: true,
   value: async function* tasks() {
+    once(this)
     const off = onSignals(() => this.shutdown())
     let ended = false
     try {
@@ -313,6 +322,88 @@ exported.Follower = class Follower extends native.Follower {
     }
   }
 }
+// ---- JSON values ---------------------------------------------------------------------
+// Every JSON value a call sends (a result, a checkpoint, resume data, payloads of
+// enqueueMany and spawns, JSON chunks, a searched field) is what JSON.stringify writes
+// (a Date as its ISO string, toJSON honoured, undefined members left out, NaN as null),
+// as `enqueue`'s payload is; bytes (a Uint8Array) are UTF-8 JSON text. One that cannot
+// be written is refused with InvalidInput before anything is sent.
+
+/** `value` as JSON carries it, read back as a value (`undefined` stays `undefined`). */
+function asJson(value, what) {
+  if (value === undefined) return undefined
+  let text
+  try {
+    text = value instanceof Uint8Array ? textDecoder.decode(value) : JSON.stringify(value)
+  } catch (e) {
+    throw new InvalidInput(`${what} is not JSON-serialisable: ${e.message}`, 'invalid_input')
+  }
+  if (text === undefined) throw new InvalidInput(`${what} is not JSON-serialisable: ${typeof value}`, 'invalid_input')
+  try {
+    return JSON.parse(text)
+  } catch (e) {
+    throw new InvalidInput(`${what} is not one JSON value: ${e.message}`, 'invalid_input')
+  }
+}
+
+/** `items` (an array of objects) with `key` of each as JSON carries it. */
+function eachAsJson(items, key, what) {
+  if (!Array.isArray(items)) return items
+  return items.map((item, i) => (item && typeof item === 'object' && key in item ? { ...item, [key]: asJson(item[key], `${what} ${i}`) } : item))
+}
+
+/** Wraps method `name` of `cls` so `transform(args)` runs first; an async method rejects with what it throws. */
+function sendingJson(cls, name, isAsync, transform) {
+  const method = cls.prototype[name]
+  Object.defineProperty(cls.prototype, name, {
+    configurable: true,
+    writable: true,
+    enumerable: true,
+    value: {
+      [name](...args) {
+        let sent
+        try {
+          sent = transform([...args])
+        } catch (e) {
+          if (isAsync) return Promise.reject(e)
+          throw e
+        }
+        return method.apply(this, sent)
+      },
+    }[name],
+  })
+}
+
+const at = (index, what) => (args) => {
+  args[index] = asJson(args[index], what)
+  return args
+}
+const eachAt = (index, key, what) => (args) => {
+  args[index] = eachAsJson(args[index], key, what)
+  return args
+}
+sendingJson(Task, 'ack', false, at(0, 'the result'))
+sendingJson(Task, 'setProgress', false, at(0, 'progress'))
+sendingJson(Task, 'emitJson', true, at(0, 'a chunk'))
+sendingJson(Task, 'spawn', true, eachAt(0, 'payload', "the payload of child"))
+sendingJson(Task, 'spawnAndWait', true, eachAt(0, 'payload', "the payload of child"))
+sendingJson(native.Client, 'ack', true, at(1, 'the result'))
+sendingJson(native.Client, 'resume', true, at(1, 'the data'))
+sendingJson(native.Client, 'resumeTask', true, at(1, 'the data'))
+sendingJson(native.Client, 'enqueueMany', true, eachAt(1, 'payload', 'the payload of task'))
+sendingJson(native.Client, 'enqueueEach', true, eachAt(0, 'payload', 'the payload of call'))
+sendingJson(native.Client, 'spawn', true, eachAt(1, 'payload', 'the payload of child'))
+sendingJson(native.Client, 'emit', true, eachAt(2, 'json', 'the JSON of chunk'))
+sendingJson(native.Client, 'renew', true, (args) => {
+  if (args[1] && typeof args[1] === 'object' && 'progress' in args[1]) args[1] = { ...args[1], progress: asJson(args[1].progress, 'progress') }
+  return args
+})
+sendingJson(native.Client, 'find', true, (args) => {
+  const field = args[0]?.field
+  if (field && typeof field === 'object' && 'value' in field) args[0] = { ...args[0], field: { ...field, value: asJson(field.value, 'the searched value') } }
+  return args
+})
+
 // `enqueue` calls made in one turn of the event loop go out together through
 // `enqueueEach` (src/pipeline.rs): each still its own request, answered or refused on
 // its own, with one promise hand-off for the lot instead of one each.

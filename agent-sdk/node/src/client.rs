@@ -668,7 +668,7 @@ impl Client {
             .call_raw(op, &fields.to_string())
             .await
             .map_err(to_js)?;
-        serde_json::from_str(&reply).map_err(|e| {
+        crate::records::read_js(&reply).map_err(|e| {
             coded(
                 PROTOCOL_ERROR,
                 format!("{op}: the reply does not read: {e}"),

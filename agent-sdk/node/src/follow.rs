@@ -30,6 +30,8 @@ pub struct FollowOptions {
 #[napi]
 pub struct Follower {
     follower: tokio::sync::Mutex<Option<muster_sdk::Follower>>,
+    /// Set by `close`: a `next` waiting on the daemon's long poll ends at once.
+    closed: tokio::sync::watch::Sender<bool>,
     /// The number of the next chunk it hands out.
     position: AtomicU64,
 }
@@ -46,6 +48,7 @@ impl Follower {
         let follower = muster_sdk::Follower::new(settle(options.connect)?, task, from);
         Ok(Follower {
             follower: tokio::sync::Mutex::new(Some(follower)),
+            closed: tokio::sync::watch::Sender::new(false),
             position: AtomicU64::new(from),
         })
     }
@@ -55,18 +58,24 @@ impl Follower {
     /// connection (the task removed, say) rejects and ends it.
     #[napi]
     pub async fn next(&self) -> Result<Option<FollowResult>> {
+        let mut closed = self.closed.subscribe();
+        if *closed.borrow_and_update() {
+            return Ok(None);
+        }
         let mut guard = self.follower.lock().await;
         let Some(follower) = guard.as_mut() else {
             return Ok(None);
         };
-        let Some(reply) = follower.next().await.map_err(to_js)? else {
+        let next = tokio::select! {
+            next = follower.next() => next,
+            // Closed meanwhile: the follow in flight is given up with the connection.
+            _ = closed.changed() => return Ok(None),
+        };
+        let Some(reply) = next.map_err(to_js)? else {
             return Ok(None);
         };
         self.position.store(follower.position(), Ordering::Relaxed);
-        serde_json::to_value(&reply)
-            .and_then(serde_json::from_value)
-            .map(Some)
-            .map_err(|e| crate::errors::coded(crate::errors::PROTOCOL_ERROR, e))
+        crate::worker::record(&reply).map(Some)
     }
 
     /// The number of the next chunk it will hand out.
@@ -75,9 +84,11 @@ impl Follower {
         i64::try_from(self.position.load(Ordering::Relaxed)).unwrap_or(i64::MAX)
     }
 
-    /// Closes its connection; `next()` resolves `null` from then on.
+    /// Closes its connection; a `next()` waiting for chunks and every later one resolve
+    /// `null`.
     #[napi]
     pub async fn close(&self) -> Result<()> {
+        self.closed.send_replace(true);
         let follower = self.follower.lock().await.take();
         if let Some(follower) = follower {
             follower.close().await;

@@ -21,6 +21,38 @@ use napi_derive::napi;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// The largest integer a JavaScript number holds exactly (2^53 - 1).
+const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// `value` with every integer beyond JavaScript's exact range made a float, as
+/// `JSON.parse` reads it: napi-rs would hand such an integer over as a `BigInt`, which
+/// `JSON.stringify` then refuses.
+pub fn as_js_numbers(value: &mut Value) {
+    match value {
+        Value::Number(n) => {
+            let beyond = match (n.as_u64(), n.as_i64()) {
+                (Some(u), _) => u > MAX_SAFE_INTEGER,
+                (None, Some(i)) => i.unsigned_abs() > MAX_SAFE_INTEGER,
+                (None, None) => false,
+            };
+            if beyond && let Some(f) = n.as_f64().and_then(serde_json::Number::from_f64) {
+                *n = f;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(as_js_numbers),
+        Value::Object(map) => map.values_mut().for_each(as_js_numbers),
+        Value::Null | Value::Bool(_) | Value::String(_) => {}
+    }
+}
+
+/// A reply's JSON text read into `R`, its numbers as JavaScript reads them
+/// ([`as_js_numbers`]).
+pub fn read_js<R: serde::de::DeserializeOwned>(text: &str) -> serde_json::Result<R> {
+    let mut value: Value = serde_json::from_str(text)?;
+    as_js_numbers(&mut value);
+    serde_json::from_value(value)
+}
+
 /// Where the daemon is and how to trust it. Each option left out is taken from its
 /// `MUSTER_*` variable, else from the context in use (`context`, `MUSTER_CONTEXT`, the
 /// current one of `muster context use`), else the local daemon, exactly as the `muster`

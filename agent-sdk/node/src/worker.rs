@@ -39,7 +39,7 @@ pub struct WorkerOptions {
     pub member: String,
     /// The queues to take tasks from.
     pub queues: Vec<String>,
-    /// The most tasks run at once (1 if left out).
+    /// The most tasks run at once (1 to 1,000; 1 if left out).
     pub capacity: Option<u32>,
     /// Labels matched against tasks' `requires`.
     pub labels: Option<Vec<String>>,
@@ -49,7 +49,7 @@ pub struct WorkerOptions {
     /// Reclaim the member's leases on start (true if left out).
     pub reclaim_on_start: Option<bool>,
     /// How long the daemon may not hear from this agent before it counts it
-    /// unreachable (2,000 to 60,000 ms; 5,000 if left out).
+    /// unreachable (1,000 to 60,000 ms; 5,000 if left out).
     pub liveness_ms: Option<u32>,
     /// Where the daemon is and how to trust it, as `Client.connect` takes them.
     pub connect: Option<ConnectOptions>,
@@ -77,6 +77,14 @@ impl Worker {
     /// settled now (the contexts file is read): a bad context throws `ConnectError`.
     #[napi(constructor)]
     pub fn new(options: WorkerOptions) -> Result<Worker> {
+        // Names the daemon could never accept are refused here, not waited for.
+        muster_protocol::names::check_member(&options.member).map_err(invalid)?;
+        if options.queues.is_empty() {
+            return Err(invalid("a worker takes tasks from at least one queue"));
+        }
+        for queue in &options.queues {
+            muster_protocol::names::check_queue(queue).map_err(invalid)?;
+        }
         let mut config = WorkerConfig::new(options.member, options.queues);
         if let Some(capacity) = options.capacity {
             if capacity == 0 {
@@ -246,29 +254,14 @@ impl Task {
     /// How its last suspension ended, when this run follows one.
     #[napi(getter)]
     pub fn resumed(&self) -> Result<Option<Resumed>> {
-        self.task
-            .resumed()
-            .map(|r| {
-                serde_json::to_value(r)
-                    .and_then(serde_json::from_value)
-                    .map_err(invalid)
-            })
-            .transpose()
+        self.task.resumed().map(record).transpose()
     }
 
     /// The outcome of each child the task waited for (`spawnAndWait`), on the run
     /// after the wait.
     #[napi(getter)]
     pub fn children(&self) -> Result<Vec<ChildOutcome>> {
-        self.task
-            .children()
-            .iter()
-            .map(|c| {
-                serde_json::to_value(c)
-                    .and_then(serde_json::from_value)
-                    .map_err(invalid)
-            })
-            .collect()
+        self.task.children().iter().map(record).collect()
     }
 
     /// The task that spawned this one, if it is a child.
@@ -583,16 +576,18 @@ fn raw_json(value: &Value, what: &str, limit: usize) -> Result<RawJson> {
     serde_json::value::RawValue::from_string(text).map_err(invalid)
 }
 
-/// A JSON text the daemon sent, as a value.
+/// A JSON text the daemon sent, as a value (its numbers as JavaScript reads them).
 fn json_value(raw: &RawJson) -> Result<Value> {
-    serde_json::from_str(raw.get()).map_err(invalid)
+    let mut value = serde_json::from_str(raw.get()).map_err(invalid)?;
+    crate::records::as_js_numbers(&mut value);
+    Ok(value)
 }
 
-/// A reply the SDK read, as its record here.
-fn record<T: serde::Serialize, R: serde::de::DeserializeOwned>(reply: &T) -> Result<R> {
-    serde_json::to_value(reply)
-        .and_then(serde_json::from_value)
-        .map_err(invalid)
+/// A reply the SDK read, as its record here (its numbers as JavaScript reads them).
+pub fn record<T: serde::Serialize, R: serde::de::DeserializeOwned>(reply: &T) -> Result<R> {
+    let mut value = serde_json::to_value(reply).map_err(invalid)?;
+    crate::records::as_js_numbers(&mut value);
+    serde_json::from_value(value).map_err(invalid)
 }
 
 /// A count or epoch as JavaScript holds numbers (exact up to 2^53).

@@ -111,6 +111,8 @@ test('for await hands tasks over one by one; the loop settles them and leaving i
   ])
   // The break drained it: the iteration is over for good.
   assert.equal(await worker.nextTasks(), null)
+  // A worker runs once.
+  await assert.rejects(worker.run(async () => {}, { signals: false }), (e) => e instanceof InvalidInput && e.message === 'this worker has run already: make a new one')
 })
 
 test('a cancel aborts task.signal within 100 ms and the task ends cancelled without a failure', async (t) => {
@@ -225,7 +227,8 @@ test('a second worker under the same member name replaces the first, whose run r
   second.shutdown()
   await secondRun
   assert.throws(() => new Worker({ member: 'node/x', queues: ['jobs'], capacity: 0, connect: d.connect }), (e) => e instanceof InvalidInput && e.message === 'capacity is at least 1')
-  await assert.rejects(new Worker({ member: 'bad name!', queues: ['jobs'], connect: d.connect }).run(async () => {}, { signals: false }), (e) => e.code === 'bad_request')
+  // A name the daemon could never accept is refused before anything connects.
+  assert.throws(() => new Worker({ member: 'bad name!', queues: ['jobs'], connect: d.connect }), (e) => e instanceof InvalidInput && e.message === 'invalid member name "bad name!": want [A-Za-z0-9._:/@-]{1,128}')
 })
 
 test('a daemon killed and restarted under a running handler loses nothing', async (t) => {
