@@ -1,6 +1,6 @@
 // The package's types: the addon's, generated from src/ into binding.d.ts by `napi
 // build`, with what index.js adds in JavaScript declared below.
-import type { ConnectOptions, OutputChunk, Task } from './binding'
+import type { ConnectOptions, FollowResult, OutputChunk, Task, WaitReply } from './binding'
 
 export * from './binding'
 
@@ -42,6 +42,15 @@ declare module './binding' {
   interface Follower {
     /** `for await (const chunk of follower)`: every chunk to the task's end; closes the follower after. */
     [Symbol.asyncIterator](): AsyncGenerator<OutputChunk, void, undefined>
+  }
+  interface Client {
+    /**
+     * `wait` with an `AbortSignal`: aborted, the call rejects at once with the signal's
+     * reason (the daemon's wait runs on to its timeout, its answer dropped).
+     */
+    wait(tasks: Array<string>, timeoutMs: number, options?: { signal?: AbortSignal }): Promise<WaitReply>
+    /** `follow` with an `AbortSignal`, as `wait` takes one. */
+    follow(task: string, from: number | undefined | null, timeoutMs: number | undefined | null, options?: { signal?: AbortSignal }): Promise<FollowResult>
   }
   // The statics index.js gives the class (the functions `connect` and `connectNode`).
   namespace Client {

@@ -471,6 +471,46 @@ Object.defineProperty(native.Client.prototype, 'enqueue', {
   },
 })
 
+// `wait` and `follow`, which may wait long on the daemon, take `{ signal }` last: an
+// aborted signal rejects the call at once with its reason (an AbortError). The request
+// itself runs on to its own timeout on the daemon and its answer is dropped; both only
+// read, so nothing is left half done.
+function abortable(name, index) {
+  const method = native.Client.prototype[name]
+  Object.defineProperty(native.Client.prototype, name, {
+    configurable: true,
+    writable: true,
+    enumerable: true,
+    value: {
+      [name](...args) {
+        const signal = args[index]?.signal
+        const call = method.apply(this, args.slice(0, index))
+        if (!signal) return call
+        if (signal.aborted) {
+          call.catch(() => {})
+          return Promise.reject(signal.reason)
+        }
+        return new Promise((resolve, reject) => {
+          const abort = () => reject(signal.reason)
+          signal.addEventListener('abort', abort, { once: true })
+          call.then(
+            (value) => {
+              signal.removeEventListener('abort', abort)
+              resolve(value)
+            },
+            (e) => {
+              signal.removeEventListener('abort', abort)
+              reject(e)
+            },
+          )
+        })
+      },
+    }[name],
+  })
+}
+abortable('wait', 2)
+abortable('follow', 3)
+
 // `Client.connect(options)` and `Client.connectNode(options)`: the addon's functions, as
 // statics (napi-rs's own statics cannot be wrapped: they are not configurable).
 native.Client.connect = exported.connect

@@ -68,3 +68,22 @@ test('a follower closed while it waits for chunks ends at once; a worker with im
     assert.throws(() => new Worker({ ...options, connect: d.connect }), (e) => e instanceof InvalidInput && message.test(e.message), JSON.stringify(options))
   }
 })
+
+test('an aborted signal rejects a long wait or follow at once, and the client goes on', async (t) => {
+  const d = await daemon(t)
+  assert.equal(d.cli('queue', 'create', 'jobs').status, 0)
+  const client = await Client.connect(d.connect)
+  t.after(() => client.close())
+  const { id } = await client.enqueue('jobs', {})
+  const controller = new AbortController()
+  const before = performance.now()
+  setTimeout(() => controller.abort(), 100)
+  await assert.rejects(client.wait([id], 30_000, { signal: controller.signal }), (e) => e.name === 'AbortError')
+  await assert.rejects(client.follow(id, 0, 30_000, { signal: controller.signal }), (e) => e.name === 'AbortError')
+  const took = performance.now() - before
+  assert.ok(took < 2_000, `the aborted calls took ${took.toFixed(0)} ms`)
+  assert.equal((await client.get(id)).state, 'ready')
+  // Without a signal, or with one never aborted, the calls answer as before.
+  assert.deepEqual((await client.wait([id], 10, { signal: new AbortController().signal })).pending, [id])
+  assert.equal((await client.follow(id, 0, 10)).end, false)
+})

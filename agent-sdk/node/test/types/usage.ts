@@ -20,7 +20,7 @@ export async function producer(): Promise<TaskInfo> {
   const client = await Client.connect({ addr: '127.0.0.1:7420', data: '/var/lib/muster' })
   const { id, duplicate } = await client.enqueue('jobs', { prompt: 'hi' }, { idempotencyKey: 'k', priority: 5, delayMs: 10 })
   const many = await client.enqueueMany('jobs', [{ payload: 1 }, { payload: 2, key: 'repo' }])
-  const waited = await client.wait([id, ...many.map((t) => t.id)], 1_000)
+  const waited = await client.wait([id, ...many.map((t) => t.id)], 1_000, { signal: AbortSignal.timeout(5_000) })
   const pending: string[] = waited.pending
   void pending
   void duplicate
