@@ -406,16 +406,20 @@ sendingJson(native.Client, 'find', true, (args) => {
 
 // `enqueue` calls made in one turn of the event loop go out together through
 // `enqueueEach` (src/pipeline.rs): each still its own request, answered or refused on
-// its own, with one promise hand-off for the lot instead of one each.
-const MAX_ENQUEUE_EACH = 1024
+// its own, with one promise hand-off per part instead of one per call. A part is at
+// most ENQUEUE_PART calls (enqueueEach takes up to 1,024), each settled as its replies
+// are in: 256 concurrent producers then keep requests in flight instead of all waiting
+// for the slowest reply of one big part (BENCHMARKS.md, "The Node SDK next to the Rust
+// SDK").
+const ENQUEUE_PART = 64
 const textDecoder = new TextDecoder('utf-8', { fatal: true })
 const gathering = new WeakMap()
 const enqueueOne = native.Client.prototype.enqueue
 function flushEnqueues(client) {
   const calls = gathering.get(client)
   gathering.delete(client)
-  for (let start = 0; start < calls.length; start += MAX_ENQUEUE_EACH) {
-    const part = calls.slice(start, start + MAX_ENQUEUE_EACH)
+  for (let start = 0; start < calls.length; start += ENQUEUE_PART) {
+    const part = calls.slice(start, start + ENQUEUE_PART)
     let sent
     try {
       sent = client.enqueueEach(part.map((c) => c.call))
