@@ -99,12 +99,15 @@ impl Client {
         payload: Value,
         options: Option<EnqueueOptions>,
     ) -> Result<EnqueuedTask> {
-        let mut task = fields(&options.unwrap_or_default())?;
-        task.insert("payload".into(), payload);
-        let reply: EnqueueReply = self
-            .call("enqueue", json!({"queue": queue, "tasks": [task]}))
-            .await?;
-        one(reply.tasks, "enqueue")
+        // The one way an enqueue is written and read, `enqueueEach`'s.
+        let call = crate::pipeline::EnqueueCall {
+            queue,
+            payload: Some(payload),
+            payload_json: None,
+            options,
+        };
+        let reply = self.send_enqueue(call).await?;
+        crate::pipeline::read(&reply.reply().await.map_err(to_js)?)
     }
 
     /// Enqueues up to `MAX_BATCH` tasks on `queue` in one atomic request: all are

@@ -75,7 +75,7 @@ impl Follower {
             return Ok(None);
         };
         self.position.store(follower.position(), Ordering::Relaxed);
-        crate::worker::record(&reply).map(Some)
+        crate::records::record(&reply).map(Some)
     }
 
     /// The number of the next chunk it will hand out.

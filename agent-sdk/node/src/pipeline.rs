@@ -93,7 +93,7 @@ impl Client {
 
 impl Client {
     /// Checks and sends one enqueue, its reply to come.
-    async fn send_enqueue(&self, call: EnqueueCall) -> Result<muster_sdk::RawReply> {
+    pub(crate) async fn send_enqueue(&self, call: EnqueueCall) -> Result<muster_sdk::RawReply> {
         let task = fields(&call.options.unwrap_or_default())?;
         let payload = match (call.payload, call.payload_json) {
             (Some(value), None) => value.to_string(),
@@ -130,7 +130,7 @@ impl Client {
 }
 
 /// An enqueue's reply: its one task.
-fn read(text: &str) -> Result<EnqueuedTask> {
+pub(crate) fn read(text: &str) -> Result<EnqueuedTask> {
     let reply: EnqueueReply = serde_json::from_str(text).map_err(|e| {
         coded(
             PROTOCOL_ERROR,

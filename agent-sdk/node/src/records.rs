@@ -45,6 +45,14 @@ pub fn as_js_numbers(value: &mut Value) {
     }
 }
 
+/// A reply the Rust SDK read (a `muster_sdk` record), as its record here, its numbers
+/// as JavaScript reads them ([`as_js_numbers`]).
+pub fn record<T: Serialize, R: serde::de::DeserializeOwned>(reply: &T) -> napi::Result<R> {
+    let mut value = serde_json::to_value(reply).map_err(crate::errors::invalid)?;
+    as_js_numbers(&mut value);
+    serde_json::from_value(value).map_err(crate::errors::invalid)
+}
+
 /// A reply's JSON text read into `R`, its numbers as JavaScript reads them
 /// ([`as_js_numbers`]).
 pub fn read_js<R: serde::de::DeserializeOwned>(text: &str) -> serde_json::Result<R> {

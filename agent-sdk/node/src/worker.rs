@@ -28,6 +28,7 @@ use crate::client::settle;
 use crate::errors::{invalid, to_js};
 use crate::records::{
     ChildOutcome, Chunk, ConnectOptions, NewChild, Resumed, Spawned, SpawnedChild, Suspended,
+    record,
 };
 
 /// What a worker is, and where its daemon is.
@@ -581,13 +582,6 @@ fn json_value(raw: &RawJson) -> Result<Value> {
     let mut value = serde_json::from_str(raw.get()).map_err(invalid)?;
     crate::records::as_js_numbers(&mut value);
     Ok(value)
-}
-
-/// A reply the SDK read, as its record here (its numbers as JavaScript reads them).
-pub fn record<T: serde::Serialize, R: serde::de::DeserializeOwned>(reply: &T) -> Result<R> {
-    let mut value = serde_json::to_value(reply).map_err(invalid)?;
-    crate::records::as_js_numbers(&mut value);
-    serde_json::from_value(value).map_err(invalid)
 }
 
 /// A count or epoch as JavaScript holds numbers (exact up to 2^53).
