@@ -329,9 +329,8 @@ exported.Follower = class Follower extends native.Follower {
 // as `enqueue`'s payload is; bytes (a Uint8Array) are UTF-8 JSON text. One that cannot
 // be written is refused with InvalidInput before anything is sent.
 
-/** `value` as JSON carries it, read back as a value (`undefined` stays `undefined`). */
-function asJson(value, what) {
-  if (value === undefined) return undefined
+/** `value` as JSON text (bytes are taken as UTF-8 JSON text); InvalidInput naming `what` when it cannot be. */
+function jsonText(value, what) {
   let text
   try {
     text = value instanceof Uint8Array ? textDecoder.decode(value) : JSON.stringify(value)
@@ -339,6 +338,13 @@ function asJson(value, what) {
     throw new InvalidInput(`${what} is not JSON-serialisable: ${e.message}`, 'invalid_input')
   }
   if (text === undefined) throw new InvalidInput(`${what} is not JSON-serialisable: ${typeof value}`, 'invalid_input')
+  return text
+}
+
+/** `value` as JSON carries it, read back as a value (`undefined` stays `undefined`). */
+function asJson(value, what) {
+  if (value === undefined) return undefined
+  const text = jsonText(value, what)
   try {
     return JSON.parse(text)
   } catch (e) {
@@ -352,25 +358,36 @@ function eachAsJson(items, key, what) {
   return items.map((item, i) => (item && typeof item === 'object' && key in item ? { ...item, [key]: asJson(item[key], `${what} ${i}`) } : item))
 }
 
-/** Wraps method `name` of `cls` so `transform(args)` runs first; an async method rejects with what it throws. */
-function sendingJson(cls, name, isAsync, transform) {
-  const method = cls.prototype[name]
-  Object.defineProperty(cls.prototype, name, {
+/**
+ * Replaces method `name` of `proto` with `wrap`, called as the method (`this` the
+ * instance) with the method it replaces and the call's arguments; the replacement keeps
+ * the method's name.
+ */
+function wrapMethod(proto, name, wrap) {
+  const method = proto[name]
+  Object.defineProperty(proto, name, {
     configurable: true,
     writable: true,
     enumerable: true,
     value: {
       [name](...args) {
-        let sent
-        try {
-          sent = transform([...args])
-        } catch (e) {
-          if (isAsync) return Promise.reject(e)
-          throw e
-        }
-        return method.apply(this, sent)
+        return wrap.call(this, method, args)
       },
     }[name],
+  })
+}
+
+/** Wraps method `name` of `cls` so `transform(args)` runs first; an async method rejects with what it throws. */
+function sendingJson(cls, name, isAsync, transform) {
+  wrapMethod(cls.prototype, name, function (method, args) {
+    let sent
+    try {
+      sent = transform([...args])
+    } catch (e) {
+      if (isAsync) return Promise.reject(e)
+      throw e
+    }
+    return method.apply(this, sent)
   })
 }
 
@@ -464,12 +481,9 @@ Object.defineProperty(native.Client.prototype, 'enqueue', {
     // already, UTF-8, sent as they are (never an opaque blob: the protocol carries JSON).
     let payloadJson
     try {
-      payloadJson = payload instanceof Uint8Array ? textDecoder.decode(payload) : JSON.stringify(payload)
+      payloadJson = jsonText(payload, 'the payload')
     } catch (e) {
-      return Promise.reject(new InvalidInput(`the payload is not JSON-serialisable: ${e.message}`, 'invalid_input'))
-    }
-    if (payloadJson === undefined) {
-      return Promise.reject(new InvalidInput(`the payload is not JSON-serialisable: ${typeof payload}`, 'invalid_input'))
+      return Promise.reject(e)
     }
     return new Promise((resolve, reject) => calls.push({ call: { queue, payloadJson, options: options ?? undefined }, resolve, reject }))
   },
@@ -480,36 +494,28 @@ Object.defineProperty(native.Client.prototype, 'enqueue', {
 // itself runs on to its own timeout on the daemon and its answer is dropped; both only
 // read, so nothing is left half done.
 function abortable(name, index) {
-  const method = native.Client.prototype[name]
-  Object.defineProperty(native.Client.prototype, name, {
-    configurable: true,
-    writable: true,
-    enumerable: true,
-    value: {
-      [name](...args) {
-        const signal = args[index]?.signal
-        const call = method.apply(this, args.slice(0, index))
-        if (!signal) return call
-        if (signal.aborted) {
-          call.catch(() => {})
-          return Promise.reject(signal.reason)
-        }
-        return new Promise((resolve, reject) => {
-          const abort = () => reject(signal.reason)
-          signal.addEventListener('abort', abort, { once: true })
-          call.then(
-            (value) => {
-              signal.removeEventListener('abort', abort)
-              resolve(value)
-            },
-            (e) => {
-              signal.removeEventListener('abort', abort)
-              reject(e)
-            },
-          )
-        })
-      },
-    }[name],
+  wrapMethod(native.Client.prototype, name, function (method, args) {
+    const signal = args[index]?.signal
+    const call = method.apply(this, args.slice(0, index))
+    if (!signal) return call
+    if (signal.aborted) {
+      call.catch(() => {})
+      return Promise.reject(signal.reason)
+    }
+    return new Promise((resolve, reject) => {
+      const abort = () => reject(signal.reason)
+      signal.addEventListener('abort', abort, { once: true })
+      call.then(
+        (value) => {
+          signal.removeEventListener('abort', abort)
+          resolve(value)
+        },
+        (e) => {
+          signal.removeEventListener('abort', abort)
+          reject(e)
+        },
+      )
+    })
   })
 }
 abortable('wait', 2)
