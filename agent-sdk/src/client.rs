@@ -16,7 +16,7 @@ use muster_protocol::batch::{WRITE_CHUNK, WriteBatch};
 use muster_protocol::frame;
 use muster_protocol::model::{
     Delivery, EnqueuedTask, LimitInfo, LimitSpec, MemberInfo, NewTask, QueueInfo, QueuePatch,
-    TaskInfo, TaskState, TaskSummary,
+    ScheduleInfo, TaskInfo, TaskState, TaskSummary,
 };
 use muster_protocol::ops::{
     self, Ack, Cancel, CancelReply, Claim, CountReply, DeadLetter, DeadSelection, Enqueue, Hello,
@@ -668,6 +668,62 @@ impl Client {
     pub async fn limit_delete(&self, name: &str) -> Result<u64, Error> {
         let req = ops::LimitDelete(ops::LimitName { name: name.into() });
         Ok(self.call(&req).await?.count)
+    }
+
+    /// Creates schedule `req.name` or replaces its settings: each time its cron
+    /// pattern names, one task is enqueued into its queue.
+    pub async fn schedule_set(&self, req: &ops::ScheduleSet) -> Result<ScheduleInfo, Error> {
+        Ok(self.call(req).await?.schedule)
+    }
+
+    /// One schedule with its next fire and what its fires did.
+    pub async fn schedule_get(&self, name: &str) -> Result<ScheduleInfo, Error> {
+        let req = ops::ScheduleGet(ops::ScheduleName { name: name.into() });
+        Ok(self.call(&req).await?.schedule)
+    }
+
+    /// Every schedule this client may see, by name (page after page).
+    pub async fn schedule_list(&self) -> Result<Vec<ScheduleInfo>, Error> {
+        let mut schedules = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .call(&ops::ScheduleList {
+                    after,
+                    limit: Some(muster_protocol::limits::MAX_PAGE),
+                })
+                .await?;
+            schedules.extend(page.schedules);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(schedules),
+            }
+        }
+    }
+
+    /// Pauses a schedule: it does not fire until resumed.
+    pub async fn schedule_pause(&self, name: &str) -> Result<ScheduleInfo, Error> {
+        let req = ops::SchedulePause(ops::ScheduleName { name: name.into() });
+        Ok(self.call(&req).await?.schedule)
+    }
+
+    /// Resumes a schedule: it fires from its pattern's next time after now.
+    pub async fn schedule_resume(&self, name: &str) -> Result<ScheduleInfo, Error> {
+        let req = ops::ScheduleResume(ops::ScheduleName { name: name.into() });
+        Ok(self.call(&req).await?.schedule)
+    }
+
+    /// Deletes a schedule (the tasks it enqueued stay).
+    pub async fn schedule_delete(&self, name: &str) -> Result<(), Error> {
+        let req = ops::ScheduleDelete(ops::ScheduleName { name: name.into() });
+        self.call(&req).await?;
+        Ok(())
+    }
+
+    /// Enqueues a schedule's task now, once; its fires go on as before.
+    pub async fn schedule_run(&self, name: &str) -> Result<EnqueuedTask, Error> {
+        let req = ops::ScheduleRun(ops::ScheduleName { name: name.into() });
+        Ok(self.call(&req).await?.task)
     }
 
     /// Sends a leased task to dead with an error.

@@ -35,6 +35,21 @@
 //! So a limit has at most 35 series however many keys it has, and the daemon at most
 //! 35 × `MAX_LIMITS` (1,000).
 //!
+//! Per schedule (label `schedule`: the first
+//! [`MAX_SCHEDULE_SERIES`](crate::engine::telemetry::MAX_SCHEDULE_SERIES) (1,000) by
+//! name; the counters of the rest summed under `_other`), set once a second while the
+//! schedule exists, from counts its record keeps (they survive restarts and failovers):
+//!
+//! | metric | kind | more labels |
+//! |--------|------|-------------|
+//! | `muster_schedule_fires_total` | counter: fires that enqueued a task | |
+//! | `muster_schedule_runs_total` | counter: tasks `schedule_run` enqueued | |
+//! | `muster_schedule_missed_total` | counter: fires missed past the grace and skipped | |
+//! | `muster_schedule_failures_total` | counter: fires that could not enqueue their task | |
+//! | `muster_schedule_next_fire_timestamp_seconds` | gauge: its next fire, Unix seconds (0 while paused) | |
+//!
+//! and `muster_schedules`, a gauge of how many there are.
+//!
 //! For the daemon:
 //!
 //! | metric | kind | labels |
@@ -400,6 +415,28 @@ fn describe() {
         "muster_limit_key_tokens",
         "Whole tokens in the bucket of one of the limit's busiest keys."
     );
+    describe_counter!(
+        "muster_schedule_fires_total",
+        "Fires of the schedule that enqueued a task."
+    );
+    describe_counter!(
+        "muster_schedule_runs_total",
+        "Tasks of the schedule enqueued by schedule_run."
+    );
+    describe_counter!(
+        "muster_schedule_missed_total",
+        "Fires of the schedule missed past the grace and skipped."
+    );
+    describe_counter!(
+        "muster_schedule_failures_total",
+        "Fires of the schedule that could not enqueue their task."
+    );
+    describe_gauge!(
+        "muster_schedule_next_fire_timestamp_seconds",
+        Unit::Seconds,
+        "The schedule's next fire, Unix time (0 while paused)."
+    );
+    describe_gauge!("muster_schedules", "Schedules the daemon holds.");
     describe_counter!("muster_revoked_total", "Leases revoked by an operator.");
     describe_counter!(
         "muster_reclaimed_total",

@@ -1,7 +1,7 @@
 //! The durable record: the only module that touches fjall, but for the raft log
 //! keyspaces of a cluster node (`cluster::storage`).
 //!
-//! One fjall `Database` with eight keyspaces, all written through [`Batch`]es so each
+//! One fjall `Database` with nine keyspaces, all written through [`Batch`]es so each
 //! request's changes land atomically:
 //!
 //! | keyspace   | key                          | value                           |
@@ -16,6 +16,7 @@
 //! | `meta`     | `format`                     | the store's format, decimal     |
 //! | `output`   | 0x00, task id                | [`OutputMeta`], 32 bytes         |
 //! | `output`   | 0x01, task id, first number (8 bytes big-endian) | one emit's chunks: count and bytes (4 bytes big-endian each), wall ms (8), a JSON array of chunks |
+//! | `schedules` | schedule name               | [`ScheduleRecord`] as JSON      |
 //!
 //! Records are written through the store's own types (`format`), each carrying its
 //! format version; the store's format is checked when it is opened: a store of a newer
@@ -129,6 +130,48 @@ impl From<fjall::Error> for StoreError {
 pub struct LimitRecord {
     /// Its settings, the burst filled in when it has a rate.
     pub spec: LimitSpec,
+    /// When it was created.
+    pub created_ms: u64,
+    /// When its settings last changed.
+    pub updated_ms: u64,
+}
+
+/// A schedule as stored (on disk as a [`format::StoredSchedule`]): its settings, where
+/// its fires have got to, and what they did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(into = "format::StoredSchedule", try_from = "format::StoredSchedule")]
+pub struct ScheduleRecord {
+    /// Its cron pattern, as given.
+    pub cron: String,
+    /// The IANA time zone the pattern is read in.
+    pub tz: String,
+    /// The queue its tasks go to.
+    pub queue: String,
+    /// The task each fire enqueues (no idempotency key, no `not_before_ms`).
+    pub task: muster_protocol::model::NewTask,
+    /// What it does with missed fires.
+    pub catch_up: muster_protocol::model::CatchUp,
+    /// True while paused.
+    pub paused: bool,
+    /// Every time of the pattern at or before this (wall ms) was dealt with: fired,
+    /// missed, or passed while paused. The next fire is the pattern's first time after it.
+    pub cursor_ms: u64,
+    /// The time of its last fire that enqueued a task.
+    pub last_fire_ms: Option<u64>,
+    /// The task its last fire or run enqueued.
+    pub last_task: Option<String>,
+    /// Fires that enqueued a task (or found it enqueued).
+    pub fires: u64,
+    /// Tasks `schedule_run` enqueued.
+    pub runs: u64,
+    /// Fires missed and skipped.
+    pub missed: u64,
+    /// Fires whose task could not be enqueued.
+    pub failures: u64,
+    /// Why the last failed fire failed.
+    pub last_error: Option<String>,
+    /// The principal that set it (its tasks count against that principal's quota).
+    pub owner: Option<String>,
     /// When it was created.
     pub created_ms: u64,
     /// When its settings last changed.
@@ -449,11 +492,13 @@ pub enum Space {
     Limits,
     /// `output`.
     Output,
+    /// `schedules`.
+    Schedules,
 }
 
 impl Space {
     /// Every keyspace of the engine's state, in the order a copy writes them.
-    pub const ALL: [Space; 8] = [
+    pub const ALL: [Space; 9] = [
         Space::Meta,
         Space::Owners,
         Space::Queues,
@@ -462,6 +507,7 @@ impl Space {
         Space::Payloads,
         Space::Idem,
         Space::Output,
+        Space::Schedules,
     ];
 }
 
@@ -558,6 +604,7 @@ struct Keyspaces {
     idem: Keyspace,
     limits: Keyspace,
     output: Keyspace,
+    schedules: Keyspace,
 }
 
 impl Keyspaces {
@@ -571,6 +618,7 @@ impl Keyspaces {
             Space::Idem => &self.idem,
             Space::Limits => &self.limits,
             Space::Output => &self.output,
+            Space::Schedules => &self.schedules,
         }
     }
 }
@@ -612,6 +660,7 @@ impl Store {
             idem: db.keyspace("idem", opts)?,
             limits: db.keyspace("limits", opts)?,
             output: db.keyspace("output", opts)?,
+            schedules: db.keyspace("schedules", opts)?,
         };
         let store = Store {
             db,
@@ -814,6 +863,19 @@ impl Store {
             out.push((name, rec));
         }
         Ok((out, throttles))
+    }
+
+    /// Every stored schedule, by name.
+    pub fn load_schedules(&self) -> Result<Vec<(String, ScheduleRecord)>, StoreError> {
+        self.assert_nothing_held();
+        let mut out = Vec::new();
+        for guard in self.ks.schedules.iter() {
+            let (k, v) = guard.into_inner()?;
+            let name = String::from_utf8_lossy(&k).into_owned();
+            let rec = decode(&v, || format!("schedule {name}"))?;
+            out.push((name, rec));
+        }
+        Ok(out)
     }
 
     /// Every stored queue.
@@ -1308,7 +1370,8 @@ impl StoreView {
                 | Space::Limits
                 | Space::Payloads
                 | Space::Idem
-                | Space::Output => {}
+                | Space::Output
+                | Space::Schedules => {}
             }
         }
         copy.persist(Persist::All)?;
@@ -1381,6 +1444,16 @@ impl Batch {
     /// Writes a limit record.
     pub fn put_limit(&mut self, name: &str, rec: &LimitRecord) {
         self.insert(Space::Limits, name.as_bytes(), encode(rec));
+    }
+
+    /// Writes a schedule record.
+    pub fn put_schedule(&mut self, name: &str, rec: &ScheduleRecord) {
+        self.insert(Space::Schedules, name.as_bytes(), encode(rec));
+    }
+
+    /// Removes a schedule record.
+    pub fn remove_schedule(&mut self, name: &str) {
+        self.remove(Space::Schedules, name.as_bytes());
     }
 
     /// Removes a limit record.
@@ -1567,7 +1640,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             format!(
-                "store: {} has format 99, written by a newer musterd; this one reads formats 1 to 6",
+                "store: {} has format 99, written by a newer musterd; this one reads formats 1 to 7",
                 dir.path().display()
             )
         );

@@ -315,6 +315,36 @@ pub const MAX_FOLLOW_REPLY_BYTES: usize = {
     chunks + 1024
 };
 
+/// Most schedules a daemon keeps (`schedule_set` of a new one past them: `limit`).
+pub const MAX_SCHEDULES: usize = 10_000;
+
+/// Longest schedule name: each task a schedule enqueues carries the idempotency key
+/// `schedule:NAME:FIRE_MS` (or `schedule:NAME:run:NOW_MS` for `schedule_run`), which
+/// must fit [`MAX_NAME_BYTES`] with 13 digits of milliseconds.
+pub const MAX_SCHEDULE_NAME_BYTES: usize = 100;
+
+/// Longest cron pattern.
+pub const MAX_CRON_BYTES: usize = 256;
+
+/// Longest time zone name (an IANA name such as `America/Argentina/ComodRivadavia`).
+pub const MAX_TZ_BYTES: usize = 64;
+
+/// A schedule's fire late by less than this (the daemon was restarting, a cluster was
+/// electing a leader, a round was long) fires as if on time, whatever the schedule's
+/// catch-up policy; one later than this was missed, and the policy says what happens.
+pub const SCHEDULE_GRACE: Duration = Duration::from_secs(60);
+
+/// Most fires one timer run makes (over every schedule); the rest fire in the next
+/// run, at once.
+pub const MAX_FIRES_PER_ROUND: usize = 1000;
+
+/// Most missed fires one catch-up counts exactly; a schedule that missed more counts
+/// this many for that catch-up (its `missed` says "at least").
+pub const MAX_COUNTED_MISSES: u64 = 1000;
+
+// A schedule's idempotency keys fit a task's: `schedule:` + name + `:run:` + 13 digits.
+const _: () = assert!(9 + MAX_SCHEDULE_NAME_BYTES + 5 + 13 <= MAX_NAME_BYTES);
+
 #[cfg(test)]
 mod tests {
     use super::cut_to;

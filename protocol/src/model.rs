@@ -383,6 +383,72 @@ pub struct LimitSpec {
     pub per_key: bool,
 }
 
+/// What a schedule does with the fires it missed by more than
+/// [`crate::limits::SCHEDULE_GRACE`] (the daemon was down, or the schedule could not
+/// fire): fires late by less fire whatever the policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CatchUp {
+    /// Missed fires enqueue nothing; the schedule goes on with its next fire.
+    #[default]
+    Skip,
+    /// The latest missed fire enqueues one task, standing for every missed one.
+    Once,
+}
+
+impl CatchUp {
+    /// Its name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CatchUp::Skip => "skip",
+            CatchUp::Once => "once",
+        }
+    }
+}
+
+/// A schedule as `schedule_get` and `schedule_list` show it: its settings, when it
+/// fires next and what its fires did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScheduleInfo {
+    /// The schedule's name.
+    pub name: String,
+    /// Its cron pattern, as given.
+    pub cron: String,
+    /// The time zone its pattern is read in (an IANA name; `UTC` if none was given).
+    pub tz: String,
+    /// The queue its tasks go to.
+    pub queue: String,
+    /// The task each fire enqueues (its idempotency key is set by each fire).
+    pub task: NewTask,
+    /// What it does with missed fires.
+    pub catch_up: CatchUp,
+    /// True while paused: it does not fire.
+    pub paused: bool,
+    /// When it fires next (wall ms); null while paused.
+    pub next_fire_ms: Option<u64>,
+    /// The time of its last fire that enqueued a task (the time the pattern named, not
+    /// when it ran), if any.
+    pub last_fire_ms: Option<u64>,
+    /// The task its last fire or run enqueued, if any.
+    pub last_task: Option<String>,
+    /// Fires that enqueued a task (or found it enqueued already).
+    pub fires: u64,
+    /// Tasks `schedule_run` enqueued.
+    pub runs: u64,
+    /// Fires missed by more than the grace and skipped (a catch-up counts at most
+    /// [`crate::limits::MAX_COUNTED_MISSES`]).
+    pub missed: u64,
+    /// Fires whose task could not be enqueued (the queue gone, a quota, the disk
+    /// alarm): each is recorded and passed, not retried.
+    pub failures: u64,
+    /// Why the last failed fire failed (`code: message`), if one did.
+    pub last_error: Option<String>,
+    /// When it was created.
+    pub created_ms: u64,
+    /// When its settings last changed (set, pause, resume).
+    pub updated_ms: u64,
+}
+
 /// A limit as `limit_get` and `limit_list` show it: its settings and its state now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LimitInfo {

@@ -1,23 +1,31 @@
 //! Validation of names and labels, shared by the daemon (which enforces) and clients
 //! (which fail early with the same message).
 
-use crate::limits::{MAX_LABEL_BYTES, MAX_LABELS, MAX_NAME_BYTES};
+use crate::limits::{MAX_LABEL_BYTES, MAX_LABELS, MAX_NAME_BYTES, MAX_SCHEDULE_NAME_BYTES};
 
 /// Checks a queue name: `[a-z0-9][a-z0-9._-]{0,127}`.
 pub fn check_queue(name: &str) -> Result<(), String> {
-    check_object_name("queue", name)
+    check_object_name("queue", name, MAX_NAME_BYTES)
 }
 
 /// Checks a limit name: the queue-name rules, `[a-z0-9][a-z0-9._-]{0,127}`.
 pub fn check_limit(name: &str) -> Result<(), String> {
-    check_object_name("limit", name)
+    check_object_name("limit", name, MAX_NAME_BYTES)
 }
 
-/// Checks the name of a named object (a queue, a limit): `[a-z0-9][a-z0-9._-]{0,127}`.
-fn check_object_name(what: &str, name: &str) -> Result<(), String> {
+/// Checks a schedule name: `[a-z0-9][a-z0-9._-]{0,99}` (shorter than a queue's: the
+/// idempotency key of each task it enqueues carries it, see
+/// [`crate::limits::MAX_SCHEDULE_NAME_BYTES`]).
+pub fn check_schedule(name: &str) -> Result<(), String> {
+    check_object_name("schedule", name, MAX_SCHEDULE_NAME_BYTES)
+}
+
+/// Checks the name of a named object (a queue, a limit, a schedule):
+/// `[a-z0-9][a-z0-9._-]*`, 1 to `most` bytes.
+fn check_object_name(what: &str, name: &str, most: usize) -> Result<(), String> {
     let bytes = name.as_bytes();
     let ok = !bytes.is_empty()
-        && bytes.len() <= MAX_NAME_BYTES
+        && bytes.len() <= most
         && (bytes[0].is_ascii_lowercase() || bytes[0].is_ascii_digit())
         && bytes
             .iter()
@@ -26,7 +34,8 @@ fn check_object_name(what: &str, name: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "invalid {what} name {name:?}: want [a-z0-9][a-z0-9._-]{{0,127}}"
+            "invalid {what} name {name:?}: want [a-z0-9][a-z0-9._-]{{0,{}}}",
+            most - 1
         ))
     }
 }

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::RawJson;
 use crate::error::{ErrorBody, ErrorCode};
 use crate::model::{
-    Delivery, EnqueuedTask, LimitInfo, LimitSpec, MemberInfo, NewTask, OnTimeout, QueueInfo,
-    QueuePatch, TaskInfo, TaskState, TaskSummary,
+    CatchUp, Delivery, EnqueuedTask, LimitInfo, LimitSpec, MemberInfo, NewTask, OnTimeout,
+    QueueInfo, QueuePatch, ScheduleInfo, TaskInfo, TaskState, TaskSummary,
 };
 
 /// A request type: its op name and the type of its successful reply.
@@ -206,6 +206,95 @@ pub struct LimitList {
 pub struct LimitListReply {
     /// The page of limits, by name.
     pub limits: Vec<LimitInfo>,
+    /// The cursor of the next page; `None` on the last one.
+    #[serde(default)]
+    pub next: Option<String>,
+}
+
+/// Creates a schedule or replaces its settings: each time its cron pattern names,
+/// one task is enqueued into its queue (idempotency key `schedule:NAME:FIRE_MS`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScheduleSet {
+    /// The schedule's name.
+    pub name: String,
+    /// A cron pattern: five fields (minute granularity), or six with seconds first;
+    /// `@hourly`-style aliases and croner's extensions (`L`, `#`, `W`) are accepted.
+    pub cron: String,
+    /// The IANA time zone the pattern is read in; `UTC` if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tz: Option<String>,
+    /// The queue its tasks go to (it must exist).
+    pub queue: String,
+    /// The task each fire enqueues: as an enqueue's task, without an idempotency key or
+    /// `not_before_ms` (each fire sets its own).
+    pub task: NewTask,
+    /// What it does with missed fires; `skip` if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catch_up: Option<CatchUp>,
+    /// Create it (or leave it) paused; a replaced schedule keeps its state if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+}
+
+/// Names one schedule (get, pause, resume, delete, run).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScheduleName {
+    /// The schedule's name.
+    pub name: String,
+}
+
+/// Shows one schedule.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScheduleGet(pub ScheduleName);
+
+/// Pauses a schedule: it does not fire until resumed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SchedulePause(pub ScheduleName);
+
+/// Resumes a paused schedule: it fires from its next time after now (the times it
+/// passed while paused do not fire).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScheduleResume(pub ScheduleName);
+
+/// Deletes a schedule (the tasks it enqueued stay).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScheduleDelete(pub ScheduleName);
+
+/// Enqueues the schedule's task now, once, whatever its pattern and pause; its fires
+/// go on as before.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScheduleRun(pub ScheduleName);
+
+/// Reply carrying one schedule.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScheduleReply {
+    /// The schedule.
+    pub schedule: ScheduleInfo,
+}
+
+/// Reply to [`ScheduleRun`]: the task enqueued.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScheduleRunReply {
+    /// The task.
+    pub task: EnqueuedTask,
+}
+
+/// Lists schedules, a page at a time, by name.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ScheduleList {
+    /// Start after this schedule name (the `next` of the previous page).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// Page size, 1 to [`crate::limits::MAX_PAGE`]; 100 if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// Reply to [`ScheduleList`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScheduleListReply {
+    /// The page of schedules, by name (those of queues the caller may see).
+    pub schedules: Vec<ScheduleInfo>,
     /// The cursor of the next page; `None` on the last one.
     #[serde(default)]
     pub next: Option<String>,
@@ -1208,6 +1297,15 @@ pub enum View {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         limit: Option<u32>,
     },
+    /// Schedules with their next fire, in name order; the cursor is a schedule name.
+    Schedules {
+        /// Start after this schedule name.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
+        /// Page size.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<u32>,
+    },
 }
 
 /// What a [`View`] shows, as the `watch` reply and each `watch` push carry it:
@@ -1282,6 +1380,13 @@ pub enum WatchUpdate {
     Limits {
         /// The limits, each with its busiest keys.
         limits: Vec<LimitInfo>,
+        /// The cursor of the next page; null on the last.
+        next: Option<String>,
+    },
+    /// A page of schedules.
+    Schedules {
+        /// The schedules (of queues the watcher sees).
+        schedules: Vec<ScheduleInfo>,
         /// The cursor of the next page; null on the last.
         next: Option<String>,
     },
@@ -1644,6 +1749,13 @@ ops! {
     LimitGet(LimitGet) = "limit_get" -> LimitReply;
     LimitList(LimitList) = "limit_list" -> LimitListReply;
     LimitDelete(LimitDelete) = "limit_delete" -> CountReply;
+    ScheduleSet(ScheduleSet) = "schedule_set" -> ScheduleReply;
+    ScheduleGet(ScheduleGet) = "schedule_get" -> ScheduleReply;
+    ScheduleList(ScheduleList) = "schedule_list" -> ScheduleListReply;
+    SchedulePause(SchedulePause) = "schedule_pause" -> ScheduleReply;
+    ScheduleResume(ScheduleResume) = "schedule_resume" -> ScheduleReply;
+    ScheduleDelete(ScheduleDelete) = "schedule_delete" -> Empty;
+    ScheduleRun(ScheduleRun) = "schedule_run" -> ScheduleRunReply;
     }
 }
 

@@ -31,6 +31,11 @@ pub(super) fn action(req: &EngineRequest) -> Option<Action> {
         EngineRequest::LeaseRevoke(r) => &r.task,
         EngineRequest::LimitSet(r) => &r.name,
         EngineRequest::LimitDelete(r) => &r.0.name,
+        EngineRequest::ScheduleSet(r) => &r.name,
+        EngineRequest::SchedulePause(r) => &r.0.name,
+        EngineRequest::ScheduleResume(r) => &r.0.name,
+        EngineRequest::ScheduleDelete(r) => &r.0.name,
+        EngineRequest::ScheduleRun(r) => &r.0.name,
         // The task, never the token (a secret, which the log must not hold).
         EngineRequest::Resume(r) => super::suspend::resume_target(r)?,
         _ => return None,
@@ -45,7 +50,11 @@ pub(super) fn action(req: &EngineRequest) -> Option<Action> {
 pub(super) fn applied(action: &Action, principal: Option<&str>, reply: &Reply) {
     let tasks = match reply {
         Reply::Count(c) => c.count,
-        Reply::Cancel(_) | Reply::Settle(_) | Reply::TaskUpdate(_) | Reply::Resume(_) => 1,
+        Reply::Cancel(_)
+        | Reply::Settle(_)
+        | Reply::TaskUpdate(_)
+        | Reply::Resume(_)
+        | Reply::ScheduleRun(_) => 1,
         Reply::Member(m) => m.member.leased,
         _ => 0,
     };

@@ -29,7 +29,12 @@
 //! | `cluster_status` | admin | |
 //! | `cluster_add`, `cluster_remove` | admin | every queue |
 //! | `admin_snapshot` | admin, of every queue | |
-//! | `watch` | admin (approve too: a queue's `suspended` tasks, a suspended task) | the view's queue or task; queue and dead screens show only covered queues; member screens: admin of every queue |
+//! | `schedule_set` | admin | the schedule's queue (the old one too, when it moves) |
+//! | `schedule_pause`, `schedule_resume`, `schedule_delete` | admin | the schedule's queue |
+//! | `schedule_run` | produce | the schedule's queue |
+//! | `schedule_get` | any | the schedule's queue |
+//! | `schedule_list` | any | lists only schedules of covered queues |
+//! | `watch` | admin (approve too: a queue's `suspended` tasks, a suspended task; any role: limits, schedules) | the view's queue or task; queue, dead and schedule screens show only covered queues; member screens: admin of every queue |
 //! | `unwatch` | admin | |
 //!
 //! Admin holds every role. A member name belongs to the principal that first used it
@@ -279,6 +284,19 @@ impl<W: Waiter> Engine<W> {
             // who may enqueue or take tasks may see them.
             EngineRequest::LimitSet(_) | EngineRequest::LimitDelete(_) => every_queue_admin(p),
             EngineRequest::LimitGet(_) | EngineRequest::LimitList(_) => p.check(any, None),
+            // A schedule is its queue's: an admin of the queue sets and steers it (of
+            // both queues when it moves), whoever may enqueue there runs it at once,
+            // any role of the queue sees it.
+            EngineRequest::ScheduleSet(r) => {
+                p.check(ADMIN, Some(&r.queue))?;
+                p.check(ADMIN, self.schedules.queue_of(&r.name))
+            }
+            EngineRequest::ScheduleGet(r) => p.check(any, self.schedules.queue_of(&r.0.name)),
+            EngineRequest::SchedulePause(r) => p.check(ADMIN, self.schedules.queue_of(&r.0.name)),
+            EngineRequest::ScheduleResume(r) => p.check(ADMIN, self.schedules.queue_of(&r.0.name)),
+            EngineRequest::ScheduleDelete(r) => p.check(ADMIN, self.schedules.queue_of(&r.0.name)),
+            EngineRequest::ScheduleRun(r) => p.check(PRODUCE, self.schedules.queue_of(&r.0.name)),
+            EngineRequest::ScheduleList(_) => p.check(any, None),
         }
     }
 
@@ -330,7 +348,7 @@ impl<W: Waiter> Engine<W> {
             }
             View::Queues { .. } | View::Dead { .. } => p.check(ADMIN, None),
             View::Member { .. } | View::Members { .. } => every_queue_admin(p),
-            View::Limits { .. } => p.check(ANY_ROLE, None),
+            View::Limits { .. } | View::Schedules { .. } => p.check(ANY_ROLE, None),
         }
     }
 

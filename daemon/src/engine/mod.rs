@@ -31,6 +31,7 @@ mod members;
 mod ops;
 mod output;
 mod quotas;
+mod schedules;
 mod suspend;
 pub mod telemetry;
 #[cfg(test)]
@@ -192,6 +193,12 @@ pub enum Reply {
     Limit(muster_protocol::ops::LimitReply),
     /// Limit list.
     LimitList(muster_protocol::ops::LimitListReply),
+    /// Schedule set, get, pause, resume.
+    Schedule(muster_protocol::ops::ScheduleReply),
+    /// Schedule list.
+    ScheduleList(muster_protocol::ops::ScheduleListReply),
+    /// Schedule run.
+    ScheduleRun(muster_protocol::ops::ScheduleRunReply),
     /// Suspend.
     Suspend(muster_protocol::ops::SuspendReply),
     /// Resume.
@@ -496,6 +503,8 @@ pub struct Engine<W: Waiter> {
     bulk: bulk::BulkJobs<W>,
     /// Tasks' output, its follows and its sweep (see [`output`]).
     output: output::Output<W>,
+    /// Cron schedules and their next fires (see [`schedules`]).
+    schedules: schedules::Schedules,
     /// Work [`Engine::check_carried`] may do before it next runs (debug builds).
     #[cfg(debug_assertions)]
     check_credit: usize,
@@ -943,11 +952,13 @@ impl<W: Waiter> Engine<W> {
             budget: Budget::default(),
             bulk: bulk::BulkJobs::new(),
             output: output::Output::new(),
+            schedules: schedules::Schedules::default(),
             #[cfg(debug_assertions)]
             check_credit: 0,
         };
         engine.load_queues()?;
         engine.load_limits(now)?;
+        engine.load_schedules()?;
         engine.load_tasks(now)?;
         engine.load_output()?;
         engine.commit()?;
@@ -1181,6 +1192,7 @@ impl<W: Waiter> Engine<W> {
     #[cfg(debug_assertions)]
     fn digest(&self) -> Vec<usize> {
         let mut d = vec![
+            self.schedules.digest(),
             self.index.tasks.len(),
             self.index.scheduled.len(),
             self.index.suspended.len(),
@@ -1215,6 +1227,7 @@ impl<W: Waiter> Engine<W> {
     pub fn tick(&mut self, now: Now) -> Result<(), StoreError> {
         self.index.limits.set_now(now.mono_ms);
         self.sweep_liveness(now);
+        self.fire_schedules(now)?;
         self.promote_scheduled(now)?;
         self.time_out_suspensions(now)?;
         self.lapse_leases(now)?;
@@ -1265,6 +1278,7 @@ impl<W: Waiter> Engine<W> {
         let mono = |at: u64| at.saturating_sub(now.mono_ms);
         [
             self.index.scheduled.first().map(|(at, _)| wall(*at)),
+            self.schedules.next_fire().map(wall),
             self.index.suspended.first().map(|(at, _)| wall(*at)),
             self.index.leases.first().map(|(at, _)| mono(*at)),
             self.index.expiry.first().map(|(at, _)| wall(*at)),
@@ -1352,6 +1366,7 @@ impl<W: Waiter> Engine<W> {
                     .map(|n| &**n),
                 now.wall_ms,
             ),
+            schedules: self.schedules.counts(),
             connected: self.connected_members(),
             unreachable: self.unreachable_members(),
             now_ms: now.wall_ms,

@@ -77,7 +77,7 @@ pub(super) fn parse_id(s: &str) -> OpResult<Ulid> {
 
 /// Checks an enqueue's tasks before anything is stored: 1 to `MAX_BATCH` of them, each
 /// payload, priority, key, idempotency key, label and delay within its limits.
-fn check_new_tasks(tasks: &[NewTask], now: Now) -> OpResult<()> {
+pub(super) fn check_new_tasks(tasks: &[NewTask], now: Now) -> OpResult<()> {
     if tasks.is_empty() || tasks.len() > MAX_BATCH {
         return Err(client(
             if tasks.is_empty() {
@@ -487,6 +487,23 @@ impl<W: Waiter> Engine<W> {
             EngineRequest::LimitGet(r) => self.limit_get(&r, now).map(Reply::Limit),
             EngineRequest::LimitList(r) => self.limit_list(&r, now).map(Reply::LimitList),
             EngineRequest::LimitDelete(r) => self.limit_delete(&r).map(Reply::Count),
+            EngineRequest::ScheduleSet(r) => self
+                .schedule_set(r, waiter.principal(), now)
+                .map(Reply::Schedule),
+            EngineRequest::ScheduleGet(r) => self.schedule_get(&r.0).map(Reply::Schedule),
+            EngineRequest::ScheduleList(r) => self
+                .schedule_list(&r, waiter.principal())
+                .map(Reply::ScheduleList),
+            EngineRequest::SchedulePause(r) => {
+                self.schedule_pause(&r.0, true, now).map(Reply::Schedule)
+            }
+            EngineRequest::ScheduleResume(r) => {
+                self.schedule_pause(&r.0, false, now).map(Reply::Schedule)
+            }
+            EngineRequest::ScheduleDelete(r) => self.schedule_delete(&r.0).map(Reply::Empty),
+            EngineRequest::ScheduleRun(r) => self
+                .schedule_run(&r.0, waiter.principal(), now)
+                .map(Reply::ScheduleRun),
         };
         match result {
             Ok(reply) => {
@@ -831,7 +848,7 @@ impl<W: Waiter> Engine<W> {
     /// The task already stored under `t`'s idempotency key in `queue` (or earlier in this
     /// batch, `keyed`), answered as a duplicate; `None` when there is none (or it is
     /// gone: retention ended it).
-    fn existing_by_key(
+    pub(super) fn existing_by_key(
         &self,
         queue: &str,
         t: &NewTask,

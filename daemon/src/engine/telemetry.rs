@@ -228,6 +228,30 @@ pub enum Repair {
     Purged,
 }
 
+/// Most schedules with series of their own: the first by name. The counters of the
+/// others are summed under `schedule="_other"` (their next fires are not shown), so the
+/// cardinality stays bounded however many schedules there are.
+pub const MAX_SCHEDULE_SERIES: usize = 1000;
+
+/// The `schedule` label of the schedules past [`MAX_SCHEDULE_SERIES`].
+pub const OTHER_SCHEDULES: &str = "_other";
+
+/// One schedule's counts, as its series show them.
+pub struct ScheduleCounts {
+    /// Its name.
+    pub name: String,
+    /// Fires that enqueued a task.
+    pub fires: u64,
+    /// Tasks `schedule_run` enqueued.
+    pub runs: u64,
+    /// Fires missed and skipped.
+    pub missed: u64,
+    /// Fires that enqueued nothing.
+    pub failures: u64,
+    /// Its next fire (wall ms), if it has one.
+    pub next_fire_ms: Option<u64>,
+}
+
 /// What [`publish`] needs of the engine, read without a task scan.
 pub struct Snapshot<'a> {
     /// Every queue with its counts.
@@ -240,6 +264,8 @@ pub struct Snapshot<'a> {
     pub unreachable: usize,
     /// Every limit, with its busiest keys.
     pub limits: Vec<LimitInfo>,
+    /// Every schedule's counts, by name.
+    pub schedules: Vec<ScheduleCounts>,
     /// The wall clock, for ages.
     pub now_ms: u64,
 }
@@ -284,6 +310,7 @@ pub fn publish(s: &Snapshot<'_>) {
             }
         }
     }
+    publish_schedules(&s.schedules);
     gauge!("muster_members_connected").set(s.connected as f64);
     gauge!("muster_members_unreachable").set(s.unreachable as f64);
     let (mut other_leases, mut other_capacity) = (0u64, 0u64);
@@ -301,3 +328,38 @@ pub fn publish(s: &Snapshot<'_>) {
         gauge!("muster_member_capacity", "member" => OTHER_MEMBERS).set(other_capacity as f64);
     }
 }
+
+/// Sets the schedules' series: counters from the counts their records keep (they
+/// survive restarts and failovers), the next fire as a Unix time in seconds (0 while
+/// paused).
+fn publish_schedules(schedules: &[ScheduleCounts]) {
+    let mut other = [0u64; 4];
+    for (n, c) in schedules.iter().enumerate() {
+        let counts = [c.fires, c.runs, c.missed, c.failures];
+        if n >= MAX_SCHEDULE_SERIES {
+            for (sum, count) in other.iter_mut().zip(counts) {
+                *sum += count;
+            }
+            continue;
+        }
+        for (name, count) in SCHEDULE_COUNTERS.iter().zip(counts) {
+            counter!(*name, "schedule" => c.name.clone()).absolute(count);
+        }
+        gauge!("muster_schedule_next_fire_timestamp_seconds", "schedule" => c.name.clone())
+            .set(c.next_fire_ms.map_or(0.0, |ms| ms as f64 / 1000.0));
+    }
+    if schedules.len() > MAX_SCHEDULE_SERIES {
+        for (name, count) in SCHEDULE_COUNTERS.iter().zip(other) {
+            counter!(*name, "schedule" => OTHER_SCHEDULES).absolute(count);
+        }
+    }
+    gauge!("muster_schedules").set(schedules.len() as f64);
+}
+
+/// The counters of each schedule, in the order of [`ScheduleCounts`]' counts.
+const SCHEDULE_COUNTERS: [&str; 4] = [
+    "muster_schedule_fires_total",
+    "muster_schedule_runs_total",
+    "muster_schedule_missed_total",
+    "muster_schedule_failures_total",
+];

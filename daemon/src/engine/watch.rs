@@ -237,6 +237,10 @@ impl<W: Waiter> Engine<W> {
             View::Limits { after: a, limit } => {
                 Ok(self.limits_screen(a.as_deref(), rows(*limit)?, now))
             }
+            View::Schedules { after: a, limit } => {
+                let (schedules, next) = self.schedules.page(a.as_deref(), rows(*limit)?, principal);
+                Ok(WatchUpdate::Schedules { schedules, next })
+            }
         }
     }
 

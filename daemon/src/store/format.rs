@@ -37,6 +37,8 @@
 //!   change.
 //! - 6: the `output` keyspace (task output, its own records); task records are as in
 //!   format 5 (a format 6 record reads as one).
+//! - 7: the `schedules` keyspace (schedule records, JSON, `v: 7`); task records are as
+//!   in format 5 (a format 7 record reads as one).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -50,12 +52,12 @@ use muster_protocol::model::{
 };
 
 use super::{
-    LeaseRecord, LimitRecord, ParentLink, QueueRecord, SuspensionRecord, TaskIndex, TaskLimit,
-    TaskRecord,
+    LeaseRecord, LimitRecord, ParentLink, QueueRecord, ScheduleRecord, SuspensionRecord, TaskIndex,
+    TaskLimit, TaskRecord,
 };
 
 /// The format this build writes, and the newest it reads.
-pub const FORMAT: u32 = 6;
+pub const FORMAT: u32 = 7;
 
 /// The oldest format this build reads (older ones would be migrated on open).
 pub const OLDEST_FORMAT: u32 = 1;
@@ -785,6 +787,98 @@ impl TryFrom<StoredLimit> for LimitRecord {
     }
 }
 
+/// A schedule on disk (format 7), JSON. Its task is the protocol's `NewTask` as JSON,
+/// whose fields only ever grow (each optional).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredSchedule {
+    v: u32,
+    cron: String,
+    tz: String,
+    queue: String,
+    task: muster_protocol::model::NewTask,
+    catch_up: StoredCatchUp,
+    paused: bool,
+    cursor_ms: u64,
+    last_fire_ms: Option<u64>,
+    last_task: Option<String>,
+    fires: u64,
+    runs: u64,
+    missed: u64,
+    failures: u64,
+    last_error: Option<String>,
+    owner: Option<String>,
+    created_ms: u64,
+    updated_ms: u64,
+}
+
+/// A schedule's catch-up policy on disk, by name.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum StoredCatchUp {
+    Skip,
+    Once,
+}
+
+impl From<ScheduleRecord> for StoredSchedule {
+    fn from(r: ScheduleRecord) -> Self {
+        use muster_protocol::model::CatchUp;
+        StoredSchedule {
+            v: FORMAT,
+            cron: r.cron,
+            tz: r.tz,
+            queue: r.queue,
+            task: r.task,
+            catch_up: match r.catch_up {
+                CatchUp::Skip => StoredCatchUp::Skip,
+                CatchUp::Once => StoredCatchUp::Once,
+            },
+            paused: r.paused,
+            cursor_ms: r.cursor_ms,
+            last_fire_ms: r.last_fire_ms,
+            last_task: r.last_task,
+            fires: r.fires,
+            runs: r.runs,
+            missed: r.missed,
+            failures: r.failures,
+            last_error: r.last_error,
+            owner: r.owner,
+            created_ms: r.created_ms,
+            updated_ms: r.updated_ms,
+        }
+    }
+}
+
+impl TryFrom<StoredSchedule> for ScheduleRecord {
+    type Error = String;
+
+    fn try_from(s: StoredSchedule) -> Result<Self, String> {
+        use muster_protocol::model::CatchUp;
+        check_version(s.v)?;
+        Ok(ScheduleRecord {
+            cron: s.cron,
+            tz: s.tz,
+            queue: s.queue,
+            task: s.task,
+            catch_up: match s.catch_up {
+                StoredCatchUp::Skip => CatchUp::Skip,
+                StoredCatchUp::Once => CatchUp::Once,
+            },
+            paused: s.paused,
+            cursor_ms: s.cursor_ms,
+            last_fire_ms: s.last_fire_ms,
+            last_task: s.last_task,
+            fires: s.fires,
+            runs: s.runs,
+            missed: s.missed,
+            failures: s.failures,
+            last_error: s.last_error,
+            owner: s.owner,
+            created_ms: s.created_ms,
+            updated_ms: s.updated_ms,
+        })
+    }
+}
+
 /// A retry backoff on disk.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct StoredBackoff {
@@ -1041,7 +1135,7 @@ mod tests {
     fn a_task_record_reads_back_field_for_field_and_its_index_alone() {
         for rec in [full(), bare()] {
             let bytes = encode_task(&rec);
-            assert_eq!(bytes[0], 6, "a format 6 record begins with its version");
+            assert_eq!(bytes[0], 7, "a format 7 record begins with its version");
             let back = decode_task(&bytes).unwrap();
             assert_eq!(format!("{back:?}"), format!("{rec:?}"));
             let i = decode_index(&bytes).unwrap();
@@ -1124,12 +1218,13 @@ mod tests {
             old.extend_from_slice(&rest[7..]);
             old
         };
-        // Format 5 is format 6 with another version number.
+        // Formats 5 and 6 are format 7 with another version number.
         for old in [
             old(2, &[]),
             old(3, &rest[..2]),
             old(4, &rest[..4]),
             old(5, &rest[..7]),
+            old(6, &rest[..7]),
         ] {
             assert_eq!(
                 format!("{:?}", decode_task(&old).unwrap()),
@@ -1169,14 +1264,56 @@ mod tests {
         let json = serde_json::to_string(&rec).unwrap();
         assert_eq!(
             json,
-            r#"{"v":6,"rate":{"count":500,"per_ms":60000},"burst":50,"concurrency":4,"per_key":true,"created_ms":1764000000000,"updated_ms":1764000000500}"#
+            r#"{"v":7,"rate":{"count":500,"per_ms":60000},"burst":50,"concurrency":4,"per_key":true,"created_ms":1764000000000,"updated_ms":1764000000500}"#
         );
         assert_eq!(serde_json::from_str::<LimitRecord>(&json).unwrap(), rec);
-        let newer = json.replacen(r#""v":6"#, r#""v":7"#, 1);
+        let newer = json.replacen(r#""v":7"#, r#""v":8"#, 1);
         let err = serde_json::from_str::<LimitRecord>(&newer).unwrap_err();
         assert!(
             err.to_string()
-                .contains("record format 7 was written by a newer musterd"),
+                .contains("record format 8 was written by a newer musterd"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_schedule_record_reads_back_and_a_newer_one_is_refused() {
+        let rec = ScheduleRecord {
+            cron: "*/5 * * * *".into(),
+            tz: "Europe/Berlin".into(),
+            queue: "reports".into(),
+            task: muster_protocol::model::NewTask {
+                priority: Some(3),
+                ..muster_protocol::model::NewTask::new(
+                    muster_protocol::ops::raw(r#"{"kind":"daily"}"#).unwrap(),
+                )
+            },
+            catch_up: muster_protocol::model::CatchUp::Once,
+            paused: false,
+            cursor_ms: 1_764_000_300_000,
+            last_fire_ms: Some(1_764_000_300_000),
+            last_task: Some("01JHMPFNMW1HEAD8X4A1JH69RE".into()),
+            fires: 12,
+            runs: 1,
+            missed: 3,
+            failures: 2,
+            last_error: Some("disk_full: the disk alarm is on".into()),
+            owner: Some("ops".into()),
+            created_ms: 1_764_000_000_000,
+            updated_ms: 1_764_000_000_500,
+        };
+        let json = serde_json::to_string(&rec).unwrap();
+        assert_eq!(
+            json,
+            r#"{"v":7,"cron":"*/5 * * * *","tz":"Europe/Berlin","queue":"reports","task":{"payload":{"kind":"daily"},"priority":3},"catch_up":"once","paused":false,"cursor_ms":1764000300000,"last_fire_ms":1764000300000,"last_task":"01JHMPFNMW1HEAD8X4A1JH69RE","fires":12,"runs":1,"missed":3,"failures":2,"last_error":"disk_full: the disk alarm is on","owner":"ops","created_ms":1764000000000,"updated_ms":1764000000500}"#
+        );
+        let back: ScheduleRecord = serde_json::from_str(&json).unwrap();
+        assert_eq!(format!("{back:?}"), format!("{rec:?}"));
+        let newer = json.replacen(r#""v":7"#, r#""v":8"#, 1);
+        let err = serde_json::from_str::<ScheduleRecord>(&newer).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("record format 8 was written by a newer musterd"),
             "{err}"
         );
     }
@@ -1191,14 +1328,14 @@ mod tests {
                 "cut at {cut}"
             );
         }
-        bytes[0] = 7;
+        bytes[0] = 8;
         for err in [
             decode_task(&bytes).unwrap_err(),
             decode_index(&bytes).unwrap_err(),
         ] {
             assert_eq!(
                 err,
-                "record format 7 was written by a newer musterd; this one reads formats 1 to 6"
+                "record format 8 was written by a newer musterd; this one reads formats 1 to 7"
             );
         }
         bytes[0] = 1;
@@ -1215,20 +1352,20 @@ mod tests {
 
     #[test]
     fn a_queue_record_of_a_newer_format_is_refused_with_a_message_saying_so() {
-        let newer = r#"{"v":7,"options":{"lease_ms":1,"max_attempts":1,"retry_backoff":{"base_ms":1,"factor":1.0,"cap_ms":1,"jitter":0.0},"key_concurrency":1,"retention_ms":1,"max_runtime_ms":null,"paused":false},"created_ms":1}"#;
+        let newer = r#"{"v":8,"options":{"lease_ms":1,"max_attempts":1,"retry_backoff":{"base_ms":1,"factor":1.0,"cap_ms":1,"jitter":0.0},"key_concurrency":1,"retention_ms":1,"max_runtime_ms":null,"paused":false},"created_ms":1}"#;
         let err = serde_json::from_str::<QueueRecord>(newer).unwrap_err();
         assert!(
             err.to_string()
-                .contains("record format 7 was written by a newer musterd"),
+                .contains("record format 8 was written by a newer musterd"),
             "{err}"
         );
-        let old = newer.replacen(r#""v":7"#, r#""v":1"#, 1);
+        let old = newer.replacen(r#""v":8"#, r#""v":1"#, 1);
         let rec: QueueRecord = serde_json::from_str(&old).unwrap();
         let again = serde_json::to_string(&rec).unwrap();
         assert_eq!(
             again,
-            old.replacen(r#""v":1"#, r#""v":6"#, 1),
-            "a format 1 queue record is written back as format 6, otherwise byte for byte"
+            old.replacen(r#""v":1"#, r#""v":7"#, 1),
+            "a format 1 queue record is written back as format 7, otherwise byte for byte"
         );
     }
 }

@@ -32,6 +32,8 @@
 //!   partitioned while they work one queue, on one daemon and on a cluster whose leader
 //!   is killed, isolated and deafened meanwhile.
 //! - `crash`: kill -9 during a burst of enqueues, and leases held across restarts.
+//! - `schedules`: a cron schedule firing every second, once per second, across a kill -9
+//!   and restart of a daemon and across the kill -9 of a cluster's leader.
 //! - `cluster`: three nodes: forming, `not_leader`, a kill -9 of the leader with tasks
 //!   and leases kept, the checker under kills, partitions and one-way loss (with each
 //!   failover measured), a snapshot for a new node.
@@ -76,6 +78,7 @@ mod metrics;
 mod operate;
 mod output;
 mod private;
+mod schedules;
 mod scripting;
 mod security;
 mod spec;

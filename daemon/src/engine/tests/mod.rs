@@ -2251,6 +2251,7 @@ mod member_names;
 mod model;
 mod output;
 mod quotas;
+mod schedules;
 mod suspend;
 mod watch;
 
