@@ -182,6 +182,33 @@ fn a_pattern_is_read_in_its_time_zone() {
 }
 
 #[test]
+fn across_daylight_saving_a_fixed_time_fires_once_a_day() {
+    let mut h = Harness::new();
+    h.create("q", QueuePatch::default());
+    let berlin = |name: &str| ScheduleSet {
+        tz: Some("Europe/Berlin".into()),
+        ..every(name, "30 2 * * *", "q")
+    };
+    // 2027-03-28: 02:00 CET jumps to 03:00 CEST, so 02:30 does not exist: it fires at
+    // the first moment after the gap, 03:00 CEST (01:00 UTC).
+    h.now.wall_ms = 1_806_148_800_000; // 2027-03-27 12:00 UTC
+    assert_eq!(set(&mut h, berlin("spring")).next_fire_ms, Some(1_806_195_600_000));
+    // 2027-10-31: 03:00 CEST falls back to 02:00 CET, so 02:30 comes twice: it fires at
+    // the first (00:30 UTC), and next on 2027-11-01 at 02:30 CET (01:30 UTC).
+    h.now.wall_ms = 1_824_897_600_000; // 2027-10-30 12:00 UTC
+    h.round();
+    assert_eq!(set(&mut h, berlin("autumn")).next_fire_ms, Some(1_824_942_600_000));
+    h.call(EngineRequest::ScheduleDelete(muster_protocol::ops::ScheduleDelete(named("spring"))))
+        .unwrap();
+    h.advance(1_824_942_600_000 - h.now.wall_ms);
+    let s = get(&mut h, "autumn");
+    assert_eq!(s.fires, 1);
+    assert_eq!(s.next_fire_ms, Some(1_825_032_600_000));
+    h.advance(HOUR);
+    assert_eq!(get(&mut h, "autumn").fires, 1, "not again in the repeated hour");
+}
+
+#[test]
 fn a_restart_neither_repeats_a_fire_nor_loses_one_within_the_grace() {
     let mut h = Harness::new();
     h.create("q", QueuePatch::default());
