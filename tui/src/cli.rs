@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use muster_protocol::model::{LimitUse, Rate};
+use muster_protocol::model::{CatchUp, LimitUse, Rate};
 
 use crate::ClaimString;
 
@@ -74,6 +74,10 @@ pub enum Command {
     /// tasks of any queue draw on.
     #[command(subcommand)]
     Limit(LimitCommand),
+    /// Create, inspect, pause and remove schedules: each time a schedule's cron pattern
+    /// names (in its time zone), one task is enqueued into its queue.
+    #[command(subcommand)]
+    Schedule(ScheduleCommand),
     /// Enqueue a task; with PAYLOAD `-`, one JSON payload per stdin line.
     Enqueue(EnqueueArgs),
     /// Lease ready tasks; prints CLAIM<TAB>ATTEMPT<TAB>PAYLOAD per task.
@@ -281,8 +285,8 @@ pub enum Command {
         #[arg(long, default_value_t = 2.0)]
         rate: f64,
     },
-    /// The operator's console: watch queues, tasks, members and dead letters live, and
-    /// repair them (redrive, discard, cancel, revoke, pause, drain).
+    /// The operator's console: watch queues, tasks, members, dead letters and schedules
+    /// live, and repair them (redrive, discard, cancel, revoke, pause, drain).
     Tui {
         /// Look only: every verb is removed.
         #[arg(long)]
@@ -891,18 +895,31 @@ pub struct EnqueueArgs {
     pub queue: String,
     /// The JSON payload, or `-` for one payload per stdin line.
     pub payload: String,
+    /// The task's options.
+    #[command(flatten)]
+    pub task: TaskArgs,
+    /// Not before this time (RFC 3339, e.g. 2026-12-01T08:00:00Z).
+    #[arg(long, value_parser = humantime::parse_rfc3339_weak)]
+    pub at: Option<std::time::SystemTime>,
+    /// Enqueue at most once under this key. With PAYLOAD `-`, a template giving each
+    /// line its own key from a field of its payload: `{/json/pointer}` stands for the
+    /// string or number there, e.g. 'order-{/order_id}'.
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+}
+
+/// A task's options, as `enqueue` and `schedule set` take them.
+#[derive(Debug, Args)]
+pub struct TaskArgs {
     /// Tasks sharing a key run in order, `key_concurrency` at a time.
     #[arg(long)]
     pub key: Option<String>,
     /// 0 to 9, higher first.
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=i64::from(muster_protocol::limits::MAX_PRIORITY)))]
     pub priority: Option<u8>,
-    /// Not before this long from now.
+    /// Not before this long after it is enqueued.
     #[arg(long, value_parser = duration)]
     pub delay: Option<Duration>,
-    /// Not before this time (RFC 3339, e.g. 2026-12-01T08:00:00Z).
-    #[arg(long, value_parser = humantime::parse_rfc3339_weak)]
-    pub at: Option<std::time::SystemTime>,
     /// Labels a member must carry, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub requires: Vec<String>,
@@ -912,11 +929,94 @@ pub struct EnqueueArgs {
     /// The task's group (tenant, customer) for a queue with fair dispatch.
     #[arg(long)]
     pub group: Option<String>,
-    /// Enqueue at most once under this key. With PAYLOAD `-`, a template giving each
-    /// line its own key from a field of its payload: `{/json/pointer}` stands for the
-    /// string or number there, e.g. 'order-{/order_id}'.
+}
+
+/// Schedule subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ScheduleCommand {
+    /// Create a schedule or replace its settings: each time its cron pattern names, one
+    /// task is enqueued into its queue (idempotency key `schedule:NAME:FIRE_MS`).
+    Set(Box<ScheduleSetArgs>),
+    /// Show a schedule: its settings, its task, when it fires next and what its fires
+    /// did.
+    Get {
+        /// The schedule.
+        name: String,
+    },
+    /// List schedules (those of the queues the token covers), by name.
+    List,
+    /// Pause a schedule: it does not fire until resumed.
+    Pause {
+        /// The schedule.
+        name: String,
+    },
+    /// Resume a paused schedule: it fires from its next time after now (the times
+    /// passed while paused do not fire).
+    Resume {
+        /// The schedule.
+        name: String,
+    },
+    /// Delete a schedule; the tasks it enqueued stay.
+    Delete {
+        /// The schedule.
+        name: String,
+    },
+    /// Enqueue the schedule's task now, once, paused or not (its fires go on as
+    /// before); prints the task's id.
+    RunNow {
+        /// The schedule.
+        name: String,
+    },
+}
+
+/// Arguments of `schedule set`.
+#[derive(Debug, Args)]
+pub struct ScheduleSetArgs {
+    /// Schedule name: [a-z0-9][a-z0-9._-]{0,99}.
+    pub name: String,
+    /// The cron pattern: five fields (minute, hour, day of month, month, day of week),
+    /// or six with seconds first; `@hourly`, `@daily`, `@weekly`, `@monthly`,
+    /// `@yearly`, and `L`, `#` and `W` are accepted, e.g. '*/5 * * * *', '0 9 * * MON-FRI'.
     #[arg(long)]
-    pub idempotency_key: Option<String>,
+    pub cron: String,
+    /// The IANA time zone the pattern is read in, e.g. Europe/Berlin [default: UTC].
+    #[arg(long)]
+    pub tz: Option<String>,
+    /// The queue each fire enqueues into (it must exist).
+    #[arg(long)]
+    pub queue: String,
+    /// The JSON payload of each task.
+    #[arg(long)]
+    pub payload: String,
+    /// The options of each task.
+    #[command(flatten)]
+    pub task: TaskArgs,
+    /// What fires missed by more than 60 s (the daemon was down) do; a fire late by
+    /// less fires anyway [default: skip].
+    #[arg(long, value_enum)]
+    pub catch_up: Option<CatchUpPolicy>,
+    /// Create it paused (a replaced schedule keeps its pause without it); `schedule
+    /// resume` starts it.
+    #[arg(long)]
+    pub paused: bool,
+}
+
+/// What a schedule does with the fires it missed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CatchUpPolicy {
+    /// Missed fires enqueue nothing; the schedule goes on with its next fire.
+    Skip,
+    /// The latest missed fire enqueues one task, standing for every missed one.
+    Once,
+}
+
+impl From<CatchUpPolicy> for CatchUp {
+    fn from(p: CatchUpPolicy) -> Self {
+        match p {
+            CatchUpPolicy::Skip => CatchUp::Skip,
+            CatchUpPolicy::Once => CatchUp::Once,
+        }
+    }
 }
 
 /// Arguments of `claim`.
@@ -1138,5 +1238,167 @@ mod tests {
             Cli::try_parse_from(["muster", "cluster", "add", "3", "--node-addr", "c:1"]).is_err()
         );
         assert!(Cli::try_parse_from(["muster", "cluster", "remove", "x"]).is_err());
+    }
+
+    #[test]
+    fn schedule_commands_parse_with_the_task_options_of_enqueue() {
+        use super::{CatchUpPolicy, Cli, Command, EnqueueArgs, ScheduleCommand};
+        use clap::Parser;
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(["muster", "schedule"].iter().chain(args)).map(|cli| cli.command)
+        };
+        let set = parse(&[
+            "set",
+            "nightly",
+            "--cron",
+            "0 2 * * *",
+            "--tz",
+            "Europe/Berlin",
+            "--queue",
+            "reports",
+            "--payload",
+            r#"{"report":"daily"}"#,
+            "--priority",
+            "7",
+            "--key",
+            "nightly",
+            "--requires",
+            "gpu,big",
+            "--limit",
+            "openai::3",
+            "--group",
+            "acme",
+            "--delay",
+            "30s",
+            "--catch-up",
+            "once",
+            "--paused",
+        ])
+        .unwrap();
+        let Command::Schedule(ScheduleCommand::Set(args)) = set else {
+            panic!("{set:?}")
+        };
+        assert_eq!(
+            (args.name.as_str(), args.cron.as_str(), args.tz.as_deref()),
+            ("nightly", "0 2 * * *", Some("Europe/Berlin"))
+        );
+        assert_eq!(
+            (args.queue.as_str(), args.payload.as_str()),
+            ("reports", r#"{"report":"daily"}"#)
+        );
+        assert_eq!(
+            (args.catch_up, args.paused),
+            (Some(CatchUpPolicy::Once), true)
+        );
+        let t = &args.task;
+        assert_eq!((t.priority, t.key.as_deref()), (Some(7), Some("nightly")));
+        assert_eq!(
+            (t.requires.join(","), t.group.as_deref()),
+            ("gpu,big".into(), Some("acme"))
+        );
+        assert_eq!(t.delay, Some(std::time::Duration::from_secs(30)));
+        assert_eq!(
+            (t.limits[0].limit.as_str(), t.limits[0].cost),
+            ("openai", Some(3))
+        );
+        // Only what is needed: no zone, catch-up or pause unless given.
+        let Command::Schedule(ScheduleCommand::Set(bare)) = parse(&[
+            "set",
+            "n",
+            "--cron",
+            "@hourly",
+            "--queue",
+            "q",
+            "--payload",
+            "{}",
+        ])
+        .unwrap() else {
+            panic!("a schedule set")
+        };
+        assert_eq!((bare.tz, bare.catch_up, bare.paused), (None, None, false));
+        // The other subcommands name a schedule.
+        for (sub, check) in [
+            (
+                "get",
+                (|c| matches!(c, ScheduleCommand::Get { name } if name == "n"))
+                    as fn(ScheduleCommand) -> bool,
+            ),
+            (
+                "pause",
+                |c| matches!(c, ScheduleCommand::Pause { name } if name == "n"),
+            ),
+            (
+                "resume",
+                |c| matches!(c, ScheduleCommand::Resume { name } if name == "n"),
+            ),
+            (
+                "delete",
+                |c| matches!(c, ScheduleCommand::Delete { name } if name == "n"),
+            ),
+            (
+                "run-now",
+                |c| matches!(c, ScheduleCommand::RunNow { name } if name == "n"),
+            ),
+        ] {
+            match parse(&[sub, "n"]).unwrap() {
+                Command::Schedule(cmd) => assert!(check(cmd), "{sub}"),
+                other => panic!("{sub}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            parse(&["list"]).unwrap(),
+            Command::Schedule(ScheduleCommand::List)
+        ));
+        // Refused: no payload, a policy that is none, an enqueue's time or key (each fire
+        // sets its own).
+        let refused = |args: &[&str]| parse(args).expect_err("refused").to_string();
+        let base = ["set", "n", "--cron", "@hourly", "--queue", "q"];
+        assert!(refused(&base).contains("--payload <PAYLOAD>"));
+        let with = |more: &[&'static str]| {
+            let mut args = base.to_vec();
+            args.extend(["--payload", "{}"]);
+            args.extend(more);
+            args
+        };
+        let e = refused(&with(&["--catch-up", "later"]));
+        assert!(
+            e.contains("invalid value 'later'") && e.contains("[possible values: skip, once]"),
+            "{e}"
+        );
+        for flag in ["--at", "--idempotency-key"] {
+            let e = refused(&with(&[flag, "x"]));
+            assert!(e.contains(&format!("unexpected argument '{flag}'")), "{e}");
+        }
+        // `enqueue` takes the same task options, and its own time and key.
+        let enqueue = Cli::try_parse_from([
+            "muster",
+            "enqueue",
+            "q",
+            "{}",
+            "--priority",
+            "3",
+            "--delay",
+            "5s",
+            "--at",
+            "2026-12-01T08:00:00Z",
+            "--idempotency-key",
+            "k",
+        ])
+        .unwrap();
+        let Command::Enqueue(EnqueueArgs {
+            task,
+            at,
+            idempotency_key,
+            ..
+        }) = enqueue.command
+        else {
+            panic!("an enqueue")
+        };
+        assert_eq!(
+            (task.priority, task.delay),
+            (Some(3), Some(std::time::Duration::from_secs(5)))
+        );
+        assert!(at.is_some());
+        assert_eq!(idempotency_key.as_deref(), Some("k"));
     }
 }

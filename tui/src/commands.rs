@@ -13,7 +13,7 @@ use crate::ClaimString;
 use crate::cli::{
     AdminCommand, ClaimArgs, Cli, ClusterCommand, Command, ContextCommand, DeadArgs, EnqueueArgs,
     FindArgs, Global, LeaseCommand, LimitCommand, MemberCommand, QueueCommand, QueueOptionArgs,
-    TaskCommand, TokenCommand, TokenRole,
+    ScheduleCommand, ScheduleSetArgs, TaskArgs, TaskCommand, TokenCommand, TokenRole,
 };
 use crate::context::{Context, Contexts};
 use crate::output::{self, Output};
@@ -90,6 +90,7 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
     match command {
         Command::Queue(cmd) => queue(client, out, cmd).await,
         Command::Limit(cmd) => limit(client, out, cmd).await,
+        Command::Schedule(cmd) => schedule(client, out, cmd).await,
         Command::Enqueue(args) => enqueue(client, out, args).await,
         Command::Claim(args) => claim(client, out, args).await,
         Command::Ack { claim, result } => ack(client, out, &claim, result).await,
@@ -889,17 +890,76 @@ async fn limit(client: &Client, out: &Output, cmd: LimitCommand) -> anyhow::Resu
     }
 }
 
-fn new_task(args: &EnqueueArgs, payload: muster_sdk::RawJson) -> NewTask {
+/// `muster schedule …`: sets, shows, lists, pauses, resumes, deletes or runs schedules.
+async fn schedule(client: &Client, out: &Output, cmd: ScheduleCommand) -> anyhow::Result<()> {
+    match cmd {
+        ScheduleCommand::Set(args) => {
+            out.schedule(&client.schedule_set(&schedule_set(*args)?).await?)
+        }
+        ScheduleCommand::Get { name } => out.schedule(&client.schedule_get(&name).await?),
+        ScheduleCommand::List => {
+            let schedules = client.schedule_list().await?;
+            let now = output::now_ms();
+            out.header(output::SCHEDULE_COLUMNS)?;
+            for s in schedules {
+                out.item(|| output::schedule_row(&s, now), &s)?;
+            }
+            Ok(())
+        }
+        ScheduleCommand::Pause { name } => out.schedule(&client.schedule_pause(&name).await?),
+        ScheduleCommand::Resume { name } => out.schedule(&client.schedule_resume(&name).await?),
+        ScheduleCommand::Delete { name } => {
+            client.schedule_delete(&name).await?;
+            out.item(
+                || format!("deleted schedule {name}; the tasks it enqueued stay"),
+                &serde_json::json!({"schedule": name, "deleted": true}),
+            )
+        }
+        ScheduleCommand::RunNow { name } => {
+            let reply = muster_protocol::ops::ScheduleRunReply {
+                task: client.schedule_run(&name).await?,
+            };
+            out.item(|| reply.task.id.clone(), &reply)
+        }
+    }
+}
+
+/// The request of `muster schedule set`.
+fn schedule_set(args: ScheduleSetArgs) -> anyhow::Result<muster_protocol::ops::ScheduleSet> {
+    let payload = json_arg("--payload", &args.payload)?;
+    Ok(muster_protocol::ops::ScheduleSet {
+        task: new_task(&args.task, payload),
+        name: args.name,
+        cron: args.cron,
+        tz: args.tz,
+        queue: args.queue,
+        catch_up: args.catch_up.map(Into::into),
+        paused: args.paused.then_some(true),
+    })
+}
+
+/// A task with `payload` and the options given, without a time or idempotency key.
+fn new_task(options: &TaskArgs, payload: muster_sdk::RawJson) -> NewTask {
     NewTask {
         payload,
-        priority: args.priority,
-        key: args.key.clone(),
-        requires: args.requires.clone(),
-        delay_ms: args.delay.map(ms),
+        priority: options.priority,
+        key: options.key.clone(),
+        requires: options.requires.clone(),
+        delay_ms: options.delay.map(ms),
+        not_before_ms: None,
+        idempotency_key: None,
+        limits: options.limits.clone(),
+        group: options.group.clone(),
+    }
+}
+
+/// The task `muster enqueue` enqueues with `payload`: its options, its time and its
+/// idempotency key.
+fn enqueued_task(args: &EnqueueArgs, payload: muster_sdk::RawJson) -> NewTask {
+    NewTask {
         not_before_ms: args.at.map(|t| t.duration_since(UNIX_EPOCH).map_or(0, ms)),
         idempotency_key: args.idempotency_key.clone(),
-        limits: args.limits.clone(),
-        group: args.group.clone(),
+        ..new_task(&args.task, payload)
     }
 }
 
@@ -909,7 +969,7 @@ async fn enqueue(client: &Client, out: &Output, args: EnqueueArgs) -> anyhow::Re
     }
     let payload = json_arg("PAYLOAD", &args.payload)?;
     let task = client
-        .enqueue(&args.queue, new_task(&args, payload))
+        .enqueue(&args.queue, enqueued_task(&args, payload))
         .await?;
     print_enqueued(out, &task)
 }
@@ -1109,7 +1169,7 @@ fn line_task(
         return Ok(None);
     }
     let payload = muster_sdk::raw_json(line)?;
-    let mut task = new_task(args, payload);
+    let mut task = enqueued_task(args, payload);
     task.idempotency_key = keys.map(|k| k.key_for(line)).transpose()?;
     Ok(Some(task))
 }
@@ -1408,4 +1468,73 @@ fn counted(
         },
         reply,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::cli::{Cli, Command, ScheduleCommand, ScheduleSetArgs};
+
+    fn set_args(args: &[&str]) -> ScheduleSetArgs {
+        let cli = Cli::try_parse_from(["muster", "schedule", "set"].iter().chain(args)).unwrap();
+        match cli.command {
+            Command::Schedule(ScheduleCommand::Set(args)) => *args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn schedule_set_sends_the_task_and_only_the_settings_given() {
+        let full = set_args(&[
+            "nightly",
+            "--cron",
+            "0 2 * * *",
+            "--tz",
+            "Europe/Berlin",
+            "--queue",
+            "reports",
+            "--payload",
+            r#"{"report": "daily"}"#,
+            "--priority",
+            "7",
+            "--limit",
+            "openai::3",
+            "--delay",
+            "30s",
+            "--catch-up",
+            "once",
+            "--paused",
+        ]);
+        let request = super::schedule_set(full).unwrap();
+        assert_eq!(
+            serde_json::to_value(&request).unwrap(),
+            serde_json::json!({
+                "name": "nightly",
+                "cron": "0 2 * * *",
+                "tz": "Europe/Berlin",
+                "queue": "reports",
+                "task": {
+                    "payload": {"report": "daily"},
+                    "priority": 7,
+                    "delay_ms": 30_000,
+                    "limits": [{"limit": "openai", "cost": 3}],
+                },
+                "catch_up": "once",
+                "paused": true,
+            })
+        );
+        // Left out, a replaced schedule keeps its pause and the daemon picks UTC and skip.
+        let bare = set_args(&["n", "--cron", "@hourly", "--queue", "q", "--payload", "{}"]);
+        assert_eq!(
+            serde_json::to_value(super::schedule_set(bare).unwrap()).unwrap(),
+            serde_json::json!({"name": "n", "cron": "@hourly", "queue": "q", "task": {"payload": {}}})
+        );
+        let bad = set_args(&["n", "--cron", "@hourly", "--queue", "q", "--payload", "{"]);
+        let e = super::schedule_set(bad).expect_err("not JSON");
+        assert!(
+            format!("{e:#}").starts_with("--payload is not JSON: "),
+            "{e:#}"
+        );
+    }
 }

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use muster_protocol::model::{
-    LimitInfo, MemberInfo, QueueInfo, Rate, TaskInfo, TaskState, TaskSummary,
+    LimitInfo, MemberInfo, QueueInfo, Rate, ScheduleInfo, TaskInfo, TaskState, TaskSummary,
 };
 
 /// The columns of a task listing (`task list`, `task find`, `dead`, a member's leases).
@@ -146,6 +146,12 @@ impl Output {
     /// Prints a limit as `key<TAB>value` lines, then its busiest keys.
     pub fn limit(&self, l: &LimitInfo) -> anyhow::Result<()> {
         self.item(|| limit_text(l), l)
+    }
+
+    /// Prints a schedule as `key<TAB>value` lines: its settings, when it fires next and
+    /// what its fires did, then the task each fire enqueues.
+    pub fn schedule(&self, s: &ScheduleInfo) -> anyhow::Result<()> {
+        self.item(|| schedule_text(s, now_ms()), s)
     }
 
     /// Prints a whole task as `key<TAB>value` lines, then its timeline.
@@ -290,6 +296,12 @@ pub fn span(ms: u64) -> String {
     humantime::format_duration(Duration::from_millis(ms)).to_string()
 }
 
+/// An instant as [`time`] prints it, then how far from `now` it is:
+/// `2026-12-07T20:05:00.000Z (in 3m)`, `2026-12-07T19:55:00.000Z (5m ago)`.
+pub fn time_from(now: u64, ms: u64) -> String {
+    format!("{} ({})", time(ms), crate::console::detail::until(now, ms))
+}
+
 /// Milliseconds since the Unix epoch, now.
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -368,6 +380,88 @@ fn limit_text(l: &LimitInfo) -> String {
         ));
     }
     lines.join("\n")
+}
+
+/// The columns of `schedule list`.
+pub const SCHEDULE_COLUMNS: &[&str] = &[
+    "NAME",
+    "QUEUE",
+    "CRON",
+    "TZ",
+    "PAUSED",
+    "NEXT_FIRE",
+    "LAST_FIRE",
+    "LAST_TASK",
+    "FIRES",
+    "RUNS",
+    "MISSED",
+    "FAILURES",
+    "LAST_ERROR",
+];
+
+/// One row of [`SCHEDULE_COLUMNS`] at `now`: the fires as [`time_from`] prints them,
+/// `-` for none.
+pub fn schedule_row(s: &ScheduleInfo, now: u64) -> String {
+    format!(
+        "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+        s.name,
+        s.queue,
+        safe(&s.cron),
+        safe(&s.tz),
+        s.paused,
+        s.next_fire_ms.map_or("-".into(), |t| time_from(now, t)),
+        s.last_fire_ms.map_or("-".into(), |t| time_from(now, t)),
+        s.last_task.as_deref().unwrap_or("-"),
+        s.fires,
+        s.runs,
+        s.missed,
+        s.failures,
+        s.last_error.as_deref().map_or("-".into(), safe)
+    )
+}
+
+/// A schedule at `now` as `key<TAB>value` lines: its settings, its fires, then the
+/// task each fire enqueues (payload and options); `-` for what it has none of.
+fn schedule_text(s: &ScheduleInfo, now: u64) -> String {
+    let opt = |v: &Option<String>| v.as_deref().map_or("-".into(), |s| safe(s).into_owned());
+    let at = |v: Option<u64>| v.map_or("-".into(), |t| time_from(now, t));
+    let t = &s.task;
+    [
+        format!("name\t{}", s.name),
+        format!("queue\t{}", s.queue),
+        format!("cron\t{}", safe(&s.cron)),
+        format!("tz\t{}", safe(&s.tz)),
+        format!("catch_up\t{}", s.catch_up.as_str()),
+        format!("paused\t{}", s.paused),
+        format!("next_fire\t{}", at(s.next_fire_ms)),
+        format!("last_fire\t{}", at(s.last_fire_ms)),
+        format!("last_task\t{}", s.last_task.as_deref().unwrap_or("-")),
+        format!("fires\t{}", s.fires),
+        format!("runs\t{}", s.runs),
+        format!("missed\t{}", s.missed),
+        format!("failures\t{}", s.failures),
+        format!("last_error\t{}", opt(&s.last_error)),
+        format!("payload\t{}", safe_json(t.payload.get())),
+        format!("priority\t{}", t.priority.unwrap_or(0)),
+        format!("key\t{}", opt(&t.key)),
+        format!(
+            "requires\t{}",
+            if t.requires.is_empty() {
+                "-".into()
+            } else {
+                safe(&t.requires.join(",")).into_owned()
+            }
+        ),
+        format!(
+            "limits\t{}",
+            safe(&crate::console::detail::limits_text(&t.limits))
+        ),
+        format!("group\t{}", opt(&t.group)),
+        format!("delay\t{}", t.delay_ms.map_or("-".into(), span)),
+        format!("created\t{}", time(s.created_ms)),
+        format!("updated\t{}", time(s.updated_ms)),
+    ]
+    .join("\n")
 }
 
 fn queue_text(q: &QueueInfo) -> String {
@@ -562,7 +656,109 @@ fn task_text(t: &TaskInfo) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{cluster_member_row, cluster_row, safe, safe_json};
+    use super::{cluster_member_row, cluster_row, safe, safe_json, schedule_row, schedule_text};
+
+    /// 2027-01-15T08:00:00Z.
+    const NOW: u64 = 1_800_000_000_000;
+
+    /// `nightly`: at 02:00 in Berlin, next in 3 minutes, last fired 5 minutes ago, with a
+    /// task of priority 7 drawing on a limit, and a last error of two lines.
+    fn nightly() -> muster_protocol::model::ScheduleInfo {
+        let mut task = muster_protocol::model::NewTask::new(
+            muster_protocol::ops::raw("{\"report\": \"daily\"}").unwrap(),
+        );
+        task.priority = Some(7);
+        task.limits = vec![muster_protocol::model::LimitUse {
+            limit: "openai".into(),
+            key: None,
+            cost: Some(3),
+        }];
+        task.delay_ms = Some(30_000);
+        muster_protocol::model::ScheduleInfo {
+            name: "nightly".into(),
+            cron: "0 2 * * *".into(),
+            tz: "Europe/Berlin".into(),
+            queue: "reports".into(),
+            task,
+            catch_up: muster_protocol::model::CatchUp::Once,
+            paused: false,
+            next_fire_ms: Some(NOW + 180_000),
+            last_fire_ms: Some(NOW - 300_000),
+            last_task: Some("01KA0000000000000000000007".into()),
+            fires: 12,
+            runs: 1,
+            missed: 3,
+            failures: 2,
+            last_error: Some("not_found: no queue\tnamed \"reports\"\nsecond line".into()),
+            created_ms: NOW - 86_400_000,
+            updated_ms: NOW - 3_600_000,
+        }
+    }
+
+    #[test]
+    fn a_schedule_prints_its_fires_as_times_and_from_now() {
+        let s = nightly();
+        assert_eq!(
+            schedule_row(&s, NOW),
+            "nightly\treports\t0 2 * * *\tEurope/Berlin\tfalse\t2027-01-15T08:03:00.000Z (in 3m)\t\
+             2027-01-15T07:55:00.000Z (5m ago)\t01KA0000000000000000000007\t12\t1\t3\t2\t\
+             not_found: no queue\\tnamed \"reports\"\\nsecond line"
+        );
+        assert_eq!(
+            schedule_text(&s, NOW),
+            "name\tnightly
+queue\treports
+cron\t0 2 * * *
+tz\tEurope/Berlin
+catch_up\tonce
+paused\tfalse
+next_fire\t2027-01-15T08:03:00.000Z (in 3m)
+last_fire\t2027-01-15T07:55:00.000Z (5m ago)
+last_task\t01KA0000000000000000000007
+fires\t12
+runs\t1
+missed\t3
+failures\t2
+last_error\tnot_found: no queue\\tnamed \"reports\"\\nsecond line
+payload\t{\"report\": \"daily\"}
+priority\t7
+key\t-
+requires\t-
+limits\topenai ×3
+group\t-
+delay\t30s
+created\t2027-01-14T08:00:00.000Z
+updated\t2027-01-15T07:00:00.000Z"
+        );
+        // Paused and never fired: no times, every count 0, the task's defaults.
+        let paused = muster_protocol::model::ScheduleInfo {
+            paused: true,
+            next_fire_ms: None,
+            last_fire_ms: None,
+            last_task: None,
+            last_error: None,
+            task: muster_protocol::model::NewTask::new(muster_protocol::ops::raw("{}").unwrap()),
+            ..nightly()
+        };
+        assert_eq!(
+            schedule_row(&paused, NOW),
+            "nightly\treports\t0 2 * * *\tEurope/Berlin\ttrue\t-\t-\t-\t12\t1\t3\t2\t-"
+        );
+        let text = schedule_text(&paused, NOW);
+        for line in [
+            "paused\ttrue",
+            "next_fire\t-",
+            "last_fire\t-",
+            "last_task\t-",
+            "last_error\t-",
+            "payload\t{}",
+            "priority\t0",
+            "limits\t-",
+            "delay\t-",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} in {text}");
+        }
+    }
 
     #[test]
     fn a_cluster_status_prints_one_row_for_the_node_and_one_per_member() {

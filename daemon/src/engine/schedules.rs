@@ -319,8 +319,18 @@ impl<W: Waiter> Engine<W> {
         // The task must be one an enqueue would take (its fields and the limits it
         // names); label sets, quotas and the disk alarm are each fire's to meet.
         self.index.queue(&r.queue)?;
-        check_new_tasks(std::slice::from_ref(&r.task), now)?;
-        self.check_task_limits(std::slice::from_ref(&r.task))?;
+        check_new_tasks(std::slice::from_ref(&r.task), now)
+            .and_then(|()| self.check_task_limits(std::slice::from_ref(&r.task)))
+            .map_err(|f| match f {
+                // The checks name a batch's task by its place: this is the one task.
+                Failure::Client(mut e) => {
+                    if let Some(rest) = e.message.strip_prefix("task 0: ") {
+                        e.message = format!("the schedule's task: {rest}");
+                    }
+                    Failure::Client(e)
+                }
+                f => f,
+            })?;
         let existing = self.schedules.by_name.get(&r.name);
         if existing.is_none() && self.schedules.by_name.len() >= MAX_SCHEDULES {
             return Err(client(
@@ -331,9 +341,16 @@ impl<W: Waiter> Engine<W> {
         let paused = r
             .paused
             .unwrap_or_else(|| existing.is_some_and(|s| s.rec.paused));
-        // Times up to now are dealt with: a new or changed schedule fires from its next
-        // time after now (never at a time an earlier fire of it already passed).
-        let cursor_ms = existing.map_or(now.wall_ms, |s| s.rec.cursor_ms.max(now.wall_ms));
+        // A new schedule, a changed pattern or time zone, or a resume fires from the
+        // next time after now; a schedule whose times stay as they were keeps its place
+        // (a time due in this round still fires, with the new task).
+        let cursor_ms = match existing {
+            Some(old) if old.rec.cron == r.cron && old.rec.tz == tz && old.rec.paused == paused => {
+                old.rec.cursor_ms
+            }
+            Some(old) => old.rec.cursor_ms.max(now.wall_ms),
+            None => now.wall_ms,
+        };
         if !paused && pattern.next_after(cursor_ms).is_none() {
             return Err(bad(format!(
                 "cron pattern {:?} names no time after now in {tz}",

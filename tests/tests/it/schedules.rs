@@ -159,3 +159,80 @@ async fn a_schedule_fires_once_per_second_across_the_leaders_kill9() {
     client.schedule_pause("tick").await.expect("pause");
     assert_every_second_once(&client, "ticks", "tick", 7, 0).await;
 }
+
+/// The README's console block under "Recurring work: schedules", run as written: each
+/// `$` line in a shell with `muster` on its path, against a fresh daemon; its output
+/// must be what the README prints but for times, relative times and task ids.
+#[test]
+fn the_readmes_schedule_example_runs_as_printed() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    let section = readme
+        .split("## Recurring work: schedules")
+        .nth(1)
+        .expect("the README's schedules section");
+    let block = section
+        .split("```console\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .expect("its console block");
+    // Commands (a trailing `\` continues one) and the lines each prints.
+    let mut steps: Vec<(String, Vec<String>)> = Vec::new();
+    let mut continued = false;
+    for line in block.lines() {
+        if let Some(cmd) = line.strip_prefix("$ ") {
+            steps.push((cmd.trim_end_matches('\\').to_owned(), Vec::new()));
+            continued = line.ends_with('\\');
+        } else if continued {
+            let (cmd, _) = steps.last_mut().expect("a command");
+            cmd.push_str(line.trim_end_matches('\\'));
+            continued = line.ends_with('\\');
+        } else {
+            steps.last_mut().expect("a command").1.push(line.to_owned());
+        }
+    }
+    assert_eq!(steps.len(), 6, "{steps:?}");
+    let d = Daemon::start();
+    let bin_dir = muster_tests::muster_bin()
+        .parent()
+        .expect("the binary's directory")
+        .to_owned();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let varying = regex::Regex::new(
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \((in \S+|\S+ ago)\)|\b[0-9A-HJKMNP-TV-Z]{26}\b",
+    )
+    .expect("a regex");
+    let normal = |text: &str| varying.replace_all(text, "…").into_owned();
+    for (cmd, expected) in steps {
+        let out = std::process::Command::new("sh")
+            .args(["-c", &cmd])
+            .env("PATH", &path)
+            .env("MUSTER_ADDR", &d.addr)
+            .env("MUSTER_DATA", d.data())
+            .env_remove("MUSTER_PIN")
+            .env_remove("MUSTER_CA")
+            .output()
+            .expect("sh");
+        let printed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let printed: Vec<String> = printed.lines().map(normal).collect();
+        let expected: Vec<String> = expected
+            .iter()
+            .map(|l| normal(l.split("  #").next().unwrap_or(l).trim_end()))
+            .collect();
+        assert_eq!(printed, expected, "{cmd}");
+        assert_eq!(
+            out.status.success(),
+            !cmd.contains("--cron '61"),
+            "{cmd}: exit {:?}",
+            out.status
+        );
+    }
+}

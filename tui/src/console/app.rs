@@ -92,6 +92,7 @@ impl Page {
             },
             Screen::Dead => View::Dead { after, limit },
             Screen::Limits => View::Limits { after, limit },
+            Screen::Schedules => View::Schedules { after, limit },
             Screen::Found { .. } | Screen::Cluster => return None,
         })
     }
@@ -687,6 +688,9 @@ impl App {
             ) => tasks.iter().map(Row::Task).collect(),
             Some(WatchUpdate::Members { members, .. }) => members.iter().map(Row::Member).collect(),
             Some(WatchUpdate::Limits { limits, .. }) => limits.iter().map(Row::Limit).collect(),
+            Some(WatchUpdate::Schedules { schedules, .. }) => {
+                schedules.iter().map(Row::Schedule).collect()
+            }
             _ => Vec::new(),
         }
     }
@@ -721,7 +725,8 @@ impl App {
                 | WatchUpdate::Tasks { next, .. }
                 | WatchUpdate::Dead { next, .. }
                 | WatchUpdate::Members { next, .. }
-                | WatchUpdate::Limits { next, .. },
+                | WatchUpdate::Limits { next, .. }
+                | WatchUpdate::Schedules { next, .. },
             ) => next.clone(),
             _ => None,
         }

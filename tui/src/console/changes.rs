@@ -78,6 +78,19 @@ pub enum Verb {
         /// What its next holder sees as the resume's data.
         data: Option<String>,
     },
+    /// Pause a schedule: it does not fire until resumed.
+    PauseSchedule(String),
+    /// Resume a paused schedule: it fires from its next time after now.
+    ResumeSchedule(String),
+    /// Enqueue a schedule's task now, once.
+    RunSchedule {
+        /// The schedule.
+        name: String,
+        /// Its queue, as last shown.
+        queue: String,
+    },
+    /// Delete a schedule (the tasks it enqueued stay).
+    DeleteSchedule(String),
 }
 
 /// A queue's options as the operator edited them: only what differs from the options
@@ -208,6 +221,18 @@ impl Verb {
             Verb::Undrain(m) => format!("Undrain member {m}? It gets work again."),
             Verb::UpdateQueue(c) => {
                 format!("Update queue {}: {}?", c.queue, c.changes.join(", "))
+            }
+            Verb::PauseSchedule(name) => {
+                format!("Pause schedule {name}? It does not fire until resumed.")
+            }
+            Verb::ResumeSchedule(name) => {
+                format!("Resume schedule {name}? It fires from its next time after now.")
+            }
+            Verb::RunSchedule { name, queue } => {
+                format!("Run schedule {name} now: enqueue its task on queue {queue} once?")
+            }
+            Verb::DeleteSchedule(name) => {
+                format!("Delete schedule {name}? The tasks it enqueued stay.")
             }
         }
     }

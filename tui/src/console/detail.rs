@@ -7,7 +7,7 @@ use ratatui::style::{Color, Style, Stylize};
 use ratatui::text::{Line, Span};
 
 use muster_protocol::model::{
-    ChildSummary, LimitKey, LimitUse, OutputChunk, TaskInfo, TaskState, TreeNode,
+    ChildSummary, LimitKey, LimitUse, OutputChunk, ScheduleInfo, TaskInfo, TaskState, TreeNode,
 };
 
 /// Items joined by commas, or `-` for none.
@@ -294,6 +294,54 @@ pub fn limits_text(limits: &[LimitUse]) -> String {
         text
     };
     limits.iter().map(one).collect::<Vec<_>>().join(", ")
+}
+
+/// What the schedules screen says of the selected schedule, a line each: its pattern,
+/// time zone, catch-up and next fire (in UTC); the task each fire enqueues (its
+/// payload on one line, and the options it has); its last task and how often it was
+/// run now (its fires' counts are the table's). Text from others (the payload, a key)
+/// is made safe to show.
+pub fn schedule_facts(s: &ScheduleInfo) -> Vec<String> {
+    use crate::output::{safe, safe_json, time};
+    let next = match s.next_fire_ms {
+        _ if s.paused => "paused".to_owned(),
+        Some(at) => format!("next {}", time(at)),
+        None => "no next fire".to_owned(),
+    };
+    let t = &s.task;
+    let mut task = format!("task {}", safe_json(t.payload.get()));
+    if let Some(p) = t.priority {
+        task.push_str(&format!(" · priority {p}"));
+    }
+    if let Some(key) = &t.key {
+        task.push_str(&format!(" · key {}", safe(key)));
+    }
+    if !t.requires.is_empty() {
+        task.push_str(&format!(" · requires {}", safe(&t.requires.join(","))));
+    }
+    if !t.limits.is_empty() {
+        task.push_str(&format!(" · limits {}", safe(&limits_text(&t.limits))));
+    }
+    if let Some(group) = &t.group {
+        task.push_str(&format!(" · group {}", safe(group)));
+    }
+    if let Some(delay) = t.delay_ms {
+        task.push_str(&format!(" · delay {}", short(delay)));
+    }
+    vec![
+        format!(
+            "{} in {} · catch-up {} · {next}",
+            safe(&s.cron),
+            safe(&s.tz),
+            s.catch_up.as_str()
+        ),
+        task,
+        format!(
+            "last task {} · runs {}",
+            s.last_task.as_deref().unwrap_or("none yet"),
+            s.runs
+        ),
+    ]
 }
 
 /// `on limit NAME`, with ` (KEY)` for a key's bucket.

@@ -116,8 +116,16 @@ impl App {
     /// Completes the last word of a `:` command: the command, then a queue name (of
     /// the queues seen), then a state. Several candidates complete to what they share.
     fn complete(&self, text: &str) -> String {
-        const COMMANDS: [&str; 8] = [
-            "queues", "queue", "members", "dead", "limits", "cluster", "task", "quit",
+        const COMMANDS: [&str; 9] = [
+            "queues",
+            "queue",
+            "members",
+            "dead",
+            "limits",
+            "schedules",
+            "cluster",
+            "task",
+            "quit",
         ];
         let words: Vec<&str> = text.split(' ').collect();
         let (done, last) = words.split_at(words.len() - 1);
@@ -163,6 +171,7 @@ impl App {
             (Some("members"), None, None) => Screen::Members,
             (Some("dead"), None, None) => Screen::Dead,
             (Some("limits"), None, None) => Screen::Limits,
+            (Some("schedules"), None, None) => Screen::Schedules,
             (Some("cluster"), None, None) => Screen::Cluster,
             (Some("queue"), Some(name), state) => {
                 let state = match state.map(TaskState::parse) {
@@ -188,7 +197,7 @@ impl App {
                 self.message = Some((
                     Level::Error,
                     format!(
-                        "unknown command {text:?}: try :queues, :members, :dead, :limits, :cluster, :queue NAME [STATE], :task ID, :q"
+                        "unknown command {text:?}: try :queues, :members, :dead, :limits, :schedules, :cluster, :queue NAME [STATE], :task ID, :q"
                     ),
                 ));
                 return Vec::new();
@@ -269,6 +278,8 @@ impl App {
             KeyCode::Char('Y') => return self.copy(true).into_iter().collect(),
             // Looking at the limits changes nothing: read-only consoles open them too.
             KeyCode::Char('L') if screen != Screen::Limits => self.open(Screen::Limits),
+            // Nor does looking at the schedules (`C` for cron).
+            KeyCode::Char('C') if screen != Screen::Schedules => self.open(Screen::Schedules),
             KeyCode::Char(c) if !self.readonly => {
                 if let Some(verb) = self.verb(c) {
                     self.mode = Mode::Confirm(verb);
@@ -413,7 +424,8 @@ impl App {
             | Screen::Members
             | Screen::Member { .. }
             | Screen::Cluster
-            | Screen::Limits => None,
+            | Screen::Limits
+            | Screen::Schedules => None,
         }
     }
 
@@ -509,6 +521,14 @@ impl App {
             (Screen::Members, Row::Member(m)) => Screen::Member {
                 name: m.name.clone(),
             },
+            (Screen::Schedules, Row::Schedule(s)) => match &s.last_task {
+                Some(id) => Screen::Task { id: id.clone() },
+                None => {
+                    let why = format!("schedule {} has enqueued no task yet", s.name);
+                    self.message = Some((Level::Error, why));
+                    return None;
+                }
+            },
             _ => return None,
         };
         self.open(screen)
@@ -592,12 +612,21 @@ impl App {
                 list.into_iter()
                     .filter(|(k, _)| !matches!(*k, "enter" | "/")),
             ),
+            // The selected schedule's task shows below the list; enter opens the last
+            // task it enqueued.
+            Screen::Schedules => {
+                keys.push(("enter", "last task"));
+                keys.extend(
+                    list.into_iter()
+                        .filter(|(k, _)| !matches!(*k, "enter" | "/")),
+                );
+            }
             _ => keys.extend(list),
         }
         match self.page().screen {
             Screen::Members | Screen::Member { .. } => {}
             Screen::Cluster => keys.push(("y", "copy address")),
-            Screen::Limits => keys.push(("y", "copy name")),
+            Screen::Limits | Screen::Schedules => keys.push(("y", "copy name")),
             _ => keys.push(("y", "copy id")),
         }
         if matches!(self.page().screen, Screen::Task { .. }) {
@@ -606,6 +635,9 @@ impl App {
         }
         if self.page().screen != Screen::Limits {
             keys.push(("L", "limits"));
+        }
+        if self.page().screen != Screen::Schedules {
+            keys.push(("C", "schedules"));
         }
         keys.extend([
             (":", "command"),
@@ -640,6 +672,12 @@ impl App {
             // Membership changes are the CLI's (`muster cluster add`, `remove`); so are
             // limits' (`muster limit set`, `delete`).
             Screen::Cluster | Screen::Limits => Vec::new(),
+            // Creating and changing one is the CLI's (`muster schedule set`).
+            Screen::Schedules => vec![
+                ("p", "pause/resume"),
+                ("N", "run now"),
+                ("D", "delete schedule"),
+            ],
             Screen::Found { .. } => vec![
                 ("c", "cancel"),
                 ("v", "revoke lease"),

@@ -601,6 +601,28 @@ async fn run_verb(client: &Client, verb: Verb) -> Result<String, Error> {
                 change.changes.join(", ")
             )
         }
+        Verb::PauseSchedule(name) => {
+            client.schedule_pause(&name).await?;
+            format!("paused schedule {name}")
+        }
+        Verb::ResumeSchedule(name) => {
+            let s = client.schedule_resume(&name).await?;
+            match s.next_fire_ms {
+                Some(at) => format!(
+                    "resumed schedule {name}: it fires next at {}",
+                    crate::output::time(at)
+                ),
+                None => format!("resumed schedule {name}: its pattern names no time to come"),
+            }
+        }
+        Verb::RunSchedule { name, .. } => {
+            let task = client.schedule_run(&name).await?;
+            format!("ran schedule {name} now: enqueued {}", task.id)
+        }
+        Verb::DeleteSchedule(name) => {
+            client.schedule_delete(&name).await?;
+            format!("deleted schedule {name}; the tasks it enqueued stay")
+        }
     })
 }
 

@@ -1,10 +1,12 @@
 //! The rows of the list screens: queues, tasks, members, dead tasks grouped by error,
-//! the cluster's nodes and the limits; the columns they sort by, and what a quick
-//! filter (`f`) matches in them.
+//! the cluster's nodes, the limits and the schedules; the columns they sort by, and
+//! what a quick filter (`f`) matches in them.
 
 use std::collections::BTreeMap;
 
-use muster_protocol::model::{LimitInfo, MemberInfo, QueueInfo, TaskState, TaskSummary};
+use muster_protocol::model::{
+    LimitInfo, MemberInfo, QueueInfo, ScheduleInfo, TaskState, TaskSummary,
+};
 use muster_protocol::ops::ClusterStatusReply;
 
 use super::meters;
@@ -25,6 +27,8 @@ pub enum Row<'a> {
     Node(NodeRow),
     /// A limit.
     Limit(&'a LimitInfo),
+    /// A schedule.
+    Schedule(&'a ScheduleInfo),
 }
 
 /// Dead tasks of a page that died with the same error: the first line of their last
@@ -205,7 +209,8 @@ pub fn task_columns(screen: &Screen) -> &'static [TaskColumn] {
         | Screen::Task { .. }
         | Screen::Members
         | Screen::Cluster
-        | Screen::Limits => &[],
+        | Screen::Limits
+        | Screen::Schedules => &[],
     }
 }
 
@@ -244,6 +249,9 @@ impl Row<'_> {
                 "throttled",
                 "tokens",
                 "in use",
+            ],
+            Row::Schedule(_) => vec![
+                "name", "queue", "cron", "next", "last", "fires", "missed", "failures",
             ],
         }
     }
@@ -311,6 +319,18 @@ impl Row<'_> {
                 8 => Number(meters::tokens(l).map_or(u64::MAX, |g| g.permille())),
                 _ => Number(meters::in_use(l).map_or(0, |g| g.permille())),
             },
+            Row::Schedule(s) => match column {
+                0 => Text(s.name.clone()),
+                1 => Text(s.queue.clone()),
+                2 => Text(s.cron.clone()),
+                // The soonest first; a paused one (no next fire) last.
+                3 => Number(s.next_fire_ms.unwrap_or(u64::MAX)),
+                // The longest silent first: never fired (0) first of all.
+                4 => Number(s.last_fire_ms.unwrap_or(0)),
+                5 => Number(s.fires),
+                6 => Number(s.missed),
+                _ => Number(s.failures),
+            },
         }
     }
 
@@ -322,13 +342,15 @@ impl Row<'_> {
             Row::Group(g) => &g.error,
             Row::Node(n) => &n.id,
             Row::Limit(l) => &l.name,
+            Row::Schedule(s) => &s.name,
         }
     }
 
     /// Whether the row passes a quick filter (`f`, lowercased): the whole text as one
     /// phrase in any of its columns, or the search's words the rows carry (`id:`,
     /// `key:`, `error:`, `state:`, `label:`), each text to the next word as a phrase
-    /// (`error:timed out`), all of which must match.
+    /// (`error:timed out`), all of which must match. A schedule's state is `paused`
+    /// or `active`.
     pub(super) fn matches(&self, filter: &str) -> bool {
         if filter.is_empty() {
             return true;
@@ -369,9 +391,23 @@ impl Row<'_> {
             ("", Row::Node(n)) => hit(&n.id) || hit(&n.addr) || hit(&n.role),
             ("", Row::Limit(l)) => hit(&l.name) || l.keys.iter().any(|k| hit(&k.key)),
             ("key", Row::Limit(l)) => l.keys.iter().any(|k| hit(&k.key)),
+            ("error", Row::Schedule(s)) => s.last_error.as_deref().is_some_and(hit),
+            ("state", Row::Schedule(s)) => schedule_state(s) == text,
+            ("", Row::Schedule(s)) => {
+                hit(&s.name)
+                    || hit(&s.queue)
+                    || hit(&s.cron)
+                    || hit(&s.tz)
+                    || s.last_error.as_deref().is_some_and(hit)
+            }
             _ => false,
         }
     }
+}
+
+/// A schedule's state as the filter's `state:` word names it: `paused` or `active`.
+fn schedule_state(s: &ScheduleInfo) -> &'static str {
+    if s.paused { "paused" } else { "active" }
 }
 
 /// The search words a quick filter applies to the rows on screen.

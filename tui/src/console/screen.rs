@@ -43,4 +43,6 @@ pub enum Screen {
     Cluster,
     /// Every limit with its buckets, and the busiest keys of the one selected.
     Limits,
+    /// Every schedule with its next fire, and the task of the one selected.
+    Schedules,
 }

@@ -7,9 +7,9 @@ use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
 use muster_protocol::model::{
-    ChildSummary, LeaseInfo, LimitInfo, LimitKeyInfo, LimitSpec, MemberInfo, MemberState,
-    OnTimeout, QueueInfo, QueueOptions, QueuePatch, QueueTotals, Rate, StateCounts, SuspensionInfo,
-    TaskInfo, TaskState, TaskSummary, TimelineEvent,
+    CatchUp, ChildSummary, LeaseInfo, LimitInfo, LimitKeyInfo, LimitSpec, LimitUse, MemberInfo,
+    MemberState, NewTask, OnTimeout, QueueInfo, QueueOptions, QueuePatch, QueueTotals, Rate,
+    ScheduleInfo, StateCounts, SuspensionInfo, TaskInfo, TaskState, TaskSummary, TimelineEvent,
 };
 use muster_protocol::ops::{
     ClusterHello, ClusterMember, ClusterStatusReply, FindCursor, ServerStatsReply, TaskFind,
@@ -717,7 +717,7 @@ fn commands_and_their_errors() {
         app.message,
         Some((
             Level::Error,
-            "unknown command \"frobnicate\": try :queues, :members, :dead, :limits, :cluster, :queue NAME [STATE], :task ID, :q".into()
+            "unknown command \"frobnicate\": try :queues, :members, :dead, :limits, :schedules, :cluster, :queue NAME [STATE], :task ID, :q".into()
         ))
     );
     watched(
@@ -2710,7 +2710,19 @@ fn the_cluster_screen_shows_every_node_as_it_answers_itself() {
     let keys: Vec<&str> = app.keys().iter().map(|(k, _)| *k).collect();
     assert_eq!(
         keys,
-        ["↑↓ j/k", "g G", "f", "s S", "y", "L", ":", "esc", "?", "q"]
+        [
+            "↑↓ j/k",
+            "g G",
+            "f",
+            "s S",
+            "y",
+            "L",
+            "C",
+            ":",
+            "esc",
+            "?",
+            "q"
+        ]
     );
     // Leaving: the queues again, and a round still out is dropped when it comes.
     app.on_tick();
@@ -3112,4 +3124,331 @@ fn a_ready_task_is_not_approved_and_the_footer_says_why() {
             "only a suspended task is approved (resumed)".to_owned()
         ))
     );
+}
+
+/// The schedules screen's view, as the console watches it.
+fn schedules_view(after: Option<&str>) -> View {
+    View::Schedules {
+        after: after.map(str::to_owned),
+        limit: Some(PAGE_ROWS),
+    }
+}
+
+/// A schedule of queue `queue` firing on `cron` in UTC, next in a minute, that never
+/// fired yet.
+fn schedule(name: &str, queue: &str, cron: &str) -> ScheduleInfo {
+    ScheduleInfo {
+        name: name.into(),
+        cron: cron.into(),
+        tz: "UTC".into(),
+        queue: queue.into(),
+        task: NewTask::new(raw(r#"{"report":"daily"}"#).expect("valid JSON")),
+        catch_up: CatchUp::Skip,
+        paused: false,
+        next_fire_ms: Some(NOW + 60 * SEC),
+        last_fire_ms: None,
+        last_task: None,
+        fires: 0,
+        runs: 0,
+        missed: 0,
+        failures: 0,
+        last_error: None,
+        created_ms: NOW - 86_400 * SEC,
+        updated_ms: NOW - 3_600 * SEC,
+    }
+}
+
+/// `digest`, every five minutes, next in 42 s, last 4 min 18 s ago; `nightly`, 02:00
+/// Berlin time, paused, with a key, a priority and a limit; `reports-sync`, hourly on
+/// a queue that was deleted: its last two fires failed, and one was missed.
+fn schedules_update() -> WatchUpdate {
+    let mut digest = schedule("digest", "emails", "*/5 * * * *");
+    digest.next_fire_ms = Some(NOW + 42 * SEC);
+    digest.last_fire_ms = Some(NOW - 258 * SEC);
+    digest.last_task = Some(id(7));
+    (digest.fires, digest.runs) = (1_204, 2);
+    let mut nightly = schedule("nightly", "inference", "0 2 * * *");
+    nightly.tz = "Europe/Berlin".into();
+    nightly.catch_up = CatchUp::Once;
+    nightly.paused = true;
+    nightly.next_fire_ms = None;
+    nightly.last_fire_ms = Some(NOW - 20 * 3_600 * SEC);
+    nightly.last_task = Some(id(8));
+    nightly.fires = 30;
+    nightly.task.priority = Some(7);
+    nightly.task.key = Some("nightly".into());
+    nightly.task.limits = vec![LimitUse {
+        limit: "openai".into(),
+        key: None,
+        cost: Some(3),
+    }];
+    let mut sync = schedule("reports-sync", "reports-old", "@hourly");
+    sync.next_fire_ms = Some(NOW + 1_500 * SEC);
+    sync.last_fire_ms = Some(NOW - 2 * 3_600 * SEC - 300 * SEC);
+    sync.last_task = Some(id(9));
+    (sync.fires, sync.missed, sync.failures) = (5, 1, 2);
+    sync.last_error = Some("not_found: queue \"reports-old\" does not exist\nsecond line".into());
+    WatchUpdate::Schedules {
+        schedules: vec![digest, nightly, sync],
+        next: None,
+    }
+}
+
+/// The console on the schedules screen (opened with `C` from the queues), data
+/// delivered.
+fn on_schedules(readonly: bool) -> (App, u64) {
+    let mut app = started(readonly);
+    let tag = watched(&press(&mut app, KeyCode::Char('C')), schedules_view(None));
+    assert_eq!(app.page().screen, Screen::Schedules);
+    assert!(text(&app).contains("loading…"));
+    deliver(&mut app, tag, schedules_update());
+    (app, tag)
+}
+
+/// The names of the rows shown, in order.
+fn row_ids(app: &App) -> Vec<String> {
+    app.rows().iter().map(|r| r.id().to_owned()).collect()
+}
+
+#[test]
+fn the_schedules_screen_shows_every_schedule_with_its_next_fire_and_the_selected_ones_task() {
+    let (mut app, tag) = on_schedules(false);
+    insta::assert_snapshot!("schedules", screen(&app, 80, 24).backend());
+    assert_eq!(
+        line_with(&app, "│›digest"),
+        "\"│›digest       emails      */5 * * * *     in 42s   4m ago   1204  0      0    │\""
+    );
+    assert!(text(&app).contains(&format!("last task {} · runs 2", id(7))));
+    // The paused one: no next fire, its zone beside its pattern, its task's options.
+    press(&mut app, KeyCode::Char('j'));
+    assert_eq!(
+        line_with(&app, "│›nightly"),
+        "\"│›nightly      inference   0 2 * * * Euro… paused   20h ago  30    0      0    │\""
+    );
+    let shown = text(&app);
+    assert!(
+        shown.contains("0 2 * * * in Europe/Berlin · catch-up once · paused"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(r#"task {"report":"daily"} · priority 7 · key nightly · limits openai ×3"#),
+        "{shown}"
+    );
+    // The failing one: its counts, and the first line of its last error in red.
+    press(&mut app, KeyCode::Char('j'));
+    snapshots("schedules_failures", &app);
+    assert!(text(&app).contains(r#"last error not_found: queue "reports-old" does not exist …"#));
+    // A push: the selection stays on its schedule.
+    deliver(&mut app, tag, schedules_update());
+    assert_eq!(app.page().selected, 2);
+    // `s` steps through the columns: the fourth sorts by the next fire, the soonest
+    // first and a paused one last; `S` reverses.
+    for _ in 0..4 {
+        press(&mut app, KeyCode::Char('s'));
+    }
+    assert_eq!(app.sorted_by(), Some(("next", false)));
+    assert_eq!(row_ids(&app), ["digest", "reports-sync", "nightly"]);
+    press(&mut app, KeyCode::Char('S'));
+    assert_eq!(row_ids(&app), ["nightly", "reports-sync", "digest"]);
+    for _ in 0..4 {
+        press(&mut app, KeyCode::Char('s'));
+    }
+    assert_eq!(app.sorted_by(), Some(("failures", false)));
+    press(&mut app, KeyCode::Char('s'));
+    assert_eq!(
+        app.sorted_by(),
+        None,
+        "after the last column, the daemon's order"
+    );
+    // The filter: by any text (a queue, a zone), by state, by error.
+    for (filter, names) in [
+        ("finference\n", &["nightly"][..]),
+        ("fberlin\n", &["nightly"]),
+        ("fstate:paused\n", &["nightly"]),
+        ("fstate:active\n", &["digest", "reports-sync"]),
+        ("ferror:does not exist\n", &["reports-sync"]),
+    ] {
+        chars(&mut app, filter);
+        assert_eq!(row_ids(&app), names, "{filter}");
+        press(&mut app, KeyCode::Esc);
+    }
+    // `y` copies the selected schedule's name.
+    press(&mut app, KeyCode::Char('g'));
+    assert_eq!(
+        press(&mut app, KeyCode::Char('y')),
+        vec![Effect::Copy {
+            text: "digest".into(),
+            what: "digest".into(),
+        }]
+    );
+    // Enter opens the last task it enqueued; one that never fired says so.
+    watched(&press(&mut app, KeyCode::Enter), View::Task { task: id(7) });
+    let tag = watched(&press(&mut app, KeyCode::Esc), schedules_view(None));
+    deliver(
+        &mut app,
+        tag,
+        WatchUpdate::Schedules {
+            schedules: vec![schedule("fresh", "emails", "0 * * * *")],
+            next: None,
+        },
+    );
+    assert_eq!(press(&mut app, KeyCode::Enter), vec![]);
+    assert_eq!(
+        app.message,
+        Some((
+            Level::Error,
+            "schedule fresh has enqueued no task yet".into()
+        ))
+    );
+    assert!(text(&app).contains("last task none yet · runs 0"));
+    // An empty page says how to make a schedule.
+    let (mut empty, tag) = on_schedules(false);
+    deliver(
+        &mut empty,
+        tag,
+        WatchUpdate::Schedules {
+            schedules: Vec::new(),
+            next: None,
+        },
+    );
+    insta::assert_snapshot!("schedules_empty", screen(&empty, 80, 24).backend());
+    assert!(text(&empty).contains("no schedules (muster schedule set NAME --cron … --queue …)"));
+    // `]` asks for the page after the last schedule shown.
+    let (mut paged, tag) = on_schedules(false);
+    let WatchUpdate::Schedules { schedules, .. } = schedules_update() else {
+        unreachable!("schedules_update is a schedules page")
+    };
+    deliver(
+        &mut paged,
+        tag,
+        WatchUpdate::Schedules {
+            schedules,
+            next: Some("reports-sync".into()),
+        },
+    );
+    watched(
+        &press(&mut paged, KeyCode::Char(']')),
+        schedules_view(Some("reports-sync")),
+    );
+}
+
+#[test]
+fn schedules_pause_resume_run_and_delete_after_a_confirm() {
+    let (mut app, _) = on_schedules(false);
+    let has = |app: &App, key: &str| app.keys().iter().any(|(k, _)| *k == key);
+    assert!(has(&app, "p") && has(&app, "N") && has(&app, "D"));
+    // `p` on an active schedule pauses it.
+    press(&mut app, KeyCode::Char('p'));
+    let pause = Verb::PauseSchedule("digest".into());
+    assert_eq!(app.mode, Mode::Confirm(pause.clone()));
+    assert_eq!(
+        pause.question(),
+        "Pause schedule digest? It does not fire until resumed."
+    );
+    snapshots("confirm_schedule_pause", &app);
+    assert_eq!(
+        press(&mut app, KeyCode::Char('y')),
+        vec![Effect::Run(pause)]
+    );
+    // On a paused one, it resumes it.
+    press(&mut app, KeyCode::Char('j'));
+    press(&mut app, KeyCode::Char('p'));
+    let resume = Verb::ResumeSchedule("nightly".into());
+    assert_eq!(app.mode, Mode::Confirm(resume.clone()));
+    assert_eq!(
+        resume.question(),
+        "Resume schedule nightly? It fires from its next time after now."
+    );
+    assert_eq!(
+        press(&mut app, KeyCode::Char('y')),
+        vec![Effect::Run(resume)]
+    );
+    // `N` enqueues its task now, paused or not, naming the queue.
+    press(&mut app, KeyCode::Char('N'));
+    let run = Verb::RunSchedule {
+        name: "nightly".into(),
+        queue: "inference".into(),
+    };
+    assert_eq!(app.mode, Mode::Confirm(run.clone()));
+    assert_eq!(
+        run.question(),
+        "Run schedule nightly now: enqueue its task on queue inference once?"
+    );
+    assert_eq!(press(&mut app, KeyCode::Char('y')), vec![Effect::Run(run)]);
+    // `D` deletes it; any other key than `y` does nothing.
+    press(&mut app, KeyCode::Char('D'));
+    let delete = Verb::DeleteSchedule("nightly".into());
+    assert_eq!(app.mode, Mode::Confirm(delete.clone()));
+    assert_eq!(
+        delete.question(),
+        "Delete schedule nightly? The tasks it enqueued stay."
+    );
+    assert_eq!(press(&mut app, KeyCode::Char('n')), vec![]);
+    assert_eq!(app.message, Some((Level::Info, "nothing done".into())));
+    press(&mut app, KeyCode::Char('D'));
+    assert_eq!(
+        press(&mut app, KeyCode::Char('y')),
+        vec![Effect::Run(delete)]
+    );
+    // The verb's outcome shows in the footer, and the screen is watched again.
+    let effect = app.on_done(
+        Ok("deleted schedule nightly; the tasks it enqueued stay".into()),
+        false,
+    );
+    assert!(matches!(effect, Some(Effect::Watch { view, .. }) if view == schedules_view(None)));
+    assert_eq!(
+        app.message,
+        Some((
+            Level::Info,
+            "deleted schedule nightly; the tasks it enqueued stay".into()
+        ))
+    );
+    // Other verb keys name nothing here.
+    for key in ['x', 'r', 'c', 'v', 'P', 'R', 'd', 'u', '+'] {
+        assert_eq!(press(&mut app, KeyCode::Char(key)), vec![]);
+        assert_eq!(
+            app.mode,
+            Mode::Normal,
+            "{key} names no verb on the schedules"
+        );
+    }
+    // A read-only console looks, copies and opens, but changes nothing.
+    let (mut ro, _) = on_schedules(true);
+    for key in ['p', 'N', 'D'] {
+        assert_eq!(press(&mut ro, KeyCode::Char(key)), vec![]);
+        assert_eq!(ro.mode, Mode::Normal, "{key} must do nothing read-only");
+        assert!(!has(&ro, &key.to_string()));
+    }
+    insta::assert_snapshot!("schedules_readonly", screen(&ro, 80, 24).backend());
+}
+
+#[test]
+fn capital_c_opens_the_schedules_from_any_screen_and_esc_goes_back() {
+    let mut app = started(false);
+    assert!(app.keys().contains(&("C", "schedules")));
+    watched(&press(&mut app, KeyCode::Char('C')), schedules_view(None));
+    assert_eq!(app.stack.len(), 2);
+    // Already there: `C` does nothing, and the help does not offer it.
+    assert_eq!(press(&mut app, KeyCode::Char('C')), vec![]);
+    assert!(!app.keys().iter().any(|(k, _)| *k == "C"));
+    press(&mut app, KeyCode::Char('?'));
+    insta::assert_snapshot!("help_schedules", screen(&app, 80, 24).backend());
+    press(&mut app, KeyCode::Esc);
+    watched(&press(&mut app, KeyCode::Esc), queues_view());
+    // From the limits, and back to them.
+    watched(&press(&mut app, KeyCode::Char('L')), limits_view(None));
+    watched(&press(&mut app, KeyCode::Char('C')), schedules_view(None));
+    watched(&press(&mut app, KeyCode::Esc), limits_view(None));
+    // `:schedules` jumps there, and completes.
+    watched(&chars(&mut app, ":schedules\n"), schedules_view(None));
+    assert_eq!(app.stack.len(), 2);
+    press(&mut app, KeyCode::Char(':'));
+    chars(&mut app, "sc");
+    press(&mut app, KeyCode::Tab);
+    assert_eq!(app.mode, Mode::Command("schedules ".into()));
+    press(&mut app, KeyCode::Esc);
+    // A read-only console looks at the schedules too.
+    let mut ro = started(true);
+    watched(&press(&mut ro, KeyCode::Char('C')), schedules_view(None));
+    watched(&press(&mut ro, KeyCode::Esc), queues_view());
 }

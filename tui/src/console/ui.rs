@@ -10,12 +10,14 @@ use ratatui::widgets::{
 };
 
 use muster_protocol::model::{
-    LimitInfo, MemberInfo, MemberState, QueueInfo, TaskInfo, TaskState, TaskSummary,
+    LimitInfo, MemberInfo, MemberState, QueueInfo, ScheduleInfo, TaskInfo, TaskState, TaskSummary,
 };
 use muster_protocol::ops::WatchUpdate;
 
 use super::app::{App, Level, Mode, Screen, TABS};
-use super::detail::{ago, holder, list_or_dash, one_line, short, task_lines, until};
+use super::detail::{
+    ago, holder, list_or_dash, one_line, schedule_facts, short, task_lines, until,
+};
 use super::meters::{self, Gauge, Measure};
 use super::rows::{ClusterNodes, NodeRow, Row, TaskColumn, task_columns};
 use super::trends::TrendSeries;
@@ -343,6 +345,7 @@ fn screen_title(app: &App) -> String {
         ),
         Screen::Cluster => " Cluster ".to_owned(),
         Screen::Limits => " Limits ".to_owned(),
+        Screen::Schedules => " Schedules ".to_owned(),
     };
     if page.number() > 1 {
         title.push_str(&format!("· page {} ", page.number()));
@@ -389,6 +392,7 @@ fn render_screen(app: &App, data: &WatchUpdate, frame: &mut Frame, area: Rect) {
             render_members(app, *connected, block, frame, area)
         }
         WatchUpdate::Limits { .. } => render_limits(app, block, frame, area),
+        WatchUpdate::Schedules { .. } => render_schedules(app, block, frame, area),
         WatchUpdate::Gone { error } => {
             frame.render_widget(Paragraph::new(error.message.clone()).block(block), area)
         }
@@ -1217,6 +1221,136 @@ fn render_limit_keys(app: &App, l: &LimitInfo, frame: &mut Frame, area: Rect) {
     frame.render_widget(table, keys);
 }
 
+/// The columns of the schedules screen after the name and the queue: the pattern (with
+/// its time zone), the next fire, the last, and the fires, missed and failures.
+const SCHEDULES_WIDTHS: [Constraint; 6] = [
+    Constraint::Fill(1),
+    Constraint::Length(8),
+    Constraint::Length(8),
+    Constraint::Length(5),
+    Constraint::Length(6),
+    Constraint::Length(5),
+];
+
+/// The schedules: a row each with when it fires next and what its fires did, and
+/// under them the task the selected one enqueues, its last task and its last error.
+fn render_schedules(app: &App, block: Block<'_>, frame: &mut Frame, area: Rect) {
+    let schedules: Vec<&ScheduleInfo> = app
+        .rows()
+        .into_iter()
+        .filter_map(|r| match r {
+            Row::Schedule(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    if schedules.is_empty() {
+        let none = nothing(
+            app,
+            "no schedules (muster schedule set NAME --cron … --queue …)",
+        );
+        frame.render_widget(Paragraph::new(none).block(block), area);
+        return;
+    }
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let selected = schedules.get(app.page().selected).copied();
+    // Its facts and its last error, if any, under a rule.
+    let pane_rows = selected.map_or(0, |s| {
+        schedule_facts(s).len() + usize::from(s.last_error.is_some()) + 1
+    });
+    let [list, pane] = Layout::vertical([
+        Constraint::Min(3),
+        Constraint::Length(u16::try_from(pane_rows).unwrap_or(u16::MAX)),
+    ])
+    .areas(inner);
+    schedule_table(app, &schedules, frame, list);
+    if let Some(s) = selected {
+        render_schedule_task(s, frame, pane);
+    }
+}
+
+/// The table of schedules, a row each, in `area`: a paused one's next fire in yellow,
+/// missed fires in yellow and failed ones in red.
+fn schedule_table(app: &App, schedules: &[&ScheduleInfo], frame: &mut Frame, area: Rect) {
+    let now = app.now_ms;
+    let mut widths = vec![
+        names_width(schedules.iter().map(|s| s.name.as_str())),
+        names_width(schedules.iter().map(|s| s.queue.as_str())),
+    ];
+    widths.extend(SCHEDULES_WIDTHS);
+    let fitted = column_widths(area, &widths);
+    let rows = schedules
+        .iter()
+        .map(|s| {
+            let next = match s.next_fire_ms {
+                _ if s.paused => Cell::from("paused").fg(Color::Yellow),
+                Some(at) => Cell::from(until(now, at)),
+                None => Cell::from("-"),
+            };
+            let last = s
+                .last_fire_ms
+                .map_or("never".into(), |at| format!("{} ago", ago(now, at)));
+            let (missed, failures) = (Cell::from(count(s.missed)), Cell::from(count(s.failures)));
+            TableRow::new(vec![
+                Cell::from(fit(&s.name, fitted[0])),
+                Cell::from(fit(&s.queue, fitted[1])),
+                Cell::from(fit(&cron_text(s), fitted[2])),
+                next,
+                Cell::from(last),
+                Cell::from(count(s.fires)),
+                if s.missed > 0 {
+                    missed.fg(Color::Yellow)
+                } else {
+                    missed
+                },
+                if s.failures > 0 {
+                    failures.fg(Color::Red)
+                } else {
+                    failures
+                },
+            ])
+        })
+        .collect();
+    let head = header(&[
+        "SCHEDULE", "QUEUE", "CRON", "NEXT", "LAST", "FIRES", "MISSED", "FAIL",
+    ]);
+    table(app, rows, &widths, head, Block::new(), frame, area);
+}
+
+/// A schedule's pattern, with its time zone unless that is UTC.
+fn cron_text(s: &ScheduleInfo) -> String {
+    let cron = crate::output::safe(&s.cron);
+    if s.tz == "UTC" {
+        cron.into_owned()
+    } else {
+        format!("{cron} {}", crate::output::safe(&s.tz))
+    }
+}
+
+/// Schedule `s`'s settings, the task each fire enqueues and its last one, and its last
+/// error in red, each line fitted to the pane.
+fn render_schedule_task(s: &ScheduleInfo, frame: &mut Frame, area: Rect) {
+    let block = Block::new()
+        .borders(Borders::TOP)
+        .title(format!(" {} · enqueues on {} ", s.name, s.queue));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    // Indented as the rows above are.
+    let width = inner.width.saturating_sub(1);
+    let mut lines: Vec<Line<'_>> = schedule_facts(s)
+        .iter()
+        .map(|fact| Line::raw(format!(" {}", fit(fact, width))))
+        .collect();
+    if let Some(e) = &s.last_error {
+        let error = format!("last error {}", crate::output::safe(&one_line(e)));
+        lines.push(Line::from(Span::styled(
+            format!(" {}", fit(&error, width)),
+            Style::new().fg(Color::Red),
+        )));
+    }
+    frame.render_widget(Paragraph::new(lines), inner);
+}
+
 fn render_task(
     app: &App,
     t: &TaskInfo,
@@ -1294,11 +1428,8 @@ fn popup(frame: &mut Frame, width: u16, height: u16) -> Rect {
 
 /// What `?` adds under the keys: the `:` commands and the words of a `/` search.
 const HELP_NOTES: [(&str, &str); 4] = [
-    (
-        ":",
-        "queues, members, dead, limits, cluster, q (tab completes)",
-    ),
-    ("", "queue NAME [STATE], task ID"),
+    (":", "queues, members, dead, limits, schedules, cluster, q"),
+    ("", "queue NAME [STATE], task ID (tab completes)"),
     (
         "/",
         "ID-PREFIX or text · key:K · idem:K · label:L · state:S",

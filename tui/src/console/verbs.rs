@@ -73,6 +73,21 @@ impl App {
                 let n = TaskState::ALL.iter().map(|s| q.counts.get(*s)).sum();
                 Verb::DeleteQueue(q.name, n)
             }
+            ('p' | 'N' | 'D', Screen::Schedules) => {
+                let Some(Row::Schedule(s)) = self.selected_row() else {
+                    return None;
+                };
+                let name = s.name.clone();
+                match key {
+                    'p' if s.paused => Verb::ResumeSchedule(name),
+                    'p' => Verb::PauseSchedule(name),
+                    'N' => Verb::RunSchedule {
+                        name,
+                        queue: s.queue.clone(),
+                    },
+                    _ => Verb::DeleteSchedule(name),
+                }
+            }
             _ => return None,
         };
         Some(verb)

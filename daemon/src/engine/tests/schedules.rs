@@ -192,20 +192,32 @@ fn across_daylight_saving_a_fixed_time_fires_once_a_day() {
     // 2027-03-28: 02:00 CET jumps to 03:00 CEST, so 02:30 does not exist: it fires at
     // the first moment after the gap, 03:00 CEST (01:00 UTC).
     h.now.wall_ms = 1_806_148_800_000; // 2027-03-27 12:00 UTC
-    assert_eq!(set(&mut h, berlin("spring")).next_fire_ms, Some(1_806_195_600_000));
+    assert_eq!(
+        set(&mut h, berlin("spring")).next_fire_ms,
+        Some(1_806_195_600_000)
+    );
     // 2027-10-31: 03:00 CEST falls back to 02:00 CET, so 02:30 comes twice: it fires at
     // the first (00:30 UTC), and next on 2027-11-01 at 02:30 CET (01:30 UTC).
     h.now.wall_ms = 1_824_897_600_000; // 2027-10-30 12:00 UTC
     h.round();
-    assert_eq!(set(&mut h, berlin("autumn")).next_fire_ms, Some(1_824_942_600_000));
-    h.call(EngineRequest::ScheduleDelete(muster_protocol::ops::ScheduleDelete(named("spring"))))
-        .unwrap();
+    assert_eq!(
+        set(&mut h, berlin("autumn")).next_fire_ms,
+        Some(1_824_942_600_000)
+    );
+    h.call(EngineRequest::ScheduleDelete(
+        muster_protocol::ops::ScheduleDelete(named("spring")),
+    ))
+    .unwrap();
     h.advance(1_824_942_600_000 - h.now.wall_ms);
     let s = get(&mut h, "autumn");
     assert_eq!(s.fires, 1);
     assert_eq!(s.next_fire_ms, Some(1_825_032_600_000));
     h.advance(HOUR);
-    assert_eq!(get(&mut h, "autumn").fires, 1, "not again in the repeated hour");
+    assert_eq!(
+        get(&mut h, "autumn").fires,
+        1,
+        "not again in the repeated hour"
+    );
 }
 
 #[test]
@@ -304,6 +316,38 @@ fn a_paused_schedule_does_not_fire_and_resumes_from_its_next_time_after_now() {
     let again = set(&mut h, every("p", "*/2 * * * *", "q"));
     assert!(again.paused);
     assert_eq!(again.cron, "*/2 * * * *");
+}
+
+#[test]
+fn a_replaced_task_goes_with_the_next_fire_and_a_new_pattern_starts_after_now() {
+    let mut h = Harness::new();
+    h.create("q", QueuePatch::default());
+    set(&mut h, every("m", "* * * * *", "q"));
+    h.advance(MINUTE);
+    // A new task, same times: due times keep their place (a fire due but not yet run
+    // in this round would still run, with the new task).
+    let same = set(
+        &mut h,
+        ScheduleSet {
+            task: NewTask::new(raw(r#"{"report":"weekly"}"#)),
+            ..every("m", "* * * * *", "q")
+        },
+    );
+    assert_eq!(same.next_fire_ms, Some(START + 2 * MINUTE));
+    assert_eq!(
+        (same.fires, same.created_ms),
+        (1, START),
+        "counts carry over"
+    );
+    h.advance(MINUTE);
+    let s = get(&mut h, "m");
+    let task = h.task(s.last_task.as_deref().unwrap());
+    assert_eq!(task.payload.get(), r#"{"report":"weekly"}"#);
+    // A new pattern fires from its next time after now.
+    h.advance(30_000);
+    let changed = set(&mut h, every("m", "*/5 * * * *", "q"));
+    assert_eq!(changed.next_fire_ms, Some(START + 5 * MINUTE));
+    assert_eq!(changed.updated_ms, START + 2 * MINUTE + 30_000);
 }
 
 #[test]
@@ -452,7 +496,7 @@ fn bad_schedules_are_refused_and_change_nothing() {
                 ..every("m", "* * * * *", "q")
             },
             ErrorCode::BadRequest,
-            "task 0: priority is 0..=9",
+            "the schedule's task: priority is 0..=9",
         ),
         (
             every("m", &"*".repeat(257), "q"),
