@@ -728,7 +728,7 @@ impl Muster {
         result(self.discard_dead(args).await)
     }
 
-    /// List tasks waiting for a person (suspended): what each asks (`suspended.reason`),
+    /// List tasks waiting for a person (suspended): what each asks (`suspension.reason`),
     /// since when and when it times out. At most `limit` (default 50, at most 500),
     /// and `next` to pass as `after` to go on.
     #[tool(annotations(
