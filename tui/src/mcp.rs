@@ -257,7 +257,7 @@ fn to_json<T: serde::Serialize>(value: &T) -> Outcome {
     })
 }
 
-/// `bad_arguments` unless `confirm` is true.
+/// `confirmation_required` unless `confirm` is true.
 fn confirmed(confirm: bool, what: &str) -> Result<(), Failure> {
     if confirm {
         return Ok(());
@@ -1137,18 +1137,27 @@ pub async fn run(options: ConnectOptions, args: McpArgs) -> anyhow::Result<()> {
         client: tokio::sync::Mutex::new(Some(client)),
         roles,
     });
-    let server = Muster::new(shared);
-    match http {
-        None => {
-            let running = server
-                .serve(rmcp::transport::stdio())
-                .await
-                .context("starting the MCP session on stdio")?;
-            running.waiting().await.context("serving MCP on stdio")?;
-            Ok(())
-        }
+    let server = Muster::new(Arc::clone(&shared));
+    let served = match http {
+        None => serve_stdio(server).await,
         Some((addr, secret)) => serve_http(server, addr, secret).await,
+    };
+    // The daemon learns at once that this client is gone (not at the idle timeout).
+    let client = shared.client.lock().await.take();
+    if let Some(client) = client {
+        client.close().await;
     }
+    served
+}
+
+/// Serves one MCP session on stdin and stdout until the client closes it.
+async fn serve_stdio(server: Muster) -> anyhow::Result<()> {
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .context("starting the MCP session on stdio")?;
+    running.waiting().await.context("serving MCP on stdio")?;
+    Ok(())
 }
 
 /// The address to serve HTTP on, refused if it is not loopback unless allowed, and the
