@@ -2,6 +2,8 @@
 //! PyPI, 2.x; `tests/fixtures/mcp_client.py`) against `muster mcp` over stdio and
 //! streamable HTTP, against a real daemon with admin, producer and approver tokens.
 //!
+//! Then, spoken to as JSON-RPC lines, a server whose daemon is killed and restarted.
+//!
 //! The client's Python is named by `MUSTER_TEST_MCP_PYTHON` (`.ci/run` makes a venv
 //! with `mcp` installed and sets it); without it the test fails saying how to make one.
 
@@ -234,4 +236,172 @@ fn mcp_over_http_needs_loopback_or_consent_and_a_bearer_token() {
         loose.contains("is writable by other users (mode 666): chmod go-w it"),
         "{loose}"
     );
+}
+
+/// `muster mcp` over stdio, spoken to as JSON-RPC lines (the initialize handshake of
+/// protocol 2025-06-18), for what the Python client cannot arrange: the daemon killed
+/// and restarted under it.
+struct McpStdio {
+    child: std::process::Child,
+    /// Taken (closed) to end the session.
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<String>,
+    next_id: u64,
+}
+
+/// Longest one JSON-RPC answer may take.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl McpStdio {
+    fn start(d: &Daemon) -> McpStdio {
+        use std::io::BufRead as _;
+        let mut child = Command::new(muster_tests::muster_bin())
+            .arg("mcp")
+            .env("MUSTER_ADDR", &d.addr)
+            .env("MUSTER_DATA", d.data())
+            .env_remove("MUSTER_TOKEN")
+            .env_remove("MUSTER_TOKEN_FILE")
+            .env_remove("MUSTER_CONTEXT")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting muster mcp");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut server = McpStdio {
+            child,
+            stdin: Some(stdin),
+            lines,
+            next_id: 1,
+        };
+        let init = server.request(
+            "initialize",
+            serde_json::json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "muster-it", "version": "0"}
+            }),
+        );
+        assert_eq!(init["serverInfo"]["name"], "muster", "{init}");
+        server.send(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        server
+    }
+
+    fn send(&mut self, message: &serde_json::Value) {
+        use std::io::Write as _;
+        let stdin = self.stdin.as_mut().expect("the session is open");
+        writeln!(stdin, "{message}").expect("writing to muster mcp");
+        stdin.flush().expect("flushing to muster mcp");
+    }
+
+    /// Sends a request; returns its result, failing on an error or no answer in time.
+    fn request(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(
+            &serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        );
+        let deadline = Instant::now() + ANSWER_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no answer to {method} within {ANSWER_TIMEOUT:?}"));
+            let message: serde_json::Value = serde_json::from_str(&line).expect("a JSON-RPC line");
+            if message["id"] == id {
+                assert!(message.get("error").is_none(), "{method}: {message}");
+                return message["result"].clone();
+            }
+        }
+    }
+
+    /// Calls a tool; returns its structured content and whether it is an error.
+    fn call(&mut self, tool: &str, arguments: serde_json::Value) -> (serde_json::Value, bool) {
+        let result = self.request(
+            "tools/call",
+            serde_json::json!({"name": tool, "arguments": arguments}),
+        );
+        (
+            result["structuredContent"].clone(),
+            result["isError"] == true,
+        )
+    }
+}
+
+impl McpStdio {
+    /// Closes stdin, as a client ends the session; waits for the server to exit.
+    fn end(&mut self) -> std::process::ExitStatus {
+        self.stdin.take();
+        let deadline = Instant::now() + ANSWER_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("waiting for muster mcp") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "muster mcp did not end with its stdin"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for McpStdio {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The daemon killed with -9 and restarted under a running `muster mcp`: its next
+/// calls connect again, a read at once (tried again on a new connection after the
+/// lost one), a write after it; and the server ends when its client closes stdin.
+#[test]
+fn the_server_connects_again_after_the_daemon_restarts() {
+    let mut d = Daemon::start();
+    d.ok(&["queue", "create", "jobs"]);
+    let mut server = McpStdio::start(&d);
+    let (enqueued, failed) = server.call(
+        "enqueue",
+        serde_json::json!({"queue": "jobs", "tasks": [{"payload": {"n": 1}}]}),
+    );
+    assert!(!failed, "{enqueued}");
+    let id = enqueued["tasks"][0]["id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+
+    d.kill9();
+    d.restart();
+    let (task, failed) = server.call("get_task", serde_json::json!({"id": id}));
+    assert!(!failed, "{task}");
+    assert_eq!(
+        (task["id"].as_str(), task["state"].as_str()),
+        (Some(&*id), Some("ready"))
+    );
+    let (enqueued, failed) = server.call(
+        "enqueue",
+        serde_json::json!({"queue": "jobs", "tasks": [{"payload": {"n": 2}}]}),
+    );
+    assert!(!failed, "{enqueued}");
+    assert_eq!(enqueued["tasks"][0]["state"], "ready");
+    let (queues, _) = server.call("list_queues", serde_json::json!({}));
+    assert_eq!(queues["queues"][0]["ready"], 2, "{queues}");
+
+    // The client closes stdin: the server ends, with success.
+    let status = server.end();
+    assert!(status.success(), "{status}");
 }
