@@ -77,6 +77,13 @@ pub const PROBE_TASK: &str = "00000000000000000000000000";
 /// The path streamable HTTP is served on.
 pub const HTTP_PATH: &str = "/mcp";
 
+/// Most HTTP connections served at once; past it, new ones wait to be accepted.
+pub const MAX_HTTP_CONNECTIONS: usize = 64;
+
+/// Longest an HTTP client may take to send a request's headers: a connection that
+/// sends nothing gives its place up.
+pub const HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// What the token may do, as the daemon answered the probes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Roles {
@@ -1220,7 +1227,13 @@ async fn serve_http(server: Muster, addr: SocketAddr, secret: String) -> anyhow:
     std::io::Write::flush(&mut std::io::stdout()).context("printing the URL")?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("handling SIGTERM")?;
+    let places = Arc::new(tokio::sync::Semaphore::new(MAX_HTTP_CONNECTIONS));
     loop {
+        let place = tokio::select! {
+            place = Arc::clone(&places).acquire_owned() => place.context("the connection places")?,
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+        };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
@@ -1235,6 +1248,7 @@ async fn serve_http(server: Muster, addr: SocketAddr, secret: String) -> anyhow:
         let service = service.clone();
         let expected = Arc::clone(&expected);
         tokio::spawn(async move {
+            let _place = place;
             let handle = hyper::service::service_fn(
                 move |req: hyper::Request<hyper::body::Incoming>| {
                     let service = service.clone();
@@ -1273,6 +1287,8 @@ async fn serve_http(server: Muster, addr: SocketAddr, secret: String) -> anyhow:
                 },
             );
             let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HTTP_HEADER_TIMEOUT)
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), handle);
             if let Err(e) = conn.await {
                 tracing::debug!("an HTTP connection ended: {e}");
