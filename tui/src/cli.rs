@@ -292,6 +292,13 @@ pub enum Command {
         #[arg(long)]
         readonly: bool,
     },
+    /// Serve muster as tools to an MCP client (an LLM agent, a coding assistant): over
+    /// stdio, or streamable HTTP with `--http`. It acts with this command's token and
+    /// connection settings, and lists only the tools the token may use (asked of the
+    /// daemon at start). Tools: enqueue, get_task, wait_tasks, find_tasks, list_queues,
+    /// list_members, cancel_task, redrive, discard, list_suspended, resume_task,
+    /// reject_task, tail_output; cancel, reject and discard need `"confirm": true`.
+    Mcp(McpArgs),
     /// Keep several daemons by name: `context add prod --addr HOST:PORT --pin SHA256`,
     /// then `--context prod`, `MUSTER_CONTEXT=prod` or `context use prod`.
     #[command(subcommand)]
@@ -325,6 +332,26 @@ pub enum Command {
         #[arg(long)]
         dir: std::path::PathBuf,
     },
+}
+
+/// Arguments of `mcp`.
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// Serve streamable HTTP on IP:PORT (at path /mcp; port 0 picks one, and the URL is
+    /// printed on stdout) instead of stdio, until SIGINT or SIGTERM. Only a loopback
+    /// address unless --http-allow-remote: whoever reaches the port acts with this
+    /// server's token.
+    #[arg(long, value_name = "IP:PORT")]
+    pub http: Option<String>,
+    /// With --http: serve a non-loopback address too. Anyone who can reach it and
+    /// holds the bearer token acts with this server's muster token, over plain HTTP.
+    #[arg(long, requires = "http")]
+    pub http_allow_remote: bool,
+    /// With --http (required there): a file holding the bearer token clients must send
+    /// (`Authorization: Bearer TOKEN`), since every local user can reach a loopback
+    /// port. Refused if users other than its owner may write it.
+    #[arg(long, value_name = "FILE", requires = "http")]
+    pub http_token_file: Option<PathBuf>,
 }
 
 /// Context subcommands.

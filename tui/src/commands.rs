@@ -17,7 +17,7 @@ use crate::cli::{
 };
 use crate::context::{Context, Contexts};
 use crate::output::{self, Output};
-use crate::{bench, console, demo, work};
+use crate::{bench, console, demo, mcp, work};
 
 /// Enqueues from stdin kept in flight at once: enough to share fsyncs, bounded memory.
 const STDIN_IN_FLIGHT: usize = 256;
@@ -52,6 +52,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             return console::run(options, addr, readonly).await;
         }
         Command::Guard { dir } => return work::guard(&dir),
+        Command::Mcp(args) => return mcp::run(options(&cli.global)?, args).await,
         Command::Tail { id, follow, from } => {
             return tail(options(&cli.global)?, &out, &id, follow, from).await;
         }
@@ -224,6 +225,7 @@ async fn one_shot(client: &Client, out: &Output, command: Command) -> anyhow::Re
         | Command::Tui { .. }
         | Command::Admin(AdminCommand::Token(_))
         | Command::Guard { .. }
+        | Command::Mcp(_)
         | Command::Tail { .. }
         | Command::Context(_)
         | Command::Completions { .. }

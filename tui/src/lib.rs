@@ -14,6 +14,7 @@
 //! - [`demo`]: `muster demo`, a live swarm to watch.
 //! - [`bench`]: `muster bench`, the benchmark BENCHMARKS.md describes.
 //! - [`console`]: `muster tui`, the operator's console.
+//! - [`mcp`]: `muster mcp`, muster's tasks as tools for an MCP client.
 
 pub mod bench;
 pub mod cli;
@@ -22,6 +23,7 @@ pub mod console;
 pub mod context;
 pub mod demo;
 pub mod failure;
+pub mod mcp;
 pub mod output;
 pub mod work;
 

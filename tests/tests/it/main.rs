@@ -14,6 +14,9 @@
 //! - `logs`: INFO lines of a member's life, lapses, dead letters and operator actions.
 //! - `maintenance`: one daemon per data directory, `--version`, `--check-config`,
 //!   `admin snapshot` and a restore.
+//! - `mcp`: `muster mcp` through the official Python MCP client (stdio and streamable
+//!   HTTP): every tool, the tools each token's roles allow, refusals as tool errors;
+//!   a server whose daemon is restarted under it.
 //! - `metrics`: the Prometheus endpoint.
 //! - `operate`: `task_update` (priority, run now) and `member_undrain`, with their
 //!   refusals, through the SDK and the CLI; `server_stats`'s uptime, members and fsync.
@@ -74,6 +77,7 @@ mod limits;
 mod liveness;
 mod logs;
 mod maintenance;
+mod mcp;
 mod metrics;
 mod operate;
 mod output;
