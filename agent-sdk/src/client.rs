@@ -433,6 +433,7 @@ impl Client {
                 task.idempotency_key = Some(ulid::Ulid::new().to_string());
             }
         }
+        crate::trace::fill(&mut tasks);
         self.send(&Enqueue {
             queue: queue.into(),
             tasks,
@@ -551,9 +552,10 @@ impl Client {
         &self,
         task: &str,
         epoch: u64,
-        children: Vec<ops::NewChild>,
+        mut children: Vec<ops::NewChild>,
         wait: Option<ops::SpawnWait>,
     ) -> Result<ops::SpawnReply, Error> {
+        crate::trace::fill(children.iter_mut().map(|c| &mut c.task));
         self.call(&ops::Spawn {
             task: task.into(),
             epoch,

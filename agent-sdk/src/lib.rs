@@ -33,6 +33,7 @@ pub mod error;
 pub mod follow;
 mod leader;
 pub mod output;
+pub mod trace;
 pub mod worker;
 
 pub use client::{Client, PendingReply, PreparedRaw, RawReply};

@@ -49,7 +49,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, warn};
 
 use muster_protocol::limits::MAX_RESUME_HELD;
 use muster_protocol::model::ChildOutcome;
@@ -269,9 +269,11 @@ impl Task {
     /// with its connection is asked again on the next.
     pub async fn spawn_and_wait(
         &self,
-        children: Vec<NewChild>,
+        mut children: Vec<NewChild>,
         suspension: Suspension,
     ) -> Result<SpawnReply, Error> {
+        // The children are in the trace of the span spawning them (the handler's).
+        crate::trace::fill(children.iter_mut().map(|c| &mut c.task));
         self.ask_suspend(suspension, Some(children)).await
     }
 
@@ -280,7 +282,9 @@ impl Task {
     /// key spawned before answers that child, `duplicate`). Cancelling this task
     /// cancels them. Fails when the worker is not connected (spawn again: keys make it
     /// safe) or the daemon refuses (e.g. `lease_lost`, `limit`).
-    pub async fn spawn(&self, children: Vec<NewChild>) -> Result<Vec<SpawnedChild>, Error> {
+    pub async fn spawn(&self, mut children: Vec<NewChild>) -> Result<Vec<SpawnedChild>, Error> {
+        // The children are in the trace of the span spawning them (the handler's).
+        crate::trace::fill(children.iter_mut().map(|c| &mut c.task));
         let (reply, answer) = oneshot::channel();
         let ask = Event::Spawn(SpawnAsk {
             id: self.delivery.id.clone(),
@@ -1192,7 +1196,8 @@ where
         });
         let output = task.output.clone();
         let after_panic = task.output.clone();
-        let handler_fut = (self.handler)(task);
+        let span = crate::trace::handler_span(&task.delivery);
+        let handler_fut = span.in_scope(|| (self.handler)(task)).instrument(span);
         // The handler's own task (its handle is the watcher's, its abort handle kept
         // in `held`): a panic in it becomes a nack rather than the worker's end.
         let work = tokio::spawn(async move {

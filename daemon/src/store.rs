@@ -292,6 +292,10 @@ pub struct TaskRecord {
     pub resumed: Option<muster_protocol::model::Resumed>,
     /// The task that spawned it, if it is a child.
     pub parent: Option<ParentLink>,
+    /// The W3C trace context it was enqueued with.
+    pub traceparent: Option<String>,
+    /// Its `tracestate`.
+    pub tracestate: Option<String>,
     /// When it was enqueued.
     pub created_ms: u64,
     /// When it last changed.
@@ -422,6 +426,8 @@ impl TaskRecord {
             suspension: None,
             resumed: None,
             parent: None,
+            traceparent: task.traceparent.clone(),
+            tracestate: task.tracestate.clone(),
             created_ms: now_ms,
             updated_ms: now_ms,
             finished_ms: None,

@@ -315,6 +315,9 @@ pub const MAX_FOLLOW_REPLY_BYTES: usize = {
     chunks + 1024
 };
 
+/// Longest `tracestate` a task carries (W3C Trace Context's own limit).
+pub const MAX_TRACESTATE_BYTES: usize = 512;
+
 /// Most schedules a daemon keeps (`schedule_set` of a new one past them: `limit`).
 pub const MAX_SCHEDULES: usize = 10_000;
 

@@ -324,6 +324,14 @@ pub struct NewTask {
     /// Its group (a tenant, a customer) for fair dispatch in a queue that has it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// The W3C trace context of the span that enqueued it (`00-TRACE-SPAN-FLAGS`), handed
+    /// to every holder: see [`crate::names::check_trace`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The W3C `tracestate` that goes with `traceparent`, at most
+    /// [`crate::limits::MAX_TRACESTATE_BYTES`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 /// A limit a task draws on: which, for which key, and how many of its tokens a lease
@@ -511,6 +519,8 @@ impl NewTask {
             idempotency_key: None,
             limits: Vec::new(),
             group: None,
+            traceparent: None,
+            tracestate: None,
         }
     }
 }
@@ -566,6 +576,13 @@ pub struct Delivery {
     /// `emit` (0, absent, when the task has no output yet).
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub output: u64,
+    /// The trace context this holder's work belongs to: the producer's, or, when the
+    /// daemon exports spans, this lease's span in the same trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The `tracestate` that goes with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 fn is_zero_u64(n: &u64) -> bool {
@@ -900,6 +917,12 @@ pub struct TaskInfo {
     /// Its output, if it emitted any (`follow` reads it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<OutputSummary>,
+    /// The trace context it was enqueued with, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The `tracestate` that goes with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
     /// When it was enqueued.
     pub created_ms: u64,
     /// When it last changed state.

@@ -1,7 +1,9 @@
 //! Validation of names and labels, shared by the daemon (which enforces) and clients
 //! (which fail early with the same message).
 
-use crate::limits::{MAX_LABEL_BYTES, MAX_LABELS, MAX_NAME_BYTES, MAX_SCHEDULE_NAME_BYTES};
+use crate::limits::{
+    MAX_LABEL_BYTES, MAX_LABELS, MAX_NAME_BYTES, MAX_SCHEDULE_NAME_BYTES, MAX_TRACESTATE_BYTES,
+};
 
 /// Checks a queue name: `[a-z0-9][a-z0-9._-]{0,127}`.
 pub fn check_queue(name: &str) -> Result<(), String> {
@@ -38,6 +40,46 @@ fn check_object_name(what: &str, name: &str, most: usize) -> Result<(), String> 
             most - 1
         ))
     }
+}
+
+/// Checks a task's W3C trace context: `traceparent` as version 00 writes it
+/// (`00-` 32 lowercase hex digits of trace id, `-` 16 of parent span id, `-` 2 of
+/// flags; neither id all zeros), and `tracestate`, only beside a `traceparent`, at most
+/// [`MAX_TRACESTATE_BYTES`] of printable ASCII.
+pub fn check_trace(traceparent: Option<&str>, tracestate: Option<&str>) -> Result<(), String> {
+    let Some(tp) = traceparent else {
+        return match tracestate {
+            Some(_) => Err("a tracestate needs a traceparent".into()),
+            None => Ok(()),
+        };
+    };
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let parts: Vec<&str> = tp.split('-').collect();
+    let ok = matches!(
+        parts.as_slice(),
+        [version, trace, span, flags]
+            if *version == "00"
+                && trace.len() == 32 && hex(trace) && trace.bytes().any(|b| b != b'0')
+                && span.len() == 16 && hex(span) && span.bytes().any(|b| b != b'0')
+                && flags.len() == 2 && hex(flags)
+    );
+    if !ok {
+        return Err(format!(
+            "invalid traceparent {tp:?}: want 00-<32 hex trace id>-<16 hex span id>-<2 hex flags>, lowercase, ids not all zeros"
+        ));
+    }
+    if let Some(ts) = tracestate {
+        if ts.len() > MAX_TRACESTATE_BYTES {
+            return Err(format!(
+                "a tracestate is at most {MAX_TRACESTATE_BYTES} bytes, not {}",
+                ts.len()
+            ));
+        }
+        if !ts.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+            return Err("a tracestate is printable ASCII".into());
+        }
+    }
+    Ok(())
 }
 
 /// Checks a member name: `[A-Za-z0-9._:/@-]{1,128}`.

@@ -236,6 +236,13 @@ pub struct ScheduleSet {
     pub paused: Option<bool>,
 }
 
+// Boxed in `Request` (a schedule's task makes it the largest request), so its `Op` is
+// spelled out here rather than by `ops!`.
+impl Op for ScheduleSet {
+    const NAME: &'static str = "schedule_set";
+    type Reply = ScheduleReply;
+}
+
 /// Names one schedule (get, pause, resume, delete, run).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ScheduleName {
@@ -1749,7 +1756,7 @@ ops! {
     LimitGet(LimitGet) = "limit_get" -> LimitReply;
     LimitList(LimitList) = "limit_list" -> LimitListReply;
     LimitDelete(LimitDelete) = "limit_delete" -> CountReply;
-    ScheduleSet(ScheduleSet) = "schedule_set" -> ScheduleReply;
+    ScheduleSet(Box<ScheduleSet>) = "schedule_set" -> ScheduleReply;
     ScheduleGet(ScheduleGet) = "schedule_get" -> ScheduleReply;
     ScheduleList(ScheduleList) = "schedule_list" -> ScheduleListReply;
     SchedulePause(SchedulePause) = "schedule_pause" -> ScheduleReply;

@@ -952,15 +952,24 @@ fn new_task(options: &TaskArgs, payload: muster_sdk::RawJson) -> NewTask {
         idempotency_key: None,
         limits: options.limits.clone(),
         group: options.group.clone(),
+        traceparent: None,
+        tracestate: None,
     }
 }
 
 /// The task `muster enqueue` enqueues with `payload`: its options, its time and its
 /// idempotency key.
 fn enqueued_task(args: &EnqueueArgs, payload: muster_sdk::RawJson) -> NewTask {
+    let traceparent = std::env::var("TRACEPARENT").ok().filter(|t| !t.is_empty());
     NewTask {
         not_before_ms: args.at.map(|t| t.duration_since(UNIX_EPOCH).map_or(0, ms)),
         idempotency_key: args.idempotency_key.clone(),
+        // The trace the command runs in (OpenTelemetry's environment carrier; `muster
+        // work` sets it for its programs): the task continues it.
+        traceparent: traceparent.clone(),
+        tracestate: traceparent
+            .and(std::env::var("TRACESTATE").ok())
+            .filter(|t| !t.is_empty()),
         ..new_task(&args.task, payload)
     }
 }

@@ -827,6 +827,8 @@ impl Muster {
                         })
                         .collect(),
                     group: t.group,
+                    traceparent: None,
+                    tracestate: None,
                 })
             })
             .collect::<Result<Vec<_>, Error>>()?;

@@ -643,6 +643,15 @@ fn program_command(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // The trace the task is in (OpenTelemetry's environment carrier): the program's
+    // spans, and `muster enqueue` run by it, continue it. Not the runner's own.
+    command.env_remove("TRACEPARENT").env_remove("TRACESTATE");
+    if let Some(traceparent) = &d.traceparent {
+        command.env("TRACEPARENT", traceparent);
+        if let Some(tracestate) = &d.tracestate {
+            command.env("TRACESTATE", tracestate);
+        }
+    }
     if let Some(user) = &runner.user {
         // setgid, then (std does it whenever a uid is set) setgroups(0) and setuid.
         command

@@ -1344,6 +1344,8 @@ mod tests {
             suspension: None,
             resumed: None,
             parent: None,
+            traceparent: None,
+            tracestate: None,
             created_ms: 1,
             updated_ms: 1,
             finished_ms: None,

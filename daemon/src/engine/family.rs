@@ -287,7 +287,20 @@ impl<W: Waiter> Engine<W> {
                 child_key: c.child_key.clone(),
                 depth,
             };
-            let (cid, state) = self.store_new(&c.queue, &c.task, owner, Some(link), now);
+            // A child named no trace of its own is in its parent's.
+            let inherited;
+            let task = match (&c.task.traceparent, &rec.traceparent) {
+                (None, Some(_)) => {
+                    inherited = NewTask {
+                        traceparent: rec.traceparent.clone(),
+                        tracestate: rec.tracestate.clone(),
+                        ..c.task.clone()
+                    };
+                    &inherited
+                }
+                _ => &c.task,
+            };
+            let (cid, state) = self.store_new(&c.queue, task, owner, Some(link), now);
             super::telemetry::spawned(&c.queue);
             *o = Some(SpawnedChild {
                 child_key: c.child_key.clone(),

@@ -475,11 +475,11 @@ impl<W: Waiter> Engine<W> {
                     // session's stream, so a reply never outgrows its frame.
                     reply_bytes += delivery.bytes();
                     if reply_bytes <= MAX_CLAIM_REPLY_BYTES || reply.reclaimed.is_empty() {
-                        reply.reclaimed.push(delivery);
+                        reply.reclaimed.push(*delivery);
                     } else {
                         self.outbox
                             .pushes
-                            .push((waiter.sink(), Push::Deliver(delivery)));
+                            .push((waiter.sink(), Push::Deliver(*delivery)));
                     }
                 }
             }
@@ -685,7 +685,7 @@ impl<W: Waiter> Engine<W> {
             delivery.epoch,
             lease.epoch
         );
-        Ok(Handed::Delivered(delivery))
+        Ok(Handed::Delivered(Box::new(delivery)))
     }
 
     /// How a session open hands back a lease it does not keep: leased again under
@@ -1093,7 +1093,7 @@ enum Handed {
     Kept,
     Released,
     Dead,
-    Delivered(Delivery),
+    Delivered(Box<Delivery>),
 }
 
 /// The leases a resuming agent names as its own (`session_open`'s `held`), checked:

@@ -107,6 +107,7 @@ pub(super) fn check_new_tasks(tasks: &[NewTask], now: Now) -> OpResult<()> {
             names::check_short("group", g).map_err(at)?;
         }
         names::check_labels(&t.requires).map_err(at)?;
+        names::check_trace(t.traceparent.as_deref(), t.tracestate.as_deref()).map_err(at)?;
         if t.delay_ms.is_some_and(|d| d > ms(MAX_DELAY)) {
             return Err(at("delay exceeds one year".into()));
         }
@@ -380,6 +381,8 @@ fn delivery(
         resumed: rec.resumed.clone().map(Box::new),
         parent: rec.parent.as_ref().map(|p| p.id.to_string()),
         output: 0,
+        traceparent: rec.traceparent.clone(),
+        tracestate: rec.tracestate.clone(),
     }
 }
 
@@ -488,7 +491,7 @@ impl<W: Waiter> Engine<W> {
             EngineRequest::LimitList(r) => self.limit_list(&r, now).map(Reply::LimitList),
             EngineRequest::LimitDelete(r) => self.limit_delete(&r).map(Reply::Count),
             EngineRequest::ScheduleSet(r) => self
-                .schedule_set(r, waiter.principal(), now)
+                .schedule_set(*r, waiter.principal(), now)
                 .map(Reply::Schedule),
             EngineRequest::ScheduleGet(r) => self.schedule_get(&r.0).map(Reply::Schedule),
             EngineRequest::ScheduleList(r) => self
@@ -1568,6 +1571,8 @@ impl<W: Waiter> Engine<W> {
             output: self.output.summary(id),
             parent: rec.parent.as_ref().map(|p| p.id.to_string()),
             child_key: rec.parent.map(|p| p.child_key),
+            traceparent: rec.traceparent,
+            tracestate: rec.tracestate,
             created_ms: rec.created_ms,
             updated_ms: rec.updated_ms,
             history: rec.history,

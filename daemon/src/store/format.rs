@@ -37,8 +37,10 @@
 //!   change.
 //! - 6: the `output` keyspace (task output, its own records); task records are as in
 //!   format 5 (a format 6 record reads as one).
-//! - 7: the `schedules` keyspace (schedule records, JSON, `v: 7`); task records are as
-//!   in format 5 (a format 7 record reads as one).
+//! - 7: the `schedules` keyspace (schedule records, JSON, `v: 7`); task records gain,
+//!   after their body, the W3C trace context they were enqueued with ([`TaskTrace`]).
+//!   Format 5 and 6 records are read as they are (no trace context) and written in
+//!   format 7 when they next change.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -180,6 +182,8 @@ impl TryFrom<StoredTask1> for TaskRecord {
             suspension: None,
             resumed: None,
             parent: None,
+            traceparent: None,
+            tracestate: None,
             created_ms: s.created_ms,
             updated_ms: s.updated_ms,
             finished_ms: s.finished_ms,
@@ -319,6 +323,26 @@ struct StoredTask5<'a> {
     fan_in: TaskFanIn<'a>,
     #[serde(borrow)]
     body: TaskBody<'a>,
+}
+
+/// A format 7 task record: a format 5 record and, after its body, its trace context (a
+/// format 5 or 6 record is a format 7 record without it: none).
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredTask7<'a> {
+    #[serde(borrow)]
+    task: StoredTask5<'a>,
+    #[serde(borrow)]
+    trace: TaskTrace<'a>,
+}
+
+/// What a format 7 task record adds after its body: the W3C trace context it was
+/// enqueued with.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct TaskTrace<'a> {
+    #[serde(borrow)]
+    traceparent: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    tracestate: Option<Cow<'a, str>>,
 }
 
 /// What a format 5 task record adds after what waiting needs: a child's parent, which
@@ -542,6 +566,13 @@ pub(super) fn encode_task(r: &TaskRecord) -> Vec<u8> {
                 .collect(),
         },
     };
+    let stored = StoredTask7 {
+        task: stored,
+        trace: TaskTrace {
+            traceparent: borrowed(&r.traceparent),
+            tracestate: borrowed(&r.tracestate),
+        },
+    };
     let room = RECORD_ROOM + r.history.len() * EVENT_ROOM;
     postcard::to_extend(&stored, Vec::with_capacity(room))
         .expect("postcard writes every record into a Vec")
@@ -553,6 +584,7 @@ pub(super) fn decode_task(bytes: &[u8]) -> Result<TaskRecord, String> {
         let stored: StoredTask1 = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
         return stored.try_into();
     }
+    let mut trace = TaskTrace::default();
     let (head, flow, wait, family, fan_in, body) = match binary_version(bytes)? {
         2 => {
             let StoredTask2 { head, body } =
@@ -596,7 +628,7 @@ pub(super) fn decode_task(bytes: &[u8]) -> Result<TaskRecord, String> {
                 body,
             )
         }
-        _ => {
+        5 | 6 => {
             let StoredTask5 {
                 head,
                 flow,
@@ -605,6 +637,22 @@ pub(super) fn decode_task(bytes: &[u8]) -> Result<TaskRecord, String> {
                 fan_in,
                 body,
             } = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+            (head, flow, wait, family, fan_in, body)
+        }
+        _ => {
+            let StoredTask7 {
+                task:
+                    StoredTask5 {
+                        head,
+                        flow,
+                        wait,
+                        family,
+                        fan_in,
+                        body,
+                    },
+                trace: stored_trace,
+            } = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+            trace = stored_trace;
             (head, flow, wait, family, fan_in, body)
         }
     };
@@ -642,6 +690,8 @@ pub(super) fn decode_task(bytes: &[u8]) -> Result<TaskRecord, String> {
             child_key: p.child_key.into_owned(),
             depth: p.depth,
         }),
+        traceparent: owned(trace.traceparent),
+        tracestate: owned(trace.tracestate),
         created_ms: body.created_ms,
         updated_ms: body.updated_ms,
         finished_ms: head.finished_ms,
@@ -1060,6 +1110,8 @@ mod tests {
                 child_key: "part-7".into(),
                 depth: 3,
             }),
+            traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+            tracestate: Some("vendor=abc".into()),
             created_ms: 1_764_000_000_000,
             updated_ms: 1_764_000_000_600,
             finished_ms: Some(1_764_000_000_700),
@@ -1102,6 +1154,8 @@ mod tests {
             suspension: None,
             resumed: None,
             parent: None,
+            traceparent: None,
+            tracestate: None,
             created_ms: 1_764_000_000_000,
             updated_ms: 1_764_000_000_000,
             finished_ms: None,
@@ -1177,6 +1231,8 @@ mod tests {
             suspension: None,
             resumed: None,
             parent: None,
+            traceparent: None,
+            tracestate: None,
             ..full()
         };
         assert_eq!(format!("{rec:?}"), format!("{full:?}"));
@@ -1186,7 +1242,7 @@ mod tests {
             ("q-é", 2, 256)
         );
         let binary = encode_task(&rec);
-        assert_eq!((json.len(), binary.len()), (706, 205));
+        assert_eq!((json.len(), binary.len()), (706, 207));
     }
 
     #[test]
@@ -1197,6 +1253,8 @@ mod tests {
             suspension: None,
             resumed: None,
             parent: None,
+            traceparent: None,
+            tracestate: None,
             ..full()
         };
         // Format 4 is format 6 (and 5) without the family and fan-in parts (after the wait

@@ -35,6 +35,8 @@
 //!   partitioned while they work one queue, on one daemon and on a cluster whose leader
 //!   is killed, isolated and deafened meanwhile.
 //! - `crash`: kill -9 during a burst of enqueues, and leases held across restarts.
+//! - `traces`: W3C trace context from a producer's span through the daemon to the SDK's
+//!   handlers, the children they spawn, and `muster work`'s programs.
 //! - `schedules`: a cron schedule firing every second, once per second, across a kill -9
 //!   and restart of a daemon and across the kill -9 of a cluster's leader.
 //! - `cluster`: three nodes: forming, `not_leader`, a kill -9 of the leader with tasks
@@ -87,5 +89,6 @@ mod scripting;
 mod security;
 mod spec;
 mod suspend;
+mod traces;
 mod tui;
 mod work_attacks;

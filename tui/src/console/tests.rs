@@ -454,6 +454,8 @@ fn task_info() -> TaskInfo {
             },
         ],
         output: None,
+        traceparent: None,
+        tracestate: None,
         created_ms: NOW - 900 * SEC,
         updated_ms: NOW - 60 * SEC,
         history: vec![

@@ -34,7 +34,7 @@ fn every(name: &str, cron: &str, queue: &str) -> ScheduleSet {
 
 fn set(h: &mut Harness, req: ScheduleSet) -> ScheduleInfo {
     let name = req.name.clone();
-    match h.call(EngineRequest::ScheduleSet(req)) {
+    match h.call(EngineRequest::ScheduleSet(Box::new(req))) {
         Ok(Reply::Schedule(r)) => r.schedule,
         other => panic!("schedule_set {name}: {other:?}"),
     }
@@ -421,7 +421,8 @@ fn a_fire_that_cannot_enqueue_is_counted_with_its_reason_and_the_next_one_goes_o
 fn bad_schedules_are_refused_and_change_nothing() {
     let mut h = Harness::new();
     h.create("q", QueuePatch::default());
-    let refused = |h: &mut Harness, req: ScheduleSet| match h.call(EngineRequest::ScheduleSet(req))
+    let refused = |h: &mut Harness, req: ScheduleSet| match h
+        .call(EngineRequest::ScheduleSet(Box::new(req)))
     {
         Err(e) => (e.code, e.message),
         Ok(r) => panic!("expected a refusal, got {r:?}"),
@@ -604,11 +605,11 @@ fn a_daemon_holds_at_most_its_schedules() {
         );
     }
     assert_eq!(
-        h.code(EngineRequest::ScheduleSet(every(
+        h.code(EngineRequest::ScheduleSet(Box::new(every(
             "one-more",
             "* * * * *",
             "q"
-        ))),
+        )))),
         ErrorCode::Limit
     );
     // Replacing one is not a new one.
@@ -640,9 +641,9 @@ fn a_schedule_is_its_queues_to_set_steer_and_see() {
     h.principal = Some(ops_a);
     set(&mut h, every("a-hourly", "0 * * * *", "a-jobs"));
     let forbidden = [
-        EngineRequest::ScheduleSet(every("x", "* * * * *", "b-jobs")),
+        EngineRequest::ScheduleSet(Box::new(every("x", "* * * * *", "b-jobs"))),
         // Moving another queue's schedule into one's own.
-        EngineRequest::ScheduleSet(every("b-nightly", "* * * * *", "a-jobs")),
+        EngineRequest::ScheduleSet(Box::new(every("b-nightly", "* * * * *", "a-jobs"))),
         EngineRequest::SchedulePause(SchedulePause(named("b-nightly"))),
         EngineRequest::ScheduleRun(ScheduleRun(named("b-nightly"))),
         EngineRequest::ScheduleGet(ScheduleGet(named("b-nightly"))),
@@ -660,11 +661,11 @@ fn a_schedule_is_its_queues_to_set_steer_and_see() {
         ErrorCode::Forbidden
     );
     assert_eq!(
-        h.code(EngineRequest::ScheduleSet(every(
+        h.code(EngineRequest::ScheduleSet(Box::new(every(
             "y",
             "* * * * *",
             "a-jobs"
-        ))),
+        )))),
         ErrorCode::Forbidden
     );
     assert!(matches!(
