@@ -57,6 +57,17 @@ pub struct Config {
     #[arg(long, env = "MUSTER_DURABILITY", value_enum, default_value_t = Durability::Sync)]
     pub durability: Durability,
 
+    /// Export the spans of tasks that carry a W3C trace context (each lease, and each
+    /// wait in a queue) over OTLP/HTTP (protobuf) to this collector, e.g.
+    /// http://127.0.0.1:4318 (spans go to its /v1/traces; plain HTTP: run a collector
+    /// or agent beside the daemon). Off when absent, and free.
+    #[arg(long, env = "MUSTER_OTLP_ENDPOINT", value_name = "URL", value_parser = otlp_endpoint)]
+    pub otlp_endpoint: Option<String>,
+
+    /// The `service.name` of the exported spans.
+    #[arg(long, env = "MUSTER_OTLP_SERVICE_NAME", default_value = "musterd")]
+    pub otlp_service_name: String,
+
     /// Serve Prometheus metrics on this address (HTTP, path /metrics). A local-only
     /// daemon (no tokens, no --open) answers only scrapes that present its local token
     /// as `Authorization: Bearer`; see --metrics-token-file.
@@ -551,5 +562,15 @@ mod tests {
                 .is_empty()
         );
         assert!(config(&[]).warnings().is_empty());
+    }
+}
+
+/// An OTLP/HTTP endpoint: an `http://` URL (this build speaks no TLS to collectors).
+fn otlp_endpoint(s: &str) -> Result<String, String> {
+    match s.strip_prefix("http://") {
+        Some(rest) if !rest.is_empty() => Ok(s.to_owned()),
+        _ => Err(format!(
+            "want an http:// URL such as http://127.0.0.1:4318 (no TLS: export to a collector beside the daemon), not {s:?}"
+        )),
     }
 }

@@ -36,6 +36,7 @@ pub mod edge;
 pub mod engine;
 pub mod logging;
 pub mod metrics;
+pub mod otlp;
 pub mod server;
 pub mod store;
 pub mod tls;
@@ -182,6 +183,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         None => None,
     };
     let server_config = tls::server_config(identity)?;
+    let exporter = match &config.otlp_endpoint {
+        Some(endpoint) => Some(otlp::Exporter::start(endpoint, &config.otlp_service_name)?),
+        None => None,
+    };
     let cluster = config.cluster()?;
     let store = open_store(&config, cluster.is_some()).await?;
     let secrets = tls::reset_secrets(&config.data)?;
@@ -229,7 +234,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     if let Some(metrics_server) = metrics_server {
         metrics_server.await.context("joining the metrics server")?;
     }
-    stop_dispatcher(dispatcher, &config.data, failed).await
+    let stopped = stop_dispatcher(dispatcher, &config.data, failed).await;
+    if let Some(exporter) = exporter {
+        // The spans of the last rounds go out before the process ends.
+        tokio::task::spawn_blocking(move || exporter.shutdown())
+            .await
+            .context("stopping the OTLP exporter")?;
+    }
+    stopped
 }
 
 /// Who the daemon serves, settled before anything in the data directory changes.

@@ -19,7 +19,7 @@ use muster_protocol::{ErrorCode, names};
 
 use super::dispatch::Gate;
 use super::limits::{BucketId, Use};
-use super::ops::{bad, check_error_text, granted_ms};
+use super::ops::{bad, check_error_text};
 use super::telemetry::{self, LeaseEnd};
 use super::{Engine, Now, OpResult, Waiter, client, push_event};
 use crate::store::{LimitRecord, StoreError};
@@ -105,12 +105,7 @@ impl<W: Waiter> Engine<W> {
             },
             None => uses,
         };
-        telemetry::lease_ended(
-            &rec.queue,
-            LeaseEnd::Throttled,
-            granted_ms(&rec),
-            now.wall_ms,
-        );
+        telemetry::lease_ended(id, &rec, rec.lease.as_ref().expect("a held task has a lease"), LeaseEnd::Throttled, now.wall_ms);
         let member = rec.lease.take().map(|l| l.member);
         assert!(
             member.is_some(),

@@ -649,14 +649,14 @@ impl<W: Waiter> Engine<W> {
             return Ok(Handed::Kept);
         }
         let grant = self.regrant(id, member, policy, lease.epoch, &rec.queue);
-        let (epoch, granted) = (Some(lease.epoch), lease.granted_ms);
+        let epoch = Some(lease.epoch);
         let how = match grant {
             _ if rec.cancel_requested => LeaseEnd::Cancelled,
             Some(Grant::Reclaimed) => LeaseEnd::Reclaimed,
             Some(_) => LeaseEnd::Redelivered,
             None => LeaseEnd::Released,
         };
-        telemetry::lease_ended(&rec.queue, how, granted, now.wall_ms);
+        telemetry::lease_ended(id, &rec, &lease, how, now.wall_ms);
         if self.cancel_if_requested(&mut rec, now, Some(member), epoch) {
             self.save(id, &rec, None);
             return Ok(Handed::Released);
@@ -966,7 +966,7 @@ impl<W: Waiter> Engine<W> {
         }
         let (mut rec, member) = (self.record(id)?, meta.member().cloned());
         let lease = rec.lease.take().expect("a leased task has a lease");
-        telemetry::lease_ended(&rec.queue, LeaseEnd::Revoked, lease.granted_ms, now.wall_ms);
+        telemetry::lease_ended(id, &rec, &lease, LeaseEnd::Revoked, now.wall_ms);
         let (holder, epoch) = (lease.member, lease.epoch);
         assert_eq!(
             member.as_deref().unwrap_or(""),

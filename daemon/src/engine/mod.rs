@@ -1929,7 +1929,7 @@ impl<W: Waiter> Engine<W> {
                 lease.epoch, self.index.tasks[&id].epoch,
                 "task {id}: the lapsing lease is the indexed one"
             );
-            telemetry::lease_ended(&rec.queue, LeaseEnd::Lapsed, lease.granted_ms, now.wall_ms);
+            telemetry::lease_ended(id, &rec, &lease, LeaseEnd::Lapsed, now.wall_ms);
             let (member, epoch) = (lease.member, lease.epoch);
             let error = format!("lease lapsed (member {member:?}, epoch {epoch})");
             if let Some(q) = self.index.queues.get_mut(&rec.queue) {

@@ -381,9 +381,22 @@ fn delivery(
         resumed: rec.resumed.clone().map(Box::new),
         parent: rec.parent.as_ref().map(|p| p.id.to_string()),
         output: 0,
-        traceparent: rec.traceparent.clone(),
+        traceparent: holder_traceparent(id, rec, epoch),
         tracestate: rec.tracestate.clone(),
     }
+}
+
+/// The trace context a holder of lease `epoch` of task `id` is handed: the task's own,
+/// or, when the daemon exports spans, the same trace with this lease's span as the
+/// parent (so the holder's spans are children of the lease's).
+fn holder_traceparent(id: Ulid, rec: &TaskRecord, epoch: u64) -> Option<String> {
+    let traceparent = rec.traceparent.as_deref()?;
+    if !crate::otlp::enabled() {
+        return Some(traceparent.to_owned());
+    }
+    let (trace, _, flags) = crate::otlp::parse(traceparent)?;
+    let span = crate::otlp::span_id(id, epoch, false);
+    Some(format!("00-{trace}-{span}-{:02x}", flags.to_u8()))
 }
 
 impl<W: Waiter> Engine<W> {
@@ -1324,7 +1337,7 @@ impl<W: Waiter> Engine<W> {
         let was = json_len(&rec.result);
         self.budget.recount(&mut rec, was, json_len(&result));
         rec.result = result;
-        telemetry::lease_ended(&rec.queue, LeaseEnd::Acked, granted_ms(&rec), now.wall_ms);
+        telemetry::lease_ended(id, &rec, rec.lease.as_ref().expect("a held task has a lease"), LeaseEnd::Acked, now.wall_ms);
         if let Some(q) = self.index.queues.get_mut(&rec.queue) {
             q.totals.acked += 1;
         }
@@ -1362,7 +1375,7 @@ impl<W: Waiter> Engine<W> {
         let error = r.error.unwrap_or_else(|| "nacked".into());
         check_error_text(&error)?;
         let (id, mut rec) = self.held(&r.task, r.epoch)?;
-        telemetry::lease_ended(&rec.queue, LeaseEnd::Nacked, granted_ms(&rec), now.wall_ms);
+        telemetry::lease_ended(id, &rec, rec.lease.as_ref().expect("a held task has a lease"), LeaseEnd::Nacked, now.wall_ms);
         if let Some(q) = self.index.queues.get_mut(&rec.queue) {
             q.totals.nacked += 1;
         }
@@ -1449,12 +1462,7 @@ impl<W: Waiter> Engine<W> {
     fn release(&mut self, r: muster_protocol::ops::Release, now: Now) -> OpResult<SettleReply> {
         let Release { task, epoch } = r;
         let (id, mut rec) = self.held(&task, epoch)?;
-        telemetry::lease_ended(
-            &rec.queue,
-            LeaseEnd::Released,
-            granted_ms(&rec),
-            now.wall_ms,
-        );
+        telemetry::lease_ended(id, &rec, rec.lease.as_ref().expect("a held task has a lease"), LeaseEnd::Released, now.wall_ms);
         let member = rec.lease.take().map(|l| l.member);
         assert!(
             member.is_some(),
@@ -1487,12 +1495,7 @@ impl<W: Waiter> Engine<W> {
     fn dead_letter(&mut self, r: DeadLetter, now: Now) -> OpResult<SettleReply> {
         check_error_text(&r.error)?;
         let (id, mut rec) = self.held(&r.task, r.epoch)?;
-        telemetry::lease_ended(
-            &rec.queue,
-            LeaseEnd::DeadLettered,
-            granted_ms(&rec),
-            now.wall_ms,
-        );
+        telemetry::lease_ended(id, &rec, rec.lease.as_ref().expect("a held task has a lease"), LeaseEnd::DeadLettered, now.wall_ms);
         let member = rec.lease.take().map(|l| l.member);
         assert!(
             member.is_some(),
@@ -1996,13 +1999,6 @@ fn snapshot_dir(dir: &str) -> OpResult<std::path::PathBuf> {
 }
 
 /// When the lease of a held task was granted.
-pub(super) fn granted_ms(rec: &TaskRecord) -> u64 {
-    rec.lease
-        .as_ref()
-        .expect("a held task has a lease record")
-        .granted_ms
-}
-
 fn count_reply(ids: &[Ulid], list: bool) -> CountReply {
     CountReply {
         count: ids.len() as u64,

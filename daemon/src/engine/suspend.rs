@@ -24,7 +24,7 @@ use muster_protocol::limits::{
 use muster_protocol::model::{OnTimeout, Resumed, SuspensionInfo, TaskState};
 use muster_protocol::ops::{Resume, ResumeReply, Suspend, SuspendReply};
 
-use super::ops::{MAX_RESULT_BYTES_UNDER_ALARM, bad, granted_ms, parse_id, truncated_result};
+use super::ops::{MAX_RESULT_BYTES_UNDER_ALARM, bad, parse_id, truncated_result};
 use super::telemetry::{self, LeaseEnd};
 use super::{Engine, Now, OpResult, Waiter, client, push_event};
 use crate::auth::{Principal, digest};
@@ -168,7 +168,7 @@ impl<W: Waiter> Engine<W> {
         } else {
             LeaseEnd::Suspended
         };
-        telemetry::lease_ended(&rec.queue, end, granted_ms(&rec), now.wall_ms);
+        telemetry::lease_ended(id, &rec, rec.lease.as_ref().expect("a held task has a lease"), end, now.wall_ms);
         let lease = rec.lease.take().expect("a held task has a lease");
         push_event(
             &mut rec,

@@ -6,6 +6,9 @@
 //! counts the engine keeps anyway. The table of series is in `crate::metrics`.
 
 use metrics::{counter, gauge, histogram};
+use ulid::Ulid;
+
+use crate::store::{LeaseRecord, TaskRecord};
 
 use muster_protocol::QueueInfo;
 use muster_protocol::model::{LimitInfo, MemberInfo, TaskState};
@@ -162,13 +165,77 @@ pub fn leased(queue: &str, first_wait_ms: Option<u64>) {
     }
 }
 
-/// A lease granted at `granted_ms` ended at `now_ms` as `how`.
-pub fn lease_ended(queue: &str, how: LeaseEnd, granted_ms: u64, now_ms: u64) {
+/// Lease `lease` of task `id` (its record `rec`) ended at `now_ms` as `how`: its
+/// counter and run time, and, when spans are exported and the task is in a trace, the
+/// spans of the lease and of the task's wait in its queue before it.
+pub fn lease_ended(id: Ulid, rec: &TaskRecord, lease: &LeaseRecord, how: LeaseEnd, now_ms: u64) {
+    let queue = &rec.queue;
     if let Some(name) = how.counter() {
         counter!(name, "queue" => queue.to_owned()).increment(1);
     }
     histogram!("muster_run_seconds", "queue" => queue.to_owned(), "outcome" => how.as_str())
-        .record(now_ms.saturating_sub(granted_ms) as f64 / 1000.0);
+        .record(now_ms.saturating_sub(lease.granted_ms) as f64 / 1000.0);
+    if crate::otlp::enabled() {
+        lease_spans(id, rec, lease, how, now_ms);
+    }
+}
+
+/// The spans of a lease that ended and of the wait before it, in the task's trace
+/// (none for a task that carries no trace context).
+fn lease_spans(id: Ulid, rec: &TaskRecord, lease: &LeaseRecord, how: LeaseEnd, now_ms: u64) {
+    use crate::otlp::{LEASE_SPAN, QUEUED_SPAN, SpanRecord, record, span_id};
+    use opentelemetry::KeyValue;
+    let Some((trace_id, parent_id, flags)) = rec.traceparent.as_deref().and_then(crate::otlp::parse)
+    else {
+        return;
+    };
+    let mut attributes = vec![
+        KeyValue::new("muster.task", id.to_string()),
+        KeyValue::new("muster.queue", rec.queue.clone()),
+        KeyValue::new("muster.epoch", lease.epoch as i64),
+    ];
+    if let Some(parent) = &rec.parent {
+        attributes.push(KeyValue::new("muster.parent", parent.id.to_string()));
+    }
+    // It became ready at the event before this lease's `leased` (its enqueue, the
+    // previous lease's end, a resume), or when its delay ran out if later.
+    let leased_at = rec
+        .history
+        .iter()
+        .rposition(|e| e.event == "leased" && e.epoch == Some(lease.epoch));
+    let ready_ms = leased_at
+        .and_then(|i| i.checked_sub(1))
+        .map_or(rec.created_ms, |i| rec.history[i].at_ms)
+        .max(rec.not_before_ms.unwrap_or(0))
+        .min(lease.granted_ms);
+    record(SpanRecord {
+        name: QUEUED_SPAN,
+        trace_id,
+        parent_id,
+        span_id: span_id(id, lease.epoch, true),
+        flags,
+        tracestate: rec.tracestate.clone(),
+        start_ms: ready_ms,
+        end_ms: lease.granted_ms,
+        attributes: attributes.clone(),
+    });
+    attributes.extend([
+        KeyValue::new("muster.member", lease.member.clone()),
+        KeyValue::new("muster.attempt", lease.epoch as i64),
+        KeyValue::new("muster.failures", rec.failures as i64),
+        KeyValue::new("muster.outcome", how.as_str()),
+    ]);
+    record(SpanRecord {
+        name: LEASE_SPAN,
+        trace_id,
+        parent_id,
+        span_id: span_id(id, lease.epoch, false),
+        flags,
+        tracestate: rec.tracestate.clone(),
+        start_ms: lease.granted_ms,
+        end_ms: now_ms,
+        attributes,
+    });
 }
 
 /// A task went dead (logged at INFO).
