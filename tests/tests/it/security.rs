@@ -655,6 +655,95 @@ async fn nothing_is_served_before_a_valid_token_and_silent_connections_are_close
     assert!(admin.queue_list().await.expect("list").is_empty());
 }
 
+/// The `hello` reply to `token` on a new raw connection, its `server` checked and left
+/// out (the daemon's version).
+async fn hello_reply(d: &Daemon, token: Option<&str>) -> serde_json::Value {
+    let conn = muster_sdk::connect::open(&d.options())
+        .await
+        .expect("raw connection");
+    let hello = match token {
+        Some(t) => format!(r#"{{"id":1,"op":"hello","version":1,"token":"{t}"}}"#),
+        None => r#"{"id":1,"op":"hello","version":1}"#.to_owned(),
+    };
+    let mut reply = exchange(&conn, &frame(&hello)).await;
+    let server = reply
+        .as_object_mut()
+        .and_then(|o| o.remove("server"))
+        .unwrap_or_default();
+    assert!(
+        server.as_str().is_some_and(|s| s.starts_with("musterd ")),
+        "{server}"
+    );
+    conn.close(0u32.into(), b"done");
+    reply
+}
+
+/// `hello` names the principal the token is, exactly as configured: an admin of every
+/// queue, a producer and an admin limited to some queues; the local-only daemon's own
+/// token is `local`, an admin of every queue; an `--open` daemon names none. The SDK
+/// keeps it (`Client::principal`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hello_names_the_tokens_principal_with_its_roles_and_queues() {
+    use muster_sdk::protocol::ops::{PrincipalInfo, Role};
+    let (d, _config) = secured(&[]);
+    assert_eq!(
+        hello_reply(&d, Some(ADMIN)).await,
+        serde_json::json!({"id": 1, "ok": true, "version": 1, "principal": {
+            "name": "admin", "roles": ["admin"], "queues": [], "members": []
+        }})
+    );
+    assert_eq!(
+        hello_reply(&d, Some(PRODUCER)).await,
+        serde_json::json!({"id": 1, "ok": true, "version": 1, "principal": {
+            "name": "producer", "roles": ["produce"], "queues": ["jobs", "jobs.*"], "members": []
+        }})
+    );
+    assert_eq!(
+        hello_reply(&d, Some(QUEUE_ADMIN)).await,
+        serde_json::json!({"id": 1, "ok": true, "version": 1, "principal": {
+            "name": "queue-admin", "roles": ["admin"], "queues": ["jobs", "jobs.*"], "members": []
+        }})
+    );
+    let producer = d.client_as(PRODUCER).await;
+    assert_eq!(
+        producer.principal(),
+        Some(&PrincipalInfo {
+            name: "producer".into(),
+            roles: vec![Role::Produce],
+            queues: vec!["jobs".into(), "jobs.*".into()],
+            members: Vec::new(),
+        })
+    );
+    producer.close().await;
+
+    // Local-only: the data directory's token is the principal `local`.
+    let local = Daemon::start();
+    let token = std::fs::read_to_string(local.data().join("local.token")).expect("local.token");
+    assert_eq!(
+        hello_reply(&local, Some(token.trim())).await,
+        serde_json::json!({"id": 1, "ok": true, "version": 1, "principal": {
+            "name": "local", "roles": ["admin"], "queues": [], "members": []
+        }})
+    );
+    let client = local.client().await;
+    assert_eq!(
+        client
+            .principal()
+            .map(|p| (p.name.as_str(), p.roles.as_slice())),
+        Some(("local", [Role::Admin].as_slice()))
+    );
+    client.close().await;
+
+    // --open: no principal, with or without a token.
+    let open = Daemon::start_with(&["--open"]);
+    let bare = serde_json::json!({"id": 1, "ok": true, "version": 1});
+    assert_eq!(hello_reply(&open, None).await, bare);
+    assert_eq!(hello_reply(&open, Some(ADMIN)).await, bare);
+    let client = open.client().await;
+    assert_eq!(client.principal(), None);
+    client.close().await;
+}
+
 pub(crate) fn frame(body: &str) -> Vec<u8> {
     frame_bytes(body.as_bytes())
 }
