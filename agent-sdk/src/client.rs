@@ -99,6 +99,8 @@ struct Inner {
     server: std::sync::OnceLock<String>,
     /// The cluster as the node saw it at `hello`; unset for a single daemon.
     cluster: std::sync::OnceLock<ops::ClusterHello>,
+    /// Whom the daemon's `hello` reply said the token names; unset under `--open`.
+    principal: std::sync::OnceLock<ops::PrincipalInfo>,
 }
 
 impl Drop for Inner {
@@ -176,6 +178,7 @@ impl Client {
                 next_id: AtomicU64::new(1),
                 server: std::sync::OnceLock::new(),
                 cluster: std::sync::OnceLock::new(),
+                principal: std::sync::OnceLock::new(),
             }),
         };
         let hello = client
@@ -189,7 +192,18 @@ impl Client {
         if let Some(cluster) = hello.cluster {
             let _ = client.inner.cluster.set(cluster);
         }
+        if let Some(principal) = hello.principal {
+            let _ = client.inner.principal.set(principal);
+        }
         Ok(client)
+    }
+
+    /// What the token may do, as the daemon's `hello` reply said: the principal's
+    /// name, roles, queue patterns (empty: every queue) and member-name patterns. A
+    /// local-only daemon's own token is `local`, an admin of every queue; `None` from
+    /// a daemon that runs `--open`, where every request is allowed.
+    pub fn principal(&self) -> Option<&ops::PrincipalInfo> {
+        self.inner.principal.get()
     }
 
     /// The daemon's name and version as its `hello` reply gave them (`musterd 0.1.0`).
@@ -782,7 +796,23 @@ impl Client {
 
     /// Cancels a task.
     pub async fn cancel(&self, task: &str) -> Result<CancelReply, Error> {
-        self.call(&Cancel { task: task.into() }).await
+        self.call(&Cancel {
+            task: task.into(),
+            if_state: None,
+        })
+        .await
+    }
+
+    /// Cancels a task only if it is in `state`, in one step: a task in another state
+    /// is refused with `invalid_state` and left as it is. `TaskState::Suspended`
+    /// rejects a task that waits for a person (an approve token may), never one that
+    /// was resumed meanwhile.
+    pub async fn cancel_if(&self, task: &str, state: TaskState) -> Result<CancelReply, Error> {
+        self.call(&Cancel {
+            task: task.into(),
+            if_state: Some(state),
+        })
+        .await
     }
 
     /// Changes a ready or scheduled task: its priority, or (`run_now`) a scheduled task

@@ -28,6 +28,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
+use muster_protocol::ops::{PrincipalInfo, Role as WireRole};
 use muster_protocol::{ErrorBody, ErrorCode};
 
 /// Shortest token accepted in the config file, in bytes: tokens must not be guessable.
@@ -99,6 +100,26 @@ impl Principal {
     /// Whether the principal covers every queue (no queue patterns).
     pub fn covers_all(&self) -> bool {
         self.queues.is_empty()
+    }
+
+    /// What `hello` tells the client of it: its name, roles and patterns as configured.
+    pub fn info(&self) -> PrincipalInfo {
+        let patterns = |ps: &[glob::Pattern]| ps.iter().map(|p| p.as_str().to_owned()).collect();
+        PrincipalInfo {
+            name: self.name.clone(),
+            roles: self
+                .roles
+                .iter()
+                .map(|r| match r {
+                    Role::Produce => WireRole::Produce,
+                    Role::Consume => WireRole::Consume,
+                    Role::Approve => WireRole::Approve,
+                    Role::Admin => WireRole::Admin,
+                })
+                .collect(),
+            queues: patterns(&self.queues),
+            members: patterns(&self.members),
+        }
     }
 
     /// `forbidden` unless the principal's member patterns allow the name `member`.
@@ -365,6 +386,25 @@ roles = ["admin"]
             ErrorCode::Forbidden
         );
         assert!(tokens.authenticate("wrong").is_none());
+        assert_eq!(
+            p.info(),
+            PrincipalInfo {
+                name: "producer".into(),
+                roles: vec![WireRole::Produce],
+                queues: vec!["jobs".into(), "ml.*".into()],
+                members: vec!["ci/*".into()],
+            }
+        );
+        let local = Tokens::local("local-token-0123456789").authenticate("local-token-0123456789");
+        assert_eq!(
+            local.map(|p| p.info()),
+            Some(PrincipalInfo {
+                name: LOCAL_PRINCIPAL.into(),
+                roles: vec![WireRole::Admin],
+                queues: Vec::new(),
+                members: Vec::new(),
+            })
+        );
         assert_eq!(p.check_member("ci/7"), Ok(()));
         let refused = p.check_member("gpu/1").unwrap_err();
         assert_eq!(refused.code, ErrorCode::Forbidden);

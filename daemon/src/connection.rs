@@ -258,7 +258,7 @@ impl ConnState {
             }
         }
         let node = self.context.server.cluster.as_ref().map(|(node, _)| node);
-        edge::hello_reply(hello.version, node)
+        edge::hello_reply(hello.version, node, self.principal.get().map(Arc::as_ref))
     }
 }
 

@@ -7,6 +7,7 @@
 use muster_protocol::ops::{ClusterAdd, ClusterStatusReply, EdgeRequest, HelloReply};
 use muster_protocol::{ErrorBody, ErrorCode, PROTOCOL_VERSION};
 
+use crate::auth::Principal;
 use crate::cluster::node::Node;
 use crate::dispatcher::CommitStats;
 use crate::engine::Reply;
@@ -78,13 +79,19 @@ fn server_stats(stats: &CommitStats, durability: &'static str) -> Reply {
     })
 }
 
-/// The reply to `hello` of `version`, naming on a cluster node whom it believes to lead.
-pub fn hello_reply(version: u32, node: Option<&Node>) -> Result<Reply, ErrorBody> {
+/// The reply to `hello` of `version`, naming on a cluster node whom it believes to lead,
+/// and the `principal` the connection authenticated as (none under `--open`).
+pub fn hello_reply(
+    version: u32,
+    node: Option<&Node>,
+    principal: Option<&Principal>,
+) -> Result<Reply, ErrorBody> {
     if version == PROTOCOL_VERSION {
         Ok(Reply::Hello(HelloReply {
             version: PROTOCOL_VERSION,
             server: concat!("musterd ", env!("CARGO_PKG_VERSION")).into(),
             cluster: node.map(Node::hello),
+            principal: principal.map(Principal::info),
         }))
     } else {
         Err(ErrorBody::new(

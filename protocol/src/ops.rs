@@ -57,6 +57,52 @@ pub struct HelloReply {
     /// single daemon (one that is not a cluster node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterHello>,
+    /// Who the connection acts as and what it may do: the principal of the token the
+    /// `hello` presented (the local-only daemon's own token is the principal `local`,
+    /// an admin of every queue). Absent from a daemon that runs `--open`, where every
+    /// request is allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<PrincipalInfo>,
+}
+
+/// A role a token grants (PROTOCOL.md §1.7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Enqueue, read tasks, wait for them, cancel them.
+    Produce,
+    /// Member sessions, claim, renew, settle, read tasks.
+    Consume,
+    /// Read, resume and reject (cancel) suspended tasks.
+    Approve,
+    /// Everything: holds every other role.
+    Admin,
+}
+
+/// The principal a connection authenticated as, in a [`HelloReply`]: the token's name,
+/// roles and patterns as the daemon's config gives them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrincipalInfo {
+    /// The token's name.
+    pub name: String,
+    /// Its roles, as configured (admin holds every role).
+    pub roles: Vec<Role>,
+    /// Glob patterns of the queues it may act on; empty means every queue.
+    pub queues: Vec<String>,
+    /// Glob patterns of the member names it may use; empty means any name.
+    pub members: Vec<String>,
+}
+
+impl PrincipalInfo {
+    /// Whether it holds `role` (admin holds every role).
+    pub fn holds(&self, role: Role) -> bool {
+        self.roles.contains(&role) || self.roles.contains(&Role::Admin)
+    }
+
+    /// Whether it may act on every queue (no queue patterns).
+    pub fn covers_all(&self) -> bool {
+        self.queues.is_empty()
+    }
 }
 
 /// What a cluster node tells a client in its [`HelloReply`]: whom it believes to lead,
@@ -887,11 +933,17 @@ pub struct WaitReply {
     pub removed: Vec<String>,
 }
 
-/// Cancels a task: at once if ready or scheduled, at its settle if leased.
+/// Cancels a task: at once if ready, scheduled or suspended, at its settle if leased.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Cancel {
     /// The task's id.
     pub task: String,
+    /// Cancel only a task in this state, else refuse (`invalid_state`) and change
+    /// nothing: `suspended` rejects a task that waits for a person and nothing else,
+    /// whatever happened to it since it was read. `done` and `dead` are refused
+    /// (`bad_request`): such a task is never cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub if_state: Option<TaskState>,
 }
 
 /// Reply to [`Cancel`].

@@ -294,8 +294,8 @@ pub enum Command {
     },
     /// Serve muster as tools to an MCP client (an LLM agent, a coding assistant): over
     /// stdio, or streamable HTTP with `--http`. It acts with this command's token and
-    /// connection settings, and lists only the tools the token may use (asked of the
-    /// daemon at start). Tools: enqueue, get_task, wait_tasks, find_tasks, list_queues,
+    /// connection settings, and lists only the tools the token may use (as the daemon's
+    /// reply to its hello says). Tools: enqueue, get_task, wait_tasks, find_tasks, list_queues,
     /// list_members, cancel_task, redrive, discard, list_suspended, resume_task,
     /// reject_task, tail_output; cancel, reject and discard need `"confirm": true`.
     Mcp(McpArgs),

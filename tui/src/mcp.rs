@@ -2,22 +2,16 @@
 //! assistant), over stdio or, when asked, streamable HTTP on a local port.
 //!
 //! The server connects to musterd as every other command does (context, `--addr`,
-//! token, trust, `MUSTER_*`) and acts with that token and nothing more: at start it
-//! asks the daemon which roles the token holds (below) and offers only the tools those
-//! roles may use; every call still goes through the daemon's own authorization. A
+//! token, trust, `MUSTER_*`) and acts with that token and nothing more: the daemon's
+//! reply to `hello` names the token's principal, its roles and queue patterns
+//! (PROTOCOL.md §1.7), and the server offers only the tools those roles may use, saying
+//! in its instructions and tool descriptions which queues a queue-scoped token covers;
+//! every call still goes through the daemon's own authorization. A daemon that runs
+//! `--open` names no principal and allows everything: every tool is offered. A
 //! refusal is a tool result with `isError` whose text begins with the daemon's stable
 //! code (`not_found: …`, `forbidden: …`), with `{"error":{"code","message"}}` as its
 //! structured content. Tools that destroy something (cancel, reject, discard) do
 //! nothing without `confirm: true`.
-//!
-//! **Roles.** The protocol's `hello` does not say what a token may do, so the server
-//! learns it from what the daemon answers to requests that change nothing: each names
-//! a task that cannot exist ([`PROBE_TASK`]), which the daemon checks on role alone and
-//! then refuses as unknown (PROTOCOL.md §1.7): `server_stats` (admin), `wait`
-//! (produce), `release` (consume) and `resume` by id (approve). `forbidden` means the
-//! role is missing; any other answer means it is held. Queue patterns cannot be learnt
-//! this way: a tool on a queue the token does not cover is refused by the daemon
-//! (`forbidden`).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -26,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use muster_protocol::model::{LimitUse, NewTask, TaskState};
-use muster_protocol::ops::{DeadSelection, FieldMatch, FindCursor, TaskFind};
+use muster_protocol::ops::{DeadSelection, FieldMatch, FindCursor, PrincipalInfo, Role, TaskFind};
 use muster_sdk::{Client, ConnectOptions, Error, ErrorCode};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
@@ -71,9 +65,6 @@ pub const MAX_FIND_PAGES: usize = 16;
 /// and its default: a chunk is at most this long, so one always fits.
 pub const MAX_TAIL_BYTES: usize = muster_protocol::limits::MAX_CHUNK_BYTES;
 
-/// A task id no task can have (a ULID of time 0), named by the role probes.
-pub const PROBE_TASK: &str = "00000000000000000000000000";
-
 /// The path streamable HTTP is served on.
 pub const HTTP_PATH: &str = "/mcp";
 
@@ -84,45 +75,45 @@ pub const MAX_HTTP_CONNECTIONS: usize = 64;
 /// sends nothing gives its place up.
 pub const HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What the token may do, as the daemon answered the probes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Roles {
-    /// Holds every role.
-    pub admin: bool,
-    /// Enqueues, reads, waits for and cancels tasks.
-    pub produce: bool,
-    /// Takes and settles tasks (and resumes with a resume token).
-    pub consume: bool,
-    /// Reads, resumes and rejects suspended tasks.
-    pub approve: bool,
+/// Whether a token of `principal` may use tool `name` (one of [`TOOLS`]): it holds
+/// one of the tool's roles. Under `--open` (no principal) every tool may be used.
+fn may_use(principal: Option<&PrincipalInfo>, name: &str) -> bool {
+    TOOLS
+        .iter()
+        .find(|(tool, _)| *tool == name)
+        .is_some_and(|(_, roles)| principal.is_none_or(|p| roles.iter().any(|r| p.holds(*r))))
 }
 
-/// A role a tool needs: the token must hold one of them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Role {
-    Admin,
-    Produce,
-    Consume,
-    Approve,
+/// Who this server acts as, in a sentence for its instructions: the token's name,
+/// roles and queues.
+fn acting_as(principal: Option<&PrincipalInfo>) -> String {
+    let Some(p) = principal else {
+        return "The daemon runs open (no tokens): every request is allowed.".into();
+    };
+    let roles: Vec<&str> = p.roles.iter().map(|r| role_name(*r)).collect();
+    let queues = match covered(p) {
+        Some(queues) => format!("on queues matching {queues} only"),
+        None => "on every queue".into(),
+    };
+    format!(
+        "This server acts as token {:?} (roles: {}) {queues}.",
+        p.name,
+        roles.join(", ")
+    )
 }
 
-impl Roles {
-    fn holds(&self, role: Role) -> bool {
-        self.admin
-            || match role {
-                Role::Admin => false,
-                Role::Produce => self.produce,
-                Role::Consume => self.consume,
-                Role::Approve => self.approve,
-            }
-    }
+/// The queue patterns of a queue-scoped token, listed (`jobs, ml.*`); `None` for a
+/// token of every queue.
+fn covered(p: &PrincipalInfo) -> Option<String> {
+    (!p.covers_all()).then(|| p.queues.join(", "))
+}
 
-    /// Whether the token may use tool `name` (one of [`TOOLS`]).
-    fn may_use(&self, name: &str) -> bool {
-        TOOLS
-            .iter()
-            .find(|(tool, _)| *tool == name)
-            .is_some_and(|(_, roles)| roles.iter().any(|r| self.holds(*r)))
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::Produce => "produce",
+        Role::Consume => "consume",
+        Role::Approve => "approve",
+        Role::Admin => "admin",
     }
 }
 
@@ -150,42 +141,13 @@ const TOOLS: &[(&str, &[Role])] = &[
     ),
 ];
 
-/// Asks the daemon which roles the client's token holds (see the module's doc).
-pub async fn probe_roles(client: &Client) -> Result<Roles, Error> {
-    /// `Ok(false)` for `forbidden`, `Ok(true)` for any answer that passed the role check.
-    fn held<T>(reply: Result<T, Error>) -> Result<bool, Error> {
-        match reply {
-            Ok(_) => Ok(true),
-            Err(Error::Server(body)) => match body.code {
-                ErrorCode::Forbidden => Ok(false),
-                ErrorCode::NotFound | ErrorCode::BadRequest | ErrorCode::InvalidState => Ok(true),
-                _ => Err(Error::Server(body)),
-            },
-            Err(e) => Err(e),
-        }
-    }
-    if held(client.server_stats().await)? {
-        return Ok(Roles {
-            admin: true,
-            produce: true,
-            consume: true,
-            approve: true,
-        });
-    }
-    Ok(Roles {
-        admin: false,
-        produce: held(client.wait(vec![PROBE_TASK.into()], 0).await)?,
-        consume: held(client.release(PROBE_TASK, 1).await)?,
-        approve: held(client.resume_task(PROBE_TASK, None).await)?,
-    })
-}
-
 /// The connection to musterd, shared by every MCP session of this process.
 struct Shared {
     options: ConnectOptions,
     /// The open connection; dropped when it is lost, and made again by the next call.
     client: tokio::sync::Mutex<Option<Client>>,
-    roles: Roles,
+    /// What the token may do, from the daemon's `hello`; `None` under `--open`.
+    principal: Option<PrincipalInfo>,
 }
 
 impl Shared {
@@ -592,9 +554,23 @@ fn cursor(after: Option<CursorArgs>) -> Option<FindCursor> {
 impl Muster {
     fn new(shared: Arc<Shared>) -> Muster {
         let mut tool_router = Self::tool_router();
+        let principal = shared.principal.as_ref();
         for (name, _) in TOOLS {
-            if !shared.roles.may_use(name) {
+            if !may_use(principal, name) {
                 tool_router.remove_route(name);
+            }
+        }
+        // A queue-scoped token's tools say which queues they reach.
+        if let Some(queues) = principal.and_then(covered) {
+            for route in tool_router.map.values_mut() {
+                let description = route.attr.description.as_deref().unwrap_or_default();
+                route.attr.description = Some(
+                    format!(
+                        "{description}\n\nThis server's token covers queues matching {queues} \
+                         only: other queues are refused (forbidden)."
+                    )
+                    .into(),
+                );
             }
         }
         Muster {
@@ -768,8 +744,9 @@ impl Muster {
         result(self.resume(args).await)
     }
 
-    /// Reject a task that waits for a person: cancel it, only if it is suspended
-    /// (checked just before). Needs "confirm": true.
+    /// Reject a task that waits for a person: cancel it if it is still suspended, in
+    /// one step (one resumed, timed out or cancelled meanwhile is refused with
+    /// invalid_state and left as it is). Needs "confirm": true.
     #[tool(annotations(
         title = "Reject a suspended task",
         read_only_hint = false,
@@ -996,20 +973,10 @@ impl Muster {
     async fn reject(&self, args: ConfirmedTask) -> Outcome {
         confirmed(args.confirm, &format!("rejecting task {}", args.id))?;
         let id = &args.id;
-        let task = self
-            .with_client(true, |c| async move { c.task_get(id).await })
-            .await?;
-        if task.state != TaskState::Suspended {
-            return Err(Failure {
-                code: ErrorCode::InvalidState.as_str(),
-                message: format!(
-                    "task {id} is {}, not suspended: nothing was done",
-                    task.state
-                ),
-            });
-        }
         let reply = self
-            .with_client(false, |c| async move { c.cancel(id).await })
+            .with_client(false, |c| async move {
+                c.cancel_if(id, TaskState::Suspended).await
+            })
             .await?;
         Ok(
             json!({ "id": id, "state": to_json(&reply.state)?, "cancel_requested": reply.cancel_requested }),
@@ -1062,15 +1029,16 @@ impl ServerHandler for Muster {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("muster", crate::VERSION))
-            .with_instructions(
+            .with_instructions(format!(
                 "muster is a durable task dispatcher: producers enqueue tasks on named queues \
                  and agents take them. These tools enqueue tasks, read and wait for them, \
                  search them, list queues and agents, cancel, redrive and discard, answer \
                  tasks that wait for a person, and read a task's output. Only the tools this \
-                 server's token may use are listed. A failure's text begins with its code \
+                 server's token may use are listed. {} A failure's text begins with its code \
                  (not_found, forbidden, invalid_state, confirmation_required, bad_arguments, \
                  ...). Tools that destroy something need \"confirm\": true.",
-            )
+                acting_as(self.shared.principal.as_ref())
+            ))
     }
 
     async fn list_tools(
@@ -1125,7 +1093,7 @@ impl ServerHandler for Muster {
     }
 }
 
-/// `muster mcp`: connects, learns the token's roles, then serves MCP over stdio until
+/// `muster mcp`: connects (its `hello` says what the token may do), then serves MCP over stdio until
 /// the client closes it, or over streamable HTTP until SIGINT or SIGTERM.
 pub async fn run(options: ConnectOptions, args: McpArgs) -> anyhow::Result<()> {
     // Checked before anything else, so a refused address changes nothing.
@@ -1138,13 +1106,11 @@ pub async fn run(options: ConnectOptions, args: McpArgs) -> anyhow::Result<()> {
         None => None,
     };
     let client = Client::connect(options.clone()).await?;
-    let roles = probe_roles(&client)
-        .await
-        .context("asking the daemon what the token may do")?;
+    let principal = client.principal().cloned();
     let shared = Arc::new(Shared {
         options,
         client: tokio::sync::Mutex::new(Some(client)),
-        roles,
+        principal,
     });
     let server = Muster::new(Arc::clone(&shared));
     let served = match http {
@@ -1320,47 +1286,44 @@ fn bearer_matches<B>(req: &hyper::Request<B>, expected: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    fn principal(roles: &[Role], queues: &[&str]) -> PrincipalInfo {
+        PrincipalInfo {
+            name: "t".into(),
+            roles: roles.to_vec(),
+            queues: queues.iter().map(|q| (*q).to_owned()).collect(),
+            members: Vec::new(),
+        }
+    }
+
+    fn server(principal: Option<PrincipalInfo>) -> Muster {
+        Muster::new(Arc::new(Shared {
+            options: ConnectOptions::default(),
+            client: tokio::sync::Mutex::new(None),
+            principal,
+        }))
+    }
+
+    fn names(principal: Option<PrincipalInfo>) -> Vec<String> {
+        server(principal)
+            .tool_router
+            .list_all()
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect()
+    }
+
     #[test]
     fn every_tool_has_its_roles_and_the_roles_pick_the_tools() {
-        let shared = |roles| {
-            Arc::new(Shared {
-                options: ConnectOptions::default(),
-                client: tokio::sync::Mutex::new(None),
-                roles,
-            })
-        };
-        let names = |roles| {
-            Muster::new(shared(roles))
-                .tool_router
-                .list_all()
-                .into_iter()
-                .map(|t| t.name.to_string())
-                .collect::<Vec<_>>()
-        };
-        let all = Roles {
-            admin: true,
-            produce: true,
-            consume: true,
-            approve: true,
-        };
         let mut every: Vec<&str> = TOOLS.iter().map(|(name, _)| *name).collect();
         every.sort_unstable();
         assert_eq!(
-            names(all),
+            names(Some(principal(&[Role::Admin], &[]))),
             every,
             "the router has exactly the tools TOOLS names"
         );
-        let none = Roles {
-            admin: false,
-            produce: false,
-            consume: false,
-            approve: false,
-        };
+        assert_eq!(names(None), every, "an --open daemon allows every tool");
         assert_eq!(
-            names(Roles {
-                produce: true,
-                ..none
-            }),
+            names(Some(principal(&[Role::Produce], &[]))),
             [
                 "cancel_task",
                 "enqueue",
@@ -1372,10 +1335,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            names(Roles {
-                approve: true,
-                ..none
-            }),
+            names(Some(principal(&[Role::Approve], &[]))),
             [
                 "get_task",
                 "list_queues",
@@ -1386,11 +1346,61 @@ mod tests {
             ]
         );
         assert_eq!(
-            names(Roles {
-                consume: true,
-                ..none
-            }),
+            names(Some(principal(&[Role::Consume], &[]))),
             ["get_task", "list_queues", "resume_task", "tail_output"]
+        );
+        assert_eq!(
+            names(Some(principal(&[Role::Consume, Role::Approve], &[]))),
+            [
+                "get_task",
+                "list_queues",
+                "list_suspended",
+                "reject_task",
+                "resume_task",
+                "tail_output"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_queue_scoped_token_says_which_queues_it_covers() {
+        let scoped = server(Some(principal(&[Role::Produce], &["jobs", "ml.*"])));
+        let enqueue = scoped.tool_router.get("enqueue").expect("enqueue");
+        let description = enqueue.description.as_deref().unwrap_or_default();
+        assert!(
+            description.ends_with(
+                "\n\nThis server's token covers queues matching jobs, ml.* only: other \
+                 queues are refused (forbidden)."
+            ),
+            "{description}"
+        );
+        assert_eq!(
+            acting_as(Some(&principal(&[Role::Produce, Role::Approve], &["jobs"]))),
+            "This server acts as token \"t\" (roles: produce, approve) on queues matching jobs only."
+        );
+        let every = server(Some(principal(&[Role::Admin], &[])));
+        let description = every
+            .tool_router
+            .get("enqueue")
+            .expect("enqueue")
+            .description
+            .clone();
+        assert_eq!(
+            description,
+            Muster::tool_router()
+                .get("enqueue")
+                .expect("enqueue")
+                .description
+                .clone(),
+            "a token of every queue leaves the descriptions as they are"
+        );
+        assert_eq!(
+            acting_as(Some(&principal(&[Role::Admin], &[]))),
+            "This server acts as token \"t\" (roles: admin) on every queue."
+        );
+        assert_eq!(
+            acting_as(None),
+            "The daemon runs open (no tokens): every request is allowed."
         );
     }
 

@@ -15,7 +15,7 @@
 //! | `resume` by task id | approve | the task's queue |
 //! | `task_get` | produce, consume or approve | the task's queue |
 //! | `wait` | produce | every task's queue |
-//! | `cancel` | produce; approve for a suspended task | the task's queue |
+//! | `cancel` | produce; approve for a suspended task, or with `if_state` suspended | the task's queue |
 //! | `task_list`, `redrive`, `discard` | admin (approve too: `task_list` of `suspended` tasks) | the queue |
 //! | `task_find` | admin (approve too: with state `suspended`) | the queue; without one, searches only covered queues |
 //! | `session_open` | consume | the member must be free or the principal's and match its member patterns; every queue the member holds leases in |
@@ -236,13 +236,16 @@ impl<W: Waiter> Engine<W> {
                 .tasks
                 .iter()
                 .try_for_each(|t| self.task_allowed(t, PRODUCE, p)),
-            EngineRequest::Cancel(r) => {
-                self.task_allowed(&r.task, PRODUCE, p)
-                    .or_else(|e| match self.task_state(&r.task) {
-                        Some(TaskState::Suspended) => self.task_allowed(&r.task, APPROVE, p),
-                        _ => Err(e),
-                    })
-            }
+            // Approvers reject: cancel a suspended task, or ask to cancel only one that
+            // is (`if_state` suspended, refused by the op if it is not).
+            EngineRequest::Cancel(r) => self.task_allowed(&r.task, PRODUCE, p).or_else(|e| {
+                let rejects = r.if_state == Some(TaskState::Suspended)
+                    || self.task_state(&r.task) == Some(TaskState::Suspended);
+                match rejects {
+                    true => self.task_allowed(&r.task, APPROVE, p),
+                    false => Err(e),
+                }
+            }),
             // Approvers list and search the tasks waiting for them.
             EngineRequest::TaskList(r) => p.check(
                 if r.state == TaskState::Suspended {

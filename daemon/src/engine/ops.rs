@@ -1790,9 +1790,24 @@ impl<W: Waiter> Engine<W> {
         Ok(())
     }
 
+    /// Cancels a task; with `if_state`, only a task in that state (a reject is a
+    /// cancel `if_state` suspended), checked in the same step as the cancel.
     fn cancel(&mut self, r: Cancel, now: Now) -> OpResult<CancelReply> {
         let id = parse_id(&r.task)?;
+        if let Some(state @ (TaskState::Done | TaskState::Dead)) = r.if_state {
+            return Err(bad(format!(
+                "if_state {state}: a {state} task is never cancelled"
+            )));
+        }
         let rec = self.record(id)?;
+        if let Some(wanted) = r.if_state
+            && rec.state != wanted
+        {
+            return Err(client(
+                ErrorCode::InvalidState,
+                format!("task {id} is {}, not {wanted}: nothing was done", rec.state),
+            ));
+        }
         if matches!(rec.state, TaskState::Done | TaskState::Dead) {
             return Err(client(
                 ErrorCode::InvalidState,

@@ -363,6 +363,7 @@ fn hello_replies_carry_the_cluster_only_from_a_cluster_node() {
         version: 1,
         server: "musterd 0.1.0".into(),
         cluster: None,
+        principal: None,
     };
     assert_eq!(
         serde_json::to_string(&single).unwrap(),
@@ -399,6 +400,82 @@ fn hello_replies_carry_the_cluster_only_from_a_cluster_node() {
             leader_addr: None,
         })
     );
+}
+
+#[test]
+fn hello_replies_name_the_principal_with_its_roles_and_patterns() {
+    let reply = HelloReply {
+        version: 1,
+        server: "musterd 0.1.0".into(),
+        cluster: None,
+        principal: Some(PrincipalInfo {
+            name: "ci".into(),
+            roles: vec![Role::Produce, Role::Approve],
+            queues: vec!["jobs".into(), "ml.*".into()],
+            members: Vec::new(),
+        }),
+    };
+    let text = serde_json::to_string(&reply).unwrap();
+    assert_eq!(
+        text,
+        r#"{"version":1,"server":"musterd 0.1.0","principal":{"name":"ci","roles":["produce","approve"],"queues":["jobs","ml.*"],"members":[]}}"#
+    );
+    let back: HelloReply = serde_json::from_str(&text).unwrap();
+    assert_eq!(back.principal, reply.principal);
+    let p = back.principal.unwrap();
+    assert_eq!(
+        [Role::Produce, Role::Consume, Role::Approve, Role::Admin].map(|r| p.holds(r)),
+        [true, false, true, false]
+    );
+    assert!(!p.covers_all());
+    let admin = PrincipalInfo {
+        name: "ops".into(),
+        roles: vec![Role::Admin],
+        queues: Vec::new(),
+        members: Vec::new(),
+    };
+    assert!(
+        [Role::Produce, Role::Consume, Role::Approve, Role::Admin]
+            .iter()
+            .all(|r| admin.holds(*r))
+    );
+    assert!(admin.covers_all());
+    // A reply without one (an --open daemon, or one older than the field) reads as None.
+    let open: HelloReply = serde_json::from_str(r#"{"version":1,"server":"s"}"#).unwrap();
+    assert_eq!(open.principal, None);
+}
+
+#[test]
+fn a_cancel_names_the_state_it_wants_or_none() {
+    let task = "01JHMPFNMW1HEAD8X4A1JH69RE";
+    let plain = Cancel {
+        task: task.into(),
+        if_state: None,
+    };
+    assert_eq!(
+        serde_json::to_string(&plain).unwrap(),
+        format!(r#"{{"task":"{task}"}}"#)
+    );
+    for (body, want) in [
+        (format!(r#"{{"id":1,"op":"cancel","task":"{task}"}}"#), None),
+        (
+            format!(r#"{{"id":1,"op":"cancel","task":"{task}","if_state":null}}"#),
+            None,
+        ),
+        (
+            format!(r#"{{"id":1,"op":"cancel","task":"{task}","if_state":"suspended"}}"#),
+            Some(TaskState::Suspended),
+        ),
+    ] {
+        match decode_request(body.as_bytes()) {
+            Ok((1, Request::Cancel(c))) => {
+                assert_eq!((c.task.as_str(), c.if_state), (task, want), "{body}")
+            }
+            other => panic!("{body}: {other:?}"),
+        }
+    }
+    let bad = format!(r#"{{"id":1,"op":"cancel","task":"{task}","if_state":"waiting"}}"#);
+    assert_eq!(code(&bad), (Some(1), ErrorCode::BadRequest));
 }
 
 #[test]
@@ -509,14 +586,15 @@ fn cluster_requests_and_their_reply_round_trip() {
 
 #[test]
 fn every_op_is_routed_to_the_handshake_the_edge_or_the_engine_by_name() {
-    // One frame with every field some op requires; each op reads the fields it knows
-    // (but `schedule_set`, whose `task` is an object where the others' is an id).
+    // One frame with every field some op requires; each op reads the fields it knows.
+    // (`schedule_set` alone takes a whole task under `task`.)
     let frame = |op: &str| {
-        if op == "schedule_set" {
-            return r#"{"id":1,"op":"schedule_set","name":"n","cron":"* * * * *","queue":"q","task":{"payload":1}}"#.to_owned();
-        }
+        let task = match op {
+            "schedule_set" => r#"{"payload":1},"cron":"* * * * *""#,
+            _ => r#""t""#,
+        };
         format!(
-            r#"{{"id":1,"op":"{op}","version":1,"node":2,"queue":"q","tasks":[],"task":"t","epoch":1,"token":"x","member":"m","addr":"a:1","cluster_addr":"a:2","dir":"d","tag":1,"name":"n","view":{{"screen":"queues"}},"capacity":1,"state":"ready","error":"e","reason":"r","queues":["q"],"children":[],"at":0,"chunks":[],"options":{{}}}}"#
+            r#"{{"id":1,"op":"{op}","version":1,"node":2,"queue":"q","tasks":[],"task":{task},"epoch":1,"token":"x","member":"m","addr":"a:1","cluster_addr":"a:2","dir":"d","tag":1,"name":"n","view":{{"screen":"queues"}},"capacity":1,"state":"ready","error":"e","reason":"r","queues":["q"],"children":[],"at":0,"chunks":[],"options":{{}}}}"#
         )
     };
     let mut routed = Vec::new();

@@ -1,6 +1,7 @@
 //! `muster mcp` end to end: the official Python MCP client (the `mcp` package from
 //! PyPI, 2.x; `tests/fixtures/mcp_client.py`) against `muster mcp` over stdio and
-//! streamable HTTP, against a real daemon with admin, producer and approver tokens.
+//! streamable HTTP, against a real daemon with admin, producer, approver, consumer and
+//! queue-scoped admin tokens.
 //!
 //! Then, spoken to as JSON-RPC lines, a server whose daemon is killed and restarted.
 //!
@@ -20,6 +21,8 @@ use muster_tests::Daemon;
 const ADMIN: &str = "mcp-admin-token-0123456789abcdef";
 const PRODUCER: &str = "mcp-producer-token-0123456789ab";
 const APPROVER: &str = "mcp-approver-token-0123456789ab";
+const CONSUMER: &str = "mcp-consumer-token-0123456789ab";
+const QUEUE_ADMIN: &str = "mcp-queue-admin-token-012345678";
 /// The bearer token HTTP clients of `muster mcp --http` present.
 const BEARER: &str = "mcp-http-bearer-0123456789abcdef";
 
@@ -55,7 +58,10 @@ fn secured() -> (Daemon, tempfile::TempDir) {
         "[[tokens]]\nname = \"admin\"\ntoken = \"{ADMIN}\"\nroles = [\"admin\"]\n\n\
          [[tokens]]\nname = \"producer\"\ntoken = \"{PRODUCER}\"\nroles = [\"produce\"]\n\
          queues = [\"jobs\", \"jobs.*\"]\n\n\
-         [[tokens]]\nname = \"approver\"\ntoken = \"{APPROVER}\"\nroles = [\"approve\"]\n"
+         [[tokens]]\nname = \"approver\"\ntoken = \"{APPROVER}\"\nroles = [\"approve\"]\n\n\
+         [[tokens]]\nname = \"consumer\"\ntoken = \"{CONSUMER}\"\nroles = [\"consume\"]\n\n\
+         [[tokens]]\nname = \"queue-admin\"\ntoken = \"{QUEUE_ADMIN}\"\nroles = [\"admin\"]\n\
+         queues = [\"jobs\", \"jobs.*\"]\n"
     );
     let path = private_file(dir.path(), "muster.toml", &config);
     let d = Daemon::start_with(&["--config", path.to_str().expect("utf-8 path")]);
@@ -104,9 +110,12 @@ async fn task_with_output(d: &Daemon) -> String {
 }
 
 /// Every tool through a real MCP client, with exact results: the tool lists of an
-/// admin, a producer and an approver token, annotations and schemas, enqueue (many,
+/// admin, a producer, an approver, a consumer and a queue-scoped admin token (chosen
+/// by the principal the daemon's `hello` names), the queues a scoped token covers in
+/// the instructions and the tool descriptions, annotations and schemas, enqueue (many,
 /// idempotency keys, keys, groups, labels), get, wait, find (paged), queues with counts,
-/// members, cancel, redrive, discard, suspended tasks resumed and rejected, output read
+/// members, cancel, redrive, discard, suspended tasks resumed and rejected (a reject of
+/// a task no longer suspended refused by the daemon: `invalid_state`), output read
 /// in bounded parts; refusals mapped to tool errors with their codes (`not_found`,
 /// `forbidden` from the daemon and for a tool the token may not use,
 /// `confirmation_required`, `bad_arguments`, `invalid_state`, `stale_token`); and the
@@ -133,6 +142,8 @@ async fn an_mcp_client_uses_every_tool_within_its_tokens_roles() {
     let admin = private_file(dir.path(), "admin.token", ADMIN);
     let producer = private_file(dir.path(), "producer.token", PRODUCER);
     let approver = private_file(dir.path(), "approver.token", APPROVER);
+    let consumer = private_file(dir.path(), "consumer.token", CONSUMER);
+    let queue_admin = private_file(dir.path(), "queue-admin.token", QUEUE_ADMIN);
     let bearer = private_file(dir.path(), "bearer.token", BEARER);
     let script = muster_tests::fixtures_dir().join("mcp_client.py");
     let mut child = Command::new(&python)
@@ -147,6 +158,8 @@ async fn an_mcp_client_uses_every_tool_within_its_tokens_roles() {
         .env("ADMIN_TOKEN_FILE", &admin)
         .env("PRODUCER_TOKEN_FILE", &producer)
         .env("APPROVER_TOKEN_FILE", &approver)
+        .env("CONSUMER_TOKEN_FILE", &consumer)
+        .env("QUEUE_ADMIN_TOKEN_FILE", &queue_admin)
         .env("BEARER_FILE", &bearer)
         .env("BEARER", BEARER)
         .env("TAIL_TASK", &tail_task)

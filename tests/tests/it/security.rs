@@ -128,6 +128,23 @@ async fn attempt(c: &Client, op: &str, queue: &str, task: &str, member: &str) ->
         "task_find_all_queues" => code(c.task_find(&Default::default()).await),
         "wait" => code(c.wait(vec![task.into()], 0).await),
         "cancel" => code(c.cancel(task).await),
+        // Ready: an allowed reject (a cancel if suspended) is `invalid_state`.
+        "cancel_if_suspended" => code(c.cancel_if(task, muster_sdk::TaskState::Suspended).await),
+        // The cell's own paused schedule of the queue ([`cell_schedule`]); a set makes
+        // another.
+        "schedule_set" => code(
+            c.schedule_set(&paused_schedule(
+                &format!("{}-new", cell_schedule(member, queue, op)),
+                queue,
+            ))
+            .await,
+        ),
+        "schedule_get" => code(c.schedule_get(&cell_schedule(member, queue, op)).await),
+        "schedule_list" => code(c.schedule_list().await),
+        "schedule_pause" => code(c.schedule_pause(&cell_schedule(member, queue, op)).await),
+        "schedule_resume" => code(c.schedule_resume(&cell_schedule(member, queue, op)).await),
+        "schedule_delete" => code(c.schedule_delete(&cell_schedule(member, queue, op)).await),
+        "schedule_run" => code(c.schedule_run(&cell_schedule(member, queue, op)).await),
         "redrive" => code(c.redrive(sel(queue)).await),
         "discard" => code(c.discard(sel(queue)).await),
         "subscribe_without_session" => code(c.subscribe(member, &[queue.into()]).await),
@@ -293,6 +310,25 @@ async fn attempt(c: &Client, op: &str, queue: &str, task: &str, member: &str) ->
     }
 }
 
+/// The schedule a matrix cell acts on: one of its own, so that a delete or a pause
+/// changes no other cell's.
+fn cell_schedule(member: &str, queue: &str, op: &str) -> String {
+    format!("{member}-{queue}-{op}")
+}
+
+/// A schedule of `queue` that fires every second but is paused (it enqueues nothing).
+fn paused_schedule(name: &str, queue: &str) -> muster_sdk::protocol::ops::ScheduleSet {
+    muster_sdk::protocol::ops::ScheduleSet {
+        name: name.into(),
+        cron: "* * * * * *".into(),
+        tz: None,
+        queue: queue.into(),
+        task: NewTask::new(muster_sdk::json(&1).expect("json")),
+        catch_up: None,
+        paused: Some(true),
+    }
+}
+
 const OPS: &[&str] = &[
     "queue_create",
     "queue_list",
@@ -315,6 +351,7 @@ const OPS: &[&str] = &[
     "task_find_all_queues",
     "wait",
     "cancel",
+    "cancel_if_suspended",
     "task_update",
     "redrive",
     "discard",
@@ -352,6 +389,13 @@ const OPS: &[&str] = &[
     "cluster_status",
     "cluster_add",
     "cluster_remove",
+    "schedule_set",
+    "schedule_get",
+    "schedule_list",
+    "schedule_pause",
+    "schedule_resume",
+    "schedule_delete",
+    "schedule_run",
 ];
 
 /// The wire op a cell of the matrix exercises.
@@ -360,6 +404,7 @@ fn wire_op(cell: &str) -> &str {
         .strip_suffix("_without_session")
         .or_else(|| cell.strip_suffix("_all_queues"))
         .or_else(|| cell.strip_suffix("_by_id"))
+        .or_else(|| cell.strip_suffix("_if_suspended"))
         .unwrap_or(cell);
     if op.starts_with("watch_") {
         "watch"
@@ -427,6 +472,7 @@ fn allowed(role: &str, op: &str, own: bool) -> bool {
             | "cluster_status"
             | "cluster_add"
             | "cluster_remove"
+            | "schedule_list"
     );
     let by_role = match role {
         "admin" | "queue-admin" => true,
@@ -439,6 +485,10 @@ fn allowed(role: &str, op: &str, own: bool) -> bool {
                 | "follow"
                 | "wait"
                 | "cancel"
+                | "cancel_if_suspended"
+                | "schedule_get"
+                | "schedule_list"
+                | "schedule_run"
                 | "limit_get"
                 | "limit_list"
                 | "watch_limits"
@@ -464,6 +514,8 @@ fn allowed(role: &str, op: &str, own: bool) -> bool {
                 | "throttled"
                 | "suspend"
                 | "resume"
+                | "schedule_get"
+                | "schedule_list"
                 | "limit_get"
                 | "limit_list"
                 | "watch_limits"
@@ -504,6 +556,12 @@ async fn the_authorization_matrix_has_no_unauthorized_success() {
                     .expect("enqueue")
                     .id;
                 let member = format!("{role}-m");
+                if op.starts_with("schedule_") {
+                    admin
+                        .schedule_set(&paused_schedule(&cell_schedule(&member, queue, op), queue))
+                        .await
+                        .expect("a cell's schedule");
+                }
                 let got = attempt(&client, op, queue, &task, &member).await;
                 let denied = matches!(
                     got,
@@ -653,6 +711,95 @@ async fn nothing_is_served_before_a_valid_token_and_silent_connections_are_close
     );
     let admin = d.client_as(ADMIN).await;
     assert!(admin.queue_list().await.expect("list").is_empty());
+}
+
+/// The `hello` reply to `token` on a new raw connection, its `server` checked and left
+/// out (the daemon's version).
+async fn hello_reply(d: &Daemon, token: Option<&str>) -> serde_json::Value {
+    let conn = muster_sdk::connect::open(&d.options())
+        .await
+        .expect("raw connection");
+    let hello = match token {
+        Some(t) => format!(r#"{{"id":1,"op":"hello","version":1,"token":"{t}"}}"#),
+        None => r#"{"id":1,"op":"hello","version":1}"#.to_owned(),
+    };
+    let mut reply = exchange(&conn, &frame(&hello)).await;
+    let server = reply
+        .as_object_mut()
+        .and_then(|o| o.remove("server"))
+        .unwrap_or_default();
+    assert!(
+        server.as_str().is_some_and(|s| s.starts_with("musterd ")),
+        "{server}"
+    );
+    conn.close(0u32.into(), b"done");
+    reply
+}
+
+/// `hello` names the principal the token is, exactly as configured: an admin of every
+/// queue, a producer and an admin limited to some queues; the local-only daemon's own
+/// token is `local`, an admin of every queue; an `--open` daemon names none. The SDK
+/// keeps it (`Client::principal`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hello_names_the_tokens_principal_with_its_roles_and_queues() {
+    use muster_sdk::protocol::ops::{PrincipalInfo, Role};
+    let (d, _config) = secured(&[]);
+    assert_eq!(
+        hello_reply(&d, Some(ADMIN)).await,
+        serde_json::json!({"id": 1, "ok": true, "version": 1, "principal": {
+            "name": "admin", "roles": ["admin"], "queues": [], "members": []
+        }})
+    );
+    assert_eq!(
+        hello_reply(&d, Some(PRODUCER)).await,
+        serde_json::json!({"id": 1, "ok": true, "version": 1, "principal": {
+            "name": "producer", "roles": ["produce"], "queues": ["jobs", "jobs.*"], "members": []
+        }})
+    );
+    assert_eq!(
+        hello_reply(&d, Some(QUEUE_ADMIN)).await,
+        serde_json::json!({"id": 1, "ok": true, "version": 1, "principal": {
+            "name": "queue-admin", "roles": ["admin"], "queues": ["jobs", "jobs.*"], "members": []
+        }})
+    );
+    let producer = d.client_as(PRODUCER).await;
+    assert_eq!(
+        producer.principal(),
+        Some(&PrincipalInfo {
+            name: "producer".into(),
+            roles: vec![Role::Produce],
+            queues: vec!["jobs".into(), "jobs.*".into()],
+            members: Vec::new(),
+        })
+    );
+    producer.close().await;
+
+    // Local-only: the data directory's token is the principal `local`.
+    let local = Daemon::start();
+    let token = std::fs::read_to_string(local.data().join("local.token")).expect("local.token");
+    assert_eq!(
+        hello_reply(&local, Some(token.trim())).await,
+        serde_json::json!({"id": 1, "ok": true, "version": 1, "principal": {
+            "name": "local", "roles": ["admin"], "queues": [], "members": []
+        }})
+    );
+    let client = local.client().await;
+    assert_eq!(
+        client
+            .principal()
+            .map(|p| (p.name.as_str(), p.roles.as_slice())),
+        Some(("local", [Role::Admin].as_slice()))
+    );
+    client.close().await;
+
+    // --open: no principal, with or without a token.
+    let open = Daemon::start_with(&["--open"]);
+    let bare = serde_json::json!({"id": 1, "ok": true, "version": 1});
+    assert_eq!(hello_reply(&open, None).await, bare);
+    assert_eq!(hello_reply(&open, Some(ADMIN)).await, bare);
+    let client = open.client().await;
+    assert_eq!(client.principal(), None);
+    client.close().await;
 }
 
 pub(crate) fn frame(body: &str) -> Vec<u8> {

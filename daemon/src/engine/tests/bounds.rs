@@ -74,6 +74,7 @@ fn a_queue_holds_at_most_max_label_classes_and_a_refused_enqueue_changes_nothing
     // Once the tasks of one class are finished, its place is free again.
     h.call(EngineRequest::Cancel(ops::Cancel {
         task: ids[5].clone(),
+        if_state: None,
     }))
     .unwrap();
     h.call(refused).unwrap();
@@ -138,6 +139,7 @@ fn a_token_brings_at_most_its_share_of_a_queues_label_sets_and_plain_tasks_never
     h.principal = Some(greedy);
     h.call(EngineRequest::Cancel(ops::Cancel {
         task: mine.tasks[1].id.clone(),
+        if_state: None,
     }))
     .unwrap();
     h.call(enqueue_many("q", sets(MAX_LABEL_CLASSES_PER_TOKEN, 1)))

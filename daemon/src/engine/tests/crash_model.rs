@@ -414,6 +414,7 @@ fn run(steps: &[Step]) {
                 let Some(i) = task(pick) else { continue };
                 let req = EngineRequest::Cancel(Cancel {
                     task: m.tasks[i].id.clone(),
+                    if_state: None,
                 });
                 match m.tasks[i].state {
                     M::Done | M::Dead => assert_eq!(h.code(req), ErrorCode::InvalidState),
@@ -754,8 +755,11 @@ fn run_member(steps: &[MemberStep]) {
                 }
                 let id = leases[pick % leases.len()].0.clone();
                 // A leased task's cancel is a request to its holder: the lease stays.
-                h.call(EngineRequest::Cancel(Cancel { task: id.clone() }))
-                    .unwrap_or_else(|e| panic!("step {n}: cancel refused: {e}"));
+                h.call(EngineRequest::Cancel(Cancel {
+                    task: id.clone(),
+                    if_state: None,
+                }))
+                .unwrap_or_else(|e| panic!("step {n}: cancel refused: {e}"));
                 cancelled.push(id);
             }
             MemberStep::Ack { pick } => {

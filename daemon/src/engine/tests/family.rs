@@ -123,6 +123,7 @@ fn a_waiting_parent_holds_nothing_and_wakes_once_every_child_ended_with_their_ou
         .unwrap();
     h.call(EngineRequest::Cancel(Cancel {
         task: kids[2].clone(),
+        if_state: None,
     }))
     .unwrap();
     assert_eq!(h.state(&parent).0, TaskState::Suspended);
@@ -277,8 +278,11 @@ fn cancelling_a_parent_cancels_its_unfinished_descendants_and_asks_their_holders
     assert_eq!(got[0].0, kids[0]);
     h.call(ack(&kids[1], got[1].1)).unwrap();
     let grand = ids(&spawn(&mut h, &kids[0], got[0].1, &["g"], false));
-    h.call(EngineRequest::Cancel(Cancel { task: root.clone() }))
-        .unwrap();
+    h.call(EngineRequest::Cancel(Cancel {
+        task: root.clone(),
+        if_state: None,
+    }))
+    .unwrap();
     let t = h.task(&root);
     assert_eq!((t.state, t.cancel_requested), (TaskState::Leased, true));
     let a = h.task(&kids[0]);
@@ -518,7 +522,10 @@ fn a_cascade_past_one_round_goes_on_in_the_next_and_after_a_restart() {
     let now = h.now;
     h.engine()
         .handle(
-            EngineRequest::Cancel(Cancel { task: root.clone() }),
+            EngineRequest::Cancel(Cancel {
+                task: root.clone(),
+                if_state: None,
+            }),
             tag,
             now,
         )

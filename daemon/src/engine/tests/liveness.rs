@@ -218,6 +218,7 @@ fn a_cancelled_running_task_ends_cancelled_without_a_failure() {
     for id in [&a, &b] {
         h.call(EngineRequest::Cancel(ops::Cancel {
             task: id.to_string(),
+            if_state: None,
         }))
         .unwrap();
     }

@@ -720,7 +720,12 @@ fn cancel_ready_scheduled_and_leased() {
     t.delay_ms = Some(5000);
     let scheduled = h.enqueue_task("jobs", t);
     let leased = h.enqueue("jobs", "3");
-    let cancel = |id: &str| EngineRequest::Cancel(Cancel { task: id.into() });
+    let cancel = |id: &str| {
+        EngineRequest::Cancel(Cancel {
+            task: id.into(),
+            if_state: None,
+        })
+    };
     match h.call(cancel(&ready)).unwrap() {
         Reply::Cancel(c) => {
             assert_eq!((c.state, c.cancel_requested), (TaskState::Cancelled, false))
@@ -765,8 +770,11 @@ fn a_cancel_requested_lease_that_lapses_is_cancelled() {
     );
     let id = h.enqueue("jobs", "1");
     h.claim_one("jobs");
-    h.call(EngineRequest::Cancel(Cancel { task: id.clone() }))
-        .unwrap();
+    h.call(EngineRequest::Cancel(Cancel {
+        task: id.clone(),
+        if_state: None,
+    }))
+    .unwrap();
     h.advance(1000);
     assert_eq!(h.state(&id).0, TaskState::Cancelled);
     assert!(h.claim("jobs").is_empty());
@@ -997,8 +1005,11 @@ fn wait_answers_when_every_task_finishes_or_at_its_timeout() {
     let (_, ea) = h.claim_one("jobs");
     h.call(ack(&a, ea)).unwrap();
     assert!(h.reply_for(waiting).is_none());
-    h.call(EngineRequest::Cancel(Cancel { task: b.clone() }))
-        .unwrap();
+    h.call(EngineRequest::Cancel(Cancel {
+        task: b.clone(),
+        if_state: None,
+    }))
+    .unwrap();
     match h.reply_for(waiting).unwrap().unwrap() {
         Reply::Wait(w) => {
             let states: Vec<_> = w.finished.iter().map(|t| (t.id.clone(), t.state)).collect();
@@ -1285,6 +1296,7 @@ fn state_after_a_restart_equals_state_before_it() {
     h.claim_one("jobs");
     h.call(EngineRequest::Cancel(Cancel {
         task: ids[5].clone(),
+        if_state: None,
     }))
     .unwrap();
     let snapshot = |h: &mut Harness| {
@@ -1746,8 +1758,11 @@ fn cancel_drain_and_revoke_reach_the_holder() {
     h.call_on(1, open("m", 2, false, false)).unwrap();
     h.call_on(1, subscribe("m", &["jobs"])).unwrap();
     assert_eq!(delivered(&h.pushed(1)).len(), 2);
-    h.call(EngineRequest::Cancel(Cancel { task: a.clone() }))
-        .unwrap();
+    h.call(EngineRequest::Cancel(Cancel {
+        task: a.clone(),
+        if_state: None,
+    }))
+    .unwrap();
     match h.pushed(1).as_slice() {
         [Push::Cancel(l)] => assert_eq!((l.task.as_str(), l.epoch), (a.as_str(), 1)),
         other => panic!("{other:?}"),
@@ -1923,8 +1938,11 @@ fn a_cancel_requested_task_is_cancelled_not_handed_back_on_reclaim_or_release() 
     let a = h.enqueue("jobs", "1");
     h.call_on(1, open("m", 2, false, false)).unwrap();
     h.claim_as("jobs", 1, "m");
-    h.call(EngineRequest::Cancel(Cancel { task: a.clone() }))
-        .unwrap();
+    h.call(EngineRequest::Cancel(Cancel {
+        task: a.clone(),
+        if_state: None,
+    }))
+    .unwrap();
     match h.call_on(2, open("m", 2, true, false)).unwrap() {
         Reply::SessionOpen(r) => assert_eq!((r.reclaimed.len(), r.released), (0, 1)),
         other => panic!("{other:?}"),
@@ -2134,8 +2152,11 @@ fn a_renewal_keeps_a_disconnected_members_labels_capacity_and_last_seen() {
     h.engine().disconnected(1);
     let before = member_info(&mut h, "m");
     h.call(renew(&id, 1)).unwrap();
-    h.call(EngineRequest::Cancel(Cancel { task: id.clone() }))
-        .unwrap();
+    h.call(EngineRequest::Cancel(Cancel {
+        task: id.clone(),
+        if_state: None,
+    }))
+    .unwrap();
     let after = member_info(&mut h, "m");
     assert_eq!(after, before);
     assert_eq!(
@@ -2275,8 +2296,11 @@ fn the_disk_alarm_refuses_enqueues_only_and_lifts() {
     h.call(ack(&a, epoch)).unwrap();
     let (next, _) = h.claim_one("jobs");
     assert_eq!(next, b);
-    h.call(EngineRequest::Cancel(Cancel { task: b.clone() }))
-        .unwrap();
+    h.call(EngineRequest::Cancel(Cancel {
+        task: b.clone(),
+        if_state: None,
+    }))
+    .unwrap();
     h.engine().set_disk_alarm(false);
     let c = h.enqueue("jobs", "3");
     assert_eq!(h.state(&c), (TaskState::Ready, 0, 0));

@@ -531,6 +531,7 @@ fn run(steps: &[Step], key_concurrency: u32) {
                     let i = pick % m.tasks.len();
                     let reply = h.call(EngineRequest::Cancel(Cancel {
                         task: m.tasks[i].id.clone(),
+                        if_state: None,
                     }));
                     match m.tasks[i].state {
                         M::Done | M::Dead => {

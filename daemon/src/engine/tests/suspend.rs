@@ -162,8 +162,11 @@ fn a_token_of_an_earlier_suspension_a_forged_one_and_one_after_cancel_are_stale(
     let big = format!("\"{}\"", "x".repeat(64 * 1024));
     assert_eq!(h.code(by_token(&second, Some(&big))), ErrorCode::TooLarge);
     // A cancel ends it: the token is stale, a resume by id is refused.
-    h.call(EngineRequest::Cancel(Cancel { task: id.clone() }))
-        .unwrap();
+    h.call(EngineRequest::Cancel(Cancel {
+        task: id.clone(),
+        if_state: None,
+    }))
+    .unwrap();
     assert_eq!(h.task(&id).state, TaskState::Cancelled);
     assert_eq!(h.code(by_token(&second, None)), ErrorCode::StaleToken);
     assert_eq!(h.code(by_task(&id, None)), ErrorCode::InvalidState);
@@ -202,8 +205,11 @@ fn bad_suspends_are_refused_and_change_nothing() {
     assert_eq!(h.code(blank), ErrorCode::BadRequest);
     assert_eq!(h.task(&id).state, TaskState::Leased);
     // A pending cancel turns the suspend into the end: cancelled, no token.
-    h.call(EngineRequest::Cancel(Cancel { task: id.clone() }))
-        .unwrap();
+    h.call(EngineRequest::Cancel(Cancel {
+        task: id.clone(),
+        if_state: None,
+    }))
+    .unwrap();
     match h.call(suspend_req(&id, epoch, None, None)) {
         Ok(Reply::Suspend(r)) => {
             assert_eq!(
@@ -340,7 +346,8 @@ fn approvers_resume_and_reject_in_their_queues_and_producers_do_not_resume() {
     assert_eq!(h.code(by_task(&elsewhere, None)), ErrorCode::Forbidden);
     assert_eq!(
         h.code(EngineRequest::Cancel(Cancel {
-            task: ready.clone()
+            task: ready.clone(),
+            if_state: None,
         })),
         ErrorCode::Forbidden
     );
@@ -366,8 +373,11 @@ fn approvers_resume_and_reject_in_their_queues_and_producers_do_not_resume() {
     );
     suspend(&mut h, &id, d.epoch);
     h.principal = Some(alice);
-    h.call(EngineRequest::Cancel(Cancel { task: id.clone() }))
-        .unwrap();
+    h.call(EngineRequest::Cancel(Cancel {
+        task: id.clone(),
+        if_state: None,
+    }))
+    .unwrap();
     assert_eq!(h.task(&id).state, TaskState::Cancelled);
 }
 
@@ -505,4 +515,140 @@ fn resume_data_counts_against_the_enqueuers_quota_and_is_cut_under_the_disk_alar
     assert_eq!(stored(&mut h), base);
     h.call(by_token(&token, Some(&big))).unwrap();
     assert_eq!(stored(&mut h), base + big.len() as u64);
+}
+
+fn reject(id: &str) -> EngineRequest {
+    EngineRequest::Cancel(Cancel {
+        task: id.into(),
+        if_state: Some(TaskState::Suspended),
+    })
+}
+
+/// A cancel `if_state` suspended (a reject) cancels a suspended task, and refuses one
+/// resumed or timed out meanwhile with `invalid_state`, changing nothing; an approver
+/// gets that same refusal, not `forbidden`, and producers reject too. `done` and `dead`
+/// are never a cancel's condition.
+#[test]
+fn a_reject_cancels_only_a_task_that_is_still_suspended() {
+    let alice = principal(ROLES, "alice-token-0123456789ab");
+    let producer = principal(ROLES, "producer-token-0123456789");
+    let mut h = Harness::new();
+    h.create("q", QueuePatch::default());
+    let id = h.enqueue("q", "1");
+    let (_, e) = h.claim_one("q");
+    suspend(&mut h, &id, e);
+    let before = h.task(&id);
+    for state in [TaskState::Done, TaskState::Dead] {
+        let err = h
+            .call(EngineRequest::Cancel(Cancel {
+                task: id.clone(),
+                if_state: Some(state),
+            }))
+            .unwrap_err();
+        assert_eq!(
+            (err.code, err.message),
+            (
+                ErrorCode::BadRequest,
+                format!("if_state {state}: a {state} task is never cancelled")
+            )
+        );
+    }
+    let leased = EngineRequest::Cancel(Cancel {
+        task: id.clone(),
+        if_state: Some(TaskState::Leased),
+    });
+    let err = h.call(leased).unwrap_err();
+    assert_eq!(
+        (err.code, err.message),
+        (
+            ErrorCode::InvalidState,
+            format!("task {id} is suspended, not leased: nothing was done")
+        )
+    );
+    let unknown = ulid::Ulid::new().to_string();
+    assert_eq!(h.code(reject(&unknown)), ErrorCode::NotFound);
+    assert_eq!(h.code(reject("not-an-id")), ErrorCode::BadRequest);
+    let after = h.task(&id);
+    assert_eq!(
+        (after.state, after.updated_ms, after.history.len()),
+        (before.state, before.updated_ms, before.history.len()),
+        "refused cancels changed nothing"
+    );
+
+    // Resumed before the approver's reject arrives: refused, the task stays ready.
+    h.principal = Some(alice);
+    h.call(by_task(&id, None)).unwrap();
+    h.advance(1_000);
+    let err = h.call(reject(&id)).unwrap_err();
+    assert_eq!(
+        (err.code, err.message),
+        (
+            ErrorCode::InvalidState,
+            format!("task {id} is ready, not suspended: nothing was done")
+        )
+    );
+    assert_eq!(h.task(&id).state, TaskState::Ready);
+    // A plain cancel of the ready task is still a producer's, not an approver's.
+    assert_eq!(
+        h.code(EngineRequest::Cancel(Cancel {
+            task: id.clone(),
+            if_state: None,
+        })),
+        ErrorCode::Forbidden
+    );
+
+    // Suspended again: the approver's reject cancels it.
+    h.principal = None;
+    let (_, e) = h.claim_one("q");
+    suspend(&mut h, &id, e);
+    h.advance(1_000);
+    h.principal = Some(alice);
+    match h.call(reject(&id)) {
+        Ok(Reply::Cancel(r)) => {
+            assert_eq!((r.state, r.cancel_requested), (TaskState::Cancelled, false))
+        }
+        other => panic!("reject: {other:?}"),
+    }
+    let t = h.task(&id);
+    assert_eq!(
+        (t.state, t.history.last().map(|e| e.event.as_str())),
+        (TaskState::Cancelled, Some("cancelled"))
+    );
+    // Cancelled now: a second reject is refused as well.
+    let err = h.call(reject(&id)).unwrap_err();
+    assert_eq!(
+        (err.code, err.message),
+        (
+            ErrorCode::InvalidState,
+            format!("task {id} is cancelled, not suspended: nothing was done")
+        )
+    );
+
+    // A suspension that timed out (failed: dead) before the reject: refused.
+    h.principal = None;
+    let other = h.enqueue("q", "2");
+    let (_, e) = h.claim_one("q");
+    h.call(suspend_req(&other, e, Some(60_000), None)).unwrap();
+    h.advance(60_000);
+    assert_eq!(h.task(&other).state, TaskState::Dead);
+    h.principal = Some(producer);
+    let err = h.call(reject(&other)).unwrap_err();
+    assert_eq!(
+        (err.code, err.message),
+        (
+            ErrorCode::InvalidState,
+            format!("task {other} is dead, not suspended: nothing was done")
+        )
+    );
+
+    // A producer rejects a suspended task too (it may cancel any of its tasks).
+    h.principal = None;
+    let third = h.enqueue("q", "3");
+    let (_, e) = h.claim_one("q");
+    suspend(&mut h, &third, e);
+    h.principal = Some(producer);
+    match h.call(reject(&third)) {
+        Ok(Reply::Cancel(r)) => assert_eq!(r.state, TaskState::Cancelled),
+        other => panic!("reject: {other:?}"),
+    }
 }
