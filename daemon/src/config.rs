@@ -439,6 +439,16 @@ fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], muster_protocol::DEFAULT_PORT))
 }
 
+/// An OTLP/HTTP endpoint: an `http://` URL (this build speaks no TLS to collectors).
+fn otlp_endpoint(s: &str) -> Result<String, String> {
+    match s.strip_prefix("http://") {
+        Some(rest) if !rest.is_empty() => Ok(s.to_owned()),
+        _ => Err(format!(
+            "want an http:// URL such as http://127.0.0.1:4318 (no TLS: export to a collector beside the daemon), not {s:?}"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -447,6 +457,19 @@ mod tests {
         let mut all = vec!["musterd", "--data", "/nonexistent"];
         all.extend_from_slice(args);
         Config::try_parse_from(all).unwrap()
+    }
+
+    #[test]
+    fn an_otlp_endpoint_is_an_http_url() {
+        let on = config(&["--otlp-endpoint", "http://127.0.0.1:4318"]);
+        assert_eq!(on.otlp_endpoint.as_deref(), Some("http://127.0.0.1:4318"));
+        assert_eq!(on.otlp_service_name, "musterd");
+        assert_eq!(config(&[]).otlp_endpoint, None);
+        for bad in ["https://collector:4318", "127.0.0.1:4318", "http://"] {
+            let all = ["musterd", "--data", "/nonexistent", "--otlp-endpoint", bad];
+            let e = Config::try_parse_from(all).unwrap_err().to_string();
+            assert!(e.contains("want an http:// URL"), "{bad}: {e}");
+        }
     }
 
     #[test]
@@ -562,15 +585,5 @@ mod tests {
                 .is_empty()
         );
         assert!(config(&[]).warnings().is_empty());
-    }
-}
-
-/// An OTLP/HTTP endpoint: an `http://` URL (this build speaks no TLS to collectors).
-fn otlp_endpoint(s: &str) -> Result<String, String> {
-    match s.strip_prefix("http://") {
-        Some(rest) if !rest.is_empty() => Ok(s.to_owned()),
-        _ => Err(format!(
-            "want an http:// URL such as http://127.0.0.1:4318 (no TLS: export to a collector beside the daemon), not {s:?}"
-        )),
     }
 }

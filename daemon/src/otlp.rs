@@ -205,7 +205,8 @@ pub const QUEUED_SPAN: &str = "muster.queued";
 /// trace, the span that enqueued it and its flags.
 pub fn parse(traceparent: &str) -> Option<(TraceId, SpanId, TraceFlags)> {
     let mut parts = traceparent.split('-');
-    let (_version, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let (_version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     Some((
         TraceId::from_hex(trace).ok()?,
         SpanId::from_hex(span).ok()?,

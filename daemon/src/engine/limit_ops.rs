@@ -105,7 +105,13 @@ impl<W: Waiter> Engine<W> {
             },
             None => uses,
         };
-        telemetry::lease_ended(id, &rec, rec.lease.as_ref().expect("a held task has a lease"), LeaseEnd::Throttled, now.wall_ms);
+        telemetry::lease_ended(
+            id,
+            &rec,
+            rec.lease.as_ref().expect("a held task has a lease"),
+            LeaseEnd::Throttled,
+            now.wall_ms,
+        );
         let member = rec.lease.take().map(|l| l.member);
         assert!(
             member.is_some(),

@@ -1337,7 +1337,13 @@ impl<W: Waiter> Engine<W> {
         let was = json_len(&rec.result);
         self.budget.recount(&mut rec, was, json_len(&result));
         rec.result = result;
-        telemetry::lease_ended(id, &rec, rec.lease.as_ref().expect("a held task has a lease"), LeaseEnd::Acked, now.wall_ms);
+        telemetry::lease_ended(
+            id,
+            &rec,
+            rec.lease.as_ref().expect("a held task has a lease"),
+            LeaseEnd::Acked,
+            now.wall_ms,
+        );
         if let Some(q) = self.index.queues.get_mut(&rec.queue) {
             q.totals.acked += 1;
         }
@@ -1375,7 +1381,13 @@ impl<W: Waiter> Engine<W> {
         let error = r.error.unwrap_or_else(|| "nacked".into());
         check_error_text(&error)?;
         let (id, mut rec) = self.held(&r.task, r.epoch)?;
-        telemetry::lease_ended(id, &rec, rec.lease.as_ref().expect("a held task has a lease"), LeaseEnd::Nacked, now.wall_ms);
+        telemetry::lease_ended(
+            id,
+            &rec,
+            rec.lease.as_ref().expect("a held task has a lease"),
+            LeaseEnd::Nacked,
+            now.wall_ms,
+        );
         if let Some(q) = self.index.queues.get_mut(&rec.queue) {
             q.totals.nacked += 1;
         }
@@ -1462,7 +1474,13 @@ impl<W: Waiter> Engine<W> {
     fn release(&mut self, r: muster_protocol::ops::Release, now: Now) -> OpResult<SettleReply> {
         let Release { task, epoch } = r;
         let (id, mut rec) = self.held(&task, epoch)?;
-        telemetry::lease_ended(id, &rec, rec.lease.as_ref().expect("a held task has a lease"), LeaseEnd::Released, now.wall_ms);
+        telemetry::lease_ended(
+            id,
+            &rec,
+            rec.lease.as_ref().expect("a held task has a lease"),
+            LeaseEnd::Released,
+            now.wall_ms,
+        );
         let member = rec.lease.take().map(|l| l.member);
         assert!(
             member.is_some(),
@@ -1495,7 +1513,13 @@ impl<W: Waiter> Engine<W> {
     fn dead_letter(&mut self, r: DeadLetter, now: Now) -> OpResult<SettleReply> {
         check_error_text(&r.error)?;
         let (id, mut rec) = self.held(&r.task, r.epoch)?;
-        telemetry::lease_ended(id, &rec, rec.lease.as_ref().expect("a held task has a lease"), LeaseEnd::DeadLettered, now.wall_ms);
+        telemetry::lease_ended(
+            id,
+            &rec,
+            rec.lease.as_ref().expect("a held task has a lease"),
+            LeaseEnd::DeadLettered,
+            now.wall_ms,
+        );
         let member = rec.lease.take().map(|l| l.member);
         assert!(
             member.is_some(),

@@ -168,7 +168,13 @@ impl<W: Waiter> Engine<W> {
         } else {
             LeaseEnd::Suspended
         };
-        telemetry::lease_ended(id, &rec, rec.lease.as_ref().expect("a held task has a lease"), end, now.wall_ms);
+        telemetry::lease_ended(
+            id,
+            &rec,
+            rec.lease.as_ref().expect("a held task has a lease"),
+            end,
+            now.wall_ms,
+        );
         let lease = rec.lease.take().expect("a held task has a lease");
         push_event(
             &mut rec,

@@ -185,7 +185,8 @@ pub fn lease_ended(id: Ulid, rec: &TaskRecord, lease: &LeaseRecord, how: LeaseEn
 fn lease_spans(id: Ulid, rec: &TaskRecord, lease: &LeaseRecord, how: LeaseEnd, now_ms: u64) {
     use crate::otlp::{LEASE_SPAN, QUEUED_SPAN, SpanRecord, record, span_id};
     use opentelemetry::KeyValue;
-    let Some((trace_id, parent_id, flags)) = rec.traceparent.as_deref().and_then(crate::otlp::parse)
+    let Some((trace_id, parent_id, flags)) =
+        rec.traceparent.as_deref().and_then(crate::otlp::parse)
     else {
         return;
     };

@@ -271,3 +271,262 @@ async fn muster_work_hands_the_trace_to_its_program_and_muster_enqueue_continues
         format!(r#"{{"tp":"{traceparent}","ts":"rojo=00f067aa0ba902b7"}}"#)
     );
 }
+
+/// An OTLP/HTTP receiver on a loopback port, as a collector would be: it keeps every
+/// span posted to `/v1/traces` (protobuf) and answers each export with success.
+struct Collector {
+    endpoint: String,
+    spans: std::sync::Arc<std::sync::Mutex<Vec<otlp::trace::v1::Span>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+use opentelemetry_proto::tonic as otlp;
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn collector() -> Collector {
+    use http_body_util::BodyExt;
+    use prost::Message;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let endpoint = format!("http://{}", listener.local_addr().expect("its address"));
+    let spans = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = std::sync::Arc::clone(&spans);
+    let task = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let kept = std::sync::Arc::clone(&kept);
+            let service =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let kept = std::sync::Arc::clone(&kept);
+                    async move {
+                        assert_eq!(req.uri().path(), "/v1/traces");
+                        assert_eq!(
+                            req.headers().get("content-type").map(|v| v.as_bytes()),
+                            Some(&b"application/x-protobuf"[..])
+                        );
+                        let body = req.into_body().collect().await?.to_bytes();
+                        let export =
+                            otlp::collector::trace::v1::ExportTraceServiceRequest::decode(body)
+                                .expect("an OTLP trace export");
+                        for resource in export.resource_spans {
+                            let service = resource
+                                .resource
+                                .iter()
+                                .flat_map(|r| &r.attributes)
+                                .find(|a| a.key == "service.name")
+                                .and_then(|a| text(a.value.as_ref()));
+                            assert_eq!(service.as_deref(), Some("musterd-test"));
+                            for scope in resource.scope_spans {
+                                kept.lock().expect("spans").extend(scope.spans);
+                            }
+                        }
+                        let reply =
+                            otlp::collector::trace::v1::ExportTraceServiceResponse::default();
+                        Ok::<_, hyper::Error>(
+                            hyper::Response::builder()
+                                .header("content-type", "application/x-protobuf")
+                                .body(http_body_util::Full::new(bytes::Bytes::from(
+                                    reply.encode_to_vec(),
+                                )))
+                                .expect("a response"),
+                        )
+                    }
+                });
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Collector {
+        endpoint,
+        spans,
+        task,
+    }
+}
+
+/// A string or integer attribute's value as text.
+fn text(value: Option<&otlp::common::v1::AnyValue>) -> Option<String> {
+    use otlp::common::v1::any_value::Value;
+    match value?.value.as_ref()? {
+        Value::StringValue(s) => Some(s.clone()),
+        Value::IntValue(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+fn attribute(span: &otlp::trace::v1::Span, key: &str) -> Option<String> {
+    span.attributes
+        .iter()
+        .find(|a| a.key == key)
+        .and_then(|a| text(a.value.as_ref()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_exports_each_lease_and_wait_as_spans_of_the_tasks_trace() {
+    let collector = collector().await;
+    let d = Daemon::start_with(&[
+        "--otlp-endpoint",
+        &collector.endpoint,
+        "--otlp-service-name",
+        "musterd-test",
+    ]);
+    let client = d.client().await;
+    client
+        .queue_create(
+            "q",
+            QueuePatch {
+                lease_ms: Some(300),
+                ..QueuePatch::default()
+            },
+        )
+        .await
+        .expect("queue_create");
+    let (trace, producer) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let traced = |n: u64| NewTask {
+        traceparent: Some(format!("00-{trace}-{producer}-01")),
+        ..NewTask::new(muster_sdk::json(&n).expect("json"))
+    };
+    let claim = |client: &muster_sdk::Client| {
+        let client = client.clone();
+        async move {
+            client
+                .claim(&Claim::new(["q"]).max(1).member("m1"))
+                .await
+                .expect("claim")
+                .pop()
+                .expect("a task")
+        }
+    };
+    // Acked at once; nacked then acked; left to lapse then acked; a parent whose child
+    // (spawned with no trace of its own) is in its trace; and one in no trace at all.
+    let acked = client.enqueue("q", traced(1)).await.expect("enqueue").id;
+    let d1 = claim(&client).await;
+    assert_eq!(d1.id, acked);
+    let holder = d1.traceparent.clone().expect("a trace for the holder");
+    let (holder_trace, lease_span) = ids(&holder);
+    assert_eq!(holder_trace, trace);
+    assert_ne!(
+        lease_span, producer,
+        "the holder's parent is its lease's span"
+    );
+    client.ack(&d1.id, d1.epoch, None).await.expect("ack");
+
+    let retried = client.enqueue("q", traced(2)).await.expect("enqueue").id;
+    let d2 = claim(&client).await;
+    client
+        .nack(&d2.id, d2.epoch, Some(0), Some("flaky".into()))
+        .await
+        .expect("nack");
+    let d3 = claim(&client).await;
+    assert_eq!((d3.id.as_str(), d3.attempt), (retried.as_str(), 2));
+    client.ack(&d3.id, d3.epoch, None).await.expect("ack");
+
+    let lapsed = client.enqueue("q", traced(3)).await.expect("enqueue").id;
+    let d4 = claim(&client).await;
+    let d5 = {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let got = client
+                .claim(&Claim::new(["q"]).max(1).member("m2").wait_ms(1_000))
+                .await
+                .expect("claim");
+            if let Some(d) = got.into_iter().next() {
+                break d;
+            }
+            assert!(std::time::Instant::now() < deadline, "the lease lapsed");
+        }
+    };
+    assert_eq!((d5.id.as_str(), d4.epoch + 1), (lapsed.as_str(), d5.epoch));
+    client.ack(&d5.id, d5.epoch, None).await.expect("ack");
+
+    let parent = client.enqueue("q", traced(4)).await.expect("enqueue").id;
+    let d6 = claim(&client).await;
+    let spawned = client
+        .spawn(
+            &d6.id,
+            d6.epoch,
+            vec![NewChild::new("c", "q", muster_sdk::json(&5).expect("json"))],
+            None,
+        )
+        .await
+        .expect("spawn");
+    let child = spawned.children[0].id.clone();
+    client.ack(&d6.id, d6.epoch, None).await.expect("ack");
+    let d7 = claim(&client).await;
+    assert_eq!(d7.id, child);
+    client.ack(&d7.id, d7.epoch, None).await.expect("ack");
+
+    let untraced = client
+        .enqueue("q", NewTask::new(muster_sdk::json(&6).expect("json")))
+        .await
+        .expect("enqueue")
+        .id;
+    let d8 = claim(&client).await;
+    assert_eq!(d8.traceparent, None);
+    client.ack(&d8.id, d8.epoch, None).await.expect("ack");
+
+    // Two spans per lease: 1 + 2 + 2 + 1 + 1 leases of traced tasks.
+    until(Duration::from_secs(20), "every span exported", || async {
+        collector.spans.lock().expect("spans").len() >= 14
+    })
+    .await;
+    let spans = collector.spans.lock().expect("spans").clone();
+    assert_eq!(spans.len(), 14, "no span twice, none of the untraced task");
+    let mut leases = Vec::new();
+    for s in &spans {
+        assert_eq!(hex(&s.trace_id), trace, "{}", s.name);
+        assert_eq!(hex(&s.parent_span_id), producer, "{}", s.name);
+        assert!(s.end_time_unix_nano >= s.start_time_unix_nano, "{}", s.name);
+        let task = attribute(s, "muster.task").expect("muster.task");
+        assert_ne!(task, untraced);
+        if s.name == "muster.lease" {
+            leases.push((
+                task,
+                attribute(s, "muster.epoch").expect("epoch"),
+                attribute(s, "muster.outcome").expect("outcome"),
+                attribute(s, "muster.member").expect("member"),
+                attribute(s, "muster.parent"),
+                hex(&s.span_id),
+            ));
+        } else {
+            assert_eq!(s.name, "muster.queued");
+        }
+    }
+    leases.sort();
+    let mut expected = vec![
+        (acked.clone(), "1", "acked", "m1", None),
+        (retried.clone(), "1", "nacked", "m1", None),
+        (retried.clone(), "2", "acked", "m1", None),
+        (lapsed.clone(), "1", "lapsed", "m1", None),
+        (lapsed.clone(), "2", "acked", "m2", None),
+        (parent.clone(), "1", "acked", "m1", None),
+        (child.clone(), "1", "acked", "m1", Some(parent.clone())),
+    ];
+    expected.sort();
+    assert_eq!(
+        leases
+            .iter()
+            .map(|(t, e, o, m, p, _)| (t.clone(), e.as_str(), o.as_str(), m.as_str(), p.clone()))
+            .collect::<Vec<_>>(),
+        expected
+    );
+    let first = leases
+        .iter()
+        .find(|l| l.0 == acked)
+        .expect("the first lease");
+    assert_eq!(
+        first.5, lease_span,
+        "the holder was handed its lease's span"
+    );
+}
