@@ -62,6 +62,7 @@
 //! | `muster_fsync_batch_requests` | histogram: requests made durable by one fsync | |
 //! | `muster_fsync_seconds` | histogram: time of one persist (a cluster node: of one append to its raft log) | |
 //! | `muster_round_seconds` | histogram: time of one dispatcher round (requests applied, timers, persist, replies handed on) | |
+//! | `muster_otlp_spans_exported_total`, `muster_otlp_spans_dropped_total` | counters: task spans exported over OTLP, and dropped (queue full, export failed); only with `--otlp-endpoint` | |
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_threads`, … | the process | |
 //!
 //! A cluster node (`cluster::node`, `cluster::storage`, `cluster::net`):
@@ -437,6 +438,14 @@ fn describe() {
         "The schedule's next fire, Unix time (0 while paused)."
     );
     describe_gauge!("muster_schedules", "Schedules the daemon holds.");
+    describe_counter!(
+        "muster_otlp_spans_exported_total",
+        "Task spans exported over OTLP."
+    );
+    describe_counter!(
+        "muster_otlp_spans_dropped_total",
+        "Task spans dropped: the export queue was full or an export failed."
+    );
     describe_counter!("muster_revoked_total", "Leases revoked by an operator.");
     describe_counter!(
         "muster_reclaimed_total",
