@@ -356,6 +356,19 @@ impl Task {
         self.task.parent().map(str::to_owned)
     }
 
+    /// The W3C `traceparent` the delivery carries: the producer's trace context, or,
+    /// when the daemon exports spans, this lease's span in that trace.
+    #[getter]
+    fn traceparent(&self) -> Option<String> {
+        self.task.delivery().traceparent.clone()
+    }
+
+    /// The W3C `tracestate` that goes with [`Task::traceparent`], if any.
+    #[getter]
+    fn tracestate(&self) -> Option<String> {
+        self.task.delivery().tracestate.clone()
+    }
+
     /// True once the task should stop.
     #[getter]
     fn is_cancelled(&self) -> bool {

@@ -24,16 +24,18 @@ from typing import (
     Union,
 )
 
-from . import _loop, _native
+from . import _loop, _native, _trace
 from ._convert import Duration, claim_of, instant_ms, json_value, ms, ms_required
 from ._native import MAX_BATCH, MAX_PAGE
 from .records import (
     Backoff,
     CancelResult,
+    CatchUp,
     Claim,
     ClusterStatus,
     CountResult,
     EmitResult,
+    EnqueuedTask,
     FindCursor,
     FindResult,
     FollowResult,
@@ -47,6 +49,7 @@ from .records import (
     Rate,
     RenewResult,
     ResumeResult,
+    Schedule,
     ServerStats,
     SettleResult,
     SnapshotResult,
@@ -103,6 +106,11 @@ class NewTask:
     every one has room for it (PROTOCOL.md §4.14)."""
     group: Optional[str] = None
     """Its group (a tenant, a customer): in a queue with ``fair`` on, groups take turns."""
+    traceparent: Optional[str] = None
+    """The W3C trace context it carries (``00-<trace id>-<span id>-<flags>``); with
+    OpenTelemetry installed, the current span's if ``None`` (and no ``tracestate``)."""
+    tracestate: Optional[str] = None
+    """The W3C ``tracestate`` that goes with ``traceparent`` (at most 512 bytes)."""
 
     def _fields(self) -> Dict[str, Any]:
         return _task(
@@ -115,6 +123,8 @@ class NewTask:
             self.idempotency_key,
             self.limits,
             self.group,
+            self.traceparent,
+            self.tracestate,
         )
 
 
@@ -149,6 +159,12 @@ class Child:
     """The limits it draws on (at most 4, each named once)."""
     group: Optional[str] = None
     """Its group, for a queue with ``fair`` on."""
+    traceparent: Optional[str] = None
+    """The W3C trace context it carries; with OpenTelemetry installed, the current
+    span's if ``None`` (and no ``tracestate``): in a handler, its ``muster.task`` span's.
+    A child spawned with none is in its parent's trace."""
+    tracestate: Optional[str] = None
+    """The W3C ``tracestate`` that goes with ``traceparent``."""
 
     def _fields(self) -> Dict[str, Any]:
         task = _task_fields(
@@ -160,6 +176,8 @@ class Child:
             self.requires,
             self.limits,
             self.group,
+            self.traceparent,
+            self.tracestate,
         )
         return {"child_key": self.child_key, "queue": self.queue, "task": task}
 
@@ -201,12 +219,14 @@ def _chunks(chunks: Sequence[Union[str, Chunk]]) -> List[Dict[str, Any]]:
 
 
 def _children(children: Sequence[Child]) -> List[Dict[str, Any]]:
-    """The fields of a spawn's children, each checked to be a :class:`Child`."""
+    """The fields of a spawn's children, each checked to be a :class:`Child`, those that
+    name no trace context in the current span's (with OpenTelemetry)."""
     fields: List[Dict[str, Any]] = []
     for child in _listed(children, "children"):
         if not isinstance(child, Child):
             raise _native.InvalidInput(f"a child to spawn is a muster.Child, not {child!r}")
         fields.append(child._fields())
+    _trace.fill(c["task"] for c in fields)
     return fields
 
 
@@ -220,9 +240,13 @@ def _task(
     idempotency_key: Optional[str],
     limits: Sequence[LimitRef],
     group: Optional[str],
+    traceparent: Optional[str] = None,
+    tracestate: Optional[str] = None,
 ) -> Dict[str, Any]:
     """A task's fields for ``enqueue``, with a fresh idempotency key if none is given."""
-    fields = _task_fields(payload, priority, key, delay, at, requires, limits, group)
+    fields = _task_fields(
+        payload, priority, key, delay, at, requires, limits, group, traceparent, tracestate
+    )
     fields["idempotency_key"] = _fresh_key() if idempotency_key is None else idempotency_key
     return fields
 
@@ -236,8 +260,11 @@ def _task_fields(
     requires: Sequence[str],
     limits: Sequence[LimitRef],
     group: Optional[str],
+    traceparent: Optional[str] = None,
+    tracestate: Optional[str] = None,
 ) -> Dict[str, Any]:
-    """A task's fields but its idempotency key (a child's, or ``_task``'s start)."""
+    """A task's fields but its idempotency key (a child's, or ``_task``'s start); the
+    trace context only as given (``_trace.fill`` fills it in)."""
     delay_ms = None if delay is None else ms(delay, "delay")
     not_before_ms = None if at is None else instant_ms(at)
     return {
@@ -249,6 +276,8 @@ def _task_fields(
         "requires": list(requires) if requires else None,
         "limits": [_limit_use(u) for u in _listed(limits, "limits")] or None,
         "group": group,
+        "traceparent": traceparent,
+        "tracestate": tracestate,
     }
 
 
@@ -610,6 +639,8 @@ class Client:
         idempotency_key: Optional[str] = None,
         limits: Sequence[LimitRef] = (),
         group: Optional[str] = None,
+        traceparent: Optional[str] = None,
+        tracestate: Optional[str] = None,
     ) -> str:
         """Enqueues one task and returns its id (see :class:`NewTask` for the options).
 
@@ -618,8 +649,25 @@ class Client:
         With an ``idempotency_key`` that names an existing task of the queue, that
         task's id is returned and nothing is created. A limit named in ``limits`` that
         does not exist raises :class:`~muster.NotFound`.
+
+        The task carries a W3C trace context to its holders: ``traceparent`` (and
+        ``tracestate``) as given, else, with OpenTelemetry installed, the current
+        span's. A malformed one raises :class:`~muster.BadRequest`.
         """
-        task = _task(payload, priority, key, delay, at, requires, idempotency_key, limits, group)
+        task = _task(
+            payload,
+            priority,
+            key,
+            delay,
+            at,
+            requires,
+            idempotency_key,
+            limits,
+            group,
+            traceparent,
+            tracestate,
+        )
+        _trace.fill([task])
         (reply,) = await self._send("enqueue", {"queue": queue, "tasks": [task]})
         task_id: str = reply["tasks"][0]["id"]
         return task_id
@@ -630,10 +678,13 @@ class Client:
         Each item is a :class:`NewTask`, or a payload enqueued with no options. Up to
         :data:`MAX_BATCH` (1000) tasks go in one atomic request; more are sent as
         several requests back to back (each atomic, all pipelined on the connection).
+        Tasks that name no trace context carry the current span's, with OpenTelemetry
+        installed (as :meth:`enqueue`'s do).
         """
         items = [t._fields() if isinstance(t, NewTask) else _payload_only(t) for t in tasks]
         if not items:
             return []
+        _trace.fill(items)
         batches = [
             {"queue": queue, "tasks": items[at : at + MAX_BATCH]}
             for at in range(0, len(items), MAX_BATCH)
@@ -1075,6 +1126,79 @@ class Client:
         wait on it, and draw on it again if a limit of that name is set anew)."""
         count: int = (await self._call("limit_delete", {"name": name}))["count"]
         return count
+
+    # Schedules.
+
+    async def schedule_set(
+        self,
+        name: str,
+        *,
+        cron: str,
+        queue: str,
+        payload: Any = None,
+        tz: Optional[str] = None,
+        catch_up: Optional[CatchUp] = None,
+        paused: Optional[bool] = None,
+        priority: Optional[int] = None,
+        key: Optional[str] = None,
+        delay: Optional[Duration] = None,
+        requires: Sequence[str] = (),
+        limits: Sequence[LimitRef] = (),
+        group: Optional[str] = None,
+    ) -> Schedule:
+        """Creates schedule ``name`` or replaces its settings: each time its ``cron``
+        pattern names, one task (``payload``, JSON; ``null`` if ``None``; with the
+        task options :meth:`enqueue` takes, but ``at`` and ``idempotency_key``, which
+        each fire sets) is enqueued into ``queue``, which must exist, with the
+        idempotency key ``schedule:NAME:FIRE_MS``, so a fire enqueues once.
+
+        ``cron`` has five fields (minute granularity) or six with seconds first
+        (``"*/10 * * * * *"``); ``@hourly``-style aliases and croner's extensions (``L``,
+        ``#``, ``W``) are accepted. ``tz`` is the IANA time zone it is read in (``UTC``
+        if ``None``). ``catch_up`` says what fires missed by more than the grace do
+        (``"skip"``, the default, or ``"once"``). ``paused`` creates it (or leaves it)
+        paused; a replaced schedule keeps its state if ``None``. Fires carry no trace
+        context. Raises :class:`~muster.BadRequest` for a bad pattern or time zone,
+        :class:`~muster.NotFound` for a queue that does not exist.
+        """
+        task = _task_fields(payload, priority, key, delay, None, requires, limits, group)
+        fields = {
+            "name": name,
+            "cron": cron,
+            "tz": tz,
+            "queue": queue,
+            "task": task,
+            "catch_up": catch_up,
+            "paused": paused,
+        }
+        return Schedule._from((await self._call("schedule_set", fields))["schedule"])
+
+    async def schedule_get(self, name: str) -> Schedule:
+        """One schedule with its next fire and what its fires did."""
+        return Schedule._from((await self._call("schedule_get", {"name": name}))["schedule"])
+
+    async def schedule_list(self) -> List[Schedule]:
+        """Every schedule this client may see, by name."""
+        return [Schedule._from(x) for x in await self._pages("schedule_list", "schedules")]
+
+    async def schedule_pause(self, name: str) -> Schedule:
+        """Pauses a schedule: it does not fire until resumed."""
+        return Schedule._from((await self._call("schedule_pause", {"name": name}))["schedule"])
+
+    async def schedule_resume(self, name: str) -> Schedule:
+        """Resumes a paused schedule: it fires from its pattern's next time after now
+        (the times it passed while paused do not fire)."""
+        reply = await self._call("schedule_resume", {"name": name})
+        return Schedule._from(reply["schedule"])
+
+    async def schedule_delete(self, name: str) -> None:
+        """Deletes a schedule (the tasks it enqueued stay)."""
+        await self._call("schedule_delete", {"name": name})
+
+    async def schedule_run(self, name: str) -> EnqueuedTask:
+        """Enqueues the schedule's task now, once, whatever its pattern and pause; its
+        fires go on as before."""
+        return EnqueuedTask._from((await self._call("schedule_run", {"name": name}))["task"])
 
     # Dead letters.
 

@@ -291,6 +291,12 @@ class Task:
     def parent(self) -> Optional[str]:
         """The task that spawned this one, if it is a child."""
     @property
+    def traceparent(self) -> Optional[str]:
+        """The delivery's W3C ``traceparent``, if it carries one."""
+    @property
+    def tracestate(self) -> Optional[str]:
+        """The delivery's W3C ``tracestate``, if it carries one."""
+    @property
     def is_cancelled(self) -> bool:
         """True once the task should stop."""
     @property

@@ -15,7 +15,7 @@ import time
 import traceback
 from typing import Any, Awaitable, Callable, List, Optional, Sequence, Union
 
-from . import _loop, _native
+from . import _loop, _native, _trace
 from ._client import Child, _children
 from ._convert import Duration, json_text, ms, ms_required
 from .records import ChildOutcome, OnTimeout, Resumed, Spawned, SpawnedChild, Suspended
@@ -229,6 +229,20 @@ class Task:
     def parent(self) -> Optional[str]:
         """The id of the task that spawned this one, if it is a child."""
         return self._native.parent
+
+    @property
+    def traceparent(self) -> Optional[str]:
+        """The W3C ``traceparent`` this delivery carries, if any: the trace context of
+        the span that enqueued (or spawned) the task, or, when ``musterd`` exports spans
+        (``--otlp-endpoint``), this lease's span in that trace. With OpenTelemetry
+        installed the handler already runs in a ``muster.task`` span that is its
+        child."""
+        return self._native.traceparent
+
+    @property
+    def tracestate(self) -> Optional[str]:
+        """The W3C ``tracestate`` that goes with :attr:`traceparent`, if any."""
+        return self._native.tracestate
 
     async def spawn(self, children: Sequence[Child]) -> List[SpawnedChild]:
         """Spawns children of the task, keeping its lease: each :class:`~muster.Child`
@@ -553,7 +567,23 @@ async def _run_one(
     executor: Optional[concurrent.futures.Executor],
     native: _native.Task,
 ) -> None:
-    """Runs the handler on one task and hands its outcome to the native worker."""
+    """Runs the handler on one task and hands its outcome to the native worker, in the
+    span ``muster.task`` when OpenTelemetry is installed (see ``_trace``)."""
+    with _trace.handler_span(
+        native.id, native.queue, native.attempt, native.epoch, native.traceparent, native.tracestate
+    ) as span:
+        await _settle(handler, is_async, executor, native, span)
+
+
+async def _settle(
+    handler: Handler,
+    is_async: bool,
+    executor: Optional[concurrent.futures.Executor],
+    native: _native.Task,
+    span: Any,
+) -> None:
+    """Runs the handler on one task and hands its outcome to the native worker; a
+    failure marks ``span`` (``None`` without OpenTelemetry)."""
     task = Task(native)
     try:
         if is_async:
@@ -566,9 +596,11 @@ async def _run_one(
         native.release()
         raise
     except Retry as e:
+        _trace.failed(span, f"retry: {e}")
         native.nack(ms(e.delay, "Retry.delay"), str(e))
         return
     except DeadLetter as e:
+        _trace.failed(span, f"dead letter: {e.reason}")
         native.dead_letter(e.reason)
         return
     except Throttled as e:
@@ -579,12 +611,16 @@ async def _run_one(
         return
     except Exception as e:
         _log.warning("task %s: the handler failed", native.id, exc_info=True)
-        native.nack(None, _error_text(e))
+        error = _error_text(e)
+        _trace.failed(span, error, e)
+        native.nack(None, error)
         return
     try:
         native.ack(None if result is None else json_text(result, "the handler's result"))
     except _native.MusterError as e:
-        native.nack(None, f"the handler's result could not be sent: {e}")
+        error = f"the handler's result could not be sent: {e}"
+        _trace.failed(span, error, e)
+        native.nack(None, error)
 
 
 async def _in_thread(

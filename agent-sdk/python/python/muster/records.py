@@ -22,6 +22,10 @@ reason ``suspend_timed_out``) or ``cancel``."""
 MemberState = Literal["connected", "unreachable", "gone"]
 """Whether the daemon hears from a member: ``connected``, ``unreachable`` or ``gone``."""
 
+CatchUp = Literal["skip", "once"]
+"""What a schedule does with fires it missed by more than its grace: ``skip`` (none
+enqueued) or ``once`` (the latest missed fire enqueues one task for them all)."""
+
 ClusterRole = Literal["leader", "follower", "candidate", "learner", "shutdown"]
 """A cluster node's role: ``leader``, ``follower``, ``candidate``, ``learner`` or ``shutdown``."""
 
@@ -455,6 +459,10 @@ class TaskInfo:
     output: Optional[OutputSummary]
     """What its live output holds (chunks kept, the next number); ``None`` if it never
     emitted any."""
+    traceparent: Optional[str]
+    """The W3C trace context it was enqueued (or spawned) with, if any."""
+    tracestate: Optional[str]
+    """The W3C ``tracestate`` that goes with ``traceparent``, if any."""
     created_ms: int
     updated_ms: int
     history: List[TimelineEvent]
@@ -487,6 +495,8 @@ class TaskInfo:
             child_key=d.get("child_key"),
             children=[ChildSummary._from(c) for c in d.get("children", [])],
             output=OutputSummary._from(d.get("output")),
+            traceparent=d.get("traceparent"),
+            tracestate=d.get("tracestate"),
             created_ms=d["created_ms"],
             updated_ms=d["updated_ms"],
             history=[TimelineEvent._from(e) for e in d.get("history", [])],
@@ -760,6 +770,11 @@ class Claim:
     output: int
     """The number the task's next output chunk gets: the ``at`` of this holder's first
     :meth:`~muster.Client.emit` (0 when the task has no output yet)."""
+    traceparent: Optional[str]
+    """The trace context this holder's work belongs to, if any: the producer's, or,
+    when ``musterd`` exports spans, this lease's span in the same trace."""
+    tracestate: Optional[str]
+    """The W3C ``tracestate`` that goes with ``traceparent``, if any."""
 
     def __str__(self) -> str:
         """The claim string ``ID.EPOCH``."""
@@ -783,6 +798,8 @@ class Claim:
             resumed=Resumed._from(d.get("resumed")),
             parent=d.get("parent"),
             output=d.get("output", 0),
+            traceparent=d.get("traceparent"),
+            tracestate=d.get("tracestate"),
         )
 
 
@@ -960,4 +977,76 @@ class ClusterStatus:
             last_applied=d.get("last_applied"),
             snapshot_index=d.get("snapshot_index"),
             members=[ClusterMember._from(m) for m in d["members"]],
+        )
+
+
+@dataclass(frozen=True)
+class EnqueuedTask:
+    """A task an enqueue made (or found, ``duplicate``) and its state now."""
+
+    id: str
+    duplicate: bool
+    state: TaskState
+
+    @staticmethod
+    def _from(d: _Dict) -> EnqueuedTask:
+        return EnqueuedTask(d["id"], d["duplicate"], d["state"])
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A cron schedule, as ``schedule_get`` and ``schedule_list`` show it: its settings,
+    when it fires next and what its fires did (PROTOCOL.md's ``ScheduleInfo``).
+
+    ``task`` is the task each fire enqueues, as the protocol's ``NewTask`` fields
+    (``payload`` decoded, ``priority``, ``key``, ``requires``, ``limits``, ``group``,
+    ``delay_ms``, ... as set; each fire sets its own idempotency key)."""
+
+    name: str
+    cron: str
+    tz: str
+    """The IANA time zone its pattern is read in (``UTC`` if none was given)."""
+    queue: str
+    task: Dict[str, Any]
+    catch_up: CatchUp
+    paused: bool
+    next_fire_ms: Optional[int]
+    """When it fires next (wall ms); ``None`` while paused."""
+    last_fire_ms: Optional[int]
+    """The time its last fire was for (the time the pattern named), if any."""
+    last_task: Optional[str]
+    """The task its last fire or run enqueued, if any."""
+    fires: int
+    """Fires that enqueued a task (or found it enqueued already)."""
+    runs: int
+    """Tasks ``schedule_run`` enqueued."""
+    missed: int
+    """Fires missed by more than the grace and skipped."""
+    failures: int
+    """Fires whose task could not be enqueued (each recorded and passed)."""
+    last_error: Optional[str]
+    """Why the last failed fire failed (``code: message``), if one did."""
+    created_ms: int
+    updated_ms: int
+
+    @staticmethod
+    def _from(d: _Dict) -> Schedule:
+        return Schedule(
+            name=d["name"],
+            cron=d["cron"],
+            tz=d["tz"],
+            queue=d["queue"],
+            task=d["task"],
+            catch_up=d["catch_up"],
+            paused=d["paused"],
+            next_fire_ms=d.get("next_fire_ms"),
+            last_fire_ms=d.get("last_fire_ms"),
+            last_task=d.get("last_task"),
+            fires=d["fires"],
+            runs=d["runs"],
+            missed=d["missed"],
+            failures=d["failures"],
+            last_error=d.get("last_error"),
+            created_ms=d["created_ms"],
+            updated_ms=d["updated_ms"],
         )

@@ -39,10 +39,12 @@ from ._convert import Duration
 from .records import (
     Backoff,
     CancelResult,
+    CatchUp,
     Claim,
     ClusterStatus,
     CountResult,
     EmitResult,
+    EnqueuedTask,
     FindCursor,
     FindResult,
     FollowResult,
@@ -54,6 +56,7 @@ from .records import (
     QueueInfo,
     RenewResult,
     ResumeResult,
+    Schedule,
     ServerStats,
     SettleResult,
     SnapshotResult,
@@ -299,6 +302,8 @@ class Client:
         idempotency_key: Optional[str] = None,
         limits: Sequence[_client.LimitRef] = (),
         group: Optional[str] = None,
+        traceparent: Optional[str] = None,
+        tracestate: Optional[str] = None,
     ) -> str:
         """Blocking :meth:`muster.Client.enqueue`."""
         return self._run(
@@ -313,6 +318,8 @@ class Client:
                 idempotency_key=idempotency_key,
                 limits=limits,
                 group=group,
+                traceparent=traceparent,
+                tracestate=tracestate,
             )
         )
 
@@ -518,6 +525,66 @@ class Client:
     def limit_delete(self, name: str) -> int:
         """Blocking :meth:`muster.Client.limit_delete`."""
         return self._run(self._client.limit_delete(name))
+
+    def schedule_set(
+        self,
+        name: str,
+        *,
+        cron: str,
+        queue: str,
+        payload: Any = None,
+        tz: Optional[str] = None,
+        catch_up: Optional[CatchUp] = None,
+        paused: Optional[bool] = None,
+        priority: Optional[int] = None,
+        key: Optional[str] = None,
+        delay: Optional[Duration] = None,
+        requires: Sequence[str] = (),
+        limits: Sequence[_client.LimitRef] = (),
+        group: Optional[str] = None,
+    ) -> Schedule:
+        """Blocking :meth:`muster.Client.schedule_set`."""
+        return self._run(
+            self._client.schedule_set(
+                name,
+                cron=cron,
+                queue=queue,
+                payload=payload,
+                tz=tz,
+                catch_up=catch_up,
+                paused=paused,
+                priority=priority,
+                key=key,
+                delay=delay,
+                requires=requires,
+                limits=limits,
+                group=group,
+            )
+        )
+
+    def schedule_get(self, name: str) -> Schedule:
+        """Blocking :meth:`muster.Client.schedule_get`."""
+        return self._run(self._client.schedule_get(name))
+
+    def schedule_list(self) -> List[Schedule]:
+        """Blocking :meth:`muster.Client.schedule_list`."""
+        return self._run(self._client.schedule_list())
+
+    def schedule_pause(self, name: str) -> Schedule:
+        """Blocking :meth:`muster.Client.schedule_pause`."""
+        return self._run(self._client.schedule_pause(name))
+
+    def schedule_resume(self, name: str) -> Schedule:
+        """Blocking :meth:`muster.Client.schedule_resume`."""
+        return self._run(self._client.schedule_resume(name))
+
+    def schedule_delete(self, name: str) -> None:
+        """Blocking :meth:`muster.Client.schedule_delete`."""
+        return self._run(self._client.schedule_delete(name))
+
+    def schedule_run(self, name: str) -> EnqueuedTask:
+        """Blocking :meth:`muster.Client.schedule_run`."""
+        return self._run(self._client.schedule_run(name))
 
     def redrive(
         self, queue: str, ids: Sequence[str] = (), *, all: bool = False, dry_run: bool = False
