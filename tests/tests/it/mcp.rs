@@ -267,14 +267,21 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl McpStdio {
     fn start(d: &Daemon) -> McpStdio {
-        use std::io::BufRead as _;
-        let mut child = Command::new(muster_tests::muster_bin())
+        let mut command = Command::new(muster_tests::muster_bin());
+        command
             .arg("mcp")
             .env("MUSTER_ADDR", &d.addr)
             .env("MUSTER_DATA", d.data())
             .env_remove("MUSTER_TOKEN")
             .env_remove("MUSTER_TOKEN_FILE")
-            .env_remove("MUSTER_CONTEXT")
+            .env_remove("MUSTER_CONTEXT");
+        McpStdio::start_command(command)
+    }
+
+    /// Starts the server `command` runs and makes the initialize handshake.
+    fn start_command(mut command: Command) -> McpStdio {
+        use std::io::BufRead as _;
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -417,4 +424,52 @@ fn the_server_connects_again_after_the_daemon_restarts() {
     // The client closes stdin: the server ends, with success.
     let status = server.end();
     assert!(status.success(), "{status}");
+}
+
+/// The configuration README.md tells a user to paste into an MCP client, run as a
+/// client runs it: its command and arguments, its environment (each variable one
+/// `muster` reads, here naming this test's daemon, its certificate's pin and an admin
+/// token file), nothing else from the test's; the server answers the initialize
+/// handshake and lists the admin's tools.
+#[test]
+fn the_readmes_mcp_configuration_starts_a_server_with_its_tokens_tools() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    let block = readme
+        .split("```json\n")
+        .find(|b| b.contains("\"mcpServers\"") && b.contains("\"command\""))
+        .and_then(|b| b.split("\n```").next())
+        .expect("the README's mcpServers block");
+    let config: serde_json::Value = serde_json::from_str(block).expect("the block is JSON");
+    let server = &config["mcpServers"]["muster"];
+    assert_eq!(server["command"], "muster");
+    assert_eq!(server["args"], serde_json::json!(["mcp"]));
+    let env = server["env"].as_object().expect("an env object");
+    let mut keys: Vec<&str> = env.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["MUSTER_ADDR", "MUSTER_PIN", "MUSTER_TOKEN_FILE"]);
+    let (d, dir) = secured();
+    let admin = private_file(dir.path(), "readme-admin.token", ADMIN);
+    let mut command = Command::new(muster_tests::muster_bin());
+    command.args(["mcp"]).env_clear().env("HOME", dir.path());
+    for key in keys {
+        let value = match key {
+            "MUSTER_ADDR" => d.addr.clone(),
+            "MUSTER_PIN" => d.fingerprint.clone(),
+            _ => admin.display().to_string(),
+        };
+        command.env(key, value);
+    }
+    let mut server = McpStdio::start_command(command);
+    let tools = server.request("tools/list", serde_json::json!({}));
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["name"].as_str().expect("a name"))
+        .collect();
+    assert!(
+        names.contains(&"enqueue") && names.contains(&"discard"),
+        "{names:?}"
+    );
 }

@@ -814,3 +814,98 @@ async fn each_limit_and_its_ten_busiest_keys_have_their_series() {
         s.text
     );
 }
+
+/// A schedule's series say what its record says: fires, runs, missed and failed fires
+/// (a fire into a deleted queue), its next fire (0 while paused), and how many
+/// schedules there are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_schedule_exports_its_own_counts_and_next_fire() {
+    use muster_sdk::protocol::ops::ScheduleSet;
+    let metrics_addr = free_port();
+    let d = Daemon::start_with(&["--metrics-addr", &metrics_addr]);
+    let client = d.client().await;
+    for queue in ["ticks", "doomed"] {
+        client
+            .queue_create(queue, QueuePatch::default())
+            .await
+            .expect("queue_create");
+    }
+    let every_second = |name: &str, queue: &str| ScheduleSet {
+        name: name.into(),
+        cron: "* * * * * *".into(),
+        tz: None,
+        queue: queue.into(),
+        task: NewTask::new(muster_sdk::json(&1).expect("json")),
+        catch_up: None,
+        paused: None,
+    };
+    client
+        .schedule_set(&every_second("tick", "ticks"))
+        .await
+        .expect("schedule_set");
+    client
+        .schedule_set(&every_second("orphan", "doomed"))
+        .await
+        .expect("schedule_set");
+    client.queue_delete("doomed").await.expect("queue_delete");
+    muster_tests::until(
+        Duration::from_secs(20),
+        "fires and a failed fire",
+        || async {
+            let tick = client.schedule_get("tick").await.expect("schedule_get");
+            let orphan = client.schedule_get("orphan").await.expect("schedule_get");
+            tick.fires >= 2 && orphan.failures >= 1
+        },
+    )
+    .await;
+    client.schedule_pause("tick").await.expect("pause");
+    client.schedule_pause("orphan").await.expect("pause");
+    client.schedule_run("tick").await.expect("run");
+    let tick = client.schedule_get("tick").await.expect("schedule_get");
+    let orphan = client.schedule_get("orphan").await.expect("schedule_get");
+    assert_eq!(orphan.fires, 0);
+    assert!(
+        orphan
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("not_found")),
+        "{:?}",
+        orphan.last_error
+    );
+    let want = vec![
+        (
+            r#"muster_schedule_fires_total{schedule="tick"}"#.to_owned(),
+            tick.fires as f64,
+        ),
+        (
+            r#"muster_schedule_runs_total{schedule="tick"}"#.to_owned(),
+            1.0,
+        ),
+        (
+            r#"muster_schedule_missed_total{schedule="tick"}"#.to_owned(),
+            0.0,
+        ),
+        (
+            r#"muster_schedule_failures_total{schedule="tick"}"#.to_owned(),
+            0.0,
+        ),
+        (
+            r#"muster_schedule_fires_total{schedule="orphan"}"#.to_owned(),
+            0.0,
+        ),
+        (
+            r#"muster_schedule_failures_total{schedule="orphan"}"#.to_owned(),
+            orphan.failures as f64,
+        ),
+        (
+            r#"muster_schedule_next_fire_timestamp_seconds{schedule="tick"}"#.to_owned(),
+            0.0,
+        ),
+        ("muster_schedules".to_owned(), 2.0),
+    ];
+    let s = scrape_until(&metrics_addr, d.data(), |s| {
+        want.iter().all(|(series, n)| s.get(series) == Some(*n))
+    })
+    .await;
+    s.check(&want);
+}
