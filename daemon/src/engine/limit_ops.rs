@@ -158,10 +158,15 @@ impl<W: Waiter> Engine<W> {
     }
 
     /// Checks the limits an enqueue's tasks name: at most [`MAX_TASK_LIMITS`] each,
-    /// each named once, existing, with a valid key and a cost within the limit's burst.
-    pub(super) fn check_task_limits(&self, tasks: &[NewTask]) -> OpResult<()> {
+    /// each named once, existing, with a valid key and a cost within the limit's burst;
+    /// a refusal names the task as `name` calls it.
+    pub(super) fn check_task_limits(
+        &self,
+        tasks: &[NewTask],
+        name: impl Fn(usize) -> String,
+    ) -> OpResult<()> {
         for (i, t) in tasks.iter().enumerate() {
-            let at = |m: String| bad(format!("task {i}: {m}"));
+            let at = |m: String| bad(format!("{}: {m}", name(i)));
             if t.limits.len() > MAX_TASK_LIMITS {
                 return Err(at(format!(
                     "{} limits exceed the limit of {MAX_TASK_LIMITS} per task",
@@ -178,7 +183,7 @@ impl<W: Waiter> Engine<W> {
                 let Some(rec) = self.index.limits.record(&u.limit) else {
                     return Err(client(
                         ErrorCode::NotFound,
-                        format!("task {i}: no limit {}", u.limit),
+                        format!("{}: no limit {}", name(i), u.limit),
                     ));
                 };
                 let cost = u.cost.unwrap_or(1);

@@ -75,9 +75,19 @@ pub(super) fn parse_id(s: &str) -> OpResult<Ulid> {
     Ulid::from_string(s).map_err(|_| bad(format!("invalid task id {s:?}")))
 }
 
+/// How a refusal names the `i`th task of an enqueue.
+pub(super) fn nth_task(i: usize) -> String {
+    format!("task {i}")
+}
+
 /// Checks an enqueue's tasks before anything is stored: 1 to `MAX_BATCH` of them, each
-/// payload, priority, key, idempotency key, label and delay within its limits.
-pub(super) fn check_new_tasks(tasks: &[NewTask], now: Now) -> OpResult<()> {
+/// payload, priority, key, idempotency key, label and delay within its limits; a
+/// refusal names the task as `name` calls it.
+pub(super) fn check_new_tasks(
+    tasks: &[NewTask],
+    now: Now,
+    name: impl Fn(usize) -> String,
+) -> OpResult<()> {
     if tasks.is_empty() || tasks.len() > MAX_BATCH {
         return Err(client(
             if tasks.is_empty() {
@@ -92,7 +102,7 @@ pub(super) fn check_new_tasks(tasks: &[NewTask], now: Now) -> OpResult<()> {
         ));
     }
     for (i, t) in tasks.iter().enumerate() {
-        let at = |m: String| bad(format!("task {i}: {m}"));
+        let at = |m: String| bad(format!("{}: {m}", name(i)));
         check_size("payload", Some(&t.payload), MAX_PAYLOAD_BYTES)?;
         if t.priority.is_some_and(|p| p > MAX_PRIORITY) {
             return Err(at(format!("priority is 0..={MAX_PRIORITY}")));
@@ -855,8 +865,8 @@ impl<W: Waiter> Engine<W> {
                  enqueues are refused until space comes back (claims, settles and repairs go on)",
             ));
         }
-        check_new_tasks(&r.tasks, now)?;
-        self.check_task_limits(&r.tasks)?;
+        check_new_tasks(&r.tasks, now, nth_task)?;
+        self.check_task_limits(&r.tasks, nth_task)?;
         self.check_label_classes(r, principal)?;
         self.check_quotas(r, owner, earlier)
     }

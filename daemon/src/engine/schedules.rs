@@ -222,11 +222,11 @@ impl Schedules {
             self.by_name
                 .range::<str, _>((start, Bound::Unbounded))
                 .filter(|(_, s)| principal.is_none_or(|p| p.covers(&s.rec.queue)))
-                .map(|(name, s)| Ok::<_, Failure>(info(name, s))),
+                .map(|(name, s)| Ok::<_, std::convert::Infallible>(info(name, s))),
             limit,
             |s| s.name.clone(),
         );
-        let page = page.unwrap_or_else(|_| unreachable!("showing a schedule cannot fail"));
+        let Ok(page) = page;
         (page.items, page.next)
     }
 }
@@ -258,12 +258,17 @@ fn info(name: &str, s: &Schedule) -> ScheduleInfo {
 /// A schedule built from its record: its pattern read, its next fire found.
 fn schedule(rec: ScheduleRecord) -> Result<Schedule, String> {
     let pattern = Pattern::parse(&rec.cron, &rec.tz)?;
+    Ok(with_pattern(rec, pattern))
+}
+
+/// A schedule of its record and its pattern (read from the record): its next fire found.
+fn with_pattern(rec: ScheduleRecord, pattern: Pattern) -> Schedule {
     let next = if rec.paused {
         None
     } else {
         pattern.next_after(rec.cursor_ms)
     };
-    Ok(Schedule { rec, pattern, next })
+    Schedule { rec, pattern, next }
 }
 
 /// The idempotency key of the task a schedule's fire at `at_ms` enqueues.
@@ -319,18 +324,10 @@ impl<W: Waiter> Engine<W> {
         // The task must be one an enqueue would take (its fields and the limits it
         // names); label sets, quotas and the disk alarm are each fire's to meet.
         self.index.queue(&r.queue)?;
-        check_new_tasks(std::slice::from_ref(&r.task), now)
-            .and_then(|()| self.check_task_limits(std::slice::from_ref(&r.task)))
-            .map_err(|f| match f {
-                // The checks name a batch's task by its place: this is the one task.
-                Failure::Client(mut e) => {
-                    if let Some(rest) = e.message.strip_prefix("task 0: ") {
-                        e.message = format!("the schedule's task: {rest}");
-                    }
-                    Failure::Client(e)
-                }
-                f => f,
-            })?;
+        let task = std::slice::from_ref(&r.task);
+        let name = |_| "the schedule's task".to_owned();
+        check_new_tasks(task, now, name)?;
+        self.check_task_limits(task, name)?;
         let existing = self.schedules.by_name.get(&r.name);
         if existing.is_none() && self.schedules.by_name.len() >= MAX_SCHEDULES {
             return Err(client(
@@ -568,12 +565,20 @@ impl<W: Waiter> Engine<W> {
         }))
     }
 
-    /// Writes a schedule's record and indexes its next fire.
+    /// Writes a schedule's record and indexes its next fire (its pattern read again only
+    /// when its cron pattern or time zone changed: a fire keeps it).
     fn store_schedule(&mut self, name: &str, rec: ScheduleRecord) {
         self.pending.put_schedule(name, &rec);
-        let s = schedule(rec).unwrap_or_else(|e| {
-            panic!("schedule {name}: a record the engine wrote reads back ({e})")
-        });
+        let kept = self
+            .schedules
+            .remove(name)
+            .filter(|old| old.rec.cron == rec.cron && old.rec.tz == rec.tz)
+            .map(|old| old.pattern);
+        let s = match kept {
+            Some(pattern) => Ok(with_pattern(rec, pattern)),
+            None => schedule(rec),
+        }
+        .unwrap_or_else(|e| panic!("schedule {name}: a record the engine wrote reads back ({e})"));
         self.schedules.insert(name, s);
         self.schedules.check_one(name);
     }
