@@ -11,9 +11,10 @@
 //!
 //! fjall blocks (fsync, write stalls), which is why this is an OS thread and not a tokio task.
 //!
-//! How a round becomes durable is a [`Commit`]: a single daemon persists its journal
-//! ([`Persisting`]); on a cluster node the cluster agrees on the round instead, and the
-//! thread serves only while its node leads (its life cycle, follow → lead → deposed,
+//! How a round becomes durable is a [`Commit`], which also hands on the round's output
+//! once it is: a single daemon persists its journal ([`Persisting`]); on a cluster node
+//! the cluster agrees on the round instead (several rounds in flight at once, told in
+//! order), and the thread serves only while its node leads (its life cycle, follow → lead → deposed,
 //! is `cluster::lead::start`). This module knows nothing of clusters.
 
 use std::path::{Path, PathBuf};
@@ -90,6 +91,9 @@ pub enum Command {
     Disconnected(u64),
     /// Persist, then stop.
     Shutdown,
+    /// Nothing to apply: a round made earlier became durable (on a cluster, was agreed
+    /// on), so its replies may leave now ([`Commit::serving`] hands them on).
+    Wake,
 }
 
 /// A frame for a stream's writer.
@@ -293,7 +297,7 @@ impl Dispatcher {
         let clock = Clock::new();
         let stats = CommitStats::default();
         let mut engine = open_engine(store, &clock, &settings, &mut disk, &stats)?;
-        Dispatcher::spawn(stats, move |rx, stats| {
+        Dispatcher::spawn(stats, move |rx, _, stats| {
             let mut commit = Persisting(durability.persist());
             let ended = run(
                 &mut engine,
@@ -313,10 +317,16 @@ impl Dispatcher {
     }
 
     /// Starts the dispatcher thread: `body` takes the commands sent to the
-    /// dispatcher until it returns (on shutdown, or with a store failure).
+    /// dispatcher until it returns (on shutdown, or with a store failure). It is also
+    /// handed a weak sender of the same channel, to send itself [`Command::Wake`] (weak:
+    /// the channel still closes when every connection and the [`Dispatcher`] are gone).
     pub(crate) fn spawn<F>(stats: CommitStats, body: F) -> anyhow::Result<Dispatcher>
     where
-        F: FnOnce(flume::Receiver<Command>, &CommitStats) -> Result<(), StoreError>
+        F: FnOnce(
+                flume::Receiver<Command>,
+                flume::WeakSender<Command>,
+                &CommitStats,
+            ) -> Result<(), StoreError>
             + Send
             + 'static,
     {
@@ -325,10 +335,10 @@ impl Dispatcher {
             .store(Clock::new().now().wall_ms, Ordering::Relaxed);
         let stats = Arc::new(stats);
         let (tx, rx) = flume::bounded(CHANNEL_CAPACITY);
-        let thread_stats = Arc::clone(&stats);
+        let (wake, thread_stats) = (tx.downgrade(), Arc::clone(&stats));
         let thread = std::thread::Builder::new()
             .name("muster-dispatch".into())
-            .spawn(move || body(rx, &thread_stats))
+            .spawn(move || body(rx, wake, &thread_stats))
             .context("starting the dispatcher thread")?;
         Ok(Dispatcher { tx, stats, thread })
     }
@@ -511,9 +521,11 @@ pub(crate) trait Commit {
     /// Whether the round may take another request.
     fn has_room(&self) -> bool;
 
-    /// Makes the round's changes durable (`requests` of them applied). When they were
-    /// not, nothing of the round may be told and the engine serves no more: the error
-    /// is then the answer to the requests it will not see.
+    /// Makes the round's changes durable (`requests` of them applied), or starts to,
+    /// and owns its output from then on: the round's replies and pushes (taken from the
+    /// engine) leave once its changes are durable, and after every earlier round's.
+    /// When they were not made durable, nothing of the round may be told and the engine
+    /// serves no more: the error is then the answer to the requests it will not see.
     fn finish(
         &mut self,
         engine: &mut Engine<Responder>,
@@ -522,15 +534,69 @@ pub(crate) trait Commit {
         stats: &CommitStats,
     ) -> Result<Result<(), ErrorBody>, StoreError>;
 
-    /// Whether the engine may serve another round; if not, the answer to the requests
-    /// it will not see.
-    fn serving(&self) -> Result<(), ErrorBody>;
+    /// Hands on the output of the rounds made durable since the last call, and says
+    /// whether the engine may serve another round; if not, the answer to the requests
+    /// it will not see (the output of rounds whose fate is unknown got
+    /// `outcome_unknown`).
+    fn serving(&mut self, stats: &CommitStats) -> Result<(), ErrorBody>;
+
+    /// Waits for every round started to be made durable (or not) and hands on their
+    /// output: the dispatcher is stopping.
+    fn settle(&mut self, stats: &CommitStats);
 
     /// Longest the thread sleeps between two looks at [`Commit::serving`].
     fn check_every(&self) -> Duration;
 
     /// Publishes the gauges of what makes rounds durable (beside the engine's own).
     fn publish_gauges(&self);
+}
+
+/// A round's output, taken from the engine: what leaves once the round is durable.
+pub(crate) struct Output {
+    replies: Vec<(Responder, Result<Reply, ErrorBody>)>,
+    pushes: Vec<(PushSink, Push)>,
+    watch_pushes: Vec<(PushSink, Push, Arc<AtomicBool>)>,
+}
+
+impl Output {
+    /// Takes the round's replies and pushes from the engine.
+    pub(crate) fn take(engine: &mut Engine<Responder>) -> Output {
+        Output {
+            replies: engine.take_outbox().collect(),
+            pushes: engine.take_pushes().collect(),
+            watch_pushes: engine.take_watch_pushes().collect(),
+        }
+    }
+
+    /// Whether there is nothing to tell.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.replies.is_empty() && self.pushes.is_empty() && self.watch_pushes.is_empty()
+    }
+
+    /// Hands on a durable round's replies and pushes.
+    pub(crate) fn send(self) {
+        for (responder, result) in self.replies {
+            responder.send(result);
+        }
+        for (sink, push) in self.pushes {
+            sink.send(push, None);
+        }
+        for (sink, push, queued) in self.watch_pushes {
+            sink.send(push, Some(queued));
+        }
+    }
+
+    /// Answers a round that was not made durable: each reply becomes
+    /// `outcome_unknown` (its change may or may not have been agreed on), and no push
+    /// leaves.
+    pub(crate) fn unknown(self) {
+        for (responder, _) in self.replies {
+            responder.send(Err(ErrorBody::new(
+                ErrorCode::OutcomeUnknown,
+                "the leader lost its leadership before this request's round was agreed on: it may or may not have taken effect",
+            )));
+        }
+    }
 }
 
 /// A single daemon's commit: the journal persisted as far as this says.
@@ -560,12 +626,15 @@ impl Commit for Persisting {
             stats.counted(requests);
             debug!(requests, "round persisted");
         }
+        Output::take(engine).send();
         Ok(Ok(()))
     }
 
-    fn serving(&self) -> Result<(), ErrorBody> {
+    fn serving(&mut self, _: &CommitStats) -> Result<(), ErrorBody> {
         Ok(())
     }
+
+    fn settle(&mut self, _: &CommitStats) {}
 
     fn check_every(&self) -> Duration {
         IDLE_WAKE
@@ -604,7 +673,7 @@ pub(crate) fn run(
             .next_timer(clock.now())
             .map_or(IDLE_WAKE, |ms| Duration::from_millis(ms).min(IDLE_WAKE));
         stopping |= gather(rx, &mut round, wake.min(commit.check_every()));
-        if let Err(refusal) = commit.serving() {
+        if let Err(refusal) = commit.serving(stats) {
             refuse_all(&mut round, &refusal);
             join_snapshot(&mut snapshot);
             return Ok(Ended::Deposed);
@@ -625,13 +694,11 @@ pub(crate) fn run(
         engine.tick(now)?;
         let ticked = round_started.elapsed();
         if let Err(refusal) = commit.finish(engine, now, requests, stats)? {
-            outcome_unknown(engine);
             refuse_all(&mut round, &refusal);
             join_snapshot(&mut snapshot);
             return Ok(Ended::Deposed);
         }
         let persisted = round_started.elapsed();
-        send_output(engine);
         start_snapshots(engine, &mut snapshot, snapshot_root);
         timed(
             requests,
@@ -646,6 +713,7 @@ pub(crate) fn run(
             gauges_at = Instant::now();
         }
     }
+    commit.settle(stats);
     join_snapshot(&mut snapshot);
     engine.store().persist(Persist::All)?;
     info!("store persisted; dispatcher stopped");
@@ -699,14 +767,16 @@ fn apply(engine: &mut Engine<Responder>, cmd: Command, now: Now) -> Result<bool,
             }
         }
         Command::Disconnected(connection) => engine.disconnected(connection),
+        Command::Wake => {}
         Command::Shutdown => return Ok(true),
     }
     Ok(false)
 }
 
 /// Records a round's time, and logs where it went when it was slow: the `requests`
-/// applied, the timers run, the round made durable, the output sent, each by the
-/// time since the round began.
+/// applied, the timers run, the round made durable (or, on a cluster, proposed) with
+/// its output handed on by the commit, the snapshots started, each by the time since
+/// the round began.
 fn timed(requests: u64, [applied, ticked, persisted, took]: [Duration; 4]) {
     assert!(
         applied <= ticked && ticked <= persisted && persisted <= took,
@@ -723,30 +793,6 @@ fn timed(requests: u64, [applied, ticked, persisted, took]: [Duration; 4]) {
             "slow round: replies waited {} ms",
             took.as_millis()
         );
-    }
-}
-
-/// Answers a round that was not made durable: each reply becomes `outcome_unknown`
-/// (its change may or may not have been agreed on), and no push leaves.
-fn outcome_unknown(engine: &mut Engine<Responder>) {
-    for (responder, _) in engine.take_outbox() {
-        responder.send(Err(ErrorBody::new(
-            ErrorCode::OutcomeUnknown,
-            "the leader lost its leadership before this request's round was agreed on: it may or may not have taken effect",
-        )));
-    }
-}
-
-/// Hands on a durable round's replies and pushes.
-fn send_output(engine: &mut Engine<Responder>) {
-    for (responder, result) in engine.take_outbox() {
-        responder.send(result);
-    }
-    for (sink, push) in engine.take_pushes() {
-        sink.send(push, None);
-    }
-    for (sink, push, queued) in engine.take_watch_pushes() {
-        sink.send(push, Some(queued));
     }
 }
 

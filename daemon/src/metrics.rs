@@ -75,6 +75,7 @@
 //! | `muster_cluster_node_lag` | gauge, leader only: entries a node's log is behind | `node` |
 //! | `muster_cluster_node_last_contact_seconds` | gauge, leader only: since a node last answered | `node` |
 //! | `muster_cluster_voters_reachable` | gauge, leader only: voters not unreachable, itself included | |
+//! | `muster_cluster_rounds_in_flight` | histogram, leader only: rounds being agreed on when one is proposed, itself included (at most `MAX_ROUNDS_IN_FLIGHT`, 8) | |
 //!
 //! Every cluster node exports the disk, store and fsync series and, from what its state
 //! machine applied, `muster_tasks`, `muster_leases_in_flight` and
@@ -150,6 +151,11 @@ pub async fn install(addr: SocketAddr) -> anyhow::Result<Endpoint> {
         .set_buckets_for_metric(Matcher::Full("muster_fsync_seconds".into()), ROUND_SECONDS)
         .context("histogram buckets")?
         .set_buckets_for_metric(Matcher::Full("muster_round_seconds".into()), ROUND_SECONDS)
+        .context("histogram buckets")?
+        .set_buckets_for_metric(
+            Matcher::Full("muster_cluster_rounds_in_flight".into()),
+            &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0],
+        )
         .context("histogram buckets")?
         .set_buckets_for_metric(
             Matcher::Full("muster_queue_wait_seconds".into()),
@@ -342,6 +348,10 @@ fn describe() {
     describe_gauge!(
         "muster_cluster_voters_reachable",
         "On the leader: voters not unreachable, the leader included."
+    );
+    describe_histogram!(
+        "muster_cluster_rounds_in_flight",
+        "On the leader: rounds being agreed on when one is proposed, itself included."
     );
     describe_histogram!(
         "muster_queue_wait_seconds",

@@ -554,11 +554,14 @@ pub struct Store {
 pub struct HeldRound(Arc<Mutex<Held>>);
 
 impl HeldRound {
-    /// Takes the changes committed since the last call: the round to propose.
-    pub fn take(&self) -> Vec<Change> {
+    /// Takes the changes committed since the last call: the round to propose, with its
+    /// number (rounds are numbered from 0 for each engine, in the order taken).
+    pub fn take(&self) -> (u64, Vec<Change>) {
         let mut held = self.lock();
         held.bytes = 0;
-        std::mem::take(&mut held.changes)
+        let round = held.making;
+        held.making += 1;
+        (round, std::mem::take(&mut held.changes))
     }
 
     /// Bytes of changes committed since the last [`HeldRound::take`].
@@ -566,19 +569,22 @@ impl HeldRound {
         self.lock().bytes
     }
 
-    /// The proposed round was applied ([`Store::apply`]): reads go to fjall again.
-    pub fn applied(&self) {
+    /// Round `round` (and every one taken before it) was applied ([`Store::apply`]):
+    /// reads of what those rounds changed go to fjall again; what later rounds, still
+    /// being agreed on, changed stays readable here.
+    pub fn applied(&self, round: u64) {
         let mut held = self.lock();
         assert!(
-            held.changes.is_empty(),
-            "a round is applied only after it was taken, before the next one is made"
+            round < held.making,
+            "round {round} is applied only after it was taken ({} taken)",
+            held.making
         );
-        held.latest.clear();
-        held.output.clear();
+        held.latest.retain(|_, (by, _)| *by > round);
+        held.output.retain(|_, (by, _)| *by > round);
     }
 
-    /// Forgets every held change: the round will not be applied (the leadership was
-    /// lost) and the engine that made it is dropped.
+    /// Forgets every held change: the rounds will not be applied (the leadership was
+    /// lost) and the engine that made them is dropped.
     pub fn drop_all(&self) {
         *self.lock() = Held::default();
     }
@@ -594,12 +600,18 @@ struct Held {
     changes: Vec<Change>,
     /// Their bytes.
     bytes: usize,
-    /// The latest value of every key changed since the last applied round: reads see
-    /// the engine's own writes before the cluster has agreed on them.
-    latest: HashMap<(Space, Vec<u8>), Option<Vec<u8>>>,
+    /// The number of the round being made: the next [`HeldRound::take`] returns it.
+    making: u64,
+    /// The latest value of every key changed by a round not yet applied, with the
+    /// number of the round that changed it last: reads see the engine's own writes
+    /// before the cluster has agreed on them (several rounds may be in flight).
+    latest: HashMap<(Space, Vec<u8>), Overlaid>,
     /// The same for the `output` keyspace, in key order: its reads are ranges.
-    output: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    output: std::collections::BTreeMap<Vec<u8>, Overlaid>,
 }
+
+/// A held value (`None`: removed) and the number of the round that changed it last.
+type Overlaid = (u64, Option<Vec<u8>>);
 
 struct Keyspaces {
     meta: Keyspace,
@@ -707,7 +719,9 @@ impl Store {
     /// The held value of `key`, if a change not yet applied touched it.
     fn latest(&self, space: Space, key: &[u8]) -> Option<Option<Vec<u8>>> {
         let held = self.held.as_ref()?.lock().expect("the held round's lock");
-        held.latest.get(&(space, key.to_vec())).cloned()
+        held.latest
+            .get(&(space, key.to_vec()))
+            .map(|(_, value)| value.clone())
     }
 
     /// Reads `key`, the held value first (a single daemon holds none: it reads fjall
@@ -1252,7 +1266,7 @@ impl Store {
                 std::ops::Bound::Included(start),
                 std::ops::Bound::Included(end),
             ))
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|(k, (_, v))| (k.clone(), v.clone()))
             .collect()
     }
 
@@ -1553,13 +1567,17 @@ impl Batch {
             }
             Writes::Held { held, changes } => {
                 let mut held = held.lock().expect("the held round's lock");
+                let round = held.making;
                 for change in changes {
                     held.bytes += change.bytes();
                     if change.space == Space::Output {
-                        held.output.insert(change.key.clone(), change.value.clone());
+                        held.output
+                            .insert(change.key.clone(), (round, change.value.clone()));
                     }
-                    held.latest
-                        .insert((change.space, change.key.clone()), change.value.clone());
+                    held.latest.insert(
+                        (change.space, change.key.clone()),
+                        (round, change.value.clone()),
+                    );
                     held.changes.push(change);
                 }
             }

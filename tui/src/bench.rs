@@ -15,6 +15,8 @@
 //!   daemon's CPU use, and its resident memory with them connected (in all and per
 //!   member).
 //! - `limited`, `fair`, `limit-cost`: flow control ([`flow`]).
+//! - `burndown`: `burn_tasks` no-op tasks enqueued, then worked by `workers`
+//!   ([`burndown`]).
 //! - `suspend`: suspend, resume and the next lease, sequentially ([`wait`]).
 //! - `fanout`: a parent spawns children and waits for them ([`wait`]).
 //! - `output`: tasks emitting live output with a follower each ([`output`]).
@@ -47,6 +49,7 @@ use serde::Serialize;
 
 use crate::cli::{BenchArgs, BenchPhase};
 
+mod burndown;
 mod flow;
 mod output;
 mod wait;
@@ -70,6 +73,12 @@ const DISK_PROBE_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Longest the latency phase waits, after its last enqueue, for every task to be acked.
 const LATENCY_SETTLE: Duration = Duration::from_secs(60);
+
+/// Longest the drain phase may take.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(600);
+
+/// How often a phase waiting for its tasks to be acked looks at the count.
+const ACKED_POLL: Duration = Duration::from_millis(2);
 
 /// Longest a started daemon may take to serve.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
@@ -367,6 +376,10 @@ struct Run {
     limit_cost_vs_plain: Option<f64>,
     limit_cost_cpu_s_per_1000: Option<f64>,
     limit_cost_cpu_vs_plain: Option<f64>,
+    burndown_enqueue_per_s: Option<f64>,
+    burndown_per_s: Option<f64>,
+    burndown_cpu_s_per_1000: Option<f64>,
+    burndown_rss_mib: Option<f64>,
     rss_mib: Option<f64>,
 }
 
@@ -425,6 +438,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
         if want(BenchPhase::Fair) {
             flow::fair(&args, &options, daemon.pid(), &mut run).await?;
+        }
+        if want(BenchPhase::Burndown) {
+            burndown::burndown(&args, &options, daemon.pid(), &mut run).await?;
         }
         run.rss_mib = Some(rss_mib(daemon.pid()));
         daemon.stop()?;
@@ -582,16 +598,7 @@ async fn drain(
         Arc::clone(&acked),
     )
     .await?;
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while acked.load(Ordering::Relaxed) < args.tasks {
-        if Instant::now() > deadline {
-            bail!(
-                "drain did not finish within 10 minutes: {} acked",
-                acked.load(Ordering::Relaxed)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    all_acked(&acked, args.tasks, DRAIN_DEADLINE, "drain").await?;
     let elapsed = started.elapsed().as_secs_f64();
     run.drain_per_s = Some(args.tasks as f64 / elapsed);
     run.drain_cpu_s_per_1000 = Some((cpu_seconds(pid) - cpu) / (args.tasks as f64 / 1000.0));
@@ -640,7 +647,7 @@ async fn latency(
     run.latency_disk_p99_ms = Some(percentile(&disk, 0.99));
     run.latency_disk_p999_ms = Some(percentile(&disk, 0.999));
     run.latency_disk_max_ms = disk.last().copied();
-    settle(&acked, total).await?;
+    all_acked(&acked, total, LATENCY_SETTLE, "latency").await?;
     for w in workers {
         w.abort();
     }
@@ -700,19 +707,24 @@ async fn enqueue_at_rate(producer: &Client, total: usize, rate: f64) -> anyhow::
     Ok(())
 }
 
-/// Waits until `total` tasks are acked; an error if that takes longer than
-/// [`LATENCY_SETTLE`].
-async fn settle(acked: &AtomicUsize, total: usize) -> anyhow::Result<()> {
-    let deadline = Instant::now() + LATENCY_SETTLE;
+/// Waits until `total` tasks are acked (counted by `acked`); an error naming `phase` if
+/// that takes longer than `within`.
+async fn all_acked(
+    acked: &AtomicUsize,
+    total: usize,
+    within: Duration,
+    phase: &str,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + within;
     while acked.load(Ordering::Relaxed) < total {
         if Instant::now() > deadline {
             bail!(
-                "the latency phase's tasks were not all acked within {} s of the last enqueue: {} of {total}",
-                LATENCY_SETTLE.as_secs(),
+                "the {phase} phase's tasks were not all acked within {} s: {} of {total}",
+                within.as_secs(),
                 acked.load(Ordering::Relaxed)
             );
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(ACKED_POLL).await;
     }
     Ok(())
 }
@@ -1075,6 +1087,14 @@ fn print_table(runs: &[Run]) -> anyhow::Result<()> {
             r.limit_cost_cpu_s_per_1000
         }),
         ("limit-cost: CPU vs plain", |r| r.limit_cost_cpu_vs_plain),
+        ("burndown: enqueue tasks/s", |r| r.burndown_enqueue_per_s),
+        ("burndown: tasks worked/s", |r| r.burndown_per_s),
+        ("burndown: daemon CPU s / 1000 tasks", |r| {
+            r.burndown_cpu_s_per_1000
+        }),
+        ("burndown: daemon RSS at the end MiB", |r| {
+            r.burndown_rss_mib
+        }),
         ("daemon RSS after the run MiB", |r| r.rss_mib),
     ];
     println!(

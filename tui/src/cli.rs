@@ -443,6 +443,9 @@ pub struct BenchArgs {
     /// Keys of the `limit-cost` phase's per-key limit.
     #[arg(long, default_value_t = 100_000, value_parser = at_least_one)]
     pub limit_keys: usize,
+    /// No-op tasks of the `burndown` phase: enqueued first, then worked by `--workers`.
+    #[arg(long, default_value_t = 1_000_000, value_parser = at_least_one)]
+    pub burn_tasks: usize,
     /// The musterd binary (default: next to this muster binary).
     #[arg(long)]
     pub musterd: Option<PathBuf>,
@@ -491,6 +494,9 @@ pub enum BenchPhase {
     Fair,
     /// `--tasks` tasks drawing on a per-key limit with `--limit-keys` keys, drained.
     LimitCost,
+    /// `--burn-tasks` no-op tasks enqueued, then worked by `--workers` (River's and
+    /// Oban's method).
+    Burndown,
 }
 
 /// The durability `bench` starts its daemons with.

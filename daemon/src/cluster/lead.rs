@@ -11,6 +11,8 @@
 //! size, the tasks its state machine applied, its raft positions), so that every node
 //! exports them, not only the leader.
 
+use std::collections::VecDeque;
+use std::sync::mpsc::TryRecvError;
 use std::time::{Duration, Instant};
 
 use muster_protocol::ErrorBody;
@@ -20,7 +22,7 @@ use super::Round;
 use super::node::Node;
 use crate::disk::DiskAlarm;
 use crate::dispatcher::{
-    self, Clock, Command, Commit, CommitStats, Dispatcher, Ended, EngineSettings, Responder,
+    self, Clock, Command, Commit, CommitStats, Dispatcher, Ended, EngineSettings, Output, Responder,
 };
 use crate::engine::{Engine, Now};
 use crate::store::{HeldRound, Store, StoreError};
@@ -28,6 +30,12 @@ use crate::store::{HeldRound, Store, StoreError};
 /// A round stops taking requests once its changes reach this many bytes; the rest wait
 /// for the next round. Bounds a log entry (and so every node's memory for it).
 pub const MAX_ROUND_BYTES: usize = 8 << 20;
+
+/// Rounds a leader has proposed and not yet seen agreed on, at most: the next round
+/// is made and proposed while these are being agreed on (pipelining), its replies
+/// waiting for its own agreement and every earlier round's. Bounds the changes held in
+/// memory (with [`MAX_ROUND_BYTES`]) and what a lost leadership leaves unknown.
+pub const MAX_ROUNDS_IN_FLIGHT: usize = 8;
 
 /// How often a node checks its role when no request comes: a follower, whether it
 /// may lead now; a leader, whether it still does.
@@ -47,7 +55,7 @@ pub fn start(
     mut disk: DiskAlarm,
     generation: tokio::sync::watch::Sender<u64>,
 ) -> anyhow::Result<Dispatcher> {
-    Dispatcher::spawn(CommitStats::default(), move |rx, stats| {
+    Dispatcher::spawn(CommitStats::default(), move |rx, wake, stats| {
         // The term of the last engine built: 0 before the first.
         let mut last_term = 0;
         loop {
@@ -64,6 +72,8 @@ pub fn start(
                 node: node.clone(),
                 term,
                 round: round.clone(),
+                in_flight: VecDeque::with_capacity(MAX_ROUNDS_IN_FLIGHT),
+                wake: wake.clone(),
             };
             let ended = lead(
                 &rx,
@@ -159,7 +169,7 @@ fn follow(
         }
         match rx.recv_timeout(CHECK_EVERY) {
             Ok(Command::Request(_, responder)) => responder.refuse(node.not_leader()),
-            Ok(Command::Heard(_) | Command::Disconnected(_)) => {}
+            Ok(Command::Heard(_) | Command::Disconnected(_) | Command::Wake) => {}
             Ok(Command::Shutdown) | Err(flume::RecvTimeoutError::Disconnected) => return None,
             Err(flume::RecvTimeoutError::Timeout) => {}
         }
@@ -172,6 +182,31 @@ pub struct Leading {
     term: u64,
     /// The round the engine's store holds back.
     round: HeldRound,
+    /// The rounds made and not yet told, oldest first: at most
+    /// [`MAX_ROUNDS_IN_FLIGHT`].
+    in_flight: VecDeque<InFlight>,
+    /// The dispatcher's channel, to wake it when a round is agreed on.
+    wake: flume::WeakSender<Command>,
+}
+
+/// A round made and not yet told.
+struct InFlight {
+    agreement: Agreement,
+    /// Its replies and pushes.
+    output: Output,
+    /// Requests it applied, and whether it changed the store (a sync of the stats).
+    requests: u64,
+    changed: bool,
+}
+
+/// What a round waits for before its output may leave (besides every earlier round).
+enum Agreement {
+    /// Its changes (round `number` of the held rounds) committed on a majority and
+    /// applied here: true, or false if they were not.
+    Proposed(u64, std::sync::mpsc::Receiver<bool>),
+    /// No changes, only replies: the leadership confirmed once the earlier rounds
+    /// are told (what it read may be theirs).
+    Confirm,
 }
 
 impl Leading {
@@ -180,29 +215,53 @@ impl Leading {
         self.node.leads_in(self.term)
     }
 
-    /// Gets the cluster to agree on the round held back (made at `wall_ms`): true once
-    /// it is committed on a majority and applied here. A round without changes but
-    /// with `replies` to send needs only the leadership confirmed.
-    pub fn agree(&mut self, wall_ms: u64, replies: bool) -> bool {
-        let changes = self.round.take();
-        if changes.is_empty() {
-            return !replies || self.node.confirm_leadership(self.term, AGREEMENT_TIMEOUT);
+    /// Hands on the output of the oldest rounds once agreed on, in order: every one
+    /// already agreed on, and with `wait` the oldest too, however long its agreement
+    /// takes (bounded by [`AGREEMENT_TIMEOUT`]). A round not agreed on ends the
+    /// leadership: it and every later round get `outcome_unknown`, and the error is the
+    /// answer to the requests not yet applied.
+    fn release(&mut self, stats: &CommitStats, mut wait: bool) -> Result<(), ErrorBody> {
+        while let Some(oldest) = self.in_flight.front_mut() {
+            let agreed = match &mut oldest.agreement {
+                Agreement::Proposed(number, agreed) => {
+                    let agreed = match agreed.try_recv() {
+                        Ok(agreed) => agreed,
+                        Err(TryRecvError::Empty) if !wait => return Ok(()),
+                        // The proposal's task ends within AGREEMENT_TIMEOUT.
+                        Err(TryRecvError::Empty) => agreed.recv().unwrap_or(false),
+                        Err(TryRecvError::Disconnected) => false,
+                    };
+                    if agreed {
+                        self.round.applied(*number);
+                    }
+                    agreed
+                }
+                Agreement::Confirm => self.node.confirm_leadership(self.term, AGREEMENT_TIMEOUT),
+            };
+            wait = false;
+            let oldest = self.in_flight.pop_front().expect("the oldest round");
+            if !agreed {
+                oldest.output.unknown();
+                self.abandon();
+                return Err(self.node.not_leader());
+            }
+            if oldest.changed {
+                // A round agreed on is a round made durable: counted as a sync. Its
+                // fsync is the leader's append of its one log entry, which the raft
+                // log times (`muster_fsync_seconds`, cluster::storage).
+                stats.counted(oldest.requests);
+            }
+            oldest.output.send();
         }
-        let round = Round {
-            term: self.term,
-            wall_ms,
-            changes,
-        };
-        let agreed = self.node.propose(self.term, round, AGREEMENT_TIMEOUT);
-        if agreed {
-            self.round.applied();
+        Ok(())
+    }
+
+    /// Answers every round in flight with `outcome_unknown`: the leadership ended
+    /// before they were agreed on (they may still be, by the next leader).
+    fn abandon(&mut self) {
+        for round in self.in_flight.drain(..) {
+            round.output.unknown();
         }
-        debug_assert_eq!(
-            self.round.bytes(),
-            0,
-            "a round proposed is all the engine held (nothing runs while it is agreed on)"
-        );
-        agreed
     }
 }
 
@@ -212,6 +271,10 @@ impl Commit for Leading {
         self.round.bytes() < MAX_ROUND_BYTES
     }
 
+    /// Proposes the round's changes and goes on: its output leaves once it and every
+    /// earlier round are agreed on ([`Leading::release`]). Waits only when
+    /// [`MAX_ROUNDS_IN_FLIGHT`] rounds are, or when the round asked for a snapshot
+    /// (written once everything made so far is applied).
     fn finish(
         &mut self,
         engine: &mut Engine<Responder>,
@@ -220,25 +283,69 @@ impl Commit for Leading {
         stats: &CommitStats,
     ) -> Result<Result<(), ErrorBody>, StoreError> {
         let changed = engine.take_dirty();
-        let replies = engine.has_output();
-        let agreed = self.agree(now.wall_ms, replies);
-        if agreed && changed {
-            // A round agreed on is a round made durable: counted as a sync. Its fsync
-            // is the leader's append of its one log entry, which the raft log times
-            // (`muster_fsync_seconds`, cluster::storage).
-            stats.counted(requests);
-        }
-        Ok(if agreed {
-            Ok(())
+        let output = Output::take(engine);
+        let (number, changes) = self.round.take();
+        let agreement = if !changes.is_empty() {
+            let round = Round {
+                term: self.term,
+                wall_ms: now.wall_ms,
+                changes,
+            };
+            let wake = self.wake.clone();
+            let agreed = self
+                .node
+                .propose(self.term, round, AGREEMENT_TIMEOUT, move || {
+                    // A full channel wakes the dispatcher anyway.
+                    if let Some(tx) = wake.upgrade() {
+                        let _ = tx.try_send(Command::Wake);
+                    }
+                });
+            Some(Agreement::Proposed(number, agreed))
+        } else if !output.is_empty() {
+            Some(Agreement::Confirm)
         } else {
-            Err(self.node.not_leader())
-        })
+            None
+        };
+        if let Some(agreement) = agreement {
+            if matches!(agreement, Agreement::Proposed(..)) {
+                let proposed = self.in_flight.len() + 1;
+                metrics::histogram!("muster_cluster_rounds_in_flight").record(proposed as f64);
+            }
+            self.in_flight.push_back(InFlight {
+                agreement,
+                output,
+                requests,
+                changed,
+            });
+        }
+        // A snapshot is written from what is applied: everything made so far.
+        let all = engine.wants_snapshot();
+        while !self.in_flight.is_empty() && (all || self.in_flight.len() >= MAX_ROUNDS_IN_FLIGHT) {
+            if let Err(refusal) = self.release(stats, true) {
+                return Ok(Err(refusal));
+            }
+        }
+        assert!(
+            self.in_flight.len() < MAX_ROUNDS_IN_FLIGHT,
+            "at most MAX_ROUNDS_IN_FLIGHT rounds are agreed on at once"
+        );
+        Ok(self.release(stats, false))
     }
 
-    fn serving(&self) -> Result<(), ErrorBody> {
-        match self.is_leading() {
-            true => Ok(()),
-            false => Err(self.node.not_leader()),
+    fn serving(&mut self, stats: &CommitStats) -> Result<(), ErrorBody> {
+        self.release(stats, false)?;
+        if self.is_leading() {
+            return Ok(());
+        }
+        self.abandon();
+        Err(self.node.not_leader())
+    }
+
+    fn settle(&mut self, stats: &CommitStats) {
+        while !self.in_flight.is_empty() {
+            if self.release(stats, true).is_err() {
+                return;
+            }
         }
     }
 

@@ -304,24 +304,45 @@ impl Node {
         .then_some(m.current_term)
     }
 
-    /// Proposes `round` of `term` and waits until it is committed and applied here:
-    /// false if it was not (refused by the term fence, or not agreed on before the node
-    /// stopped leading in `term` or `timeout` passed).
-    pub fn propose(&self, term: u64, round: Round, timeout: Duration) -> bool {
+    /// Proposes `round` of `term` without waiting: the receiver gets true once it is
+    /// committed and applied here, false if it was not (refused by the term fence, or
+    /// not agreed on before the node stopped leading in `term` or `timeout` passed);
+    /// `then` runs after that is sent (the dispatcher's wake-up). Rounds proposed one
+    /// after the other are agreed on in that order: a later one is committed only with
+    /// every earlier one.
+    pub fn propose(
+        &self,
+        term: u64,
+        round: Round,
+        timeout: Duration,
+        then: impl FnOnce() + Send + 'static,
+    ) -> std::sync::mpsc::Receiver<bool> {
         // IMPORTANT: the term fence: a round names the term its engine was built in.
         assert_eq!(round.term, term, "a round is proposed in its own term");
-        let raft = self.raft.clone();
-        match self.while_leading(term, timeout, raft.client_write(round)) {
-            Ok(Ok(response)) => response.data == Fate::Written,
-            Ok(Err(e)) => {
-                tracing::info!("a round was not agreed on: {e}");
-                false
-            }
-            Err(why) => {
-                tracing::info!("a round was not agreed on: {why}");
-                false
-            }
-        }
+        // Room for the one answer: sending it never waits.
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let node = self.clone();
+        self.runtime.spawn(async move {
+            let raft = node.raft.clone();
+            let agreed = match node
+                .while_leading(term, timeout, raft.client_write(round))
+                .await
+            {
+                Ok(Ok(response)) => response.data == Fate::Written,
+                Ok(Err(e)) => {
+                    tracing::info!("a round was not agreed on: {e}");
+                    false
+                }
+                Err(why) => {
+                    tracing::info!("a round was not agreed on: {why}");
+                    false
+                }
+            };
+            // The dispatcher may have stopped waiting (it stopped leading).
+            let _ = tx.send(agreed);
+            then();
+        });
+        rx
     }
 
     /// Confirms with a majority that this node still leads in `term`.
@@ -332,7 +353,9 @@ impl Node {
             return true;
         }
         let raft = self.raft.clone();
-        let confirmed = self.while_leading(term, timeout, raft.ensure_linearizable());
+        let confirmed =
+            self.runtime
+                .block_on(self.while_leading(term, timeout, raft.ensure_linearizable()));
         matches!(confirmed, Ok(Ok(_))) && self.leads_in(term)
     }
 
@@ -340,31 +363,28 @@ impl Node {
     /// leading in `term` (its majority silent for the election timeout: nothing it waits
     /// for can be agreed on now, and its clients should look for the new leader at
     /// once), or `timeout` passes. `Err` says which of the last two happened.
-    fn while_leading<T>(
+    async fn while_leading<T>(
         &self,
         term: u64,
         timeout: Duration,
         wait: impl std::future::Future<Output = T>,
     ) -> Result<T, String> {
-        let node = self.clone();
-        self.runtime.block_on(async move {
-            let lapsed = async {
-                let mut check = tokio::time::interval(LEADERSHIP_CHECK);
-                loop {
-                    check.tick().await;
-                    if !node.leads_in(term) {
-                        return;
-                    }
-                }
-            };
-            tokio::select! {
-                done = wait => Ok(done),
-                () = lapsed => Err(format!("the node stopped leading in term {term}")),
-                () = tokio::time::sleep(timeout) => {
-                    Err(format!("no majority within {} ms", timeout.as_millis()))
+        let lapsed = async {
+            let mut check = tokio::time::interval(LEADERSHIP_CHECK);
+            loop {
+                check.tick().await;
+                if !self.leads_in(term) {
+                    return;
                 }
             }
-        })
+        };
+        tokio::select! {
+            done = wait => Ok(done),
+            () = lapsed => Err(format!("the node stopped leading in term {term}")),
+            () = tokio::time::sleep(timeout) => {
+                Err(format!("no majority within {} ms", timeout.as_millis()))
+            }
+        }
     }
 
     /// The heartbeat and election timeout this node runs with.

@@ -1380,13 +1380,34 @@ mod tests {
         index: u64,
         writes: impl FnOnce(&mut crate::store::Batch),
     ) {
+        let made = make_round(store, held, writes);
+        apply_made(held, machine, index, made).await;
+    }
+
+    /// Commits a leader's round of `writes` through the store's batches and takes it:
+    /// its number and changes, held until applied.
+    fn make_round(
+        store: &Store,
+        held: &HeldRound,
+        writes: impl FnOnce(&mut crate::store::Batch),
+    ) -> (u64, Vec<Change>) {
         let mut batch = store.batch();
         writes(&mut batch);
         batch.commit().unwrap();
+        held.take()
+    }
+
+    /// Applies a round made by [`make_round`] as entry `index`.
+    async fn apply_made(
+        held: &HeldRound,
+        machine: &mut StateMachine,
+        index: u64,
+        (number, changes): (u64, Vec<Change>),
+    ) {
         let round = Round {
             term: 1,
             wall_ms: 1_000 * index,
-            changes: held.take(),
+            changes,
         };
         let applied = machine
             .apply([Entry {
@@ -1396,7 +1417,54 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(applied, vec![Fate::Written]);
-        held.applied();
+        held.applied(number);
+    }
+
+    #[tokio::test]
+    async fn rounds_in_flight_read_as_made_until_each_is_applied() {
+        use TaskState::{Leased, Ready};
+        use muster_protocol::model::QueueOptions;
+
+        let dir = tempfile::tempdir().unwrap();
+        let ((store, held), _, mut machine) = open(dir.path());
+        let ids: Vec<Ulid> = (1..=2).map(|n| Ulid::from_parts(n, 7)).collect();
+        let queue = crate::store::QueueRecord::new(QueueOptions::default(), 1);
+        let state = |id| store.task(id).unwrap().map(|t| t.state);
+        let first = make_round(&store, &held, |b| {
+            b.put_queue("jobs", &queue);
+            b.put_task(ids[0], &task("jobs", Ready));
+            b.put_task(ids[1], &task("jobs", Ready));
+        });
+        // Made while the first is being agreed on: it reads the first's changes.
+        assert_eq!(state(ids[1]), Some(Ready));
+        let second = make_round(&store, &held, |b| {
+            b.put_task(ids[0], &task("jobs", Leased));
+            b.remove_task(ids[1], "jobs", None);
+        });
+        assert_eq!((first.0, second.0), (0, 1), "rounds are numbered as taken");
+        assert_eq!((state(ids[0]), state(ids[1])), (Some(Leased), None));
+
+        // The first applied: what the second changed still reads as the second left
+        // it, not as fjall now holds it (task 1 ready there).
+        apply_made(&held, &mut machine, 1, first).await;
+        assert_eq!((state(ids[0]), state(ids[1])), (Some(Leased), None));
+        let view = store.view();
+        assert!(
+            view.get(Space::Tasks, &ids[1].to_bytes())
+                .unwrap()
+                .is_some()
+        );
+
+        // Both applied: fjall holds what the reads saw all along.
+        apply_made(&held, &mut machine, 2, second).await;
+        assert_eq!((state(ids[0]), state(ids[1])), (Some(Leased), None));
+        assert!(
+            store
+                .view()
+                .get(Space::Tasks, &ids[1].to_bytes())
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[tokio::test]

@@ -1377,6 +1377,11 @@ impl<W: Waiter> Engine<W> {
         }
     }
 
+    /// Whether a snapshot was asked for since the last [`Engine::take_snapshots`].
+    pub fn wants_snapshot(&self) -> bool {
+        !self.outbox.snapshots.is_empty()
+    }
+
     /// The snapshots asked for since the last call, with where each goes.
     pub fn take_snapshots(&mut self) -> Vec<(W, std::path::PathBuf)> {
         std::mem::take(&mut self.outbox.snapshots)
