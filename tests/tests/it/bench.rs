@@ -61,6 +61,8 @@ fn every_phase_gives_every_figure_in_the_json_and_the_table() {
         "3",
         "--chunk-rate",
         "50",
+        "--burn-tasks",
+        "2500",
         "--musterd",
         musterd.to_str().unwrap(),
         "--out",
@@ -124,6 +126,9 @@ fn every_phase_gives_every_figure_in_the_json_and_the_table() {
         "fair_groups_vs_plain",
         "limit_cost_drain_per_s",
         "limit_cost_vs_plain",
+        "burndown_enqueue_per_s",
+        "burndown_per_s",
+        "burndown_rss_mib",
         "rss_mib",
     ];
     for run in runs {
@@ -147,6 +152,7 @@ fn every_phase_gives_every_figure_in_the_json_and_the_table() {
             "fanin_ms",
             "output_cpu_us_per_chunk",
             "output_disk_bytes_per_chunk",
+            "burndown_cpu_s_per_1000",
         ] {
             assert!(figure(k) >= 0.0, "{k} = {} in {run}", figure(k));
         }
@@ -215,6 +221,10 @@ fn every_phase_gives_every_figure_in_the_json_and_the_table() {
         "limit-cost: drain tasks/s",
         "limit-cost: tasks/s vs plain",
         "limit-cost: daemon CPU s / 1000 tasks",
+        "burndown: enqueue tasks/s",
+        "burndown: tasks worked/s",
+        "burndown: daemon CPU s / 1000 tasks",
+        "burndown: daemon RSS at the end MiB",
         "daemon RSS after the run MiB",
     ] {
         let line = table
