@@ -80,6 +80,9 @@ const DRAIN_DEADLINE: Duration = Duration::from_secs(600);
 /// How often a phase waiting for its tasks to be acked looks at the count.
 const ACKED_POLL: Duration = Duration::from_millis(2);
 
+/// Members of the members phase sharing one client endpoint.
+const MEMBERS_PER_ENDPOINT: usize = 500;
+
 /// Longest a started daemon may take to serve.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -855,14 +858,19 @@ async fn members(
         .await?
         .next()
         .context("daemon address")?;
-    let endpoint = muster_sdk::connect::endpoint_for(addr)?;
+    // Several client endpoints (each a UDP socket and a driver task of its own), so the
+    // benchmark's side of thousands of connections spreads over the runtime's threads.
+    let endpoints = (0..args.members.div_ceil(MEMBERS_PER_ENDPOINT))
+        .map(|_| muster_sdk::connect::endpoint_for(addr))
+        .collect::<Result<Vec<_>, _>>()?;
     let before_mib = rss_mib(pid);
     let stop = Arc::new(tokio::sync::Notify::new());
     // Every member connects and opens its session before any renews: handshakes then
     // never queue behind thousands of renewals on a saturated machine.
     let mut sessions = Vec::with_capacity(args.members);
     for m in 0..args.members {
-        let client = Client::connect_on(&endpoint, options.clone()).await?;
+        let endpoint = &endpoints[m / MEMBERS_PER_ENDPOINT];
+        let client = Client::connect_on(endpoint, options.clone()).await?;
         let member = format!("bench/member-{m}");
         let open = SessionOpen {
             member: member.clone(),
