@@ -321,20 +321,31 @@ impl Node {
         assert_eq!(round.term, term, "a round is proposed in its own term");
         // Room for the one answer: sending it never waits.
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        // IMPORTANT: handed to raft here, on the caller's thread, so that the log holds
+        // the rounds in the order they were made (a task per round submitting its own
+        // would race, and a later round could be appended, and applied, before an
+        // earlier one). Only the wait for the answer runs in a task.
+        let submitted = self.runtime.block_on(self.raft.client_write_ff(round));
         let node = self.clone();
         self.runtime.spawn(async move {
-            let raft = node.raft.clone();
-            let agreed = match node
-                .while_leading(term, timeout, raft.client_write(round))
-                .await
-            {
-                Ok(Ok(response)) => response.data == Fate::Written,
-                Ok(Err(e)) => {
-                    tracing::info!("a round was not agreed on: {e}");
-                    false
-                }
-                Err(why) => {
-                    tracing::info!("a round was not agreed on: {why}");
+            let agreed = match submitted {
+                Ok(answer) => match node.while_leading(term, timeout, answer).await {
+                    Ok(Ok(Ok(response))) => response.data == Fate::Written,
+                    Ok(Ok(Err(e))) => {
+                        tracing::info!("a round was not agreed on: {e}");
+                        false
+                    }
+                    Ok(Err(_)) => {
+                        tracing::info!("a round was not agreed on: raft dropped its answer");
+                        false
+                    }
+                    Err(why) => {
+                        tracing::info!("a round was not agreed on: {why}");
+                        false
+                    }
+                },
+                Err(fatal) => {
+                    tracing::info!("a round was not agreed on: {fatal}");
                     false
                 }
             };
@@ -685,6 +696,75 @@ async fn raft_failed(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::{Change, Space};
+
+    /// Rounds proposed one after the other, without waiting for each other's answers
+    /// (as a pipelining leader does), are appended and applied in that order: each
+    /// writes the same key, and the store keeps the last one's value.
+    #[test]
+    fn rounds_proposed_in_a_row_are_applied_in_that_order() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open_clustered(&dir.path().join("store"), 8 << 20).unwrap();
+        let config = NodeConfig {
+            cluster_id: "test".into(),
+            node_id: 1,
+            secret: vec![7; 32],
+            listen: "127.0.0.1:0".parse().unwrap(),
+            advertise: None,
+            cluster_advertise: None,
+            bootstrap: true,
+            force_single_node: false,
+            routes: HashMap::new(),
+            snapshot_every: 10_000,
+            timing: Timing::default(),
+        };
+        let client_addr = "127.0.0.1:1".parse().unwrap();
+        let node = runtime
+            .block_on(Node::start(
+                config,
+                &store,
+                dir.path(),
+                Persist::Os,
+                client_addr,
+            ))
+            .unwrap();
+        let since = std::time::Instant::now();
+        let term = loop {
+            if let Some(term) = node.ready_to_lead() {
+                break term;
+            }
+            assert!(since.elapsed() < Duration::from_secs(10), "no leader");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // From this thread, outside the runtime, as the dispatcher proposes.
+        let answers: Vec<_> = (0..300u32)
+            .map(|n| {
+                let round = Round {
+                    term,
+                    wall_ms: 1,
+                    changes: vec![Change {
+                        space: Space::Owners,
+                        key: b"k".to_vec(),
+                        value: Some(n.to_string().into_bytes()),
+                    }],
+                };
+                node.propose(term, round, Duration::from_secs(10), || {})
+            })
+            .collect();
+        for answer in answers {
+            assert!(answer.recv().unwrap(), "every round agreed on");
+        }
+        assert_eq!(
+            store.view().get(Space::Owners, b"k").unwrap(),
+            Some(b"299".to_vec())
+        );
+        runtime.block_on(node.shutdown());
+    }
 
     #[tokio::test]
     async fn a_fatal_error_in_raft_is_seen_and_said() {
