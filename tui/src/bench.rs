@@ -74,8 +74,9 @@ const DISK_PROBE_INTERVAL: Duration = Duration::from_millis(10);
 /// Longest the latency phase waits, after its last enqueue, for every task to be acked.
 const LATENCY_SETTLE: Duration = Duration::from_secs(60);
 
-/// Longest the drain phase may take.
-const DRAIN_DEADLINE: Duration = Duration::from_secs(600);
+/// Longest a phase waits for its tasks to be acked: a drain by the workers (the drain,
+/// burn-down and flow-control phases), the limited and fair phases' agents.
+const PHASE_DEADLINE: Duration = Duration::from_secs(600);
 
 /// How often a phase waiting for its tasks to be acked looks at the count.
 const ACKED_POLL: Duration = Duration::from_millis(2);
@@ -589,27 +590,40 @@ async fn drain(
 ) -> anyhow::Result<()> {
     let admin = Client::connect(options.clone()).await?;
     let stats = admin.server_stats().await?;
+    let (secs, cpu) = drain_queue(args, options, pid, "bench", args.tasks).await?;
+    run.drain_per_s = Some(args.tasks as f64 / secs);
+    run.drain_cpu_s_per_1000 = Some(cpu / (args.tasks as f64 / 1000.0));
+    run.drain_batch_factor = Some(batch_factor(&admin, &stats).await?);
+    Ok(())
+}
+
+/// Drains the `n` tasks of `queue` with the workers: the seconds it took and the
+/// daemon's CPU seconds meanwhile.
+async fn drain_queue(
+    args: &BenchArgs,
+    options: &ConnectOptions,
+    pid: u32,
+    queue: &str,
+    n: usize,
+) -> anyhow::Result<(f64, f64)> {
     let cpu = cpu_seconds(pid);
     let acked = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let workers = start_workers(
         options,
-        &["bench"],
+        &[queue],
         args.workers,
         args.prefetch,
         Arc::new(|_| {}),
         Arc::clone(&acked),
     )
     .await?;
-    all_acked(&acked, args.tasks, DRAIN_DEADLINE, "drain").await?;
-    let elapsed = started.elapsed().as_secs_f64();
-    run.drain_per_s = Some(args.tasks as f64 / elapsed);
-    run.drain_cpu_s_per_1000 = Some((cpu_seconds(pid) - cpu) / (args.tasks as f64 / 1000.0));
-    run.drain_batch_factor = Some(batch_factor(&admin, &stats).await?);
+    all_acked(&acked, n, PHASE_DEADLINE, &format!("{queue}: tasks acked")).await?;
+    let secs = started.elapsed().as_secs_f64();
     for w in workers {
         w.abort();
     }
-    Ok(())
+    Ok((secs, cpu_seconds(pid) - cpu))
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -650,7 +664,7 @@ async fn latency(
     run.latency_disk_p99_ms = Some(percentile(&disk, 0.99));
     run.latency_disk_p999_ms = Some(percentile(&disk, 0.999));
     run.latency_disk_max_ms = disk.last().copied();
-    all_acked(&acked, total, LATENCY_SETTLE, "latency").await?;
+    all_acked(&acked, total, LATENCY_SETTLE, "latency: tasks acked").await?;
     for w in workers {
         w.abort();
     }
@@ -710,21 +724,21 @@ async fn enqueue_at_rate(producer: &Client, total: usize, rate: f64) -> anyhow::
     Ok(())
 }
 
-/// Waits until `total` tasks are acked (counted by `acked`); an error naming `phase` if
-/// that takes longer than `within`.
+/// Waits until `counter` reaches `n`; an error naming `what` if that takes longer than
+/// `within`.
 async fn all_acked(
-    acked: &AtomicUsize,
-    total: usize,
+    counter: &AtomicUsize,
+    n: usize,
     within: Duration,
-    phase: &str,
+    what: &str,
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + within;
-    while acked.load(Ordering::Relaxed) < total {
+    while counter.load(Ordering::Relaxed) < n {
         if Instant::now() > deadline {
             bail!(
-                "the {phase} phase's tasks were not all acked within {} s: {} of {total}",
-                within.as_secs(),
-                acked.load(Ordering::Relaxed)
+                "{what}: {} of {n} within {} s",
+                counter.load(Ordering::Relaxed),
+                within.as_secs()
             );
         }
         tokio::time::sleep(ACKED_POLL).await;

@@ -194,9 +194,8 @@ struct InFlight {
     agreement: Agreement,
     /// Its replies and pushes.
     output: Output,
-    /// Requests it applied, and whether it changed the store (a sync of the stats).
+    /// Requests it applied.
     requests: u64,
-    changed: bool,
 }
 
 /// What a round waits for before its output may leave (besides every earlier round).
@@ -222,7 +221,8 @@ impl Leading {
     /// answer to the requests not yet applied.
     fn release(&mut self, stats: &CommitStats, mut wait: bool) -> Result<(), ErrorBody> {
         while let Some(oldest) = self.in_flight.front_mut() {
-            let agreed = match &mut oldest.agreement {
+            // Whether it was agreed on, and whether it held changes.
+            let (agreed, proposed) = match &mut oldest.agreement {
                 Agreement::Proposed(number, agreed) => {
                     let agreed = match agreed.try_recv() {
                         Ok(agreed) => agreed,
@@ -234,9 +234,12 @@ impl Leading {
                     if agreed {
                         self.round.applied(*number);
                     }
-                    agreed
+                    (agreed, true)
                 }
-                Agreement::Confirm => self.node.confirm_leadership(self.term, AGREEMENT_TIMEOUT),
+                Agreement::Confirm => (
+                    self.node.confirm_leadership(self.term, AGREEMENT_TIMEOUT),
+                    false,
+                ),
             };
             wait = false;
             let oldest = self.in_flight.pop_front().expect("the oldest round");
@@ -245,10 +248,10 @@ impl Leading {
                 self.abandon();
                 return Err(self.node.not_leader());
             }
-            if oldest.changed {
-                // A round agreed on is a round made durable: counted as a sync. Its
-                // fsync is the leader's append of its one log entry, which the raft
-                // log times (`muster_fsync_seconds`, cluster::storage).
+            if proposed {
+                // A round of changes agreed on is a round made durable: counted as a
+                // sync. Its fsync is the leader's append of its one log entry, which
+                // the raft log times (`muster_fsync_seconds`, cluster::storage).
                 stats.counted(oldest.requests);
             }
             oldest.output.send();
@@ -282,7 +285,8 @@ impl Commit for Leading {
         requests: u64,
         stats: &CommitStats,
     ) -> Result<Result<(), ErrorBody>, StoreError> {
-        let changed = engine.take_dirty();
+        // Whether the round changed the store is whether it holds changes.
+        engine.take_dirty();
         let output = Output::take(engine);
         let (number, changes) = self.round.take();
         let agreement = if !changes.is_empty() {
@@ -300,6 +304,8 @@ impl Commit for Leading {
                         let _ = tx.try_send(Command::Wake);
                     }
                 });
+            let proposed = self.in_flight.len() + 1;
+            metrics::histogram!("muster_cluster_rounds_in_flight").record(proposed as f64);
             Some(Agreement::Proposed(number, agreed))
         } else if !output.is_empty() {
             Some(Agreement::Confirm)
@@ -307,15 +313,10 @@ impl Commit for Leading {
             None
         };
         if let Some(agreement) = agreement {
-            if matches!(agreement, Agreement::Proposed(..)) {
-                let proposed = self.in_flight.len() + 1;
-                metrics::histogram!("muster_cluster_rounds_in_flight").record(proposed as f64);
-            }
             self.in_flight.push_back(InFlight {
                 agreement,
                 output,
                 requests,
-                changed,
             });
         }
         // A snapshot is written from what is applied: everything made so far.

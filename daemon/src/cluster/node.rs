@@ -328,27 +328,18 @@ impl Node {
         let submitted = self.runtime.block_on(self.raft.client_write_ff(round));
         let node = self.clone();
         self.runtime.spawn(async move {
-            let agreed = match submitted {
-                Ok(answer) => match node.while_leading(term, timeout, answer).await {
-                    Ok(Ok(Ok(response))) => response.data == Fate::Written,
-                    Ok(Ok(Err(e))) => {
-                        tracing::info!("a round was not agreed on: {e}");
-                        false
-                    }
-                    Ok(Err(_)) => {
-                        tracing::info!("a round was not agreed on: raft dropped its answer");
-                        false
-                    }
-                    Err(why) => {
-                        tracing::info!("a round was not agreed on: {why}");
-                        false
-                    }
-                },
-                Err(fatal) => {
-                    tracing::info!("a round was not agreed on: {fatal}");
-                    false
+            let agreed = async {
+                let answer = submitted.map_err(|fatal| fatal.to_string())?;
+                match node.while_leading(term, timeout, answer).await? {
+                    Ok(Ok(response)) => Ok(response.data == Fate::Written),
+                    Ok(Err(refused)) => Err(refused.to_string()),
+                    Err(_) => Err("raft dropped its answer".to_owned()),
                 }
             };
+            let agreed = agreed.await.unwrap_or_else(|why| {
+                tracing::info!("a round was not agreed on: {why}");
+                false
+            });
             // The dispatcher may have stopped waiting (it stopped leading).
             let _ = tx.send(agreed);
             then();

@@ -6,24 +6,19 @@
 //! ack, with the daemon's CPU per 1,000 tasks and its resident memory at the end; the
 //! enqueue's rate is reported beside it.
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use muster_protocol::limits::MAX_BATCH;
 use muster_protocol::model::{NewTask, QueuePatch};
 use muster_sdk::{Client, ConnectOptions};
 
-use super::{Run, all_acked, cpu_seconds, rss_mib, start_workers};
+use super::{Run, drain_queue, rss_mib};
 use crate::cli::BenchArgs;
 
 const QUEUE: &str = "burndown";
 
 /// Producers putting the tasks on the queue before the burn-down starts.
 const PRODUCERS: usize = 4;
-
-/// Longest the burn-down may take (1,000,000 tasks at 2,000 a second).
-const DEADLINE: Duration = Duration::from_secs(500);
 
 pub(super) async fn burndown(
     args: &BenchArgs,
@@ -57,26 +52,9 @@ pub(super) async fn burndown(
         p.await??;
     }
     run.burndown_enqueue_per_s = Some(args.burn_tasks as f64 / started.elapsed().as_secs_f64());
-    let cpu = cpu_seconds(pid);
-    let acked = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let workers = start_workers(
-        options,
-        &[QUEUE],
-        args.workers,
-        args.prefetch,
-        Arc::new(|_| {}),
-        Arc::clone(&acked),
-    )
-    .await?;
-    all_acked(&acked, args.burn_tasks, DEADLINE, "burndown").await?;
-    let elapsed = started.elapsed().as_secs_f64();
-    run.burndown_per_s = Some(args.burn_tasks as f64 / elapsed);
-    run.burndown_cpu_s_per_1000 =
-        Some((cpu_seconds(pid) - cpu) / (args.burn_tasks as f64 / 1000.0));
+    let (secs, cpu) = drain_queue(args, options, pid, QUEUE, args.burn_tasks).await?;
+    run.burndown_per_s = Some(args.burn_tasks as f64 / secs);
+    run.burndown_cpu_s_per_1000 = Some(cpu / (args.burn_tasks as f64 / 1000.0));
     run.burndown_rss_mib = Some(rss_mib(pid));
-    for w in workers {
-        w.abort();
-    }
     Ok(())
 }

@@ -17,15 +17,17 @@
 //!   tasks'.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
 use muster_protocol::model::{LimitSpec, LimitUse, NewTask, QueuePatch, Rate};
 use muster_sdk::{Client, ConnectOptions};
 
-use super::{Run, cpu_seconds, latency_recorder, now_us, payload, percentile, start_workers};
+use super::{
+    PHASE_DEADLINE, Run, all_acked, drain_queue, latency_recorder, now_us, payload, percentile,
+    start_workers,
+};
 use crate::cli::BenchArgs;
 
 /// The `limited` phase's queues.
@@ -34,9 +36,6 @@ const LIMITED_QUEUES: [&str; 3] = ["limited-a", "limited-b", "limited-c"];
 /// Tasks a second group `b` enqueues in the `fair` phase, and how many.
 const FAIR_B_RATE: f64 = 50.0;
 const FAIR_B_TASKS: usize = 100;
-
-/// Longest any of these phases waits for its tasks.
-const PHASE_DEADLINE: Duration = Duration::from_secs(600);
 
 /// Enqueues `tasks` on `queue` in batches of 1,000, eight batches in flight.
 async fn enqueue_all(client: &Client, queue: &str, tasks: Vec<NewTask>) -> anyhow::Result<()> {
@@ -64,22 +63,6 @@ fn task(limits: Vec<LimitUse>, group: Option<&str>) -> anyhow::Result<NewTask> {
         group: group.map(str::to_owned),
         ..NewTask::new(payload(now_us())?)
     })
-}
-
-/// Waits until `counter` reaches `n`.
-async fn wait_for(counter: &AtomicUsize, n: usize, what: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + PHASE_DEADLINE;
-    while counter.load(Ordering::Relaxed) < n {
-        if Instant::now() > deadline {
-            bail!(
-                "{what}: {} of {n} within {} s",
-                counter.load(Ordering::Relaxed),
-                PHASE_DEADLINE.as_secs()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    Ok(())
 }
 
 /// The most of `sorted` (instants) that fall in any window of `width`.
@@ -148,7 +131,7 @@ pub(super) async fn limited(
         Arc::clone(&acked),
     )
     .await?;
-    wait_for(&acked, wanted, "limited: tasks acked").await?;
+    all_acked(&acked, wanted, PHASE_DEADLINE, "limited: tasks acked").await?;
     for a in agents {
         a.abort();
     }
@@ -221,7 +204,13 @@ pub(super) async fn fair(
         };
         admin.enqueue("fair", task).await?;
     }
-    wait_for(&acked, args.tasks + FAIR_B_TASKS, "fair: tasks acked").await?;
+    all_acked(
+        &acked,
+        args.tasks + FAIR_B_TASKS,
+        PHASE_DEADLINE,
+        "fair: tasks acked",
+    )
+    .await?;
     for w in workers {
         w.abort();
     }
@@ -359,35 +348,6 @@ async fn against_plain(
         cpu_s_per_1000: made_cpu / (n / 1000.0),
         cpu_vs_plain: (plain_cpu > 0.0).then(|| made_cpu / plain_cpu),
     })
-}
-
-/// Drains the `n` tasks of `queue` with the workers: the seconds it took and the
-/// daemon's CPU seconds meanwhile.
-async fn drain_queue(
-    args: &BenchArgs,
-    options: &ConnectOptions,
-    pid: u32,
-    queue: &str,
-    n: usize,
-) -> anyhow::Result<(f64, f64)> {
-    let cpu = cpu_seconds(pid);
-    let acked = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let workers = start_workers(
-        options,
-        &[queue],
-        args.workers,
-        args.prefetch,
-        Arc::new(|_| {}),
-        Arc::clone(&acked),
-    )
-    .await?;
-    wait_for(&acked, n, &format!("{queue}: tasks acked")).await?;
-    let secs = started.elapsed().as_secs_f64();
-    for w in workers {
-        w.abort();
-    }
-    Ok((secs, cpu_seconds(pid) - cpu))
 }
 
 #[cfg(test)]
